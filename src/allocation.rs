@@ -1,0 +1,600 @@
+//! Placement (SPEC §2): one pure function from (job, GPU loads, options) to
+//! GPU indices or "not now". No clock, no files, no processes: the scheduler
+//! builds [`GpuLoad`]s from its latest snapshot and running jobs, and this
+//! module decides. Most of the scheduler's rules are tested here.
+
+/// Options of placement, from the command line (SPEC §8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlaceOptions {
+    /// Below this effective external usage (MiB) a GPU counts as idle.
+    pub idle_threshold_mib: u64,
+    /// Added to every declaration (MiB).
+    pub margin_mib: u64,
+    /// Fractional buffer over observed peaks (0.10 = 10 %).
+    pub spike_buffer: f64,
+    /// At most one of our jobs per GPU.
+    pub exclusive: bool,
+}
+
+impl Default for PlaceOptions {
+    fn default() -> Self {
+        PlaceOptions {
+            idle_threshold_mib: 200,
+            margin_mib: 512,
+            spike_buffer: 0.10,
+            exclusive: false,
+        }
+    }
+}
+
+/// One of our jobs (running, or a live orphan of a previous scheduler) as
+/// seen on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Occupant {
+    /// Declared VRAM per GPU in MiB; `None` for an undeclared job, which
+    /// closes the GPU to everything else.
+    pub declared_mib: Option<u64>,
+    /// Highest VRAM observed for this job on this GPU (MiB); `None` when none
+    /// of its processes has been seen with known memory yet.
+    pub peak_mib: Option<u64>,
+    /// VRAM its processes use on this GPU now (MiB); `None` when unknown.
+    pub current_mib: Option<u64>,
+}
+
+/// What placement needs to know about one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuLoad {
+    /// NVML device index.
+    pub index: u32,
+    /// Total memory (MiB).
+    pub total_mib: u64,
+    /// Memory in use on the device now, by anyone (MiB).
+    pub used_mib: u64,
+    /// Σ of the observed per-process peaks (MiB) of the external processes
+    /// present now, before the spike buffer.
+    pub external_peak_sum_mib: u64,
+    /// Our jobs on this GPU.
+    pub occupants: Vec<Occupant>,
+}
+
+/// The outcome of [`place`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// Start now on these GPU indices, ascending.
+    Start(Vec<u32>),
+    /// Does not fit now; try again later (later jobs may backfill).
+    NotNow,
+    /// Could not start even if every allowed GPU were empty (SPEC §2
+    /// "Infeasible"); the reason is for the user.
+    Infeasible(String),
+}
+
+/// What a job asks of placement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    /// Declared VRAM per GPU in MiB, or `None` for an undeclared job.
+    pub vram_mib: Option<u64>,
+    /// Number of distinct GPUs, ≥ 1.
+    pub gpus: u32,
+}
+
+/// `ceil(value × (1 + buffer))` in MiB.
+pub fn buffered_mib(value: u64, buffer: f64) -> u64 {
+    (value as f64 * (1.0 + buffer)).ceil() as u64
+}
+
+/// The memory (MiB) our job holds on a GPU for placement (SPEC §2 "Budget"):
+/// its declaration while its observed peak stays within it, else the peak
+/// with the spike buffer; never less than its current usage. A job that has
+/// just started and shows no memory yet holds its full declaration. An
+/// undeclared job holds what it uses (it closes the GPU anyway).
+pub fn budget_mib(occupant: &Occupant, spike_buffer: f64) -> u64 {
+    let current = occupant.current_mib.unwrap_or(0);
+    let held = match (occupant.declared_mib, occupant.peak_mib) {
+        (Some(declared), Some(peak)) if peak > declared => buffered_mib(peak, spike_buffer),
+        (Some(declared), _) => declared,
+        (None, peak) => peak.unwrap_or(0),
+    };
+    held.max(current)
+}
+
+/// Effective external usage (MiB) of a GPU (SPEC §2): the larger of the
+/// instantaneous usage not attributed to our jobs and the buffered Σ of the
+/// external processes' observed peaks. Memory of ours that could not be
+/// attributed (unknown per-process memory) counts as external, which only
+/// ever makes placement more careful.
+pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
+    let ours: u64 = gpu.occupants.iter().filter_map(|o| o.current_mib).sum();
+    let instantaneous = gpu.used_mib.saturating_sub(ours);
+    instantaneous.max(buffered_mib(gpu.external_peak_sum_mib, spike_buffer))
+}
+
+/// Effective headroom (MiB) for a new declared job (SPEC §2): total −
+/// effective external − Σ budgets of our jobs, floored at zero.
+pub fn headroom_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
+    let budgets: u64 = gpu
+        .occupants
+        .iter()
+        .map(|o| budget_mib(o, spike_buffer))
+        .sum();
+    gpu.total_mib
+        .saturating_sub(effective_external_mib(gpu, spike_buffer))
+        .saturating_sub(budgets)
+}
+
+/// Whether the GPU is fully idle: no job of ours and effective external
+/// usage below the idle threshold (SPEC §2 "Undeclared job").
+pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
+    gpu.occupants.is_empty()
+        && effective_external_mib(gpu, opts.spike_buffer) < opts.idle_threshold_mib
+}
+
+/// Decides where `request` may start now. `gpus` are the allowed GPUs only.
+///
+/// Rules (SPEC §2): an undeclared job needs idle GPUs, lowest index first; a
+/// declared job of E MiB needs headroom ≥ E + margin on each GPU, chosen
+/// best-fit (smallest sufficient headroom, ties by index); a GPU running an
+/// undeclared job of ours is closed; `exclusive` allows one of our jobs per
+/// GPU. A request that could not start even on empty GPUs is infeasible.
+pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placement {
+    let wanted = request.gpus.max(1) as usize;
+    if let Some(reason) = infeasible_reason(request, gpus, opts) {
+        return Placement::Infeasible(reason);
+    }
+    let mut chosen: Vec<u32> = match request.vram_mib {
+        None => gpus
+            .iter()
+            .filter(|g| is_idle(g, opts))
+            .map(|g| g.index)
+            .take(wanted)
+            .collect(),
+        Some(vram) => {
+            let need = vram + opts.margin_mib;
+            let mut fits: Vec<(u64, u32)> = gpus
+                .iter()
+                .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
+                .filter(|g| !(opts.exclusive && !g.occupants.is_empty()))
+                .map(|g| (headroom_mib(g, opts.spike_buffer), g.index))
+                .filter(|&(headroom, _)| headroom >= need)
+                .collect();
+            fits.sort_unstable();
+            fits.into_iter()
+                .take(wanted)
+                .map(|(_, index)| index)
+                .collect()
+        }
+    };
+    if chosen.len() < wanted {
+        return Placement::NotNow;
+    }
+    chosen.sort_unstable();
+    Placement::Start(chosen)
+}
+
+/// Places a whole queue in priority order (SPEC §2 "Order"): file order is
+/// the priority, a job that does not fit now is skipped and later jobs may
+/// start (backfill). Each job started in this round is added to `gpus` as an
+/// occupant holding its full declaration, so the next job sees it. Returns
+/// one [`Placement`] per request, in the same order.
+pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> Vec<Placement> {
+    requests
+        .iter()
+        .map(|request| {
+            let placement = place(request, gpus, opts);
+            if let Placement::Start(chosen) = &placement {
+                for gpu in gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
+                    gpu.occupants.push(Occupant {
+                        declared_mib: request.vram_mib,
+                        peak_mib: None,
+                        current_mib: None,
+                    });
+                }
+            }
+            placement
+        })
+        .collect()
+}
+
+/// Why `request` could never start on these GPUs even if all were empty, or
+/// `None` if it could.
+fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {
+    let wanted = request.gpus.max(1) as usize;
+    if wanted > gpus.len() {
+        return Some(format!(
+            "needs {wanted} GPUs but only {} {} allowed",
+            gpus.len(),
+            if gpus.len() == 1 { "is" } else { "are" }
+        ));
+    }
+    let vram = request.vram_mib?;
+    let need = vram + opts.margin_mib;
+    let big_enough = gpus.iter().filter(|g| g.total_mib >= need).count();
+    if big_enough < wanted {
+        let largest = gpus.iter().map(|g| g.total_mib).max().unwrap_or(0);
+        return Some(format!(
+            "needs {vram} MiB + {} MiB margin = {need} MiB on {wanted} GPU(s), but {} (largest GPU has {largest} MiB)",
+            opts.margin_mib,
+            if big_enough == 0 {
+                "no allowed GPU is that large".to_string()
+            } else {
+                format!("only {big_enough} allowed GPU(s) are that large")
+            }
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOTAL: u64 = 24000;
+
+    fn gpu(index: u32) -> GpuLoad {
+        GpuLoad {
+            index,
+            total_mib: TOTAL,
+            ..GpuLoad::default()
+        }
+    }
+
+    fn declared(vram: u64) -> Request {
+        Request {
+            vram_mib: Some(vram),
+            gpus: 1,
+        }
+    }
+
+    const UNDECLARED: Request = Request {
+        vram_mib: None,
+        gpus: 1,
+    };
+
+    fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupant {
+        Occupant {
+            declared_mib: declared,
+            peak_mib: peak,
+            current_mib: current,
+        }
+    }
+
+    fn opts() -> PlaceOptions {
+        PlaceOptions::default()
+    }
+
+    #[test]
+    fn undeclared_takes_lowest_idle_gpu() {
+        let gpus = [gpu(0), gpu(1)];
+        assert_eq!(
+            place(&UNDECLARED, &gpus, &opts()),
+            Placement::Start(vec![0])
+        );
+    }
+
+    #[test]
+    fn undeclared_waits_for_fully_idle_gpu() {
+        let mut g0 = gpu(0);
+        g0.occupants.push(occ(Some(1000), None, None));
+        let mut g1 = gpu(1);
+        g1.used_mib = 300; // external usage above the 200 MiB idle threshold
+        assert_eq!(
+            place(&UNDECLARED, &[g0, g1.clone()], &opts()),
+            Placement::NotNow
+        );
+        g1.used_mib = 199;
+        assert_eq!(
+            place(&UNDECLARED, &[gpu(5), g1][1..], &opts()),
+            Placement::Start(vec![1])
+        );
+    }
+
+    #[test]
+    fn idle_threshold_is_configurable() {
+        let mut g = gpu(0);
+        g.used_mib = 300;
+        let o = PlaceOptions {
+            idle_threshold_mib: 400,
+            ..opts()
+        };
+        assert_eq!(place(&UNDECLARED, &[g], &o), Placement::Start(vec![0]));
+    }
+
+    #[test]
+    fn declared_needs_declaration_plus_margin() {
+        let mut g = gpu(0);
+        g.used_mib = TOTAL - 8512; // exactly 8000 + 512 left
+        assert_eq!(
+            place(&declared(8000), &[g.clone()], &opts()),
+            Placement::Start(vec![0])
+        );
+        g.used_mib += 1;
+        assert_eq!(place(&declared(8000), &[g], &opts()), Placement::NotNow);
+    }
+
+    #[test]
+    fn two_declared_jobs_pack_on_one_gpu() {
+        let mut g = gpu(0);
+        g.occupants.push(occ(Some(10000), Some(9000), Some(9000)));
+        g.used_mib = 9000;
+        // headroom = 24000 - 0 - 10000 = 14000 ≥ 10000 + 512
+        assert_eq!(
+            place(&declared(10000), &[g.clone()], &opts()),
+            Placement::Start(vec![0])
+        );
+        assert_eq!(headroom_mib(&g, 0.1), 14000);
+    }
+
+    #[test]
+    fn just_started_job_holds_full_declaration() {
+        // The double-booking race: a job that started a moment ago shows no
+        // memory yet, but its declaration must still be reserved.
+        let mut g = gpu(0);
+        g.occupants.push(occ(Some(16000), None, None));
+        assert_eq!(headroom_mib(&g, 0.1), 8000);
+        assert_eq!(place(&declared(8000), &[g], &opts()), Placement::NotNow);
+    }
+
+    #[test]
+    fn job_over_declaration_escalates_to_buffered_peak() {
+        let mut g = gpu(0);
+        g.occupants.push(occ(Some(8000), Some(10000), Some(9000)));
+        g.used_mib = 9000;
+        assert_eq!(budget_mib(&g.occupants[0], 0.10), 11000);
+        assert_eq!(headroom_mib(&g, 0.10), 13000);
+        assert_eq!(
+            place(&declared(12600), &[g.clone()], &opts()),
+            Placement::NotNow
+        );
+        assert_eq!(
+            place(&declared(12488), &[g], &opts()),
+            Placement::Start(vec![0])
+        );
+    }
+
+    #[test]
+    fn budget_never_less_than_current_usage() {
+        // Within the declaration the budget is the declaration …
+        assert_eq!(
+            budget_mib(&occ(Some(8000), Some(7000), Some(7000)), 0.1),
+            8000
+        );
+        // … and over the buffered peak, the current usage wins.
+        assert_eq!(
+            budget_mib(&occ(Some(8000), Some(9000), Some(12000)), 0.1),
+            12000
+        );
+        assert_eq!(budget_mib(&occ(Some(8000), None, Some(8500)), 0.1), 8500);
+    }
+
+    #[test]
+    fn external_processes_are_held_to_buffered_peaks() {
+        let mut g = gpu(0);
+        // An external process peaked at 10000 MiB but dipped to 2000 now.
+        g.used_mib = 2000;
+        g.external_peak_sum_mib = 10000;
+        assert_eq!(effective_external_mib(&g, 0.10), 11000);
+        assert_eq!(headroom_mib(&g, 0.10), 13000);
+        assert_eq!(
+            place(&declared(12600), &[g.clone()], &opts()),
+            Placement::NotNow
+        );
+        assert_eq!(
+            place(&declared(12000), &[g], &opts()),
+            Placement::Start(vec![0])
+        );
+    }
+
+    #[test]
+    fn instantaneous_external_wins_over_smaller_peaks() {
+        let mut g = gpu(0);
+        g.used_mib = 15000; // e.g. memory NVML could not attribute to a process
+        g.external_peak_sum_mib = 1000;
+        assert_eq!(effective_external_mib(&g, 0.10), 15000);
+    }
+
+    #[test]
+    fn our_usage_is_not_external() {
+        let mut g = gpu(0);
+        g.occupants.push(occ(Some(6000), Some(5000), Some(5000)));
+        g.used_mib = 7000;
+        assert_eq!(effective_external_mib(&g, 0.1), 2000);
+        assert_eq!(headroom_mib(&g, 0.1), 24000 - 2000 - 6000);
+    }
+
+    #[test]
+    fn gpu_with_our_undeclared_job_is_closed() {
+        let mut g0 = gpu(0);
+        g0.occupants.push(occ(None, Some(100), Some(100)));
+        g0.used_mib = 100;
+        assert_eq!(
+            place(&declared(1000), &[g0.clone()], &opts()),
+            Placement::NotNow
+        );
+        assert_eq!(
+            place(&UNDECLARED, &[g0.clone()], &opts()),
+            Placement::NotNow
+        );
+        assert_eq!(
+            place(&declared(1000), &[g0, gpu(1)], &opts()),
+            Placement::Start(vec![1])
+        );
+    }
+
+    #[test]
+    fn exclusive_allows_one_job_per_gpu() {
+        let mut g = gpu(0);
+        g.occupants.push(occ(Some(1000), None, None));
+        let exclusive = PlaceOptions {
+            exclusive: true,
+            ..opts()
+        };
+        assert_eq!(
+            place(&declared(1000), &[g.clone()], &opts()),
+            Placement::Start(vec![0])
+        );
+        assert_eq!(
+            place(&declared(1000), &[g.clone()], &exclusive),
+            Placement::NotNow
+        );
+        assert_eq!(
+            place(&declared(1000), &[g, gpu(1)], &exclusive),
+            Placement::Start(vec![1])
+        );
+    }
+
+    #[test]
+    fn declared_single_gpu_is_best_fit() {
+        let mut g0 = gpu(0);
+        g0.used_mib = 2000; // headroom 22000
+        let mut g1 = gpu(1);
+        g1.used_mib = 14000; // headroom 10000: the tighter fit
+        assert_eq!(
+            place(&declared(8000), &[g0, g1], &opts()),
+            Placement::Start(vec![1])
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_index() {
+        let gpus = [gpu(0), gpu(1), gpu(2)];
+        assert_eq!(
+            place(&declared(8000), &gpus, &opts()),
+            Placement::Start(vec![0])
+        );
+        let two = Request {
+            vram_mib: Some(8000),
+            gpus: 2,
+        };
+        assert_eq!(place(&two, &gpus, &opts()), Placement::Start(vec![0, 1]));
+    }
+
+    #[test]
+    fn multi_gpu_best_fit_handed_over_ascending() {
+        let mut g0 = gpu(0);
+        g0.used_mib = 1000; // 23000
+        let mut g1 = gpu(1);
+        g1.used_mib = 12000; // 12000
+        let mut g2 = gpu(2);
+        g2.used_mib = 20000; // 4000: too small
+        let mut g3 = gpu(3);
+        g3.used_mib = 9000; // 15000
+        let request = Request {
+            vram_mib: Some(10000),
+            gpus: 2,
+        };
+        // Smallest sufficient headroom first: g1 (12000), g3 (15000).
+        assert_eq!(
+            place(&request, &[g0.clone(), g1, g2.clone(), g3], &opts()),
+            Placement::Start(vec![1, 3])
+        );
+        // Only one GPU fits now: not now (never a partial placement).
+        assert_eq!(place(&request, &[g0, g2], &opts()), Placement::NotNow);
+    }
+
+    #[test]
+    fn multi_gpu_undeclared_needs_that_many_idle_gpus() {
+        let request = Request {
+            vram_mib: None,
+            gpus: 2,
+        };
+        let mut busy = gpu(1);
+        busy.used_mib = 5000;
+        assert_eq!(
+            place(&request, &[gpu(0), busy.clone(), gpu(2)], &opts()),
+            Placement::Start(vec![0, 2])
+        );
+        assert_eq!(place(&request, &[gpu(0), busy], &opts()), Placement::NotNow);
+    }
+
+    #[test]
+    fn infeasible_too_many_gpus() {
+        let request = Request {
+            vram_mib: Some(1000),
+            gpus: 3,
+        };
+        match place(&request, &[gpu(0), gpu(1)], &opts()) {
+            Placement::Infeasible(reason) => {
+                assert!(reason.contains("needs 3 GPUs but only 2"), "{reason}")
+            }
+            other => panic!("expected infeasible, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn infeasible_declaration_larger_than_any_gpu() {
+        // 23600 + 512 > 24000 even on an empty GPU.
+        match place(&declared(23600), &[gpu(0)], &opts()) {
+            Placement::Infeasible(reason) => assert!(reason.contains("24112 MiB"), "{reason}"),
+            other => panic!("expected infeasible, got {other:?}"),
+        }
+        // Exactly fitting an empty GPU is feasible.
+        assert_eq!(
+            place(&declared(23488), &[gpu(0)], &opts()),
+            Placement::Start(vec![0])
+        );
+    }
+
+    #[test]
+    fn infeasible_is_judged_on_empty_gpus_not_current_load() {
+        let mut g = gpu(0);
+        g.used_mib = 23000;
+        assert_eq!(place(&declared(20000), &[g], &opts()), Placement::NotNow);
+    }
+
+    #[test]
+    fn no_allowed_gpus_is_infeasible() {
+        assert!(matches!(
+            place(&UNDECLARED, &[], &opts()),
+            Placement::Infeasible(_)
+        ));
+    }
+
+    #[test]
+    fn file_order_with_backfill() {
+        let mut gpus = vec![gpu(0)];
+        gpus[0].used_mib = 12000; // 12000 MiB headroom
+        let queue = [
+            declared(16000),
+            declared(4000),
+            declared(4000),
+            declared(4000),
+        ];
+        let placements = plan(&queue, &mut gpus, &opts());
+        assert_eq!(
+            placements,
+            vec![
+                Placement::NotNow,         // the big job is blocked …
+                Placement::Start(vec![0]), // … and small ones backfill past it
+                Placement::Start(vec![0]),
+                Placement::NotNow, // 12000 - 2 × 4000 = 4000 < 4000 + 512
+            ]
+        );
+        assert_eq!(gpus[0].occupants.len(), 2);
+    }
+
+    #[test]
+    fn plan_reserves_for_jobs_started_in_the_same_round() {
+        let mut gpus = vec![gpu(0), gpu(1)];
+        let queue = [UNDECLARED, declared(20000), UNDECLARED, declared(20000)];
+        let placements = plan(&queue, &mut gpus, &opts());
+        assert_eq!(
+            placements,
+            vec![
+                Placement::Start(vec![0]),
+                Placement::Start(vec![1]),
+                Placement::NotNow,
+                Placement::NotNow,
+            ]
+        );
+    }
+
+    #[test]
+    fn earlier_job_wins_when_both_fit_one_slot() {
+        let mut gpus = vec![gpu(0)];
+        let queue = [declared(12000), declared(12000)];
+        assert_eq!(
+            plan(&queue, &mut gpus, &opts()),
+            vec![Placement::Start(vec![0]), Placement::NotNow]
+        );
+    }
+}

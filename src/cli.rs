@@ -1,0 +1,271 @@
+//! The command line (SPEC §8): every flag with its unit, default and edge
+//! cases, validated here so that the rest of the program gets sane values.
+//! A bad flag or value is a usage error: clap prints it and exits 2.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// A VRAM-aware GPU job scheduler for one shared machine.
+///
+/// Runs the shell commands of JOBS_FILE (one per line), packing each onto a
+/// GPU with enough free memory as soon as one opens up. A line may start
+/// with attributes: `[vram=18G gpus=2 timeout=2h retries=1] python train.py`.
+/// Progress goes to the terminal and to <log-dir>/status.txt; each job's
+/// output to <log-dir>/jobNNN_gpuN.log; the journal <log-dir>/journal.jsonl
+/// lets a restarted scheduler resume where it stopped.
+///
+/// Try it without a GPU: `gpusched examples/jobs.txt --sim 2`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpusched",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C."
+)]
+pub struct Cli {
+    /// Scheduler options.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Helper commands.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Helper commands next to the scheduler itself.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
+    /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
+    Simjob(SimjobArgs),
+}
+
+/// Options of the scheduler (`gpusched JOBS_FILE [options]`).
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// The jobs file: one shell command per line, `#` comments, optional
+    /// `[vram=.. gpus=.. timeout=.. retries=.. cancel]` block first. Re-read
+    /// whenever it changes; never written by gpusched.
+    #[arg(value_name = "JOBS_FILE", required = true)]
+    pub jobs_file: Option<PathBuf>,
+
+    /// GPU indices the scheduler may use, comma-separated (e.g. 0,1,3).
+    /// Default: all GPUs.
+    #[arg(long, value_name = "LIST", value_parser = parse_gpu_list)]
+    pub gpus: Option<GpuList>,
+
+    /// A GPU whose memory used by others is below this many MiB counts as
+    /// idle; undeclared jobs only start on idle GPUs.
+    #[arg(long, value_name = "MIB", default_value_t = 200, value_parser = parse_mib)]
+    pub idle_threshold: u64,
+
+    /// MiB added to every declaration when checking headroom.
+    #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = parse_mib)]
+    pub margin: u64,
+
+    /// Band for declared-vs-actual verdicts, as a fraction (0.10 = ±10 %).
+    /// A job whose peak exceeds its declaration by more gets a warning.
+    #[arg(long, value_name = "FRAC", default_value_t = 0.10, value_parser = parse_fraction)]
+    pub tolerance: f64,
+
+    /// Buffer over observed peaks, as a fraction (0.10 = 10 %), applied to
+    /// other users' processes and to jobs that outgrew their declaration.
+    #[arg(long, value_name = "FRAC", default_value_t = 0.10, value_parser = parse_fraction)]
+    pub spike_buffer: f64,
+
+    /// GPU sampling interval in seconds (decimals allowed, > 0). Job exits
+    /// and jobs-file edits are handled at once, not at the next sample.
+    #[arg(long, value_name = "SEC", default_value_t = 5.0, value_parser = parse_poll)]
+    pub poll: f64,
+
+    /// At most one of our jobs per GPU, declared or not.
+    #[arg(long)]
+    pub exclusive: bool,
+
+    /// Stay up after the queue drains and wait for new lines in JOBS_FILE.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Default number of automatic re-runs after a CUDA out-of-memory
+    /// failure, each with a 25 % larger declaration. A line's `retries=`
+    /// overrides it.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub oom_retries: u32,
+
+    /// Remove the journal first and re-run every job.
+    #[arg(long)]
+    pub fresh: bool,
+
+    /// Directory for job logs, the journal and the status board.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+
+    /// Print a line each time a running job's peak VRAM grows by 256 MiB or
+    /// more.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Use N simulated GPUs of 24000 MiB instead of NVML (no GPU needed).
+    /// Jobs are real processes; `gpusched simjob` pretends to use VRAM.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub sim: Option<u32>,
+}
+
+/// Arguments of `gpusched simjob` (SPEC §9).
+#[derive(Debug, Args, Clone)]
+pub struct SimjobArgs {
+    /// Simulated VRAM to reach on each GPU, in MiB.
+    #[arg(long, value_name = "MIB", value_parser = parse_mib)]
+    pub vram: u64,
+    /// Seconds to ramp from 0 to --vram.
+    #[arg(long, value_name = "SEC", default_value_t = 0.5, value_parser = parse_seconds)]
+    pub ramp: f64,
+    /// Seconds to hold --vram before exiting.
+    #[arg(long, value_name = "SEC", default_value_t = 1.0, value_parser = parse_seconds)]
+    pub hold: f64,
+    /// Exit code to end with.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub exit_code: u8,
+    /// If MARKER does not exist: create it, and at the end of the ramp print
+    /// a CUDA out-of-memory error and exit 1 (an OOM on the first attempt
+    /// only).
+    #[arg(long, value_name = "MARKER")]
+    pub oom_once: Option<PathBuf>,
+    /// Device utilization to report on each GPU, percent.
+    #[arg(long, value_name = "PCT", default_value_t = 80, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub util: u32,
+}
+
+/// A validated `--gpus` list: distinct indices, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuList(pub Vec<u32>);
+
+fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
+    let mut indices = Vec::new();
+    for part in text.split(',') {
+        let part = part.trim();
+        let index: u32 = part
+            .parse()
+            .map_err(|_| format!("'{part}' is not a GPU index (expected e.g. 0,1,3)"))?;
+        if indices.contains(&index) {
+            return Err(format!("GPU {index} is listed twice"));
+        }
+        indices.push(index);
+    }
+    indices.sort_unstable();
+    Ok(GpuList(indices))
+}
+
+fn parse_mib(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("'{text}' is not a whole number of MiB ≥ 0"))
+}
+
+fn parse_float(text: &str, what: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| format!("'{text}' is not {what}"))
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let value = parse_float(text, "a fraction like 0.10")?;
+    if !(0.0..=10.0).contains(&value) {
+        return Err(format!(
+            "{value} is out of range: use a fraction from 0 to 10 (0.10 = 10 %)"
+        ));
+    }
+    Ok(value)
+}
+
+fn parse_poll(text: &str) -> Result<f64, String> {
+    let value = parse_float(text, "a number of seconds")?;
+    if value <= 0.0 {
+        return Err("the poll interval must be more than 0 seconds".into());
+    }
+    Ok(value)
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value = parse_float(text, "a number of seconds")?;
+    if value < 0.0 {
+        return Err("seconds must not be negative".into());
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn verify_cli() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpusched").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let cli = parse(&["jobs.txt"]).unwrap();
+        let run = cli.run;
+        assert_eq!(run.jobs_file, Some(PathBuf::from("jobs.txt")));
+        assert_eq!(run.idle_threshold, 200);
+        assert_eq!(run.margin, 512);
+        assert_eq!(run.tolerance, 0.10);
+        assert_eq!(run.spike_buffer, 0.10);
+        assert_eq!(run.poll, 5.0);
+        assert_eq!(run.oom_retries, 0);
+        assert_eq!(run.log_dir, PathBuf::from("gpusched_logs"));
+        assert!(!run.exclusive && !run.watch && !run.fresh && !run.verbose);
+        assert_eq!(run.sim, None);
+        assert_eq!(run.gpus, None);
+    }
+
+    #[test]
+    fn gpu_list_is_validated() {
+        let cli = parse(&["j", "--gpus", "3,0,1"]).unwrap();
+        assert_eq!(cli.run.gpus, Some(GpuList(vec![0, 1, 3])));
+        assert!(parse(&["j", "--gpus", "0,0"]).is_err());
+        assert!(parse(&["j", "--gpus", "a"]).is_err());
+        assert!(parse(&["j", "--gpus", ""]).is_err());
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for args in [
+            &["j", "--margin", "-5"][..],
+            &["j", "--poll", "0"],
+            &["j", "--poll", "-1"],
+            &["j", "--poll", "nan"],
+            &["j", "--tolerance", "-0.1"],
+            &["j", "--spike-buffer", "x"],
+            &["j", "--sim", "0"],
+            &["j", "--idle-threshold", "1.5"],
+            &["j", "--bogus"],
+            &[],
+        ] {
+            let err = parse(args).expect_err(&format!("{args:?} should fail"));
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn simjob_subcommand() {
+        let cli = parse(&["simjob", "--vram", "1000", "--hold", "2"]).unwrap();
+        match cli.command {
+            Some(Command::Simjob(args)) => {
+                assert_eq!(args.vram, 1000);
+                assert_eq!(args.hold, 2.0);
+                assert_eq!(args.ramp, 0.5);
+                assert_eq!(args.exit_code, 0);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

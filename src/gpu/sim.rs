@@ -1,0 +1,187 @@
+//! Simulated GPUs for `--sim N` (SPEC §9). Each job process that pretends to
+//! use a GPU (see `gpusched simjob`) keeps a report file
+//! `<sim dir>/<pid>.json` up to date; a snapshot sums those reports per GPU.
+//! A report whose pid is dead is dropped (and removed).
+
+use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Memory of each simulated GPU (MiB), SPEC §9.
+pub const SIM_TOTAL_MIB: u64 = 24000;
+
+/// What a simulated process reports about itself, in `<pid>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimReport {
+    /// The reporting process.
+    pub pid: u32,
+    /// Its memory per GPU index (decimal string) in MiB.
+    pub mib: BTreeMap<String, u64>,
+    /// The utilization it claims on each of its GPUs, percent.
+    #[serde(default)]
+    pub util: u32,
+}
+
+/// N simulated GPUs of [`SIM_TOTAL_MIB`] each, fed by report files.
+pub struct SimBackend {
+    count: u32,
+    dir: PathBuf,
+}
+
+impl SimBackend {
+    /// A backend of `count` GPUs reading reports from `dir` (created if
+    /// missing; stale reports of dead processes are cleared on first read).
+    pub fn new(count: u32, dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot create sim directory {}: {e}", dir.display()))?;
+        Ok(SimBackend {
+            count,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The directory jobs write their reports to (`GPUSCHED_SIM_DIR`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Whether a process with this pid exists and is not a zombie.
+fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => crate::process::parse_stat(&stat).is_some_and(|s| s.state != 'Z'),
+        Err(_) => false,
+    }
+}
+
+impl GpuBackend for SimBackend {
+    fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot> {
+        let mut gpus: Vec<GpuInfo> = (0..self.count)
+            .map(|index| GpuInfo {
+                index,
+                uuid: format!("GPU-5157-0000-0000-0000-{index:012}"),
+                name: "Simulated GPU".to_string(),
+                total_mib: SIM_TOTAL_MIB,
+                used_mib: 0,
+                util_percent: Some(0),
+            })
+            .collect();
+        let mut processes = Vec::new();
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| {
+            anyhow::anyhow!("cannot read sim directory {}: {e}", self.dir.display())
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            // A report being replaced or removed right now is simply absent
+            // this round.
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let Ok(report) = serde_json::from_str::<SimReport>(&text) else {
+                continue;
+            };
+            if !pid_alive(report.pid) {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            for (gpu, mib) in &report.mib {
+                let Ok(index) = gpu.parse::<u32>() else {
+                    continue;
+                };
+                let Some(info) = gpus.get_mut(index as usize) else {
+                    continue;
+                };
+                info.used_mib = (info.used_mib + mib).min(info.total_mib);
+                let util = info.util_percent.unwrap_or(0) + report.util;
+                info.util_percent = Some(util.min(100));
+                processes.push(GpuProcess {
+                    pid: report.pid,
+                    gpu: index,
+                    used_mib: Some(*mib),
+                });
+            }
+        }
+        processes.sort_by_key(|p| (p.gpu, p.pid));
+        Ok(GpuSnapshot { gpus, processes })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} simulated GPU{} of {SIM_TOTAL_MIB} MiB",
+            self.count,
+            if self.count == 1 { "" } else { "s" }
+        )
+    }
+
+    fn is_sim(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_report(dir: &Path, pid: u32, mib: &[(u32, u64)], util: u32) {
+        let report = SimReport {
+            pid,
+            mib: mib.iter().map(|(g, m)| (g.to_string(), *m)).collect(),
+            util,
+        };
+        std::fs::write(
+            dir.join(format!("{pid}.json")),
+            serde_json::to_string(&report).unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn sums_reports_of_live_processes_and_drops_dead_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        write_report(dir.path(), me, &[(0, 1000), (1, 2000)], 30);
+        // A pid that cannot exist (above pid_max's hard limit of 2^22).
+        write_report(dir.path(), 99_999_999, &[(0, 5000)], 30);
+        std::fs::write(dir.path().join("garbage.json"), "{not json").unwrap();
+        let mut sim = SimBackend::new(2, dir.path()).unwrap();
+        let snap = sim.snapshot().unwrap();
+        assert_eq!(snap.gpus.len(), 2);
+        assert_eq!(snap.gpus[0].used_mib, 1000);
+        assert_eq!(snap.gpus[1].used_mib, 2000);
+        assert_eq!(snap.gpus[0].total_mib, SIM_TOTAL_MIB);
+        assert_eq!(snap.gpus[0].util_percent, Some(30));
+        assert_eq!(
+            snap.processes,
+            vec![
+                GpuProcess {
+                    pid: me,
+                    gpu: 0,
+                    used_mib: Some(1000)
+                },
+                GpuProcess {
+                    pid: me,
+                    gpu: 1,
+                    used_mib: Some(2000)
+                },
+            ]
+        );
+        assert!(
+            !dir.path().join("99999999.json").exists(),
+            "dead report removed"
+        );
+    }
+
+    #[test]
+    fn reports_for_gpus_beyond_the_count_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        write_report(dir.path(), std::process::id(), &[(3, 1000)], 0);
+        let mut sim = SimBackend::new(2, dir.path()).unwrap();
+        let snap = sim.snapshot().unwrap();
+        assert!(snap.processes.is_empty());
+        assert!(snap.gpus.iter().all(|g| g.used_mib == 0));
+    }
+}

@@ -1,0 +1,375 @@
+//! The jobs-file grammar (SPEC §1): one job per line, an optional attribute
+//! block `[k=v k=v flag]`, then the shell command. This module turns the
+//! file's text into [`JobSpec`]s with their identity keys, or a
+//! [`ParseError`] that names the line number and the offending text.
+
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// One job as written in the jobs file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Identity key: 12 hex digits of SHA-256 of the trimmed command, `#`,
+    /// then the occurrence count of that command earlier in the file
+    /// (SPEC §1 "Identity").
+    pub key: String,
+    /// 1-based line number in the jobs file.
+    pub line: usize,
+    /// The command, trimmed, run by `/bin/sh -c`.
+    pub command: String,
+    /// Declared peak VRAM per GPU in MiB (`vram=`), if any.
+    pub vram_mib: Option<u64>,
+    /// Number of distinct GPUs (`gpus=`), at least 1.
+    pub gpus: u32,
+    /// Wall-clock limit in seconds (`timeout=`), opt-in.
+    pub timeout_s: Option<f64>,
+    /// Automatic re-runs after a CUDA OOM (`retries=`); `None` means the
+    /// scheduler's `--oom-retries` default applies.
+    pub retries: Option<u32>,
+    /// The bare `cancel` flag (SPEC §6).
+    pub cancel: bool,
+}
+
+/// A jobs-file line that cannot be parsed. The message names the 1-based line
+/// number, the reason and the line's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}: {text}")]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong, lowercase.
+    pub reason: String,
+    /// The offending line, trimmed.
+    pub text: String,
+}
+
+/// The per-command part of the identity key: the first 12 hex digits of
+/// SHA-256 of the trimmed command text.
+pub fn command_hash(command: &str) -> String {
+    let digest = Sha256::digest(command.trim().as_bytes());
+    let mut hex = String::with_capacity(12);
+    for byte in digest.iter().take(6) {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    hex
+}
+
+/// Parses a whole jobs file. Blank lines and `#` comments are skipped; the
+/// first bad line aborts the parse with its error (SPEC §1).
+pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
+    let mut jobs = Vec::new();
+    let mut occurrences: HashMap<String, u32> = HashMap::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line_no = index + 1;
+        let Some(parsed) = parse_line(raw, line_no)? else {
+            continue;
+        };
+        let hash = command_hash(&parsed.command);
+        let count = occurrences.entry(hash.clone()).or_insert(0);
+        let key = format!("{hash}#{count}");
+        *count += 1;
+        jobs.push(JobSpec { key, ..parsed });
+    }
+    Ok(jobs)
+}
+
+/// Parses one line; `Ok(None)` for blank lines and comments. The returned
+/// spec has an empty key (keys need the whole file's occurrence counts).
+pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseError> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() || trimmed.starts_with('#') {
+        return Ok(None);
+    }
+    let err = |reason: String| ParseError {
+        line: line_no,
+        reason,
+        text: trimmed.to_string(),
+    };
+    let mut spec = JobSpec {
+        key: String::new(),
+        line: line_no,
+        command: String::new(),
+        vram_mib: None,
+        gpus: 1,
+        timeout_s: None,
+        retries: None,
+        cancel: false,
+    };
+    let command = if let Some(rest) = trimmed.strip_prefix('[') {
+        let Some(close) = rest.find(']') else {
+            return Err(err("attribute block '[' is never closed with ']'".into()));
+        };
+        let block = &rest[..close];
+        let mut seen_keys: Vec<&str> = Vec::new();
+        for item in block.split_whitespace() {
+            let (name, value) = match item.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (item, None),
+            };
+            if seen_keys.contains(&name) {
+                return Err(err(format!("attribute '{name}' is given twice")));
+            }
+            seen_keys.push(name);
+            apply_attribute(&mut spec, name, value).map_err(err)?;
+        }
+        rest[close + 1..].trim()
+    } else {
+        trimmed
+    };
+    if command.is_empty() {
+        return Err(err("attribute block has no command after it".into()));
+    }
+    spec.command = command.to_string();
+    Ok(Some(spec))
+}
+
+/// Applies one `name=value` (or bare flag) to `spec`; the error is the reason.
+fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Result<(), String> {
+    let need = |value: Option<&str>| -> Result<String, String> {
+        match value {
+            Some(v) if !v.is_empty() => Ok(v.to_string()),
+            _ => Err(format!("attribute '{name}' needs a value ({name}=...)")),
+        }
+    };
+    match name {
+        "vram" => spec.vram_mib = Some(parse_vram_mib(&need(value)?)?),
+        "gpus" => {
+            let v = need(value)?;
+            spec.gpus = parse_positive_int(&v).ok_or_else(|| {
+                format!("bad gpus value '{v}': expected a whole number of GPUs ≥ 1")
+            })?;
+        }
+        "timeout" => spec.timeout_s = Some(parse_duration_s(&need(value)?)?),
+        "retries" => {
+            let v = need(value)?;
+            spec.retries =
+                Some(v.parse::<u32>().map_err(|_| {
+                    format!("bad retries value '{v}': expected a whole number ≥ 0")
+                })?);
+        }
+        "cancel" => {
+            if value.is_some() {
+                return Err("'cancel' is a bare flag and takes no value".into());
+            }
+            spec.cancel = true;
+        }
+        other => {
+            return Err(format!(
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, cancel)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_positive_int(text: &str) -> Option<u32> {
+    text.parse::<u32>().ok().filter(|&n| n >= 1)
+}
+
+/// Splits `12.5G` into (`12.5`, `G`): the leading number and the unit suffix.
+fn split_number(text: &str) -> (&str, &str) {
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    text.split_at(end)
+}
+
+/// Parses a VRAM amount into MiB (SPEC §1): a bare integer is MiB; units
+/// `M`/`MB`/`MiB` and `G`/`GB`/`GiB` (case-insensitive, decimals allowed;
+/// G means ×1024). Fractional MiB round up. Zero or negative is an error.
+pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
+    let bad =
+        || format!("bad vram value '{text}': expected MiB (18000) or a size like 12.5G, 800M");
+    let (number, unit) = split_number(text);
+    let factor = match unit.to_ascii_lowercase().as_str() {
+        "" | "m" | "mb" | "mib" => 1.0,
+        "g" | "gb" | "gib" => 1024.0,
+        _ => return Err(bad()),
+    };
+    if number.is_empty() || (unit.is_empty() && number.contains('.')) {
+        return Err(bad());
+    }
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let mib = (value * factor).ceil();
+    if !mib.is_finite() || mib < 1.0 {
+        return Err(format!("bad vram value '{text}': must be more than zero"));
+    }
+    Ok(mib as u64)
+}
+
+/// Parses a duration into seconds (SPEC §1): `90`, `90s`, `15m`, `2h`,
+/// `1.5d`. Zero or negative is an error.
+pub fn parse_duration_s(text: &str) -> Result<f64, String> {
+    let bad =
+        || format!("bad timeout value '{text}': expected a duration like 90, 90s, 15m, 2h, 1.5d");
+    let (number, unit) = split_number(text);
+    let factor = match unit {
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(bad()),
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = value * factor;
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(format!(
+            "bad timeout value '{text}': must be more than zero"
+        ));
+    }
+    Ok(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> JobSpec {
+        parse_jobs(line).unwrap().remove(0)
+    }
+
+    fn error(text: &str) -> ParseError {
+        parse_jobs(text).unwrap_err()
+    }
+
+    #[test]
+    fn skips_blank_lines_and_comments() {
+        let jobs = parse_jobs("\n  # a comment\n\necho hi\n   \n  #[vram=1] x\n").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].command, "echo hi");
+        assert_eq!(jobs[0].line, 4);
+    }
+
+    #[test]
+    fn plain_command_has_defaults() {
+        let job = one("  python train.py --lr 3e-4  ");
+        assert_eq!(job.command, "python train.py --lr 3e-4");
+        assert_eq!(job.vram_mib, None);
+        assert_eq!(job.gpus, 1);
+        assert_eq!(job.timeout_s, None);
+        assert_eq!(job.retries, None);
+        assert!(!job.cancel);
+    }
+
+    #[test]
+    fn all_attributes() {
+        let job = one("[vram=18G gpus=2 timeout=15m retries=3 cancel] python a.py");
+        assert_eq!(job.vram_mib, Some(18 * 1024));
+        assert_eq!(job.gpus, 2);
+        assert_eq!(job.timeout_s, Some(900.0));
+        assert_eq!(job.retries, Some(3));
+        assert!(job.cancel);
+        assert_eq!(job.command, "python a.py");
+    }
+
+    #[test]
+    fn vram_units() {
+        assert_eq!(parse_vram_mib("18000"), Ok(18000));
+        assert_eq!(parse_vram_mib("800M"), Ok(800));
+        assert_eq!(parse_vram_mib("800mb"), Ok(800));
+        assert_eq!(parse_vram_mib("800MiB"), Ok(800));
+        assert_eq!(parse_vram_mib("12.5G"), Ok(12800));
+        assert_eq!(parse_vram_mib("12.5g"), Ok(12800));
+        assert_eq!(parse_vram_mib("2GB"), Ok(2048));
+        assert_eq!(parse_vram_mib("2gib"), Ok(2048));
+        assert_eq!(parse_vram_mib("0.5M"), Ok(1), "fractional MiB round up");
+    }
+
+    #[test]
+    fn vram_errors() {
+        for bad in ["0", "0G", "-5", "abc", "12T", "G", "1.5", "1..5G", ""] {
+            assert!(parse_vram_mib(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_s("90"), Ok(90.0));
+        assert_eq!(parse_duration_s("90s"), Ok(90.0));
+        assert_eq!(parse_duration_s("15m"), Ok(900.0));
+        assert_eq!(parse_duration_s("2h"), Ok(7200.0));
+        assert_eq!(parse_duration_s("1.5d"), Ok(129600.0));
+        assert_eq!(parse_duration_s("0.5"), Ok(0.5));
+        for bad in ["0", "0s", "-1m", "5x", "m", "1.2.3h"] {
+            assert!(parse_duration_s(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_text() {
+        let e = error("echo ok\n[vrma=8G] python x.py\n");
+        assert_eq!(e.line, 2);
+        assert!(e.reason.contains("unknown attribute 'vrma'"), "{e}");
+        assert_eq!(e.text, "[vrma=8G] python x.py");
+        assert_eq!(
+            e.to_string(),
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, cancel): [vrma=8G] python x.py"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(
+            error("[vram=lots] x")
+                .reason
+                .contains("bad vram value 'lots'")
+        );
+        assert!(error("[gpus=0] x").reason.contains("bad gpus value '0'"));
+        assert!(error("[gpus=-1] x").reason.contains("bad gpus value"));
+        assert!(error("[gpus=1.5] x").reason.contains("bad gpus value"));
+        assert!(error("[timeout=0] x").reason.contains("more than zero"));
+        assert!(error("[retries=-1] x").reason.contains("bad retries value"));
+        assert!(error("[vram] x").reason.contains("needs a value"));
+        assert!(error("[vram=] x").reason.contains("needs a value"));
+        assert!(error("[cancel=yes] x").reason.contains("bare flag"));
+        assert!(error("[vram=1G vram=2G] x").reason.contains("given twice"));
+    }
+
+    #[test]
+    fn block_without_command_is_error() {
+        let e = error("[vram=8G]   ");
+        assert_eq!(e.line, 1);
+        assert!(e.reason.contains("no command"), "{e}");
+    }
+
+    #[test]
+    fn unclosed_block_is_error_not_command() {
+        let e = error("# header\n[vram=8G python x.py\n");
+        assert_eq!(e.line, 2);
+        assert!(e.reason.contains("never closed"), "{e}");
+        assert_eq!(e.text, "[vram=8G python x.py");
+    }
+
+    #[test]
+    fn empty_block_is_allowed() {
+        let job = one("[] echo hi");
+        assert_eq!(job.command, "echo hi");
+    }
+
+    #[test]
+    fn keys_hash_command_and_count_occurrences() {
+        let jobs = parse_jobs("echo a\n[vram=1G] echo a\necho b\n  echo a  \n").unwrap();
+        let hash_a = command_hash("echo a");
+        assert_eq!(hash_a.len(), 12);
+        assert!(hash_a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(jobs[0].key, format!("{hash_a}#0"));
+        assert_eq!(jobs[1].key, format!("{hash_a}#1"));
+        assert_eq!(jobs[2].key, format!("{}#0", command_hash("echo b")));
+        assert_eq!(jobs[3].key, format!("{hash_a}#2"));
+    }
+
+    #[test]
+    fn key_is_sha256_prefix() {
+        // `printf 'echo hi' | sha256sum` = 56a79f3b115448...
+        assert_eq!(command_hash("  echo hi "), "56a79f3b1154");
+    }
+
+    #[test]
+    fn editing_attributes_keeps_identity() {
+        let before = one("[vram=8G] python train.py");
+        let after = one("[vram=10G cancel] python train.py");
+        assert_eq!(before.key, after.key);
+        let edited = one("[vram=8G] python train.py --seed 2");
+        assert_ne!(before.key, edited.key);
+    }
+}

@@ -1,0 +1,520 @@
+//! The journal (SPEC §5): `<log_dir>/journal.jsonl`, the scheduler's only
+//! durable state. Append-only, one JSON object per line, each append
+//! flushed and fsynced before the scheduler acts on it. On start the file is
+//! folded into one [`KeyState`] per job key; afterwards the fold is kept in
+//! memory and only appended to, so no round re-reads it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+/// How a job ended (SPEC §5 `done.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoneStatus {
+    /// Exit code 0.
+    Ok,
+    /// Non-zero exit, not an OOM with retries left.
+    Failed,
+    /// CUDA out of memory with no retries left.
+    FailedOom,
+    /// Killed at its `timeout=`.
+    Timeout,
+    /// Cancelled by the user (`cancel` flag).
+    Cancelled,
+    /// Could never start on the allowed GPUs.
+    Infeasible,
+}
+
+impl DoneStatus {
+    /// The word used in the journal, on the board and in completion lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DoneStatus::Ok => "ok",
+            DoneStatus::Failed => "failed",
+            DoneStatus::FailedOom => "failed_oom",
+            DoneStatus::Timeout => "timeout",
+            DoneStatus::Cancelled => "cancelled",
+            DoneStatus::Infeasible => "infeasible",
+        }
+    }
+
+    /// Whether this outcome makes the scheduler's exit code non-zero
+    /// (SPEC §7: only ok and cancelled do not).
+    pub fn is_failure(self) -> bool {
+        !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
+    }
+}
+
+/// One journal event (SPEC §5), tagged by `event`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// First sight of a job: its display number and command.
+    Seen {
+        /// Display number (`job 7`), kept forever.
+        no: u32,
+        /// The command text.
+        command: String,
+    },
+    /// An attempt started.
+    Started {
+        /// Process group (= leader pid).
+        pgid: i32,
+        /// GPU indices, ascending.
+        gpus: Vec<u32>,
+        /// 1-based attempt number.
+        attempt: u32,
+        /// Declaration per GPU in MiB for this attempt, or null.
+        vram_mib: Option<u64>,
+        /// Field 22 of the leader's `/proc/<pid>/stat`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ticks: Option<u64>,
+        /// `/proc/sys/kernel/random/boot_id` at spawn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot_id: Option<String>,
+    },
+    /// The attempt ended in a CUDA OOM and the job was requeued (SPEC §6).
+    Oom {
+        /// OOM attempts so far, this one included.
+        attempts: u32,
+        /// Declaration per GPU in MiB for the next attempt.
+        next_vram: Option<u64>,
+    },
+    /// The attempt died with a previous scheduler; the job is pending again.
+    Interrupted {},
+    /// The job ended for good.
+    Done {
+        /// How it ended.
+        status: DoneStatus,
+        /// Exit code (128 + signal when killed by a signal), or null when it
+        /// never ran.
+        returncode: Option<i32>,
+        /// Peak MiB per GPU index (decimal string); null when no process of
+        /// the job was ever seen on that GPU.
+        peak_mib: BTreeMap<String, Option<u64>>,
+        /// Mean device utilization over the job's life, percent.
+        avg_util: Option<f64>,
+        /// Wall-clock run time in seconds (0 when it never ran).
+        duration_s: f64,
+    },
+}
+
+/// One line of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Unix time in seconds.
+    pub ts: f64,
+    /// The job's key (SPEC §1 "Identity").
+    pub key: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// The last `started` event of a job whose outcome is not recorded yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartedInfo {
+    /// When it started (Unix seconds).
+    pub ts: f64,
+    /// Process group.
+    pub pgid: i32,
+    /// GPU indices.
+    pub gpus: Vec<u32>,
+    /// Declaration per GPU (MiB).
+    pub vram_mib: Option<u64>,
+    /// Leader's start time in clock ticks.
+    pub start_ticks: Option<u64>,
+    /// Boot id at spawn.
+    pub boot_id: Option<String>,
+}
+
+/// The journal's last word on a job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Seen, never started (or requeued after `oom` / `interrupted`).
+    Waiting,
+    /// Started with no outcome yet: running, or an orphan of a dead scheduler.
+    Started(StartedInfo),
+    /// Terminal: never dispatched again.
+    Done {
+        /// How it ended.
+        status: DoneStatus,
+        /// Its exit code, if it ran.
+        returncode: Option<i32>,
+        /// When (Unix seconds).
+        ts: f64,
+    },
+}
+
+/// Everything the journal says about one key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyState {
+    /// Display number.
+    pub no: u32,
+    /// Command text as first seen.
+    pub command: String,
+    /// When the job was first seen (Unix seconds).
+    pub seen_ts: f64,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// OOM attempts so far.
+    pub oom_attempts: u32,
+    /// Declaration (MiB per GPU) for the next attempt after an OOM.
+    pub next_vram: Option<u64>,
+    /// Where the job stands.
+    pub phase: Phase,
+}
+
+/// The open journal and its fold.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    states: HashMap<String, KeyState>,
+    next_no: u32,
+}
+
+/// What [`Journal::open`] found while reading an existing journal.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Events read.
+    pub events: usize,
+    /// 1-based numbers of lines skipped as torn or garbled.
+    pub bad_lines: Vec<usize>,
+}
+
+/// Current Unix time in seconds.
+pub fn now_ts() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal at `path` and folds what it
+    /// holds. Torn or garbled lines are skipped and listed in the [`Replay`].
+    ///
+    /// Errors: the file cannot be read or opened for appending.
+    pub fn open(path: &Path) -> anyhow::Result<(Journal, Replay)> {
+        let mut journal = Journal {
+            path: path.to_path_buf(),
+            file: File::options()
+                .create(true)
+                .append(true)
+                .read(true)
+                .open(path)
+                .map_err(|e| anyhow::anyhow!("cannot open journal {}: {e}", path.display()))?,
+            states: HashMap::new(),
+            next_no: 1,
+        };
+        let mut replay = Replay::default();
+        let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
+        let mut line = Vec::new();
+        let mut line_no = 0;
+        let mut ends_with_newline = true;
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line)? == 0 {
+                break;
+            }
+            line_no += 1;
+            ends_with_newline = line.last() == Some(&b'\n');
+            let text = line.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            match serde_json::from_slice::<Record>(text) {
+                Ok(record) => {
+                    journal.fold(&record);
+                    replay.events += 1;
+                }
+                Err(_) => replay.bad_lines.push(line_no),
+            }
+        }
+        if !ends_with_newline {
+            // A torn last line: start the next event on a line of its own.
+            journal.file.write_all(b"\n")?;
+        }
+        Ok((journal, replay))
+    }
+
+    /// The journal's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the journal says about `key`, if it has seen it.
+    pub fn state(&self, key: &str) -> Option<&KeyState> {
+        self.states.get(key)
+    }
+
+    /// Every key the journal knows, with its state.
+    pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
+        self.states.iter()
+    }
+
+    /// The display number the next new job will get.
+    pub fn next_no(&self) -> u32 {
+        self.next_no
+    }
+
+    /// Appends events (one line each), then flushes and fsyncs once, then
+    /// folds them. Errors: the write or fsync fails — the caller must not
+    /// act as if the events were recorded.
+    pub fn append_all(&mut self, records: &[Record]) -> anyhow::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(records.len() * 128);
+        for record in records {
+            serde_json::to_writer(&mut buf, record)?;
+            buf.push(b'\n');
+        }
+        self.file
+            .write_all(&buf)
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| anyhow::anyhow!("cannot write journal {}: {e}", self.path.display()))?;
+        for record in records {
+            self.fold(record);
+        }
+        Ok(())
+    }
+
+    /// Appends one event now (Unix time) for `key`.
+    pub fn append(&mut self, key: &str, event: Event) -> anyhow::Result<()> {
+        self.append_all(&[Record {
+            ts: now_ts(),
+            key: key.to_string(),
+            event,
+        }])
+    }
+
+    /// Applies one event to the in-memory state.
+    fn fold(&mut self, record: &Record) {
+        if let Event::Seen { no, command } = &record.event {
+            self.next_no = self.next_no.max(no + 1);
+            self.states
+                .entry(record.key.clone())
+                .or_insert_with(|| KeyState {
+                    no: *no,
+                    command: command.clone(),
+                    seen_ts: record.ts,
+                    attempts: 0,
+                    oom_attempts: 0,
+                    next_vram: None,
+                    phase: Phase::Waiting,
+                });
+            return;
+        }
+        let next_no = &mut self.next_no;
+        let state = self.states.entry(record.key.clone()).or_insert_with(|| {
+            // An event for a key never seen (a hand-edited journal): give it
+            // a number so it is still accounted for.
+            let no = *next_no;
+            *next_no += 1;
+            KeyState {
+                no,
+                command: String::new(),
+                seen_ts: record.ts,
+                attempts: 0,
+                oom_attempts: 0,
+                next_vram: None,
+                phase: Phase::Waiting,
+            }
+        });
+        match &record.event {
+            Event::Seen { .. } => {}
+            Event::Started {
+                pgid,
+                gpus,
+                attempt,
+                vram_mib,
+                start_ticks,
+                boot_id,
+            } => {
+                state.attempts = state.attempts.max(*attempt);
+                state.phase = Phase::Started(StartedInfo {
+                    ts: record.ts,
+                    pgid: *pgid,
+                    gpus: gpus.clone(),
+                    vram_mib: *vram_mib,
+                    start_ticks: *start_ticks,
+                    boot_id: boot_id.clone(),
+                });
+            }
+            Event::Oom {
+                attempts,
+                next_vram,
+            } => {
+                state.oom_attempts = *attempts;
+                state.next_vram = *next_vram;
+                state.phase = Phase::Waiting;
+            }
+            Event::Interrupted {} => state.phase = Phase::Waiting,
+            Event::Done {
+                status, returncode, ..
+            } => {
+                state.phase = Phase::Done {
+                    status: *status,
+                    returncode: *returncode,
+                    ts: record.ts,
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started(pgid: i32) -> Event {
+        Event::Started {
+            pgid,
+            gpus: vec![0, 1],
+            attempt: 1,
+            vram_mib: Some(8000),
+            start_ticks: Some(42),
+            boot_id: Some("b".into()),
+        }
+    }
+
+    #[test]
+    fn events_round_trip_with_ts_key_and_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        journal
+            .append(
+                "k#0",
+                Event::Seen {
+                    no: 1,
+                    command: "echo".into(),
+                },
+            )
+            .unwrap();
+        journal.append("k#0", started(77)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "seen");
+        assert_eq!(lines[0]["no"], 1);
+        assert_eq!(lines[1]["event"], "started");
+        assert_eq!(lines[1]["pgid"], 77);
+        assert_eq!(lines[1]["gpus"], serde_json::json!([0, 1]));
+        assert_eq!(lines[1]["start_ticks"], 42);
+        assert_eq!(lines[1]["boot_id"], "b");
+        for line in &lines {
+            assert!(line["ts"].as_f64().unwrap() > 1.0e9);
+            assert_eq!(line["key"], "k#0");
+        }
+    }
+
+    #[test]
+    fn fold_tracks_phase_attempts_and_oom_bumps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        {
+            let (mut journal, _) = Journal::open(&path).unwrap();
+            journal
+                .append(
+                    "a#0",
+                    Event::Seen {
+                        no: 1,
+                        command: "a".into(),
+                    },
+                )
+                .unwrap();
+            journal
+                .append(
+                    "b#0",
+                    Event::Seen {
+                        no: 2,
+                        command: "b".into(),
+                    },
+                )
+                .unwrap();
+            journal.append("a#0", started(10)).unwrap();
+            journal
+                .append(
+                    "a#0",
+                    Event::Oom {
+                        attempts: 1,
+                        next_vram: Some(10000),
+                    },
+                )
+                .unwrap();
+            journal.append("b#0", started(11)).unwrap();
+            journal
+                .append(
+                    "b#0",
+                    Event::Done {
+                        status: DoneStatus::Failed,
+                        returncode: Some(3),
+                        peak_mib: BTreeMap::from([("0".into(), Some(100)), ("1".into(), None)]),
+                        avg_util: None,
+                        duration_s: 1.5,
+                    },
+                )
+                .unwrap();
+        }
+        let (journal, replay) = Journal::open(&path).unwrap();
+        assert_eq!(replay.events, 6);
+        assert!(replay.bad_lines.is_empty());
+        let a = journal.state("a#0").unwrap();
+        assert_eq!(a.no, 1);
+        assert_eq!(a.attempts, 1);
+        assert_eq!(a.oom_attempts, 1);
+        assert_eq!(a.next_vram, Some(10000));
+        assert_eq!(a.phase, Phase::Waiting);
+        let b = journal.state("b#0").unwrap();
+        assert!(matches!(
+            b.phase,
+            Phase::Done {
+                status: DoneStatus::Failed,
+                returncode: Some(3),
+                ..
+            }
+        ));
+        assert_eq!(journal.next_no(), 3);
+    }
+
+    #[test]
+    fn torn_and_garbled_lines_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"ts":1.0,"key":"a#0","event":"seen","no":1,"command":"a"}"#,
+                "\nnot json at all\n",
+                r#"{"ts":2.0,"key":"a#0","event":"started","pgid":5,"gpus":[0],"attempt":1,"vram_mib":null}"#,
+                "\n",
+                r#"{"ts":3.0,"key":"a#0","event":"do"#
+            ),
+        )
+        .unwrap();
+        let (mut journal, replay) = Journal::open(&path).unwrap();
+        assert_eq!(replay.events, 2);
+        assert_eq!(replay.bad_lines, vec![2, 4]);
+        // An old `started` event without start_ticks / boot_id still folds.
+        match &journal.state("a#0").unwrap().phase {
+            Phase::Started(info) => {
+                assert_eq!(info.pgid, 5);
+                assert_eq!(info.start_ticks, None);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // The next event starts on its own line after the torn one.
+        journal.append("a#0", Event::Interrupted {}).unwrap();
+        let (journal, replay) = Journal::open(&path).unwrap();
+        assert_eq!(replay.events, 3);
+        assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+    }
+}

@@ -1,0 +1,20 @@
+//! `gpusched`: parse the command line, run, map the outcome to an exit code.
+
+use clap::Parser;
+use gpusched::cli::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    gpusched::init_tracing();
+    let result = match &cli.command {
+        Some(Command::Simjob(args)) => gpusched::simjob::run(args),
+        None => gpusched::run(&cli.run),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(error) => {
+            eprintln!("gpusched: error: {error:#}");
+            std::process::exit(gpusched::exit_code_for(&error));
+        }
+    }
+}

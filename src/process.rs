@@ -1,0 +1,360 @@
+//! Everything about job processes (SPEC §3, §5 "Orphans"): spawning a job
+//! as the leader of a new session, reading `/proc/<pid>/stat`, telling a
+//! live process group from a dead or reused one, and killing a group with
+//! SIGTERM → grace → SIGKILL plus a final sweep. No other module sends
+//! signals.
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Time between SIGTERM and SIGKILL when killing a group (SPEC §3).
+pub const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// A process-group id of a job. Signals sent through it always go to the
+/// whole group (`kill(-pgid, …)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pgid(pub i32);
+
+impl std::fmt::Display for Pgid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` the scheduler uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Field 3: state (`R`, `S`, `Z`, …).
+    pub state: char,
+    /// Field 4: parent pid.
+    pub ppid: i32,
+    /// Field 5: process-group id.
+    pub pgrp: i32,
+    /// Field 6: session id.
+    pub session: i32,
+    /// Field 22: start time in clock ticks since boot.
+    pub start_ticks: u64,
+}
+
+/// Parses the text of `/proc/<pid>/stat`. The command name (field 2) may
+/// contain spaces and parentheses, so fields are counted after the last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 of the file.
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Reads and parses `/proc/<pid>/stat`; `None` if the process is gone.
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), or `None` if it
+/// cannot be read.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Pids of the processes in group `pgid` that are not zombies.
+pub fn live_members(pgid: Pgid) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| read_stat(pid).is_some_and(|s| s.pgrp == pgid.0 && s.state != 'Z'))
+        .collect()
+}
+
+/// What identifies a job's process group beyond its number (SPEC §5
+/// `started`): the leader's start time and the boot id. Older journals may
+/// lack both; the group is then judged by its pgid alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupIdentity {
+    /// The group id (= the leader's pid).
+    pub pgid: Pgid,
+    /// Field 22 of the leader's `/proc/<pid>/stat` at spawn.
+    pub start_ticks: Option<u64>,
+    /// The boot id at spawn.
+    pub boot_id: Option<String>,
+}
+
+impl GroupIdentity {
+    /// Whether the process group this identity names still has a live
+    /// member. A group from another boot is dead; a leader with another
+    /// start time is an unrelated process that reused the pid; when the
+    /// leader is gone, members must be in the leader's session and have
+    /// started no earlier than it.
+    pub fn is_alive(&self) -> bool {
+        if let (Some(then), Some(now)) = (&self.boot_id, boot_id()) {
+            if *then != now {
+                return false;
+            }
+        }
+        let Some(ticks) = self.start_ticks else {
+            return !live_members(self.pgid).is_empty();
+        };
+        if let Some(leader) = read_stat(self.pgid.0) {
+            if leader.state != 'Z' && leader.pgrp == self.pgid.0 {
+                return leader.start_ticks == ticks;
+            }
+            if leader.start_ticks != ticks {
+                // The pid now belongs to an unrelated process.
+                return false;
+            }
+        }
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter_map(read_stat)
+            .any(|s| {
+                s.pgrp == self.pgid.0
+                    && s.session == self.pgid.0
+                    && s.state != 'Z'
+                    && s.start_ticks >= ticks
+            })
+    }
+}
+
+/// Sends `signal` to every process of the group. Returns false when the
+/// group no longer exists (ESRCH).
+pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
+    !matches!(kill(Pid::from_raw(-pgid.0), signal), Err(Errno::ESRCH))
+}
+
+/// How a job is started (SPEC §3).
+pub struct SpawnRequest<'a> {
+    /// The shell command, run by `/bin/sh -c`.
+    pub command: &'a str,
+    /// Extra environment (the scheduler's own is inherited).
+    pub env: Vec<(String, String)>,
+    /// The job's log, opened for appending; stdout and stderr go there.
+    pub log: &'a Path,
+}
+
+/// A job process we spawned.
+pub struct Spawned {
+    /// The child (`/bin/sh`), leader of its own session and group.
+    pub child: Child,
+    /// Its process group (= its pid).
+    pub pgid: Pgid,
+    /// Field 22 of its `/proc/<pid>/stat`, if readable.
+    pub start_ticks: Option<u64>,
+}
+
+/// Spawns `/bin/sh -c CMD` as the leader of a new session (setsid), stdin
+/// from /dev/null, stdout and stderr appended to the log.
+///
+/// Errors: the log cannot be opened, or the fork/exec fails.
+pub fn spawn(request: &SpawnRequest) -> std::io::Result<Spawned> {
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(request.log)?;
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(request.command)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .envs(request.env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let child = command.spawn()?;
+    let pid = child.id() as i32;
+    Ok(Spawned {
+        start_ticks: read_stat(pid).map(|s| s.start_ticks),
+        pgid: Pgid(pid),
+        child,
+    })
+}
+
+/// A kill in progress (SPEC §3): SIGTERM to the group at once, SIGKILL to
+/// the group when the grace expires, and a final SIGKILL sweep once the
+/// leader has exited so that no descendant outlives the job. Driven by the
+/// scheduler's loop through [`Termination::poll`], so that one slow group
+/// never blocks the others.
+#[derive(Debug, Clone)]
+pub struct Termination {
+    pgid: Pgid,
+    sigkill_at: Instant,
+    sigkill_sent: bool,
+}
+
+impl Termination {
+    /// Sends SIGTERM to the group now; SIGKILL follows after `grace`.
+    pub fn start(pgid: Pgid, grace: Duration, now: Instant) -> Self {
+        signal_group(pgid, Signal::SIGTERM);
+        Termination {
+            pgid,
+            sigkill_at: now + grace,
+            sigkill_sent: false,
+        }
+    }
+
+    /// Skips the rest of the grace: SIGKILL now (a second Ctrl-C).
+    pub fn hurry(&mut self) {
+        self.sigkill_at = Instant::now();
+        self.escalate();
+    }
+
+    /// Sends SIGKILL if the grace has expired. Call whenever the loop wakes.
+    pub fn poll(&mut self, now: Instant) {
+        if now >= self.sigkill_at {
+            self.escalate();
+        }
+    }
+
+    fn escalate(&mut self) {
+        if !self.sigkill_sent {
+            signal_group(self.pgid, Signal::SIGKILL);
+            self.sigkill_sent = true;
+        }
+    }
+
+    /// When the loop must wake next for this kill: at the SIGKILL deadline,
+    /// or soon after it to look at the group again.
+    pub fn next_wake(&self, now: Instant) -> Instant {
+        if self.sigkill_sent {
+            now + Duration::from_millis(50)
+        } else {
+            self.sigkill_at.min(now + Duration::from_millis(50))
+        }
+    }
+
+    /// Called after the leader has been reaped: true once nothing of the
+    /// group is left. Until the grace expires, members get time to exit on
+    /// the SIGTERM; after it, the group is swept with SIGKILL.
+    pub fn group_gone(&mut self, now: Instant) -> bool {
+        self.poll(now);
+        if live_members(self.pgid).is_empty() {
+            return true;
+        }
+        if self.sigkill_sent {
+            // Final sweep: anything still there (a late fork) gets SIGKILL.
+            signal_group(self.pgid, Signal::SIGKILL);
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_command_names() {
+        let text = "1234 (my (weird) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let stat = parse_stat(text).unwrap();
+        assert_eq!(stat.state, 'S');
+        assert_eq!(stat.ppid, 1);
+        assert_eq!(stat.pgrp, 1234);
+        assert_eq!(stat.session, 1234);
+        assert_eq!(stat.start_ticks, 987654);
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S 1 2").is_none());
+    }
+
+    #[test]
+    fn reads_own_stat() {
+        let me = std::process::id() as i32;
+        let stat = read_stat(me).unwrap();
+        assert_eq!(stat.pgrp, nix::unistd::getpgrp().as_raw());
+        assert_eq!(stat.ppid, nix::unistd::getppid().as_raw());
+        assert!(stat.start_ticks > 0);
+    }
+
+    #[test]
+    fn spawned_job_leads_its_own_session_and_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("job.log");
+        let mut spawned = spawn(&SpawnRequest {
+            command: "echo \"$FOO\"; cat; sleep 0.2",
+            env: vec![("FOO".into(), "bar".into())],
+            log: &log,
+        })
+        .unwrap();
+        let pid = spawned.child.id() as i32;
+        let stat = read_stat(pid).unwrap();
+        assert_eq!(stat.pgrp, pid);
+        assert_eq!(stat.session, pid);
+        assert_eq!(spawned.start_ticks, Some(stat.start_ticks));
+        let identity = GroupIdentity {
+            pgid: spawned.pgid,
+            start_ticks: spawned.start_ticks,
+            boot_id: boot_id(),
+        };
+        assert!(identity.is_alive());
+        let reused = GroupIdentity {
+            start_ticks: spawned.start_ticks.map(|t| t + 1),
+            ..identity.clone()
+        };
+        assert!(!reused.is_alive(), "another start time is another process");
+        let other_boot = GroupIdentity {
+            boot_id: Some("not-this-boot".into()),
+            ..identity.clone()
+        };
+        assert!(!other_boot.is_alive());
+        assert!(spawned.child.wait().unwrap().success());
+        // `cat` read /dev/null and ended at once: stdin is not ours.
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "bar\n");
+        assert!(!identity.is_alive());
+    }
+
+    #[test]
+    fn termination_kills_a_group_that_ignores_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("job.log");
+        let mut spawned = spawn(&SpawnRequest {
+            command: "trap '' TERM; sleep 60 & sleep 60; wait",
+            env: vec![],
+            log: &log,
+        })
+        .unwrap();
+        // Wait until both sleeps exist.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while live_members(spawned.pgid).len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(live_members(spawned.pgid).len(), 3);
+        let mut term = Termination::start(spawned.pgid, Duration::from_millis(300), Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            term.poll(Instant::now());
+            if let Some(_status) = spawned.child.try_wait().unwrap() {
+                if term.group_gone(Instant::now()) {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "group survived its kill");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(live_members(spawned.pgid).is_empty());
+    }
+}

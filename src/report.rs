@@ -1,0 +1,385 @@
+//! What the user reads (SPEC §4, §7): timestamped terminal lines, the
+//! declared-vs-actual verdict of a completion line, and the status board
+//! `<log_dir>/status.txt`, rewritten atomically (temp file + rename).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+/// Local wall-clock time of `unix_s` as (year, month, day, hour, minute,
+/// second), from the C library's `localtime_r` (honours `TZ`).
+fn local_parts(unix_s: f64) -> (i32, u32, u32, u32, u32, u32) {
+    let t = unix_s as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which we own.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&t, &mut tm) };
+    (
+        tm.tm_year + 1900,
+        (tm.tm_mon + 1) as u32,
+        tm.tm_mday as u32,
+        tm.tm_hour as u32,
+        tm.tm_min as u32,
+        tm.tm_sec as u32,
+    )
+}
+
+/// `HH:MM:SS` local time of `unix_s`.
+pub fn clock(unix_s: f64) -> String {
+    let (_, _, _, h, m, s) = local_parts(unix_s);
+    format!("{h:02}:{m:02}:{s:02}")
+}
+
+/// `YYYY-MM-DD HH:MM:SS` local time of `unix_s`.
+pub fn date_time(unix_s: f64) -> String {
+    let (y, mo, d, h, m, s) = local_parts(unix_s);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
+}
+
+/// Prints one terminal line, `[HH:MM:SS] text`, to stdout.
+pub fn say(text: &str) {
+    let line = format!("[{}] {text}\n", clock(crate::journal::now_ts()));
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
+/// Prints a warning line, `[HH:MM:SS] WARN text`.
+pub fn warn(text: &str) {
+    say(&format!("WARN {text}"));
+}
+
+/// A duration for people: `0.8s`, `42s`, `5m03s`, `2h05m`, `3d04h`.
+pub fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    if s < 10.0 {
+        return format!("{s:.1}s");
+    }
+    let total = s.round() as u64;
+    match total {
+        0..60 => format!("{total}s"),
+        60..3600 => format!("{}m{:02}s", total / 60, total % 60),
+        3600..86400 => format!("{}h{:02}m", total / 3600, (total % 3600) / 60),
+        _ => format!("{}d{:02}h", total / 86400, (total % 86400) / 3600),
+    }
+}
+
+/// MiB for people: `8000 MiB`, or `n/a` when unknown.
+pub fn mib(value: Option<u64>) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| format!("{v} MiB"))
+}
+
+/// GPU indices for people and file names: `0`, `0-1` (joined by `sep`).
+pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// The declared-vs-actual verdict of a completion line (SPEC §4): within
+/// ±tolerance, `over-declared by N %`, or `UNDER-DECLARED by N %`, with N
+/// relative to the declaration. `None` when there is nothing to judge.
+pub fn verdict(declared_mib: Option<u64>, peak_mib: Option<u64>, tolerance: f64) -> Option<String> {
+    let (declared, peak) = (declared_mib?, peak_mib?);
+    let ratio = peak as f64 / declared as f64;
+    let percent = ((ratio - 1.0).abs() * 100.0).round();
+    Some(if ratio > 1.0 + tolerance {
+        format!("UNDER-DECLARED by {percent:.0}% (declared {declared} MiB; raise it)")
+    } else if ratio < 1.0 - tolerance {
+        format!("over-declared by {percent:.0}% (declared {declared} MiB; lowering it frees room)")
+    } else {
+        format!(
+            "declaration {declared} MiB within ±{:.0}%",
+            tolerance * 100.0
+        )
+    })
+}
+
+/// Per-GPU peaks for a completion line: `peak GPU0 7950 MiB, GPU1 n/a`.
+pub fn peaks_text(peaks: &BTreeMap<u32, Option<u64>>) -> String {
+    let parts: Vec<String> = peaks
+        .iter()
+        .map(|(gpu, peak)| format!("GPU{gpu} {}", mib(*peak)))
+        .collect();
+    format!("peak {}", parts.join(", "))
+}
+
+/// Writes `contents` to `path` atomically: a temp file in the same
+/// directory, then rename, so a reader never sees half a file.
+///
+/// Errors: the directory is not writable.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(contents)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// One job's line on the board.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BoardState {
+    /// `▶`: running (or a live orphan of a previous scheduler).
+    Running {
+        /// GPU indices.
+        gpus: Vec<u32>,
+        /// Seconds since start.
+        elapsed_s: f64,
+        /// Current MiB per GPU, summed over GPUs; `None` if nothing seen.
+        current_mib: Option<u64>,
+        /// Highest per-GPU peak so far.
+        peak_mib: Option<u64>,
+        /// Declaration per GPU.
+        vram_mib: Option<u64>,
+        /// Extra words (`orphan pgid 123`, `stopping`).
+        note: Option<String>,
+    },
+    /// `·`: waiting for room.
+    Pending {
+        /// Declaration per GPU.
+        vram_mib: Option<u64>,
+        /// GPUs wanted.
+        gpus: u32,
+    },
+    /// `↻`: waiting to retry after an OOM with a larger declaration.
+    RetryWait {
+        /// Declaration of the next attempt.
+        next_vram_mib: Option<u64>,
+        /// OOM attempts so far.
+        oom_attempts: u32,
+    },
+    /// `✓ ✗ ⊘`: ended.
+    Done {
+        /// How it ended.
+        status: crate::journal::DoneStatus,
+        /// Exit code, if it ran.
+        returncode: Option<i32>,
+    },
+}
+
+/// A job as shown on the board.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardRow {
+    /// Display number.
+    pub no: u32,
+    /// The command.
+    pub command: String,
+    /// Its state.
+    pub state: BoardState,
+}
+
+/// Jobs of each kind listed on the board; the rest are counted in one line
+/// so the board stays small and cheap with huge queues.
+pub const BOARD_LIST_LIMIT: usize = 50;
+
+/// The mark of a row (SPEC §7).
+fn mark(state: &BoardState) -> char {
+    use crate::journal::DoneStatus::*;
+    match state {
+        BoardState::Running { .. } => '▶',
+        BoardState::Pending { .. } => '·',
+        BoardState::RetryWait { .. } => '↻',
+        BoardState::Done { status: Ok, .. } => '✓',
+        BoardState::Done {
+            status: Cancelled, ..
+        } => '⊘',
+        BoardState::Done { .. } => '✗',
+    }
+}
+
+fn shorten(command: &str, width: usize) -> String {
+    if command.chars().count() <= width {
+        command.to_string()
+    } else {
+        let cut: String = command.chars().take(width.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Renders one row: mark, number, state details, command.
+pub fn render_row(row: &BoardRow) -> String {
+    let details = match &row.state {
+        BoardState::Running {
+            gpus,
+            elapsed_s,
+            current_mib,
+            peak_mib,
+            vram_mib,
+            note,
+        } => {
+            let mut s = format!(
+                "GPU {:<5} {:>7}  now {:>10}  peak {:>10}  vram {}",
+                gpu_ids(gpus, ","),
+                human_duration(*elapsed_s),
+                mib(*current_mib),
+                mib(*peak_mib),
+                vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"))
+            );
+            if let Some(note) = note {
+                let _ = write!(s, "  ({note})");
+            }
+            s
+        }
+        BoardState::Pending { vram_mib, gpus } => format!(
+            "pending  vram {}{}",
+            vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
+            if *gpus > 1 {
+                format!(" × {gpus} GPUs")
+            } else {
+                String::new()
+            }
+        ),
+        BoardState::RetryWait {
+            next_vram_mib,
+            oom_attempts,
+        } => format!(
+            "retry after OOM #{oom_attempts}, next vram {}",
+            next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"))
+        ),
+        BoardState::Done { status, returncode } => match returncode {
+            Some(rc) => format!("{} (exit {rc})", status.as_str()),
+            None => status.as_str().to_string(),
+        },
+    };
+    format!(
+        "{} job {:<4} {}  {}",
+        mark(&row.state),
+        row.no,
+        details,
+        shorten(&row.command, 80)
+    )
+}
+
+/// Renders the whole board: the header lines, then running, waiting and
+/// finished jobs (each list capped at [`BOARD_LIST_LIMIT`]).
+pub fn render_board(header: &[String], rows: &[BoardRow]) -> String {
+    let mut out = String::new();
+    for line in header {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    let groups: [(&str, fn(&BoardState) -> bool); 3] = [
+        ("running", |s| matches!(s, BoardState::Running { .. })),
+        ("waiting", |s| {
+            matches!(s, BoardState::Pending { .. } | BoardState::RetryWait { .. })
+        }),
+        ("finished", |s| matches!(s, BoardState::Done { .. })),
+    ];
+    for (name, belongs) in groups {
+        let members: Vec<&BoardRow> = rows.iter().filter(|r| belongs(&r.state)).collect();
+        let shown = if name == "finished" {
+            // The most recent finishes are the interesting ones.
+            &members[members.len().saturating_sub(BOARD_LIST_LIMIT)..]
+        } else {
+            &members[..members.len().min(BOARD_LIST_LIMIT)]
+        };
+        for row in shown {
+            out.push_str(&render_row(row));
+            out.push('\n');
+        }
+        if members.len() > shown.len() {
+            let _ = writeln!(out, "  … and {} more {name}", members.len() - shown.len());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::DoneStatus;
+
+    #[test]
+    fn verdicts() {
+        assert_eq!(verdict(None, Some(100), 0.1), None);
+        assert_eq!(verdict(Some(100), None, 0.1), None);
+        assert!(
+            verdict(Some(8000), Some(8700), 0.1)
+                .unwrap()
+                .starts_with("declaration 8000 MiB within ±10%")
+        );
+        assert!(
+            verdict(Some(8000), Some(7300), 0.1)
+                .unwrap()
+                .contains("within")
+        );
+        assert!(
+            verdict(Some(8000), Some(4000), 0.1)
+                .unwrap()
+                .starts_with("over-declared by 50%")
+        );
+        assert!(
+            verdict(Some(8000), Some(10000), 0.1)
+                .unwrap()
+                .starts_with("UNDER-DECLARED by 25%")
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(0.84), "0.8s");
+        assert_eq!(human_duration(42.0), "42s");
+        assert_eq!(human_duration(303.0), "5m03s");
+        assert_eq!(human_duration(7500.0), "2h05m");
+        assert_eq!(human_duration(3.0 * 86400.0 + 4.0 * 3600.0), "3d04h");
+    }
+
+    #[test]
+    fn peaks_and_mib() {
+        let peaks = BTreeMap::from([(0, Some(7950)), (1, None)]);
+        assert_eq!(peaks_text(&peaks), "peak GPU0 7950 MiB, GPU1 n/a");
+        assert_eq!(gpu_ids(&[0, 1], "-"), "0-1");
+    }
+
+    #[test]
+    fn board_marks_and_caps() {
+        let mut rows = vec![BoardRow {
+            no: 1,
+            command: "python train.py".into(),
+            state: BoardState::Running {
+                gpus: vec![0],
+                elapsed_s: 12.0,
+                current_mib: Some(100),
+                peak_mib: Some(200),
+                vram_mib: Some(8000),
+                note: None,
+            },
+        }];
+        for no in 2..(3 + BOARD_LIST_LIMIT as u32) {
+            rows.push(BoardRow {
+                no,
+                command: "wait".into(),
+                state: BoardState::Pending {
+                    vram_mib: None,
+                    gpus: 1,
+                },
+            });
+        }
+        rows.push(BoardRow {
+            no: 99,
+            command: "x".into(),
+            state: BoardState::Done {
+                status: DoneStatus::Cancelled,
+                returncode: None,
+            },
+        });
+        let board = render_board(&["header".into()], &rows);
+        assert!(board.starts_with("header\n"));
+        assert!(board.contains("▶ job 1"), "{board}");
+        assert!(board.contains("· job 2 "), "{board}");
+        assert!(board.contains("… and 1 more waiting"), "{board}");
+        assert!(board.contains("⊘ job 99"), "{board}");
+    }
+
+    #[test]
+    fn atomic_write_replaces_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status.txt");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,108 @@
+//! `gpusched simjob` (SPEC §9): a fake GPU job for `--sim` mode. It ramps
+//! its simulated VRAM from 0 to `--vram` MiB over `--ramp` seconds on each
+//! GPU of `CUDA_VISIBLE_DEVICES`, holds it `--hold` seconds, and exits with
+//! `--exit-code`, atomically rewriting `$GPUSCHED_SIM_DIR/<pid>.json` every
+//! 50 ms and removing it on exit (also on SIGTERM / SIGINT).
+
+use crate::cli::SimjobArgs;
+use crate::gpu::sim::SimReport;
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the report file is rewritten.
+const REPORT_EVERY: Duration = Duration::from_millis(50);
+
+/// Runs the fake job; returns its exit code.
+///
+/// Errors: `CUDA_VISIBLE_DEVICES` or `GPUSCHED_SIM_DIR` missing or malformed,
+/// or the report file cannot be written.
+pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES")
+        .context("CUDA_VISIBLE_DEVICES is not set: run simjob as a job of `gpusched --sim N`")?;
+    let gpus: Vec<String> = visible
+        .split(',')
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u32>()
+                .map(|i| i.to_string())
+                .map_err(|_| anyhow::anyhow!("CUDA_VISIBLE_DEVICES has '{s}', not a GPU index"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if gpus.is_empty() {
+        bail!("CUDA_VISIBLE_DEVICES is empty: no GPU to use");
+    }
+    let dir = PathBuf::from(
+        std::env::var_os("GPUSCHED_SIM_DIR")
+            .context("GPUSCHED_SIM_DIR is not set: run simjob as a job of `gpusched --sim N`")?,
+    );
+    let pid = std::process::id();
+    let report_path = dir.join(format!("{pid}.json"));
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let oom = match &args.oom_once {
+        Some(marker) if !marker.exists() => {
+            std::fs::write(marker, b"")
+                .with_context(|| format!("cannot create marker {}", marker.display()))?;
+            true
+        }
+        _ => false,
+    };
+    let started = Instant::now();
+    let end = if oom {
+        args.ramp
+    } else {
+        args.ramp + args.hold
+    };
+    let result = (|| -> anyhow::Result<bool> {
+        loop {
+            let elapsed = started.elapsed().as_secs_f64();
+            let fraction = if args.ramp > 0.0 {
+                (elapsed / args.ramp).min(1.0)
+            } else {
+                1.0
+            };
+            let mib = (args.vram as f64 * fraction).round() as u64;
+            write_report(&report_path, pid, &gpus, mib, args.util)?;
+            if stop.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            if elapsed >= end {
+                return Ok(true);
+            }
+            let left = Duration::from_secs_f64(end - elapsed);
+            std::thread::sleep(REPORT_EVERY.min(left));
+        }
+    })();
+    let _ = std::fs::remove_file(&report_path);
+    if !result? {
+        return Ok(143);
+    }
+    if oom {
+        eprintln!(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated by gpusched simjob; marker {})",
+            args.oom_once.as_deref().unwrap_or(Path::new("")).display()
+        );
+        return Ok(1);
+    }
+    Ok(i32::from(args.exit_code))
+}
+
+/// Atomically replaces the report: write `<pid>.json.tmp`, then rename.
+fn write_report(path: &Path, pid: u32, gpus: &[String], mib: u64, util: u32) -> anyhow::Result<()> {
+    let report = SimReport {
+        pid,
+        mib: gpus.iter().map(|g| (g.clone(), mib)).collect(),
+        util,
+    };
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&report)?)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}

@@ -49,6 +49,12 @@ const MAX_GPU_FAILURES: u32 = 5;
 /// be set up.
 const FILE_POLL_FALLBACK: Duration = Duration::from_secs(1);
 
+/// How long an empty jobs file, or one whose last line has no newline, must
+/// stay unchanged before it is believed: such a read may have caught an
+/// editor's save between truncate and write, and a half-written last line
+/// must never run as a command.
+const SETTLE: Duration = Duration::from_millis(250);
+
 /// Whether a failed job's log tail shows a CUDA out-of-memory error.
 pub fn is_oom(log_tail: &str) -> bool {
     let lower = log_tail.to_ascii_lowercase();
@@ -156,6 +162,9 @@ struct JobsFile {
     last_error: Option<String>,
     /// (mtime, len, inode) at the last read.
     stamp: Option<(std::time::SystemTime, u64, u64)>,
+    /// A read that may have caught a save mid-write (empty file, or a last
+    /// line without its newline): its stamp and when it was first seen.
+    unsettled: Option<((std::time::SystemTime, u64, u64), Instant)>,
 }
 
 impl JobsFile {
@@ -323,6 +332,7 @@ impl Scheduler {
                 text: None,
                 last_error: None,
                 stamp: None,
+                unsettled: None,
             },
             cfg,
             backend,
@@ -409,6 +419,9 @@ impl Scheduler {
         if let Some(every) = self.file_poll {
             deadline = deadline.min(now + every);
         }
+        if let Some((_, since)) = self.jobs.unsettled {
+            deadline = deadline.min((since + SETTLE).max(now + Duration::from_millis(10)));
+        }
         let timeout = deadline.saturating_duration_since(now);
         let first = match self.wakes.recv_timeout(timeout) {
             Ok(wake) => Some(wake),
@@ -488,10 +501,25 @@ impl Scheduler {
                 return Ok(());
             }
         };
-        self.jobs.stamp = stamp;
         if self.jobs.text.as_deref() == Some(text.as_str()) {
+            self.jobs.stamp = stamp;
+            self.jobs.unsettled = None;
             return Ok(());
         }
+        if text.is_empty() || !text.ends_with('\n') {
+            let now = Instant::now();
+            match (&self.jobs.unsettled, stamp) {
+                (Some((seen, since)), Some(stamp)) if *seen == stamp && now >= *since + SETTLE => {}
+                (Some((seen, _)), Some(stamp)) if *seen == stamp => return Ok(()),
+                (_, Some(stamp)) => {
+                    self.jobs.unsettled = Some((stamp, now));
+                    return Ok(());
+                }
+                (_, None) => {}
+            }
+        }
+        self.jobs.unsettled = None;
+        self.jobs.stamp = stamp;
         match jobspec::parse_jobs(&text) {
             Ok(specs) => {
                 if self.jobs.last_error.take().is_some() {
@@ -1438,7 +1466,11 @@ impl Scheduler {
             header.push(format!("jobs file problem: {error}"));
         }
         if self.stop_signals > 0 {
-            header.push("stopping: waiting for running jobs to exit".to_string());
+            header.push(if self.running.is_empty() {
+                "stopped by a signal: interrupted jobs run again on the next start".to_string()
+            } else {
+                "stopping: waiting for running jobs to exit".to_string()
+            });
         }
         let board = report::render_board(&header, &rows);
         if let Err(e) = report::write_atomic(&self.cfg.log_dir.join("status.txt"), board.as_bytes())

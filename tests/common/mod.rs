@@ -1,0 +1,296 @@
+//! Test harness: runs the real `gpusched` binary in `--sim` mode on a jobs
+//! file in a temp dir, with fast polls, and reads back the journal, the
+//! status board and the output. Waits are on conditions with generous
+//! deadlines, never on a single sleep.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Generous deadline for anything on a loaded 2-core machine.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpusched")
+}
+
+/// A temp dir with a jobs file and a log dir.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub jobs: PathBuf,
+    pub logs: PathBuf,
+    /// What the test last wrote to the jobs file: gpusched must never
+    /// change it.
+    written: Mutex<Vec<u8>>,
+}
+
+/// The outcome of a finished scheduler.
+#[derive(Debug)]
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A scheduler running in the background.
+pub struct Sched {
+    pub child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
+    let buf = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&buf);
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    (buf, reader)
+}
+
+impl Env {
+    pub fn new(jobs: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            jobs: dir.path().join("jobs.txt"),
+            logs: dir.path().join("logs"),
+            dir,
+            written: Mutex::new(Vec::new()),
+        };
+        env.write_jobs(jobs);
+        env
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Replaces the jobs file in place (same inode).
+    pub fn write_jobs(&self, text: &str) {
+        std::fs::write(&self.jobs, text).unwrap();
+        *self.written.lock().unwrap() = text.as_bytes().to_vec();
+    }
+
+    /// Appends to the jobs file, as `echo … >> jobs.txt` does.
+    pub fn append_jobs(&self, text: &str) {
+        use std::io::Write;
+        let mut file = std::fs::File::options()
+            .append(true)
+            .open(&self.jobs)
+            .unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        self.written
+            .lock()
+            .unwrap()
+            .extend_from_slice(text.as_bytes());
+    }
+
+    /// Replaces the jobs file by writing a new file and renaming it over
+    /// (as vim and `sed -i` do).
+    pub fn replace_jobs_by_rename(&self, text: &str) {
+        let tmp = self.path("jobs.txt.swp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.jobs).unwrap();
+        *self.written.lock().unwrap() = text.as_bytes().to_vec();
+    }
+
+    pub fn assert_jobs_untouched(&self) {
+        assert_eq!(
+            std::fs::read(&self.jobs).unwrap(),
+            *self.written.lock().unwrap(),
+            "gpusched must never write the jobs file"
+        );
+    }
+
+    /// The scheduler command: `gpusched JOBS --log-dir LOGS ARGS…`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg(&self.jobs)
+            .arg("--log-dir")
+            .arg(&self.logs)
+            .args(args)
+            .current_dir(self.dir.path())
+            .env_remove("GPUSCHED_SIM_DIR")
+            .env("TZ", "UTC")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Starts the scheduler in the background.
+    pub fn spawn(&self, args: &[&str]) -> Sched {
+        let mut child = self.command(args).spawn().unwrap();
+        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
+        Sched {
+            child,
+            stdout,
+            stderr,
+            readers: vec![out_reader, err_reader],
+        }
+    }
+
+    /// Runs the scheduler to its end (panics past the deadline) and checks
+    /// that the jobs file is byte-identical.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = self.spawn(args).finish();
+        self.assert_jobs_untouched();
+        out
+    }
+
+    pub fn journal(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.logs.join("journal.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Journal events of one kind, in order.
+    pub fn events(&self, kind: &str) -> Vec<Value> {
+        self.journal()
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    /// The display number → key map from `seen` events.
+    pub fn key_of(&self, no: u64) -> String {
+        self.events("seen")
+            .iter()
+            .find(|e| e["no"] == no)
+            .map(|e| e["key"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("no job {no} in the journal"))
+    }
+
+    /// Events of one kind for job number `no`.
+    pub fn job_events(&self, no: u64, kind: &str) -> Vec<Value> {
+        let key = self.key_of(no);
+        self.events(kind)
+            .into_iter()
+            .filter(|e| e["key"] == key)
+            .collect()
+    }
+
+    /// The `done` status of job `no`, if it ended.
+    pub fn status_of(&self, no: u64) -> Option<String> {
+        self.job_events(no, "done")
+            .last()
+            .map(|e| e["status"].as_str().unwrap().to_string())
+    }
+
+    /// Like `status_of`, but `None` while the job has not even been seen.
+    pub fn status_of_opt(&self, no: u64) -> Option<String> {
+        let key = self.events("seen").into_iter().find(|e| e["no"] == no)?["key"].clone();
+        self.events("done")
+            .into_iter()
+            .rfind(|e| e["key"] == key)
+            .map(|e| e["status"].as_str().unwrap().to_string())
+    }
+
+    pub fn board(&self) -> String {
+        std::fs::read_to_string(self.logs.join("status.txt")).unwrap_or_default()
+    }
+
+    /// Waits until `cond` holds, panicking with `what` after [`DEADLINE`].
+    pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        wait_for(what, &mut cond)
+    }
+}
+
+pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Sched {
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal).unwrap();
+    }
+
+    /// Waits for the scheduler to exit (panics past the deadline, killing it).
+    pub fn finish(mut self) -> Output {
+        let deadline = Instant::now() + DEADLINE * 2;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("scheduler did not exit; output so far:\n{}", self.stdout());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The pipes close when the scheduler exits (jobs write to logs).
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Output {
+            code: status.code().unwrap_or(-1),
+            stdout: self.stdout(),
+            stderr: self.stderr.lock().unwrap().clone(),
+        }
+    }
+
+    /// Stops a `--watch` scheduler with SIGTERM and waits for it.
+    pub fn stop(self) -> Output {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.finish()
+    }
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// Pids of non-zombie processes in process group `pgid`, from `/proc`.
+pub fn live_group_members(pgid: i64) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<i64>().ok() == Some(pgid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}

@@ -153,7 +153,7 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
             let mut fits: Vec<(u64, u32)> = gpus
                 .iter()
                 .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
-                .filter(|g| !(opts.exclusive && !g.occupants.is_empty()))
+                .filter(|g| !opts.exclusive || g.occupants.is_empty())
                 .map(|g| (headroom_mib(g, opts.spike_buffer), g.index))
                 .filter(|&(headroom, _)| headroom >= need)
                 .collect();

@@ -102,10 +102,10 @@ impl GroupIdentity {
     /// leader is gone, members must be in the leader's session and have
     /// started no earlier than it.
     pub fn is_alive(&self) -> bool {
-        if let (Some(then), Some(now)) = (&self.boot_id, boot_id()) {
-            if *then != now {
-                return false;
-            }
+        if let (Some(then), Some(now)) = (&self.boot_id, boot_id())
+            && *then != now
+        {
+            return false;
         }
         let Some(ticks) = self.start_ticks else {
             return !live_members(self.pgid).is_empty();
@@ -347,10 +347,10 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             term.poll(Instant::now());
-            if let Some(_status) = spawned.child.try_wait().unwrap() {
-                if term.group_gone(Instant::now()) {
-                    break;
-                }
+            if let Some(_status) = spawned.child.try_wait().unwrap()
+                && term.group_gone(Instant::now())
+            {
+                break;
             }
             assert!(Instant::now() < deadline, "group survived its kill");
             std::thread::sleep(Duration::from_millis(10));

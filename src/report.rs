@@ -260,7 +260,8 @@ pub fn render_board(header: &[String], rows: &[BoardRow]) -> String {
         out.push('\n');
     }
     out.push('\n');
-    let groups: [(&str, fn(&BoardState) -> bool); 3] = [
+    type Belongs = fn(&BoardState) -> bool;
+    let groups: [(&str, Belongs); 3] = [
         ("running", |s| matches!(s, BoardState::Running { .. })),
         ("waiting", |s| {
             matches!(s, BoardState::Pending { .. } | BoardState::RetryWait { .. })

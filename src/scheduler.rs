@@ -589,14 +589,13 @@ impl Scheduler {
     fn reap_children(&mut self) -> anyhow::Result<()> {
         let mut done = Vec::new();
         for (key, job) in &mut self.running {
-            if let Proc::Child { child, exit, .. } = &mut job.proc {
-                if exit.is_none() {
-                    if let Some(status) = child.try_wait()? {
-                        *exit = Some(status);
-                        if job.kill.is_none() {
-                            done.push(key.clone());
-                        }
-                    }
+            if let Proc::Child { child, exit, .. } = &mut job.proc
+                && exit.is_none()
+                && let Some(status) = child.try_wait()?
+            {
+                *exit = Some(status);
+                if job.kill.is_none() {
+                    done.push(key.clone());
                 }
             }
         }
@@ -802,17 +801,16 @@ impl Scheduler {
                 job.usage.util_samples += 1;
             }
             let Some(peak) = job.peak_max() else { continue };
-            if let Some(declared) = job.vram_mib {
-                if !job.usage.warned_over
-                    && peak as f64 > declared as f64 * (1.0 + self.cfg.tolerance)
-                {
-                    job.usage.warned_over = true;
-                    warn(&format!(
-                        "job {} exceeds declared VRAM: peak {peak} MiB > {declared} MiB declared (+{:.0}%); its GPU neighbours may run out of memory — raise vram= for this job",
-                        job.no,
-                        (peak as f64 / declared as f64 - 1.0) * 100.0
-                    ));
-                }
+            if let Some(declared) = job.vram_mib
+                && !job.usage.warned_over
+                && peak as f64 > declared as f64 * (1.0 + self.cfg.tolerance)
+            {
+                job.usage.warned_over = true;
+                warn(&format!(
+                    "job {} exceeds declared VRAM: peak {peak} MiB > {declared} MiB declared (+{:.0}%); its GPU neighbours may run out of memory — raise vram= for this job",
+                    job.no,
+                    (peak as f64 / declared as f64 - 1.0) * 100.0
+                ));
             }
             if self.cfg.verbose && peak >= job.usage.reported_peak + VERBOSE_STEP_MIB {
                 job.usage.reported_peak = peak;
@@ -1058,10 +1056,10 @@ impl Scheduler {
                 " — CUDA out of memory, no retries left (add retries=N or --oom-retries N)",
             );
         }
-        if let Some(path) = &job.log_path {
-            if status.is_failure() {
-                line.push_str(&format!("; log {}", path.display()));
-            }
+        if let Some(path) = &job.log_path
+            && status.is_failure()
+        {
+            line.push_str(&format!("; log {}", path.display()));
         }
         say(&line);
         Ok(())

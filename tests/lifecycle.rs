@@ -1,0 +1,375 @@
+//! Black-box tests of the job lifecycle (SPEC §3, §5 orphans, §6, §7): OOM
+//! retries, timeouts, cancel, killing whole process groups, the
+//! scheduler's own signals, and orphans of a previous scheduler. Real
+//! processes, `--sim` GPUs.
+
+mod common;
+
+use common::{Env, live_group_members, wait_for};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A job that runs until `release` exists in the working directory.
+const HOLD: &str = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
+
+fn pgid_of(env: &Env, no: u64) -> i64 {
+    env.job_events(no, "started").last().expect("job started")["pgid"]
+        .as_i64()
+        .unwrap()
+}
+
+#[test]
+fn oom_retry_uses_the_exact_bumped_declaration_and_survives_a_restart() {
+    // Job 2 holds 19000 MiB so the retry (5000 + 512 MiB) must wait.
+    let oom = "[vram=4000 retries=1] gpusched simjob --vram 2000 --ramp 0.2 --oom-once oom.marker";
+    let env = Env::new(&format!("{oom}\n[vram=19000] {HOLD}\n"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("the oom event", &mut || !env.events("oom").is_empty());
+    let event = &env.events("oom")[0];
+    // ceil(1.25 × max(peak ≤ 2000, declaration 4000)) = 5000.
+    assert_eq!(event["attempts"], 1);
+    assert_eq!(event["next_vram"], 5000);
+    wait_for("the board to show the retry", &mut || {
+        env.board().contains("↻ job 1") && env.board().contains("next vram 5000 MiB")
+    });
+    // Stop the scheduler before the retry could start; the bump must survive.
+    let out = sched.stop();
+    assert_eq!(out.code, 130, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "started").len(), 1);
+
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let started = env.job_events(1, "started");
+    assert_eq!(started.len(), 2);
+    assert_eq!(started[1]["vram_mib"], 5000);
+    assert_eq!(started[1]["attempt"], 2);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+}
+
+#[test]
+fn oom_without_retries_fails_as_failed_oom() {
+    let env = Env::new("[vram=4000] gpusched simjob --vram 1000 --ramp 0.1 --oom-once m\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert_eq!(env.status_of(1).as_deref(), Some("failed_oom"));
+    assert!(env.events("oom").is_empty());
+    assert!(out.stdout.contains("no retries left"), "{}", out.stdout);
+}
+
+#[test]
+fn oom_retries_flag_is_the_default() {
+    let env = Env::new("gpusched simjob --vram 1000 --ramp 0.1 --oom-once m\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--oom-retries", "1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.events("oom").len(), 1);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+}
+
+#[test]
+fn plain_failure_uses_no_retry() {
+    let env = Env::new("[retries=2] echo not an oom; exit 3\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--oom-retries", "5"]);
+    assert_eq!(out.code, 3);
+    assert_eq!(env.job_events(1, "started").len(), 1);
+    assert!(env.events("oom").is_empty());
+    assert_eq!(env.status_of(1).as_deref(), Some("failed"));
+}
+
+#[test]
+fn timeout_kills_the_job() {
+    let env = Env::new("[timeout=0.5] sleep 30\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 143, "killed by SIGTERM: {}", out.stdout);
+    assert_eq!(env.status_of(1).as_deref(), Some("timeout"));
+    let done = &env.job_events(1, "done")[0];
+    assert!(done["duration_s"].as_f64().unwrap() < 9.0, "{done}");
+    assert!(live_group_members(pgid_of(&env, 1)).is_empty());
+}
+
+#[test]
+fn sigterm_ignoring_job_gets_sigkill_and_nothing_survives() {
+    let env = Env::new("[timeout=0.3] sh -c 'trap \"\" TERM; sleep 60 & sleep 60; wait'\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(
+        env.status_of(1).as_deref(),
+        Some("timeout"),
+        "{}",
+        out.stdout
+    );
+    let done = &env.job_events(1, "done")[0];
+    assert!(
+        done["duration_s"].as_f64().unwrap() >= 10.0,
+        "the grace is 10 s: {done}"
+    );
+    assert!(live_group_members(pgid_of(&env, 1)).is_empty());
+}
+
+#[test]
+fn grandchild_that_ignores_sigterm_does_not_outlive_its_killed_job() {
+    // The leader exits on SIGTERM at once; the subshell ignores it and must
+    // be swept with SIGKILL.
+    let env = Env::new(
+        "[timeout=0.3] (trap '' TERM; sleep 60; echo survived > survived.txt) & sleep 60\n",
+    );
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(
+        env.status_of(1).as_deref(),
+        Some("timeout"),
+        "{}",
+        out.stdout
+    );
+    assert!(live_group_members(pgid_of(&env, 1)).is_empty());
+    assert!(!env.path("survived.txt").exists());
+}
+
+#[test]
+fn cancel_a_running_job_and_it_stays_cancelled() {
+    let env = Env::new(&format!("{HOLD}\n"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    env.write_jobs(&format!("[cancel] {HOLD}\n"));
+    let out = sched.finish();
+    assert_eq!(
+        out.code, 0,
+        "a cancel does not fail the run: {}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(1).as_deref(), Some("cancelled"));
+    assert!(live_group_members(pgid_of(&env, 1)).is_empty());
+    // Removing the flag does not bring the job back.
+    env.write_jobs(&format!("{HOLD}\n"));
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0);
+    assert_eq!(env.job_events(1, "started").len(), 1);
+}
+
+#[test]
+fn cancel_a_pending_job_ends_it_unrun() {
+    let env = Env::new("[cancel] echo ran > ran.txt\necho other\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0);
+    assert_eq!(env.status_of(1).as_deref(), Some("cancelled"));
+    assert!(env.job_events(1, "started").is_empty());
+    assert!(!env.path("ran.txt").exists());
+    assert!(env.board().contains("⊘ job 1"), "{}", env.board());
+}
+
+#[test]
+fn deleting_a_running_line_does_not_kill_it() {
+    let env = Env::new(&format!("{HOLD}\n"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    env.write_jobs("# emptied\n");
+    wait_for("the board to reflect the edit", &mut || {
+        !env.board().contains("· job")
+    });
+    assert!(env.board().contains("▶ job 1"), "{}", env.board());
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to end", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    sched.stop();
+}
+
+#[test]
+fn ctrl_c_stops_jobs_and_the_next_start_reruns_them() {
+    let job = "sh -c 'if [ -e again ]; then echo rerun > rerun.txt; else sleep 60 & sleep 60; fi'";
+    let env = Env::new(&format!("{job}\n"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    let pgid = pgid_of(&env, 1);
+    wait_for("the job's processes", &mut || {
+        live_group_members(pgid).len() >= 2
+    });
+    sched.signal(Signal::SIGINT);
+    let out = sched.finish();
+    assert_eq!(out.code, 130, "{}", out.stdout);
+    assert!(
+        live_group_members(pgid).is_empty(),
+        "no job process left behind"
+    );
+    assert!(
+        env.job_events(1, "done").is_empty(),
+        "nothing recorded as done"
+    );
+
+    std::fs::write(env.path("again"), "").unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(env.path("rerun.txt").exists());
+}
+
+#[test]
+fn second_ctrl_c_skips_the_grace() {
+    let env = Env::new("sh -c 'trap \"\" TERM; sleep 60'\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    let pgid = pgid_of(&env, 1);
+    sched.signal(Signal::SIGINT);
+    wait_for("the stop message", &mut || {
+        sched.stdout().contains("stopping 1 running job")
+    });
+    let second = Instant::now();
+    sched.signal(Signal::SIGINT);
+    let out = sched.finish();
+    assert_eq!(out.code, 130);
+    assert!(
+        second.elapsed() < Duration::from_secs(9),
+        "the second Ctrl-C must not wait out the 10 s grace"
+    );
+    assert!(live_group_members(pgid).is_empty());
+}
+
+/// Start time (field 22 of /proc/PID/stat) of a process.
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Writes a journal in which job `command` was started by a previous
+/// scheduler as process group `pgid`.
+fn journal_with_orphan(env: &Env, command: &str, pgid: u32, ticks: Option<u64>) {
+    let key = &gpusched::jobspec::parse_jobs(command).unwrap()[0].key;
+    std::fs::create_dir_all(&env.logs).unwrap();
+    let mut started = json!({"ts": 1.0e9, "key": key, "event": "started", "pgid": pgid,
+        "gpus": [0], "attempt": 1, "vram_mib": 20000});
+    if let Some(ticks) = ticks {
+        started["start_ticks"] = json!(ticks);
+        started["boot_id"] = json!(boot_id());
+    }
+    let seen = json!({"ts": 1.0e9, "key": key, "event": "seen", "no": 1, "command": command});
+    std::fs::write(
+        env.logs.join("journal.jsonl"),
+        format!("{seen}\n{started}\n"),
+    )
+    .unwrap();
+}
+
+/// A process in its own process group, as a job of a dead scheduler.
+fn orphan_process(env: &Env, script: &str) -> std::process::Child {
+    Command::new("sh")
+        .args(["-c", script])
+        .current_dir(env.dir.path())
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn live_orphan_blocks_redispatch_and_holds_its_gpu() {
+    let orphan_cmd = "sh -c 'while [ ! -e release ]; do sleep 0.05; done; echo run >> runs.txt'";
+    let env = Env::new(&format!(
+        "[vram=20000] {orphan_cmd}\n[vram=10G] echo second > second.txt\n"
+    ));
+    let mut orphan = orphan_process(&env, orphan_cmd);
+    journal_with_orphan(
+        &env,
+        orphan_cmd,
+        orphan.id(),
+        Some(start_ticks(orphan.id())),
+    );
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("the orphan notice", &mut || {
+        sched.stdout().contains(&format!(
+            "still running from a previous scheduler (process group {})",
+            orphan.id()
+        ))
+    });
+    wait_for("the board to show both", &mut || {
+        env.board().contains("▶ job 1") && env.board().contains("· job 2")
+    });
+    assert!(
+        env.board().contains(&format!("pgid {}", orphan.id())),
+        "{}",
+        env.board()
+    );
+    assert!(env.job_events(1, "started").len() == 1 && env.job_events(2, "started").is_empty());
+    // The orphan ends: its attempt is interrupted and the job runs again.
+    std::fs::write(env.path("release"), "").unwrap();
+    orphan.wait().unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+    assert_eq!(env.job_events(1, "started").len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(env.path("runs.txt")).unwrap(),
+        "run\nrun\n"
+    );
+    assert!(env.path("second.txt").exists());
+}
+
+#[test]
+fn dead_orphan_is_requeued() {
+    let env = Env::new("echo rerun > rerun.txt\n");
+    let mut gone = Command::new("true").process_group(0).spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    journal_with_orphan(&env, "echo rerun > rerun.txt", pid, Some(12345));
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("was interrupted with a previous scheduler"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(env.path("rerun.txt").exists());
+}
+
+#[test]
+fn reused_pgid_with_another_start_time_is_dead_and_never_signalled() {
+    let env = Env::new("echo rerun > rerun.txt\n");
+    // An unrelated process now owns the pgid the journal names.
+    let mut unrelated = orphan_process(&env, "sleep 60");
+    let ticks = start_ticks(unrelated.id());
+    journal_with_orphan(
+        &env,
+        "echo rerun > rerun.txt",
+        unrelated.id(),
+        Some(ticks.saturating_sub(7)),
+    );
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(
+        unrelated.try_wait().unwrap().is_none(),
+        "the unrelated process was left alone"
+    );
+    unrelated.kill().unwrap();
+    unrelated.wait().unwrap();
+}
+
+#[test]
+fn old_journal_without_start_ticks_is_judged_by_pgid() {
+    let orphan_cmd = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!("{orphan_cmd}\n"));
+    let mut orphan = orphan_process(&env, orphan_cmd);
+    journal_with_orphan(&env, orphan_cmd, orphan.id(), None);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("the orphan notice", &mut || {
+        sched
+            .stdout()
+            .contains("still running from a previous scheduler")
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    orphan.wait().unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+}

@@ -65,3 +65,17 @@ pub trait GpuBackend {
 pub fn bytes_to_mib(bytes: u64) -> u64 {
     bytes.div_ceil(1024 * 1024)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_up_to_mib() {
+        assert_eq!(bytes_to_mib(0), 0);
+        assert_eq!(bytes_to_mib(1), 1);
+        assert_eq!(bytes_to_mib(1024 * 1024), 1);
+        assert_eq!(bytes_to_mib(8 * 1024 * 1024 * 1024), 8192);
+        assert_eq!(bytes_to_mib(u64::MAX), 17_592_186_044_416);
+    }
+}

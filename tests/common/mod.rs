@@ -134,15 +134,7 @@ impl Env {
 
     /// Starts the scheduler in the background.
     pub fn spawn(&self, args: &[&str]) -> Sched {
-        let mut child = self.command(args).spawn().unwrap();
-        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
-        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
-        Sched {
-            child,
-            stdout,
-            stderr,
-            readers: vec![out_reader, err_reader],
-        }
+        Sched::from_command(self.command(args))
     }
 
     /// Runs the scheduler to its end (panics past the deadline) and checks
@@ -221,6 +213,19 @@ pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {
 }
 
 impl Sched {
+    /// Starts `command` (stdout and stderr piped) in the background.
+    pub fn from_command(mut command: Command) -> Sched {
+        let mut child = command.spawn().unwrap();
+        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
+        Sched {
+            child,
+            stdout,
+            stderr,
+            readers: vec![out_reader, err_reader],
+        }
+    }
+
     pub fn stdout(&self) -> String {
         self.stdout.lock().unwrap().clone()
     }

@@ -1,0 +1,216 @@
+/*
+ * A fake libnvidia-ml.so.1 for gpusched's tests: exports the NVML functions
+ * the NVML backend calls, with NVML's signatures and struct layouts, and
+ * answers from a state file that the test rewrites while the scheduler runs.
+ *
+ * Build: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
+ * State file: the path in $FAKE_NVML_STATE, re-read on every call:
+ *
+ *   init ok | driver_not_loaded | no_permission   (default ok)
+ *   gpu <uuid> <total MiB> <external used MiB> <util %> [fail]
+ *   proc <gpu index> <pid> <MiB>          a process with known memory
+ *   proc <gpu index> <pid> na <MiB>       memory NVML cannot report
+ *
+ * GPUs are numbered by their order in the file. A device's used memory is
+ * its external MiB plus its processes' MiB. "fail" makes every query of
+ * that device return NVML_ERROR_GPU_IS_LOST.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+typedef void *nvmlDevice_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NO_PERMISSION 4
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_UNKNOWN 999
+#define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
+#define MIB (1024ULL * 1024ULL)
+#define MAX_GPUS 16
+#define MAX_PROCS 256
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+struct gpu {
+    char uuid[96];
+    unsigned long long total_mib, external_mib;
+    unsigned int util;
+    int fail;
+};
+struct proc {
+    unsigned int gpu, pid;
+    int known;
+    unsigned long long mib;
+};
+
+static char init_mode[96];
+static struct gpu gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static struct proc procs[MAX_PROCS];
+static unsigned int proc_count;
+
+static void load_state(void) {
+    strcpy(init_mode, "ok");
+    gpu_count = 0;
+    proc_count = 0;
+    const char *path = getenv("FAKE_NVML_STATE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char word[32] = "", a[96] = "", b[32] = "", c[32] = "", d[32] = "", e[32] = "";
+        int n = sscanf(line, "%31s %95s %31s %31s %31s %31s", word, a, b, c, d, e);
+        if (n >= 2 && strcmp(word, "init") == 0) {
+            snprintf(init_mode, sizeof init_mode, "%s", a);
+        } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
+            struct gpu *g = &gpus[gpu_count++];
+            snprintf(g->uuid, sizeof g->uuid, "%s", a);
+            g->total_mib = strtoull(b, NULL, 10);
+            g->external_mib = strtoull(c, NULL, 10);
+            g->util = (unsigned int)strtoul(d, NULL, 10);
+            g->fail = n >= 6 && strcmp(e, "fail") == 0;
+        } else if (n >= 4 && strcmp(word, "proc") == 0 && proc_count < MAX_PROCS) {
+            struct proc *p = &procs[proc_count++];
+            p->gpu = (unsigned int)strtoul(a, NULL, 10);
+            p->pid = (unsigned int)strtoul(b, NULL, 10);
+            p->known = strcmp(c, "na") != 0;
+            p->mib = strtoull(p->known ? c : d, NULL, 10);
+        }
+    }
+    fclose(f);
+}
+
+/* Device handles are 1-based indices disguised as pointers. */
+static nvmlReturn_t lookup(nvmlDevice_t device, unsigned int *index) {
+    uintptr_t i = (uintptr_t)device;
+    load_state();
+    if (i == 0 || i > gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned int)(i - 1);
+    return gpus[i - 1].fail ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+#define LOOKUP(device)                           \
+    unsigned int i;                              \
+    nvmlReturn_t status = lookup((device), &i);  \
+    if (status != NVML_SUCCESS) return status;   \
+    struct gpu *g = &gpus[i];                    \
+    (void)g;
+
+nvmlReturn_t nvmlInit_v2(void) {
+    load_state();
+    if (strcmp(init_mode, "driver_not_loaded") == 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (strcmp(init_mode, "no_permission") == 0) return NVML_ERROR_NO_PERMISSION;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void) { return NVML_SUCCESS; }
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    snprintf(version, length, "%s", "999.0-fake");
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    load_state();
+    *count = gpu_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    load_state();
+    if (index >= gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = (nvmlDevice_t)(uintptr_t)(index + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    LOOKUP(device);
+    snprintf(name, length, "%s", "Fake NVIDIA GPU");
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    LOOKUP(device);
+    snprintf(uuid, length, "%s", g->uuid);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    LOOKUP(device);
+    unsigned int expected = (unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24));
+    if (memory->version != expected) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used = g->external_mib;
+    for (unsigned int p = 0; p < proc_count; p++)
+        if (procs[p].gpu == i) used += procs[p].mib;
+    memory->total = g->total_mib * MIB;
+    memory->used = used * MIB;
+    memory->reserved = 0;
+    memory->free = used < g->total_mib ? (g->total_mib - used) * MIB : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    LOOKUP(device);
+    utilization->gpu = g->util;
+    utilization->memory = g->util / 2;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    LOOKUP(device);
+    unsigned int n = 0;
+    for (unsigned int p = 0; p < proc_count; p++)
+        if (procs[p].gpu == i) n++;
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned int k = 0;
+    for (unsigned int p = 0; p < proc_count; p++) {
+        if (procs[p].gpu != i) continue;
+        infos[k].pid = procs[p].pid;
+        infos[k].usedGpuMemory = procs[p].known ? procs[p].mib * MIB : NOT_AVAILABLE;
+        infos[k].gpuInstanceId = 0xFFFFFFFF;
+        infos[k].computeInstanceId = 0xFFFFFFFF;
+        k++;
+    }
+    *count = k;
+    return NVML_SUCCESS;
+}

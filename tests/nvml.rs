@@ -1,0 +1,272 @@
+//! The NVML backend (SPEC §10) against a fake `libnvidia-ml.so.1` built
+//! from `tests/fake_nvml/fake_nvml.c` with the system C compiler. The fake
+//! answers from a state file the tests rewrite while the scheduler runs.
+
+mod common;
+
+use common::{Env, Sched, wait_for};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Builds the fake library once per test run; returns its directory.
+fn fake_nvml_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fake-nvml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let status = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(dir.join("libnvidia-ml.so.1"))
+            .arg(source)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+        assert!(status.success(), "building the fake NVML failed");
+        dir
+    })
+}
+
+struct Nvml {
+    env: Env,
+    state: PathBuf,
+}
+
+impl Nvml {
+    fn new(jobs: &str, state: &str) -> Nvml {
+        let env = Env::new(jobs);
+        let state_path = env.path("nvml_state");
+        std::fs::write(&state_path, state).unwrap();
+        Nvml {
+            env,
+            state: state_path,
+        }
+    }
+
+    /// Rewrites the fake's state atomically (the fake reads it on every call).
+    fn set_state(&self, text: &str) {
+        let tmp = self.env.path("nvml_state.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.state).unwrap();
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.env.command(args);
+        cmd.env("LD_LIBRARY_PATH", fake_nvml_dir())
+            .env("FAKE_NVML_STATE", &self.state);
+        cmd
+    }
+
+    fn spawn(&self, args: &[&str]) -> Sched {
+        Sched::from_command(self.command(args))
+    }
+
+    fn run(&self, args: &[&str]) -> common::Output {
+        let out = self.spawn(args).finish();
+        self.env.assert_jobs_untouched();
+        out
+    }
+}
+
+const TWO_GPUS: &str = "gpu GPU-11111111-aaaa 24000 20000 50\ngpu GPU-22222222-bbbb 24000 0 10\n";
+
+#[test]
+fn places_jobs_by_nvml_memory() {
+    // GPU 0 has 4000 MiB free (used by someone else), GPU 1 is empty.
+    let nvml = Nvml::new(
+        "[vram=8G] echo $CUDA_VISIBLE_DEVICES $GPUSCHED_GPU_UUIDS > big.txt\n\
+         [vram=2G] echo $CUDA_VISIBLE_DEVICES > small.txt\n\
+         [vram=30000] echo never\n",
+        TWO_GPUS,
+    );
+    let out = nvml.run(&["--poll", "0.1"]);
+    assert_eq!(out.code, 1, "job 3 is infeasible: {}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("2 GPUs via NVML (Fake NVIDIA GPU; driver 999.0-fake)"),
+        "{}",
+        out.stdout
+    );
+    let env = &nvml.env;
+    assert_eq!(
+        std::fs::read_to_string(env.path("big.txt")).unwrap(),
+        "1 GPU-22222222-bbbb\n"
+    );
+    // Best-fit: the small job takes the tighter hole on GPU 0.
+    assert_eq!(
+        std::fs::read_to_string(env.path("small.txt")).unwrap(),
+        "0\n"
+    );
+    assert_eq!(env.status_of(3).as_deref(), Some("infeasible"));
+}
+
+#[test]
+fn attributes_a_jobs_own_process_by_process_group() {
+    // The job announces its own pid ($$, the group leader) as a GPU process
+    // using 3000 MiB, then a child process of it using 1000 MiB more.
+    let nvml = Nvml::new(
+        "[vram=5000] echo \"proc 1 $$ 3000\" >> \"$FAKE_NVML_STATE\"; sleep 60 & echo \"proc 1 $! 1000\" >> \"$FAKE_NVML_STATE\"; while [ ! -e release ]; do sleep 0.05; done; kill $!\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--gpus", "1"]);
+    let env = &nvml.env;
+    wait_for("the job's peak on the board", &mut || {
+        env.board().contains("peak   4000 MiB")
+    });
+    // Our job's memory is not external.
+    assert!(
+        env.board()
+            .contains("GPU 1: 4000 / 24000 MiB used, external 0 MiB"),
+        "{}",
+        env.board()
+    );
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "done")[0]["peak_mib"], json!({"1": 4000}));
+    assert!(out.stdout.contains("peak GPU1 4000 MiB"), "{}", out.stdout);
+}
+
+#[test]
+fn unavailable_process_memory_is_unknown_not_zero() {
+    // NVML reports the job's process with NVML_VALUE_NOT_AVAILABLE while
+    // the device really holds 9000 MiB for it.
+    let nvml = Nvml::new(
+        "[vram=2000] echo \"proc 1 $$ na 9000\" >> \"$FAKE_NVML_STATE\"; while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--gpus", "1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("the device to show the hidden memory", &mut || {
+        env.board().contains("GPU 1: 9000 / 24000 MiB used")
+    });
+    // Unattributable memory counts as external, so a 14000 MiB job (+ 512
+    // margin) does not fit beside job 1's 2000 MiB: 24000 - 9000 - 2000.
+    assert!(
+        env.board().contains("headroom 13000 MiB"),
+        "{}",
+        env.board()
+    );
+    env.append_jobs("[vram=14000] echo second > second.txt\n");
+    wait_for("job 2 to wait", &mut || env.board().contains("· job 2"));
+    assert!(env.job_events(2, "started").is_empty());
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 2 to run after job 1", &mut || {
+        env.path("second.txt").exists()
+    });
+    let out = sched.stop();
+    assert_eq!(env.job_events(1, "done")[0]["peak_mib"], json!({"1": null}));
+    assert!(out.stdout.contains("peak GPU1 n/a"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains("exceeds declared VRAM"),
+        "{}",
+        out.stdout
+    );
+    let journal = std::fs::read_to_string(env.logs.join("journal.jsonl")).unwrap();
+    assert!(!journal.contains("18446744073709551615") && !journal.contains("17592186044415"));
+}
+
+#[test]
+fn init_failure_exits_2_with_nvmls_reason() {
+    let nvml = Nvml::new("echo hi\n", "init driver_not_loaded\n");
+    let out = nvml.run(&[]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("Driver Not Loaded") || out.stderr.contains("driver is not loaded"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("--sim"), "{}", out.stderr);
+
+    nvml.set_state("init no_permission\n");
+    let out = nvml.run(&[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("permission"), "{}", out.stderr);
+}
+
+#[test]
+fn zero_gpus_and_unknown_gpu_index_exit_2() {
+    let nvml = Nvml::new("echo hi\n", "");
+    let out = nvml.run(&[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no GPUs"), "{}", out.stderr);
+
+    nvml.set_state(TWO_GPUS);
+    let out = nvml.run(&["--gpus", "1,2"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--gpus names GPU 2"), "{}", out.stderr);
+}
+
+#[test]
+fn missing_library_exits_2_naming_it() {
+    let env = Env::new("echo hi\n");
+    let empty = env.path("no-libs");
+    std::fs::create_dir_all(&empty).unwrap();
+    // Point the loader at an empty directory only; a machine with a real
+    // driver installed system-wide would still find it.
+    let has_system_nvml = Command::new("sh")
+        .args(["-c", "ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so.1"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_system_nvml {
+        eprintln!("skipped: this machine has a system-wide libnvidia-ml.so.1");
+        return;
+    }
+    let out = Sched::from_command({
+        let mut cmd = env.command(&[]);
+        cmd.env("LD_LIBRARY_PATH", &empty);
+        cmd
+    })
+    .finish();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("libnvidia-ml.so.1"), "{}", out.stderr);
+    assert!(out.stderr.contains("NVIDIA driver"), "{}", out.stderr);
+    assert!(out.stderr.contains("--sim"), "{}", out.stderr);
+}
+
+#[test]
+fn failing_device_mid_run_pauses_dispatch_but_spares_running_jobs() {
+    let nvml = Nvml::new(
+        "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    nvml.set_state(&TWO_GPUS.replace("24000 0 10", "24000 0 10 fail"));
+    wait_for("dispatch to pause", &mut || {
+        sched
+            .stdout()
+            .contains("no new job starts until they answer again")
+    });
+    assert!(
+        sched.stdout().contains("GPU query failed (1 in a row)"),
+        "{}",
+        sched.stdout()
+    );
+    wait_for("the board to say why", &mut || {
+        env.board().contains("PAUSED: GPU queries failed")
+    });
+    env.append_jobs("[vram=1000] echo second > second.txt\n");
+    wait_for("the new job to be queued", &mut || {
+        env.board().contains("· job 2")
+    });
+    assert!(env.job_events(2, "started").is_empty());
+    // The running job is unharmed and completes.
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(env.job_events(2, "started").is_empty());
+    // NVML answers again: dispatch resumes.
+    nvml.set_state(TWO_GPUS);
+    wait_for("job 2 to run", &mut || env.path("second.txt").exists());
+    assert!(
+        sched.stdout().contains("dispatching resumes"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}

@@ -70,7 +70,7 @@ pub enum Placement {
 }
 
 /// What a job asks of placement.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Request {
     /// Declared VRAM per GPU in MiB, or `None` for an undeclared job.
     pub vram_mib: Option<u64>,
@@ -176,19 +176,34 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
 /// start (backfill). Each job started in this round is added to `gpus` as an
 /// occupant holding its full declaration, so the next job sees it. Returns
 /// one [`Placement`] per request, in the same order.
+///
+/// A request identical to one that did not fit is not placed again until a
+/// job starts (the loads are unchanged, so neither is the answer): a long
+/// queue of blocked look-alike jobs costs one hash look-up each.
 pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> Vec<Placement> {
+    let mut blocked: std::collections::HashSet<Request> = std::collections::HashSet::new();
     requests
         .iter()
         .map(|request| {
+            if blocked.contains(request) {
+                return Placement::NotNow;
+            }
             let placement = place(request, gpus, opts);
-            if let Placement::Start(chosen) = &placement {
-                for gpu in gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
-                    gpu.occupants.push(Occupant {
-                        declared_mib: request.vram_mib,
-                        peak_mib: None,
-                        current_mib: None,
-                    });
+            match &placement {
+                Placement::Start(chosen) => {
+                    blocked.clear();
+                    for gpu in gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
+                        gpu.occupants.push(Occupant {
+                            declared_mib: request.vram_mib,
+                            peak_mib: None,
+                            current_mib: None,
+                        });
+                    }
                 }
+                Placement::NotNow => {
+                    blocked.insert(*request);
+                }
+                Placement::Infeasible(_) => {}
             }
             placement
         })

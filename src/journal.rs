@@ -5,6 +5,7 @@
 //! memory and only appended to, so no round re-reads it.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -129,6 +130,10 @@ pub struct StartedInfo {
     pub start_ticks: Option<u64>,
     /// Boot id at spawn.
     pub boot_id: Option<String>,
+    /// The job's command, filled in when read back from the journal at
+    /// start (for orphans whose line may be gone); `None` for attempts
+    /// started by this scheduler, which keeps it elsewhere.
+    pub command: Option<String>,
 }
 
 /// The journal's last word on a job.
@@ -137,7 +142,7 @@ pub enum Phase {
     /// Seen, never started (or requeued after `oom` / `interrupted`).
     Waiting,
     /// Started with no outcome yet: running, or an orphan of a dead scheduler.
-    Started(StartedInfo),
+    Started(Box<StartedInfo>),
     /// Terminal: never dispatched again.
     Done {
         /// How it ended.
@@ -149,15 +154,12 @@ pub enum Phase {
     },
 }
 
-/// Everything the journal says about one key.
+/// Everything the journal says about one key, kept small: a long journal
+/// holds one of these per job ever seen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyState {
     /// Display number.
     pub no: u32,
-    /// Command text as first seen.
-    pub command: String,
-    /// When the job was first seen (Unix seconds).
-    pub seen_ts: f64,
     /// Attempts started so far.
     pub attempts: u32,
     /// OOM attempts so far.
@@ -215,6 +217,8 @@ impl Journal {
         let mut line = Vec::new();
         let mut line_no = 0;
         let mut ends_with_newline = true;
+        // Commands of jobs not yet done, for orphans (dropped after replay).
+        let mut commands: HashMap<String, String> = HashMap::new();
         loop {
             line.clear();
             if reader.read_until(b'\n', &mut line)? == 0 {
@@ -226,12 +230,15 @@ impl Journal {
             if text.is_empty() {
                 continue;
             }
-            match serde_json::from_slice::<Record>(text) {
-                Ok(record) => {
-                    journal.fold(&record);
+            let step = serde_json::from_slice::<RawRecord>(text)
+                .ok()
+                .and_then(|raw| Some((raw.step(&mut commands)?, raw)));
+            match step {
+                Some((step, raw)) => {
+                    journal.apply(&raw.key, step);
                     replay.events += 1;
                 }
-                Err(_) => replay.bad_lines.push(line_no),
+                None => replay.bad_lines.push(line_no),
             }
         }
         if !ends_with_newline {
@@ -294,39 +301,8 @@ impl Journal {
 
     /// Applies one event to the in-memory state.
     fn fold(&mut self, record: &Record) {
-        if let Event::Seen { no, command } = &record.event {
-            self.next_no = self.next_no.max(no + 1);
-            self.states
-                .entry(record.key.clone())
-                .or_insert_with(|| KeyState {
-                    no: *no,
-                    command: command.clone(),
-                    seen_ts: record.ts,
-                    attempts: 0,
-                    oom_attempts: 0,
-                    next_vram: None,
-                    phase: Phase::Waiting,
-                });
-            return;
-        }
-        let next_no = &mut self.next_no;
-        let state = self.states.entry(record.key.clone()).or_insert_with(|| {
-            // An event for a key never seen (a hand-edited journal): give it
-            // a number so it is still accounted for.
-            let no = *next_no;
-            *next_no += 1;
-            KeyState {
-                no,
-                command: String::new(),
-                seen_ts: record.ts,
-                attempts: 0,
-                oom_attempts: 0,
-                next_vram: None,
-                phase: Phase::Waiting,
-            }
-        });
-        match &record.event {
-            Event::Seen { .. } => {}
+        let step = match &record.event {
+            Event::Seen { no, .. } => Fold::Seen { no: *no },
             Event::Started {
                 pgid,
                 gpus,
@@ -334,36 +310,183 @@ impl Journal {
                 vram_mib,
                 start_ticks,
                 boot_id,
-            } => {
-                state.attempts = state.attempts.max(*attempt);
-                state.phase = Phase::Started(StartedInfo {
+            } => Fold::Started {
+                attempt: *attempt,
+                info: StartedInfo {
                     ts: record.ts,
                     pgid: *pgid,
                     gpus: gpus.clone(),
                     vram_mib: *vram_mib,
                     start_ticks: *start_ticks,
                     boot_id: boot_id.clone(),
-                });
-            }
+                    command: None,
+                },
+            },
             Event::Oom {
                 attempts,
                 next_vram,
-            } => {
-                state.oom_attempts = *attempts;
-                state.next_vram = *next_vram;
-                state.phase = Phase::Waiting;
-            }
-            Event::Interrupted {} => state.phase = Phase::Waiting,
+            } => Fold::Oom {
+                attempts: *attempts,
+                next_vram: *next_vram,
+            },
+            Event::Interrupted {} => Fold::Interrupted,
             Event::Done {
                 status, returncode, ..
+            } => Fold::Done {
+                status: *status,
+                returncode: *returncode,
+                ts: record.ts,
+            },
+        };
+        self.apply(&record.key, step);
+    }
+
+    /// The one place where events change a key's state.
+    fn apply(&mut self, key: &str, step: Fold) {
+        if let Fold::Seen { no } = step {
+            self.next_no = self.next_no.max(no + 1);
+            if !self.states.contains_key(key) {
+                self.states.insert(key.to_string(), KeyState::new(no));
+            }
+            return;
+        }
+        if !self.states.contains_key(key) {
+            // An event for a key never seen (a hand-edited journal): give it
+            // a number so it is still accounted for.
+            self.states
+                .insert(key.to_string(), KeyState::new(self.next_no));
+            self.next_no += 1;
+        }
+        let Some(state) = self.states.get_mut(key) else {
+            return;
+        };
+        match step {
+            Fold::Seen { .. } => {}
+            Fold::Started { attempt, info } => {
+                state.attempts = state.attempts.max(attempt);
+                state.phase = Phase::Started(Box::new(info));
+            }
+            Fold::Oom {
+                attempts,
+                next_vram,
+            } => {
+                state.oom_attempts = attempts;
+                state.next_vram = next_vram;
+                state.phase = Phase::Waiting;
+            }
+            Fold::Interrupted => state.phase = Phase::Waiting,
+            Fold::Done {
+                status,
+                returncode,
+                ts,
             } => {
                 state.phase = Phase::Done {
-                    status: *status,
-                    returncode: *returncode,
-                    ts: record.ts,
-                };
+                    status,
+                    returncode,
+                    ts,
+                }
             }
         }
+    }
+}
+
+impl KeyState {
+    fn new(no: u32) -> Self {
+        KeyState {
+            no,
+            attempts: 0,
+            oom_attempts: 0,
+            next_vram: None,
+            phase: Phase::Waiting,
+        }
+    }
+}
+
+/// One event's effect on a key's state.
+enum Fold {
+    Seen {
+        no: u32,
+    },
+    Started {
+        attempt: u32,
+        info: StartedInfo,
+    },
+    Oom {
+        attempts: u32,
+        next_vram: Option<u64>,
+    },
+    Interrupted,
+    Done {
+        status: DoneStatus,
+        returncode: Option<i32>,
+        ts: f64,
+    },
+}
+
+/// A journal line as read back at start: every field of every event, flat
+/// and borrowed, so that replaying a long journal allocates little. Fields
+/// the fold does not need (peaks, utilization, duration) are skipped.
+#[derive(Deserialize)]
+struct RawRecord<'a> {
+    ts: f64,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    no: Option<u32>,
+    #[serde(borrow)]
+    command: Option<Cow<'a, str>>,
+    pgid: Option<i32>,
+    gpus: Option<Vec<u32>>,
+    attempt: Option<u32>,
+    vram_mib: Option<u64>,
+    start_ticks: Option<u64>,
+    #[serde(borrow)]
+    boot_id: Option<Cow<'a, str>>,
+    attempts: Option<u32>,
+    next_vram: Option<u64>,
+    status: Option<DoneStatus>,
+    returncode: Option<i32>,
+}
+
+impl RawRecord<'_> {
+    /// The fold step, or `None` when a field the event needs is missing
+    /// (the line is then treated as garbled).
+    fn step(&self, commands: &mut HashMap<String, String>) -> Option<Fold> {
+        Some(match self.event.as_ref() {
+            "seen" => {
+                if let Some(command) = &self.command {
+                    commands.insert(self.key.to_string(), command.to_string());
+                }
+                Fold::Seen { no: self.no? }
+            }
+            "started" => Fold::Started {
+                attempt: self.attempt?,
+                info: StartedInfo {
+                    ts: self.ts,
+                    pgid: self.pgid?,
+                    gpus: self.gpus.clone()?,
+                    vram_mib: self.vram_mib,
+                    start_ticks: self.start_ticks,
+                    boot_id: self.boot_id.as_ref().map(|b| b.to_string()),
+                    command: commands.get(self.key.as_ref()).cloned(),
+                },
+            },
+            "oom" => Fold::Oom {
+                attempts: self.attempts?,
+                next_vram: self.next_vram,
+            },
+            "interrupted" => Fold::Interrupted,
+            "done" => {
+                commands.remove(self.key.as_ref());
+                Fold::Done {
+                    status: self.status?,
+                    returncode: self.returncode,
+                    ts: self.ts,
+                }
+            }
+            _ => return None,
+        })
     }
 }
 

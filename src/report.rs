@@ -251,37 +251,46 @@ pub fn render_row(row: &BoardRow) -> String {
     )
 }
 
+/// The jobs of one section of the board: the rows shown and how many the
+/// section has in all (the rest are counted in one line).
+#[derive(Debug, Default)]
+pub struct BoardSection {
+    /// Rows to show, at most [`BOARD_LIST_LIMIT`].
+    pub rows: Vec<BoardRow>,
+    /// Jobs in this section, shown or not.
+    pub total: usize,
+}
+
+impl BoardSection {
+    /// Adds a job that comes later in the list: shown while there is room.
+    pub fn push_first(&mut self, row: impl FnOnce() -> BoardRow) {
+        self.total += 1;
+        if self.rows.len() < BOARD_LIST_LIMIT {
+            self.rows.push(row());
+        }
+    }
+}
+
 /// Renders the whole board: the header lines, then running, waiting and
-/// finished jobs (each list capped at [`BOARD_LIST_LIMIT`]).
-pub fn render_board(header: &[String], rows: &[BoardRow]) -> String {
+/// finished jobs, each section's hidden rest counted in one line.
+pub fn render_board(header: &[String], sections: &[(&str, &BoardSection)]) -> String {
     let mut out = String::new();
     for line in header {
         out.push_str(line);
         out.push('\n');
     }
     out.push('\n');
-    type Belongs = fn(&BoardState) -> bool;
-    let groups: [(&str, Belongs); 3] = [
-        ("running", |s| matches!(s, BoardState::Running { .. })),
-        ("waiting", |s| {
-            matches!(s, BoardState::Pending { .. } | BoardState::RetryWait { .. })
-        }),
-        ("finished", |s| matches!(s, BoardState::Done { .. })),
-    ];
-    for (name, belongs) in groups {
-        let members: Vec<&BoardRow> = rows.iter().filter(|r| belongs(&r.state)).collect();
-        let shown = if name == "finished" {
-            // The most recent finishes are the interesting ones.
-            &members[members.len().saturating_sub(BOARD_LIST_LIMIT)..]
-        } else {
-            &members[..members.len().min(BOARD_LIST_LIMIT)]
-        };
-        for row in shown {
+    for (name, section) in sections {
+        for row in &section.rows {
             out.push_str(&render_row(row));
             out.push('\n');
         }
-        if members.len() > shown.len() {
-            let _ = writeln!(out, "  … and {} more {name}", members.len() - shown.len());
+        if section.total > section.rows.len() {
+            let _ = writeln!(
+                out,
+                "  … and {} more {name}",
+                section.total - section.rows.len()
+            );
         }
     }
     out
@@ -336,7 +345,8 @@ mod tests {
 
     #[test]
     fn board_marks_and_caps() {
-        let mut rows = vec![BoardRow {
+        let mut running = BoardSection::default();
+        running.push_first(|| BoardRow {
             no: 1,
             command: "python train.py".into(),
             state: BoardState::Running {
@@ -347,9 +357,10 @@ mod tests {
                 vram_mib: Some(8000),
                 note: None,
             },
-        }];
+        });
+        let mut waiting = BoardSection::default();
         for no in 2..(3 + BOARD_LIST_LIMIT as u32) {
-            rows.push(BoardRow {
+            waiting.push_first(|| BoardRow {
                 no,
                 command: "wait".into(),
                 state: BoardState::Pending {
@@ -358,20 +369,34 @@ mod tests {
                 },
             });
         }
-        rows.push(BoardRow {
-            no: 99,
-            command: "x".into(),
-            state: BoardState::Done {
-                status: DoneStatus::Cancelled,
-                returncode: None,
-            },
-        });
-        let board = render_board(&["header".into()], &rows);
+        let finished = BoardSection {
+            rows: (101..(101 + BOARD_LIST_LIMIT as u32))
+                .map(|no| BoardRow {
+                    no,
+                    command: "x".into(),
+                    state: BoardState::Done {
+                        status: DoneStatus::Cancelled,
+                        returncode: None,
+                    },
+                })
+                .collect(),
+            total: BOARD_LIST_LIMIT + 1,
+        };
+        let board = render_board(
+            &["header".into()],
+            &[
+                ("running", &running),
+                ("waiting", &waiting),
+                ("finished", &finished),
+            ],
+        );
         assert!(board.starts_with("header\n"));
         assert!(board.contains("▶ job 1"), "{board}");
         assert!(board.contains("· job 2 "), "{board}");
+        assert!(!board.contains("· job 52 "), "{board}");
         assert!(board.contains("… and 1 more waiting"), "{board}");
-        assert!(board.contains("⊘ job 99"), "{board}");
+        assert!(board.contains("⊘ job 150"), "{board}");
+        assert!(board.contains("… and 1 more finished"), "{board}");
     }
 
     #[test]

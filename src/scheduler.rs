@@ -10,7 +10,7 @@ use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec::{self, JobSpec};
 use crate::journal::{DoneStatus, Event, Journal, KeyState, Phase, Record, now_ts};
 use crate::process::{self, GroupIdentity, Pgid, Termination};
-use crate::report::{self, BoardRow, BoardState, say, warn};
+use crate::report::{self, BoardRow, BoardSection, BoardState, say, warn};
 use anyhow::Context;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -156,8 +156,8 @@ struct JobsFile {
     specs: Vec<JobSpec>,
     /// Key → index into `specs`.
     index: HashMap<String, usize>,
-    /// The last text read (changed or not), to skip re-parsing.
-    text: Option<String>,
+    /// Hash of the last text read (parsed or not), to skip re-parsing.
+    text_hash: Option<u64>,
     /// The last error reported, so each distinct error is warned once.
     last_error: Option<String>,
     /// (mtime, len, inode) at the last read.
@@ -215,6 +215,8 @@ pub struct Scheduler {
     dispatched_this_run: u32,
     paused_reason: Option<String>,
     started_ts: f64,
+    /// The GPU loads placement last saw (to skip rounds that cannot differ).
+    last_dispatch_loads: Option<Vec<GpuLoad>>,
 }
 
 /// Runs the scheduler until the queue drains (or forever with `--watch`)
@@ -329,7 +331,7 @@ impl Scheduler {
                 path: jobs_path.clone(),
                 index: HashMap::new(),
                 specs: Vec::new(),
-                text: None,
+                text_hash: None,
                 last_error: None,
                 stamp: None,
                 unsettled: None,
@@ -350,6 +352,7 @@ impl Scheduler {
             dispatched_this_run: 0,
             paused_reason: None,
             started_ts: now_ts(),
+            last_dispatch_loads: None,
         };
         scheduler.jobs.stamp = JobsFile::stamp_of(&jobs_path);
         scheduler.install_specs(text, specs)?;
@@ -501,7 +504,8 @@ impl Scheduler {
                 return Ok(());
             }
         };
-        if self.jobs.text.as_deref() == Some(text.as_str()) {
+        let text_hash = hash_text(&text);
+        if self.jobs.text_hash == Some(text_hash) {
             self.jobs.stamp = stamp;
             self.jobs.unsettled = None;
             return Ok(());
@@ -531,7 +535,7 @@ impl Scheduler {
                 self.install_specs(text, specs)?;
             }
             Err(e) => {
-                self.jobs.text = Some(text);
+                self.jobs.text_hash = Some(text_hash);
                 self.warn_file_problem(format!(
                     "{}: {e} — edit ignored, keeping the last good queue",
                     self.jobs.path.display()
@@ -576,7 +580,7 @@ impl Scheduler {
             .map(|(i, s)| (s.key.clone(), i))
             .collect();
         self.jobs.specs = specs;
-        self.jobs.text = Some(text);
+        self.jobs.text_hash = Some(hash_text(&text));
         self.dispatch_needed = true;
         self.sample_now = true;
         Ok(())
@@ -713,7 +717,6 @@ impl Scheduler {
     fn sample_gpus(&mut self, now: Instant) {
         self.sample_now = false;
         self.gpu.last_sample = Some(now);
-        self.dispatch_needed = true;
         let snapshot = match self.backend.snapshot() {
             Ok(snapshot) => snapshot,
             Err(e) => {
@@ -867,7 +870,11 @@ impl Scheduler {
                     key.clone(),
                     Running {
                         no: state.no,
-                        command: state.command.clone(),
+                        command: info
+                            .command
+                            .clone()
+                            .or_else(|| self.jobs.spec(&key).map(|s| s.command.clone()))
+                            .unwrap_or_default(),
                         gpus: info.gpus.clone(),
                         vram_mib: info.vram_mib,
                         attempt: state.attempts,
@@ -1132,72 +1139,71 @@ impl Scheduler {
             .collect()
     }
 
-    /// The pending jobs in priority (file) order with their declarations
-    /// (an OOM bump from the journal raises the file's).
-    fn pending(&self) -> Vec<(&JobSpec, Request)> {
-        self.jobs
-            .specs
-            .iter()
-            .filter(|s| !self.running.contains_key(&s.key) && !s.cancel)
-            .filter_map(|s| {
-                let state = self.journal.state(&s.key)?;
-                matches!(state.phase, Phase::Waiting).then(|| {
-                    let vram_mib = match (s.vram_mib, state.next_vram) {
-                        (Some(a), Some(b)) => Some(a.max(b)),
-                        (a, b) => a.or(b),
-                    };
-                    (
-                        s,
-                        Request {
-                            vram_mib,
-                            gpus: s.gpus,
-                        },
-                    )
-                })
+    /// The pending jobs in priority (file) order, as indices into the specs,
+    /// with their requests (an OOM bump from the journal raises the file's
+    /// declaration).
+    fn pending(&self) -> impl Iterator<Item = (usize, Request)> + '_ {
+        self.jobs.specs.iter().enumerate().filter_map(|(index, s)| {
+            if s.cancel || self.running.contains_key(&s.key) {
+                return None;
+            }
+            let state = self.journal.state(&s.key)?;
+            matches!(state.phase, Phase::Waiting).then(|| {
+                let vram_mib = match (s.vram_mib, state.next_vram) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                (
+                    index,
+                    Request {
+                        vram_mib,
+                        gpus: s.gpus,
+                    },
+                )
             })
-            .collect()
+        })
     }
 
     /// Places pending jobs in file order with backfill and starts those that
-    /// fit (SPEC §2); ends infeasible ones at once.
+    /// fit (SPEC §2); ends infeasible ones at once. Placement is pure, so
+    /// when neither the queue nor the GPU loads changed since the last
+    /// round, its answer cannot have changed either and the round is
+    /// skipped.
     fn dispatch(&mut self) -> anyhow::Result<()> {
-        if !self.dispatch_needed
-            || self.stop_signals > 0
-            || self.paused_reason.is_some()
-            || self.gpu.snapshot.is_none()
-        {
-            return Ok(());
-        }
-        self.dispatch_needed = false;
-        let pending: Vec<(JobSpec, Request)> = self
-            .pending()
-            .into_iter()
-            .map(|(s, r)| (s.clone(), r))
-            .collect();
-        if pending.is_empty() {
+        if self.stop_signals > 0 || self.paused_reason.is_some() || self.gpu.snapshot.is_none() {
             return Ok(());
         }
         let mut loads = self.gpu_loads();
-        let requests: Vec<Request> = pending.iter().map(|(_, r)| *r).collect();
+        if !self.dispatch_needed && self.last_dispatch_loads.as_ref() == Some(&loads) {
+            return Ok(());
+        }
+        self.dispatch_needed = false;
+        self.last_dispatch_loads = Some(loads.clone());
+        let (indices, requests): (Vec<usize>, Vec<Request>) = self.pending().unzip();
+        if requests.is_empty() {
+            return Ok(());
+        }
         let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
-        for ((spec, request), placement) in pending.iter().zip(placements) {
+        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             match placement {
                 Placement::NotNow => {}
-                Placement::Start(gpus) => self.start_job(spec, request, &gpus)?,
+                Placement::Start(gpus) => {
+                    let spec = self.jobs.specs[index].clone();
+                    self.start_job(&spec, request, &gpus)?;
+                }
                 Placement::Infeasible(reason) => {
-                    let no = self.journal.state(&spec.key).map_or(0, |s| s.no);
+                    let spec = &self.jobs.specs[index];
+                    let (key, command) = (spec.key.clone(), spec.command.clone());
+                    let no = self.journal.state(&key).map_or(0, |s| s.no);
                     self.record_done(
-                        &spec.key,
+                        &key,
                         DoneStatus::Infeasible,
                         None,
                         BTreeMap::new(),
                         None,
                         0.0,
                     )?;
-                    say(&format!(
-                        "✗ job {no} infeasible: {reason}: {}",
-                        spec.command
-                    ));
+                    say(&format!("✗ job {no} infeasible: {reason}: {command}"));
                 }
             }
         }
@@ -1353,71 +1359,102 @@ impl Scheduler {
 
     // ----- phase: board and exit ------------------------------------------------
 
-    /// Rewrites `status.txt` atomically (SPEC §7).
+    /// Rewrites `status.txt` atomically (SPEC §7). Only the rows shown are
+    /// built, so a huge queue costs a counter per job, not a line.
     fn write_board(&self) {
-        let mut rows: Vec<BoardRow> = Vec::new();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        let (mut running, mut waiting, mut finished) = (
+            BoardSection::default(),
+            BoardSection::default(),
+            BoardSection::default(),
+        );
         for job in self.running.values() {
             *counts.entry("running").or_default() += 1;
-            let current: u64 = job.usage.current.values().sum();
-            let note = match (&job.proc, &job.kill) {
-                (_, Some((reason, _))) => Some(format!("stopping: {reason:?}").to_lowercase()),
-                (Proc::Orphan { .. }, None) => {
-                    Some(format!("from a previous scheduler, pgid {}", job.pgid))
+            running.push_first(|| {
+                let current: u64 = job.usage.current.values().sum();
+                let note = match (&job.proc, &job.kill) {
+                    (_, Some((reason, _))) => Some(format!("stopping: {reason:?}").to_lowercase()),
+                    (Proc::Orphan { .. }, None) => {
+                        Some(format!("from a previous scheduler, pgid {}", job.pgid))
+                    }
+                    _ if job.attempt > 1 => Some(format!("attempt {}", job.attempt)),
+                    _ => None,
+                };
+                BoardRow {
+                    no: job.no,
+                    command: job.command.clone(),
+                    state: BoardState::Running {
+                        gpus: job.gpus.clone(),
+                        elapsed_s: job.started.elapsed().as_secs_f64(),
+                        current_mib: (!job.usage.current.is_empty()).then_some(current),
+                        peak_mib: job.peak_max(),
+                        vram_mib: job.vram_mib,
+                        note,
+                    },
                 }
-                _ if job.attempt > 1 => Some(format!("attempt {}", job.attempt)),
-                _ => None,
-            };
-            rows.push(BoardRow {
-                no: job.no,
-                command: job.command.clone(),
-                state: BoardState::Running {
-                    gpus: job.gpus.clone(),
-                    elapsed_s: job.started.elapsed().as_secs_f64(),
-                    current_mib: (!job.usage.current.is_empty()).then_some(current),
-                    peak_mib: job.peak_max(),
-                    vram_mib: job.vram_mib,
-                    note,
-                },
             });
         }
-        for spec in &self.jobs.specs {
+        let mut last_finished = std::collections::VecDeque::new();
+        for (index, spec) in self.jobs.specs.iter().enumerate() {
             if self.running.contains_key(&spec.key) {
                 continue;
             }
             let Some(state) = self.journal.state(&spec.key) else {
                 continue;
             };
-            let board_state = match &state.phase {
-                Phase::Done {
-                    status, returncode, ..
-                } => {
-                    *counts.entry(status.as_str()).or_default() += 1;
-                    BoardState::Done {
-                        status: *status,
-                        returncode: *returncode,
-                    }
-                }
-                _ if state.oom_attempts > 0 => {
-                    *counts.entry("retrying").or_default() += 1;
-                    BoardState::RetryWait {
-                        next_vram_mib: state.next_vram,
-                        oom_attempts: state.oom_attempts,
-                    }
-                }
-                _ => {
-                    *counts.entry("pending").or_default() += 1;
-                    BoardState::Pending {
-                        vram_mib: spec.vram_mib,
-                        gpus: spec.gpus,
-                    }
-                }
-            };
-            rows.push(BoardRow {
+            let row = |board_state| BoardRow {
                 no: state.no,
                 command: spec.command.clone(),
                 state: board_state,
-            });
+            };
+            match &state.phase {
+                Phase::Done { status, .. } => {
+                    *counts.entry(status.as_str()).or_default() += 1;
+                    finished.total += 1;
+                    if last_finished.len() == report::BOARD_LIST_LIMIT {
+                        last_finished.pop_front();
+                    }
+                    last_finished.push_back(index);
+                }
+                _ if state.oom_attempts > 0 => {
+                    *counts.entry("retrying").or_default() += 1;
+                    waiting.push_first(|| {
+                        row(BoardState::RetryWait {
+                            next_vram_mib: state.next_vram,
+                            oom_attempts: state.oom_attempts,
+                        })
+                    });
+                }
+                _ => {
+                    *counts.entry("pending").or_default() += 1;
+                    waiting.push_first(|| {
+                        row(BoardState::Pending {
+                            vram_mib: spec.vram_mib,
+                            gpus: spec.gpus,
+                        })
+                    });
+                }
+            }
+        }
+        for index in last_finished {
+            let spec = &self.jobs.specs[index];
+            if let Some(KeyState {
+                no,
+                phase: Phase::Done {
+                    status, returncode, ..
+                },
+                ..
+            }) = self.journal.state(&spec.key)
+            {
+                finished.rows.push(BoardRow {
+                    no: *no,
+                    command: spec.command.clone(),
+                    state: BoardState::Done {
+                        status: *status,
+                        returncode: *returncode,
+                    },
+                });
+            }
         }
         let mut header = vec![
             format!(
@@ -1470,7 +1507,14 @@ impl Scheduler {
                 "stopping: waiting for running jobs to exit".to_string()
             });
         }
-        let board = report::render_board(&header, &rows);
+        let board = report::render_board(
+            &header,
+            &[
+                ("running", &running),
+                ("waiting", &waiting),
+                ("finished", &finished),
+            ],
+        );
         if let Err(e) = report::write_atomic(&self.cfg.log_dir.join("status.txt"), board.as_bytes())
         {
             tracing::warn!("cannot write status board: {e}");
@@ -1482,7 +1526,7 @@ impl Scheduler {
         if self.stop_signals > 0 {
             return self.running.is_empty().then_some(130);
         }
-        if self.cfg.watch || !self.running.is_empty() || !self.pending().is_empty() {
+        if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
             return None;
         }
         let mut code = 0;
@@ -1529,6 +1573,14 @@ fn exit_code(status: &ExitStatus) -> (Option<i32>, String) {
     } else {
         (None, "exit status unknown".to_string())
     }
+}
+
+/// A hash of the jobs file's text, to tell a real change from a touch.
+fn hash_text(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Appends `bytes` to the file at `path`; returns the offset they start at.

@@ -205,7 +205,12 @@ impl Env {
 }
 
 pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
+    wait_for_within(what, DEADLINE, cond)
+}
+
+/// Waits until `cond` holds, panicking with `what` after `limit`.
+pub fn wait_for_within(what: &str, limit: Duration, cond: &mut dyn FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(20));

@@ -144,14 +144,29 @@ pub enum Phase {
     /// Started with no outcome yet: running, or an orphan of a dead scheduler.
     Started(Box<StartedInfo>),
     /// Terminal: never dispatched again.
-    Done {
-        /// How it ended.
-        status: DoneStatus,
-        /// Its exit code, if it ran.
-        returncode: Option<i32>,
-        /// When (Unix seconds).
-        ts: f64,
-    },
+    Done(Finished),
+}
+
+/// How a job ended, with what the summary needs (SPEC §5 `done`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    /// How it ended.
+    pub status: DoneStatus,
+    /// Its exit code, if it ran.
+    pub returncode: Option<i32>,
+    /// When (Unix seconds).
+    pub ts: f64,
+    /// Run time of the last attempt (seconds).
+    pub duration_s: f64,
+    /// Highest per-GPU peak (MiB); `None` when never measured.
+    pub peak_mib: Option<u64>,
+    /// Mean device utilization, percent.
+    pub avg_util: Option<f64>,
+    /// Declaration per GPU of the last attempt (MiB).
+    pub vram_mib: Option<u64>,
+    /// GPUs the last attempt held, as a bit mask (bit i = GPU index i;
+    /// indices ≥ 64 are not recorded).
+    pub gpu_mask: u64,
 }
 
 /// Everything the journal says about one key, kept small: a long journal
@@ -160,6 +175,10 @@ pub enum Phase {
 pub struct KeyState {
     /// Display number.
     pub no: u32,
+    /// When the job was first seen, i.e. queued (Unix seconds).
+    pub seen_ts: f64,
+    /// When its first attempt started (Unix seconds).
+    pub first_started_ts: Option<f64>,
     /// Attempts started so far.
     pub attempts: u32,
     /// OOM attempts so far.
@@ -235,7 +254,7 @@ impl Journal {
                 .and_then(|raw| Some((raw.step(&mut commands)?, raw)));
             match step {
                 Some((step, raw)) => {
-                    journal.apply(&raw.key, step);
+                    journal.apply(&raw.key, raw.ts, step);
                     replay.events += 1;
                 }
                 None => replay.bad_lines.push(line_no),
@@ -331,22 +350,31 @@ impl Journal {
             },
             Event::Interrupted {} => Fold::Interrupted,
             Event::Done {
-                status, returncode, ..
-            } => Fold::Done {
+                status,
+                returncode,
+                peak_mib,
+                avg_util,
+                duration_s,
+            } => Fold::Done(Finished {
                 status: *status,
                 returncode: *returncode,
                 ts: record.ts,
-            },
+                duration_s: *duration_s,
+                peak_mib: peak_mib.values().copied().max().flatten(),
+                avg_util: *avg_util,
+                vram_mib: None,
+                gpu_mask: 0,
+            }),
         };
-        self.apply(&record.key, step);
+        self.apply(&record.key, record.ts, step);
     }
 
     /// The one place where events change a key's state.
-    fn apply(&mut self, key: &str, step: Fold) {
+    fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
             self.next_no = self.next_no.max(no + 1);
             if !self.states.contains_key(key) {
-                self.states.insert(key.to_string(), KeyState::new(no));
+                self.states.insert(key.to_string(), KeyState::new(no, ts));
             }
             return;
         }
@@ -354,7 +382,7 @@ impl Journal {
             // An event for a key never seen (a hand-edited journal): give it
             // a number so it is still accounted for.
             self.states
-                .insert(key.to_string(), KeyState::new(self.next_no));
+                .insert(key.to_string(), KeyState::new(self.next_no, ts));
             self.next_no += 1;
         }
         let Some(state) = self.states.get_mut(key) else {
@@ -364,6 +392,7 @@ impl Journal {
             Fold::Seen { .. } => {}
             Fold::Started { attempt, info } => {
                 state.attempts = state.attempts.max(attempt);
+                state.first_started_ts.get_or_insert(info.ts);
                 state.phase = Phase::Started(Box::new(info));
             }
             Fold::Oom {
@@ -375,25 +404,27 @@ impl Journal {
                 state.phase = Phase::Waiting;
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
-            Fold::Done {
-                status,
-                returncode,
-                ts,
-            } => {
-                state.phase = Phase::Done {
-                    status,
-                    returncode,
-                    ts,
+            Fold::Done(mut finished) => {
+                if let Phase::Started(info) = &state.phase {
+                    finished.vram_mib = info.vram_mib;
+                    finished.gpu_mask = info
+                        .gpus
+                        .iter()
+                        .filter(|&&g| g < 64)
+                        .fold(0, |mask, g| mask | (1u64 << g));
                 }
+                state.phase = Phase::Done(finished);
             }
         }
     }
 }
 
 impl KeyState {
-    fn new(no: u32) -> Self {
+    fn new(no: u32, seen_ts: f64) -> Self {
         KeyState {
             no,
+            seen_ts,
+            first_started_ts: None,
             attempts: 0,
             oom_attempts: 0,
             next_vram: None,
@@ -416,11 +447,7 @@ enum Fold {
         next_vram: Option<u64>,
     },
     Interrupted,
-    Done {
-        status: DoneStatus,
-        returncode: Option<i32>,
-        ts: f64,
-    },
+    Done(Finished),
 }
 
 /// A journal line as read back at start: every field of every event, flat
@@ -447,6 +474,38 @@ struct RawRecord<'a> {
     next_vram: Option<u64>,
     status: Option<DoneStatus>,
     returncode: Option<i32>,
+    duration_s: Option<f64>,
+    avg_util: Option<f64>,
+    peak_mib: Option<PeakMax>,
+}
+
+/// The highest value of a `peak_mib` object, read without building it.
+#[derive(Clone, Copy)]
+struct PeakMax(Option<u64>);
+
+impl<'de> Deserialize<'de> for PeakMax {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = PeakMax;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of GPU index to MiB or null")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<PeakMax, A::Error> {
+                let mut max = None;
+                while let Some((_, value)) =
+                    map.next_entry::<serde::de::IgnoredAny, Option<u64>>()?
+                {
+                    max = max.max(value);
+                }
+                Ok(PeakMax(max))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
 }
 
 impl RawRecord<'_> {
@@ -479,11 +538,16 @@ impl RawRecord<'_> {
             "interrupted" => Fold::Interrupted,
             "done" => {
                 commands.remove(self.key.as_ref());
-                Fold::Done {
+                Fold::Done(Finished {
                     status: self.status?,
                     returncode: self.returncode,
                     ts: self.ts,
-                }
+                    duration_s: self.duration_s.unwrap_or(0.0),
+                    peak_mib: self.peak_mib.and_then(|p| p.0),
+                    avg_util: self.avg_util,
+                    vram_mib: None,
+                    gpu_mask: 0,
+                })
             }
             _ => return None,
         })
@@ -597,14 +661,16 @@ mod tests {
         assert_eq!(a.next_vram, Some(10000));
         assert_eq!(a.phase, Phase::Waiting);
         let b = journal.state("b#0").unwrap();
-        assert!(matches!(
-            b.phase,
-            Phase::Done {
-                status: DoneStatus::Failed,
-                returncode: Some(3),
-                ..
+        match &b.phase {
+            Phase::Done(f) => {
+                assert_eq!((f.status, f.returncode), (DoneStatus::Failed, Some(3)));
+                assert_eq!(f.peak_mib, Some(100));
+                assert_eq!(f.duration_s, 1.5);
+                assert_eq!(f.vram_mib, Some(8000));
+                assert_eq!(f.gpu_mask, 0b11);
             }
-        ));
+            other => panic!("unexpected {other:?}"),
+        }
         assert_eq!(journal.next_no(), 3);
     }
 

@@ -10,9 +10,11 @@ pub mod gpu;
 pub mod jobspec;
 pub mod journal;
 pub mod process;
+pub mod progress;
 pub mod report;
 pub mod scheduler;
 pub mod simjob;
+pub mod status;
 
 use anyhow::Context;
 use gpu::GpuBackend;

@@ -10,7 +10,9 @@ use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec::{self, JobSpec};
 use crate::journal::{DoneStatus, Event, Journal, KeyState, Phase, Record, now_ts};
 use crate::process::{self, GroupIdentity, Pgid, Termination};
+use crate::progress::{self, Progress};
 use crate::report::{self, BoardRow, BoardSection, BoardState, say, warn};
+use crate::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
 use anyhow::Context;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -38,6 +40,9 @@ const OOM_SIGNATURES: [&str; 6] = [
     "cudaerrormemoryallocation",
     "resource_exhausted",
 ];
+
+/// Bytes of a running job's log searched for a progress marker each round.
+const PROGRESS_TAIL_BYTES: u64 = 8 * 1024;
 
 /// Growth of a running job's peak (MiB) that `-v` reports (SPEC §7).
 const VERBOSE_STEP_MIB: u64 = 256;
@@ -142,6 +147,8 @@ struct Running {
     usage: Usage,
     timeout_at: Option<Instant>,
     kill: Option<(KillReason, Termination)>,
+    /// The last progress marker read from its log.
+    progress: Option<Progress>,
 }
 
 impl Running {
@@ -189,6 +196,17 @@ struct GpuState {
     external_peaks: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     failures: u32,
+    /// Per-GPU accumulators for the summary.
+    stats: BTreeMap<u32, GpuStats>,
+}
+
+/// What the summary says about a GPU over the run.
+#[derive(Default)]
+struct GpuStats {
+    samples: u32,
+    /// Samples in which a job of ours was on it.
+    busy: u32,
+    used_sum_mib: f64,
 }
 
 /// The whole scheduler state.
@@ -403,7 +421,7 @@ impl Scheduler {
             self.check_orphans()?;
         }
         self.dispatch()?;
-        self.write_board();
+        self.publish();
         Ok(self.finished())
     }
 
@@ -829,6 +847,31 @@ impl Scheduler {
                 ));
             }
         }
+        for gpu in &snapshot.gpus {
+            if self
+                .cfg
+                .allowed
+                .as_ref()
+                .is_some_and(|a| !a.contains(&gpu.index))
+            {
+                continue;
+            }
+            let stats = self.gpu.stats.entry(gpu.index).or_default();
+            stats.samples += 1;
+            stats.used_sum_mib += gpu.used_mib as f64;
+            if self.running.values().any(|j| j.gpus.contains(&gpu.index)) {
+                stats.busy += 1;
+            }
+        }
+        for job in self.running.values_mut() {
+            if let (Some(path), Proc::Child { log_offset, .. }) = (&job.log_path, &job.proc) {
+                if let Some(progress) =
+                    progress::parse(&read_tail(path, *log_offset, PROGRESS_TAIL_BYTES))
+                {
+                    job.progress = Some(progress);
+                }
+            }
+        }
         self.gpu.snapshot = Some(snapshot);
     }
 
@@ -887,6 +930,7 @@ impl Scheduler {
                         usage: Usage::default(),
                         timeout_at,
                         kill: None,
+                        progress: None,
                     },
                 );
             } else if let Err(e) = self.journal.append(&key, Event::Interrupted {}) {
@@ -924,11 +968,11 @@ impl Scheduler {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
         for spec in &self.jobs.specs {
             if let Some(KeyState {
-                phase: Phase::Done { status, .. },
+                phase: Phase::Done(finished),
                 ..
             }) = self.journal.state(&spec.key)
             {
-                *counts.entry(status.as_str()).or_default() += 1;
+                *counts.entry(finished.status.as_str()).or_default() += 1;
             }
         }
         let total: usize = counts.values().sum();
@@ -991,7 +1035,7 @@ impl Scheduler {
                 let tail = job
                     .log_path
                     .as_deref()
-                    .map(|p| read_tail(p, *log_offset))
+                    .map(|p| read_tail(p, *log_offset, OOM_TAIL_BYTES))
                     .unwrap_or_default();
                 if is_oom(&tail) {
                     let state = self.journal.state(key);
@@ -1352,6 +1396,7 @@ impl Scheduler {
                 usage: Usage::default(),
                 timeout_at: spec.timeout_s.map(|t| started + Duration::from_secs_f64(t)),
                 kill: None,
+                progress: None,
             },
         );
         Ok(())
@@ -1359,41 +1404,125 @@ impl Scheduler {
 
     // ----- phase: board and exit ------------------------------------------------
 
-    /// Rewrites `status.txt` atomically (SPEC §7). Only the rows shown are
-    /// built, so a huge queue costs a counter per job, not a line.
-    fn write_board(&self) {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        let (mut running, mut waiting, mut finished) = (
-            BoardSection::default(),
-            BoardSection::default(),
-            BoardSection::default(),
-        );
-        for job in self.running.values() {
-            *counts.entry("running").or_default() += 1;
-            running.push_first(|| {
-                let current: u64 = job.usage.current.values().sum();
-                let note = match (&job.proc, &job.kill) {
-                    (_, Some((reason, _))) => Some(format!("stopping: {reason:?}").to_lowercase()),
-                    (Proc::Orphan { .. }, None) => {
-                        Some(format!("from a previous scheduler, pgid {}", job.pgid))
-                    }
-                    _ if job.attempt > 1 => Some(format!("attempt {}", job.attempt)),
-                    _ => None,
-                };
-                BoardRow {
-                    no: job.no,
-                    command: job.command.clone(),
-                    state: BoardState::Running {
-                        gpus: job.gpus.clone(),
-                        elapsed_s: job.started.elapsed().as_secs_f64(),
-                        current_mib: (!job.usage.current.is_empty()).then_some(current),
-                        peak_mib: job.peak_max(),
-                        vram_mib: job.vram_mib,
-                        note,
-                    },
-                }
-            });
+    /// The scheduler's state word for `status.json`.
+    fn state_word(&self) -> &'static str {
+        if self.stop_signals > 0 {
+            if self.running.is_empty() {
+                "stopped"
+            } else {
+                "stopping"
+            }
+        } else if self.paused_reason.is_some() {
+            "paused-by-errors"
+        } else if !self.cfg.watch && self.pending().next().is_none() {
+            if self.running.is_empty() {
+                "finished"
+            } else {
+                "draining"
+            }
+        } else {
+            "running"
         }
+    }
+
+    /// One job as `status.json` shows it, from its spec (if its line is in
+    /// the file), its journal state and its running attempt.
+    fn job_status(&self, key: &str, spec: Option<&JobSpec>, state: &KeyState) -> JobStatus {
+        let mut job = JobStatus {
+            no: state.no,
+            key: key.to_string(),
+            state: "pending".into(),
+            command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+            gpus: Vec::new(),
+            gpus_wanted: spec.map_or(1, |s| s.gpus),
+            vram_mib: spec.and_then(|s| s.vram_mib).max(state.next_vram),
+            current_mib: BTreeMap::new(),
+            peak_mib: BTreeMap::new(),
+            attempt: state.attempts,
+            oom_attempts: state.oom_attempts,
+            queued: Some(state.seen_ts),
+            started: state.first_started_ts,
+            finished: None,
+            returncode: None,
+            duration_s: None,
+            avg_util: None,
+            log: None,
+            progress: None,
+            note: None,
+        };
+        if let Some(run) = self.running.get(key) {
+            let elapsed = run.started.elapsed().as_secs_f64();
+            job.state = "running".into();
+            job.command = run.command.clone();
+            job.gpus = run.gpus.clone();
+            job.vram_mib = run.vram_mib;
+            job.attempt = run.attempt;
+            job.current_mib = run
+                .usage
+                .current
+                .iter()
+                .map(|(g, m)| (g.to_string(), *m))
+                .collect();
+            job.peak_mib = run
+                .gpus
+                .iter()
+                .map(|g| (g.to_string(), run.usage.peak.get(g).copied()))
+                .collect();
+            job.duration_s = Some(elapsed);
+            job.avg_util = (run.usage.util_samples > 0)
+                .then(|| run.usage.util_sum / f64::from(run.usage.util_samples));
+            job.log = run.log_path.as_ref().map(|p| p.display().to_string());
+            job.progress = run.progress.as_ref().map(|p| ProgressStatus {
+                percent: (p.fraction * 1000.0).round() / 10.0,
+                label: p.label.clone(),
+                eta_s: progress::eta_s(p, elapsed).map(|e| e.round()),
+            });
+            job.note = match (&run.proc, &run.kill) {
+                (_, Some((reason, _))) => Some(format!("stopping: {reason:?}").to_lowercase()),
+                (Proc::Orphan { .. }, None) => {
+                    Some(format!("from a previous scheduler, pgid {}", run.pgid))
+                }
+                _ if run.attempt > 1 => Some(format!("attempt {}", run.attempt)),
+                _ => None,
+            };
+        } else if let Phase::Done(done) = &state.phase {
+            job.state = done.status.as_str().into();
+            job.gpus = (0..64)
+                .filter(|i| done.gpu_mask & (1u64 << i) != 0)
+                .collect();
+            job.vram_mib = done.vram_mib;
+            job.peak_mib = BTreeMap::from([("max".to_string(), done.peak_mib)]);
+            job.finished = Some(done.ts);
+            job.returncode = done.returncode;
+            job.duration_s = Some(done.duration_s);
+            job.avg_util = done.avg_util;
+            if !job.gpus.is_empty() {
+                let log = self.cfg.log_dir.join(format!(
+                    "job{:03}_gpu{}.log",
+                    state.no,
+                    report::gpu_ids(&job.gpus, "-")
+                ));
+                job.log = Some(log.display().to_string());
+            }
+        } else if state.oom_attempts > 0 {
+            job.state = "retry_wait".into();
+        }
+        job
+    }
+
+    /// The status document of this round (status issue).
+    fn status_doc(&self) -> StatusDoc {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut jobs: Vec<JobStatus> = Vec::new();
+        for (key, run) in &self.running {
+            *counts.entry("running".into()).or_default() += 1;
+            if let Some(state) = self.journal.state(key) {
+                jobs.push(self.job_status(key, self.jobs.spec(key), state));
+            } else {
+                tracing::debug!("running job {} has no journal state", run.no);
+            }
+        }
+        let mut waiting = 0;
         let mut last_finished = std::collections::VecDeque::new();
         for (index, spec) in self.jobs.specs.iter().enumerate() {
             if self.running.contains_key(&spec.key) {
@@ -1402,59 +1531,106 @@ impl Scheduler {
             let Some(state) = self.journal.state(&spec.key) else {
                 continue;
             };
-            let row = |board_state| BoardRow {
-                no: state.no,
-                command: spec.command.clone(),
-                state: board_state,
-            };
-            match &state.phase {
-                Phase::Done { status, .. } => {
-                    *counts.entry(status.as_str()).or_default() += 1;
-                    finished.total += 1;
-                    if last_finished.len() == report::BOARD_LIST_LIMIT {
+            let word = match &state.phase {
+                Phase::Done(done) => {
+                    if last_finished.len() == status::JSON_LIST_LIMIT {
                         last_finished.pop_front();
                     }
                     last_finished.push_back(index);
-                }
-                _ if state.oom_attempts > 0 => {
-                    *counts.entry("retrying").or_default() += 1;
-                    waiting.push_first(|| {
-                        row(BoardState::RetryWait {
-                            next_vram_mib: state.next_vram,
-                            oom_attempts: state.oom_attempts,
-                        })
-                    });
+                    done.status.as_str()
                 }
                 _ => {
-                    *counts.entry("pending").or_default() += 1;
-                    waiting.push_first(|| {
-                        row(BoardState::Pending {
-                            vram_mib: spec.vram_mib,
-                            gpus: spec.gpus,
-                        })
-                    });
+                    if waiting < status::JSON_LIST_LIMIT {
+                        jobs.push(self.job_status(&spec.key, Some(spec), state));
+                    }
+                    waiting += 1;
+                    if state.oom_attempts > 0 {
+                        "retry_wait"
+                    } else {
+                        "pending"
+                    }
                 }
-            }
+            };
+            *counts.entry(word.into()).or_default() += 1;
         }
         for index in last_finished {
             let spec = &self.jobs.specs[index];
-            if let Some(KeyState {
-                no,
-                phase: Phase::Done {
-                    status, returncode, ..
-                },
-                ..
-            }) = self.journal.state(&spec.key)
-            {
-                finished.rows.push(BoardRow {
-                    no: *no,
-                    command: spec.command.clone(),
-                    state: BoardState::Done {
-                        status: *status,
-                        returncode: *returncode,
-                    },
-                });
+            if let Some(state) = self.journal.state(&spec.key) {
+                jobs.push(self.job_status(&spec.key, Some(spec), state));
             }
+        }
+        let snapshot_gpus = self
+            .gpu
+            .snapshot
+            .as_ref()
+            .map(|s| s.gpus.as_slice())
+            .unwrap_or_default();
+        let gpus = self
+            .gpu_loads()
+            .into_iter()
+            .map(|load| {
+                let info = snapshot_gpus.iter().find(|g| g.index == load.index);
+                let stats = self.gpu.stats.get(&load.index);
+                GpuStatus {
+                    index: load.index,
+                    uuid: info.map(|g| g.uuid.clone()).unwrap_or_default(),
+                    name: info.map(|g| g.name.clone()).unwrap_or_default(),
+                    total_mib: load.total_mib,
+                    used_mib: load.used_mib,
+                    external_mib: allocation::effective_external_mib(
+                        &load,
+                        self.cfg.place.spike_buffer,
+                    ),
+                    headroom_mib: allocation::headroom_mib(&load, self.cfg.place.spike_buffer),
+                    util_percent: info.and_then(|g| g.util_percent),
+                    jobs: self
+                        .running
+                        .values()
+                        .filter(|j| j.gpus.contains(&load.index))
+                        .map(|j| j.no)
+                        .collect(),
+                    busy_fraction: stats
+                        .filter(|s| s.samples > 0)
+                        .map(|s| f64::from(s.busy) / f64::from(s.samples)),
+                    mean_used_mib: stats
+                        .filter(|s| s.samples > 0)
+                        .map(|s| (s.used_sum_mib / f64::from(s.samples)).round()),
+                }
+            })
+            .collect();
+        let mut finished_this_run: BTreeMap<String, u64> = BTreeMap::new();
+        for (status, _) in self.ended_this_run.values() {
+            *finished_this_run.entry(status.as_str().into()).or_default() += 1;
+        }
+        StatusDoc {
+            schema: status::SCHEMA.into(),
+            updated: now_ts(),
+            scheduler: SchedulerStatus {
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                started: self.started_ts,
+                poll_s: self.cfg.poll.as_secs_f64(),
+                backend: if self.backend.is_sim() { "sim" } else { "nvml" }.into(),
+                backend_detail: self.backend.describe(),
+                state: self.state_word().into(),
+                paused_reason: self.paused_reason.clone(),
+                jobs_file: self.jobs.path.display().to_string(),
+                log_dir: self.cfg.log_dir.display().to_string(),
+                watch: self.cfg.watch,
+            },
+            counts,
+            finished_this_run,
+            gpus,
+            jobs,
+        }
+    }
+
+    /// Writes `status.json`, `metrics.prom` and `status.txt`, each
+    /// atomically, from one status document (SPEC §7, status issue).
+    fn publish(&self) {
+        let doc = self.status_doc();
+        if let Err(e) = doc.write(&self.cfg.log_dir) {
+            tracing::warn!("cannot write status.json / metrics.prom: {e}");
         }
         let mut header = vec![
             format!(
@@ -1462,36 +1638,30 @@ impl Scheduler {
                 env!("CARGO_PKG_VERSION"),
                 self.backend.describe(),
                 self.jobs.path.display(),
-                report::date_time(now_ts())
+                report::date_time(doc.updated)
             ),
             format!(
                 "jobs: {}",
-                [
-                    "running",
-                    "pending",
-                    "retrying",
-                    "ok",
-                    "failed",
-                    "failed_oom",
-                    "timeout",
-                    "cancelled",
-                    "infeasible"
-                ]
-                .iter()
-                .map(|k| format!("{} {k}", counts.get(k).copied().unwrap_or(0)))
-                .collect::<Vec<_>>()
-                .join(", ")
+                status::JOB_STATES
+                    .iter()
+                    .map(|k| format!(
+                        "{} {}",
+                        doc.counts.get(*k).copied().unwrap_or(0),
+                        k.replace('_', " ")
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ];
-        for load in self.gpu_loads() {
+        for gpu in &doc.gpus {
             header.push(format!(
                 "GPU {}: {} / {} MiB used, external {} MiB, {} of our job(s), headroom {} MiB",
-                load.index,
-                load.used_mib,
-                load.total_mib,
-                allocation::effective_external_mib(&load, self.cfg.place.spike_buffer),
-                load.occupants.len(),
-                allocation::headroom_mib(&load, self.cfg.place.spike_buffer)
+                gpu.index,
+                gpu.used_mib,
+                gpu.total_mib,
+                gpu.external_mib,
+                gpu.jobs.len(),
+                gpu.headroom_mib
             ));
         }
         if let Some(reason) = &self.paused_reason {
@@ -1507,6 +1677,31 @@ impl Scheduler {
                 "stopping: waiting for running jobs to exit".to_string()
             });
         }
+        let (mut running, mut waiting, mut finished) = (
+            BoardSection::default(),
+            BoardSection::default(),
+            BoardSection::default(),
+        );
+        for job in &doc.jobs {
+            let section = match job.state.as_str() {
+                "running" => &mut running,
+                "pending" | "retry_wait" => &mut waiting,
+                _ => &mut finished,
+            };
+            section.rows.push(board_row(job));
+        }
+        let total = |states: &[&str]| {
+            states
+                .iter()
+                .map(|s| doc.counts.get(*s).copied().unwrap_or(0))
+                .sum()
+        };
+        running.total = total(&["running"]);
+        waiting.total = total(&["pending", "retry_wait"]);
+        finished.total = total(&status::TERMINAL_STATES);
+        waiting.rows.truncate(report::BOARD_LIST_LIMIT);
+        let skip = finished.rows.len().saturating_sub(report::BOARD_LIST_LIMIT);
+        finished.rows.drain(..skip);
         let board = report::render_board(
             &header,
             &[
@@ -1536,9 +1731,7 @@ impl Scheduler {
                 .specs
                 .iter()
                 .filter_map(|s| match self.journal.state(&s.key)?.phase {
-                    Phase::Done {
-                        status, returncode, ..
-                    } => Some((status, returncode)),
+                    Phase::Done(done) => Some((done.status, done.returncode)),
                     _ => None,
                 });
         for (status, returncode) in in_file.chain(self.ended_this_run.values().copied()) {
@@ -1547,6 +1740,10 @@ impl Scheduler {
                 code = code.max(returncode.unwrap_or(1).clamp(1, 255));
             }
         }
+        let summary = status::summary(&self.status_doc());
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
+        drop(out);
         say(&format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
             report::human_duration(now_ts() - self.started_ts),
@@ -1575,6 +1772,60 @@ fn exit_code(status: &ExitStatus) -> (Option<i32>, String) {
     }
 }
 
+/// A board line from a job's status.
+fn board_row(job: &JobStatus) -> BoardRow {
+    let state = match job.state.as_str() {
+        "running" => BoardState::Running {
+            gpus: job.gpus.clone(),
+            elapsed_s: job.duration_s.unwrap_or(0.0),
+            current_mib: (!job.current_mib.is_empty()).then(|| job.current_mib.values().sum()),
+            peak_mib: job.peak_mib.values().copied().max().flatten(),
+            vram_mib: job.vram_mib,
+            note: match (&job.note, &job.progress) {
+                (Some(n), Some(p)) => Some(format!("{n}; {:.0}% {}", p.percent, p.label)),
+                (None, Some(p)) => Some(format!(
+                    "{:.0}% {}{}",
+                    p.percent,
+                    p.label,
+                    p.eta_s.map_or(String::new(), |e| format!(
+                        ", ETA {}",
+                        report::human_duration(e)
+                    ))
+                )),
+                (n, None) => n.clone(),
+            },
+        },
+        "pending" => BoardState::Pending {
+            vram_mib: job.vram_mib,
+            gpus: job.gpus_wanted,
+        },
+        "retry_wait" => BoardState::RetryWait {
+            next_vram_mib: job.vram_mib,
+            oom_attempts: job.oom_attempts,
+        },
+        _ => BoardState::Done {
+            status: terminal_status(&job.state),
+            returncode: job.returncode,
+        },
+    };
+    BoardRow {
+        no: job.no,
+        command: job.command.clone(),
+        state,
+    }
+}
+
+fn terminal_status(word: &str) -> DoneStatus {
+    match word {
+        "ok" => DoneStatus::Ok,
+        "failed_oom" => DoneStatus::FailedOom,
+        "timeout" => DoneStatus::Timeout,
+        "cancelled" => DoneStatus::Cancelled,
+        "infeasible" => DoneStatus::Infeasible,
+        _ => DoneStatus::Failed,
+    }
+}
+
 /// A hash of the jobs file's text, to tell a real change from a touch.
 fn hash_text(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -1596,15 +1847,15 @@ fn append_to(path: &Path, bytes: &[u8]) -> anyhow::Result<u64> {
     Ok(offset)
 }
 
-/// The last [`OOM_TAIL_BYTES`] of the log written since `from`.
-fn read_tail(path: &Path, from: u64) -> String {
+/// The last `limit` bytes of the log written since `from`.
+fn read_tail(path: &Path, from: u64, limit: u64) -> String {
     let Ok(mut file) = std::fs::File::open(path) else {
         return String::new();
     };
     let Ok(len) = file.seek(SeekFrom::End(0)) else {
         return String::new();
     };
-    let start = from.max(len.saturating_sub(OOM_TAIL_BYTES));
+    let start = from.max(len.saturating_sub(limit));
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
         return String::new();
@@ -1695,7 +1946,11 @@ mod tests {
         let path = dir.path().join("log");
         std::fs::write(&path, "CUDA out of memory\n").unwrap();
         let offset = append_to(&path, b"attempt 2\nfine\n").unwrap();
-        assert_eq!(read_tail(&path, offset), "attempt 2\nfine\n");
-        assert!(read_tail(&path, 0).contains("CUDA out of memory"));
+        assert_eq!(
+            read_tail(&path, offset, OOM_TAIL_BYTES),
+            "attempt 2\nfine\n"
+        );
+        assert!(read_tail(&path, 0, OOM_TAIL_BYTES).contains("CUDA out of memory"));
+        assert_eq!(read_tail(&path, 0, 5), "fine\n");
     }
 }

@@ -35,6 +35,16 @@ pub struct Cli {
 /// Helper commands next to the scheduler itself.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show the queue of a scheduler (running or finished) from
+    /// <log-dir>/status.json: GPUs, jobs with elapsed time, progress and
+    /// ETA; the summary once the run is over.
+    Status(StatusArgs),
+    /// Append one job to the jobs file, quoting its words for the shell:
+    /// `gpusched add --vram 8G -- python train.py --name "run 1"`.
+    Add(AddArgs),
+    /// Cancel a job by display number or key: adds the `cancel` flag to its
+    /// line, so a running scheduler stops it (or never starts it).
+    Cancel(CancelArgs),
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
@@ -109,6 +119,60 @@ pub struct RunArgs {
     /// Jobs are real processes; `gpusched simjob` pretends to use VRAM.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub sim: Option<u32>,
+}
+
+/// Arguments of `gpusched status`.
+#[derive(Debug, Args, Clone)]
+pub struct StatusArgs {
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+    /// Print status.json as it is (schema in the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `gpusched add`.
+#[derive(Debug, Args, Clone)]
+pub struct AddArgs {
+    /// The jobs file to append to (created if missing).
+    #[arg(long, value_name = "FILE", default_value = "jobs.txt")]
+    pub file: PathBuf,
+    /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G.
+    #[arg(long, value_name = "SIZE")]
+    pub vram: Option<String>,
+    /// Number of GPUs (≥ 1).
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// Wall-clock limit: 90, 90s, 15m, 2h, 1.5d.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Re-runs after a CUDA out-of-memory failure.
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
+    /// The command and its arguments (after `--` if they start with `-`).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `gpusched cancel`.
+#[derive(Debug, Args, Clone)]
+pub struct CancelArgs {
+    /// The job: its display number (`7`) or its key (`a1b2c3d4e5f6#0`, or a
+    /// unique prefix of it).
+    #[arg(value_name = "N|KEY")]
+    pub job: String,
+    /// The jobs file.
+    #[arg(long, value_name = "FILE", default_value = "jobs.txt")]
+    pub file: PathBuf,
+    /// The scheduler's log directory (its journal maps numbers to keys).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
 }
 
 /// Arguments of `gpusched simjob` (SPEC §9).
@@ -253,6 +317,25 @@ mod tests {
             let err = parse(args).expect_err(&format!("{args:?} should fail"));
             assert_eq!(err.exit_code(), 2, "{args:?}");
         }
+    }
+
+    #[test]
+    fn add_takes_the_command_after_its_options() {
+        let cli = parse(&[
+            "add", "--vram", "8G", "--", "python", "train.py", "--lr", "1e-4",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Add(args)) => {
+                assert_eq!(args.vram.as_deref(), Some("8G"));
+                assert_eq!(args.command, ["python", "train.py", "--lr", "1e-4"]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            parse(&["add", "--vram", "8G"]).is_err(),
+            "a command is required"
+        );
     }
 
     #[test]

@@ -4,11 +4,11 @@
 //! folded into one [`KeyState`] per job key; afterwards the fold is kept in
 //! memory and only appended to, so no round re-reads it.
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// How a job ended (SPEC §5 `done.status`).
@@ -143,8 +143,9 @@ pub enum Phase {
     Waiting,
     /// Started with no outcome yet: running, or an orphan of a dead scheduler.
     Started(Box<StartedInfo>),
-    /// Terminal: never dispatched again.
-    Done(Finished),
+    /// Terminal: never dispatched again. Boxed: most jobs of a long queue
+    /// are not finished, and they should not pay for this record.
+    Done(Box<Finished>),
 }
 
 /// How a job ended, with what the summary needs (SPEC §5 `done`).
@@ -175,6 +176,9 @@ pub struct Finished {
 pub struct KeyState {
     /// Display number.
     pub no: u32,
+    /// Byte offset of its `seen` line in the journal file, when it was read
+    /// from there (`u64::MAX` otherwise).
+    pub seen_offset: u64,
     /// When the job was first seen, i.e. queued (Unix seconds).
     pub seen_ts: f64,
     /// When its first attempt started (Unix seconds).
@@ -193,8 +197,9 @@ pub struct KeyState {
 pub struct Journal {
     path: PathBuf,
     file: File,
-    states: HashMap<String, KeyState>,
+    states: FxHashMap<String, KeyState>,
     next_no: u32,
+    generation: u64,
 }
 
 /// What [`Journal::open`] found while reading an existing journal.
@@ -204,6 +209,100 @@ pub struct Replay {
     pub events: usize,
     /// 1-based numbers of lines skipped as torn or garbled.
     pub bad_lines: Vec<usize>,
+}
+
+/// One journal line, parsed.
+enum Parsed {
+    Blank,
+    Bad,
+    Event {
+        key: String,
+        ts: f64,
+        step: Fold,
+        offset: u64,
+    },
+}
+
+/// Consecutive parsed lines, and whether the file so far ends with a newline.
+struct Batch {
+    lines: Vec<Parsed>,
+    ends_with_newline: bool,
+}
+
+/// Parses one line (without its newline) that starts at `offset`.
+fn parse_line(line: &[u8], offset: u64) -> Parsed {
+    let text = line.trim_ascii();
+    if text.is_empty() {
+        return Parsed::Blank;
+    }
+    let Ok(raw) = serde_json::from_slice::<RawRecord>(text) else {
+        return Parsed::Bad;
+    };
+    match raw.step() {
+        Some(step) => Parsed::Event {
+            key: raw.key.to_string(),
+            ts: raw.ts,
+            step,
+            offset,
+        },
+        None => Parsed::Bad,
+    }
+}
+
+/// Reads `file` from the start in blocks and sends its lines, parsed, in
+/// order. Lines are parsed in place; only a line cut by the end of a block
+/// is moved.
+fn read_and_parse(file: &mut File, tx: &std::sync::mpsc::SyncSender<std::io::Result<Batch>>) {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut filled, mut base) = (0usize, 0u64);
+    loop {
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0); // a line longer than the buffer
+        }
+        let n = match file.read(&mut buf[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let at_end = n == 0;
+        filled += n;
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while start < filled {
+            let end = match memchr::memchr(b'\n', &buf[start..filled]) {
+                Some(pos) => start + pos,
+                None if at_end => filled,
+                None => break,
+            };
+            lines.push(parse_line(&buf[start..end], base + start as u64));
+            start = end + 1;
+        }
+        let batch = Batch {
+            lines,
+            ends_with_newline: filled == 0 || buf[filled - 1] == b'\n',
+        };
+        if tx.send(Ok(batch)).is_err() || at_end {
+            return;
+        }
+        let start = start.min(filled);
+        buf.copy_within(start..filled, 0);
+        base += start as u64;
+        filled -= start;
+    }
+}
+
+/// The line of `file` that starts at `offset`.
+fn read_line_at(file: &mut File, offset: u64) -> Option<Vec<u8>> {
+    use std::io::{BufRead, Seek, SeekFrom};
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(file)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    Some(line)
 }
 
 /// Current Unix time in seconds.
@@ -228,43 +327,81 @@ impl Journal {
                 .read(true)
                 .open(path)
                 .map_err(|e| anyhow::anyhow!("cannot open journal {}: {e}", path.display()))?,
-            states: HashMap::new(),
+            states: FxHashMap::default(),
             next_no: 1,
+            generation: 0,
         };
         let mut replay = Replay::default();
-        let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
-        let mut line = Vec::new();
-        let mut line_no = 0;
+        let mut reader = File::open(path)?;
+        // Roughly one job per 300 bytes of journal: reserve so that growing
+        // the map never moves every entry.
+        let len = reader.metadata().map_or(0, |m| m.len());
+        journal.states.reserve((len / 300) as usize);
+        // A reader thread reads and parses while this one folds, in file
+        // order: on a long journal each takes about half the work.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Batch>>(4);
         let mut ends_with_newline = true;
-        // Commands of jobs not yet done, for orphans (dropped after replay).
-        let mut commands: HashMap<String, String> = HashMap::new();
-        loop {
-            line.clear();
-            if reader.read_until(b'\n', &mut line)? == 0 {
-                break;
-            }
-            line_no += 1;
-            ends_with_newline = line.last() == Some(&b'\n');
-            let text = line.trim_ascii();
-            if text.is_empty() {
-                continue;
-            }
-            let step = serde_json::from_slice::<RawRecord>(text)
-                .ok()
-                .and_then(|raw| Some((raw.step(&mut commands)?, raw)));
-            match step {
-                Some((step, raw)) => {
-                    journal.apply(&raw.key, raw.ts, step);
-                    replay.events += 1;
+        std::thread::scope(|scope| -> anyhow::Result<()> {
+            let worker = &mut reader;
+            scope.spawn(move || read_and_parse(worker, &tx));
+            let mut line_no = 0usize;
+            for batch in rx {
+                let batch = batch
+                    .map_err(|e| anyhow::anyhow!("cannot read journal {}: {e}", path.display()))?;
+                for line in batch.lines {
+                    line_no += 1;
+                    match line {
+                        Parsed::Blank => {}
+                        Parsed::Bad => replay.bad_lines.push(line_no),
+                        Parsed::Event {
+                            key,
+                            ts,
+                            step,
+                            offset,
+                        } => {
+                            journal.fold_parsed(key, ts, step, offset);
+                            replay.events += 1;
+                        }
+                    }
                 }
-                None => replay.bad_lines.push(line_no),
+                ends_with_newline = batch.ends_with_newline;
             }
-        }
+            Ok(())
+        })?;
         if !ends_with_newline {
             // A torn last line: start the next event on a line of its own.
             journal.file.write_all(b"\n")?;
         }
+        // Orphans need their command; read back their `seen` lines only.
+        let orphans: Vec<(String, u64)> = journal
+            .states
+            .iter()
+            .filter(|(_, state)| matches!(state.phase, Phase::Started(_)))
+            .map(|(key, state)| (key.clone(), state.seen_offset))
+            .collect();
+        for (key, offset) in orphans {
+            let command = read_line_at(&mut reader, offset)
+                .and_then(|line| serde_json::from_slice::<SeenCommand>(&line).ok())
+                .map(|seen| seen.command);
+            if let Some(Phase::Started(info)) = journal.states.get_mut(&key).map(|s| &mut s.phase) {
+                info.command = command;
+            }
+        }
         Ok((journal, replay))
+    }
+
+    /// Folds one parsed journal line, remembering where a `seen` line was.
+    fn fold_parsed(&mut self, key: String, ts: f64, step: Fold, offset: u64) {
+        if let Fold::Seen { no } = step {
+            self.next_no = self.next_no.max(no + 1);
+            self.states.entry(key).or_insert_with(|| {
+                let mut state = KeyState::new(no, ts);
+                state.seen_offset = offset;
+                state
+            });
+            return;
+        }
+        self.apply(&key, ts, step);
     }
 
     /// The journal's path.
@@ -280,6 +417,19 @@ impl Journal {
     /// Every key the journal knows, with its state.
     pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
         self.states.iter()
+    }
+
+    /// Makes room for `additional` more jobs at once, so that recording a
+    /// large batch of new jobs does not grow the state map step by step
+    /// (each step briefly holds the old and the new table).
+    pub fn reserve(&mut self, additional: usize) {
+        self.states.reserve(additional);
+    }
+
+    /// Counts appends: equal generations mean no event was added in
+    /// between (for caches of what the fold says).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The display number the next new job will get.
@@ -306,6 +456,7 @@ impl Journal {
         for record in records {
             self.fold(record);
         }
+        self.generation += 1;
         Ok(())
     }
 
@@ -331,7 +482,7 @@ impl Journal {
                 boot_id,
             } => Fold::Started {
                 attempt: *attempt,
-                info: StartedInfo {
+                info: Box::new(StartedInfo {
                     ts: record.ts,
                     pgid: *pgid,
                     gpus: gpus.clone(),
@@ -339,7 +490,7 @@ impl Journal {
                     start_ticks: *start_ticks,
                     boot_id: boot_id.clone(),
                     command: None,
-                },
+                }),
             },
             Event::Oom {
                 attempts,
@@ -378,22 +529,24 @@ impl Journal {
             }
             return;
         }
-        if !self.states.contains_key(key) {
-            // An event for a key never seen (a hand-edited journal): give it
-            // a number so it is still accounted for.
-            self.states
-                .insert(key.to_string(), KeyState::new(self.next_no, ts));
-            self.next_no += 1;
-        }
-        let Some(state) = self.states.get_mut(key) else {
-            return;
+        let state = match self.states.get_mut(key) {
+            Some(state) => state,
+            None => {
+                // An event for a key never seen (a hand-edited journal): give
+                // it a number so it is still accounted for.
+                let no = self.next_no;
+                self.next_no += 1;
+                self.states
+                    .entry(key.to_string())
+                    .or_insert(KeyState::new(no, ts))
+            }
         };
         match step {
             Fold::Seen { .. } => {}
             Fold::Started { attempt, info } => {
                 state.attempts = state.attempts.max(attempt);
                 state.first_started_ts.get_or_insert(info.ts);
-                state.phase = Phase::Started(Box::new(info));
+                state.phase = Phase::Started(info);
             }
             Fold::Oom {
                 attempts,
@@ -404,7 +557,8 @@ impl Journal {
                 state.phase = Phase::Waiting;
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
-            Fold::Done(mut finished) => {
+            Fold::Done(finished) => {
+                let mut finished = Box::new(finished);
                 if let Phase::Started(info) = &state.phase {
                     finished.vram_mib = info.vram_mib;
                     finished.gpu_mask = info
@@ -423,6 +577,7 @@ impl KeyState {
     fn new(no: u32, seen_ts: f64) -> Self {
         KeyState {
             no,
+            seen_offset: u64::MAX,
             seen_ts,
             first_started_ts: None,
             attempts: 0,
@@ -440,7 +595,7 @@ enum Fold {
     },
     Started {
         attempt: u32,
-        info: StartedInfo,
+        info: Box<StartedInfo>,
     },
     Oom {
         attempts: u32,
@@ -456,20 +611,17 @@ enum Fold {
 #[derive(Deserialize)]
 struct RawRecord<'a> {
     ts: f64,
-    #[serde(borrow)]
-    key: Cow<'a, str>,
-    #[serde(borrow)]
-    event: Cow<'a, str>,
+    // Keys, event names and boot ids never contain escapes, so they can be
+    // borrowed from the line as plain `&str`.
+    key: &'a str,
+    event: &'a str,
     no: Option<u32>,
-    #[serde(borrow)]
-    command: Option<Cow<'a, str>>,
     pgid: Option<i32>,
-    gpus: Option<Vec<u32>>,
+    gpus: Option<GpuList>,
     attempt: Option<u32>,
     vram_mib: Option<u64>,
     start_ticks: Option<u64>,
-    #[serde(borrow)]
-    boot_id: Option<Cow<'a, str>>,
+    boot_id: Option<&'a str>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
     status: Option<DoneStatus>,
@@ -477,6 +629,76 @@ struct RawRecord<'a> {
     duration_s: Option<f64>,
     avg_util: Option<f64>,
     peak_mib: Option<PeakMax>,
+}
+
+impl RawRecord<'_> {
+    /// The fold step, or `None` when a field the event needs is missing
+    /// (the line is then treated as garbled).
+    fn step(&self) -> Option<Fold> {
+        Some(match self.event {
+            "seen" => Fold::Seen { no: self.no? },
+            "started" => Fold::Started {
+                attempt: self.attempt?,
+                info: Box::new(StartedInfo {
+                    ts: self.ts,
+                    pgid: self.pgid?,
+                    gpus: self.gpus.as_ref()?.0.to_vec(),
+                    vram_mib: self.vram_mib,
+                    start_ticks: self.start_ticks,
+                    boot_id: self.boot_id.map(str::to_string),
+                    command: None,
+                }),
+            },
+            "oom" => Fold::Oom {
+                attempts: self.attempts?,
+                next_vram: self.next_vram,
+            },
+            "interrupted" => Fold::Interrupted,
+            "done" => Fold::Done(Finished {
+                status: self.status?,
+                returncode: self.returncode,
+                ts: self.ts,
+                duration_s: self.duration_s.unwrap_or(0.0),
+                peak_mib: self.peak_mib.and_then(|p| p.0),
+                avg_util: self.avg_util,
+                vram_mib: None,
+                gpu_mask: 0,
+            }),
+            _ => return None,
+        })
+    }
+}
+
+/// A `gpus` list, kept inline (no allocation) for the common few GPUs.
+struct GpuList(smallvec::SmallVec<[u32; 8]>);
+
+impl<'de> Deserialize<'de> for GpuList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = GpuList;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of GPU indices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<GpuList, A::Error> {
+                let mut gpus = smallvec::SmallVec::new();
+                while let Some(gpu) = seq.next_element::<u32>()? {
+                    gpus.push(gpu);
+                }
+                Ok(GpuList(gpus))
+            }
+        }
+        deserializer.deserialize_seq(Visitor)
+    }
+}
+
+/// The `command` of a `seen` line, read back for orphans.
+#[derive(Deserialize)]
+struct SeenCommand {
+    command: String,
 }
 
 /// The highest value of a `peak_mib` object, read without building it.
@@ -505,52 +727,6 @@ impl<'de> Deserialize<'de> for PeakMax {
             }
         }
         deserializer.deserialize_map(Visitor)
-    }
-}
-
-impl RawRecord<'_> {
-    /// The fold step, or `None` when a field the event needs is missing
-    /// (the line is then treated as garbled).
-    fn step(&self, commands: &mut HashMap<String, String>) -> Option<Fold> {
-        Some(match self.event.as_ref() {
-            "seen" => {
-                if let Some(command) = &self.command {
-                    commands.insert(self.key.to_string(), command.to_string());
-                }
-                Fold::Seen { no: self.no? }
-            }
-            "started" => Fold::Started {
-                attempt: self.attempt?,
-                info: StartedInfo {
-                    ts: self.ts,
-                    pgid: self.pgid?,
-                    gpus: self.gpus.clone()?,
-                    vram_mib: self.vram_mib,
-                    start_ticks: self.start_ticks,
-                    boot_id: self.boot_id.as_ref().map(|b| b.to_string()),
-                    command: commands.get(self.key.as_ref()).cloned(),
-                },
-            },
-            "oom" => Fold::Oom {
-                attempts: self.attempts?,
-                next_vram: self.next_vram,
-            },
-            "interrupted" => Fold::Interrupted,
-            "done" => {
-                commands.remove(self.key.as_ref());
-                Fold::Done(Finished {
-                    status: self.status?,
-                    returncode: self.returncode,
-                    ts: self.ts,
-                    duration_s: self.duration_s.unwrap_or(0.0),
-                    peak_mib: self.peak_mib.and_then(|p| p.0),
-                    avg_util: self.avg_util,
-                    vram_mib: None,
-                    gpu_mask: 0,
-                })
-            }
-            _ => return None,
-        })
     }
 }
 
@@ -705,5 +881,43 @@ mod tests {
         let (journal, replay) = Journal::open(&path).unwrap();
         assert_eq!(replay.events, 3);
         assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+    }
+
+    #[test]
+    fn long_journal_across_blocks_with_a_huge_line_and_a_torn_end() {
+        use std::fmt::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let mut text = String::new();
+        for i in 0..30_000u32 {
+            let _ = writeln!(
+                text,
+                r#"{{"ts":1.0,"key":"{i:012x}#0","event":"seen","no":{},"command":"job {i}"}}"#,
+                i + 1
+            );
+        }
+        // A command longer than the 1 MiB read buffer.
+        let huge = "x".repeat(3 << 20);
+        let _ = writeln!(
+            text,
+            r#"{{"ts":1.0,"key":"huge#0","event":"seen","no":30001,"command":"{huge}"}}"#
+        );
+        let _ = writeln!(
+            text,
+            r#"{{"ts":2.0,"key":"huge#0","event":"started","pgid":1,"gpus":[0],"attempt":1,"vram_mib":null}}"#
+        );
+        text.push_str(r#"{"ts":3.0,"key":"000000000001#0","event":"do"#);
+        std::fs::write(&path, &text).unwrap();
+        let (journal, replay) = Journal::open(&path).unwrap();
+        assert_eq!(replay.events, 30_002);
+        assert_eq!(replay.bad_lines, vec![30_003]);
+        assert_eq!(journal.next_no(), 30_002);
+        assert_eq!(journal.state("00000000752f#0").unwrap().no, 30_000);
+        // The orphan's command was read back from its `seen` line.
+        match &journal.state("huge#0").unwrap().phase {
+            Phase::Started(info) => assert_eq!(info.command.as_deref(), Some(huge.as_str())),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(std::fs::read_to_string(&path).unwrap().ends_with("\"do\n"));
     }
 }

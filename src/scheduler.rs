@@ -161,14 +161,14 @@ impl Running {
 struct JobsFile {
     path: PathBuf,
     specs: Vec<JobSpec>,
-    /// Key → index into `specs`.
-    index: HashMap<String, usize>,
     /// Hash of the last text read (parsed or not), to skip re-parsing.
     text_hash: Option<u64>,
     /// The last error reported, so each distinct error is warned once.
     last_error: Option<String>,
     /// (mtime, len, inode) at the last read.
     stamp: Option<(std::time::SystemTime, u64, u64)>,
+    /// Bumped whenever the queue is replaced.
+    generation: u64,
     /// A read that may have caught a save mid-write (empty file, or a last
     /// line without its newline): its stamp and when it was first seen.
     unsettled: Option<((std::time::SystemTime, u64, u64), Instant)>,
@@ -181,8 +181,11 @@ impl JobsFile {
         Some((meta.modified().ok()?, meta.len(), meta.ino()))
     }
 
+    /// The line of job `key`, if it is in the file. A scan: look-ups by key
+    /// are rare (completions, cancels, orphans) and a map of every key would
+    /// cost more memory than the scan costs time.
     fn spec(&self, key: &str) -> Option<&JobSpec> {
-        self.index.get(key).map(|&i| &self.specs[i])
+        self.specs.iter().find(|s| s.key == key)
     }
 }
 
@@ -235,6 +238,18 @@ pub struct Scheduler {
     started_ts: f64,
     /// The GPU loads placement last saw (to skip rounds that cannot differ).
     last_dispatch_loads: Option<Vec<GpuLoad>>,
+    /// The waiting and finished part of the status document, which changes
+    /// only when the journal or the queue does.
+    queue_view: Option<QueueView>,
+}
+
+/// Waiting and finished jobs as `status.json` lists them, with the counts,
+/// for one (journal generation, queue generation, running jobs).
+struct QueueView {
+    generation: (u64, u64, usize),
+    counts: BTreeMap<String, usize>,
+    waiting: Vec<JobStatus>,
+    finished: Vec<JobStatus>,
 }
 
 /// Runs the scheduler until the queue drains (or forever with `--watch`)
@@ -314,7 +329,13 @@ impl Scheduler {
                 journal_path.display()
             ));
         }
+        let replay_started = Instant::now();
         let (journal, replay) = Journal::open(&journal_path)?;
+        tracing::info!(
+            "journal replay: {} events in {:.0} ms",
+            replay.events,
+            replay_started.elapsed().as_secs_f64() * 1000.0
+        );
         if !replay.bad_lines.is_empty() {
             warn(&format!(
                 "{}: skipped {} torn or garbled line(s) (line {}); the rest of the journal is used",
@@ -347,12 +368,12 @@ impl Scheduler {
         let mut scheduler = Scheduler {
             jobs: JobsFile {
                 path: jobs_path.clone(),
-                index: HashMap::new(),
                 specs: Vec::new(),
                 text_hash: None,
                 last_error: None,
                 stamp: None,
                 unsettled: None,
+                generation: 0,
             },
             cfg,
             backend,
@@ -371,6 +392,7 @@ impl Scheduler {
             paused_reason: None,
             started_ts: now_ts(),
             last_dispatch_loads: None,
+            queue_view: None,
         };
         scheduler.jobs.stamp = JobsFile::stamp_of(&jobs_path);
         scheduler.install_specs(text, specs)?;
@@ -575,29 +597,32 @@ impl Scheduler {
     fn install_specs(&mut self, text: String, specs: Vec<JobSpec>) -> anyhow::Result<()> {
         let mut next_no = self.journal.next_no();
         let ts = now_ts();
-        let seen: Vec<Record> = specs
+        let new: Vec<&JobSpec> = specs
             .iter()
             .filter(|s| self.journal.state(&s.key).is_none())
-            .map(|s| {
-                let record = Record {
-                    ts,
-                    key: s.key.clone(),
-                    event: Event::Seen {
-                        no: next_no,
-                        command: s.command.clone(),
-                    },
-                };
-                next_no += 1;
-                record
-            })
             .collect();
-        self.journal.append_all(&seen)?;
-        self.jobs.index = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.key.clone(), i))
-            .collect();
+        self.journal.reserve(new.len());
+        // In chunks, so that a file of 20,000 new lines never holds 20,000
+        // records in memory at once.
+        for chunk in new.chunks(512) {
+            let seen: Vec<Record> = chunk
+                .iter()
+                .map(|s| {
+                    next_no += 1;
+                    Record {
+                        ts,
+                        key: s.key.clone(),
+                        event: Event::Seen {
+                            no: next_no - 1,
+                            command: s.command.clone(),
+                        },
+                    }
+                })
+                .collect();
+            self.journal.append_all(&seen)?;
+        }
         self.jobs.specs = specs;
+        self.jobs.generation += 1;
         self.jobs.text_hash = Some(hash_text(&text));
         self.dispatch_needed = true;
         self.sample_now = true;
@@ -1510,19 +1535,28 @@ impl Scheduler {
         job
     }
 
-    /// The status document of this round (status issue).
-    fn status_doc(&self) -> StatusDoc {
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        let mut jobs: Vec<JobStatus> = Vec::new();
-        for (key, run) in &self.running {
-            *counts.entry("running".into()).or_default() += 1;
-            if let Some(state) = self.journal.state(key) {
-                jobs.push(self.job_status(key, self.jobs.spec(key), state));
-            } else {
-                tracing::debug!("running job {} has no journal state", run.no);
-            }
+    /// The waiting and finished jobs of the queue, rebuilt only when the
+    /// journal or the jobs file changed since the last round.
+    fn refresh_queue_view(&mut self) {
+        // A job stopped at shutdown leaves `running` without a journal event.
+        let generation = (
+            self.journal.generation(),
+            self.jobs.generation,
+            self.running.len(),
+        );
+        if self
+            .queue_view
+            .as_ref()
+            .is_some_and(|v| v.generation == generation)
+        {
+            return;
         }
-        let mut waiting = 0;
+        let mut view = QueueView {
+            generation,
+            counts: BTreeMap::new(),
+            waiting: Vec::new(),
+            finished: Vec::new(),
+        };
         let mut last_finished = std::collections::VecDeque::new();
         for (index, spec) in self.jobs.specs.iter().enumerate() {
             if self.running.contains_key(&spec.key) {
@@ -1540,10 +1574,10 @@ impl Scheduler {
                     done.status.as_str()
                 }
                 _ => {
-                    if waiting < status::JSON_LIST_LIMIT {
-                        jobs.push(self.job_status(&spec.key, Some(spec), state));
+                    if view.waiting.len() < status::JSON_LIST_LIMIT {
+                        view.waiting
+                            .push(self.job_status(&spec.key, Some(spec), state));
                     }
-                    waiting += 1;
                     if state.oom_attempts > 0 {
                         "retry_wait"
                     } else {
@@ -1551,14 +1585,34 @@ impl Scheduler {
                     }
                 }
             };
-            *counts.entry(word.into()).or_default() += 1;
+            *view.counts.entry(word.into()).or_default() += 1;
         }
         for index in last_finished {
             let spec = &self.jobs.specs[index];
             if let Some(state) = self.journal.state(&spec.key) {
-                jobs.push(self.job_status(&spec.key, Some(spec), state));
+                view.finished
+                    .push(self.job_status(&spec.key, Some(spec), state));
             }
         }
+        self.queue_view = Some(view);
+    }
+
+    /// The status document of this round (status issue).
+    fn status_doc(&mut self) -> StatusDoc {
+        self.refresh_queue_view();
+        let view = self.queue_view.as_ref().expect("refreshed above");
+        let mut counts = view.counts.clone();
+        let mut jobs: Vec<JobStatus> = Vec::new();
+        for (key, run) in &self.running {
+            *counts.entry("running".into()).or_default() += 1;
+            if let Some(state) = self.journal.state(key) {
+                jobs.push(self.job_status(key, self.jobs.spec(key), state));
+            } else {
+                tracing::debug!("running job {} has no journal state", run.no);
+            }
+        }
+        jobs.extend(view.waiting.iter().cloned());
+        jobs.extend(view.finished.iter().cloned());
         let snapshot_gpus = self
             .gpu
             .snapshot
@@ -1627,7 +1681,7 @@ impl Scheduler {
 
     /// Writes `status.json`, `metrics.prom` and `status.txt`, each
     /// atomically, from one status document (SPEC §7, status issue).
-    fn publish(&self) {
+    fn publish(&mut self) {
         let doc = self.status_doc();
         if let Err(e) = doc.write(&self.cfg.log_dir) {
             tracing::warn!("cannot write status.json / metrics.prom: {e}");
@@ -1717,7 +1771,7 @@ impl Scheduler {
     }
 
     /// The exit code once the run is over, or `None` to keep going.
-    fn finished(&self) -> Option<i32> {
+    fn finished(&mut self) -> Option<i32> {
         if self.stop_signals > 0 {
             return self.running.is_empty().then_some(130);
         }
@@ -1730,7 +1784,7 @@ impl Scheduler {
             self.jobs
                 .specs
                 .iter()
-                .filter_map(|s| match self.journal.state(&s.key)?.phase {
+                .filter_map(|s| match &self.journal.state(&s.key)?.phase {
                     Phase::Done(done) => Some((done.status, done.returncode)),
                     _ => None,
                 });

@@ -16,7 +16,7 @@ pub const SCHEMA: &str = "gpusched-status/1";
 
 /// Jobs of each kind (waiting, finished) listed in `status.json`; the
 /// `counts` object always covers every job.
-pub const JSON_LIST_LIMIT: usize = 1000;
+pub const JSON_LIST_LIMIT: usize = 200;
 
 /// The whole of `status.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,8 +34,8 @@ pub struct StatusDoc {
     pub finished_this_run: BTreeMap<String, u64>,
     /// Every GPU the scheduler may use, by index.
     pub gpus: Vec<GpuStatus>,
-    /// Running jobs, then waiting ones (first [`JSON_LIST_LIMIT`]), then
-    /// finished ones (last [`JSON_LIST_LIMIT`]).
+    /// Running jobs, then waiting ones (the first [`JSON_LIST_LIMIT`] in
+    /// queue order), then finished ones (the last [`JSON_LIST_LIMIT`]).
     pub jobs: Vec<JobStatus>,
 }
 
@@ -159,7 +159,8 @@ impl StatusDoc {
     /// Writes `status.json` and `metrics.prom` into `log_dir`, each
     /// atomically. Errors: the directory is not writable.
     pub fn write(&self, log_dir: &Path) -> std::io::Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let mut json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        json.push(b'\n');
         report::write_atomic(&log_dir.join("status.json"), &json)?;
         report::write_atomic(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
     }

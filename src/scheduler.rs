@@ -1611,6 +1611,7 @@ impl Scheduler {
                 tracing::debug!("running job {} has no journal state", run.no);
             }
         }
+        jobs.sort_by_key(|j| j.no);
         jobs.extend(view.waiting.iter().cloned());
         jobs.extend(view.finished.iter().cloned());
         let snapshot_gpus = self

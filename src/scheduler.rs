@@ -764,10 +764,14 @@ impl Scheduler {
             Ok(snapshot) => snapshot,
             Err(e) => {
                 self.gpu.failures += 1;
-                warn(&format!(
-                    "GPU query failed ({} in a row): {e:#}; running jobs keep running",
-                    self.gpu.failures
-                ));
+                // Every failure up to the pause, then one line a minute's
+                // worth of rounds, so a dead driver does not flood the pane.
+                if self.gpu.failures <= MAX_GPU_FAILURES || self.gpu.failures % 60 == 0 {
+                    warn(&format!(
+                        "GPU query failed ({} in a row): {e:#}; running jobs keep running",
+                        self.gpu.failures
+                    ));
+                }
                 if self.gpu.failures >= MAX_GPU_FAILURES && self.paused_reason.is_none() {
                     let reason = format!(
                         "GPU queries failed {} times in a row; no new job starts until they answer again",

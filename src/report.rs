@@ -261,16 +261,6 @@ pub struct BoardSection {
     pub total: usize,
 }
 
-impl BoardSection {
-    /// Adds a job that comes later in the list: shown while there is room.
-    pub fn push_first(&mut self, row: impl FnOnce() -> BoardRow) {
-        self.total += 1;
-        if self.rows.len() < BOARD_LIST_LIMIT {
-            self.rows.push(row());
-        }
-    }
-}
-
 /// Renders the whole board: the header lines, then running, waiting and
 /// finished jobs, each section's hidden rest counted in one line.
 pub fn render_board(header: &[String], sections: &[(&str, &BoardSection)]) -> String {
@@ -345,30 +335,34 @@ mod tests {
 
     #[test]
     fn board_marks_and_caps() {
-        let mut running = BoardSection::default();
-        running.push_first(|| BoardRow {
-            no: 1,
-            command: "python train.py".into(),
-            state: BoardState::Running {
-                gpus: vec![0],
-                elapsed_s: 12.0,
-                current_mib: Some(100),
-                peak_mib: Some(200),
-                vram_mib: Some(8000),
-                note: None,
-            },
-        });
-        let mut waiting = BoardSection::default();
-        for no in 2..(3 + BOARD_LIST_LIMIT as u32) {
-            waiting.push_first(|| BoardRow {
-                no,
-                command: "wait".into(),
-                state: BoardState::Pending {
-                    vram_mib: None,
-                    gpus: 1,
+        let running = BoardSection {
+            rows: vec![BoardRow {
+                no: 1,
+                command: "python train.py".into(),
+                state: BoardState::Running {
+                    gpus: vec![0],
+                    elapsed_s: 12.0,
+                    current_mib: Some(100),
+                    peak_mib: Some(200),
+                    vram_mib: Some(8000),
+                    note: None,
                 },
-            });
-        }
+            }],
+            total: 1,
+        };
+        let waiting = BoardSection {
+            rows: (2..(2 + BOARD_LIST_LIMIT as u32))
+                .map(|no| BoardRow {
+                    no,
+                    command: "wait".into(),
+                    state: BoardState::Pending {
+                        vram_mib: None,
+                        gpus: 1,
+                    },
+                })
+                .collect(),
+            total: BOARD_LIST_LIMIT + 1,
+        };
         let finished = BoardSection {
             rows: (101..(101 + BOARD_LIST_LIMIT as u32))
                 .map(|no| BoardRow {

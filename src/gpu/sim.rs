@@ -40,11 +40,6 @@ impl SimBackend {
             dir: dir.to_path_buf(),
         })
     }
-
-    /// The directory jobs write their reports to (`GPUSCHED_SIM_DIR`).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
 }
 
 /// Whether a process with this pid exists and is not a zombie.

@@ -161,13 +161,17 @@ fn cancel_a_pending_job_ends_it_unrun() {
 #[test]
 fn deleting_a_running_line_does_not_kill_it() {
     let env = Env::new(&format!("{HOLD}\n"));
-    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
     wait_for("job 1 to start", &mut || !env.events("started").is_empty());
-    env.write_jobs("# emptied\n");
-    wait_for("the board to reflect the edit", &mut || {
-        !env.board().contains("· job")
+    // Job 1's line goes; a new line proves the edit has been applied.
+    env.write_jobs("echo seen > edit-applied.txt\n");
+    wait_for("the edit to be applied", &mut || {
+        env.path("edit-applied.txt").exists()
     });
-    assert!(env.board().contains("▶ job 1"), "{}", env.board());
+    assert!(env.status_of_opt(1).is_none(), "job 1 must keep running");
+    wait_for("the board to show job 1 running", &mut || {
+        env.board().contains("▶ job 1")
+    });
     std::fs::write(env.path("release"), "").unwrap();
     wait_for("job 1 to end", &mut || env.status_of_opt(1).is_some());
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));

@@ -1257,12 +1257,15 @@ impl Scheduler {
             return Ok(());
         }
         let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        // Jobs of the file that are running or done, for "n/N dispatched".
+        let mut dispatched = self.jobs.specs.len() - requests.len();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             match placement {
                 Placement::NotNow => {}
                 Placement::Start(gpus) => {
+                    dispatched += 1;
                     let spec = self.jobs.specs[index].clone();
-                    self.start_job(&spec, request, &gpus)?;
+                    self.start_job(&spec, request, &gpus, dispatched)?;
                 }
                 Placement::Infeasible(reason) => {
                     let spec = &self.jobs.specs[index];
@@ -1284,7 +1287,14 @@ impl Scheduler {
     }
 
     /// Spawns one attempt (SPEC §3) and journals `started`.
-    fn start_job(&mut self, spec: &JobSpec, request: &Request, gpus: &[u32]) -> anyhow::Result<()> {
+    /// `dispatched` counts the file's jobs started or done, this one included.
+    fn start_job(
+        &mut self,
+        spec: &JobSpec,
+        request: &Request,
+        gpus: &[u32],
+        dispatched: usize,
+    ) -> anyhow::Result<()> {
         let state = self
             .journal
             .state(&spec.key)
@@ -1381,19 +1391,6 @@ impl Scheduler {
             },
         )?;
         self.dispatched_this_run += 1;
-        let dispatched = self
-            .jobs
-            .specs
-            .iter()
-            .filter(|s| {
-                self.running.contains_key(&s.key)
-                    || s.key == spec.key
-                    || self
-                        .journal
-                        .state(&s.key)
-                        .is_some_and(|st| !matches!(st.phase, Phase::Waiting))
-            })
-            .count();
         say(&format!(
             "▶ job {} started on GPU {} ({dispatched}/{} dispatched, {vram_text}{}): {}",
             state.no,

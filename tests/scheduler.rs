@@ -24,17 +24,38 @@ fn is(event: &Value, kind: &str, key: &str) -> bool {
 fn example_jobs_file_runs_to_ok() {
     let example =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs.txt")).unwrap();
-    // The example's holds are sized for the default poll; a fast poll keeps
-    // the test short without changing what runs.
-    let env = Env::new(&example.replace("--hold 6", "--hold 1"));
+    // The example's holds are sized for the default 5 s poll; a fast poll
+    // and holds a fifth as long keep the test short without changing the
+    // order in which things happen.
+    let scaled = example
+        .replace("--hold 7", "--hold 1.4")
+        .replace("--hold 6", "--hold 1.2");
+    assert_ne!(
+        scaled, example,
+        "the example's holds changed; update this test"
+    );
+    let env = Env::new(&scaled);
     let out = env.run(&["--sim", "2", "--poll", "0.2"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     let done = env.events("done");
     assert_eq!(done.len(), 6);
     assert!(done.iter().all(|e| e["status"] == "ok"), "{done:#?}");
-    // Job 3 (gpus=2) got two GPUs.
-    let started = env.job_events(3, "started");
-    assert_eq!(started[0]["gpus"], json!([0, 1]));
+    let journal = env.journal();
+    let at = |kind: &str, no: u64| position(&journal, |e| is(e, kind, &env.key_of(no)));
+    // Jobs 1 and 2 pack on GPU 0.
+    assert_eq!(env.job_events(1, "started")[0]["gpus"], json!([0]));
+    assert_eq!(env.job_events(2, "started")[0]["gpus"], json!([0]));
+    assert!(at("started", 2) < at("done", 1));
+    // The 2-GPU job gets two GPUs, after the smaller jobs behind it backfilled.
+    assert_eq!(env.job_events(3, "started")[0]["gpus"], json!([0, 1]));
+    assert!(at("started", 4) < at("started", 3) && at("started", 5) < at("started", 3));
+    // The undeclared job waits until a GPU is empty: GPU 1 once job 5 is
+    // done, or GPU 0 once jobs 1, 2 and 4 all are.
+    let gpu0_empty = at("done", 1).max(at("done", 2)).max(at("done", 4));
+    assert!(
+        at("started", 6) > at("done", 5).min(gpu0_empty),
+        "{journal:#?}"
+    );
 }
 
 #[test]

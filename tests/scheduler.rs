@@ -495,3 +495,57 @@ fn last_line_without_newline_still_runs() {
     sched.stop();
     env.assert_jobs_untouched();
 }
+
+#[test]
+fn verbose_reports_peak_growth() {
+    let env = Env::new("[vram=4G] gpusched simjob --vram 3000 --ramp 1 --hold 0.5\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "-v"]);
+    assert_eq!(out.code, 0);
+    let peaks: Vec<u64> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            l.split("job 1 VRAM peak ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    // The ramp to 3000 MiB is reported in steps of at least 256 MiB.
+    assert!(peaks.len() >= 2, "{}", out.stdout);
+    assert!(peaks.windows(2).all(|w| w[1] >= w[0] + 256), "{peaks:?}");
+    assert!(*peaks.last().unwrap() > 3000 - 256, "{peaks:?}");
+    let quiet = Env::new("[vram=4G] gpusched simjob --vram 3000 --ramp 1 --hold 0.5\n");
+    let out = quiet.run(&["--sim", "1", "--poll", "0.1"]);
+    assert!(!out.stdout.contains("VRAM peak"), "{}", out.stdout);
+}
+
+#[test]
+fn torn_journal_line_is_skipped_with_a_warning() {
+    let env = Env::new("echo one >> runs.txt\necho two >> runs.txt\n");
+    assert_eq!(env.run(&["--sim", "1", "--poll", "0.1"]).code, 0);
+    // A crash mid-write leaves half a line at the end of the journal.
+    let journal = env.logs.join("journal.jsonl");
+    let mut text = std::fs::read_to_string(&journal).unwrap();
+    text.push_str(r#"{"ts":1.0,"key":"abc#0","event":"star"#);
+    std::fs::write(&journal, text).unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("skipped 1 torn or garbled line(s)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("resuming: 2 of 2 job(s) already finished"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("runs.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+}

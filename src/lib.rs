@@ -111,9 +111,13 @@ pub fn init_tracing() {
         .ok()
         .and_then(|l| l.parse::<tracing::Level>().ok())
         .unwrap_or(tracing::Level::WARN);
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
+        .with_ansi(colour)
         .init();
 }

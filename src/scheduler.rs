@@ -760,7 +760,13 @@ impl Scheduler {
     fn sample_gpus(&mut self, now: Instant) {
         self.sample_now = false;
         self.gpu.last_sample = Some(now);
-        let snapshot = match self.backend.snapshot() {
+        let query_started = Instant::now();
+        let result = self.backend.snapshot();
+        tracing::debug!(
+            "GPU snapshot in {:.2} ms",
+            query_started.elapsed().as_secs_f64() * 1000.0
+        );
+        let snapshot = match result {
             Ok(snapshot) => snapshot,
             Err(e) => {
                 self.gpu.failures += 1;

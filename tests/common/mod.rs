@@ -2,7 +2,10 @@
 //! file in a temp dir, with fast polls, and reads back the journal, the
 //! status board and the output. Waits are on conditions with generous
 //! deadlines, never on a single sleep.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+#![expect(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
 
 use serde_json::Value;
 use std::io::Read;

@@ -70,15 +70,31 @@ pub fn boot_id() -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Pids of the processes in group `pgid` that are not zombies.
-pub fn live_members(pgid: Pgid) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
+/// Every process in `/proc` that is not a zombie, with its stat fields.
+/// The one scan of `/proc` that group checks share.
+fn live_processes() -> impl Iterator<Item = (i32, ProcStat)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| read_stat(pid).is_some_and(|s| s.pgrp == pgid.0 && s.state != 'Z'))
+        .filter_map(|pid| Some((pid, read_stat(pid)?)))
+        .filter(|(_, stat)| stat.state != 'Z')
+}
+
+/// Whether a process with this pid exists and is not a zombie.
+pub fn is_alive(pid: u32) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(read_stat)
+        .is_some_and(|s| s.state != 'Z')
+}
+
+/// Pids of the processes in group `pgid` that are not zombies.
+pub fn live_members(pgid: Pgid) -> Vec<i32> {
+    live_processes()
+        .filter(|(_, stat)| stat.pgrp == pgid.0)
+        .map(|(pid, _)| pid)
         .collect()
 }
 
@@ -119,19 +135,9 @@ impl GroupIdentity {
                 return false;
             }
         }
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return false;
-        };
-        entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter_map(read_stat)
-            .any(|s| {
-                s.pgrp == self.pgid.0
-                    && s.session == self.pgid.0
-                    && s.state != 'Z'
-                    && s.start_ticks >= ticks
-            })
+        live_processes().any(|(_, s)| {
+            s.pgrp == self.pgid.0 && s.session == self.pgid.0 && s.start_ticks >= ticks
+        })
     }
 }
 

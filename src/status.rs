@@ -436,11 +436,6 @@ fn table<const N: usize>(rows: &[[String; N]]) -> String {
     out
 }
 
-/// Whether a process with this pid exists (and is not a zombie).
-fn alive(pid: u32) -> bool {
-    crate::process::read_stat(pid as i32).is_some_and(|s| s.state != 'Z')
-}
-
 /// How `gpusched status` colours its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Colour {
@@ -463,8 +458,8 @@ fn paint(colour: Colour, code: &str, text: &str) -> String {
 pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
     let mut out = String::new();
     let age = human_duration(now - doc.updated);
-    let live =
-        alive(doc.scheduler.pid) && !matches!(doc.scheduler.state.as_str(), "finished" | "stopped");
+    let live = crate::process::is_alive(doc.scheduler.pid)
+        && !matches!(doc.scheduler.state.as_str(), "finished" | "stopped");
     if live {
         let _ = writeln!(
             out,

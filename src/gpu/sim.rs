@@ -42,14 +42,6 @@ impl SimBackend {
     }
 }
 
-/// Whether a process with this pid exists and is not a zombie.
-fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => crate::process::parse_stat(&stat).is_some_and(|s| s.state != 'Z'),
-        Err(_) => false,
-    }
-}
-
 impl GpuBackend for SimBackend {
     fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot> {
         let mut gpus: Vec<GpuInfo> = (0..self.count)
@@ -79,7 +71,7 @@ impl GpuBackend for SimBackend {
             let Ok(report) = serde_json::from_str::<SimReport>(&text) else {
                 continue;
             };
-            if !pid_alive(report.pid) {
+            if !crate::process::is_alive(report.pid) {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }

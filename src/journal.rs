@@ -30,8 +30,18 @@ pub enum DoneStatus {
 }
 
 impl DoneStatus {
+    /// Every status, in the order the board and metrics list them.
+    pub const ALL: [DoneStatus; 6] = [
+        DoneStatus::Ok,
+        DoneStatus::Failed,
+        DoneStatus::FailedOom,
+        DoneStatus::Timeout,
+        DoneStatus::Cancelled,
+        DoneStatus::Infeasible,
+    ];
+
     /// The word used in the journal, on the board and in completion lines.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             DoneStatus::Ok => "ok",
             DoneStatus::Failed => "failed",
@@ -39,6 +49,20 @@ impl DoneStatus {
             DoneStatus::Timeout => "timeout",
             DoneStatus::Cancelled => "cancelled",
             DoneStatus::Infeasible => "infeasible",
+        }
+    }
+
+    /// The status whose word is `word`, if any.
+    pub fn from_word(word: &str) -> Option<DoneStatus> {
+        DoneStatus::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
+    /// The board's mark (SPEC §7): `✓` ok, `⊘` cancelled, `✗` the rest.
+    pub fn mark(self) -> char {
+        match self {
+            DoneStatus::Ok => '✓',
+            DoneStatus::Cancelled => '⊘',
+            _ => '✗',
         }
     }
 
@@ -743,6 +767,20 @@ mod tests {
             start_ticks: Some(42),
             boot_id: Some("b".into()),
         }
+    }
+
+    #[test]
+    fn status_words_match_the_journal_and_round_trip() {
+        for status in DoneStatus::ALL {
+            // The journal's word (serde) is the word everywhere else.
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+            assert_eq!(DoneStatus::from_word(status.as_str()), Some(status));
+        }
+        assert_eq!(DoneStatus::from_word("running"), None);
+        assert_eq!(
+            crate::status::JOB_STATES[3..],
+            crate::status::TERMINAL_STATES
+        );
     }
 
     #[test]

@@ -175,20 +175,16 @@ pub const BOARD_LIST_LIMIT: usize = 50;
 
 /// The mark of a row (SPEC §7).
 fn mark(state: &BoardState) -> char {
-    use crate::journal::DoneStatus::*;
     match state {
         BoardState::Running { .. } => '▶',
         BoardState::Pending { .. } => '·',
         BoardState::RetryWait { .. } => '↻',
-        BoardState::Done { status: Ok, .. } => '✓',
-        BoardState::Done {
-            status: Cancelled, ..
-        } => '⊘',
-        BoardState::Done { .. } => '✗',
+        BoardState::Done { status, .. } => status.mark(),
     }
 }
 
-fn shorten(command: &str, width: usize) -> String {
+/// `text` cut to `width` characters, with `…` when cut.
+pub fn shorten(command: &str, width: usize) -> String {
     if command.chars().count() <= width {
         command.to_string()
     } else {

@@ -1106,11 +1106,7 @@ impl Scheduler {
             }
         };
         self.record_done(key, status, returncode, peaks.clone(), avg_util, duration)?;
-        let mark = match status {
-            DoneStatus::Ok => "✓",
-            DoneStatus::Cancelled => "⊘",
-            _ => "✗",
-        };
+        let mark = status.mark();
         let mut line = format!(
             "{mark} job {} {} in {} ({exit_text}), {}, util {} ({} GPU sample{})",
             job.no,
@@ -1866,7 +1862,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
             oom_attempts: job.oom_attempts,
         },
         _ => BoardState::Done {
-            status: terminal_status(&job.state),
+            status: DoneStatus::from_word(&job.state).unwrap_or(DoneStatus::Failed),
             returncode: job.returncode,
         },
     };
@@ -1874,17 +1870,6 @@ fn board_row(job: &JobStatus) -> BoardRow {
         no: job.no,
         command: job.command.clone(),
         state,
-    }
-}
-
-fn terminal_status(word: &str) -> DoneStatus {
-    match word {
-        "ok" => DoneStatus::Ok,
-        "failed_oom" => DoneStatus::FailedOom,
-        "timeout" => DoneStatus::Timeout,
-        "cancelled" => DoneStatus::Cancelled,
-        "infeasible" => DoneStatus::Infeasible,
-        _ => DoneStatus::Failed,
     }
 }
 

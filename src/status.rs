@@ -5,6 +5,7 @@
 //! round from one [`StatusDoc`]; the end-of-run summary; and the
 //! `gpusched status` command, which renders `status.json` for people.
 
+use crate::journal::DoneStatus;
 use crate::report::{self, human_duration};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -314,28 +315,28 @@ impl StatusDoc {
     }
 }
 
-/// Every state a job can be in, as `counts` keys.
-pub const JOB_STATES: [&str; 9] = [
-    "running",
-    "pending",
-    "retry_wait",
-    "ok",
-    "failed",
-    "failed_oom",
-    "timeout",
-    "cancelled",
-    "infeasible",
-];
+/// The terminal states: the words of [`DoneStatus::ALL`].
+pub const TERMINAL_STATES: [&str; 6] = {
+    let mut words = [""; 6];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = DoneStatus::ALL[i].as_str();
+        i += 1;
+    }
+    words
+};
 
-/// The terminal states.
-pub const TERMINAL_STATES: [&str; 6] = [
-    "ok",
-    "failed",
-    "failed_oom",
-    "timeout",
-    "cancelled",
-    "infeasible",
-];
+/// Every state a job can be in, as `counts` keys: the live states, then
+/// the terminal ones.
+pub const JOB_STATES: [&str; 9] = {
+    let mut words = ["running", "pending", "retry_wait", "", "", "", "", "", ""];
+    let mut i = 0;
+    while i < TERMINAL_STATES.len() {
+        words[3 + i] = TERMINAL_STATES[i];
+        i += 1;
+    }
+    words
+};
 
 /// The end-of-run summary: one line per finished job (queue wait, run time,
 /// GPU-hours, peak vs declared, mean utilization, status) and one per GPU
@@ -379,7 +380,7 @@ pub fn summary(doc: &StatusDoc) -> String {
                 job.vram_mib.map_or("-".into(), |v| format!("{v} MiB"))
             ),
             job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
-            shorten(&job.command, 48),
+            report::shorten(&job.command, 48),
         ]);
     }
     let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
@@ -402,14 +403,6 @@ pub fn summary(doc: &StatusDoc) -> String {
     }
     out.push_str(&table(&gpu_rows));
     out
-}
-
-fn shorten(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        format!("{}…", text.chars().take(width - 1).collect::<String>())
-    }
 }
 
 /// Left-aligned columns separated by two spaces.
@@ -576,7 +569,7 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
                 .as_ref()
                 .and_then(|p| p.eta_s)
                 .map_or("-".into(), human_duration),
-            shorten(&job.command, 60),
+            report::shorten(&job.command, 60),
         ]);
     }
     let table = table(&rows);

@@ -102,42 +102,33 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
     }
 }
 
-/// The key the `occurrence`-th line with this command gets (SPEC §1).
-fn key_for(command: &str, text: &str) -> String {
-    let hash = jobspec::command_hash(command);
-    let earlier = text
-        .lines()
-        .enumerate()
-        .filter_map(|(i, line)| jobspec::parse_line(line, i + 1).ok().flatten())
-        .filter(|spec| jobspec::command_hash(&spec.command) == hash)
-        .count();
-    format!("{hash}#{earlier}")
-}
-
 /// Appends `job` to the jobs file at `path` (created if missing) under an
 /// exclusive lock, adding a missing final newline first. Returns the new
 /// job's key and its line.
 pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
     let line = job_line(job)?;
-    let command = jobspec::parse_line(&line, 1)?
-        .map(|s| s.command)
-        .unwrap_or_default();
     let mut file = lock(path, true)?;
     let mut text = String::new();
     file.seek(SeekFrom::Start(0))?;
     file.read_to_string(&mut text)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let key = key_for(&command, &text);
     let mut bytes = Vec::new();
     if !text.is_empty() && !text.ends_with('\n') {
         bytes.push(b'\n');
     }
     bytes.extend_from_slice(line.as_bytes());
     bytes.push(b'\n');
+    // The new job's key is what the parser gives the last line of the file
+    // as it will be.
+    let (specs, errors) = jobspec::parse_jobs_lenient(&(text + std::str::from_utf8(&bytes)?));
+    let key = specs
+        .last()
+        .map(|s| s.key.clone())
+        .context("the new line did not parse")?;
     file.write_all(&bytes)
         .and_then(|_| file.sync_data())
         .with_context(|| format!("cannot append to {}", path.display()))?;
-    if let Err(e) = jobspec::parse_jobs(&text) {
+    if let Some(e) = errors.first() {
         eprintln!(
             "gpusched: note: {} has an error ({e}); a running scheduler keeps its last good queue until it is fixed",
             path.display()

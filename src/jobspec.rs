@@ -57,12 +57,29 @@ pub fn command_hash(command: &str) -> String {
 /// Parses a whole jobs file. Blank lines and `#` comments are skipped; the
 /// first bad line aborts the parse with its error (SPEC §1).
 pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
+    let (jobs, mut errors) = parse_jobs_lenient(text);
+    if errors.is_empty() {
+        Ok(jobs)
+    } else {
+        Err(errors.swap_remove(0))
+    }
+}
+
+/// Parses every good line of a jobs file and collects the errors of the
+/// bad ones, in line order. Keys are assigned over the good lines — the one
+/// place the identity rule (SPEC §1 "Identity") is applied.
+pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut jobs = Vec::new();
+    let mut errors = Vec::new();
     let mut occurrences: HashMap<String, u32> = HashMap::new();
     for (index, raw) in text.lines().enumerate() {
-        let line_no = index + 1;
-        let Some(parsed) = parse_line(raw, line_no)? else {
-            continue;
+        let parsed = match parse_line(raw, index + 1) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => continue,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
         };
         let hash = command_hash(&parsed.command);
         let count = occurrences.entry(hash.clone()).or_insert(0);
@@ -70,7 +87,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
         *count += 1;
         jobs.push(JobSpec { key, ..parsed });
     }
-    Ok(jobs)
+    (jobs, errors)
 }
 
 /// Parses one line; `Ok(None)` for blank lines and comments. The returned
@@ -362,6 +379,23 @@ mod tests {
     fn key_is_sha256_prefix() {
         // `printf 'echo hi' | sha256sum` = 56a79f3b115448...
         assert_eq!(command_hash("  echo hi "), "56a79f3b1154");
+    }
+
+    #[test]
+    fn lenient_parse_keeps_good_lines_and_lists_errors() {
+        let (jobs, errors) = parse_jobs_lenient("echo a\n[vram=x] echo b\necho a\n[oops echo c\n");
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[1].key, format!("{}#1", command_hash("echo a")));
+        assert_eq!(
+            errors.iter().map(|e| e.line).collect::<Vec<_>>(),
+            vec![2, 4]
+        );
+        assert_eq!(
+            parse_jobs("echo a\n[vram=x] echo b\n[oops\n")
+                .unwrap_err()
+                .line,
+            2
+        );
     }
 
     #[test]

@@ -427,6 +427,11 @@ impl Scheduler {
         ));
         scheduler.resolve_orphans();
         scheduler.report_resume();
+        // The first round works from this snapshot rather than asking the
+        // GPUs again; taken in after the orphans, so their memory is theirs.
+        scheduler.absorb(snapshot);
+        scheduler.gpu.last_sample = Some(Instant::now());
+        scheduler.sample_now = false;
         Ok(scheduler)
     }
 
@@ -755,8 +760,8 @@ impl Scheduler {
                 .is_none_or(|t| now >= t + self.cfg.poll)
     }
 
-    /// Takes a snapshot, attributes GPU processes to our jobs by process
-    /// group, and updates peaks, utilization and warnings (SPEC §4).
+    /// Asks the backend for a snapshot and takes it in; a failed query is
+    /// warned about and, after several in a row, pauses dispatch (SPEC §10).
     fn sample_gpus(&mut self, now: Instant) {
         self.sample_now = false;
         self.gpu.last_sample = Some(now);
@@ -789,6 +794,12 @@ impl Scheduler {
                 return;
             }
         };
+        self.absorb(snapshot);
+    }
+
+    /// Takes a snapshot in: attribution, peaks, utilization, warnings,
+    /// progress, per-GPU statistics (SPEC §4).
+    fn absorb(&mut self, snapshot: GpuSnapshot) {
         if self.gpu.failures > 0 {
             if self.paused_reason.take().is_some() {
                 say("GPU queries answer again; dispatching resumes");

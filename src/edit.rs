@@ -4,8 +4,8 @@
 //! each other; `add` appends (as `echo … >> jobs.txt` does), `cancel`
 //! rewrites through a temp file and `rename`, keeping the file's mode.
 
+use crate::error::Error;
 use crate::jobspec::{self, JobSpec};
-use crate::scheduler::StartError;
 use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
@@ -31,36 +31,36 @@ pub struct NewJob {
 /// The jobs-file line for `job`: attribute block, then the words quoted so
 /// that `/bin/sh -c` sees exactly `argv`.
 ///
-/// Errors ([`StartError`]): a bad attribute value, an empty command, or a
+/// Errors ([`Error::Usage`]): a bad attribute value, an empty command, or a
 /// word with a newline or NUL (a jobs-file line cannot hold it).
-pub fn job_line(job: &NewJob) -> Result<String, StartError> {
+pub fn job_line(job: &NewJob) -> Result<String, Error> {
     if job.argv.is_empty() {
-        return Err(StartError(
+        return Err(Error::Usage(
             "no command given: gpusched add [OPTIONS] -- COMMAND [ARGS...]".into(),
         ));
     }
     let mut words = Vec::new();
     for word in &job.argv {
         if word.contains(['\n', '\r']) {
-            return Err(StartError(format!(
+            return Err(Error::Usage(format!(
                 "the argument {word:?} contains a line break, which a jobs-file line cannot hold"
             )));
         }
         let quoted = shlex::try_quote(word)
-            .map_err(|_| StartError(format!("the argument {word:?} contains a NUL byte")))?;
+            .map_err(|_| Error::Usage(format!("the argument {word:?} contains a NUL byte")))?;
         words.push(quoted.into_owned());
     }
     let command = words.join(" ");
     let mut attributes = Vec::new();
     if let Some(vram) = &job.vram {
-        jobspec::parse_vram_mib(vram).map_err(StartError)?;
+        jobspec::parse_vram_mib(vram).map_err(Error::Usage)?;
         attributes.push(format!("vram={vram}"));
     }
     if let Some(gpus) = job.gpus {
         attributes.push(format!("gpus={gpus}"));
     }
     if let Some(timeout) = &job.timeout {
-        jobspec::parse_duration_s(timeout).map_err(StartError)?;
+        jobspec::parse_duration_s(timeout).map_err(Error::Usage)?;
         attributes.push(format!("timeout={timeout}"));
     }
     if let Some(retries) = job.retries {
@@ -74,10 +74,10 @@ pub fn job_line(job: &NewJob) -> Result<String, StartError> {
     // The same parser as the scheduler's has the last word.
     match jobspec::parse_line(&line, 1) {
         Ok(Some(spec)) if spec.command == command => Ok(line),
-        Ok(_) => Err(StartError(format!(
+        Ok(_) => Err(Error::Usage(format!(
             "the command would not be read back as written: {line}"
         ))),
-        Err(e) => Err(StartError(e.reason)),
+        Err(e) => Err(Error::Usage(e.reason)),
     }
 }
 
@@ -197,7 +197,7 @@ fn with_cancel(line: &str) -> String {
 /// atomically (temp file + rename, keeping the file's mode). Returns the
 /// job's key and a message for the user.
 ///
-/// Errors ([`StartError`]): the file does not parse, the job is not in it,
+/// Errors ([`Error::Usage`]): the file does not parse, the job is not in it,
 /// or a key prefix matches several jobs.
 pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(String, String)> {
     let mut file = lock(path, false)?;
@@ -205,7 +205,7 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
     file.read_to_string(&mut text)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| {
-        StartError(format!(
+        Error::JobsFile(format!(
             "{}: {e} — fix it first, so the job can be found",
             path.display()
         ))
@@ -213,13 +213,13 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
     let spec: &JobSpec = match target {
         Target::Number(no) => {
             let key = key_of_number(&log_dir.join("journal.jsonl"), *no)?.ok_or_else(|| {
-                StartError(format!(
+                Error::Usage(format!(
                     "no job {no} in {} (is --log-dir right?)",
                     log_dir.join("journal.jsonl").display()
                 ))
             })?;
             specs.iter().find(|s| s.key == key).ok_or_else(|| {
-                StartError(format!(
+                Error::Usage(format!(
                     "job {no} ({key}) has no line in {} any more",
                     path.display()
                 ))
@@ -233,14 +233,14 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
             match matches.as_slice() {
                 [one] => one,
                 [] => {
-                    return Err(StartError(format!(
+                    return Err(Error::Usage(format!(
                         "no job with key {prefix} in {}",
                         path.display()
                     ))
                     .into());
                 }
                 many => {
-                    return Err(StartError(format!(
+                    return Err(Error::Usage(format!(
                         "{prefix} is ambiguous in {}: it matches {} (lines {})",
                         path.display(),
                         many.iter()
@@ -276,17 +276,11 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
             out.push_str(chunk);
         }
     }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    tmp.write_all(out.as_bytes())?;
-    tmp.as_file().sync_data()?;
-    std::fs::set_permissions(tmp.path(), file.metadata()?.permissions())?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
+    let options = crate::files::AtomicOptions {
+        mode: Some(file.metadata()?.permissions()),
+        sync: true,
+    };
+    crate::files::write_atomic_with(path, out.as_bytes(), &options)
         .with_context(|| format!("cannot replace {}", path.display()))?;
     Ok((
         spec.key.clone(),
@@ -347,12 +341,17 @@ mod tests {
         assert!(
             job_line(&job)
                 .unwrap_err()
-                .0
+                .to_string()
                 .contains("bad vram value 'eight'")
         );
         job.vram = None;
         job.gpus = Some(0);
-        assert!(job_line(&job).unwrap_err().0.contains("bad gpus value"));
+        assert!(
+            job_line(&job)
+                .unwrap_err()
+                .to_string()
+                .contains("bad gpus value")
+        );
         assert!(job_line(&argv(&[])).is_err());
         assert!(job_line(&argv(&["echo", "a\nb"])).is_err());
     }

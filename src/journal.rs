@@ -11,67 +11,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-/// How a job ended (SPEC §5 `done.status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DoneStatus {
-    /// Exit code 0.
-    Ok,
-    /// Non-zero exit, not an OOM with retries left.
-    Failed,
-    /// CUDA out of memory with no retries left.
-    FailedOom,
-    /// Killed at its `timeout=`.
-    Timeout,
-    /// Cancelled by the user (`cancel` flag).
-    Cancelled,
-    /// Could never start on the allowed GPUs.
-    Infeasible,
-}
-
-impl DoneStatus {
-    /// Every status, in the order the board and metrics list them.
-    pub const ALL: [DoneStatus; 6] = [
-        DoneStatus::Ok,
-        DoneStatus::Failed,
-        DoneStatus::FailedOom,
-        DoneStatus::Timeout,
-        DoneStatus::Cancelled,
-        DoneStatus::Infeasible,
-    ];
-
-    /// The word used in the journal, on the board and in completion lines.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            DoneStatus::Ok => "ok",
-            DoneStatus::Failed => "failed",
-            DoneStatus::FailedOom => "failed_oom",
-            DoneStatus::Timeout => "timeout",
-            DoneStatus::Cancelled => "cancelled",
-            DoneStatus::Infeasible => "infeasible",
-        }
-    }
-
-    /// The status whose word is `word`, if any.
-    pub fn from_word(word: &str) -> Option<DoneStatus> {
-        DoneStatus::ALL.into_iter().find(|s| s.as_str() == word)
-    }
-
-    /// The board's mark (SPEC §7): `✓` ok, `⊘` cancelled, `✗` the rest.
-    pub fn mark(self) -> char {
-        match self {
-            DoneStatus::Ok => '✓',
-            DoneStatus::Cancelled => '⊘',
-            _ => '✗',
-        }
-    }
-
-    /// Whether this outcome makes the scheduler's exit code non-zero
-    /// (SPEC §7: only ok and cancelled do not).
-    pub fn is_failure(self) -> bool {
-        !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
-    }
-}
+pub use crate::model::DoneStatus;
 
 /// One journal event (SPEC §5), tagged by `event`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,7 +27,7 @@ pub enum Event {
     /// An attempt started.
     Started {
         /// Process group (= leader pid).
-        pgid: i32,
+        pgid: u32,
         /// GPU indices, ascending.
         gpus: Vec<u32>,
         /// 1-based attempt number.
@@ -145,7 +85,7 @@ pub struct StartedInfo {
     /// When it started (Unix seconds).
     pub ts: f64,
     /// Process group.
-    pub pgid: i32,
+    pub pgid: u32,
     /// GPU indices.
     pub gpus: Vec<u32>,
     /// Declaration per GPU (MiB).
@@ -640,7 +580,7 @@ struct RawRecord<'a> {
     key: &'a str,
     event: &'a str,
     no: Option<u32>,
-    pgid: Option<i32>,
+    pgid: Option<u32>,
     gpus: Option<GpuList>,
     attempt: Option<u32>,
     vram_mib: Option<u64>,
@@ -758,7 +698,7 @@ impl<'de> Deserialize<'de> for PeakMax {
 mod tests {
     use super::*;
 
-    fn started(pgid: i32) -> Event {
+    fn started(pgid: u32) -> Event {
         Event::Started {
             pgid,
             gpus: vec![0, 1],
@@ -778,8 +718,8 @@ mod tests {
         }
         assert_eq!(DoneStatus::from_word("running"), None);
         assert_eq!(
-            crate::status::JOB_STATES[3..],
-            crate::status::TERMINAL_STATES
+            crate::view::status::JOB_STATES[3..],
+            crate::view::status::TERMINAL_STATES
         );
     }
 

@@ -1,29 +1,35 @@
 //! gpusched: a VRAM-aware GPU job scheduler for one shared Linux machine.
 //! The binary is a thin shell over [`run`]; the modules follow the data
 //! through one tick: jobs file → [`jobspec`], GPU state → [`gpu`], placement
-//! → [`allocation`], processes → [`process`], durable state → [`journal`],
-//! the loop → [`scheduler`], what the user reads → [`report`].
+//! → [`allocation`], rules → [`policy`], processes → [`process`], durable
+//! state → [`journal`], the loop → [`scheduler`], what the user reads →
+//! [`view`]. `docs/ARCHITECTURE.md` maps each SPEC rule to its file.
 
 pub mod allocation;
 pub mod cli;
 pub mod edit;
+pub mod error;
+pub mod files;
 pub mod gpu;
 pub mod jobspec;
 pub mod journal;
+pub mod model;
+pub mod policy;
 pub mod process;
 pub mod progress;
-pub mod report;
 pub mod scheduler;
 pub mod simjob;
-pub mod status;
+pub mod view;
+
+pub use error::exit_code_for;
 
 use anyhow::Context;
 use gpu::GpuBackend;
 
 /// Runs the scheduler for `args` and returns its exit code (SPEC §7).
 ///
-/// Errors: [`scheduler::StartError`] (exit 2) for what the user must fix
-/// first; anything else is a failure of the machine (exit 1).
+/// Errors: [`error::Error`] (exit 2) for what the user must fix first;
+/// anything else is a failure of the machine (exit 1).
 pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
     let log_dir = scheduler::absolute(&args.log_dir);
     let (backend, sim_dir): (Box<dyn GpuBackend>, _) = match args.sim {
@@ -48,7 +54,7 @@ pub fn status_command(args: &cli::StatusArgs) -> anyhow::Result<i32> {
     use std::io::IsTerminal;
     let path = args.log_dir.join("status.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        scheduler::StartError(format!(
+        error::Error::Usage(format!(
             "cannot read {} ({e}): no scheduler has run with --log-dir {}",
             path.display(),
             args.log_dir.display()
@@ -58,16 +64,16 @@ pub fn status_command(args: &cli::StatusArgs) -> anyhow::Result<i32> {
         print!("{text}");
         return Ok(0);
     }
-    let doc: status::StatusDoc = serde_json::from_str(&text)
+    let doc: view::status::StatusDoc = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a gpusched status document", path.display()))?;
     let colour = if std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
     {
-        status::Colour::Always
+        view::status::Colour::Always
     } else {
-        status::Colour::Never
+        view::status::Colour::Never
     };
-    print!("{}", status::render(&doc, journal::now_ts(), colour));
+    print!("{}", view::status::render(&doc, journal::now_ts(), colour));
     Ok(0)
 }
 
@@ -92,16 +98,6 @@ pub fn cancel_command(args: &cli::CancelArgs) -> anyhow::Result<i32> {
     let (_, message) = edit::cancel(&args.file, &args.log_dir, &target)?;
     println!("{message}");
     Ok(0)
-}
-
-/// The exit code for an error that ended the program: 2 for a usage or
-/// start-up problem (SPEC §7), else 1.
-pub fn exit_code_for(error: &anyhow::Error) -> i32 {
-    if error.downcast_ref::<scheduler::StartError>().is_some() {
-        2
-    } else {
-        1
-    }
 }
 
 /// Diagnostics on stderr through `tracing`; the level comes from

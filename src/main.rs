@@ -17,7 +17,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(error) => {
             eprintln!("gpusched: error: {error:#}");
-            std::process::exit(gpusched::exit_code_for(&error));
+            std::process::exit(gpusched::error::exit_code_for(&error));
         }
     }
 }

@@ -19,7 +19,7 @@ pub const KILL_GRACE: Duration = Duration::from_secs(10);
 /// A process-group id of a job. Signals sent through it always go to the
 /// whole group (`kill(-pgid, …)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Pgid(pub i32);
+pub struct Pgid(pub u32);
 
 impl std::fmt::Display for Pgid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -33,11 +33,11 @@ pub struct ProcStat {
     /// Field 3: state (`R`, `S`, `Z`, …).
     pub state: char,
     /// Field 4: parent pid.
-    pub ppid: i32,
+    pub ppid: u32,
     /// Field 5: process-group id.
-    pub pgrp: i32,
+    pub pgrp: u32,
     /// Field 6: session id.
-    pub session: i32,
+    pub session: u32,
     /// Field 22: start time in clock ticks since boot.
     pub start_ticks: u64,
 }
@@ -58,7 +58,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// Reads and parses `/proc/<pid>/stat`; `None` if the process is gone.
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
+pub fn read_stat(pid: u32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
@@ -72,26 +72,23 @@ pub fn boot_id() -> Option<String> {
 
 /// Every process in `/proc` that is not a zombie, with its stat fields.
 /// The one scan of `/proc` that group checks share.
-fn live_processes() -> impl Iterator<Item = (i32, ProcStat)> {
+fn live_processes() -> impl Iterator<Item = (u32, ProcStat)> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| Some((pid, read_stat(pid)?)))
         .filter(|(_, stat)| stat.state != 'Z')
 }
 
 /// Whether a process with this pid exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
-    i32::try_from(pid)
-        .ok()
-        .and_then(read_stat)
-        .is_some_and(|s| s.state != 'Z')
+    read_stat(pid).is_some_and(|s| s.state != 'Z')
 }
 
 /// Pids of the processes in group `pgid` that are not zombies.
-pub fn live_members(pgid: Pgid) -> Vec<i32> {
+pub fn live_members(pgid: Pgid) -> Vec<u32> {
     live_processes()
         .filter(|(_, stat)| stat.pgrp == pgid.0)
         .map(|(pid, _)| pid)
@@ -142,9 +139,14 @@ impl GroupIdentity {
 }
 
 /// Sends `signal` to every process of the group. Returns false when the
-/// group no longer exists (ESRCH).
+/// group no longer exists (ESRCH) or cannot be a job's group: a pgid of 0
+/// or 1 (our own group, or init's) or one too large for `kill(2)` is never
+/// signalled (SPEC §11 "Signals only for our own").
 pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
-    !matches!(kill(Pid::from_raw(-pgid.0), signal), Err(Errno::ESRCH))
+    let Some(target) = i32::try_from(pgid.0).ok().filter(|&p| p > 1) else {
+        return false;
+    };
+    !matches!(kill(Pid::from_raw(-target), signal), Err(Errno::ESRCH))
 }
 
 /// How a job is started (SPEC §3).
@@ -193,7 +195,7 @@ pub fn spawn(request: &SpawnRequest) -> std::io::Result<Spawned> {
         });
     }
     let child = command.spawn()?;
-    let pid = child.id() as i32;
+    let pid = child.id();
     Ok(Spawned {
         start_ticks: read_stat(pid).map(|s| s.start_ticks),
         pgid: Pgid(pid),
@@ -289,10 +291,10 @@ mod tests {
 
     #[test]
     fn reads_own_stat() {
-        let me = std::process::id() as i32;
+        let me = std::process::id();
         let stat = read_stat(me).unwrap();
-        assert_eq!(stat.pgrp, nix::unistd::getpgrp().as_raw());
-        assert_eq!(stat.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(stat.pgrp as i32, nix::unistd::getpgrp().as_raw());
+        assert_eq!(stat.ppid as i32, nix::unistd::getppid().as_raw());
         assert!(stat.start_ticks > 0);
     }
 
@@ -306,7 +308,7 @@ mod tests {
             log: &log,
         })
         .unwrap();
-        let pid = spawned.child.id() as i32;
+        let pid = spawned.child.id();
         let stat = read_stat(pid).unwrap();
         assert_eq!(stat.pgrp, pid);
         assert_eq!(stat.session, pid);

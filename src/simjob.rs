@@ -93,16 +93,13 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
     Ok(i32::from(args.exit_code))
 }
 
-/// Atomically replaces the report: write `<pid>.json.tmp`, then rename.
+/// Atomically replaces the report (temp file, then rename).
 fn write_report(path: &Path, pid: u32, gpus: &[String], mib: u64, util: u32) -> anyhow::Result<()> {
     let report = SimReport {
         pid,
         mib: gpus.iter().map(|g| (g.clone(), mib)).collect(),
         util,
     };
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&report)?)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    crate::files::write_atomic(path, &serde_json::to_vec(&report)?)
+        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -3,6 +3,7 @@
 //! (SPEC §10). Memory is in MiB everywhere past this module's backends;
 //! bytes are converted once, at the edge.
 
+pub mod attribution;
 pub mod nvml;
 pub mod sim;
 

@@ -9,7 +9,7 @@
 //! 2^64 − 1.
 
 use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot, bytes_to_mib};
-use crate::scheduler::StartError;
+use crate::error::Error;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -32,7 +32,7 @@ pub struct NvmlBackend {
 }
 
 /// Turns an NVML start-up error into a message a user can act on.
-fn start_error(error: NvmlError) -> StartError {
+fn start_error(error: NvmlError) -> Error {
     let reason = match &error {
         NvmlError::LibloadingError(e) => format!(
             "cannot load {NVML_LIBRARY} ({e}): the NVIDIA driver's NVML library is not installed or not on the library path; install the NVIDIA driver, or use --sim N to try gpusched without GPUs"
@@ -47,22 +47,22 @@ fn start_error(error: NvmlError) -> StartError {
             format!("NVML could not initialise: {error}; use --sim N to try gpusched without GPUs")
         }
     };
-    StartError(reason)
+    Error::Gpu(reason)
 }
 
 impl NvmlBackend {
     /// Loads and initialises NVML once for the run and reads each device's
     /// index, UUID and name.
     ///
-    /// Errors ([`StartError`], exit 2): the library is missing, NVML cannot
+    /// Errors ([`Error::Gpu`], exit 2): the library is missing, NVML cannot
     /// initialise (driver not loaded, no permission), or no GPU is found.
     pub fn open() -> anyhow::Result<Self> {
         let nvml = Nvml::init().map_err(start_error)?;
         let count = nvml
             .device_count()
-            .map_err(|e| StartError(format!("NVML cannot count GPUs: {e}")))?;
+            .map_err(|e| Error::Gpu(format!("NVML cannot count GPUs: {e}")))?;
         if count == 0 {
-            return Err(StartError(
+            return Err(Error::Gpu(
                 "NVML found no GPUs on this machine (use --sim N to try gpusched without GPUs)"
                     .into(),
             )
@@ -72,7 +72,7 @@ impl NvmlBackend {
         for index in 0..count {
             let device = nvml
                 .device_by_index(index)
-                .map_err(|e| StartError(format!("NVML cannot open GPU {index}: {e}")))?;
+                .map_err(|e| Error::Gpu(format!("NVML cannot open GPU {index}: {e}")))?;
             devices.push(Device {
                 index,
                 uuid: device

@@ -5,8 +5,8 @@
 //! round from one [`StatusDoc`]; the end-of-run summary; and the
 //! `gpusched status` command, which renders `status.json` for people.
 
-use crate::journal::DoneStatus;
-use crate::report::{self, human_duration};
+use crate::model::{DoneStatus, JobState, SchedulerState};
+use crate::view::report::{self, human_duration};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -59,7 +59,7 @@ pub struct SchedulerStatus {
     /// running ones), `paused-by-errors` (GPU queries failing), `stopping`
     /// (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or `finished`
     /// (queue drained, exited).
-    pub state: String,
+    pub state: SchedulerState,
     /// Why dispatching is paused, when it is.
     pub paused_reason: Option<String>,
     /// The jobs file.
@@ -106,7 +106,7 @@ pub struct JobStatus {
     pub key: String,
     /// `running`, `pending`, `retry_wait`, or a terminal status (`ok`,
     /// `failed`, `failed_oom`, `timeout`, `cancelled`, `infeasible`).
-    pub state: String,
+    pub state: JobState,
     /// The command.
     pub command: String,
     /// GPU indices of the current or last attempt (empty if never run).
@@ -162,8 +162,8 @@ impl StatusDoc {
     pub fn write(&self, log_dir: &Path) -> std::io::Result<()> {
         let mut json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         json.push(b'\n');
-        report::write_atomic(&log_dir.join("status.json"), &json)?;
-        report::write_atomic(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
+        crate::files::write_atomic(&log_dir.join("status.json"), &json)?;
+        crate::files::write_atomic(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
     }
 
     /// The Prometheus text exposition (version 0.0.4): gauges in base units
@@ -277,7 +277,11 @@ impl StatusDoc {
                     .collect(),
             );
         }
-        let running: Vec<&JobStatus> = self.jobs.iter().filter(|j| j.state == "running").collect();
+        let running: Vec<&JobStatus> = self
+            .jobs
+            .iter()
+            .filter(|j| j.state == JobState::Running)
+            .collect();
         let job_labels = |j: &JobStatus, gpu: &str| {
             label(&[
                 ("job", j.no.to_string()),
@@ -343,11 +347,7 @@ pub const JOB_STATES: [&str; 9] = {
 /// (busy fraction of the run, mean VRAM occupancy).
 pub fn summary(doc: &StatusDoc) -> String {
     let mut out = String::new();
-    let finished: Vec<&JobStatus> = doc
-        .jobs
-        .iter()
-        .filter(|j| TERMINAL_STATES.contains(&j.state.as_str()))
-        .collect();
+    let finished: Vec<&JobStatus> = doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
     let mut rows = vec![[
         "JOB".to_string(),
         "STATUS".into(),
@@ -363,7 +363,7 @@ pub fn summary(doc: &StatusDoc) -> String {
         let gpus = job.gpus.len().max(1) as f64;
         rows.push([
             job.no.to_string(),
-            job.state.clone(),
+            job.state.as_str().to_string(),
             match (job.queued, job.started) {
                 (Some(q), Some(s)) => human_duration(s - q),
                 _ => "-".into(),
@@ -451,14 +451,13 @@ fn paint(colour: Colour, code: &str, text: &str) -> String {
 pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
     let mut out = String::new();
     let age = human_duration(now - doc.updated);
-    let live = crate::process::is_alive(doc.scheduler.pid)
-        && !matches!(doc.scheduler.state.as_str(), "finished" | "stopped");
+    let live = crate::process::is_alive(doc.scheduler.pid) && !doc.scheduler.state.is_final();
     if live {
         let _ = writeln!(
             out,
             "scheduler pid {} {} on {} — {}; data from {age} ago",
             doc.scheduler.pid,
-            paint(colour, "32", &doc.scheduler.state),
+            paint(colour, "32", doc.scheduler.state.as_str()),
             doc.scheduler.backend_detail,
             doc.scheduler.jobs_file
         );
@@ -468,7 +467,7 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
             "{} (pid {} is gone, last state {}); data from {} ({age} ago)",
             paint(colour, "33", "no scheduler is running for this log dir"),
             doc.scheduler.pid,
-            doc.scheduler.state,
+            doc.scheduler.state.as_str(),
             report::date_time(doc.updated)
         );
     }
@@ -527,21 +526,17 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
         "ETA".into(),
         "COMMAND".into(),
     ]];
-    for job in doc
-        .jobs
-        .iter()
-        .filter(|j| !TERMINAL_STATES.contains(&j.state.as_str()) || !live)
-    {
+    for job in doc.jobs.iter().filter(|j| !j.state.is_terminal() || !live) {
         let now_mib: u64 = job.current_mib.values().sum();
         let peak = job.peak_mib.values().copied().max().flatten();
-        let elapsed = match (job.state.as_str(), job.duration_s) {
-            ("running", Some(d)) => human_duration(d + (now - doc.updated).max(0.0)),
+        let elapsed = match (job.state, job.duration_s) {
+            (JobState::Running, Some(d)) => human_duration(d + (now - doc.updated).max(0.0)),
             (_, Some(d)) if job.started.is_some() => human_duration(d),
             _ => "-".into(),
         };
         rows.push([
             job.no.to_string(),
-            job.state.clone(),
+            job.state.as_str().to_string(),
             if job.gpus.is_empty() {
                 "-".into()
             } else {
@@ -554,7 +549,7 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
                 now_mib.to_string()
             },
             peak.map_or(
-                if job.state == "running" || job.started.is_some() {
+                if job.state == JobState::Running || job.started.is_some() {
                     "n/a".into()
                 } else {
                     "-".into()
@@ -604,7 +599,7 @@ mod tests {
                 poll_s: 5.0,
                 backend: "sim".into(),
                 backend_detail: "1 simulated GPU of 24000 MiB".into(),
-                state: "finished".into(),
+                state: SchedulerState::Finished,
                 paused_reason: None,
                 jobs_file: "jobs.txt".into(),
                 log_dir: "gpusched_logs".into(),
@@ -629,7 +624,7 @@ mod tests {
                 JobStatus {
                     no: 1,
                     key: "abc#0".into(),
-                    state: "ok".into(),
+                    state: JobState::Done(DoneStatus::Ok),
                     command: "python a.py".into(),
                     gpus: vec![0],
                     gpus_wanted: 1,
@@ -651,7 +646,7 @@ mod tests {
                 JobStatus {
                     no: 2,
                     key: "def#0".into(),
-                    state: "running".into(),
+                    state: JobState::Running,
                     command: "python b.py".into(),
                     gpus: vec![0],
                     gpus_wanted: 1,

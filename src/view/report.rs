@@ -1,11 +1,10 @@
 //! What the user reads (SPEC §4, §7): timestamped terminal lines, the
 //! declared-vs-actual verdict of a completion line, and the status board
-//! `<log_dir>/status.txt`, rewritten atomically (temp file + rename).
+//! `<log_dir>/status.txt`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::Path;
 
 /// Local wall-clock time of `unix_s` as (year, month, day, hour, minute,
 /// second), from the C library's `localtime_r` (honours `TZ`).
@@ -105,16 +104,73 @@ pub fn peaks_text(peaks: &BTreeMap<u32, Option<u64>>) -> String {
     format!("peak {}", parts.join(", "))
 }
 
-/// Writes `contents` to `path` atomically: a temp file in the same
-/// directory, then rename, so a reader never sees half a file.
-///
-/// Errors: the directory is not writable.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(contents)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+/// What the completion line of an attempt says (SPEC §4).
+#[derive(Debug)]
+pub struct CompletionLine<'a> {
+    /// Display number.
+    pub no: u32,
+    /// How it ended.
+    pub status: crate::model::DoneStatus,
+    /// Run time (seconds).
+    pub duration_s: f64,
+    /// `exit 3`, `killed by SIGKILL`, `exit status unknown`.
+    pub exit_text: String,
+    /// Peak MiB per GPU index; `None` where never measured.
+    pub peaks: &'a BTreeMap<u32, Option<u64>>,
+    /// Mean device utilization, percent.
+    pub avg_util: Option<f64>,
+    /// GPU samples taken while it ran.
+    pub samples: u32,
+    /// Its declaration per GPU (MiB).
+    pub vram_mib: Option<u64>,
+    /// `--tolerance`, for the verdict.
+    pub tolerance: f64,
+    /// Its log, named when it failed.
+    pub log: Option<&'a std::path::Path>,
+}
+
+/// The completion line (SPEC §4): status, duration, exit, per-GPU peak,
+/// mean utilization, then the declared-vs-actual verdict (or what an
+/// undeclared job would have needed), and the log of a failed job.
+pub fn completion_line(c: &CompletionLine) -> String {
+    let mut line = format!(
+        "{} job {} {} in {} ({}), {}, util {} ({} GPU sample{})",
+        c.status.mark(),
+        c.no,
+        c.status.as_str(),
+        human_duration(c.duration_s),
+        c.exit_text,
+        peaks_text(c.peaks),
+        c.avg_util.map_or("n/a".to_string(), |u| format!("{u:.0}%")),
+        c.samples,
+        if c.samples == 1 { "" } else { "s" },
+    );
+    let peak = c.peaks.values().copied().max().flatten();
+    match (c.vram_mib, peak) {
+        (Some(_), _) => {
+            if let Some(v) = verdict(c.vram_mib, peak, c.tolerance) {
+                line.push_str(" — ");
+                line.push_str(&v);
+            }
+        }
+        (None, Some(p)) => {
+            let _ = write!(
+                line,
+                " — undeclared; [vram={}] would fit",
+                crate::allocation::buffered_mib(p, c.tolerance)
+            );
+        }
+        (None, None) => {}
+    }
+    if c.status == crate::model::DoneStatus::FailedOom {
+        line.push_str(" — CUDA out of memory, no retries left (add retries=N or --oom-retries N)");
+    }
+    if let Some(path) = c.log
+        && c.status.is_failure()
+    {
+        let _ = write!(line, "; log {}", path.display());
+    }
+    line
 }
 
 /// One job's line on the board.
@@ -387,15 +443,5 @@ mod tests {
         assert!(board.contains("… and 1 more waiting"), "{board}");
         assert!(board.contains("⊘ job 150"), "{board}");
         assert!(board.contains("… and 1 more finished"), "{board}");
-    }
-
-    #[test]
-    fn atomic_write_replaces_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("status.txt");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

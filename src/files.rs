@@ -1,0 +1,118 @@
+//! Files the scheduler writes besides the journal (HOUSE habit 8): the one
+//! atomic-write helper (temp file in the same directory, then `rename`, so
+//! a reader never sees half a file), appends to job logs, and reading a
+//! log's tail.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// How [`write_atomic_with`] writes.
+#[derive(Debug, Clone, Default)]
+pub struct AtomicOptions {
+    /// Permission bits for the new file (e.g. to keep a user's file mode);
+    /// `None` leaves the temp file's.
+    pub mode: Option<std::fs::Permissions>,
+    /// Whether to fsync the contents before the rename (for files whose
+    /// loss would lose a user's edit; not for files rewritten every round).
+    pub sync: bool,
+}
+
+/// Writes `contents` to `path` atomically: a temp file in the same
+/// directory, then renamed over `path`.
+///
+/// Errors: the directory is not writable, or the disk is full.
+pub fn write_atomic_with(
+    path: &Path,
+    contents: &[u8],
+    options: &AtomicOptions,
+) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(contents)?;
+    if options.sync {
+        tmp.as_file().sync_data()?;
+    }
+    if let Some(mode) = &options.mode {
+        std::fs::set_permissions(tmp.path(), mode.clone())?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// [`write_atomic_with`] with default options (no fsync, the temp
+/// file's mode).
+pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, contents, &AtomicOptions::default())
+}
+
+/// Appends `bytes` to the file at `path` (created if missing); returns the
+/// byte offset they start at.
+///
+/// Errors: the file cannot be opened or written.
+pub fn append_to(path: &Path, bytes: &[u8]) -> std::io::Result<u64> {
+    let mut file = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let offset = file.seek(SeekFrom::End(0))?;
+    file.write_all(bytes)?;
+    Ok(offset)
+}
+
+/// The last `limit` bytes of the file written since byte `from`, decoded
+/// lossily; empty when the file cannot be read.
+pub fn read_tail(path: &Path, from: u64, limit: u64) -> String {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else {
+        return String::new();
+    };
+    let start = from.max(len.saturating_sub(limit));
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_reads_only_this_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, "CUDA out of memory\n").unwrap();
+        let offset = append_to(&path, b"attempt 2\nfine\n").unwrap();
+        assert_eq!(read_tail(&path, offset, 16 * 1024), "attempt 2\nfine\n");
+        assert!(read_tail(&path, 0, 16 * 1024).contains("CUDA out of memory"));
+        assert_eq!(read_tail(&path, 0, 5), "fine\n");
+        assert_eq!(read_tail(&dir.path().join("missing"), 0, 5), "");
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_keeps_a_given_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_atomic(&path, b"one").unwrap();
+        let options = AtomicOptions {
+            mode: Some(std::fs::Permissions::from_mode(0o640)),
+            sync: true,
+        };
+        write_atomic_with(&path, b"two", &options).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp left"
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! Attribution (SPEC §4): which GPU process belongs to which of our jobs,
+//! through its process group, and the per-process peaks of everyone
+//! else's processes (SPEC §2 "Effective external"). Pure over a
+//! pgid-lookup function, so the rules are unit-tested without `/proc`.
+
+use super::GpuProcess;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
+
+/// One process on one GPU, as a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GpuPid {
+    /// GPU index.
+    pub gpu: u32,
+    /// Process id as the driver reports it.
+    pub pid: u32,
+}
+
+/// What one snapshot's processes say about our jobs.
+#[derive(Debug)]
+pub struct Attribution<J> {
+    /// MiB in use now per job, per GPU index. A job whose processes on a
+    /// GPU all have unknown memory has no entry for that GPU (its peak
+    /// stays `n/a`, never a wrong number).
+    pub per_job: HashMap<J, BTreeMap<u32, u64>>,
+    /// Processes that are not ours, with their memory when known.
+    pub external: Vec<(GpuPid, Option<u64>)>,
+}
+
+/// Maps each process to a job through `job_of_pid` (pid → the job whose
+/// process group it is in, if any) and sums known memory per job and GPU.
+pub fn attribute<J: Clone + Eq + Hash>(
+    processes: &[GpuProcess],
+    mut job_of_pid: impl FnMut(u32) -> Option<J>,
+) -> Attribution<J> {
+    let mut per_job: HashMap<J, BTreeMap<u32, u64>> = HashMap::new();
+    let mut external = Vec::new();
+    for process in processes {
+        match job_of_pid(process.pid) {
+            Some(job) => {
+                let gpus = per_job.entry(job).or_default();
+                let slot = gpus.entry(process.gpu).or_insert(0);
+                // Unknown per-process memory adds nothing: never a zero or
+                // bogus number.
+                if let Some(mib) = process.used_mib {
+                    *slot = slot.saturating_add(mib);
+                }
+                if process.used_mib.is_none() && *slot == 0 {
+                    gpus.remove(&process.gpu);
+                }
+            }
+            None => external.push((
+                GpuPid {
+                    gpu: process.gpu,
+                    pid: process.pid,
+                },
+                process.used_mib,
+            )),
+        }
+    }
+    Attribution { per_job, external }
+}
+
+/// Observed peak (MiB) of each external process; a process is forgotten
+/// when it disappears (SPEC §2).
+#[derive(Debug, Default)]
+pub struct ExternalPeaks {
+    peaks: HashMap<GpuPid, u64>,
+}
+
+impl ExternalPeaks {
+    /// Takes in one round's external processes: raises their peaks, forgets
+    /// those no longer present.
+    pub fn observe(&mut self, external: &[(GpuPid, Option<u64>)]) {
+        let present: HashSet<GpuPid> = external.iter().map(|(p, _)| *p).collect();
+        self.peaks.retain(|p, _| present.contains(p));
+        for (process, used) in external {
+            if let Some(mib) = used {
+                let peak = self.peaks.entry(*process).or_insert(0);
+                *peak = (*peak).max(*mib);
+            }
+        }
+    }
+
+    /// Σ of the peaks of external processes on GPU `gpu` (MiB).
+    pub fn sum_on(&self, gpu: u32) -> u64 {
+        self.peaks
+            .iter()
+            .filter(|(p, _)| p.gpu == gpu)
+            .map(|(_, peak)| *peak)
+            .fold(0, u64::saturating_add)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_(pid: u32, gpu: u32, used_mib: Option<u64>) -> GpuProcess {
+        GpuProcess { pid, gpu, used_mib }
+    }
+
+    #[test]
+    fn processes_are_attributed_by_group() {
+        // Pids 10 and 11 are in job "a"'s group, 20 in "b"'s, 30 is not ours.
+        let owner = |pid: u32| match pid {
+            10 | 11 => Some("a"),
+            20 => Some("b"),
+            _ => None,
+        };
+        let processes = [
+            proc_(10, 0, Some(1000)),
+            proc_(11, 0, Some(500)),
+            proc_(11, 1, Some(200)),
+            proc_(20, 1, None),
+            proc_(30, 0, Some(700)),
+            proc_(31, 1, None),
+        ];
+        let got = attribute(&processes, owner);
+        assert_eq!(got.per_job["a"], BTreeMap::from([(0, 1500), (1, 200)]));
+        // Unknown memory: no number, never zero.
+        assert!(got.per_job["b"].is_empty());
+        assert_eq!(
+            got.external,
+            vec![
+                (GpuPid { gpu: 0, pid: 30 }, Some(700)),
+                (GpuPid { gpu: 1, pid: 31 }, None)
+            ]
+        );
+    }
+
+    #[test]
+    fn external_peaks_are_kept_until_the_process_goes() {
+        let p = GpuPid { gpu: 0, pid: 30 };
+        let q = GpuPid { gpu: 0, pid: 31 };
+        let mut peaks = ExternalPeaks::default();
+        peaks.observe(&[(p, Some(700)), (q, Some(100))]);
+        peaks.observe(&[(p, Some(300)), (q, None)]);
+        assert_eq!(peaks.sum_on(0), 800, "peaks kept, unknown adds nothing");
+        assert_eq!(peaks.sum_on(1), 0);
+        peaks.observe(&[(q, Some(50))]);
+        assert_eq!(peaks.sum_on(0), 100, "a gone process is forgotten");
+    }
+}

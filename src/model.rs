@@ -1,0 +1,205 @@
+//! The shared vocabulary (HOUSE "Words"): how a job ended
+//! ([`DoneStatus`]), where a job stands ([`JobState`]) and where the
+//! scheduler stands ([`SchedulerState`]). The journal, status.json, the
+//! board and `gpusched status` all use these, so one word means one thing
+//! everywhere.
+
+use serde::{Deserialize, Serialize};
+
+/// How a job ended (SPEC §5 `done.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoneStatus {
+    /// Exit code 0.
+    Ok,
+    /// Non-zero exit, not an OOM with retries left.
+    Failed,
+    /// CUDA out of memory with no retries left.
+    FailedOom,
+    /// Killed at its `timeout=`.
+    Timeout,
+    /// Cancelled by the user (`cancel` flag).
+    Cancelled,
+    /// Could never start on the allowed GPUs.
+    Infeasible,
+}
+
+impl DoneStatus {
+    /// Every status, in the order the board and metrics list them.
+    pub const ALL: [DoneStatus; 6] = [
+        DoneStatus::Ok,
+        DoneStatus::Failed,
+        DoneStatus::FailedOom,
+        DoneStatus::Timeout,
+        DoneStatus::Cancelled,
+        DoneStatus::Infeasible,
+    ];
+
+    /// The word used in the journal, on the board and in completion lines.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DoneStatus::Ok => "ok",
+            DoneStatus::Failed => "failed",
+            DoneStatus::FailedOom => "failed_oom",
+            DoneStatus::Timeout => "timeout",
+            DoneStatus::Cancelled => "cancelled",
+            DoneStatus::Infeasible => "infeasible",
+        }
+    }
+
+    /// The status whose word is `word`, if any.
+    pub fn from_word(word: &str) -> Option<DoneStatus> {
+        DoneStatus::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
+    /// The board's mark (SPEC §7): `✓` ok, `⊘` cancelled, `✗` the rest.
+    pub fn mark(self) -> char {
+        match self {
+            DoneStatus::Ok => '✓',
+            DoneStatus::Cancelled => '⊘',
+            _ => '✗',
+        }
+    }
+
+    /// Whether this outcome makes the scheduler's exit code non-zero
+    /// (SPEC §7: only ok and cancelled do not).
+    pub fn is_failure(self) -> bool {
+        !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
+    }
+}
+
+/// Where a job stands, as status.json (`state`), the board and `gpusched
+/// status` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// An attempt runs now (or a live attempt of a previous scheduler).
+    Running,
+    /// In the queue, never started or requeued.
+    Pending,
+    /// Requeued after a CUDA OOM, waiting for its next attempt (SPEC §6).
+    RetryWait,
+    /// Ended for good.
+    Done(DoneStatus),
+}
+
+impl JobState {
+    /// Every state, in the order counts and boards list them: the live
+    /// states, then the terminal ones.
+    pub const ALL: [JobState; 9] = [
+        JobState::Running,
+        JobState::Pending,
+        JobState::RetryWait,
+        JobState::Done(DoneStatus::Ok),
+        JobState::Done(DoneStatus::Failed),
+        JobState::Done(DoneStatus::FailedOom),
+        JobState::Done(DoneStatus::Timeout),
+        JobState::Done(DoneStatus::Cancelled),
+        JobState::Done(DoneStatus::Infeasible),
+    ];
+
+    /// The word in status.json and `counts`: `running`, `pending`,
+    /// `retry_wait` or a [`DoneStatus`] word.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Pending => "pending",
+            JobState::RetryWait => "retry_wait",
+            JobState::Done(status) => status.as_str(),
+        }
+    }
+
+    /// The state whose word is `word`, if any.
+    pub fn from_word(word: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
+    /// Whether the job ended for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Done(_))
+    }
+
+    /// Whether the job waits for an attempt (pending or retry wait).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, JobState::Pending | JobState::RetryWait)
+    }
+}
+
+impl Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for JobState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        JobState::from_word(&word)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown job state '{word}'")))
+    }
+}
+
+/// Where the scheduler stands, as status.json (`scheduler.state`) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchedulerState {
+    /// Dispatching jobs as they fit.
+    Running,
+    /// No job left to start (no `--watch`); waiting for running ones.
+    Draining,
+    /// Dispatch paused: GPU queries fail, or the log directory cannot be
+    /// written.
+    PausedByErrors,
+    /// After Ctrl-C / SIGTERM: stopping running jobs.
+    Stopping,
+    /// Ended by a signal.
+    Stopped,
+    /// The queue drained and the scheduler exited.
+    Finished,
+}
+
+impl SchedulerState {
+    /// The word in status.json: `running`, `draining`, `paused-by-errors`,
+    /// `stopping`, `stopped`, `finished`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SchedulerState::Running => "running",
+            SchedulerState::Draining => "draining",
+            SchedulerState::PausedByErrors => "paused-by-errors",
+            SchedulerState::Stopping => "stopping",
+            SchedulerState::Stopped => "stopped",
+            SchedulerState::Finished => "finished",
+        }
+    }
+
+    /// Whether the scheduler has exited in this state.
+    pub fn is_final(self) -> bool {
+        matches!(self, SchedulerState::Stopped | SchedulerState::Finished)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_state_words_round_trip() {
+        for state in JobState::ALL {
+            assert_eq!(JobState::from_word(state.as_str()), Some(state));
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{}\"", state.as_str()));
+            assert_eq!(serde_json::from_str::<JobState>(&json).unwrap(), state);
+        }
+        assert!(serde_json::from_str::<JobState>("\"bogus\"").is_err());
+        assert!(JobState::Done(DoneStatus::Ok).is_terminal());
+        assert!(JobState::RetryWait.is_waiting() && !JobState::Running.is_waiting());
+    }
+
+    #[test]
+    fn scheduler_state_words() {
+        assert_eq!(
+            serde_json::to_string(&SchedulerState::PausedByErrors).unwrap(),
+            "\"paused-by-errors\""
+        );
+        assert!(SchedulerState::Finished.is_final() && !SchedulerState::Draining.is_final());
+    }
+}

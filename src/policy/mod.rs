@@ -1,0 +1,15 @@
+//! Pure decisions (HOUSE habits 2 and 11): each rule takes plain data and
+//! returns a `#[must_use]` value that the scheduler's loop applies. No
+//! clock, no files, no processes here; this is where the rules' unit tests
+//! live.
+//!
+//! * [`outcome`]: how an ended attempt is recorded (SPEC §4, §5, §6).
+//! * [`queue`]: which jobs are pending and with what request (SPEC §5).
+//! * [`kill`]: why a job is being killed, and how kills escalate (SPEC §3,
+//!   §6, §7).
+//! * [`exit_code`]: the scheduler's exit status (SPEC §7).
+
+pub mod exit_code;
+pub mod kill;
+pub mod outcome;
+pub mod queue;

@@ -1,0 +1,264 @@
+//! How an ended attempt is recorded (SPEC §4, §5, §6): from how its process
+//! ended, why we killed it (if we did), its log tail and its retry budget,
+//! [`decide`] returns the [`Outcome`] the loop then journals and prints.
+
+use crate::model::DoneStatus;
+use crate::policy::kill::KillReason;
+
+/// CUDA out-of-memory signatures, matched case-insensitively (SPEC §6).
+pub const OOM_SIGNATURES: [&str; 6] = [
+    "cuda out of memory",
+    "torch.outofmemoryerror",
+    "cuda error: out of memory",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "resource_exhausted",
+];
+
+/// Bytes of a failed job's log searched for a CUDA OOM signature (SPEC §6).
+pub const OOM_TAIL_BYTES: u64 = 16 * 1024;
+
+/// Whether a failed job's log tail shows a CUDA out-of-memory error.
+pub fn is_oom(log_tail: &str) -> bool {
+    let lower = log_tail.to_ascii_lowercase();
+    OOM_SIGNATURES.iter().any(|sig| lower.contains(sig))
+}
+
+/// The declaration (MiB per GPU) for the attempt after an OOM (SPEC §6):
+/// ceil(1.25 × max(peak, declaration)), at least ceil(1.25 × declaration).
+/// With neither known the job stays undeclared. Saturates instead of
+/// overflowing.
+pub fn oom_bump(declared_mib: Option<u64>, peak_mib: Option<u64>) -> Option<u64> {
+    let base = declared_mib.max(peak_mib)?;
+    Some(base.saturating_mul(5).div_ceil(4))
+}
+
+/// How a job's process ended, as a shell reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal number.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The exit code as the journal records it: the code, or 128 + signal.
+    pub fn returncode(self) -> i32 {
+        match self {
+            Exit::Code(code) => code,
+            Exit::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// Words for the completion line: `exit 3`, `killed by SIGKILL`.
+    pub fn describe(self) -> String {
+        match self {
+            Exit::Code(code) => format!("exit {code}"),
+            Exit::Signal(signal) => {
+                let name = nix::sys::signal::Signal::try_from(signal)
+                    .map_or_else(|_| signal.to_string(), |s| s.to_string());
+                format!("killed by {name}")
+            }
+        }
+    }
+
+    /// From a reaped child's status; `None` when it says neither.
+    pub fn from_status(status: &std::process::ExitStatus) -> Option<Exit> {
+        use std::os::unix::process::ExitStatusExt;
+        status
+            .code()
+            .map(Exit::Code)
+            .or_else(|| status.signal().map(Exit::Signal))
+    }
+}
+
+/// Everything [`decide`] needs about an attempt that ended.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptEnd<'a> {
+    /// How its process ended; `None` when that cannot be known (its
+    /// scheduler died and nothing recorded the exit).
+    pub exit: Option<Exit>,
+    /// Why we killed it, if we did.
+    pub kill: Option<KillReason>,
+    /// The tail of this attempt's log (at most [`OOM_TAIL_BYTES`]).
+    pub log_tail: &'a str,
+    /// OOM retries used before this attempt.
+    pub oom_retries_used: u32,
+    /// OOM retries allowed (`retries=`, else `--oom-retries`).
+    pub oom_retries_allowed: u32,
+    /// This attempt's declaration per GPU (MiB).
+    pub declared_mib: Option<u64>,
+    /// Its highest per-GPU peak (MiB), if measured.
+    pub peak_mib: Option<u64>,
+}
+
+/// What to record for an ended attempt.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped because the scheduler is stopping: nothing is recorded as
+    /// done, so the next start runs it again (SPEC §7).
+    StoppedWithScheduler,
+    /// Its outcome cannot be known: record `interrupted`, run it again
+    /// (SPEC §5 "Orphans").
+    Interrupted,
+    /// A CUDA OOM with retries left: record `oom` and requeue with a
+    /// bigger declaration (SPEC §6).
+    OomRetry {
+        /// OOM attempts so far, this one included.
+        attempts: u32,
+        /// Declaration per GPU (MiB) for the next attempt.
+        next_vram_mib: Option<u64>,
+    },
+    /// It ended for good with this status.
+    Done(DoneStatus),
+}
+
+/// The outcome rule. A kill decides first (shutdown, cancel, timeout: a
+/// cancel uses no retry); then an unknown exit is `interrupted`; exit 0 is
+/// `ok`; a failure whose log shows a CUDA OOM is retried while retries are
+/// left, else `failed_oom`; any other failure is `failed`.
+pub fn decide(end: &AttemptEnd) -> Outcome {
+    match end.kill {
+        Some(KillReason::Shutdown) => return Outcome::StoppedWithScheduler,
+        Some(KillReason::Cancel) => return Outcome::Done(DoneStatus::Cancelled),
+        Some(KillReason::Timeout) => return Outcome::Done(DoneStatus::Timeout),
+        None => {}
+    }
+    let Some(exit) = end.exit else {
+        return Outcome::Interrupted;
+    };
+    if exit == Exit::Code(0) {
+        return Outcome::Done(DoneStatus::Ok);
+    }
+    if !is_oom(end.log_tail) {
+        return Outcome::Done(DoneStatus::Failed);
+    }
+    if end.oom_retries_used < end.oom_retries_allowed {
+        Outcome::OomRetry {
+            attempts: end.oom_retries_used + 1,
+            next_vram_mib: oom_bump(end.declared_mib, end.peak_mib),
+        }
+    } else {
+        Outcome::Done(DoneStatus::FailedOom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_signatures_match_case_insensitively() {
+        assert!(is_oom(
+            "RuntimeError: CUDA out of memory. Tried to allocate"
+        ));
+        assert!(is_oom("torch.OutOfMemoryError: boom"));
+        assert!(is_oom("CUDA error: out of memory"));
+        assert!(is_oom("CUDA_ERROR_OUT_OF_MEMORY"));
+        assert!(is_oom("cudaErrorMemoryAllocation"));
+        assert!(is_oom("ResourceExhaustedError: RESOURCE_EXHAUSTED: OOM"));
+        assert!(is_oom("cuda OUT OF MEMORY"));
+        assert!(!is_oom("Segmentation fault"));
+        assert!(!is_oom("host out of memory"));
+    }
+
+    #[test]
+    fn oom_bump_rules() {
+        // ceil(1.25 × max(peak, declaration)).
+        assert_eq!(oom_bump(Some(4000), Some(2000)), Some(5000));
+        assert_eq!(oom_bump(Some(4000), Some(6001)), Some(7502));
+        assert_eq!(oom_bump(Some(4001), None), Some(5002));
+        assert_eq!(oom_bump(None, Some(1000)), Some(1250));
+        assert_eq!(oom_bump(None, None), None);
+        assert_eq!(oom_bump(Some(u64::MAX), None), Some(u64::MAX / 4 + 1));
+    }
+
+    #[test]
+    fn exit_words_and_codes() {
+        assert_eq!(Exit::Code(3).returncode(), 3);
+        assert_eq!(Exit::Signal(9).returncode(), 137);
+        assert_eq!(Exit::Code(3).describe(), "exit 3");
+        assert_eq!(Exit::Signal(9).describe(), "killed by SIGKILL");
+    }
+
+    const OOM_LOG: &str = "...\ntorch.OutOfMemoryError: CUDA out of memory\n";
+
+    fn end(exit: Option<Exit>, kill: Option<KillReason>, tail: &str, used: u32) -> AttemptEnd<'_> {
+        AttemptEnd {
+            exit,
+            kill,
+            log_tail: tail,
+            oom_retries_used: used,
+            oom_retries_allowed: 2,
+            declared_mib: Some(4000),
+            peak_mib: Some(4500),
+        }
+    }
+
+    #[test]
+    fn outcome_rules() {
+        use DoneStatus::{Cancelled, Failed, FailedOom, Ok};
+        use KillReason::{Cancel, Shutdown};
+        const TIMEOUT_KILL: Option<KillReason> = Some(KillReason::Timeout);
+        let ok = Some(Exit::Code(0));
+        let fail = Some(Exit::Code(1));
+        let killed = Some(Exit::Signal(15));
+        let table = [
+            // Kills decide first, whatever the exit and the log say.
+            (
+                end(killed, Some(Shutdown), OOM_LOG, 0),
+                Outcome::StoppedWithScheduler,
+            ),
+            (
+                end(None, Some(Shutdown), "", 0),
+                Outcome::StoppedWithScheduler,
+            ),
+            (
+                end(killed, Some(Cancel), OOM_LOG, 0),
+                Outcome::Done(Cancelled),
+            ),
+            (end(ok, Some(Cancel), "", 0), Outcome::Done(Cancelled)),
+            (
+                end(killed, TIMEOUT_KILL, OOM_LOG, 0),
+                Outcome::Done(DoneStatus::Timeout),
+            ),
+            (
+                end(None, TIMEOUT_KILL, "", 0),
+                Outcome::Done(DoneStatus::Timeout),
+            ),
+            // No kill: an unknown exit is interrupted.
+            (end(None, None, OOM_LOG, 0), Outcome::Interrupted),
+            // Exit 0 is ok even with an OOM line in the log.
+            (end(ok, None, OOM_LOG, 0), Outcome::Done(Ok)),
+            // A failure with an OOM signature and retries left is retried
+            // with ceil(1.25 × max(peak, declaration)).
+            (
+                end(fail, None, OOM_LOG, 0),
+                Outcome::OomRetry {
+                    attempts: 1,
+                    next_vram_mib: Some(5625),
+                },
+            ),
+            (
+                end(killed, None, OOM_LOG, 1),
+                Outcome::OomRetry {
+                    attempts: 2,
+                    next_vram_mib: Some(5625),
+                },
+            ),
+            // No retries left.
+            (end(fail, None, OOM_LOG, 2), Outcome::Done(FailedOom)),
+            // Other failures never use retries.
+            (
+                end(fail, None, "Segmentation fault", 0),
+                Outcome::Done(Failed),
+            ),
+            (end(killed, None, "", 0), Outcome::Done(Failed)),
+        ];
+        for (end, outcome) in table {
+            assert_eq!(decide(&end), outcome, "{end:?}");
+        }
+    }
+}

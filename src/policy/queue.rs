@@ -1,0 +1,186 @@
+//! The pending-queue rule (SPEC §5 "The live queue"): a job is pending iff
+//! its line is in the jobs file, it carries no `cancel`, it is not running,
+//! and the journal's last word on it is not terminal. Its request is the
+//! line's declaration, raised by an OOM bump recorded in the journal.
+
+use crate::allocation::Request;
+use crate::jobspec::JobSpec;
+use crate::journal::{KeyState, Phase};
+use crate::model::JobState;
+
+/// What job `spec` asks placement for now, or `None` when it is not
+/// pending. `state` is the journal's fold for its key (`None` before its
+/// `seen` event is recorded); `running` whether an attempt of it runs now.
+#[must_use]
+pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) -> Option<Request> {
+    if spec.cancel || running {
+        return None;
+    }
+    let state = state?;
+    matches!(state.phase, Phase::Waiting).then(|| Request {
+        vram_mib: spec.vram_mib.max(state.next_vram),
+        gpus: spec.gpus,
+    })
+}
+
+/// Where a job stands for the views, from its journal fold and whether an
+/// attempt of it runs now.
+#[must_use]
+pub fn job_state(state: &KeyState, running: bool) -> JobState {
+    if running {
+        return JobState::Running;
+    }
+    match &state.phase {
+        Phase::Done(done) => JobState::Done(done.status),
+        _ if state.oom_attempts > 0 => JobState::RetryWait,
+        _ => JobState::Pending,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Finished, StartedInfo};
+    use crate::model::DoneStatus;
+
+    fn spec(vram_mib: Option<u64>, cancel: bool) -> JobSpec {
+        JobSpec {
+            key: "abc#0".into(),
+            line: 1,
+            command: "true".into(),
+            vram_mib,
+            gpus: 2,
+            timeout_s: None,
+            retries: None,
+            cancel,
+        }
+    }
+
+    fn state(phase: Phase, next_vram: Option<u64>, oom_attempts: u32) -> KeyState {
+        KeyState {
+            no: 1,
+            seen_offset: u64::MAX,
+            seen_ts: 0.0,
+            first_started_ts: None,
+            attempts: 0,
+            oom_attempts,
+            next_vram,
+            phase,
+        }
+    }
+
+    fn done(status: DoneStatus) -> Phase {
+        Phase::Done(Box::new(Finished {
+            status,
+            returncode: None,
+            ts: 0.0,
+            duration_s: 0.0,
+            peak_mib: None,
+            avg_util: None,
+            vram_mib: None,
+            gpu_mask: 0,
+        }))
+    }
+
+    fn started() -> Phase {
+        Phase::Started(Box::new(StartedInfo {
+            ts: 0.0,
+            pgid: 42,
+            gpus: vec![0],
+            vram_mib: None,
+            start_ticks: None,
+            boot_id: None,
+            command: None,
+        }))
+    }
+
+    #[test]
+    fn pending_rule() {
+        let waiting = state(Phase::Waiting, None, 0);
+        let request = |vram, gpus| {
+            Some(Request {
+                vram_mib: vram,
+                gpus,
+            })
+        };
+        let table = [
+            // (declared, cancel, journal state, running) → request
+            (
+                Some(4000),
+                false,
+                Some(waiting.clone()),
+                false,
+                request(Some(4000), 2),
+            ),
+            (None, false, Some(waiting.clone()), false, request(None, 2)),
+            // Not yet seen in the journal: not pending yet.
+            (Some(4000), false, None, false, None),
+            // Cancelled, running, started (an orphan) or done: not pending.
+            (Some(4000), true, Some(waiting.clone()), false, None),
+            (Some(4000), false, Some(waiting.clone()), true, None),
+            (
+                Some(4000),
+                false,
+                Some(state(started(), None, 0)),
+                false,
+                None,
+            ),
+            (
+                Some(4000),
+                false,
+                Some(state(done(DoneStatus::Failed), None, 0)),
+                false,
+                None,
+            ),
+            // An OOM bump raises the declaration, never lowers it.
+            (
+                Some(4000),
+                false,
+                Some(state(Phase::Waiting, Some(5000), 1)),
+                false,
+                request(Some(5000), 2),
+            ),
+            (
+                Some(6000),
+                false,
+                Some(state(Phase::Waiting, Some(5000), 1)),
+                false,
+                request(Some(6000), 2),
+            ),
+            (
+                None,
+                false,
+                Some(state(Phase::Waiting, Some(1250), 1)),
+                false,
+                request(Some(1250), 2),
+            ),
+        ];
+        for (vram, cancel, state, running, expected) in table {
+            assert_eq!(
+                pending_request(&spec(vram, cancel), state.as_ref(), running),
+                expected,
+                "{vram:?} cancel={cancel} {state:?} running={running}"
+            );
+        }
+    }
+
+    #[test]
+    fn job_state_rule() {
+        assert_eq!(
+            job_state(&state(Phase::Waiting, None, 0), false),
+            JobState::Pending
+        );
+        assert_eq!(
+            job_state(&state(Phase::Waiting, Some(5000), 1), false),
+            JobState::RetryWait
+        );
+        assert_eq!(
+            job_state(&state(Phase::Waiting, None, 0), true),
+            JobState::Running
+        );
+        assert_eq!(
+            job_state(&state(done(DoneStatus::Timeout), None, 1), false),
+            JobState::Done(DoneStatus::Timeout)
+        );
+    }
+}

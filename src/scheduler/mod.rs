@@ -1,0 +1,99 @@
+//! The scheduler's loop (SPEC §2–§7). It blocks until something happens — a
+//! job exited (SIGCHLD), the jobs file changed, a signal arrived, a kill or
+//! timeout deadline is due, or the next GPU sample is due ([`wake`]) — then
+//! runs one tick: a fixed list of named phases over one [`Scheduler`]
+//! ([`phases`], one file each). The order of the calls in
+//! [`Scheduler::tick`] is the documentation of the loop. Start-up lives in
+//! [`startup`]; the rules the phases apply are pure functions in
+//! [`crate::policy`] and [`crate::allocation`]; what users read is built by
+//! [`crate::view`].
+
+mod phases;
+pub mod startup;
+pub mod state;
+mod wake;
+
+use crate::allocation::GpuLoad;
+use crate::cli::RunArgs;
+use crate::gpu::GpuBackend;
+use crate::journal::Journal;
+use crate::view::doc::QueueView;
+use state::{Config, Ended, GpuState, JobsFile, Mode, Running};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The whole scheduler state.
+pub struct Scheduler {
+    cfg: Config,
+    backend: Box<dyn GpuBackend>,
+    /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
+    sim_dir: Option<PathBuf>,
+    journal: Journal,
+    jobs: JobsFile,
+    /// Running attempts by job key.
+    running: BTreeMap<String, Running>,
+    gpu: GpuState,
+    wakes: wake::Wakes,
+    mode: Mode,
+    /// Set when a sample should be taken now rather than at the next poll.
+    sample_now: bool,
+    /// Set when the queue or the GPUs changed since the last dispatch.
+    dispatch_needed: bool,
+    /// Keys that ended during this run, with their outcome.
+    ended_this_run: HashMap<String, Ended>,
+    /// Attempts started during this run.
+    dispatched_this_run: u32,
+    /// When this scheduler started (Unix seconds).
+    started_ts: f64,
+    /// The GPU loads placement last saw (to skip rounds that cannot differ).
+    last_dispatch_loads: Option<Vec<GpuLoad>>,
+    /// The waiting and finished part of the status document, which changes
+    /// only when the journal or the queue does.
+    queue_view: Option<QueueView>,
+}
+
+/// Runs the scheduler until the queue drains (or forever with `--watch`)
+/// and returns the exit code (SPEC §7).
+///
+/// Errors: [`crate::error::Error`] for problems the user must fix before
+/// starting (exit 2); other errors are failures of the machine (journal not
+/// writable, …).
+pub fn run(
+    args: &RunArgs,
+    backend: Box<dyn GpuBackend>,
+    sim_dir: Option<PathBuf>,
+) -> anyhow::Result<i32> {
+    let mut scheduler = Scheduler::start(args, backend, sim_dir)?;
+    loop {
+        if let Some(code) = scheduler.tick()? {
+            return Ok(code);
+        }
+        scheduler.wait();
+    }
+}
+
+impl Scheduler {
+    /// One tick: the phases in order.
+    fn tick(&mut self) -> anyhow::Result<Option<i32>> {
+        let now = Instant::now();
+        self.reload_jobs_file()?;
+        self.reap_children()?;
+        self.drive_kills(now)?;
+        self.enforce_timeouts(now);
+        self.apply_cancels(now)?;
+        if self.sample_due(now) {
+            self.sample_gpus(now);
+            self.complete_ended_orphans()?;
+        }
+        self.dispatch()?;
+        self.write_status_files();
+        Ok(self.exit_code_if_done())
+    }
+}
+
+/// `path` made absolute against the current directory (jobs get it in
+/// `GPUSCHED_LOG_DIR` and may `cd`).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}

@@ -1,0 +1,164 @@
+//! Ending an attempt (SPEC §4, §5, §6), whichever phase noticed it: gather
+//! what is known about it, let [`policy::outcome::decide`] say what it
+//! means, then apply that one decision — journal it and print the line.
+
+use crate::files;
+use crate::journal::Event;
+use crate::model::DoneStatus;
+use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome};
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{Ended, Proc, Running};
+use crate::view::report::{self, CompletionLine, say, warn};
+use std::collections::BTreeMap;
+
+impl Scheduler {
+    /// Ends the running attempt of job `key`: decides its outcome and
+    /// applies it.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn complete_attempt(&mut self, key: &str) -> anyhow::Result<()> {
+        let Some(job) = self.running.remove(key) else {
+            return Ok(());
+        };
+        self.sample_now = true;
+        self.dispatch_needed = true;
+        let duration_s = job.started.elapsed().as_secs_f64();
+        let (exit, log_tail) = match &job.proc {
+            Proc::Child {
+                exit: Some(status),
+                log_offset,
+                ..
+            } => (
+                Exit::from_status(status),
+                job.log_path
+                    .as_deref()
+                    .map(|p| files::read_tail(p, *log_offset, OOM_TAIL_BYTES))
+                    .unwrap_or_default(),
+            ),
+            // An orphan's exit status died with the previous scheduler.
+            _ => (None, String::new()),
+        };
+        let state = self.journal.state(key);
+        let decision = outcome::decide(&AttemptEnd {
+            exit,
+            kill: job.kill_reason(),
+            log_tail: &log_tail,
+            oom_retries_used: state.map_or(0, |s| s.oom_attempts),
+            oom_retries_allowed: self
+                .jobs
+                .spec(key)
+                .and_then(|s| s.retries)
+                .unwrap_or(self.cfg.oom_retries),
+            declared_mib: job.vram_mib,
+            peak_mib: job.usage.peak_max_mib(),
+        });
+        self.apply_outcome(key, &job, decision, exit, duration_s)
+    }
+
+    /// Journals and prints one decided outcome.
+    fn apply_outcome(
+        &mut self,
+        key: &str,
+        job: &Running,
+        decision: Outcome,
+        exit: Option<Exit>,
+        duration_s: f64,
+    ) -> anyhow::Result<()> {
+        let peaks: BTreeMap<u32, Option<u64>> = job
+            .gpus
+            .iter()
+            .map(|g| (*g, job.usage.peak_mib.get(g).copied()))
+            .collect();
+        match decision {
+            // Nothing recorded: the next start re-runs it.
+            Outcome::StoppedWithScheduler => {}
+            Outcome::Interrupted => {
+                self.journal.append(key, Event::Interrupted {})?;
+                say(&format!(
+                    "job {} from a previous scheduler ended (process group {} is gone); its outcome is unknown, so it runs again",
+                    job.no, job.pgid
+                ));
+            }
+            Outcome::OomRetry {
+                attempts,
+                next_vram_mib,
+            } => {
+                self.journal.append(
+                    key,
+                    Event::Oom {
+                        attempts,
+                        next_vram: next_vram_mib,
+                    },
+                )?;
+                let allowed = self
+                    .jobs
+                    .spec(key)
+                    .and_then(|s| s.retries)
+                    .unwrap_or(self.cfg.oom_retries);
+                warn(&format!(
+                    "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",
+                    job.no,
+                    report::human_duration(duration_s),
+                    report::peaks_text(&peaks),
+                    next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
+                ));
+            }
+            Outcome::Done(status) => {
+                let returncode = exit.map(Exit::returncode);
+                let avg_util = job.usage.avg_util();
+                self.record_done(key, status, returncode, &peaks, avg_util, duration_s)?;
+                say(&report::completion_line(&CompletionLine {
+                    no: job.no,
+                    status,
+                    duration_s,
+                    exit_text: exit.map_or("exit status unknown".into(), Exit::describe),
+                    peaks: &peaks,
+                    avg_util,
+                    samples: job.usage.samples,
+                    vram_mib: job.vram_mib,
+                    tolerance: self.cfg.tolerance,
+                    log: job.log_path.as_deref(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Journals a job that ends without running (cancelled while pending,
+    /// infeasible, or its spawn failed).
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn record_unrun(
+        &mut self,
+        key: &str,
+        status: DoneStatus,
+    ) -> anyhow::Result<()> {
+        self.record_done(key, status, None, &BTreeMap::new(), None, 0.0)
+    }
+
+    /// Journals `done` for job `key` and counts it for this run.
+    fn record_done(
+        &mut self,
+        key: &str,
+        status: DoneStatus,
+        returncode: Option<i32>,
+        peaks: &BTreeMap<u32, Option<u64>>,
+        avg_util: Option<f64>,
+        duration_s: f64,
+    ) -> anyhow::Result<()> {
+        self.journal.append(
+            key,
+            Event::Done {
+                status,
+                returncode,
+                peak_mib: peaks.iter().map(|(g, p)| (g.to_string(), *p)).collect(),
+                avg_util: avg_util.map(|u| (u * 10.0).round() / 10.0),
+                duration_s: (duration_s * 1000.0).round() / 1000.0,
+            },
+        )?;
+        self.ended_this_run
+            .insert(key.to_string(), Ended { status, returncode });
+        self.dispatch_needed = true;
+        Ok(())
+    }
+}

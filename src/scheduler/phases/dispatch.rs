@@ -1,0 +1,255 @@
+//! Phase 7, dispatch (SPEC §2, §3): the pending jobs in file order go to
+//! the pure placement ([`allocation::plan`], with backfill); jobs that fit
+//! start, infeasible ones end at once. Placement is pure, so when neither
+//! the queue nor the GPU loads changed since the last round, its answer
+//! cannot have changed either and the round is skipped.
+
+use crate::allocation::{self, GpuLoad, Occupant, Placement, Request};
+use crate::error::Error;
+use crate::files;
+use crate::jobspec::JobSpec;
+use crate::journal::{Event, now_ts};
+use crate::model::DoneStatus;
+use crate::policy::queue;
+use crate::process;
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{Mode, Proc, Running, Usage};
+use crate::view::report::{self, say, warn};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+impl Scheduler {
+    /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
+    /// our running jobs.
+    pub(in crate::scheduler) fn gpu_loads(&self) -> Vec<GpuLoad> {
+        let Some(snapshot) = &self.gpu.snapshot else {
+            return Vec::new();
+        };
+        snapshot
+            .gpus
+            .iter()
+            .filter(|g| self.cfg.allows(g.index))
+            .map(|g| GpuLoad {
+                index: g.index,
+                total_mib: g.total_mib,
+                used_mib: g.used_mib,
+                external_peak_sum_mib: self.gpu.external_peaks.sum_on(g.index),
+                occupants: self
+                    .running
+                    .values()
+                    .filter(|j| j.gpus.contains(&g.index))
+                    .map(|j| Occupant {
+                        declared_mib: j.vram_mib,
+                        peak_mib: j.usage.peak_mib.get(&g.index).copied(),
+                        current_mib: j.usage.current_mib.get(&g.index).copied(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The pending jobs in priority (file) order, as indices into the specs,
+    /// with their requests ([`queue::pending_request`]).
+    pub(in crate::scheduler) fn pending(&self) -> impl Iterator<Item = (usize, Request)> + '_ {
+        self.jobs
+            .specs
+            .iter()
+            .enumerate()
+            .filter_map(|(index, spec)| {
+                let request = queue::pending_request(
+                    spec,
+                    self.journal.state(&spec.key),
+                    self.running.contains_key(&spec.key),
+                )?;
+                Some((index, request))
+            })
+    }
+
+    /// Places pending jobs and starts those that fit; ends infeasible ones.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn dispatch(&mut self) -> anyhow::Result<()> {
+        if self.mode != Mode::Scheduling || self.gpu.snapshot.is_none() {
+            return Ok(());
+        }
+        let mut loads = self.gpu_loads();
+        if !self.dispatch_needed && self.last_dispatch_loads.as_ref() == Some(&loads) {
+            return Ok(());
+        }
+        self.dispatch_needed = false;
+        self.last_dispatch_loads = Some(loads.clone());
+        let (indices, requests): (Vec<usize>, Vec<Request>) = self.pending().unzip();
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        // Jobs of the file that are running or done, for "n/N dispatched".
+        let mut dispatched = self.jobs.specs.len() - requests.len();
+        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
+            match placement {
+                Placement::NotNow => {}
+                Placement::Start(gpus) => {
+                    dispatched += 1;
+                    let spec = self.jobs.specs[index].clone();
+                    self.start_attempt(&spec, request, &gpus, dispatched)?;
+                }
+                Placement::Infeasible(reason) => {
+                    let spec = &self.jobs.specs[index];
+                    let (key, command) = (spec.key.clone(), spec.command.clone());
+                    let no = self.journal.state(&key).map_or(0, |s| s.no);
+                    self.record_unrun(&key, DoneStatus::Infeasible)?;
+                    say(&format!("✗ job {no} infeasible: {reason}: {command}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Spawns one attempt (SPEC §3) and journals `started`.
+    /// `dispatched` counts the file's jobs started or done, this one included.
+    ///
+    /// Errors: the job's log or the journal cannot be written.
+    fn start_attempt(
+        &mut self,
+        spec: &JobSpec,
+        request: &Request,
+        gpus: &[u32],
+        dispatched: usize,
+    ) -> anyhow::Result<()> {
+        let Some(state) = self.journal.state(&spec.key) else {
+            anyhow::bail!("job {} has no journal state", spec.key);
+        };
+        let (no, attempt) = (state.no, state.attempts + 1);
+        let log_path = self
+            .cfg
+            .log_dir
+            .join(format!("job{no:03}_gpu{}.log", report::gpu_ids(gpus, "-")));
+        let vram_text = request
+            .vram_mib
+            .map_or("undeclared".to_string(), |v| format!("vram {v} MiB"));
+        let header = format!(
+            "==== gpusched: job {no} attempt {attempt} on GPU {} at {} ({vram_text}): {}\n",
+            report::gpu_ids(gpus, ","),
+            report::date_time(now_ts()),
+            spec.command
+        );
+        let log_offset = files::append_to(&log_path, header.as_bytes())
+            .map_err(|e| Error::io(format!("cannot open job log {}", log_path.display()), e))?;
+        let env = self.job_env(spec, no, attempt, gpus);
+        let spawned = match process::spawn(&process::SpawnRequest {
+            command: &spec.command,
+            env,
+            log: &log_path,
+        }) {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                warn(&format!("cannot start job {no}: {e}"));
+                return self.record_unrun(&spec.key, DoneStatus::Failed);
+            }
+        };
+        let started = Instant::now();
+        self.journal.append(
+            &spec.key,
+            Event::Started {
+                pgid: spawned.pgid.0,
+                gpus: gpus.to_vec(),
+                attempt,
+                vram_mib: request.vram_mib,
+                start_ticks: spawned.start_ticks,
+                boot_id: process::boot_id(),
+            },
+        )?;
+        self.dispatched_this_run += 1;
+        say(&format!(
+            "▶ job {no} started on GPU {} ({dispatched}/{} dispatched, {vram_text}{}): {}",
+            report::gpu_ids(gpus, ","),
+            self.jobs.specs.len(),
+            if attempt > 1 {
+                format!(", attempt {attempt}")
+            } else {
+                String::new()
+            },
+            spec.command
+        ));
+        self.running.insert(
+            spec.key.clone(),
+            Running {
+                no,
+                command: spec.command.clone(),
+                gpus: gpus.to_vec(),
+                vram_mib: request.vram_mib,
+                attempt,
+                pgid: spawned.pgid,
+                started,
+                log_path: Some(log_path),
+                proc: Proc::Child {
+                    child: spawned.child,
+                    log_offset,
+                    exit: None,
+                },
+                usage: Usage::default(),
+                timeout_at: spec
+                    .timeout_s
+                    .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
+                kill: None,
+                progress: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// A job's environment (SPEC §3): `CUDA_VISIBLE_DEVICES`,
+    /// `CUDA_DEVICE_ORDER`, the `GPUSCHED_*` variables, and in `--sim` mode
+    /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`.
+    fn job_env(
+        &self,
+        spec: &JobSpec,
+        no: u32,
+        attempt: u32,
+        gpus: &[u32],
+    ) -> Vec<(String, String)> {
+        let uuids: Vec<String> = gpus
+            .iter()
+            .filter_map(|i| {
+                self.gpu
+                    .snapshot
+                    .as_ref()?
+                    .gpus
+                    .iter()
+                    .find(|g| g.index == *i)
+                    .map(|g| g.uuid.clone())
+            })
+            .collect();
+        let mut env = vec![
+            (
+                "CUDA_VISIBLE_DEVICES".to_string(),
+                report::gpu_ids(gpus, ","),
+            ),
+            ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+            ("GPUSCHED_JOB".to_string(), no.to_string()),
+            ("GPUSCHED_KEY".to_string(), spec.key.clone()),
+            ("GPUSCHED_ATTEMPT".to_string(), attempt.to_string()),
+            (
+                "GPUSCHED_LOG_DIR".to_string(),
+                self.cfg.log_dir.display().to_string(),
+            ),
+            ("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")),
+        ];
+        if let Some(dir) = &self.sim_dir {
+            env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
+            // So that `gpusched simjob` in a job runs this very binary.
+            if let Some(bin_dir) = std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
+                let path = std::env::var_os("PATH").unwrap_or_default();
+                let mut dirs: Vec<PathBuf> = vec![bin_dir];
+                dirs.extend(std::env::split_paths(&path));
+                if let Ok(joined) = std::env::join_paths(dirs) {
+                    env.push(("PATH".to_string(), joined.to_string_lossy().into_owned()));
+                }
+            }
+        }
+        env
+    }
+}

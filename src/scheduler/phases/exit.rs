@@ -1,0 +1,52 @@
+//! Phase 9, the end of the run (SPEC §7): after a stop signal, exit 130 once
+//! no job runs; without `--watch`, once nothing runs or waits, print the
+//! summary and exit with [`policy::exit_code`].
+
+use crate::journal::Phase;
+use crate::journal::now_ts;
+use crate::policy::exit_code::exit_code;
+use crate::scheduler::Scheduler;
+use crate::view::report::{self, say};
+use crate::view::status;
+
+impl Scheduler {
+    /// The exit code once the run is over, or `None` to keep going.
+    pub(in crate::scheduler) fn exit_code_if_done(&mut self) -> Option<i32> {
+        if self.mode.is_stopping() {
+            return self.running.is_empty().then_some(130);
+        }
+        if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
+            return None;
+        }
+        let in_file =
+            self.jobs
+                .specs
+                .iter()
+                .filter_map(|s| match &self.journal.state(&s.key)?.phase {
+                    Phase::Done(done) => Some((done.status, done.returncode)),
+                    _ => None,
+                });
+        let this_run = self
+            .ended_this_run
+            .values()
+            .map(|e| (e.status, e.returncode));
+        let ended: Vec<_> = in_file.chain(this_run).collect();
+        let code = exit_code(ended.iter().copied());
+        let any_failure = ended.iter().any(|(status, _)| status.is_failure());
+        let summary = status::summary(&self.status_doc());
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
+        drop(out);
+        say(&format!(
+            "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
+            report::human_duration(now_ts() - self.started_ts),
+            self.dispatched_this_run,
+            if any_failure {
+                " — some jobs did not succeed, see status.txt"
+            } else {
+                ""
+            }
+        ));
+        Some(code)
+    }
+}

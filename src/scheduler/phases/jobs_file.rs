@@ -1,0 +1,140 @@
+//! Phase 1, the jobs file (SPEC §5): re-read it when its stamp changed, and
+//! make a good parse the queue. A file that fails to parse or disappears
+//! keeps the last good queue, with one warning per distinct problem; a read
+//! that may have caught a save mid-write is believed only once it settled.
+
+use crate::jobspec::{self, JobSpec};
+use crate::journal::{Event, Record, now_ts};
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{FileStamp, Unsettled};
+use crate::scheduler::wake::SETTLE;
+use crate::view::report::{say, warn};
+use std::time::Instant;
+
+impl Scheduler {
+    /// Re-reads the jobs file when it changed (SPEC §5).
+    ///
+    /// Errors: the journal cannot record newly seen jobs.
+    pub(in crate::scheduler) fn reload_jobs_file(&mut self) -> anyhow::Result<()> {
+        let stamp = FileStamp::of(&self.jobs.path);
+        if stamp.is_some() && stamp == self.jobs.stamp {
+            return Ok(());
+        }
+        let text = match std::fs::read_to_string(&self.jobs.path) {
+            Ok(text) => text,
+            Err(e) => {
+                self.jobs.stamp = stamp;
+                self.warn_file_problem(format!(
+                    "cannot read {} ({e}); keeping the last good queue, running jobs are unaffected",
+                    self.jobs.path.display()
+                ));
+                return Ok(());
+            }
+        };
+        let text_hash = hash_text(&text);
+        if self.jobs.text_hash == Some(text_hash) {
+            self.jobs.stamp = stamp;
+            self.jobs.unsettled = None;
+            return Ok(());
+        }
+        if (text.is_empty() || !text.ends_with('\n')) && !self.settled(stamp) {
+            return Ok(());
+        }
+        self.jobs.unsettled = None;
+        self.jobs.stamp = stamp;
+        match jobspec::parse_jobs(&text) {
+            Ok(specs) => {
+                if self.jobs.last_error.take().is_some() {
+                    say(&format!(
+                        "{} parses again; queue updated",
+                        self.jobs.path.display()
+                    ));
+                }
+                self.install_specs(&text, specs)?;
+            }
+            Err(e) => {
+                self.jobs.text_hash = Some(text_hash);
+                self.warn_file_problem(format!(
+                    "{}: {e} — edit ignored, keeping the last good queue",
+                    self.jobs.path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// For a read that may be a save caught mid-write: whether the file has
+    /// stayed at `stamp` for [`SETTLE`]. Starts the wait on first sight.
+    fn settled(&mut self, stamp: Option<FileStamp>) -> bool {
+        let Some(stamp) = stamp else {
+            return true;
+        };
+        let now = Instant::now();
+        match self.jobs.unsettled {
+            Some(u) if u.stamp == stamp => now >= u.since + SETTLE,
+            _ => {
+                self.jobs.unsettled = Some(Unsettled { stamp, since: now });
+                false
+            }
+        }
+    }
+
+    /// Warns about a jobs-file problem, once per distinct message.
+    fn warn_file_problem(&mut self, message: String) {
+        if self.jobs.last_error.as_deref() != Some(message.as_str()) {
+            warn(&message);
+            self.jobs.last_error = Some(message);
+        }
+    }
+
+    /// Makes `specs` the queue and records first sight of new jobs (one
+    /// batch of `seen` events per 512 jobs, one fsync each).
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn install_specs(
+        &mut self,
+        text: &str,
+        specs: Vec<JobSpec>,
+    ) -> anyhow::Result<()> {
+        let mut next_no = self.journal.next_no();
+        let ts = now_ts();
+        let new: Vec<&JobSpec> = specs
+            .iter()
+            .filter(|s| self.journal.state(&s.key).is_none())
+            .collect();
+        self.journal.reserve(new.len());
+        // In chunks, so that a file of 20,000 new lines never holds 20,000
+        // records in memory at once.
+        for chunk in new.chunks(512) {
+            let seen: Vec<Record> = chunk
+                .iter()
+                .map(|s| {
+                    next_no += 1;
+                    Record {
+                        ts,
+                        key: s.key.clone(),
+                        event: Event::Seen {
+                            no: next_no - 1,
+                            command: s.command.clone(),
+                        },
+                    }
+                })
+                .collect();
+            self.journal.append_all(&seen)?;
+        }
+        self.jobs.specs = specs;
+        self.jobs.generation += 1;
+        self.jobs.text_hash = Some(hash_text(text));
+        self.dispatch_needed = true;
+        self.sample_now = true;
+        Ok(())
+    }
+}
+
+/// A hash of the jobs file's text, to tell a real change from a touch.
+fn hash_text(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,35 @@
+//! Phase 3, kills in progress (SPEC §3): SIGKILL to groups whose grace has
+//! expired, and the end of killed attempts once the leader is reaped and
+//! nothing of the group is left (the final sweep lives in
+//! [`crate::process::Termination`]).
+
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::Proc;
+use std::time::Instant;
+
+impl Scheduler {
+    /// Escalates kills whose grace expired and ends killed attempts whose
+    /// group is gone.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn drive_kills(&mut self, now: Instant) -> anyhow::Result<()> {
+        let mut ended = Vec::new();
+        for (key, job) in &mut self.running {
+            let Some(kill) = &mut job.kill else {
+                continue;
+            };
+            kill.termination.poll(now);
+            let leader_gone = match &job.proc {
+                Proc::Child { exit, .. } => exit.is_some(),
+                Proc::Orphan { identity } => !identity.is_alive(),
+            };
+            if leader_gone && kill.termination.group_gone(now) {
+                ended.push(key.clone());
+            }
+        }
+        for key in ended {
+            self.complete_attempt(&key)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,30 @@
+//! The phases of one tick, one file each, in the order
+//! [`super::Scheduler::tick`] runs them:
+//!
+//! 1. [`jobs_file`]: re-read the jobs file when it changed (SPEC §5).
+//! 2. [`children`]: reap jobs that exited.
+//! 3. [`kills`]: escalate kills past their grace; finish killed jobs whose
+//!    group is gone (SPEC §3).
+//! 4. [`timeouts`]: begin the kill of jobs past their `timeout=` (SPEC §6).
+//! 5. [`cancels`]: apply `cancel` flags (SPEC §6).
+//! 6. [`sampling`]: when due, query the GPUs and attribute their processes
+//!    (SPEC §4); then [`orphans`]: finish adopted jobs that ended (SPEC §5).
+//! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
+//!    §3).
+//! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7).
+//! 9. [`exit`]: decide whether the run is over and with which exit code.
+//!
+//! Ending an attempt, whichever phase notices it, goes through
+//! [`completion`].
+
+mod cancels;
+mod children;
+mod completion;
+mod dispatch;
+mod exit;
+mod jobs_file;
+mod kills;
+mod orphans;
+mod publish;
+mod sampling;
+mod timeouts;

@@ -1,0 +1,79 @@
+//! Phase 8, publish (SPEC §7): status.json, metrics.prom and status.txt,
+//! each written atomically from one status document built by
+//! [`crate::view`]. A failed write is logged and retried next round; it
+//! never stops the scheduler.
+
+use crate::model::SchedulerState;
+use crate::scheduler::Scheduler;
+use crate::view::board::{self, BoardNotes};
+use crate::view::doc::{self, ViewInput};
+use crate::view::status::StatusDoc;
+
+impl Scheduler {
+    /// The scheduler's state word for `status.json`.
+    pub(in crate::scheduler) fn scheduler_state(&self) -> SchedulerState {
+        if self.mode.is_stopping() {
+            if self.running.is_empty() {
+                SchedulerState::Stopped
+            } else {
+                SchedulerState::Stopping
+            }
+        } else if self.mode.paused_reason().is_some() {
+            SchedulerState::PausedByErrors
+        } else if !self.cfg.watch && self.pending().next().is_none() {
+            if self.running.is_empty() {
+                SchedulerState::Finished
+            } else {
+                SchedulerState::Draining
+            }
+        } else {
+            SchedulerState::Running
+        }
+    }
+
+    /// The status document of this round; rebuilds the cached queue part
+    /// only when the journal or the queue changed.
+    pub(in crate::scheduler) fn status_doc(&mut self) -> StatusDoc {
+        let input = ViewInput {
+            cfg: &self.cfg,
+            journal: &self.journal,
+            jobs: &self.jobs,
+            running: &self.running,
+            gpu: &self.gpu,
+            loads: self.gpu_loads(),
+            ended_this_run: &self.ended_this_run,
+            state: self.scheduler_state(),
+            paused_reason: self.mode.paused_reason(),
+            started_ts: self.started_ts,
+            backend_is_sim: self.backend.is_sim(),
+            backend_detail: self.backend.describe(),
+        };
+        let stale = self
+            .queue_view
+            .as_ref()
+            .is_none_or(|v| v.generation != input.generation());
+        if stale {
+            let view = doc::queue_view(&input);
+            self.queue_view = Some(view);
+        }
+        let view = self.queue_view.as_ref().expect("built above");
+        doc::status_doc(&input, view)
+    }
+
+    /// Writes `status.json`, `metrics.prom` and `status.txt`.
+    pub(in crate::scheduler) fn write_status_files(&mut self) {
+        let doc = self.status_doc();
+        if let Err(e) = doc.write(&self.cfg.log_dir) {
+            tracing::warn!("cannot write status.json / metrics.prom: {e}");
+        }
+        let notes = BoardNotes {
+            jobs_file_problem: self.jobs.last_error.as_deref(),
+            stopping_done: self.mode.is_stopping().then_some(self.running.is_empty()),
+        };
+        let text = board::render(&doc, &notes);
+        let path = self.cfg.log_dir.join("status.txt");
+        if let Err(e) = crate::files::write_atomic(&path, text.as_bytes()) {
+            tracing::warn!("cannot write status board: {e}");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Phase 6, sampling (SPEC §4, §10): when the poll interval has passed (or
+//! something changed), query the GPU backend and take the snapshot in:
+//! attribute processes to jobs by process group, keep per-job peaks and
+//! external peaks, warn at once when a job exceeds its declaration, report
+//! `-v` peak growth, read progress markers, and keep per-GPU statistics. A
+//! failed query is warned about; after several in a row dispatch pauses.
+
+use crate::files;
+use crate::gpu::GpuSnapshot;
+use crate::gpu::attribution;
+use crate::process;
+use crate::progress;
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{Mode, Proc, Running};
+use crate::view::report::{say, warn};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// Failed GPU queries in a row after which dispatch pauses (SPEC §10).
+const MAX_GPU_FAILURES: u32 = 5;
+
+/// Bytes of a running job's log searched for a progress marker each round.
+const PROGRESS_TAIL_BYTES: u64 = 8 * 1024;
+
+/// Growth of a running job's peak (MiB) that `-v` reports (SPEC §7).
+const VERBOSE_STEP_MIB: u64 = 256;
+
+impl Scheduler {
+    /// Whether a GPU sample is due now.
+    pub(in crate::scheduler) fn sample_due(&self, now: Instant) -> bool {
+        self.sample_now
+            || self
+                .gpu
+                .last_sample
+                .is_none_or(|t| now >= t + self.cfg.poll)
+    }
+
+    /// Asks the backend for a snapshot and takes it in; a failed query is
+    /// warned about and, after several in a row, pauses dispatch (SPEC §10).
+    pub(in crate::scheduler) fn sample_gpus(&mut self, now: Instant) {
+        self.sample_now = false;
+        self.gpu.last_sample = Some(now);
+        let query_started = Instant::now();
+        let result = self.backend.snapshot();
+        tracing::debug!(
+            "GPU snapshot in {:.2} ms",
+            query_started.elapsed().as_secs_f64() * 1000.0
+        );
+        match result {
+            Ok(snapshot) => self.record_snapshot(snapshot),
+            Err(e) => self.record_gpu_failure(&e),
+        }
+    }
+
+    /// Counts a failed query; warns up to the pause, then once every 60
+    /// rounds, so a dead driver does not flood the pane.
+    fn record_gpu_failure(&mut self, error: &anyhow::Error) {
+        self.gpu.failures += 1;
+        let failures = self.gpu.failures;
+        if failures <= MAX_GPU_FAILURES || failures % 60 == 0 {
+            warn(&format!(
+                "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
+            ));
+        }
+        if failures >= MAX_GPU_FAILURES && self.mode == Mode::Scheduling {
+            let reason = format!(
+                "GPU queries failed {failures} times in a row; no new job starts until they answer again"
+            );
+            warn(&reason);
+            self.mode = Mode::PausedOnGpuErrors { reason };
+        }
+    }
+
+    /// Takes a snapshot in: attribution, peaks, utilization, warnings,
+    /// progress, per-GPU statistics (SPEC §4).
+    pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
+        if self.gpu.failures > 0 {
+            if matches!(self.mode, Mode::PausedOnGpuErrors { .. }) {
+                self.mode = Mode::Scheduling;
+                say("GPU queries answer again; dispatching resumes");
+            }
+            self.gpu.failures = 0;
+        }
+        // Map each GPU process to one of our jobs through its process group.
+        let by_pgid: HashMap<u32, String> = self
+            .running
+            .iter()
+            .map(|(key, job)| (job.pgid.0, key.clone()))
+            .collect();
+        let mut seen = attribution::attribute(&snapshot.processes, |pid| {
+            let stat = process::read_stat(pid)?;
+            by_pgid.get(&stat.pgrp).cloned()
+        });
+        self.gpu.external_peaks.observe(&seen.external);
+        let util: HashMap<u32, Option<u32>> = snapshot
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.util_percent))
+            .collect();
+        for (key, job) in &mut self.running {
+            let current = seen.per_job.remove(key).unwrap_or_default();
+            observe_usage(job, current, &util);
+            check_declaration(job, self.cfg.tolerance, self.cfg.verbose);
+        }
+        self.record_gpu_stats(&snapshot);
+        self.read_progress();
+        self.gpu.snapshot = Some(snapshot);
+    }
+
+    /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.
+    fn record_gpu_stats(&mut self, snapshot: &GpuSnapshot) {
+        for gpu in &snapshot.gpus {
+            if !self.cfg.allows(gpu.index) {
+                continue;
+            }
+            let busy = self.running.values().any(|j| j.gpus.contains(&gpu.index));
+            let stats = self.gpu.stats.entry(gpu.index).or_default();
+            stats.samples += 1;
+            stats.used_sum_mib += gpu.used_mib as f64;
+            if busy {
+                stats.busy += 1;
+            }
+        }
+    }
+
+    /// The last progress marker in each running job's log.
+    fn read_progress(&mut self) {
+        for job in self.running.values_mut() {
+            if let (Some(path), Proc::Child { log_offset, .. }) = (&job.log_path, &job.proc)
+                && let Some(progress) =
+                    progress::parse(&files::read_tail(path, *log_offset, PROGRESS_TAIL_BYTES))
+            {
+                job.progress = Some(progress);
+            }
+        }
+    }
+}
+
+/// Takes one sample of a job in: its current MiB per GPU (from
+/// attribution), its peaks, and the mean utilization of its GPUs.
+fn observe_usage(job: &mut Running, current: BTreeMap<u32, u64>, util: &HashMap<u32, Option<u32>>) {
+    job.usage.samples += 1;
+    for (&gpu, &mib) in &current {
+        let peak = job.usage.peak_mib.entry(gpu).or_insert(0);
+        *peak = (*peak).max(mib);
+    }
+    job.usage.current_mib = current;
+    let utils: Vec<f64> = job
+        .gpus
+        .iter()
+        .filter_map(|g| util.get(g).copied().flatten())
+        .map(f64::from)
+        .collect();
+    if !utils.is_empty() {
+        job.usage.util_sum += utils.iter().sum::<f64>() / utils.len() as f64;
+        job.usage.util_samples += 1;
+    }
+}
+
+/// The "exceeds declared VRAM" warning (at once, SPEC §4) and `-v`
+/// growth lines for one job.
+fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
+    let Some(peak) = job.usage.peak_max_mib() else {
+        return;
+    };
+    if let Some(declared) = job.vram_mib
+        && !job.usage.warned_over
+        && peak as f64 > declared as f64 * (1.0 + tolerance)
+    {
+        job.usage.warned_over = true;
+        warn(&format!(
+            "job {} exceeds declared VRAM: peak {peak} MiB > {declared} MiB declared (+{:.0}%); its GPU neighbours may run out of memory — raise vram= for this job",
+            job.no,
+            (peak as f64 / declared as f64 - 1.0) * 100.0
+        ));
+    }
+    if verbose && peak >= job.usage.reported_peak_mib + VERBOSE_STEP_MIB {
+        job.usage.reported_peak_mib = peak;
+        say(&format!(
+            "job {} VRAM peak {peak} MiB ({})",
+            job.no,
+            job.usage
+                .current_mib
+                .iter()
+                .map(|(g, m)| format!("GPU{g} now {m} MiB"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}

@@ -1,0 +1,212 @@
+//! Start-up (SPEC §5, §7, §10): read and validate the jobs file, open the
+//! log directory and the journal (`--fresh` first), set up the wake
+//! sources, take the first GPU snapshot (which must work), then take over
+//! what a previous scheduler left running.
+
+use super::state::{Config, FileStamp, GpuState, JobsFile, Mode};
+use super::{Scheduler, absolute, wake};
+use crate::allocation::PlaceOptions;
+use crate::cli::RunArgs;
+use crate::error::Error;
+use crate::gpu::GpuBackend;
+use crate::jobspec;
+use crate::journal::{Journal, KeyState, Phase, now_ts};
+use crate::view::report::{self, say, warn};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+impl Scheduler {
+    /// Sets everything up: log dir, journal (with `--fresh`), the jobs file,
+    /// the first GPU snapshot, signal handling and the file watch; then
+    /// resolves orphans of a previous scheduler.
+    ///
+    /// Errors: [`Error`] for what the user must fix (exit 2): no or a bad
+    /// jobs file, no GPUs, a `--gpus` index that does not exist; I/O errors
+    /// on the log directory or journal.
+    pub(super) fn start(
+        args: &RunArgs,
+        backend: Box<dyn GpuBackend>,
+        sim_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Scheduler> {
+        let jobs_path = args
+            .jobs_file
+            .clone()
+            .ok_or_else(|| Error::Usage("no jobs file given".into()))?;
+        let cfg = config(args);
+
+        // The jobs file must be readable and valid to start (SPEC §7: exit 2).
+        let text = std::fs::read_to_string(&jobs_path).map_err(|e| {
+            Error::JobsFile(format!(
+                "cannot read jobs file {}: {e}",
+                jobs_path.display()
+            ))
+        })?;
+        let specs = jobspec::parse_jobs(&text)
+            .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
+        if specs.is_empty() && !cfg.watch {
+            return Err(Error::JobsFile(format!(
+                "{} has no jobs (add one command per line, or use --watch to wait for lines)",
+                jobs_path.display()
+            ))
+            .into());
+        }
+
+        std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
+            Error::io(
+                format!("cannot create log directory {}", cfg.log_dir.display()),
+                e,
+            )
+        })?;
+        let journal = open_journal(&cfg, args.fresh)?;
+        let wakes = wake::Wakes::set_up(&jobs_path)?;
+
+        let mut scheduler = Scheduler {
+            jobs: JobsFile {
+                path: jobs_path.clone(),
+                specs: Vec::new(),
+                text_hash: None,
+                last_error: None,
+                stamp: FileStamp::of(&jobs_path),
+                unsettled: None,
+                generation: 0,
+            },
+            cfg,
+            backend,
+            sim_dir,
+            journal,
+            running: BTreeMap::new(),
+            gpu: GpuState::default(),
+            wakes,
+            mode: Mode::Scheduling,
+            sample_now: true,
+            dispatch_needed: true,
+            ended_this_run: HashMap::new(),
+            dispatched_this_run: 0,
+            started_ts: now_ts(),
+            last_dispatch_loads: None,
+            queue_view: None,
+        };
+        scheduler.install_specs(&text, specs)?;
+
+        // The first snapshot must work: it tells us the GPUs (SPEC §10).
+        let snapshot = scheduler
+            .backend
+            .snapshot()
+            .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
+        if snapshot.gpus.is_empty() {
+            return Err(Error::Gpu(
+                "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
+            )
+            .into());
+        }
+        if let Some(allowed) = &scheduler.cfg.allowed {
+            let present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
+            if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
+                return Err(Error::Gpu(format!(
+                    "--gpus names GPU {missing}, but this machine has GPU {}",
+                    report::gpu_ids(&present, ", ")
+                ))
+                .into());
+            }
+        }
+        say(&format!(
+            "gpusched {} on {}; jobs file {}; logs in {}",
+            env!("CARGO_PKG_VERSION"),
+            scheduler.backend.describe(),
+            jobs_path.display(),
+            scheduler.cfg.log_dir.display()
+        ));
+        scheduler.adopt_orphans();
+        scheduler.report_resume();
+        // The first round works from this snapshot rather than asking the
+        // GPUs again; taken in after the orphans, so their memory is theirs.
+        scheduler.record_snapshot(snapshot);
+        scheduler.gpu.last_sample = Some(Instant::now());
+        scheduler.sample_now = false;
+        Ok(scheduler)
+    }
+
+    /// Says once at start how many jobs of the file the journal already
+    /// finished (SPEC §5 "Resume").
+    fn report_resume(&self) {
+        let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for spec in &self.jobs.specs {
+            if let Some(KeyState {
+                phase: Phase::Done(finished),
+                ..
+            }) = self.journal.state(&spec.key)
+            {
+                *counts.entry(finished.status.as_str()).or_default() += 1;
+            }
+        }
+        let total: usize = counts.values().sum();
+        if total > 0 {
+            say(&format!(
+                "resuming: {total} of {} job(s) already finished in {} ({}); skipping them (--fresh runs everything again)",
+                self.jobs.specs.len(),
+                self.journal.path().display(),
+                counts
+                    .iter()
+                    .map(|(s, n)| format!("{n} {s}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+}
+
+/// The run's settings from the command line.
+fn config(args: &RunArgs) -> Config {
+    Config {
+        log_dir: absolute(&args.log_dir),
+        place: PlaceOptions {
+            idle_threshold_mib: args.idle_threshold,
+            margin_mib: args.margin,
+            spike_buffer: args.spike_buffer,
+            exclusive: args.exclusive,
+        },
+        tolerance: args.tolerance,
+        poll: Duration::from_secs_f64(args.poll),
+        watch: args.watch,
+        oom_retries: args.oom_retries,
+        verbose: args.verbose,
+        allowed: args.gpus.as_ref().map(|g| g.0.clone()),
+    }
+}
+
+/// Opens the journal (removing it first with `--fresh`) and replays it,
+/// warning once about torn or garbled lines (SPEC §5).
+fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
+    let journal_path = cfg.log_dir.join("journal.jsonl");
+    if fresh && journal_path.exists() {
+        std::fs::remove_file(&journal_path)
+            .map_err(|e| Error::io(format!("cannot remove {}", journal_path.display()), e))?;
+        say(&format!(
+            "--fresh: removed {}; every job runs again",
+            journal_path.display()
+        ));
+    }
+    let replay_started = Instant::now();
+    let (journal, replay) = Journal::open(&journal_path)?;
+    tracing::info!(
+        "journal replay: {} events in {:.0} ms",
+        replay.events,
+        replay_started.elapsed().as_secs_f64() * 1000.0
+    );
+    if !replay.bad_lines.is_empty() {
+        warn(&format!(
+            "{}: skipped {} torn or garbled line(s) (line {}); the rest of the journal is used",
+            journal_path.display(),
+            replay.bad_lines.len(),
+            replay
+                .bad_lines
+                .iter()
+                .take(5)
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(journal)
+}

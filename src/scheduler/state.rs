@@ -1,0 +1,291 @@
+//! The scheduler's state, as types that carry their data (HOUSE habit 4):
+//! a running attempt is one [`Running`] value, removed whole when it ends;
+//! the scheduler's own mode is one [`Mode`].
+
+use crate::allocation::PlaceOptions;
+use crate::gpu::GpuSnapshot;
+use crate::gpu::attribution::ExternalPeaks;
+use crate::jobspec::JobSpec;
+use crate::model::DoneStatus;
+use crate::policy::kill::{KillReason, KillStep, kill_step};
+use crate::process::{self, GroupIdentity, Pgid, Termination};
+use crate::progress::Progress;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Settings of one run, from the command line (SPEC §8).
+pub struct Config {
+    /// Absolute log directory.
+    pub log_dir: PathBuf,
+    /// Placement options (margin, idle threshold, spike buffer, exclusive).
+    pub place: PlaceOptions,
+    /// `--tolerance`, a fraction.
+    pub tolerance: f64,
+    /// `--poll`.
+    pub poll: Duration,
+    /// `--watch`.
+    pub watch: bool,
+    /// `--oom-retries`.
+    pub oom_retries: u32,
+    /// `-v`.
+    pub verbose: bool,
+    /// `--gpus`, or `None` for every GPU.
+    pub allowed: Option<Vec<u32>>,
+}
+
+impl Config {
+    /// Whether `--gpus` lets the scheduler use GPU `index`.
+    pub fn allows(&self, index: u32) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(&index))
+    }
+}
+
+/// The process behind a running attempt.
+pub enum Proc {
+    /// Spawned by this scheduler.
+    Child {
+        /// The job's shell.
+        child: Child,
+        /// Where this attempt's output starts in the log (for the OOM tail).
+        log_offset: u64,
+        /// Set once the leader has been reaped.
+        exit: Option<ExitStatus>,
+    },
+    /// A live process group left by a previous scheduler (SPEC §5).
+    Orphan {
+        /// What identifies its group beyond the number.
+        identity: GroupIdentity,
+    },
+}
+
+/// VRAM and utilization observed for one running attempt (SPEC §4).
+#[derive(Default)]
+pub struct Usage {
+    /// Highest MiB seen per GPU (only from known per-process memory).
+    pub peak_mib: BTreeMap<u32, u64>,
+    /// MiB in use per GPU at the last sample.
+    pub current_mib: BTreeMap<u32, u64>,
+    /// Σ of the mean device utilization (percent) of its GPUs per sample.
+    pub util_sum: f64,
+    /// Samples in which utilization was reported.
+    pub util_samples: u32,
+    /// GPU samples taken while it ran.
+    pub samples: u32,
+    /// Whether the "exceeds declared VRAM" warning was given.
+    pub warned_over: bool,
+    /// The peak (MiB) last reported by `-v`.
+    pub reported_peak_mib: u64,
+}
+
+impl Usage {
+    /// The highest per-GPU peak (MiB), if any was measured.
+    pub fn peak_max_mib(&self) -> Option<u64> {
+        self.peak_mib.values().copied().max()
+    }
+
+    /// Mean device utilization over the attempt, percent.
+    pub fn avg_util(&self) -> Option<f64> {
+        (self.util_samples > 0).then(|| self.util_sum / f64::from(self.util_samples))
+    }
+}
+
+/// A kill under way: why, and the SIGTERM → grace → SIGKILL progress.
+pub struct Kill {
+    /// The strongest reason asked for so far.
+    pub reason: KillReason,
+    /// The signals sent and the SIGKILL deadline.
+    pub termination: Termination,
+}
+
+/// One running attempt. Everything about it lives here.
+pub struct Running {
+    /// Display number.
+    pub no: u32,
+    /// The command.
+    pub command: String,
+    /// GPU indices it holds, ascending.
+    pub gpus: Vec<u32>,
+    /// Declaration per GPU (MiB) of this attempt.
+    pub vram_mib: Option<u64>,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Its process group.
+    pub pgid: Pgid,
+    /// When it started.
+    pub started: Instant,
+    /// Its log file (`None` for an orphan whose log name is not known).
+    pub log_path: Option<PathBuf>,
+    /// The process behind it.
+    pub proc: Proc,
+    /// What was measured.
+    pub usage: Usage,
+    /// When its `timeout=` is reached.
+    pub timeout_at: Option<Instant>,
+    /// A kill under way.
+    pub kill: Option<Kill>,
+    /// The last progress marker read from its log.
+    pub progress: Option<Progress>,
+}
+
+impl Running {
+    /// Asks for this attempt to be killed for `reason` (HOUSE habit 12):
+    /// the first request sends SIGTERM to the group and starts the grace; a
+    /// stronger reason later only replaces the reason. Returns whether
+    /// anything changed (so the caller says so once).
+    pub fn begin_kill(&mut self, reason: KillReason, now: Instant) -> bool {
+        match kill_step(self.kill.as_ref().map(|k| k.reason), reason) {
+            KillStep::Begin => {
+                self.kill = Some(Kill {
+                    reason,
+                    termination: Termination::start(self.pgid, process::KILL_GRACE, now),
+                });
+                true
+            }
+            KillStep::Escalate => {
+                if let Some(kill) = &mut self.kill {
+                    kill.reason = reason;
+                }
+                true
+            }
+            KillStep::Keep => false,
+        }
+    }
+
+    /// Why it is being killed, if it is.
+    pub fn kill_reason(&self) -> Option<KillReason> {
+        self.kill.as_ref().map(|k| k.reason)
+    }
+}
+
+/// What identifies one version of the jobs file on disk: modification
+/// time, length and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    /// Last modification time.
+    pub modified: SystemTime,
+    /// Length in bytes.
+    pub len: u64,
+    /// Inode number (a save by rename changes it).
+    pub inode: u64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` now, if it exists.
+    pub fn of(path: &std::path::Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            modified: meta.modified().ok()?,
+            len: meta.len(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+/// A read that may have caught a save mid-write (an empty file, or a last
+/// line without its newline), waiting to be believed.
+#[derive(Debug, Clone, Copy)]
+pub struct Unsettled {
+    /// The file's stamp at that read.
+    pub stamp: FileStamp,
+    /// When that stamp was first seen.
+    pub since: Instant,
+}
+
+/// The jobs file as last read successfully (SPEC §5).
+pub struct JobsFile {
+    /// Its path as given.
+    pub path: PathBuf,
+    /// The jobs of the last good parse, in file order.
+    pub specs: Vec<JobSpec>,
+    /// Hash of the last text read (parsed or not), to skip re-parsing.
+    pub text_hash: Option<u64>,
+    /// The last problem reported, so each distinct problem is warned once.
+    pub last_error: Option<String>,
+    /// The stamp at the last read; `None` forces a re-read.
+    pub stamp: Option<FileStamp>,
+    /// Bumped whenever the queue is replaced.
+    pub generation: u64,
+    /// A read not yet believed.
+    pub unsettled: Option<Unsettled>,
+}
+
+impl JobsFile {
+    /// The line of job `key`, if it is in the file. A scan: look-ups by key
+    /// are rare (completions, cancels, orphans) and a map of every key would
+    /// cost more memory than the scan costs time.
+    pub fn spec(&self, key: &str) -> Option<&JobSpec> {
+        self.specs.iter().find(|s| s.key == key)
+    }
+}
+
+/// What the summary says about a GPU over the run.
+#[derive(Default)]
+pub struct GpuStats {
+    /// Samples taken.
+    pub samples: u32,
+    /// Samples in which a job of ours was on it.
+    pub busy: u32,
+    /// Σ of used MiB over the samples.
+    pub used_sum_mib: f64,
+}
+
+/// GPU state carried between rounds.
+#[derive(Default)]
+pub struct GpuState {
+    /// The last good snapshot.
+    pub snapshot: Option<GpuSnapshot>,
+    /// When the last query was made.
+    pub last_sample: Option<Instant>,
+    /// Peaks of other people's processes (SPEC §2).
+    pub external_peaks: ExternalPeaks,
+    /// Failed queries in a row.
+    pub failures: u32,
+    /// Per-GPU accumulators for the summary.
+    pub stats: BTreeMap<u32, GpuStats>,
+}
+
+/// The scheduler's own mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Dispatching as jobs fit.
+    Scheduling,
+    /// GPU queries failed too often in a row: no new job starts until they
+    /// answer again (SPEC §10). Running jobs are untouched.
+    PausedOnGpuErrors {
+        /// What the board and status.json say.
+        reason: String,
+    },
+    /// Ctrl-C or SIGTERM: stopping every running job, then exit 130.
+    Stopping {
+        /// Whether a second signal asked to skip the grace.
+        hurried: bool,
+    },
+}
+
+impl Mode {
+    /// Why dispatch is paused, when it is paused by errors.
+    pub fn paused_reason(&self) -> Option<&str> {
+        match self {
+            Mode::PausedOnGpuErrors { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopping(&self) -> bool {
+        matches!(self, Mode::Stopping { .. })
+    }
+}
+
+/// How a job that ended during this run ended (for the exit code and the
+/// metrics counters).
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    /// Its terminal status.
+    pub status: DoneStatus,
+    /// Its exit code, if it ran.
+    pub returncode: Option<i32>,
+}

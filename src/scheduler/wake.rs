@@ -1,0 +1,191 @@
+//! What wakes the loop (HOUSE habit 6): signal handlers only write to a
+//! pipe, forwarded as [`Wake`]s; a file watch on the jobs file's directory;
+//! and deadlines (the next GPU sample, kill escalations, timeouts, a save
+//! that has not settled). [`Scheduler::wait`] blocks until the first of
+//! them and records what happened; the next tick acts on it.
+
+use super::Scheduler;
+use super::absolute;
+use super::state::Mode;
+use crate::policy::kill::KillReason;
+use crate::process;
+use crate::view::report::{say, warn};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
+
+/// How often the jobs file's metadata is checked when no file watch could
+/// be set up.
+const FILE_POLL_FALLBACK: Duration = Duration::from_secs(1);
+
+/// How long an empty jobs file, or one whose last line has no newline, must
+/// stay unchanged before it is believed: such a read may have caught an
+/// editor's save between truncate and write, and a half-written last line
+/// must never run as a command.
+pub const SETTLE: Duration = Duration::from_millis(250);
+
+/// What woke the loop.
+#[derive(Debug)]
+pub enum Wake {
+    /// SIGINT, SIGTERM or SIGCHLD.
+    Signal(i32),
+    /// Something happened to the jobs file or its directory.
+    FileChanged,
+}
+
+/// The loop's wake sources.
+pub struct Wakes {
+    rx: Receiver<Wake>,
+    /// Kept alive for the run; `None` when the watch could not be set up.
+    _watcher: Option<notify::RecommendedWatcher>,
+    /// Set when the watch could not be set up: check the file this often.
+    file_poll: Option<Duration>,
+}
+
+impl Wakes {
+    /// Installs the signal handlers and the watch on `jobs_path`'s
+    /// directory (falling back, with a warning, to checking the file every
+    /// second).
+    ///
+    /// Errors: the signal handlers cannot be installed.
+    pub fn set_up(jobs_path: &Path) -> anyhow::Result<Wakes> {
+        let (tx, rx) = channel();
+        spawn_signal_thread(tx.clone())?;
+        let (watcher, file_poll) = match watch_jobs_file(jobs_path, tx) {
+            Ok(w) => (Some(w), None),
+            Err(e) => {
+                warn(&format!(
+                    "cannot watch {} for changes ({e}); checking it every {}s instead",
+                    jobs_path.display(),
+                    FILE_POLL_FALLBACK.as_secs()
+                ));
+                (None, Some(FILE_POLL_FALLBACK))
+            }
+        };
+        Ok(Wakes {
+            rx,
+            _watcher: watcher,
+            file_poll,
+        })
+    }
+}
+
+impl Scheduler {
+    /// The next moment the loop must run even if nothing wakes it.
+    fn next_deadline(&self, now: Instant) -> Instant {
+        let mut deadline = self.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
+        for job in self.running.values() {
+            if let Some(kill) = &job.kill {
+                deadline = deadline.min(kill.termination.next_wake(now));
+            }
+            if let Some(t) = job.timeout_at {
+                deadline = deadline.min(t);
+            }
+        }
+        if let Some(every) = self.wakes.file_poll {
+            deadline = deadline.min(now + every);
+        }
+        if let Some(unsettled) = self.jobs.unsettled {
+            deadline =
+                deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));
+        }
+        deadline
+    }
+
+    /// Blocks until the next wake or deadline, then records what woke us.
+    pub(super) fn wait(&mut self) {
+        let now = Instant::now();
+        let timeout = self.next_deadline(now).saturating_duration_since(now);
+        let first = match self.wakes.rx.recv_timeout(timeout) {
+            Ok(wake) => Some(wake),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(timeout);
+                None
+            }
+        };
+        let rest: Vec<Wake> = self.wakes.rx.try_iter().collect();
+        for wake in first.into_iter().chain(rest) {
+            match wake {
+                Wake::Signal(signal_hook::consts::SIGCHLD) => self.sample_now = true,
+                Wake::Signal(signal) => self.on_stop_signal(signal),
+                Wake::FileChanged => self.jobs.stamp = None,
+            }
+        }
+    }
+
+    /// SIGINT / SIGTERM (SPEC §7): the first stops every running group
+    /// (SIGTERM, SIGKILL after the grace); the second skips the grace.
+    fn on_stop_signal(&mut self, signal: i32) {
+        let name = if signal == signal_hook::consts::SIGINT {
+            "Ctrl-C"
+        } else {
+            "SIGTERM"
+        };
+        let now = Instant::now();
+        match self.mode {
+            Mode::Stopping { .. } => {
+                say(&format!("{name} again: killing every running job now"));
+                self.mode = Mode::Stopping { hurried: true };
+                for job in self.running.values_mut() {
+                    if let Some(kill) = &mut job.kill {
+                        kill.termination.hurry();
+                    }
+                }
+            }
+            _ => {
+                say(&format!(
+                    "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
+                    self.running.len(),
+                    process::KILL_GRACE.as_secs()
+                ));
+                self.mode = Mode::Stopping { hurried: false };
+                for job in self.running.values_mut() {
+                    let _ = job.begin_kill(KillReason::Shutdown, now);
+                }
+            }
+        }
+    }
+}
+
+/// Forwards SIGINT, SIGTERM and SIGCHLD to the loop. The handlers (from
+/// signal-hook) only write to a pipe; this thread turns that into wakes.
+fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if tx.send(Wake::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Watches the jobs file's directory (so that saves by rename are seen) and
+/// wakes the loop on any event touching the file.
+fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let absolute_path = absolute(path);
+    let dir = absolute_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let name = absolute_path.file_name().map(|n| n.to_os_string());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match &event {
+            Ok(event) => {
+                event.paths.is_empty()
+                    || event.paths.iter().any(|p| p.file_name() == name.as_deref())
+            }
+            Err(_) => true,
+        };
+        if relevant {
+            let _ = tx.send(Wake::FileChanged);
+        }
+    })?;
+    watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}

@@ -1,0 +1,293 @@
+//! The status document of one round (status.json, SPEC §7): built from the
+//! journal's fold, the jobs file's specs, the running attempts and the GPU
+//! state. The waiting and finished part ([`QueueView`]) changes only when
+//! the journal or the queue does, so it is cached by the caller and rebuilt
+//! only then.
+
+use crate::allocation::{self, GpuLoad};
+use crate::jobspec::JobSpec;
+use crate::journal::{Journal, KeyState, Phase, now_ts};
+use crate::model::{JobState, SchedulerState};
+use crate::policy::queue;
+use crate::process::Pgid;
+use crate::progress;
+use crate::scheduler::state::{Config, Ended, GpuState, JobsFile, Proc, Running};
+use crate::view::report;
+use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
+use std::collections::{BTreeMap, HashMap};
+
+/// Which journal, queue and running set a [`QueueView`] was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueGeneration {
+    /// [`Journal::generation`].
+    pub journal: u64,
+    /// [`JobsFile::generation`].
+    pub jobs_file: u64,
+    /// Number of running attempts (a job stopped at shutdown leaves
+    /// `running` without a journal event).
+    pub running: usize,
+}
+
+/// Waiting and finished jobs as `status.json` lists them, with the counts.
+pub struct QueueView {
+    /// What it was built from.
+    pub generation: QueueGeneration,
+    /// Jobs per state word, running ones excluded.
+    pub counts: BTreeMap<String, usize>,
+    /// The first [`status::JSON_LIST_LIMIT`] waiting jobs in queue order.
+    pub waiting: Vec<JobStatus>,
+    /// The last [`status::JSON_LIST_LIMIT`] finished jobs in file order.
+    pub finished: Vec<JobStatus>,
+}
+
+/// Everything a view is built from, borrowed from the scheduler.
+pub struct ViewInput<'a> {
+    /// The run's settings.
+    pub cfg: &'a Config,
+    /// The journal and its fold.
+    pub journal: &'a Journal,
+    /// The jobs file's last good parse.
+    pub jobs: &'a JobsFile,
+    /// Running attempts by key.
+    pub running: &'a BTreeMap<String, Running>,
+    /// GPU state.
+    pub gpu: &'a GpuState,
+    /// The GPU loads placement sees now.
+    pub loads: Vec<GpuLoad>,
+    /// Jobs ended during this run.
+    pub ended_this_run: &'a HashMap<String, Ended>,
+    /// The scheduler's state word.
+    pub state: SchedulerState,
+    /// Why dispatch is paused, if it is.
+    pub paused_reason: Option<&'a str>,
+    /// When the scheduler started (Unix seconds).
+    pub started_ts: f64,
+    /// Whether the backend is the simulator.
+    pub backend_is_sim: bool,
+    /// The backend's description.
+    pub backend_detail: String,
+}
+
+impl ViewInput<'_> {
+    /// Which journal, queue and running set the view reflects.
+    pub fn generation(&self) -> QueueGeneration {
+        QueueGeneration {
+            journal: self.journal.generation(),
+            jobs_file: self.jobs.generation,
+            running: self.running.len(),
+        }
+    }
+}
+
+/// The waiting and finished jobs of the queue (running ones excluded).
+pub fn queue_view(input: &ViewInput) -> QueueView {
+    let mut view = QueueView {
+        generation: input.generation(),
+        counts: BTreeMap::new(),
+        waiting: Vec::new(),
+        finished: Vec::new(),
+    };
+    let mut last_finished = std::collections::VecDeque::new();
+    for (index, spec) in input.jobs.specs.iter().enumerate() {
+        if input.running.contains_key(&spec.key) {
+            continue;
+        }
+        let Some(state) = input.journal.state(&spec.key) else {
+            continue;
+        };
+        let job_state = queue::job_state(state, false);
+        if job_state.is_terminal() {
+            if last_finished.len() == status::JSON_LIST_LIMIT {
+                last_finished.pop_front();
+            }
+            last_finished.push_back(index);
+        } else if view.waiting.len() < status::JSON_LIST_LIMIT {
+            view.waiting
+                .push(job_status(input, &spec.key, Some(spec), state));
+        }
+        *view.counts.entry(job_state.as_str().into()).or_default() += 1;
+    }
+    for index in last_finished {
+        let spec = &input.jobs.specs[index];
+        if let Some(state) = input.journal.state(&spec.key) {
+            view.finished
+                .push(job_status(input, &spec.key, Some(spec), state));
+        }
+    }
+    view
+}
+
+/// One job as `status.json` shows it, from its spec (if its line is in the
+/// file), its journal state and its running attempt.
+pub fn job_status(
+    input: &ViewInput,
+    key: &str,
+    spec: Option<&JobSpec>,
+    state: &KeyState,
+) -> JobStatus {
+    let mut job = JobStatus {
+        no: state.no,
+        key: key.to_string(),
+        state: queue::job_state(state, false),
+        command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+        gpus: Vec::new(),
+        gpus_wanted: spec.map_or(1, |s| s.gpus),
+        vram_mib: spec.and_then(|s| s.vram_mib).max(state.next_vram),
+        current_mib: BTreeMap::new(),
+        peak_mib: BTreeMap::new(),
+        attempt: state.attempts,
+        oom_attempts: state.oom_attempts,
+        queued: Some(state.seen_ts),
+        started: state.first_started_ts,
+        finished: None,
+        returncode: None,
+        duration_s: None,
+        avg_util: None,
+        log: None,
+        progress: None,
+        note: None,
+    };
+    if let Some(run) = input.running.get(key) {
+        fill_running(&mut job, run);
+    } else if let Phase::Done(done) = &state.phase {
+        job.gpus = (0..64)
+            .filter(|i| done.gpu_mask & (1u64 << i) != 0)
+            .collect();
+        job.vram_mib = done.vram_mib;
+        job.peak_mib = BTreeMap::from([("max".to_string(), done.peak_mib)]);
+        job.finished = Some(done.ts);
+        job.returncode = done.returncode;
+        job.duration_s = Some(done.duration_s);
+        job.avg_util = done.avg_util;
+        if !job.gpus.is_empty() {
+            let log = input.cfg.log_dir.join(format!(
+                "job{:03}_gpu{}.log",
+                state.no,
+                report::gpu_ids(&job.gpus, "-")
+            ));
+            job.log = Some(log.display().to_string());
+        }
+    }
+    job
+}
+
+/// The fields of a running job.
+fn fill_running(job: &mut JobStatus, run: &Running) {
+    let elapsed = run.started.elapsed().as_secs_f64();
+    job.state = JobState::Running;
+    job.command = run.command.clone();
+    job.gpus = run.gpus.clone();
+    job.vram_mib = run.vram_mib;
+    job.attempt = run.attempt;
+    job.current_mib = run
+        .usage
+        .current_mib
+        .iter()
+        .map(|(g, m)| (g.to_string(), *m))
+        .collect();
+    job.peak_mib = run
+        .gpus
+        .iter()
+        .map(|g| (g.to_string(), run.usage.peak_mib.get(g).copied()))
+        .collect();
+    job.duration_s = Some(elapsed);
+    job.avg_util = run.usage.avg_util();
+    job.log = run.log_path.as_ref().map(|p| p.display().to_string());
+    job.progress = run.progress.as_ref().map(|p| ProgressStatus {
+        percent: (p.fraction * 1000.0).round() / 10.0,
+        label: p.label.clone(),
+        eta_s: progress::eta_s(p, elapsed).map(|e| e.round()),
+    });
+    job.note = match (&run.proc, run.kill_reason()) {
+        (_, Some(reason)) => Some(format!("stopping: {}", reason.as_str())),
+        (Proc::Orphan { .. }, None) => Some(orphan_note(run.pgid)),
+        _ if run.attempt > 1 => Some(format!("attempt {}", run.attempt)),
+        _ => None,
+    };
+}
+
+fn orphan_note(pgid: Pgid) -> String {
+    format!("from a previous scheduler, pgid {pgid}")
+}
+
+/// The status document of this round, from the cached queue part `view`
+/// and the live running jobs and GPUs.
+pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
+    let mut counts = view.counts.clone();
+    let mut jobs: Vec<JobStatus> = Vec::new();
+    for (key, run) in input.running {
+        *counts.entry(JobState::Running.as_str().into()).or_default() += 1;
+        if let Some(state) = input.journal.state(key) {
+            jobs.push(job_status(input, key, input.jobs.spec(key), state));
+        } else {
+            tracing::debug!("running job {} has no journal state", run.no);
+        }
+    }
+    jobs.sort_by_key(|j| j.no);
+    jobs.extend(view.waiting.iter().cloned());
+    jobs.extend(view.finished.iter().cloned());
+    let mut finished_this_run: BTreeMap<String, u64> = BTreeMap::new();
+    for ended in input.ended_this_run.values() {
+        *finished_this_run
+            .entry(ended.status.as_str().into())
+            .or_default() += 1;
+    }
+    StatusDoc {
+        schema: status::SCHEMA.into(),
+        updated: now_ts(),
+        scheduler: SchedulerStatus {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            started: input.started_ts,
+            poll_s: input.cfg.poll.as_secs_f64(),
+            backend: if input.backend_is_sim { "sim" } else { "nvml" }.into(),
+            backend_detail: input.backend_detail.clone(),
+            state: input.state,
+            paused_reason: input.paused_reason.map(str::to_string),
+            jobs_file: input.jobs.path.display().to_string(),
+            log_dir: input.cfg.log_dir.display().to_string(),
+            watch: input.cfg.watch,
+        },
+        counts,
+        finished_this_run,
+        gpus: gpu_statuses(input),
+        jobs,
+    }
+}
+
+/// Every GPU the scheduler may use, with its load and this run's figures.
+fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
+    let snapshot_gpus = input
+        .gpu
+        .snapshot
+        .as_ref()
+        .map(|s| s.gpus.as_slice())
+        .unwrap_or_default();
+    let spike_buffer = input.cfg.place.spike_buffer;
+    input
+        .loads
+        .iter()
+        .map(|load| {
+            let info = snapshot_gpus.iter().find(|g| g.index == load.index);
+            let stats = input.gpu.stats.get(&load.index).filter(|s| s.samples > 0);
+            GpuStatus {
+                index: load.index,
+                uuid: info.map(|g| g.uuid.clone()).unwrap_or_default(),
+                name: info.map(|g| g.name.clone()).unwrap_or_default(),
+                total_mib: load.total_mib,
+                used_mib: load.used_mib,
+                external_mib: allocation::effective_external_mib(load, spike_buffer),
+                headroom_mib: allocation::headroom_mib(load, spike_buffer),
+                util_percent: info.and_then(|g| g.util_percent),
+                jobs: input
+                    .running
+                    .values()
+                    .filter(|j| j.gpus.contains(&load.index))
+                    .map(|j| j.no)
+                    .collect(),
+                busy_fraction: stats.map(|s| f64::from(s.busy) / f64::from(s.samples)),
+                mean_used_mib: stats.map(|s| (s.used_sum_mib / f64::from(s.samples)).round()),
+            }
+        })
+        .collect()
+}

@@ -8,7 +8,7 @@ use super::{Scheduler, absolute, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
 use crate::error::Error;
-use crate::gpu::GpuBackend;
+use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::view::report::{self, say, warn};
@@ -89,27 +89,7 @@ impl Scheduler {
         };
         scheduler.install_specs(&text, specs)?;
 
-        // The first snapshot must work: it tells us the GPUs (SPEC §10).
-        let snapshot = scheduler
-            .backend
-            .snapshot()
-            .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
-        if snapshot.gpus.is_empty() {
-            return Err(Error::Gpu(
-                "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
-            )
-            .into());
-        }
-        if let Some(allowed) = &scheduler.cfg.allowed {
-            let present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
-            if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
-                return Err(Error::Gpu(format!(
-                    "--gpus names GPU {missing}, but this machine has GPU {}",
-                    report::gpu_ids(&present, ", ")
-                ))
-                .into());
-            }
-        }
+        let snapshot = scheduler.first_snapshot()?;
         say(&format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
             env!("CARGO_PKG_VERSION"),
@@ -125,6 +105,35 @@ impl Scheduler {
         scheduler.gpu.last_sample = Some(Instant::now());
         scheduler.sample_now = false;
         Ok(scheduler)
+    }
+
+    /// The first GPU snapshot, which must work: it tells us the GPUs
+    /// (SPEC §10).
+    ///
+    /// Errors: [`Error::Gpu`] when the query fails, finds no GPU, or
+    /// `--gpus` names a GPU this machine does not have.
+    fn first_snapshot(&mut self) -> anyhow::Result<GpuSnapshot> {
+        let snapshot = self
+            .backend
+            .snapshot()
+            .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
+        if snapshot.gpus.is_empty() {
+            return Err(Error::Gpu(
+                "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
+            )
+            .into());
+        }
+        if let Some(allowed) = &self.cfg.allowed {
+            let present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
+            if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
+                return Err(Error::Gpu(format!(
+                    "--gpus names GPU {missing}, but this machine has GPU {}",
+                    report::gpu_ids(&present, ", ")
+                ))
+                .into());
+            }
+        }
+        Ok(snapshot)
     }
 
     /// Says once at start how many jobs of the file the journal already

@@ -169,48 +169,31 @@ impl StatusDoc {
     /// The Prometheus text exposition (version 0.0.4): gauges in base units
     /// (bytes, ratios, seconds) and counters of finished jobs.
     pub fn metrics(&self) -> String {
-        const MIB: f64 = 1024.0 * 1024.0;
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
-        let label = |pairs: &[(&str, String)]| -> String {
-            let inner: Vec<String> = pairs
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{k}=\"{}\"",
-                        v.replace('\\', "\\\\")
-                            .replace('"', "\\\"")
-                            .replace('\n', "\\n")
-                    )
-                })
-                .collect();
-            format!("{{{}}}", inner.join(","))
-        };
-        family(
+        let mut out = Exposition::default();
+        self.scheduler_metrics(&mut out);
+        self.gpu_metrics(&mut out);
+        self.job_metrics(&mut out);
+        out.text
+    }
+
+    /// `gpusched_up`, start time, jobs by state, finished counters.
+    fn scheduler_metrics(&self, out: &mut Exposition) {
+        out.family(
             "gpusched_up",
             "gauge",
             "1 while the scheduler runs, 0 once it has exited.",
             vec![(
                 String::new(),
-                f64::from(u8::from(!matches!(
-                    self.scheduler.state.as_str(),
-                    "finished" | "stopped"
-                ))),
+                f64::from(u8::from(!self.scheduler.state.is_final())),
             )],
         );
-        family(
+        out.family(
             "gpusched_start_time_seconds",
             "gauge",
             "Unix time the scheduler started.",
             vec![(String::new(), self.scheduler.started)],
         );
-        family(
+        out.family(
             "gpusched_jobs",
             "gauge",
             "Jobs of the jobs file by state.",
@@ -224,7 +207,7 @@ impl StatusDoc {
                 })
                 .collect(),
         );
-        family(
+        out.family(
             "gpusched_jobs_finished_total",
             "counter",
             "Jobs that ended during this scheduler's life, by status.",
@@ -238,6 +221,10 @@ impl StatusDoc {
                 })
                 .collect(),
         );
+    }
+
+    /// Per-GPU memory, headroom and utilization gauges.
+    fn gpu_metrics(&self, out: &mut Exposition) {
         let gpu_labels =
             |g: &GpuStatus| label(&[("gpu", g.index.to_string()), ("uuid", g.uuid.clone())]);
         for (name, help, value) in [
@@ -267,7 +254,7 @@ impl StatusDoc {
                 |g| g.util_percent.map(|u| f64::from(u) / 100.0),
             ),
         ] {
-            family(
+            out.family(
                 name,
                 "gauge",
                 help,
@@ -277,6 +264,10 @@ impl StatusDoc {
                     .collect(),
             );
         }
+    }
+
+    /// Current and peak memory of running jobs, per GPU.
+    fn job_metrics(&self, out: &mut Exposition) {
         let running: Vec<&JobStatus> = self
             .jobs
             .iter()
@@ -289,7 +280,7 @@ impl StatusDoc {
                 ("gpu", gpu.to_string()),
             ])
         };
-        family(
+        out.family(
             "gpusched_job_memory_bytes",
             "gauge",
             "GPU memory a running job uses now, per GPU.",
@@ -302,7 +293,7 @@ impl StatusDoc {
                 })
                 .collect(),
         );
-        family(
+        out.family(
             "gpusched_job_memory_peak_bytes",
             "gauge",
             "Highest GPU memory a running job has used, per GPU.",
@@ -315,8 +306,43 @@ impl StatusDoc {
                 })
                 .collect(),
         );
-        out
     }
+}
+
+/// Bytes per MiB.
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// A Prometheus text exposition being written.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    /// One metric family: HELP, TYPE, then one line per (labels, value).
+    fn family(&mut self, name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>) {
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.text, "{name}{labels} {value}");
+        }
+    }
+}
+
+/// `{k="v",…}` with Prometheus escaping of `\`, `"` and newlines.
+fn label(pairs: &[(&str, String)]) -> String {
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{k}=\"{}\"",
+                v.replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n")
+            )
+        })
+        .collect();
+    format!("{{{}}}", inner.join(","))
 }
 
 /// The terminal states: the words of [`DoneStatus::ALL`].
@@ -527,45 +553,7 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
         "COMMAND".into(),
     ]];
     for job in doc.jobs.iter().filter(|j| !j.state.is_terminal() || !live) {
-        let now_mib: u64 = job.current_mib.values().sum();
-        let peak = job.peak_mib.values().copied().max().flatten();
-        let elapsed = match (job.state, job.duration_s) {
-            (JobState::Running, Some(d)) => human_duration(d + (now - doc.updated).max(0.0)),
-            (_, Some(d)) if job.started.is_some() => human_duration(d),
-            _ => "-".into(),
-        };
-        rows.push([
-            job.no.to_string(),
-            job.state.as_str().to_string(),
-            if job.gpus.is_empty() {
-                "-".into()
-            } else {
-                report::gpu_ids(&job.gpus, ",")
-            },
-            job.vram_mib.map_or("-".into(), |v| format!("{v}")),
-            if job.current_mib.is_empty() {
-                "-".into()
-            } else {
-                now_mib.to_string()
-            },
-            peak.map_or(
-                if job.state == JobState::Running || job.started.is_some() {
-                    "n/a".into()
-                } else {
-                    "-".into()
-                },
-                |p| p.to_string(),
-            ),
-            elapsed,
-            job.progress
-                .as_ref()
-                .map_or("-".into(), |p| format!("{:.0}% {}", p.percent, p.label)),
-            job.progress
-                .as_ref()
-                .and_then(|p| p.eta_s)
-                .map_or("-".into(), human_duration),
-            report::shorten(&job.command, 60),
-        ]);
+        rows.push(job_row(job, now - doc.updated));
     }
     let table = table(&rows);
     for (i, line) in table.lines().enumerate() {
@@ -582,6 +570,50 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
         out.push_str(&summary(doc));
     }
     out
+}
+
+/// One job's row in `gpusched status`; `age_s` is how old the document is,
+/// added to a running job's elapsed time.
+fn job_row(job: &JobStatus, age_s: f64) -> [String; 10] {
+    let now_mib: u64 = job.current_mib.values().sum();
+    let peak = job.peak_mib.values().copied().max().flatten();
+    let elapsed = match (job.state, job.duration_s) {
+        (JobState::Running, Some(d)) => human_duration(d + age_s.max(0.0)),
+        (_, Some(d)) if job.started.is_some() => human_duration(d),
+        _ => "-".into(),
+    };
+    [
+        job.no.to_string(),
+        job.state.as_str().to_string(),
+        if job.gpus.is_empty() {
+            "-".into()
+        } else {
+            report::gpu_ids(&job.gpus, ",")
+        },
+        job.vram_mib.map_or("-".into(), |v| format!("{v}")),
+        if job.current_mib.is_empty() {
+            "-".into()
+        } else {
+            now_mib.to_string()
+        },
+        peak.map_or(
+            if job.state == JobState::Running || job.started.is_some() {
+                "n/a".into()
+            } else {
+                "-".into()
+            },
+            |p| p.to_string(),
+        ),
+        elapsed,
+        job.progress
+            .as_ref()
+            .map_or("-".into(), |p| format!("{:.0}% {}", p.percent, p.label)),
+        job.progress
+            .as_ref()
+            .and_then(|p| p.eta_s)
+            .map_or("-".into(), human_duration),
+        report::shorten(&job.command, 60),
+    ]
 }
 
 #[cfg(test)]

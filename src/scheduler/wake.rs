@@ -177,8 +177,9 @@ fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::Reco
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let relevant = match &event {
             Ok(event) => {
-                event.paths.is_empty()
-                    || event.paths.iter().any(|p| p.file_name() == name.as_deref())
+                changes_content(&event.kind)
+                    && (event.paths.is_empty()
+                        || event.paths.iter().any(|p| p.file_name() == name.as_deref()))
             }
             Err(_) => true,
         };
@@ -188,4 +189,46 @@ fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::Reco
     })?;
     watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
     Ok(watcher)
+}
+
+/// Whether a file event can mean new content. Opening, reading and closing
+/// a file unwritten cannot — and our own read of the jobs file raises
+/// exactly those, so waking on them would make every read wake the loop
+/// again (the busy loop after the first edit).
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
+
+    #[test]
+    fn only_events_that_can_change_content_wake_the_loop() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+        ] {
+            assert!(!changes_content(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ] {
+            assert!(changes_content(&kind), "{kind:?}");
+        }
+    }
 }

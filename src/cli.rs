@@ -48,6 +48,9 @@ pub enum Command {
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
+    /// Internal: supervises one job and records its exit (SPEC §11).
+    #[command(name = "__supervise", hide = true)]
+    Supervise(SuperviseArgs),
 }
 
 /// Options of the scheduler (`gpusched JOBS_FILE [options]`).
@@ -198,6 +201,27 @@ pub struct SimjobArgs {
     /// Device utilization to report on each GPU, percent.
     #[arg(long, value_name = "PCT", default_value_t = 80, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub util: u32,
+}
+
+/// Arguments of the hidden `gpusched __supervise` (SPEC §11): started by
+/// the scheduler, never by people.
+#[derive(Debug, Args, Clone)]
+pub struct SuperviseArgs {
+    /// The job's key (copied into the exit record).
+    #[arg(long)]
+    pub key: String,
+    /// The attempt number (copied into the exit record).
+    #[arg(long)]
+    pub attempt: u32,
+    /// Where to write the exit record.
+    #[arg(long)]
+    pub record: PathBuf,
+    /// The job's log.
+    #[arg(long)]
+    pub log: PathBuf,
+    /// The shell command.
+    #[arg(last = true, required = true)]
+    pub command: String,
 }
 
 /// A validated `--gpus` list: distinct indices, ascending.

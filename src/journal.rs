@@ -40,6 +40,13 @@ pub enum Event {
         /// `/proc/sys/kernel/random/boot_id` at spawn.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_id: Option<String>,
+        /// The attempt's supervisor (SPEC §11), which writes its exit
+        /// record: pid and start time (field 22 of its stat).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        supervisor: Option<ProcessId>,
+        /// Byte offset in the job's log where this attempt's output starts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_offset: Option<u64>,
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (SPEC §6).
     Oom {
@@ -65,6 +72,17 @@ pub enum Event {
         /// Wall-clock run time in seconds (0 when it never ran).
         duration_s: f64,
     },
+}
+
+/// A process named beyond its pid: its pid and its start time in clock
+/// ticks since boot (field 22 of `/proc/<pid>/stat`), so a reused pid is
+/// never mistaken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot.
+    pub start_ticks: u64,
 }
 
 /// One line of the journal.
@@ -94,6 +112,10 @@ pub struct StartedInfo {
     pub start_ticks: Option<u64>,
     /// Boot id at spawn.
     pub boot_id: Option<String>,
+    /// The attempt's supervisor, when it has one (SPEC §11).
+    pub supervisor: Option<ProcessId>,
+    /// Where this attempt's output starts in its log (bytes).
+    pub log_offset: Option<u64>,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
     /// started by this scheduler, which keeps it elsewhere.
@@ -402,8 +424,9 @@ impl Journal {
     }
 
     /// Appends events (one line each), then flushes and fsyncs once, then
-    /// folds them. Errors: the write or fsync fails — the caller must not
-    /// act as if the events were recorded.
+    /// folds them. Errors: the write or fsync fails — nothing of the batch
+    /// is kept in the file or the fold, and the caller must not act as if
+    /// the events were recorded.
     pub fn append_all(&mut self, records: &[Record]) -> anyhow::Result<()> {
         if records.is_empty() {
             return Ok(());
@@ -413,10 +436,23 @@ impl Journal {
             serde_json::to_writer(&mut buf, record)?;
             buf.push(b'\n');
         }
-        self.file
+        let len_before = self.file.metadata().map(|m| m.len());
+        if let Err(e) = self
+            .file
             .write_all(&buf)
             .and_then(|_| self.file.sync_data())
-            .map_err(|e| anyhow::anyhow!("cannot write journal {}: {e}", self.path.display()))?;
+        {
+            // A full disk may have taken part of the batch: cut it off, so
+            // the next append starts on a line of its own.
+            if let Ok(len) = len_before {
+                let _ = self.file.set_len(len);
+            }
+            return Err(crate::error::Error::io(
+                format!("cannot write journal {}", self.path.display()),
+                e,
+            )
+            .into());
+        }
         for record in records {
             self.fold(record);
         }
@@ -444,6 +480,8 @@ impl Journal {
                 vram_mib,
                 start_ticks,
                 boot_id,
+                supervisor,
+                log_offset,
             } => Fold::Started {
                 attempt: *attempt,
                 info: Box::new(StartedInfo {
@@ -453,6 +491,8 @@ impl Journal {
                     vram_mib: *vram_mib,
                     start_ticks: *start_ticks,
                     boot_id: boot_id.clone(),
+                    supervisor: *supervisor,
+                    log_offset: *log_offset,
                     command: None,
                 }),
             },
@@ -586,6 +626,8 @@ struct RawRecord<'a> {
     vram_mib: Option<u64>,
     start_ticks: Option<u64>,
     boot_id: Option<&'a str>,
+    supervisor: Option<ProcessId>,
+    log_offset: Option<u64>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
     status: Option<DoneStatus>,
@@ -610,6 +652,8 @@ impl RawRecord<'_> {
                     vram_mib: self.vram_mib,
                     start_ticks: self.start_ticks,
                     boot_id: self.boot_id.map(str::to_string),
+                    supervisor: self.supervisor,
+                    log_offset: self.log_offset,
                     command: None,
                 }),
             },
@@ -706,6 +750,11 @@ mod tests {
             vram_mib: Some(8000),
             start_ticks: Some(42),
             boot_id: Some("b".into()),
+            supervisor: Some(ProcessId {
+                pid: 7,
+                start_ticks: 41,
+            }),
+            log_offset: Some(100),
         }
     }
 
@@ -751,6 +800,8 @@ mod tests {
         assert_eq!(lines[1]["gpus"], serde_json::json!([0, 1]));
         assert_eq!(lines[1]["start_ticks"], 42);
         assert_eq!(lines[1]["boot_id"], "b");
+        assert_eq!(lines[1]["supervisor"]["pid"], 7);
+        assert_eq!(lines[1]["log_offset"], 100);
         for line in &lines {
             assert!(line["ts"].as_f64().unwrap() > 1.0e9);
             assert_eq!(line["key"], "k#0");

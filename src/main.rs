@@ -8,6 +8,7 @@ fn main() {
     gpusched::init_tracing();
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
+        Some(Command::Supervise(args)) => gpusched::process::supervisor::run(args),
         Some(Command::Status(args)) => gpusched::status_command(args),
         Some(Command::Add(args)) => gpusched::add_command(args),
         Some(Command::Cancel(args)) => gpusched::cancel_command(args),

@@ -90,6 +90,8 @@ mod tests {
             vram_mib: None,
             start_ticks: None,
             boot_id: None,
+            supervisor: None,
+            log_offset: None,
             command: None,
         }))
     }

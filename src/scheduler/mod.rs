@@ -74,21 +74,32 @@ pub fn run(
 }
 
 impl Scheduler {
-    /// One tick: the phases in order.
+    /// One tick: the phases in order. A phase that fails to write (the
+    /// log directory is full or read-only) pauses dispatch instead of
+    /// ending the scheduler ([`Scheduler::pause_on_io_error`]); what it
+    /// could not record is kept and retried.
     fn tick(&mut self) -> anyhow::Result<Option<i32>> {
         let now = Instant::now();
-        self.reload_jobs_file()?;
-        self.reap_children()?;
-        self.drive_kills(now)?;
+        self.retry_after_io_error();
+        self.guard(|s| s.reload_jobs_file());
+        self.guard(|s| s.reap_children());
+        self.guard(|s| s.drive_kills(now));
         self.enforce_timeouts(now);
-        self.apply_cancels(now)?;
+        self.guard(|s| s.apply_cancels(now));
         if self.sample_due(now) {
             self.sample_gpus(now);
-            self.complete_ended_orphans()?;
+            self.guard(|s| s.complete_ended_orphans());
         }
-        self.dispatch()?;
+        self.guard(|s| s.dispatch());
         self.write_status_files();
         Ok(self.exit_code_if_done())
+    }
+
+    /// Runs one phase; an error pauses dispatch until writes succeed again.
+    fn guard(&mut self, phase: impl FnOnce(&mut Self) -> anyhow::Result<()>) {
+        if let Err(error) = phase(self) {
+            self.pause_on_io_error(&error);
+        }
     }
 }
 

@@ -97,7 +97,7 @@ impl Scheduler {
             jobs_path.display(),
             scheduler.cfg.log_dir.display()
         ));
-        scheduler.adopt_orphans();
+        scheduler.adopt_orphans()?;
         scheduler.report_resume();
         // The first round works from this snapshot rather than asking the
         // GPUs again; taken in after the orphans, so their memory is theirs.

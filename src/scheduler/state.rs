@@ -6,13 +6,15 @@ use crate::allocation::PlaceOptions;
 use crate::gpu::GpuSnapshot;
 use crate::gpu::attribution::ExternalPeaks;
 use crate::jobspec::JobSpec;
+use crate::journal::ProcessId;
 use crate::model::DoneStatus;
 use crate::policy::kill::{KillReason, KillStep, kill_step};
+use crate::policy::outcome::Exit;
 use crate::process::{self, GroupIdentity, Pgid, Termination};
 use crate::progress::Progress;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus};
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Settings of one run, from the command line (SPEC §8).
@@ -44,20 +46,34 @@ impl Config {
 
 /// The process behind a running attempt.
 pub enum Proc {
-    /// Spawned by this scheduler.
-    Child {
-        /// The job's shell.
-        child: Child,
-        /// Where this attempt's output starts in the log (for the OOM tail).
-        log_offset: u64,
-        /// Set once the leader has been reaped.
-        exit: Option<ExitStatus>,
-    },
-    /// A live process group left by a previous scheduler (SPEC §5).
-    Orphan {
-        /// What identifies its group beyond the number.
+    /// Started by this scheduler: its supervisor is our child (SPEC §11).
+    Supervised {
+        /// The supervisor process.
+        supervisor: Child,
+        /// The job's process group, for when the supervisor dies first.
         identity: GroupIdentity,
+        /// Set once the supervisor has been reaped (the job's shell has
+        /// exited): how the job ended, `None` when that is unknown.
+        reaped: Option<Option<Exit>>,
     },
+    /// A live attempt left by a previous scheduler (SPEC §5 "Orphans"), or
+    /// one whose supervisor died before the job did.
+    Adopted {
+        /// What identifies its process group beyond the number.
+        identity: GroupIdentity,
+        /// Its supervisor, when the journal names one.
+        supervisor: Option<ProcessId>,
+    },
+}
+
+impl Proc {
+    /// Whether the job's shell is known to have exited.
+    pub fn leader_gone(&self) -> bool {
+        match self {
+            Proc::Supervised { reaped, .. } => reaped.is_some(),
+            Proc::Adopted { identity, .. } => !identity.is_alive(),
+        }
+    }
 }
 
 /// VRAM and utilization observed for one running attempt (SPEC §4).
@@ -115,8 +131,13 @@ pub struct Running {
     pub pgid: Pgid,
     /// When it started.
     pub started: Instant,
-    /// Its log file (`None` for an orphan whose log name is not known).
-    pub log_path: Option<PathBuf>,
+    /// Its log file.
+    pub log_path: PathBuf,
+    /// Where this attempt's output starts in the log (bytes), for the OOM
+    /// tail and progress; 0 when not known.
+    pub log_offset: u64,
+    /// Where its supervisor writes its exit record.
+    pub exit_record: PathBuf,
     /// The process behind it.
     pub proc: Proc,
     /// What was measured.
@@ -127,6 +148,9 @@ pub struct Running {
     pub kill: Option<Kill>,
     /// The last progress marker read from its log.
     pub progress: Option<Progress>,
+    /// Set when it ended but its outcome could not be journaled yet (the
+    /// log directory is full or read-only); retried every round.
+    pub unrecorded: bool,
 }
 
 impl Running {
@@ -135,6 +159,9 @@ impl Running {
     /// stronger reason later only replaces the reason. Returns whether
     /// anything changed (so the caller says so once).
     pub fn begin_kill(&mut self, reason: KillReason, now: Instant) -> bool {
+        if !self.may_signal() {
+            return false;
+        }
         match kill_step(self.kill.as_ref().map(|k| k.reason), reason) {
             KillStep::Begin => {
                 self.kill = Some(Kill {
@@ -150,6 +177,16 @@ impl Running {
                 true
             }
             KillStep::Keep => false,
+        }
+    }
+
+    /// Whether its process group is ours beyond doubt (SPEC §11 "Signals
+    /// only for our own"): always for one we started; for an adopted one
+    /// only when the journal recorded the leader's start time and boot id.
+    pub fn may_signal(&self) -> bool {
+        match &self.proc {
+            Proc::Supervised { .. } => true,
+            Proc::Adopted { identity, .. } => identity.is_verifiable(),
         }
     }
 
@@ -258,6 +295,13 @@ pub enum Mode {
         /// What the board and status.json say.
         reason: String,
     },
+    /// A write to the log directory failed (full, read-only, …): no new
+    /// job starts until writes succeed again (SPEC §11). Running jobs are
+    /// still supervised; outcomes not yet journaled are kept and retried.
+    PausedOnIo {
+        /// What failed, with the path and the error.
+        reason: String,
+    },
     /// Ctrl-C or SIGTERM: stopping every running job, then exit 130.
     Stopping {
         /// Whether a second signal asked to skip the grace.
@@ -266,10 +310,10 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Why dispatch is paused, when it is paused by errors.
+    /// Why dispatch is paused, when it is paused by errors (GPU or I/O).
     pub fn paused_reason(&self) -> Option<&str> {
         match self {
-            Mode::PausedOnGpuErrors { reason } => Some(reason),
+            Mode::PausedOnGpuErrors { reason } | Mode::PausedOnIo { reason } => Some(reason),
             _ => None,
         }
     }

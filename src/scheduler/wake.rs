@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 /// be set up.
 const FILE_POLL_FALLBACK: Duration = Duration::from_secs(1);
 
+/// How often writes are retried while the log directory fails them.
+pub const IO_RETRY: Duration = Duration::from_secs(1);
+
 /// How long an empty jobs file, or one whose last line has no newline, must
 /// stay unchanged before it is believed: such a read may have caught an
 /// editor's save between truncate and write, and a half-written last line
@@ -31,13 +34,17 @@ pub enum Wake {
     Signal(i32),
     /// Something happened to the jobs file or its directory.
     FileChanged,
+    /// A supervisor wrote an exit record (watched while adopted jobs run).
+    ExitRecord,
 }
 
 /// The loop's wake sources.
 pub struct Wakes {
     rx: Receiver<Wake>,
     /// Kept alive for the run; `None` when the watch could not be set up.
-    _watcher: Option<notify::RecommendedWatcher>,
+    watcher: Option<notify::RecommendedWatcher>,
+    /// Whether the exit-record directory is watched already.
+    watching_exit_records: bool,
     /// Set when the watch could not be set up: check the file this often.
     file_poll: Option<Duration>,
 }
@@ -64,9 +71,28 @@ impl Wakes {
         };
         Ok(Wakes {
             rx,
-            _watcher: watcher,
+            watcher,
+            watching_exit_records: false,
             file_poll,
         })
+    }
+
+    /// Also wakes the loop when a supervisor writes an exit record in
+    /// `<log_dir>/exits` (for adopted jobs, which are not our children).
+    ///
+    /// Errors: the directory cannot be created or watched.
+    pub fn watch_exit_records(&mut self, log_dir: &Path) -> anyhow::Result<()> {
+        use notify::Watcher;
+        if self.watching_exit_records {
+            return Ok(());
+        }
+        let dir = log_dir.join("exits");
+        std::fs::create_dir_all(&dir)?;
+        if let Some(watcher) = &mut self.watcher {
+            watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+            self.watching_exit_records = true;
+        }
+        Ok(())
     }
 }
 
@@ -81,6 +107,9 @@ impl Scheduler {
             if let Some(t) = job.timeout_at {
                 deadline = deadline.min(t);
             }
+        }
+        if matches!(self.mode, Mode::PausedOnIo { .. }) {
+            deadline = deadline.min(now + IO_RETRY);
         }
         if let Some(every) = self.wakes.file_poll {
             deadline = deadline.min(now + every);
@@ -107,11 +136,24 @@ impl Scheduler {
         let rest: Vec<Wake> = self.wakes.rx.try_iter().collect();
         for wake in first.into_iter().chain(rest) {
             match wake {
-                Wake::Signal(signal_hook::consts::SIGCHLD) => self.sample_now = true,
+                Wake::Signal(signal_hook::consts::SIGCHLD) | Wake::ExitRecord => {
+                    self.sample_now = true;
+                }
+                Wake::Signal(signal_hook::consts::SIGHUP) => self.on_hangup(),
                 Wake::Signal(signal) => self.on_stop_signal(signal),
                 Wake::FileChanged => self.jobs.stamp = None,
             }
         }
+    }
+
+    /// SIGHUP (SPEC §7): the terminal or ssh session went away. Not a
+    /// request to stop: say so and keep scheduling. Lines for the lost
+    /// terminal are dropped (write errors on it are ignored).
+    fn on_hangup(&mut self) {
+        say(&format!(
+            "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
+            self.cfg.log_dir.display()
+        ));
     }
 
     /// SIGINT / SIGTERM (SPEC §7): the first stops every running group
@@ -143,16 +185,27 @@ impl Scheduler {
                 for job in self.running.values_mut() {
                     let _ = job.begin_kill(KillReason::Shutdown, now);
                 }
+                // An adopted group we cannot verify is never signalled
+                // (SPEC §11): leave it running; the next start adopts it.
+                self.running.retain(|_, job| {
+                    if !job.may_signal() {
+                        say(&format!(
+                            "job {} (process group {}) cannot be verified as ours; leaving it running",
+                            job.no, job.pgid
+                        ));
+                    }
+                    job.may_signal()
+                });
             }
         }
     }
 }
 
-/// Forwards SIGINT, SIGTERM and SIGCHLD to the loop. The handlers (from
+/// Forwards SIGINT, SIGTERM, SIGCHLD and SIGHUP to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.
 fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD])?;
+    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -175,15 +228,22 @@ fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::Reco
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let name = absolute_path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match &event {
-            Ok(event) => {
-                changes_content(&event.kind)
-                    && (event.paths.is_empty()
-                        || event.paths.iter().any(|p| p.file_name() == name.as_deref()))
-            }
-            Err(_) => true,
+        let Ok(event) = event else {
+            let _ = tx.send(Wake::FileChanged);
+            return;
         };
-        if relevant {
+        if !changes_content(&event.kind) {
+            return;
+        }
+        let is_exit_record = |p: &PathBuf| {
+            p.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("exits"))
+                && p.extension() == Some(std::ffi::OsStr::new("json"))
+        };
+        if event.paths.iter().any(is_exit_record) {
+            let _ = tx.send(Wake::ExitRecord);
+        } else if event.paths.is_empty()
+            || event.paths.iter().any(|p| p.file_name() == name.as_deref())
+        {
             let _ = tx.send(Wake::FileChanged);
         }
     })?;

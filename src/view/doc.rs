@@ -160,11 +160,10 @@ pub fn job_status(
         job.duration_s = Some(done.duration_s);
         job.avg_util = done.avg_util;
         if !job.gpus.is_empty() {
-            let log = input.cfg.log_dir.join(format!(
-                "job{:03}_gpu{}.log",
-                state.no,
-                report::gpu_ids(&job.gpus, "-")
-            ));
+            let log = input
+                .cfg
+                .log_dir
+                .join(report::log_name(state.no, &job.gpus));
             job.log = Some(log.display().to_string());
         }
     }
@@ -192,7 +191,7 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
         .collect();
     job.duration_s = Some(elapsed);
     job.avg_util = run.usage.avg_util();
-    job.log = run.log_path.as_ref().map(|p| p.display().to_string());
+    job.log = Some(run.log_path.display().to_string());
     job.progress = run.progress.as_ref().map(|p| ProgressStatus {
         percent: (p.fraction * 1000.0).round() / 10.0,
         label: p.label.clone(),
@@ -200,7 +199,7 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
     });
     job.note = match (&run.proc, run.kill_reason()) {
         (_, Some(reason)) => Some(format!("stopping: {}", reason.as_str())),
-        (Proc::Orphan { .. }, None) => Some(orphan_note(run.pgid)),
+        (Proc::Adopted { .. }, None) => Some(orphan_note(run.pgid)),
         _ if run.attempt > 1 => Some(format!("attempt {}", run.attempt)),
         _ => None,
     };

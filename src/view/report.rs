@@ -76,6 +76,11 @@ pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
         .join(sep)
 }
 
+/// A job's log file name (SPEC §3): `job007_gpu0-1.log`.
+pub fn log_name(no: u32, gpus: &[u32]) -> String {
+    format!("job{no:03}_gpu{}.log", gpu_ids(gpus, "-"))
+}
+
 /// The declared-vs-actual verdict of a completion line (SPEC §4): within
 /// ±tolerance, `over-declared by N %`, or `UNDER-DECLARED by N %`, with N
 /// relative to the declaration. `None` when there is nothing to judge.

@@ -1,30 +1,85 @@
-//! Phase 2, children: reaps jobs of ours that exited. A job not being
-//! killed ends at once; one being killed ends in [`super::kills`] once its
-//! whole group is gone.
+//! Phase 2, children: reaps supervisors of our jobs that exited (a
+//! supervisor exits right after the job's shell, once it has written the
+//! exit record). A job not being killed ends at once; one being killed ends
+//! in [`super::kills`] once its whole group is gone. A supervisor that died
+//! while its job still runs hands the job over to adoption, so the job is
+//! never taken for ended while it may run.
 
+use crate::policy::outcome::Exit;
+use crate::process::supervisor::{ExitRecord, NEVER_RAN};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::Proc;
+use crate::view::report::warn;
+use std::path::Path;
+use std::process::ExitStatus;
 
 impl Scheduler {
-    /// Reaps exited children and ends the attempts not being killed.
+    /// Reaps exited supervisors and ends the attempts not being killed.
     ///
     /// Errors: waiting on a child fails, or the journal cannot be written.
     pub(in crate::scheduler) fn reap_children(&mut self) -> anyhow::Result<()> {
-        let mut ended = Vec::new();
-        for (key, job) in &mut self.running {
-            if let Proc::Child { child, exit, .. } = &mut job.proc
-                && exit.is_none()
-                && let Some(status) = child.try_wait()?
-            {
-                *exit = Some(status);
-                if job.kill.is_none() {
-                    ended.push(key.clone());
-                }
+        for job in self.running.values_mut() {
+            let Proc::Supervised {
+                supervisor,
+                identity,
+                reaped,
+            } = &mut job.proc
+            else {
+                continue;
+            };
+            if reaped.is_some() {
+                continue;
             }
+            let Some(status) = supervisor.try_wait()? else {
+                continue;
+            };
+            let exit = exit_of(&job.exit_record, &status);
+            if exit.is_none() && identity.is_alive() {
+                warn(&format!(
+                    "job {}'s supervisor ended before the job (process group {}); watching the group instead",
+                    job.no, job.pgid
+                ));
+                job.proc = Proc::Adopted {
+                    identity: identity.clone(),
+                    supervisor: None,
+                };
+                continue;
+            }
+            *reaped = Some(exit);
         }
+        // Every reaped attempt not being killed ends now, including one
+        // whose outcome could not be journaled in an earlier round.
+        let ended: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, j)| {
+                j.kill.is_none()
+                    && matches!(
+                        j.proc,
+                        Proc::Supervised {
+                            reaped: Some(_),
+                            ..
+                        }
+                    )
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in ended {
             self.complete_attempt(&key)?;
         }
         Ok(())
+    }
+}
+
+/// How a supervised job ended: its exit record, else the exit code its
+/// supervisor passed on (when the record could not be written); `None`
+/// when the supervisor was killed or the job never ran.
+fn exit_of(record: &Path, supervisor: &ExitStatus) -> Option<Exit> {
+    if let Some(exit) = ExitRecord::read(record).and_then(|r| r.exit()) {
+        return Some(exit);
+    }
+    match supervisor.code() {
+        Some(NEVER_RAN) | None => None,
+        Some(code) => Some(Exit::Code(code)),
     }
 }

@@ -6,6 +6,7 @@ use crate::files;
 use crate::journal::Event;
 use crate::model::DoneStatus;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome};
+use crate::process::supervisor::ExitRecord;
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Ended, Proc, Running};
 use crate::view::report::{self, CompletionLine, say, warn};
@@ -17,27 +18,18 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn complete_attempt(&mut self, key: &str) -> anyhow::Result<()> {
-        let Some(job) = self.running.remove(key) else {
+        let Some(mut job) = self.running.remove(key) else {
             return Ok(());
         };
         self.sample_now = true;
         self.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
-        let (exit, log_tail) = match &job.proc {
-            Proc::Child {
-                exit: Some(status),
-                log_offset,
-                ..
-            } => (
-                Exit::from_status(status),
-                job.log_path
-                    .as_deref()
-                    .map(|p| files::read_tail(p, *log_offset, OOM_TAIL_BYTES))
-                    .unwrap_or_default(),
-            ),
-            // An orphan's exit status died with the previous scheduler.
-            _ => (None, String::new()),
+        let exit = match &job.proc {
+            Proc::Supervised { reaped, .. } => reaped.flatten(),
+            // Its supervisor's record, if the attempt ended.
+            Proc::Adopted { .. } => ExitRecord::read(&job.exit_record).and_then(|r| r.exit()),
         };
+        let log_tail = files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES);
         let state = self.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
@@ -52,7 +44,23 @@ impl Scheduler {
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
         });
-        self.apply_outcome(key, &job, decision, exit, duration_s)
+        match self.apply_outcome(key, &job, decision, exit, duration_s) {
+            Ok(()) => Ok(()),
+            // Stopping: the next start adopts or re-runs it anyway.
+            Err(e) if decision == Outcome::StoppedWithScheduler => {
+                warn(&format!(
+                    "cannot record job {} as interrupted: {e:#}",
+                    job.no
+                ));
+                Ok(())
+            }
+            Err(e) => {
+                // Keep it, with what is known, until the journal takes it.
+                job.unrecorded = true;
+                self.running.insert(key.to_string(), job);
+                Err(e)
+            }
+        }
     }
 
     /// Journals and prints one decided outcome.
@@ -70,8 +78,11 @@ impl Scheduler {
             .map(|g| (*g, job.usage.peak_mib.get(g).copied()))
             .collect();
         match decision {
-            // Nothing recorded: the next start re-runs it.
-            Outcome::StoppedWithScheduler => {}
+            // Recorded as interrupted (its exit record is only the signal we
+            // sent): the next start runs it again.
+            Outcome::StoppedWithScheduler => {
+                self.journal.append(key, Event::Interrupted {})?;
+            }
             Outcome::Interrupted => {
                 self.journal.append(key, Event::Interrupted {})?;
                 say(&format!(
@@ -117,10 +128,12 @@ impl Scheduler {
                     samples: job.usage.samples,
                     vram_mib: job.vram_mib,
                     tolerance: self.cfg.tolerance,
-                    log: job.log_path.as_deref(),
+                    log: Some(&job.log_path),
                 }));
             }
         }
+        // The journal has the outcome now; the record has served.
+        let _ = std::fs::remove_file(&job.exit_record);
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use crate::jobspec::JobSpec;
 use crate::journal::{Event, now_ts};
 use crate::model::DoneStatus;
 use crate::policy::queue;
-use crate::process;
+use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Mode, Proc, Running, Usage};
 use crate::view::report::{self, say, warn};
@@ -105,10 +105,14 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Spawns one attempt (SPEC §3) and journals `started`.
-    /// `dispatched` counts the file's jobs started or done, this one included.
+    /// Starts one attempt (SPEC §3, §11): its log header, its supervisor
+    /// with the job held at the gate, the `started` event, then the
+    /// release. A job therefore never runs without its `started` event.
+    /// `dispatched` counts the file's jobs started or done, this one
+    /// included.
     ///
-    /// Errors: the job's log or the journal cannot be written.
+    /// Errors: the job's log or the journal cannot be written; the job has
+    /// then not run.
     fn start_attempt(
         &mut self,
         spec: &JobSpec,
@@ -120,10 +124,7 @@ impl Scheduler {
             anyhow::bail!("job {} has no journal state", spec.key);
         };
         let (no, attempt) = (state.no, state.attempts + 1);
-        let log_path = self
-            .cfg
-            .log_dir
-            .join(format!("job{no:03}_gpu{}.log", report::gpu_ids(gpus, "-")));
+        let log_path = self.cfg.log_dir.join(report::log_name(no, gpus));
         let vram_text = request
             .vram_mib
             .map_or("undeclared".to_string(), |v| format!("vram {v} MiB"));
@@ -134,31 +135,51 @@ impl Scheduler {
             spec.command
         );
         let log_offset = files::append_to(&log_path, header.as_bytes())
-            .map_err(|e| Error::io(format!("cannot open job log {}", log_path.display()), e))?;
-        let env = self.job_env(spec, no, attempt, gpus);
-        let spawned = match process::spawn(&process::SpawnRequest {
+            .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
+        let exit_record = supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
+        let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
+        let mut started_job = match supervisor::spawn(&supervisor::Request {
             command: &spec.command,
-            env,
+            env: self.job_env(spec, no, attempt, gpus),
             log: &log_path,
+            record: &exit_record,
+            key: &spec.key,
+            attempt,
         }) {
-            Ok(spawned) => spawned,
+            Ok(started) => started,
             Err(e) => {
                 warn(&format!("cannot start job {no}: {e}"));
                 return self.record_unrun(&spec.key, DoneStatus::Failed);
             }
         };
-        let started = Instant::now();
-        self.journal.append(
+        let identity = GroupIdentity {
+            pgid: started_job.pgid,
+            start_ticks: started_job.start_ticks,
+            boot_id: process::boot_id(),
+        };
+        let journaled = self.journal.append(
             &spec.key,
             Event::Started {
-                pgid: spawned.pgid.0,
+                pgid: identity.pgid.0,
                 gpus: gpus.to_vec(),
                 attempt,
                 vram_mib: request.vram_mib,
-                start_ticks: spawned.start_ticks,
-                boot_id: process::boot_id(),
+                start_ticks: identity.start_ticks,
+                boot_id: identity.boot_id.clone(),
+                supervisor: started_job.supervisor_id,
+                log_offset: Some(log_offset),
             },
-        )?;
+        );
+        if let Err(e) = journaled {
+            started_job.abandon();
+            return Err(e);
+        }
+        let started = Instant::now();
+        if let Err(e) = started_job.release() {
+            warn(&format!(
+                "job {no}'s supervisor is gone before the start: {e}"
+            ));
+        }
         self.dispatched_this_run += 1;
         say(&format!(
             "▶ job {no} started on GPU {} ({dispatched}/{} dispatched, {vram_text}{}): {}",
@@ -179,13 +200,15 @@ impl Scheduler {
                 gpus: gpus.to_vec(),
                 vram_mib: request.vram_mib,
                 attempt,
-                pgid: spawned.pgid,
+                pgid: identity.pgid,
                 started,
-                log_path: Some(log_path),
-                proc: Proc::Child {
-                    child: spawned.child,
-                    log_offset,
-                    exit: None,
+                log_path,
+                log_offset,
+                exit_record,
+                proc: Proc::Supervised {
+                    supervisor: started_job.supervisor,
+                    identity,
+                    reaped: None,
                 },
                 usage: Usage::default(),
                 timeout_at: spec
@@ -193,6 +216,7 @@ impl Scheduler {
                     .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
                 kill: None,
                 progress: None,
+                unrecorded: false,
             },
         );
         Ok(())

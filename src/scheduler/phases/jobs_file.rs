@@ -50,7 +50,10 @@ impl Scheduler {
                         self.jobs.path.display()
                     ));
                 }
-                self.install_specs(&text, specs)?;
+                if let Err(e) = self.install_specs(&text, specs) {
+                    self.jobs.stamp = None; // read it again once writes work
+                    return Err(e);
+                }
             }
             Err(e) => {
                 self.jobs.text_hash = Some(text_hash);

@@ -4,7 +4,6 @@
 //! [`crate::process::Termination`]).
 
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::Proc;
 use std::time::Instant;
 
 impl Scheduler {
@@ -19,11 +18,7 @@ impl Scheduler {
                 continue;
             };
             kill.termination.poll(now);
-            let leader_gone = match &job.proc {
-                Proc::Child { exit, .. } => exit.is_some(),
-                Proc::Orphan { identity } => !identity.is_alive(),
-            };
-            if leader_gone && kill.termination.group_gone(now) {
+            if job.proc.leader_gone() && kill.termination.group_gone(now) {
                 ended.push(key.clone());
             }
         }

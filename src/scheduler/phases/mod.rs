@@ -15,13 +15,16 @@
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
 //!
 //! Ending an attempt, whichever phase notices it, goes through
-//! [`completion`].
+//! [`completion`]. Before the phases, [`io`] checks whether a log directory
+//! that failed writes can be written again; a phase whose write fails
+//! pauses dispatch through it.
 
 mod cancels;
 mod children;
 mod completion;
 mod dispatch;
 mod exit;
+mod io;
 mod jobs_file;
 mod kills;
 mod orphans;

@@ -60,11 +60,19 @@ impl Scheduler {
         doc::status_doc(&input, view)
     }
 
-    /// Writes `status.json`, `metrics.prom` and `status.txt`.
+    /// Writes `status.json`, `metrics.prom` and `status.txt`; a failed write
+    /// pauses dispatch like any other (SPEC §11).
     pub(in crate::scheduler) fn write_status_files(&mut self) {
         let doc = self.status_doc();
         if let Err(e) = doc.write(&self.cfg.log_dir) {
-            tracing::warn!("cannot write status.json / metrics.prom: {e}");
+            let error = crate::error::Error::io(
+                format!(
+                    "cannot write status.json / metrics.prom in {}",
+                    self.cfg.log_dir.display()
+                ),
+                e,
+            );
+            self.pause_on_io_error(&error.into());
         }
         let notes = BoardNotes {
             jobs_file_problem: self.jobs.last_error.as_deref(),
@@ -73,7 +81,8 @@ impl Scheduler {
         let text = board::render(&doc, &notes);
         let path = self.cfg.log_dir.join("status.txt");
         if let Err(e) = crate::files::write_atomic(&path, text.as_bytes()) {
-            tracing::warn!("cannot write status board: {e}");
+            let error = crate::error::Error::io(format!("cannot write {}", path.display()), e);
+            self.pause_on_io_error(&error.into());
         }
     }
 }

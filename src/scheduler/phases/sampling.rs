@@ -11,7 +11,7 @@ use crate::gpu::attribution;
 use crate::process;
 use crate::progress;
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Mode, Proc, Running};
+use crate::scheduler::state::{Mode, Running};
 use crate::view::report::{say, warn};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -126,10 +126,11 @@ impl Scheduler {
     /// The last progress marker in each running job's log.
     fn read_progress(&mut self) {
         for job in self.running.values_mut() {
-            if let (Some(path), Proc::Child { log_offset, .. }) = (&job.log_path, &job.proc)
-                && let Some(progress) =
-                    progress::parse(&files::read_tail(path, *log_offset, PROGRESS_TAIL_BYTES))
-            {
+            if let Some(progress) = progress::parse(&files::read_tail(
+                &job.log_path,
+                job.log_offset,
+                PROGRESS_TAIL_BYTES,
+            )) {
                 job.progress = Some(progress);
             }
         }

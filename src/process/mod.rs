@@ -4,13 +4,11 @@
 //! SIGTERM → grace → SIGKILL plus a final sweep. No other module sends
 //! signals.
 
+pub mod supervisor;
+
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use std::fs::File;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Time between SIGTERM and SIGKILL when killing a group (SPEC §3).
@@ -109,12 +107,23 @@ pub struct GroupIdentity {
 }
 
 impl GroupIdentity {
+    /// Whether this identity can tell the group from an unrelated one that
+    /// reuses its number: a pgid above 1 with the leader's start time and
+    /// the boot id. Only such groups are ever signalled (SPEC §11).
+    pub fn is_verifiable(&self) -> bool {
+        self.pgid.0 > 1 && self.start_ticks.is_some() && self.boot_id.is_some()
+    }
+
     /// Whether the process group this identity names still has a live
     /// member. A group from another boot is dead; a leader with another
     /// start time is an unrelated process that reused the pid; when the
     /// leader is gone, members must be in the leader's session and have
     /// started no earlier than it.
     pub fn is_alive(&self) -> bool {
+        if self.pgid.0 <= 1 {
+            // Not a job's group (our own, or init's): never waited for.
+            return false;
+        }
         if let (Some(then), Some(now)) = (&self.boot_id, boot_id())
             && *then != now
         {
@@ -138,6 +147,12 @@ impl GroupIdentity {
     }
 }
 
+/// Whether the process `id` names is still running (same pid, same start
+/// time, not a zombie).
+pub fn is_running(id: &crate::journal::ProcessId) -> bool {
+    read_stat(id.pid).is_some_and(|s| s.state != 'Z' && s.start_ticks == id.start_ticks)
+}
+
 /// Sends `signal` to every process of the group. Returns false when the
 /// group no longer exists (ESRCH) or cannot be a job's group: a pgid of 0
 /// or 1 (our own group, or init's) or one too large for `kill(2)` is never
@@ -147,60 +162,6 @@ pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
         return false;
     };
     !matches!(kill(Pid::from_raw(-target), signal), Err(Errno::ESRCH))
-}
-
-/// How a job is started (SPEC §3).
-pub struct SpawnRequest<'a> {
-    /// The shell command, run by `/bin/sh -c`.
-    pub command: &'a str,
-    /// Extra environment (the scheduler's own is inherited).
-    pub env: Vec<(String, String)>,
-    /// The job's log, opened for appending; stdout and stderr go there.
-    pub log: &'a Path,
-}
-
-/// A job process we spawned.
-pub struct Spawned {
-    /// The child (`/bin/sh`), leader of its own session and group.
-    pub child: Child,
-    /// Its process group (= its pid).
-    pub pgid: Pgid,
-    /// Field 22 of its `/proc/<pid>/stat`, if readable.
-    pub start_ticks: Option<u64>,
-}
-
-/// Spawns `/bin/sh -c CMD` as the leader of a new session (setsid), stdin
-/// from /dev/null, stdout and stderr appended to the log.
-///
-/// Errors: the log cannot be opened, or the fork/exec fails.
-pub fn spawn(request: &SpawnRequest) -> std::io::Result<Spawned> {
-    let log = File::options()
-        .create(true)
-        .append(true)
-        .open(request.log)?;
-    let mut command = Command::new("/bin/sh");
-    command
-        .arg("-c")
-        .arg(request.command)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .envs(request.env.iter().map(|(k, v)| (k, v)));
-    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
-    }
-    let child = command.spawn()?;
-    let pid = child.id();
-    Ok(Spawned {
-        start_ticks: read_stat(pid).map(|s| s.start_ticks),
-        pgid: Pgid(pid),
-        child,
-    })
 }
 
 /// A kill in progress (SPEC §3): SIGTERM to the group at once, SIGKILL to
@@ -275,6 +236,66 @@ impl Termination {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+    use std::os::unix::process::CommandExt;
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+
+    // The plain spawn the scheduler's supervisor builds on (a new session,
+    // stdin from /dev/null, output to the log), for the group tests below.
+    /// How a job is started (SPEC §3).
+    struct SpawnRequest<'a> {
+        /// The shell command, run by `/bin/sh -c`.
+        command: &'a str,
+        /// Extra environment (the scheduler's own is inherited).
+        env: Vec<(String, String)>,
+        /// The job's log, opened for appending; stdout and stderr go there.
+        log: &'a Path,
+    }
+
+    /// A job process we spawned.
+    struct Spawned {
+        /// The child (`/bin/sh`), leader of its own session and group.
+        child: Child,
+        /// Its process group (= its pid).
+        pgid: Pgid,
+        /// Field 22 of its `/proc/<pid>/stat`, if readable.
+        start_ticks: Option<u64>,
+    }
+
+    /// Spawns `/bin/sh -c CMD` as the leader of a new session (setsid), stdin
+    /// from /dev/null, stdout and stderr appended to the log.
+    ///
+    /// Errors: the log cannot be opened, or the fork/exec fails.
+    fn spawn(request: &SpawnRequest) -> std::io::Result<Spawned> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(request.log)?;
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(request.command)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .envs(request.env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = command.spawn()?;
+        let pid = child.id();
+        Ok(Spawned {
+            start_ticks: read_stat(pid).map(|s| s.start_ticks),
+            pgid: Pgid(pid),
+            child,
+        })
+    }
 
     #[test]
     fn parses_stat_with_odd_command_names() {

@@ -1,0 +1,348 @@
+//! Supervised jobs (SPEC §11 "Exit records"). Every attempt runs under a
+//! small supervisor — this same binary, re-executed as the hidden
+//! subcommand `__supervise` (HOUSE habit 14) — that outlives the scheduler:
+//!
+//! 1. The scheduler spawns the supervisor as the leader of a session of its
+//!    own (so the terminal's Ctrl-C and hang-up never reach it), with a
+//!    pipe on its stdin and its stdout.
+//! 2. The supervisor spawns the job's `/bin/sh -c CMD` as the leader of
+//!    another new session, held at a gate before `exec`, and reports the
+//!    job's pid and start time on its stdout.
+//! 3. The scheduler journals `started` (fsynced) and only then writes `go`:
+//!    the job runs. If the scheduler dies before that, the supervisor's
+//!    stdin reaches end-of-file, the job is killed at the gate and never
+//!    runs, and no exit record is written — so a job can never run without
+//!    its `started` event, and the next scheduler runs it again.
+//! 4. The supervisor waits for the job's shell and atomically writes
+//!    `<log_dir>/exits/<key>.<attempt>.json` ([`ExitRecord`]) before
+//!    exiting with the job's exit code (128 + signal for a signal).
+//!
+//! The supervisor sits outside the job's process group, so killing a job
+//! never kills its record-keeper; a restarted scheduler reads the record
+//! and journals the job's real outcome instead of running it again.
+
+use crate::journal::{ProcessId, now_ts};
+use crate::policy::outcome::Exit;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+/// The name of the hidden subcommand that runs a supervisor.
+pub const SUBCOMMAND: &str = "__supervise";
+
+/// The exit code of the supervisor (and of the gate script) when the job
+/// never ran (no `go` came).
+pub const NEVER_RAN: i32 = 125;
+
+/// The descriptor on which the job's shell waits for its `go`.
+const GATE_FD: i32 = 3;
+
+/// What the job's shell runs first: wait at the gate, close it, then
+/// become `/bin/sh -c CMD` (`$1`).
+const GATE_SCRIPT: &str = "IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c \"$1\"";
+
+/// How a supervised job ended, as its supervisor recorded it in
+/// `<log_dir>/exits/<key>.<attempt>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The job's key.
+    pub key: String,
+    /// The attempt (1-based).
+    pub attempt: u32,
+    /// The job's process group.
+    pub pgid: u32,
+    /// Its exit code, or `null` when killed by a signal.
+    pub code: Option<i32>,
+    /// The signal that killed it, or `null`.
+    pub signal: Option<i32>,
+    /// When it ended (Unix seconds).
+    pub ended: f64,
+}
+
+impl ExitRecord {
+    /// How the job ended; `None` for a record that says neither.
+    pub fn exit(&self) -> Option<Exit> {
+        self.code
+            .map(Exit::Code)
+            .or_else(|| self.signal.map(Exit::Signal))
+    }
+
+    /// Reads the record at `path`; `None` when it is missing or garbled.
+    pub fn read(path: &Path) -> Option<ExitRecord> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+}
+
+/// Where the exit record of attempt `attempt` of job `key` is written.
+pub fn record_path(log_dir: &Path, key: &str, attempt: u32) -> PathBuf {
+    log_dir.join("exits").join(format!("{key}.{attempt}.json"))
+}
+
+/// What the supervisor reports once the job waits at the gate.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    pid: u32,
+    start_ticks: Option<u64>,
+}
+
+/// How to start one supervised attempt.
+pub struct Request<'a> {
+    /// The shell command, run by `/bin/sh -c`.
+    pub command: &'a str,
+    /// Extra environment for the job (the scheduler's own is inherited).
+    pub env: Vec<(String, String)>,
+    /// The job's log: stdout and stderr of the job (and the supervisor's
+    /// own complaints) are appended to it.
+    pub log: &'a Path,
+    /// Where the supervisor writes the exit record.
+    pub record: &'a Path,
+    /// The job's key and attempt, copied into the record.
+    pub key: &'a str,
+    /// 1-based attempt number.
+    pub attempt: u32,
+}
+
+/// A supervised attempt held at its gate until [`Started::release`].
+pub struct Started {
+    /// The supervisor, our child.
+    pub supervisor: Child,
+    /// The supervisor's pid and start time.
+    pub supervisor_id: Option<ProcessId>,
+    /// The job's process group (= its shell's pid).
+    pub pgid: super::Pgid,
+    /// The job shell's start time (field 22 of its stat).
+    pub start_ticks: Option<u64>,
+    go: Option<ChildStdin>,
+}
+
+impl Started {
+    /// Lets the job run (call after `started` is journaled).
+    ///
+    /// Errors: the supervisor is gone (the job then never runs).
+    pub fn release(&mut self) -> std::io::Result<()> {
+        let mut go = self
+            .go
+            .take()
+            .ok_or_else(|| std::io::Error::other("already released"))?;
+        go.write_all(b"go\n")?;
+        go.flush()
+    }
+
+    /// Gives up on the attempt before it ran: the supervisor kills the job
+    /// at its gate and exits without a record. Waits for the supervisor.
+    pub fn abandon(mut self) {
+        drop(self.go.take());
+        let _ = self.supervisor.wait();
+    }
+}
+
+/// Spawns the supervisor for `request` and waits for its report that the
+/// job is held at the gate.
+///
+/// Errors: this binary cannot be found or started, the log cannot be
+/// opened, or the supervisor could not start the job.
+pub fn spawn(request: &Request) -> std::io::Result<Started> {
+    let exe = std::env::current_exe()?;
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(request.log)?;
+    let mut command = Command::new(exe);
+    command
+        .arg(SUBCOMMAND)
+        .arg("--key")
+        .arg(request.key)
+        .arg("--attempt")
+        .arg(request.attempt.to_string())
+        .arg("--record")
+        .arg(request.record)
+        .arg("--log")
+        .arg(request.log)
+        .arg("--")
+        .arg(request.command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .envs(request.env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut supervisor = command.spawn()?;
+    let supervisor_id = super::read_stat(supervisor.id()).map(|s| ProcessId {
+        pid: supervisor.id(),
+        start_ticks: s.start_ticks,
+    });
+    let stdout = supervisor.stdout.take().expect("piped");
+    let mut line = String::new();
+    let read = std::io::BufReader::new(stdout).read_line(&mut line);
+    let hello = match read
+        .ok()
+        .and_then(|_| serde_json::from_str::<Hello>(&line).ok())
+    {
+        Some(hello) => hello,
+        None => {
+            let _ = supervisor.kill();
+            let _ = supervisor.wait();
+            return Err(std::io::Error::other(format!(
+                "the job's supervisor did not start it (see {})",
+                request.log.display()
+            )));
+        }
+    };
+    Ok(Started {
+        go: supervisor.stdin.take(),
+        supervisor,
+        supervisor_id,
+        pgid: super::Pgid(hello.pid),
+        start_ticks: hello.start_ticks,
+    })
+}
+
+/// The supervisor process (`gpusched __supervise`): starts the job at a
+/// gate, reports it, waits for `go`, waits for the job, writes the exit
+/// record, and exits with the job's exit code.
+///
+/// Errors: the job cannot be spawned (reported in the job's log).
+pub fn run(args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(&args.log)?;
+    let scheduler_pid = nix::unistd::getppid();
+    let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let gate_read_fd = gate_read.as_raw_fd();
+    // The gate: the job's shell first waits for a line on fd 3 (end of file
+    // means the start was abandoned: it exits without running anything),
+    // then closes it and execs `/bin/sh -c CMD` in place — same pid, same
+    // process group, same start time.
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(GATE_SCRIPT)
+        .arg("/bin/sh")
+        .arg(&args.command)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: between fork and exec the child only calls async-signal-safe
+    // functions (setsid, dup2) on file descriptors it owns.
+    unsafe {
+        command.pre_exec(move || {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if libc::dup2(gate_read_fd, GATE_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    drop(gate_read);
+    let hello = Hello {
+        pid: child.id(),
+        start_ticks: super::read_stat(child.id()).map(|s| s.start_ticks),
+    };
+    let reported = writeln!(std::io::stdout(), "{}", serde_json::to_string(&hello)?)
+        .and_then(|_| std::io::stdout().flush());
+    let mut go = String::new();
+    let released =
+        reported.is_ok() && std::io::stdin().lock().read_line(&mut go).is_ok() && go.trim() == "go";
+    detach_from_scheduler();
+    if !released {
+        // The scheduler died (or gave up) before journaling the start: the
+        // job must not run.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok(NEVER_RAN);
+    }
+    nix::unistd::write(&gate_write, b"go\n")?;
+    drop(gate_write);
+    let status = child.wait()?;
+    let exit = Exit::from_status(&status);
+    let record = ExitRecord {
+        key: args.key.clone(),
+        attempt: args.attempt,
+        pgid: hello.pid,
+        code: match exit {
+            Some(Exit::Code(code)) => Some(code),
+            _ => None,
+        },
+        signal: match exit {
+            Some(Exit::Signal(signal)) => Some(signal),
+            _ => None,
+        },
+        ended: now_ts(),
+    };
+    write_record(&args.record, &record, scheduler_pid);
+    Ok(exit.map_or(1, Exit::returncode))
+}
+
+/// Points stdin and stdout at /dev/null, so the supervisor holds no pipe of
+/// a scheduler that may be gone.
+fn detach_from_scheduler() {
+    if let Ok(null) = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        // SAFETY: dup2 onto our own standard descriptors.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+}
+
+/// Writes the exit record atomically. A full or read-only log directory is
+/// retried: every second while a scheduler is our parent (it also gets our
+/// exit code) for a few seconds, and for up to an hour once we are orphaned
+/// (the record is then the only word on the job's outcome).
+fn write_record(path: &Path, record: &ExitRecord, scheduler_pid: nix::unistd::Pid) {
+    let Ok(bytes) = serde_json::to_vec(record) else {
+        return;
+    };
+    let orphaned_tries = 3600;
+    let mut tries = 0;
+    loop {
+        let result = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| {
+                crate::files::write_atomic_with(
+                    path,
+                    &bytes,
+                    &crate::files::AtomicOptions {
+                        mode: None,
+                        sync: true,
+                    },
+                )
+            });
+        tries += 1;
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                let limit = if nix::unistd::getppid() != scheduler_pid {
+                    orphaned_tries
+                } else {
+                    5
+                };
+                if tries >= limit {
+                    eprintln!(
+                        "gpusched supervisor: cannot write exit record {}: {e}",
+                        path.display()
+                    );
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! I/O errors pause, never abandon (SPEC §11): when a write to the log
+//! directory fails (full disk, read-only mount, permissions), dispatch
+//! pauses with one warning naming the path and the error. Running jobs are
+//! still supervised; outcomes that could not be journaled stay with their
+//! running entry and are retried; dispatch resumes once a probe write to
+//! the log directory and the retried writes succeed.
+
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::Mode;
+use crate::view::report::{say, warn};
+use std::io::Write;
+
+/// The probe file written (and removed) to test the log directory.
+const PROBE: &str = ".gpusched-write-probe";
+
+impl Scheduler {
+    /// Pauses dispatch after a failed write, warning once.
+    pub(in crate::scheduler) fn pause_on_io_error(&mut self, error: &anyhow::Error) {
+        self.dispatch_needed = true;
+        if matches!(self.mode, Mode::Scheduling | Mode::PausedOnGpuErrors { .. }) {
+            let reason = format!(
+                "{error:#}; no new job starts until the log directory can be written again (running jobs are still supervised and recorded)"
+            );
+            warn(&reason);
+            self.mode = Mode::PausedOnIo { reason };
+        } else {
+            tracing::debug!("write failed while paused: {error:#}");
+        }
+    }
+
+    /// While paused on I/O: probes the log directory and resumes dispatch
+    /// when it can be written again.
+    pub(in crate::scheduler) fn retry_after_io_error(&mut self) {
+        if !matches!(self.mode, Mode::PausedOnIo { .. }) {
+            return;
+        }
+        let probe = self.cfg.log_dir.join(PROBE);
+        let written = std::fs::File::create(&probe)
+            .and_then(|mut f| f.write_all(b"probe\n").and_then(|_| f.sync_data()));
+        let _ = std::fs::remove_file(&probe);
+        if written.is_ok() {
+            say("the log directory can be written again; dispatching resumes");
+            self.mode = Mode::Scheduling;
+            self.dispatch_needed = true;
+            self.jobs.stamp = None;
+        }
+    }
+}

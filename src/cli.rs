@@ -45,6 +45,10 @@ pub enum Command {
     /// Cancel a job by display number or key: adds the `cancel` flag to its
     /// line, so a running scheduler stops it (or never starts it).
     Cancel(CancelArgs),
+    /// Stop the scheduler running on a log directory, as Ctrl-C would: its
+    /// running jobs get SIGTERM (SIGKILL after 10 s) and run again on the
+    /// next start.
+    Stop(StopArgs),
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
@@ -178,6 +182,17 @@ pub struct CancelArgs {
     pub log_dir: PathBuf,
 }
 
+/// Arguments of `gpusched stop`.
+#[derive(Debug, Args, Clone)]
+pub struct StopArgs {
+    /// The scheduler's log directory (its lock file names the scheduler).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+    /// Seconds to wait for it to exit (it gives its jobs a 10 s grace).
+    #[arg(long, value_name = "SEC", default_value_t = 30.0, value_parser = parse_poll)]
+    pub timeout: f64,
+}
+
 /// Arguments of `gpusched simjob` (SPEC §9).
 #[derive(Debug, Args, Clone)]
 pub struct SimjobArgs {
@@ -245,10 +260,21 @@ fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
 }
 
 fn parse_mib(text: &str) -> Result<u64, String> {
-    text.trim()
+    let mib = text
+        .trim()
         .parse::<u64>()
-        .map_err(|_| format!("'{text}' is not a whole number of MiB ≥ 0"))
+        .map_err(|_| format!("'{text}' is not a whole number of MiB ≥ 0"))?;
+    if mib > crate::jobspec::MAX_VRAM_MIB {
+        return Err(format!(
+            "{mib} MiB is more than any GPU has (at most {} MiB)",
+            crate::jobspec::MAX_VRAM_MIB
+        ));
+    }
+    Ok(mib)
 }
+
+/// The longest `--poll` accepted, in seconds (one day).
+const MAX_POLL_S: f64 = 86400.0;
 
 fn parse_float(text: &str, what: &str) -> Result<f64, String> {
     text.trim()
@@ -273,6 +299,11 @@ fn parse_poll(text: &str) -> Result<f64, String> {
     if value <= 0.0 {
         return Err("the poll interval must be more than 0 seconds".into());
     }
+    if value > MAX_POLL_S {
+        return Err(format!(
+            "{value} s is too long: at most {MAX_POLL_S} s (one day)"
+        ));
+    }
     Ok(value)
 }
 
@@ -280,6 +311,9 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     let value = parse_float(text, "a number of seconds")?;
     if value < 0.0 {
         return Err("seconds must not be negative".into());
+    }
+    if value > crate::jobspec::MAX_TIMEOUT_S {
+        return Err(format!("{value} s is too long: at most 3650 days"));
     }
     Ok(value)
 }
@@ -331,6 +365,14 @@ mod tests {
             &["j", "--poll", "0"],
             &["j", "--poll", "-1"],
             &["j", "--poll", "nan"],
+            &["j", "--poll", "1e20"],
+            &["j", "--poll", "inf"],
+            &["j", "--margin", "99999999999999999999"],
+            &["j", "--idle-threshold", "18446744073709551615"],
+            &["j", "--oom-retries", "99999999999"],
+            &["simjob", "--vram", "1", "--hold", "1e300"],
+            &["simjob", "--vram", "1", "--ramp", "-1"],
+            &["stop", "--timeout", "0"],
             &["j", "--tolerance", "-0.1"],
             &["j", "--spike-buffer", "x"],
             &["j", "--sim", "0"],

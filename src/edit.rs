@@ -108,10 +108,12 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
 pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
     let line = job_line(job)?;
     let mut file = lock(path, true)?;
-    let mut text = String::new();
+    let mut raw = Vec::new();
     file.seek(SeekFrom::Start(0))?;
-    file.read_to_string(&mut text)
+    file.read_to_end(&mut raw)
         .with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        jobspec::decode(raw).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
     let mut bytes = Vec::new();
     if !text.is_empty() && !text.ends_with('\n') {
         bytes.push(b'\n');
@@ -201,9 +203,11 @@ fn with_cancel(line: &str) -> String {
 /// or a key prefix matches several jobs.
 pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(String, String)> {
     let mut file = lock(path, false)?;
-    let mut text = String::new();
-    file.read_to_string(&mut text)
+    let mut raw = Vec::new();
+    file.read_to_end(&mut raw)
         .with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        jobspec::decode(raw).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| {
         Error::JobsFile(format!(
             "{}: {e} — fix it first, so the job can be found",
@@ -218,17 +222,25 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
                     log_dir.join("journal.jsonl").display()
                 ))
             })?;
-            specs.iter().find(|s| s.key == key).ok_or_else(|| {
-                Error::Usage(format!(
-                    "job {no} ({key}) has no line in {} any more",
-                    path.display()
-                ))
-            })?
+            specs
+                .iter()
+                .find(|s| s.key == key || s.legacy_key.as_deref() == Some(key.as_str()))
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "job {no} ({key}) has no line in {} any more",
+                        path.display()
+                    ))
+                })?
         }
         Target::Key(prefix) => {
             let matches: Vec<&JobSpec> = specs
                 .iter()
-                .filter(|s| s.key.starts_with(prefix.as_str()))
+                .filter(|s| {
+                    s.key.starts_with(prefix.as_str())
+                        || s.legacy_key
+                            .as_deref()
+                            .is_some_and(|k| k.starts_with(prefix.as_str()))
+                })
                 .collect();
             match matches.as_slice() {
                 [one] => one,

@@ -9,10 +9,13 @@ use std::collections::HashMap;
 /// One job as written in the jobs file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
-    /// Identity key: 12 hex digits of SHA-256 of the trimmed command, `#`,
-    /// then the occurrence count of that command earlier in the file
-    /// (SPEC §1 "Identity").
+    /// Identity key: 12 hex digits of SHA-256 of the normalised command
+    /// ([`normalise_command`]), `#`, then the occurrence count of that
+    /// normalised command earlier in the file (SPEC §1 "Identity").
     pub key: String,
+    /// The key under the older rule (trimmed text only), when it differs:
+    /// a journal written with that rule still knows the job by it.
+    pub legacy_key: Option<String>,
     /// 1-based line number in the jobs file.
     pub line: usize,
     /// The command, trimmed, run by `/bin/sh -c`.
@@ -43,15 +46,102 @@ pub struct ParseError {
     pub text: String,
 }
 
+/// The largest `vram=` accepted, in MiB (1 PiB): far beyond any GPU, and
+/// small enough that margins and buffers never overflow.
+pub const MAX_VRAM_MIB: u64 = 1 << 30;
+
+/// The longest `timeout=` accepted, in seconds (3650 days).
+pub const MAX_TIMEOUT_S: f64 = 3650.0 * 86400.0;
+
+/// The most GPUs one job may ask for (`gpus=`).
+pub const MAX_GPUS: u32 = 1024;
+
+/// The command as its identity sees it (SPEC §1): a trailing shell comment
+/// (a `#` that begins a word outside quotes, to the end of the line) is
+/// removed, runs of whitespace outside quotes become one space, and the
+/// result is trimmed. Quotes and backslash escapes are kept as written.
+pub fn normalise_command(command: &str) -> String {
+    let mut out = String::with_capacity(command.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut at_word_start = true;
+    for c in command.chars() {
+        if escaped {
+            out.push(c);
+            escaped = false;
+            at_word_start = false;
+            continue;
+        }
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                }
+            }
+            None if c.is_whitespace() => {
+                if !at_word_start {
+                    out.push(' ');
+                }
+                at_word_start = true;
+            }
+            None if c == '#' && at_word_start => break,
+            None => {
+                out.push(c);
+                at_word_start = false;
+                match c {
+                    '\'' | '"' => quote = Some(c),
+                    '\\' => escaped = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.trim_end().to_string()
+}
+
 /// The per-command part of the identity key: the first 12 hex digits of
-/// SHA-256 of the trimmed command text.
+/// SHA-256 of the normalised command ([`normalise_command`]).
 pub fn command_hash(command: &str) -> String {
-    let digest = Sha256::digest(command.trim().as_bytes());
+    hash_hex(&normalise_command(command))
+}
+
+/// The per-command part of a key under the older rule: SHA-256 of the
+/// trimmed text only.
+pub fn legacy_command_hash(command: &str) -> String {
+    hash_hex(command.trim())
+}
+
+/// The first 12 hex digits of SHA-256 of `text`.
+fn hash_hex(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
     let mut hex = String::with_capacity(12);
     for byte in digest.iter().take(6) {
         hex.push_str(&format!("{byte:02x}"));
     }
     hex
+}
+
+/// The jobs file's bytes as text. A line that is not valid UTF-8 is an
+/// error naming it (its text shown with replacement characters).
+pub fn decode(bytes: Vec<u8>) -> Result<String, ParseError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let bad_at = e.utf8_error().valid_up_to();
+        let line = bytes[..bad_at].iter().filter(|&&b| b == b'\n').count() + 1;
+        let text = bytes
+            .split(|&b| b == b'\n')
+            .nth(line - 1)
+            .map(|l| String::from_utf8_lossy(l).trim().to_string())
+            .unwrap_or_default();
+        ParseError {
+            line,
+            reason: "not valid UTF-8 text (save the file as UTF-8)".into(),
+            text,
+        }
+    })
 }
 
 /// Parses a whole jobs file. Blank lines and `#` comments are skipped; the
@@ -72,6 +162,7 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
     let mut occurrences: HashMap<String, u32> = HashMap::new();
+    let mut legacy_occurrences: HashMap<String, u32> = HashMap::new();
     for (index, raw) in text.lines().enumerate() {
         let parsed = match parse_line(raw, index + 1) {
             Ok(Some(parsed)) => parsed,
@@ -85,7 +176,16 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
         let count = occurrences.entry(hash.clone()).or_insert(0);
         let key = format!("{hash}#{count}");
         *count += 1;
-        jobs.push(JobSpec { key, ..parsed });
+        let legacy_hash = legacy_command_hash(&parsed.command);
+        let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
+        let legacy_key = format!("{legacy_hash}#{legacy_count}");
+        *legacy_count += 1;
+        let legacy_key = (legacy_key != key).then_some(legacy_key);
+        jobs.push(JobSpec {
+            key,
+            legacy_key,
+            ..parsed
+        });
     }
     (jobs, errors)
 }
@@ -104,6 +204,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
     };
     let mut spec = JobSpec {
         key: String::new(),
+        legacy_key: None,
         line: line_no,
         command: String::new(),
         vram_mib: None,
@@ -152,9 +253,13 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         "vram" => spec.vram_mib = Some(parse_vram_mib(&need(value)?)?),
         "gpus" => {
             let v = need(value)?;
-            spec.gpus = parse_positive_int(&v).ok_or_else(|| {
-                format!("bad gpus value '{v}': expected a whole number of GPUs ≥ 1")
-            })?;
+            spec.gpus = parse_positive_int(&v)
+                .filter(|&n| n <= MAX_GPUS)
+                .ok_or_else(|| {
+                    format!(
+                        "bad gpus value '{v}': expected a whole number of GPUs from 1 to {MAX_GPUS}"
+                    )
+                })?;
         }
         "timeout" => spec.timeout_s = Some(parse_duration_s(&need(value)?)?),
         "retries" => {
@@ -211,6 +316,11 @@ pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
     if !mib.is_finite() || mib < 1.0 {
         return Err(format!("bad vram value '{text}': must be more than zero"));
     }
+    if mib > MAX_VRAM_MIB as f64 {
+        return Err(format!(
+            "bad vram value '{text}': more than {MAX_VRAM_MIB} MiB (1 PiB) is not a GPU's memory"
+        ));
+    }
     Ok(mib as u64)
 }
 
@@ -232,6 +342,11 @@ pub fn parse_duration_s(text: &str) -> Result<f64, String> {
     if !seconds.is_finite() || seconds <= 0.0 {
         return Err(format!(
             "bad timeout value '{text}': must be more than zero"
+        ));
+    }
+    if seconds > MAX_TIMEOUT_S {
+        return Err(format!(
+            "bad timeout value '{text}': at most 3650d (ten years)"
         ));
     }
     Ok(seconds)
@@ -396,6 +511,89 @@ mod tests {
                 .line,
             2
         );
+    }
+
+    #[test]
+    fn normalisation_drops_comments_and_spacing_outside_quotes() {
+        let table = [
+            ("python train.py", "python train.py"),
+            (
+                "  python   train.py\t--lr 1e-4  ",
+                "python train.py --lr 1e-4",
+            ),
+            ("python train.py # seed sweep", "python train.py"),
+            ("python train.py #", "python train.py"),
+            ("echo a#b", "echo a#b"),
+            ("echo '#not a comment'  x", "echo '#not a comment' x"),
+            ("echo \"a  # b\" # c", "echo \"a  # b\""),
+            ("echo \\# still", "echo \\# still"),
+            ("echo 'a   b'   \"c   d\"", "echo 'a   b' \"c   d\""),
+            ("echo \"it\\\"s # in\" # out", "echo \"it\\\"s # in\""),
+            ("echo ${#x}", "echo ${#x}"),
+        ];
+        for (command, normal) in table {
+            assert_eq!(normalise_command(command), normal, "{command}");
+        }
+    }
+
+    #[test]
+    fn comment_and_spacing_edits_keep_identity() {
+        let before = one("python train.py --seed 1");
+        for edited in [
+            "python train.py --seed 1   # running on the new box",
+            "python  train.py   --seed 1",
+            "[vram=8G] python train.py --seed 1 #",
+        ] {
+            assert_eq!(one(edited).key, before.key, "{edited}");
+        }
+        assert_ne!(one("python train.py --seed 2").key, before.key);
+        assert_ne!(one("echo '#a'").key, one("echo '#b'").key);
+    }
+
+    #[test]
+    fn legacy_keys_name_the_older_rule_when_it_differs() {
+        let jobs = parse_jobs("echo a # one\necho  a\necho b\n").unwrap();
+        let new = command_hash("echo a");
+        assert_eq!(jobs[0].key, format!("{new}#0"));
+        assert_eq!(jobs[1].key, format!("{new}#1"));
+        assert_eq!(
+            jobs[0].legacy_key,
+            Some(format!("{}#0", legacy_command_hash("echo a # one")))
+        );
+        assert_eq!(
+            jobs[1].legacy_key,
+            Some(format!("{}#0", legacy_command_hash("echo  a")))
+        );
+        assert_eq!(jobs[2].legacy_key, None, "same under both rules");
+    }
+
+    #[test]
+    fn huge_numbers_are_parse_errors() {
+        for line in [
+            "[vram=99999999999999999999] x",
+            "[vram=2000000000G] x",
+            "[timeout=99999999999999999999] x",
+            "[timeout=1e400] x",
+            "[timeout=4000d] x",
+            "[gpus=99999999999] x",
+            "[gpus=2000] x",
+            "[retries=99999999999] x",
+        ] {
+            let e = error(line);
+            assert_eq!(e.line, 1, "{line}");
+            assert_eq!(e.text, line);
+        }
+        assert_eq!(one("[vram=1048576G] x").vram_mib, Some(MAX_VRAM_MIB));
+        assert_eq!(one("[timeout=3650d] x").timeout_s, Some(MAX_TIMEOUT_S));
+    }
+
+    #[test]
+    fn non_utf8_names_the_line() {
+        let e = decode(b"echo a\necho \xff\xfe b\necho c\n".to_vec()).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.reason.contains("UTF-8"), "{e}");
+        assert!(e.text.starts_with("echo "), "{e}");
+        assert_eq!(decode(b"echo a\n".to_vec()).unwrap(), "echo a\n");
     }
 
     #[test]

@@ -7,12 +7,14 @@
 
 pub mod allocation;
 pub mod cli;
+pub mod commands;
 pub mod edit;
 pub mod error;
 pub mod files;
 pub mod gpu;
 pub mod jobspec;
 pub mod journal;
+pub mod lockfile;
 pub mod model;
 pub mod policy;
 pub mod process;
@@ -44,60 +46,6 @@ pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
         None => (Box::new(gpu::nvml::NvmlBackend::open()?), None),
     };
     scheduler::run(args, backend, sim_dir)
-}
-
-/// `gpusched status`: renders `<log_dir>/status.json` (or prints it with
-/// `--json`). Colour only on a terminal, never with `NO_COLOR`.
-///
-/// Errors: no status.json in that directory (exit 2).
-pub fn status_command(args: &cli::StatusArgs) -> anyhow::Result<i32> {
-    use std::io::IsTerminal;
-    let path = args.log_dir.join("status.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        error::Error::Usage(format!(
-            "cannot read {} ({e}): no scheduler has run with --log-dir {}",
-            path.display(),
-            args.log_dir.display()
-        ))
-    })?;
-    if args.json {
-        print!("{text}");
-        return Ok(0);
-    }
-    let doc: view::status::StatusDoc = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a gpusched status document", path.display()))?;
-    let colour = if std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-    {
-        view::status::Colour::Always
-    } else {
-        view::status::Colour::Never
-    };
-    print!("{}", view::status::render(&doc, journal::now_ts(), colour));
-    Ok(0)
-}
-
-/// `gpusched add`: appends one validated, shell-quoted line; prints its key.
-pub fn add_command(args: &cli::AddArgs) -> anyhow::Result<i32> {
-    let job = edit::NewJob {
-        vram: args.vram.clone(),
-        gpus: args.gpus,
-        timeout: args.timeout.clone(),
-        retries: args.retries,
-        argv: args.command.clone(),
-    };
-    let (key, line) = edit::add(&args.file, &job)?;
-    println!("{key}");
-    eprintln!("added to {}: {line}", args.file.display());
-    Ok(0)
-}
-
-/// `gpusched cancel`: adds the `cancel` flag to the job's line.
-pub fn cancel_command(args: &cli::CancelArgs) -> anyhow::Result<i32> {
-    let target = edit::Target::parse(&args.job);
-    let (_, message) = edit::cancel(&args.file, &args.log_dir, &target)?;
-    println!("{message}");
-    Ok(0)
 }
 
 /// Diagnostics on stderr through `tracing`; the level comes from

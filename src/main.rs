@@ -9,9 +9,10 @@ fn main() {
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
         Some(Command::Supervise(args)) => gpusched::process::supervisor::run(args),
-        Some(Command::Status(args)) => gpusched::status_command(args),
-        Some(Command::Add(args)) => gpusched::add_command(args),
-        Some(Command::Cancel(args)) => gpusched::cancel_command(args),
+        Some(Command::Status(args)) => gpusched::commands::status::run(args),
+        Some(Command::Add(args)) => gpusched::commands::add::run(args),
+        Some(Command::Cancel(args)) => gpusched::commands::cancel::run(args),
+        Some(Command::Stop(args)) => gpusched::commands::stop::run(args),
         None => gpusched::run(&cli.run),
     };
     match result {

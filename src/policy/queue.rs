@@ -46,6 +46,7 @@ mod tests {
     fn spec(vram_mib: Option<u64>, cancel: bool) -> JobSpec {
         JobSpec {
             key: "abc#0".into(),
+            legacy_key: None,
             line: 1,
             command: "true".into(),
             vram_mib,

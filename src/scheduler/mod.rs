@@ -26,6 +26,8 @@ use std::time::Instant;
 /// The whole scheduler state.
 pub struct Scheduler {
     cfg: Config,
+    /// The log directory's lock, held for the scheduler's life.
+    _lock: crate::lockfile::SchedulerLock,
     backend: Box<dyn GpuBackend>,
     /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
     sim_dir: Option<PathBuf>,

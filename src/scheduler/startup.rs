@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
+use crate::lockfile::SchedulerLock;
 use crate::view::report::{self, say, warn};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -36,12 +37,14 @@ impl Scheduler {
         let cfg = config(args);
 
         // The jobs file must be readable and valid to start (SPEC §7: exit 2).
-        let text = std::fs::read_to_string(&jobs_path).map_err(|e| {
+        let bytes = std::fs::read(&jobs_path).map_err(|e| {
             Error::JobsFile(format!(
                 "cannot read jobs file {}: {e}",
                 jobs_path.display()
             ))
         })?;
+        let text = jobspec::decode(bytes)
+            .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         let specs = jobspec::parse_jobs(&text)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         if specs.is_empty() && !cfg.watch {
@@ -58,6 +61,8 @@ impl Scheduler {
                 e,
             )
         })?;
+        // Before anything in the directory is touched (SPEC §11).
+        let lock = SchedulerLock::acquire(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;
         let wakes = wake::Wakes::set_up(&jobs_path)?;
 
@@ -72,6 +77,7 @@ impl Scheduler {
                 generation: 0,
             },
             cfg,
+            _lock: lock,
             backend,
             sim_dir,
             journal,
@@ -195,6 +201,14 @@ fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
             "--fresh: removed {}; every job runs again",
             journal_path.display()
         ));
+    }
+    if fresh {
+        // Exit records belong to the removed journal's attempts.
+        let exits = cfg.log_dir.join("exits");
+        if exits.exists() {
+            std::fs::remove_dir_all(&exits)
+                .map_err(|e| Error::io(format!("cannot remove {}", exits.display()), e))?;
+        }
     }
     let replay_started = Instant::now();
     let (journal, replay) = Journal::open(&journal_path)?;

@@ -20,8 +20,18 @@ impl Scheduler {
         if stamp.is_some() && stamp == self.jobs.stamp {
             return Ok(());
         }
-        let text = match std::fs::read_to_string(&self.jobs.path) {
-            Ok(text) => text,
+        let text = match std::fs::read(&self.jobs.path) {
+            Ok(bytes) => match jobspec::decode(bytes) {
+                Ok(text) => text,
+                Err(e) => {
+                    self.jobs.stamp = stamp;
+                    self.warn_file_problem(format!(
+                        "{}: {e} — edit ignored, keeping the last good queue",
+                        self.jobs.path.display()
+                    ));
+                    return Ok(());
+                }
+            },
             Err(e) => {
                 self.jobs.stamp = stamp;
                 self.warn_file_problem(format!(
@@ -97,8 +107,18 @@ impl Scheduler {
     pub(in crate::scheduler) fn install_specs(
         &mut self,
         text: &str,
-        specs: Vec<JobSpec>,
+        mut specs: Vec<JobSpec>,
     ) -> anyhow::Result<()> {
+        // A journal written with the older identity rule knows a job by its
+        // legacy key: keep using that, so finished jobs stay finished.
+        for spec in &mut specs {
+            if let Some(legacy) = &spec.legacy_key
+                && self.journal.state(&spec.key).is_none()
+                && self.journal.state(legacy).is_some()
+            {
+                spec.key = legacy.clone();
+            }
+        }
         let mut next_no = self.journal.next_no();
         let ts = now_ts();
         let new: Vec<&JobSpec> = specs

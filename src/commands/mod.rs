@@ -1,0 +1,7 @@
+//! The subcommands besides the scheduler itself, one file each (SPEC §13).
+//! Each takes its parsed arguments and returns an exit code.
+
+pub mod add;
+pub mod cancel;
+pub mod status;
+pub mod stop;

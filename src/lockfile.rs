@@ -1,0 +1,119 @@
+//! One scheduler per log directory (SPEC §11): the scheduler holds an
+//! exclusive `flock` on `<log_dir>/lock` for its whole life, with its pid
+//! written in the file. A second scheduler on the same directory is
+//! refused, naming the first's pid; `gpusched stop` finds the scheduler to
+//! stop through it. The lock dies with its holder, whatever kills it.
+
+use crate::error::Error;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// The lock file's path in a log directory.
+pub fn lock_path(log_dir: &Path) -> PathBuf {
+    log_dir.join("lock")
+}
+
+/// The held lock of a running scheduler; released when dropped or when the
+/// process ends.
+#[derive(Debug)]
+pub struct SchedulerLock {
+    _file: Flock<File>,
+}
+
+impl SchedulerLock {
+    /// Takes the lock of `log_dir` and writes our pid into it.
+    ///
+    /// Errors: [`Error::AlreadyRunning`] (exit 2) naming the holder's pid
+    /// when another scheduler holds it; [`Error::Io`] when the file cannot
+    /// be opened or written.
+    pub fn acquire(log_dir: &Path) -> Result<SchedulerLock, Error> {
+        let path = lock_path(log_dir);
+        let file = open(&path)?;
+        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((_, Errno::EWOULDBLOCK)) => {
+                let pid = holder(log_dir).map_or("unknown".into(), |p| p.to_string());
+                return Err(Error::AlreadyRunning(format!(
+                    "another gpusched (pid {pid}) is already running with log directory {}; stop it with `gpusched stop --log-dir {}`, or use another --log-dir",
+                    log_dir.display(),
+                    log_dir.display()
+                )));
+            }
+            Err((_, e)) => {
+                return Err(Error::io(
+                    format!("cannot lock {}", path.display()),
+                    e.into(),
+                ));
+            }
+        };
+        let written = file
+            .set_len(0)
+            .and_then(|_| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| writeln!(file, "{}", std::process::id()));
+        written.map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        Ok(SchedulerLock { _file: file })
+    }
+}
+
+/// The pid of the scheduler holding `log_dir`'s lock, or `None` when no
+/// scheduler holds it (or there is no such file).
+pub fn holder(log_dir: &Path) -> Option<u32> {
+    let path = lock_path(log_dir);
+    let file = File::open(&path).ok()?;
+    // If we can take a shared lock, nobody holds the exclusive one.
+    if let Ok(unlocked) = Flock::lock(file, FlockArg::LockSharedNonblock) {
+        drop(unlocked);
+        return None;
+    }
+    // The holder writes its pid right after locking: allow it a moment.
+    for _ in 0..50 {
+        let mut text = String::new();
+        if File::open(&path)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .is_ok()
+            && let Ok(pid) = text.trim().parse()
+        {
+            return Some(pid);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
+/// Opens (creating) the lock file, readable by everyone.
+fn open(path: &Path) -> Result<File, Error> {
+    File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(holder(dir.path()), None, "no file yet");
+        let lock = SchedulerLock::acquire(dir.path()).unwrap();
+        assert_eq!(holder(dir.path()), Some(std::process::id()));
+        let second = SchedulerLock::acquire(dir.path()).unwrap_err();
+        assert_eq!(second.exit_code(), 2);
+        assert!(
+            second
+                .to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "{second}"
+        );
+        drop(lock);
+        assert_eq!(holder(dir.path()), None, "released on drop");
+        let _again = SchedulerLock::acquire(dir.path()).unwrap();
+    }
+}

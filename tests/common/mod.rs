@@ -242,6 +242,15 @@ impl Sched {
         self.child.id() as i32
     }
 
+    /// Whether the scheduler process is still running (not a zombie).
+    pub fn child_is_running(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).is_ok_and(|stat| {
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state != "Z")
+        })
+    }
+
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal).unwrap();
     }

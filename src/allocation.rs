@@ -104,7 +104,11 @@ pub fn budget_mib(occupant: &Occupant, spike_buffer: f64) -> u64 {
 /// attributed (unknown per-process memory) counts as external, which only
 /// ever makes placement more careful.
 pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
-    let ours: u64 = gpu.occupants.iter().filter_map(|o| o.current_mib).sum();
+    let ours: u64 = gpu
+        .occupants
+        .iter()
+        .filter_map(|o| o.current_mib)
+        .fold(0, u64::saturating_add);
     let instantaneous = gpu.used_mib.saturating_sub(ours);
     instantaneous.max(buffered_mib(gpu.external_peak_sum_mib, spike_buffer))
 }
@@ -116,7 +120,7 @@ pub fn headroom_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
         .occupants
         .iter()
         .map(|o| budget_mib(o, spike_buffer))
-        .sum();
+        .fold(0, u64::saturating_add);
     gpu.total_mib
         .saturating_sub(effective_external_mib(gpu, spike_buffer))
         .saturating_sub(budgets)
@@ -142,14 +146,19 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
         return Placement::Infeasible(reason);
     }
     let mut chosen: Vec<u32> = match request.vram_mib {
-        None => gpus
-            .iter()
-            .filter(|g| is_idle(g, opts))
-            .map(|g| g.index)
-            .take(wanted)
-            .collect(),
+        None => {
+            // Lowest index first, whatever the order of the snapshot.
+            let mut idle: Vec<u32> = gpus
+                .iter()
+                .filter(|g| is_idle(g, opts))
+                .map(|g| g.index)
+                .collect();
+            idle.sort_unstable();
+            idle.truncate(wanted);
+            idle
+        }
         Some(vram) => {
-            let need = vram + opts.margin_mib;
+            let need = vram.saturating_add(opts.margin_mib);
             let mut fits: Vec<(u64, u32)> = gpus
                 .iter()
                 .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
@@ -222,7 +231,7 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
         ));
     }
     let vram = request.vram_mib?;
-    let need = vram + opts.margin_mib;
+    let need = vram.saturating_add(opts.margin_mib);
     let big_enough = gpus.iter().filter(|g| g.total_mib >= need).count();
     if big_enough < wanted {
         let largest = gpus.iter().map(|g| g.total_mib).max().unwrap_or(0);

@@ -1,0 +1,164 @@
+//! Property tests of the pure placement (SPEC §2), over random GPU loads
+//! and queues:
+//!
+//! * a GPU never gets more declared budget than its headroom: after a
+//!   plan, every GPU that received declared jobs still has at least the
+//!   margin left (computed without saturation);
+//! * an undeclared job never shares a GPU;
+//! * a start gets exactly the GPUs asked for, distinct, in ascending order;
+//! * the plan does not depend on the order of GPUs in the snapshot.
+
+use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
+use proptest::prelude::*;
+
+fn occupant() -> impl Strategy<Value = Occupant> {
+    (
+        prop::option::of(100u64..20_000),
+        prop::option::of(0u64..24_000),
+        prop::option::of(0u64..24_000),
+    )
+        .prop_map(|(declared_mib, peak_mib, current_mib)| Occupant {
+            declared_mib,
+            peak_mib,
+            current_mib,
+        })
+}
+
+/// 1–8 GPUs with distinct indices (not necessarily in order) and loads.
+fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec![16_000u64, 24_000, 48_000, 80_000]),
+            // Idle and empty GPUs often, so undeclared jobs get placed.
+            prop_oneof![Just(0u64), 0u64..30_000],
+            prop_oneof![Just(0u64), 0u64..10_000],
+            prop_oneof![Just(Vec::new()), prop::collection::vec(occupant(), 0..3)],
+        ),
+        1..8,
+    )
+    .prop_flat_map(|loads| {
+        let n = loads.len();
+        (
+            Just(loads),
+            Just((0..n as u32).collect::<Vec<_>>()).prop_shuffle(),
+        )
+    })
+    .prop_map(|(loads, indices)| {
+        loads
+            .into_iter()
+            .zip(indices)
+            .map(
+                |((total_mib, used_mib, external, occupants), index)| GpuLoad {
+                    index,
+                    total_mib,
+                    used_mib: used_mib.min(total_mib),
+                    external_peak_sum_mib: external,
+                    occupants,
+                },
+            )
+            .collect()
+    })
+}
+
+fn requests() -> impl Strategy<Value = Vec<Request>> {
+    prop::collection::vec(
+        (prop::option::of(100u64..30_000), 1u32..4)
+            .prop_map(|(vram_mib, gpus)| Request { vram_mib, gpus }),
+        0..12,
+    )
+}
+
+fn options() -> impl Strategy<Value = PlaceOptions> {
+    (0u64..1000, 0u64..2000, 0.0f64..0.5, any::<bool>()).prop_map(
+        |(idle_threshold_mib, margin_mib, spike_buffer, exclusive)| PlaceOptions {
+            idle_threshold_mib,
+            margin_mib,
+            spike_buffer,
+            exclusive,
+        },
+    )
+}
+
+/// total − effective external − Σ budgets, without saturating at 0.
+fn signed_headroom(gpu: &GpuLoad, spike_buffer: f64) -> i128 {
+    let budgets: i128 = gpu
+        .occupants
+        .iter()
+        .map(|o| i128::from(allocation::budget_mib(o, spike_buffer)))
+        .sum();
+    i128::from(gpu.total_mib)
+        - i128::from(allocation::effective_external_mib(gpu, spike_buffer))
+        - budgets
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn declared_budgets_never_exceed_headroom(
+        gpus in gpus(), requests in requests(), opts in options()
+    ) {
+        let mut after = gpus.clone();
+        let placements = allocation::plan(&requests, &mut after, &opts);
+        for gpu in &after {
+            let before = gpus.iter().find(|g| g.index == gpu.index).unwrap();
+            let new = &gpu.occupants[before.occupants.len()..];
+            if !new.is_empty() && new.iter().all(|o| o.declared_mib.is_some()) {
+                prop_assert!(
+                    signed_headroom(gpu, opts.spike_buffer) >= i128::from(opts.margin_mib),
+                    "GPU {} over-booked: {:?} → {:?}", gpu.index, before, gpu
+                );
+            }
+        }
+        prop_assert_eq!(placements.len(), requests.len());
+    }
+
+    #[test]
+    fn undeclared_jobs_never_share_a_gpu(
+        gpus in gpus(), requests in requests(), opts in options()
+    ) {
+        let mut after = gpus.clone();
+        let placements = allocation::plan(&requests, &mut after, &opts);
+        for (request, placement) in requests.iter().zip(&placements) {
+            if let (None, Placement::Start(chosen)) = (request.vram_mib, placement) {
+                for index in chosen {
+                    let gpu = after.iter().find(|g| g.index == *index).unwrap();
+                    prop_assert_eq!(gpu.occupants.len(), 1, "GPU {} shared: {:?}", index, gpu);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn starts_get_distinct_gpus_in_ascending_order(
+        gpus in gpus(), requests in requests(), opts in options()
+    ) {
+        let mut after = gpus.clone();
+        let placements = allocation::plan(&requests, &mut after, &opts);
+        for (request, placement) in requests.iter().zip(&placements) {
+            if let Placement::Start(chosen) = placement {
+                prop_assert_eq!(chosen.len(), request.gpus as usize);
+                prop_assert!(chosen.windows(2).all(|w| w[0] < w[1]), "{:?}", chosen);
+                prop_assert!(chosen.iter().all(|i| gpus.iter().any(|g| g.index == *i)));
+            }
+        }
+    }
+
+    #[test]
+    fn plan_does_not_depend_on_snapshot_order(
+        gpus in gpus(), requests in requests(), opts in options(), seed in any::<u64>()
+    ) {
+        let mut sorted = gpus.clone();
+        sorted.sort_by_key(|g| g.index);
+        let mut shuffled = gpus.clone();
+        // A deterministic shuffle from the seed.
+        let mut state = seed;
+        for i in (1..shuffled.len()).rev() {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            shuffled.swap(i, (state >> 33) as usize % (i + 1));
+        }
+        let a = allocation::plan(&requests, &mut sorted, &opts);
+        let b = allocation::plan(&requests, &mut shuffled, &opts);
+        prop_assert_eq!(a, b);
+    }
+}

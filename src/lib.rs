@@ -33,8 +33,20 @@ use gpu::GpuBackend;
 /// Errors: [`error::Error`] (exit 2) for what the user must fix first;
 /// anything else is a failure of the machine (exit 1).
 pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
+    scheduler::run(args, open_backend)
+}
+
+/// The GPU backend the command line asks for: `--sim N` simulated GPUs
+/// (sharing `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`), or NVML.
+/// Returns it with the simulator's directory, if any.
+///
+/// Errors: NVML missing or failing ([`error::Error::Gpu`]); the sim
+/// directory cannot be created.
+pub fn open_backend(
+    args: &cli::RunArgs,
+) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
     let log_dir = scheduler::absolute(&args.log_dir);
-    let (backend, sim_dir): (Box<dyn GpuBackend>, _) = match args.sim {
+    Ok(match args.sim {
         Some(count) => {
             let dir = match std::env::var_os("GPUSCHED_SIM_DIR") {
                 Some(dir) => scheduler::absolute(std::path::Path::new(&dir)),
@@ -44,8 +56,7 @@ pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
             (Box::new(sim), Some(dir))
         }
         None => (Box::new(gpu::nvml::NvmlBackend::open()?), None),
-    };
-    scheduler::run(args, backend, sim_dir)
+    })
 }
 
 /// Diagnostics on stderr through `tracing`; the level comes from

@@ -56,17 +56,14 @@ pub struct Scheduler {
 }
 
 /// Runs the scheduler until the queue drains (or forever with `--watch`)
-/// and returns the exit code (SPEC §7).
+/// and returns the exit code (SPEC §7). `open_backend` is called once the
+/// jobs file is known to be good, so a bad jobs file is reported first.
 ///
 /// Errors: [`crate::error::Error`] for problems the user must fix before
 /// starting (exit 2); other errors are failures of the machine (journal not
 /// writable, …).
-pub fn run(
-    args: &RunArgs,
-    backend: Box<dyn GpuBackend>,
-    sim_dir: Option<PathBuf>,
-) -> anyhow::Result<i32> {
-    let mut scheduler = Scheduler::start(args, backend, sim_dir)?;
+pub fn run(args: &RunArgs, open_backend: startup::OpenBackend) -> anyhow::Result<i32> {
+    let mut scheduler = Scheduler::start(args, open_backend)?;
     loop {
         if let Some(code) = scheduler.tick()? {
             return Ok(code);

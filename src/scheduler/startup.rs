@@ -17,6 +17,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Opens the GPU backend for the command line: the backend and, in `--sim`
+/// mode, the simulator's directory.
+pub type OpenBackend = fn(&RunArgs) -> anyhow::Result<(Box<dyn GpuBackend>, Option<PathBuf>)>;
+
 impl Scheduler {
     /// Sets everything up: log dir, journal (with `--fresh`), the jobs file,
     /// the first GPU snapshot, signal handling and the file watch; then
@@ -25,11 +29,7 @@ impl Scheduler {
     /// Errors: [`Error`] for what the user must fix (exit 2): no or a bad
     /// jobs file, no GPUs, a `--gpus` index that does not exist; I/O errors
     /// on the log directory or journal.
-    pub(super) fn start(
-        args: &RunArgs,
-        backend: Box<dyn GpuBackend>,
-        sim_dir: Option<PathBuf>,
-    ) -> anyhow::Result<Scheduler> {
+    pub(super) fn start(args: &RunArgs, open_backend: OpenBackend) -> anyhow::Result<Scheduler> {
         let jobs_path = args
             .jobs_file
             .clone()
@@ -55,6 +55,7 @@ impl Scheduler {
             .into());
         }
 
+        let (backend, sim_dir) = open_backend(args)?;
         std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
             Error::io(
                 format!("cannot create log directory {}", cfg.log_dir.display()),

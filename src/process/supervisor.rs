@@ -346,3 +346,37 @@ fn write_record(path: &Path, record: &ExitRecord, scheduler_pid: nix::unistd::Pi
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_records_round_trip_and_say_how_the_job_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = record_path(dir.path(), "abc#0", 2);
+        assert!(path.ends_with("exits/abc#0.2.json"));
+        assert_eq!(ExitRecord::read(&path), None, "missing");
+        let record = ExitRecord {
+            key: "abc#0".into(),
+            attempt: 2,
+            pgid: 42,
+            code: None,
+            signal: Some(9),
+            ended: 1.0e9,
+        };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        let read = ExitRecord::read(&path).unwrap();
+        assert_eq!(read, record);
+        assert_eq!(read.exit(), Some(Exit::Signal(9)));
+        let code = ExitRecord {
+            code: Some(3),
+            signal: None,
+            ..record
+        };
+        assert_eq!(code.exit(), Some(Exit::Code(3)));
+        std::fs::write(&path, b"{\"key\": \"torn").unwrap();
+        assert_eq!(ExitRecord::read(&path), None, "garbled");
+    }
+}

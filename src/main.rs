@@ -1,6 +1,7 @@
 //! `gpusched`: parse the command line, run, map the outcome to an exit code.
 
 use clap::Parser;
+use std::io::Write;
 use gpusched::cli::{Cli, Command};
 
 fn main() {
@@ -18,7 +19,8 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(error) => {
-            eprintln!("gpusched: error: {error:#}");
+            // A terminal that went away must not turn the exit code into a panic.
+            let _ = writeln!(std::io::stderr(), "gpusched: error: {error:#}");
             std::process::exit(gpusched::error::exit_code_for(&error));
         }
     }

@@ -335,7 +335,9 @@ fn write_record(path: &Path, record: &ExitRecord, scheduler_pid: nix::unistd::Pi
                     5
                 };
                 if tries >= limit {
-                    eprintln!(
+                    // Into the job's log, if that can still be written.
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "gpusched supervisor: cannot write exit record {}: {e}",
                         path.display()
                     );

@@ -49,12 +49,16 @@ pub enum Command {
     /// running jobs get SIGTERM (SIGKILL after 10 s) and run again on the
     /// next start.
     Stop(StopArgs),
+    /// Print a shell completion script: `gpusched completions bash >
+    /// ~/.local/share/bash-completion/completions/gpusched` (zsh: into a
+    /// directory on $fpath as `_gpusched`; fish: into
+    /// ~/.config/fish/completions/gpusched.fish).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): `gpusched man > ~/.local/share/man/man1/gpusched.1`.
+    Man,
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
-    /// Internal: supervises one job and records its exit (SPEC §11).
-    #[command(name = "__supervise", hide = true)]
-    Supervise(SuperviseArgs),
 }
 
 /// Options of the scheduler (`gpusched JOBS_FILE [options]`).
@@ -182,6 +186,14 @@ pub struct CancelArgs {
     pub log_dir: PathBuf,
 }
 
+/// Arguments of `gpusched completions`.
+#[derive(Debug, Args, Clone)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh or fish (also elvish, powershell).
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
 /// Arguments of `gpusched stop`.
 #[derive(Debug, Args, Clone)]
 pub struct StopArgs {
@@ -218,9 +230,12 @@ pub struct SimjobArgs {
     pub util: u32,
 }
 
-/// Arguments of the hidden `gpusched __supervise` (SPEC §11): started by
-/// the scheduler, never by people.
-#[derive(Debug, Args, Clone)]
+/// Arguments of the internal `gpusched __supervise` (SPEC §11): started by
+/// the scheduler, never by people. Parsed on its own, before the user's
+/// command line ([`SUPERVISE`]), so it appears in no help, completion or
+/// man page.
+#[derive(Debug, Parser, Clone)]
+#[command(name = "gpusched __supervise", no_binary_name = true)]
 pub struct SuperviseArgs {
     /// The job's key (copied into the exit record).
     #[arg(long)]
@@ -237,6 +252,26 @@ pub struct SuperviseArgs {
     /// The shell command.
     #[arg(last = true, required = true)]
     pub command: String,
+}
+
+/// The first argument that makes `gpusched` a job's supervisor.
+pub const SUPERVISE: &str = "__supervise";
+
+/// For a jobs-file argument that names no file: the subcommand it looks
+/// like a typo of (`statu` → `status`), if any.
+pub fn subcommand_typo(word: &str) -> Option<String> {
+    use clap::CommandFactory;
+    if word.contains(['/', '.']) || word.is_empty() {
+        return None;
+    }
+    Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .map(|name| (strsim::jaro_winkler(word, &name), name))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
 }
 
 /// A validated `--gpus` list: distinct indices, ascending.
@@ -326,6 +361,26 @@ mod tests {
     #[test]
     fn verify_cli() {
         Cli::command().debug_assert();
+        SuperviseArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn supervise_args_take_the_command_whole() {
+        let args = SuperviseArgs::try_parse_from([
+            "--key",
+            "k#0",
+            "--attempt",
+            "2",
+            "--record",
+            "r.json",
+            "--log",
+            "l.log",
+            "--",
+            "echo 'a  b' --x",
+        ])
+        .unwrap();
+        assert_eq!((args.key.as_str(), args.attempt), ("k#0", 2));
+        assert_eq!(args.command, "echo 'a  b' --x");
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -401,6 +456,20 @@ mod tests {
         assert!(
             parse(&["add", "--vram", "8G"]).is_err(),
             "a command is required"
+        );
+    }
+
+    #[test]
+    fn typos_of_subcommands_are_recognised() {
+        assert_eq!(subcommand_typo("statu").as_deref(), Some("status"));
+        assert_eq!(subcommand_typo("stauts").as_deref(), Some("status"));
+        assert_eq!(subcommand_typo("cancle").as_deref(), Some("cancel"));
+        assert_eq!(subcommand_typo("jobs.txt"), None);
+        assert_eq!(subcommand_typo("experiments"), None);
+        assert_eq!(
+            subcommand_typo("__supervis"),
+            None,
+            "internal commands are never suggested"
         );
     }
 

@@ -42,6 +42,38 @@ pub fn write_atomic_with(
     Ok(())
 }
 
+/// The permission bits for files people read (status.txt, status.json,
+/// metrics.prom; SPEC §13): 0666 less the process's umask, as a plain
+/// `open` would create them. The umask is read once (reading it means
+/// setting it, so it is done before any thread creates files).
+pub fn people_mode() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    static MODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let mode = *MODE.get_or_init(|| {
+        // SAFETY: umask only swaps the process's mask; it is put back at once.
+        let mask = unsafe {
+            let mask = libc::umask(0o022);
+            libc::umask(mask);
+            mask
+        };
+        0o666 & !u32::from(mask)
+    });
+    std::fs::Permissions::from_mode(mode)
+}
+
+/// [`write_atomic_with`] for files people read: the umask's mode
+/// ([`people_mode`]), no fsync.
+pub fn write_for_people(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(
+        path,
+        contents,
+        &AtomicOptions {
+            mode: Some(people_mode()),
+            sync: false,
+        },
+    )
+}
+
 /// [`write_atomic_with`] with default options (no fsync, the temp
 /// file's mode).
 pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {

@@ -33,6 +33,16 @@ use gpu::GpuBackend;
 /// Errors: [`error::Error`] (exit 2) for what the user must fix first;
 /// anything else is a failure of the machine (exit 1).
 pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
+    if let Some(path) = &args.jobs_file
+        && !path.exists()
+        && let Some(name) = path.to_str().and_then(cli::subcommand_typo)
+    {
+        return Err(error::Error::Usage(format!(
+            "no command or jobs file named '{}': did you mean `gpusched {name}`? (see `gpusched --help`)",
+            path.display()
+        ))
+        .into());
+    }
     scheduler::run(args, open_backend)
 }
 

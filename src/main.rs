@@ -1,21 +1,33 @@
 //! `gpusched`: parse the command line, run, map the outcome to an exit code.
 
 use clap::Parser;
+use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs};
 use std::io::Write;
-use gpusched::cli::{Cli, Command};
 
 fn main() {
+    let mut argv = std::env::args_os();
+    if argv.nth(1).is_some_and(|a| a == SUPERVISE) {
+        let args = SuperviseArgs::parse_from(argv);
+        finish(gpusched::process::supervisor::run(&args));
+    }
     let cli = Cli::parse();
     gpusched::init_tracing();
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
-        Some(Command::Supervise(args)) => gpusched::process::supervisor::run(args),
         Some(Command::Status(args)) => gpusched::commands::status::run(args),
         Some(Command::Add(args)) => gpusched::commands::add::run(args),
         Some(Command::Cancel(args)) => gpusched::commands::cancel::run(args),
         Some(Command::Stop(args)) => gpusched::commands::stop::run(args),
+        Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
+        Some(Command::Man) => gpusched::commands::completions::man(),
         None => gpusched::run(&cli.run),
     };
+    finish(result);
+}
+
+/// Exits with the command's code, or prints its error and exits with the
+/// code for that error.
+fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
         Err(error) => {

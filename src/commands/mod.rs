@@ -3,5 +3,6 @@
 
 pub mod add;
 pub mod cancel;
+pub mod completions;
 pub mod status;
 pub mod stop;

@@ -31,9 +31,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-/// The name of the hidden subcommand that runs a supervisor.
-pub const SUBCOMMAND: &str = "__supervise";
-
 /// The exit code of the supervisor (and of the gate script) when the job
 /// never ran (no `go` came).
 pub const NEVER_RAN: i32 = 125;
@@ -153,7 +150,7 @@ pub fn spawn(request: &Request) -> std::io::Result<Started> {
         .open(request.log)?;
     let mut command = Command::new(exe);
     command
-        .arg(SUBCOMMAND)
+        .arg(crate::cli::SUPERVISE)
         .arg("--key")
         .arg(request.key)
         .arg("--attempt")

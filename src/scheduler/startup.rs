@@ -35,6 +35,8 @@ impl Scheduler {
             .clone()
             .ok_or_else(|| Error::Usage("no jobs file given".into()))?;
         let cfg = config(args);
+        // Read the umask while no other thread runs.
+        let _ = crate::files::people_mode();
 
         // The jobs file must be readable and valid to start (SPEC §7: exit 2).
         let bytes = std::fs::read(&jobs_path).map_err(|e| {

@@ -158,12 +158,12 @@ pub struct ProgressStatus {
 
 impl StatusDoc {
     /// Writes `status.json` and `metrics.prom` into `log_dir`, each
-    /// atomically. Errors: the directory is not writable.
+    /// atomically, readable as the umask allows (SPEC §13). Errors: the directory is not writable.
     pub fn write(&self, log_dir: &Path) -> std::io::Result<()> {
         let mut json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         json.push(b'\n');
-        crate::files::write_atomic(&log_dir.join("status.json"), &json)?;
-        crate::files::write_atomic(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
+        crate::files::write_for_people(&log_dir.join("status.json"), &json)?;
+        crate::files::write_for_people(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
     }
 
     /// The Prometheus text exposition (version 0.0.4): gauges in base units

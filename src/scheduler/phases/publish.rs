@@ -80,7 +80,7 @@ impl Scheduler {
         };
         let text = board::render(&doc, &notes);
         let path = self.cfg.log_dir.join("status.txt");
-        if let Err(e) = crate::files::write_atomic(&path, text.as_bytes()) {
+        if let Err(e) = crate::files::write_for_people(&path, text.as_bytes()) {
             let error = crate::error::Error::io(format!("cannot write {}", path.display()), e);
             self.pause_on_io_error(&error.into());
         }

@@ -56,7 +56,7 @@ pub fn people_mode() -> std::fs::Permissions {
             libc::umask(mask);
             mask
         };
-        0o666 & !u32::from(mask)
+        0o666 & !mask
     });
     std::fs::Permissions::from_mode(mode)
 }

@@ -45,6 +45,13 @@ pub enum Command {
     /// Cancel a job by display number or key: adds the `cancel` flag to its
     /// line, so a running scheduler stops it (or never starts it).
     Cancel(CancelArgs),
+    /// Print a job's output (its last attempt, or --attempt K), whichever
+    /// GPUs it ran on; -f follows it until the attempt ends.
+    Log(LogArgs),
+    /// Queue finished jobs again (any status) as a new attempt, same key:
+    /// `gpusched retry 7 12`. Refused while the job's line carries `cancel`
+    /// or is gone.
+    Retry(RetryArgs),
     /// Stop the scheduler running on a log directory, as Ctrl-C would: its
     /// running jobs get SIGTERM (SIGKILL after 10 s) and run again on the
     /// next start.
@@ -146,9 +153,15 @@ pub struct StatusArgs {
 /// Arguments of `gpusched add`.
 #[derive(Debug, Args, Clone)]
 pub struct AddArgs {
-    /// The jobs file to append to (created if missing).
-    #[arg(long, value_name = "FILE", default_value = "jobs.txt")]
-    pub file: PathBuf,
+    /// The jobs file to append to (created if missing). Default: the file
+    /// the scheduler with --log-dir runs (from its status.json), else
+    /// ./jobs.txt if it exists.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The scheduler's log directory (to find its jobs file and report the
+    /// new job's number once it has seen it).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
     /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G.
     #[arg(long, value_name = "SIZE")]
     pub vram: Option<String>,
@@ -178,10 +191,42 @@ pub struct CancelArgs {
     /// unique prefix of it).
     #[arg(value_name = "N|KEY")]
     pub job: String,
-    /// The jobs file.
-    #[arg(long, value_name = "FILE", default_value = "jobs.txt")]
-    pub file: PathBuf,
+    /// The jobs file. Default: the file the scheduler with --log-dir runs
+    /// (from its status.json), else ./jobs.txt if it exists.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
     /// The scheduler's log directory (its journal maps numbers to keys).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched log`.
+#[derive(Debug, Args, Clone)]
+pub struct LogArgs {
+    /// The job: its display number (`7`) or its key (or a unique prefix).
+    #[arg(value_name = "JOB")]
+    pub job: String,
+    /// Keep printing new output until the attempt ends.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// The attempt to show (1-based; default: the last).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched retry`.
+#[derive(Debug, Args, Clone)]
+pub struct RetryArgs {
+    /// The jobs: display numbers (`7`) or keys (or unique prefixes).
+    #[arg(value_name = "JOB", required = true)]
+    pub jobs: Vec<String>,
+    /// The jobs file (default: the one the scheduler with --log-dir runs).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The scheduler's log directory.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,
 }

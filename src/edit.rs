@@ -91,7 +91,9 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
             .append(true)
             .create(create)
             .open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+            .map_err(|e| {
+                Error::JobsFile(format!("cannot open jobs file {}: {e}", path.display()))
+            })?;
         let locked = Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))?;
         let same = std::fs::metadata(path)

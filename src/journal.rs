@@ -57,6 +57,9 @@ pub enum Event {
     },
     /// The attempt died with a previous scheduler; the job is pending again.
     Interrupted {},
+    /// `gpusched retry`: a finished job is queued again as a new attempt
+    /// with the same key; its OOM retries start over (SPEC §13).
+    Retry {},
     /// The job ended for good.
     Done {
         /// How it ended.
@@ -504,6 +507,7 @@ impl Journal {
                 next_vram: *next_vram,
             },
             Event::Interrupted {} => Fold::Interrupted,
+            Event::Retry {} => Fold::Retry,
             Event::Done {
                 status,
                 returncode,
@@ -561,6 +565,12 @@ impl Journal {
                 state.phase = Phase::Waiting;
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
+            Fold::Retry => {
+                if matches!(state.phase, Phase::Done(_)) {
+                    state.phase = Phase::Waiting;
+                    state.oom_attempts = 0;
+                }
+            }
             Fold::Done(finished) => {
                 let mut finished = Box::new(finished);
                 if let Phase::Started(info) = &state.phase {
@@ -606,6 +616,7 @@ enum Fold {
         next_vram: Option<u64>,
     },
     Interrupted,
+    Retry,
     Done(Finished),
 }
 
@@ -662,6 +673,7 @@ impl RawRecord<'_> {
                 next_vram: self.next_vram,
             },
             "interrupted" => Fold::Interrupted,
+            "retry" => Fold::Retry,
             "done" => Fold::Done(Finished {
                 status: self.status?,
                 returncode: self.returncode,
@@ -910,6 +922,63 @@ mod tests {
         let (journal, replay) = Journal::open(&path).unwrap();
         assert_eq!(replay.events, 3);
         assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+    }
+
+    #[test]
+    fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        journal
+            .append(
+                "a#0",
+                Event::Seen {
+                    no: 1,
+                    command: "a".into(),
+                },
+            )
+            .unwrap();
+        // A retry of a job that has not finished changes nothing.
+        journal.append("a#0", Event::Retry {}).unwrap();
+        assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+        journal.append("a#0", started(9)).unwrap();
+        journal
+            .append(
+                "a#0",
+                Event::Oom {
+                    attempts: 1,
+                    next_vram: Some(10000),
+                },
+            )
+            .unwrap();
+        journal.append("a#0", started(10)).unwrap();
+        journal.append("a#0", Event::Retry {}).unwrap();
+        assert!(matches!(
+            journal.state("a#0").unwrap().phase,
+            Phase::Started(_)
+        ));
+        journal
+            .append(
+                "a#0",
+                Event::Done {
+                    status: DoneStatus::FailedOom,
+                    returncode: Some(1),
+                    peak_mib: BTreeMap::new(),
+                    avg_util: None,
+                    duration_s: 1.0,
+                },
+            )
+            .unwrap();
+        journal.append("a#0", Event::Retry {}).unwrap();
+        // The same state after a replay.
+        let (replayed, _) = Journal::open(&path).unwrap();
+        for journal in [&journal, &replayed] {
+            let state = journal.state("a#0").unwrap();
+            assert_eq!(state.phase, Phase::Waiting);
+            assert_eq!(state.attempts, 1, "attempts keep counting");
+            assert_eq!(state.oom_attempts, 0, "OOM retries start over");
+            assert_eq!(state.next_vram, Some(10000), "the learned bump is kept");
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@ fn main() {
         Some(Command::Add(args)) => gpusched::commands::add::run(args),
         Some(Command::Cancel(args)) => gpusched::commands::cancel::run(args),
         Some(Command::Stop(args)) => gpusched::commands::stop::run(args),
+        Some(Command::Log(args)) => gpusched::commands::log::run(args),
+        Some(Command::Retry(args)) => gpusched::commands::retry::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man) => gpusched::commands::completions::man(),
         None => gpusched::run(&cli.run),

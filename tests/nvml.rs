@@ -114,7 +114,7 @@ fn attributes_a_jobs_own_process_by_process_group() {
     let sched = nvml.spawn(&["--poll", "0.1", "--gpus", "1"]);
     let env = &nvml.env;
     wait_for("the job's peak on the board", &mut || {
-        env.board().contains("peak   4000 MiB")
+        env.board().contains("4000 of 5000 MiB, peak 4000")
     });
     // Our job's memory is not external.
     assert!(

@@ -408,7 +408,7 @@ fn board_shows_running_jobs() {
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
     wait_for("the running job on the board", &mut || {
         let board = env.board();
-        board.contains("▶ job 1") && board.contains("peak   1500 MiB")
+        board.contains("▶ job 1") && board.contains("1500 of 2048 MiB, peak 1500")
     });
     assert!(env.board().contains("1 running"), "{}", env.board());
     sched.stop();

@@ -1,11 +1,26 @@
 //! `gpusched add` (SPEC §13): appends one validated, shell-quoted line to
-//! the jobs file.
+//! the jobs file the scheduler runs, and reports the job's number once a
+//! running scheduler has seen it.
 
+use super::index::{JobIndex, find_jobs_file};
 use crate::cli::AddArgs;
 use crate::edit;
+use crate::lockfile;
+use std::time::{Duration, Instant};
 
-/// `gpusched add`: appends one validated, shell-quoted line; prints its key.
+/// How long to wait for a running scheduler to see the new line.
+const SEEN_WAIT: Duration = Duration::from_secs(10);
+
+/// Appends the line; prints its key on stdout, and on stderr the line and
+/// (with a scheduler running) the job's number.
+///
+/// Errors: no jobs file can be found (without --file), or the line is
+/// invalid ([`crate::error::Error::Usage`], exit 2).
 pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
+    let file = match &args.file {
+        Some(file) => file.clone(),
+        None => find_jobs_file(&args.log_dir)?,
+    };
     let job = edit::NewJob {
         vram: args.vram.clone(),
         gpus: args.gpus,
@@ -13,8 +28,31 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
         retries: args.retries,
         argv: args.command.clone(),
     };
-    let (key, line) = edit::add(&args.file, &job)?;
+    let (key, line) = edit::add(&file, &job)?;
     println!("{key}");
-    eprintln!("added to {}: {line}", args.file.display());
+    eprintln!("added to {}: {line}", file.display());
+    let Some(pid) = lockfile::holder(&args.log_dir) else {
+        eprintln!(
+            "no scheduler is running with log directory {}; the job runs when one starts on {}",
+            args.log_dir.display(),
+            file.display()
+        );
+        return Ok(0);
+    };
+    let deadline = Instant::now() + SEEN_WAIT;
+    while Instant::now() < deadline {
+        if let Ok(index) = JobIndex::read(&args.log_dir)
+            && let Some(seen) = index.jobs.iter().find(|j| j.key == key)
+        {
+            eprintln!("queued as job {} (scheduler pid {pid})", seen.no);
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "the scheduler (pid {pid}) has not seen the line within {} s; is it running on {}?",
+        SEEN_WAIT.as_secs(),
+        file.display()
+    );
     Ok(0)
 }

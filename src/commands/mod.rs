@@ -4,5 +4,8 @@
 pub mod add;
 pub mod cancel;
 pub mod completions;
+pub mod index;
+pub mod log;
+pub mod retry;
 pub mod status;
 pub mod stop;

@@ -40,6 +40,8 @@ pub struct Scheduler {
     mode: Mode,
     /// Set when a sample should be taken now rather than at the next poll.
     sample_now: bool,
+    /// Set when `<log_dir>/requests` may hold a request (`gpusched retry`).
+    requests_due: bool,
     /// Set when the queue or the GPUs changed since the last dispatch.
     dispatch_needed: bool,
     /// Keys that ended during this run, with their outcome.
@@ -81,6 +83,7 @@ impl Scheduler {
         let now = Instant::now();
         self.retry_after_io_error();
         self.guard(|s| s.reload_jobs_file());
+        self.guard(|s| s.apply_requests());
         self.guard(|s| s.reap_children());
         self.guard(|s| s.drive_kills(now));
         self.enforce_timeouts(now);

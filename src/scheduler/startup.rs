@@ -67,11 +67,12 @@ impl Scheduler {
         // Before anything in the directory is touched (SPEC §11).
         let lock = SchedulerLock::acquire(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;
-        let wakes = wake::Wakes::set_up(&jobs_path)?;
+        let wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
 
         let mut scheduler = Scheduler {
             jobs: JobsFile {
-                path: jobs_path.clone(),
+                // Absolute, so commands run elsewhere find it in status.json.
+                path: absolute(&jobs_path),
                 specs: Vec::new(),
                 text_hash: None,
                 last_error: None,
@@ -89,6 +90,7 @@ impl Scheduler {
             wakes,
             mode: Mode::Scheduling,
             sample_now: true,
+            requests_due: true,
             dispatch_needed: true,
             ended_this_run: HashMap::new(),
             dispatched_this_run: 0,

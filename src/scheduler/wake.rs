@@ -36,6 +36,8 @@ pub enum Wake {
     FileChanged,
     /// A supervisor wrote an exit record (watched while adopted jobs run).
     ExitRecord,
+    /// A command left a request in `<log_dir>/requests` (`gpusched retry`).
+    Request,
 }
 
 /// The loop's wake sources.
@@ -50,15 +52,15 @@ pub struct Wakes {
 }
 
 impl Wakes {
-    /// Installs the signal handlers and the watch on `jobs_path`'s
-    /// directory (falling back, with a warning, to checking the file every
-    /// second).
+    /// Installs the signal handlers, the watch on `jobs_path`'s directory
+    /// (falling back, with a warning, to checking the file every second)
+    /// and the watch on `<log_dir>/requests`.
     ///
     /// Errors: the signal handlers cannot be installed.
-    pub fn set_up(jobs_path: &Path) -> anyhow::Result<Wakes> {
+    pub fn set_up(jobs_path: &Path, log_dir: &Path) -> anyhow::Result<Wakes> {
         let (tx, rx) = channel();
         spawn_signal_thread(tx.clone())?;
-        let (watcher, file_poll) = match watch_jobs_file(jobs_path, tx) {
+        let (watcher, file_poll) = match watch_jobs_file(jobs_path, log_dir, tx) {
             Ok(w) => (Some(w), None),
             Err(e) => {
                 warn(&format!(
@@ -133,6 +135,10 @@ impl Scheduler {
                 None
             }
         };
+        if self.wakes.file_poll.is_some() {
+            // Without a watch, requests are looked for as often as the file.
+            self.requests_due = true;
+        }
         let rest: Vec<Wake> = self.wakes.rx.try_iter().collect();
         for wake in first.into_iter().chain(rest) {
             match wake {
@@ -142,6 +148,7 @@ impl Scheduler {
                 Wake::Signal(signal_hook::consts::SIGHUP) => self.on_hangup(),
                 Wake::Signal(signal) => self.on_stop_signal(signal),
                 Wake::FileChanged => self.jobs.stamp = None,
+                Wake::Request => self.requests_due = true,
             }
         }
     }
@@ -219,14 +226,23 @@ fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
 }
 
 /// Watches the jobs file's directory (so that saves by rename are seen) and
-/// wakes the loop on any event touching the file.
-fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::RecommendedWatcher> {
+/// `<log_dir>/requests`, and wakes the loop on events touching the jobs
+/// file, a request, or (once watched) an exit record.
+fn watch_jobs_file(
+    path: &Path,
+    log_dir: &Path,
+    tx: Sender<Wake>,
+) -> anyhow::Result<notify::RecommendedWatcher> {
     use notify::Watcher;
     let absolute_path = absolute(path);
     let dir = absolute_path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let name = absolute_path.file_name().map(|n| n.to_os_string());
+    let exits = log_dir.join("exits");
+    let requests = crate::commands::retry::requests_dir(log_dir);
+    std::fs::create_dir_all(&requests)?;
+    let requests_for_events = requests.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else {
             let _ = tx.send(Wake::FileChanged);
@@ -235,12 +251,15 @@ fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::Reco
         if !changes_content(&event.kind) {
             return;
         }
-        let is_exit_record = |p: &PathBuf| {
-            p.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("exits"))
-                && p.extension() == Some(std::ffi::OsStr::new("json"))
+        let json_in = |dir: &Path| {
+            event.paths.iter().any(|p| {
+                p.parent() == Some(dir) && p.extension() == Some(std::ffi::OsStr::new("json"))
+            })
         };
-        if event.paths.iter().any(is_exit_record) {
+        if json_in(&exits) {
             let _ = tx.send(Wake::ExitRecord);
+        } else if json_in(&requests_for_events) {
+            let _ = tx.send(Wake::Request);
         } else if event.paths.is_empty()
             || event.paths.iter().any(|p| p.file_name() == name.as_deref())
         {
@@ -248,6 +267,7 @@ fn watch_jobs_file(path: &Path, tx: Sender<Wake>) -> notify::Result<notify::Reco
         }
     })?;
     watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    watcher.watch(&requests, notify::RecursiveMode::NonRecursive)?;
     Ok(watcher)
 }
 

@@ -54,45 +54,34 @@ pub fn render(doc: &StatusDoc, notes: &BoardNotes) -> String {
     )
 }
 
-/// The header lines: who, counts, one line per GPU, pauses and problems.
+/// The header lines: who, counts, one line per GPU, pauses and problems,
+/// each at most [`report::LINE_WIDTH`] characters.
 fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
+    let width = report::LINE_WIDTH;
     let mut header = vec![
-        format!(
-            "gpusched {} — {} — {} — updated {}",
-            env!("CARGO_PKG_VERSION"),
-            doc.scheduler.backend_detail,
-            doc.scheduler.jobs_file,
-            report::date_time(doc.updated)
+        report::shorten(
+            &format!(
+                "gpusched {} — {} — updated {}",
+                env!("CARGO_PKG_VERSION"),
+                doc.scheduler.backend_detail,
+                report::date_time(doc.updated)
+            ),
+            width,
         ),
         format!(
-            "jobs: {}",
-            status::JOB_STATES
-                .iter()
-                .map(|k| format!(
-                    "{} {}",
-                    doc.counts.get(*k).copied().unwrap_or(0),
-                    k.replace('_', " ")
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "jobs file: {}",
+            report::shorten_left(&doc.scheduler.jobs_file, width - 11)
         ),
+        counts_line(doc, width),
     ];
     for gpu in &doc.gpus {
-        header.push(format!(
-            "GPU {}: {} / {} MiB used, external {} MiB, {} of our job(s), headroom {} MiB",
-            gpu.index,
-            gpu.used_mib,
-            gpu.total_mib,
-            gpu.external_mib,
-            gpu.jobs.len(),
-            gpu.headroom_mib
-        ));
+        header.push(gpu_line(gpu, width));
     }
     if let Some(reason) = &doc.scheduler.paused_reason {
-        header.push(format!("PAUSED: {reason}"));
+        header.extend(wrap(&format!("PAUSED: {reason}"), width));
     }
     if let Some(error) = notes.jobs_file_problem {
-        header.push(format!("jobs file problem: {error}"));
+        header.extend(wrap(&format!("jobs file problem: {error}"), width));
     }
     match notes.stopping_done {
         Some(true) => header
@@ -103,13 +92,70 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     header
 }
 
+/// `jobs: 4 running, 2 pending, 3 ok` — every state with jobs, in the
+/// order of [`status::JOB_STATES`]; `jobs: none` for an empty queue.
+pub fn counts_line(doc: &StatusDoc, width: usize) -> String {
+    let parts: Vec<String> = status::JOB_STATES
+        .iter()
+        .filter_map(|k| {
+            let n = doc.counts.get(*k).copied().unwrap_or(0);
+            (n > 0).then(|| format!("{n} {}", k.replace('_', " ")))
+        })
+        .collect();
+    let text = if parts.is_empty() {
+        "none".to_string()
+    } else {
+        parts.join(", ")
+    };
+    report::shorten(&format!("jobs: {text}"), width)
+}
+
+/// `GPU 1: 9000 / 24000 MiB used, external 0 MiB, headroom 14488 MiB, jobs 1,2`
+/// with the job list cut to fit.
+pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
+    let jobs = if gpu.jobs.is_empty() {
+        "-".to_string()
+    } else {
+        report::gpu_ids(&gpu.jobs, ",")
+    };
+    let line = format!(
+        "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB, jobs {jobs}",
+        gpu.index, gpu.used_mib, gpu.total_mib, gpu.external_mib, gpu.headroom_mib
+    );
+    report::shorten(&line, width)
+}
+
+/// `text` broken at spaces into lines of at most `width` characters
+/// (a word longer than that is cut).
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let needed = line.chars().count() + usize::from(!line.is_empty()) + word.chars().count();
+        if !line.is_empty() && needed > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+        .into_iter()
+        .map(|l| report::shorten(&l, width))
+        .collect()
+}
+
 /// A board line from a job's status.
 fn board_row(job: &JobStatus) -> BoardRow {
     let state = match job.state {
         JobState::Running => BoardState::Running {
             gpus: job.gpus.clone(),
             elapsed_s: job.duration_s.unwrap_or(0.0),
-            current_mib: (!job.current_mib.is_empty()).then(|| job.current_mib.values().sum()),
+            current_mib: job.current_mib.values().copied().max(),
             peak_mib: job.peak_mib.values().copied().max().flatten(),
             vram_mib: job.vram_mib,
             note: running_note(job),
@@ -155,6 +201,16 @@ fn running_note(job: &JobStatus) -> Option<String> {
 mod tests {
     use super::*;
     use crate::model::DoneStatus;
+
+    #[test]
+    fn wrapping_keeps_lines_within_the_width() {
+        let text = "PAUSED: cannot write journal /a/very/long/path/to/the/log/dir/journal.jsonl: No space left on device (os error 28); no new job starts until the log directory can be written again";
+        let lines = wrap(text, 80);
+        assert!(lines.len() >= 3, "{lines:?}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{lines:?}");
+        assert_eq!(lines.join(" "), text);
+        assert_eq!(wrap("", 80), vec![String::new()]);
+    }
 
     #[test]
     fn done_rows_keep_their_status() {

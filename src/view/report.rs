@@ -187,7 +187,8 @@ pub enum BoardState {
         gpus: Vec<u32>,
         /// Seconds since start.
         elapsed_s: f64,
-        /// Current MiB per GPU, summed over GPUs; `None` if nothing seen.
+        /// MiB in use now on its busiest GPU (per GPU, like the
+        /// declaration and the peak); `None` if nothing seen.
         current_mib: Option<u64>,
         /// Highest per-GPU peak so far.
         peak_mib: Option<u64>,
@@ -254,8 +255,40 @@ pub fn shorten(command: &str, width: usize) -> String {
     }
 }
 
-/// Renders one row: mark, number, state details, command.
-pub fn render_row(row: &BoardRow) -> String {
+/// `path` cut from the left to `width` characters (`…/exp/jobs.txt`), so
+/// the file name stays visible.
+pub fn shorten_left(path: &str, width: usize) -> String {
+    let count = path.chars().count();
+    if count <= width {
+        return path.to_string();
+    }
+    let tail: String = path.chars().skip(count - width.saturating_sub(1)).collect();
+    format!("…{tail}")
+}
+
+/// The width every board and `gpusched status` line fits in (SPEC §13).
+pub const LINE_WIDTH: usize = 80;
+
+/// `prefix`, two spaces, then `command` cut to what is left of `width`
+/// (at least 12 characters of it; a longer prefix is cut first). The
+/// command stays last, so the line reads left to right.
+pub fn fit_line(prefix: &str, command: &str, width: usize) -> String {
+    const MIN_COMMAND: usize = 12;
+    let prefix = shorten(prefix, width.saturating_sub(MIN_COMMAND + 2));
+    let room = width.saturating_sub(prefix.chars().count() + 2);
+    format!("{prefix}  {}", shorten(command, room))
+}
+
+/// A MiB figure for the board: `8500`, or `n/a` when unknown.
+fn mib_or_na(value: Option<u64>) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| v.to_string())
+}
+
+/// Renders one row in lines of at most `width` characters: mark, number,
+/// state details, then the command, cut with `…`; a running job's note
+/// (adopted, stopping, progress) on a second, indented line. Memory
+/// figures are per GPU.
+pub fn render_row(row: &BoardRow, width: usize) -> String {
     let details = match &row.state {
         BoardState::Running {
             gpus,
@@ -265,21 +298,26 @@ pub fn render_row(row: &BoardRow) -> String {
             vram_mib,
             note,
         } => {
-            let mut s = format!(
-                "GPU {:<5} {:>7}  now {:>10}  peak {:>10}  vram {}",
+            let unit = if gpus.len() > 1 { "MiB/GPU" } else { "MiB" };
+            let declared = vram_mib.map_or(String::new(), |v| format!(" of {v}"));
+            let details = format!(
+                "GPU {:<5} {:>6}  {}{declared} {unit}, peak {}",
                 gpu_ids(gpus, ","),
                 human_duration(*elapsed_s),
-                mib(*current_mib),
-                mib(*peak_mib),
-                vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"))
+                mib_or_na(*current_mib),
+                mib_or_na(*peak_mib),
             );
+            let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
+            let mut line = fit_line(&prefix, &row.command, width);
+            // Notes (adopted, stopping, progress) go on a line of their own.
             if let Some(note) = note {
-                let _ = write!(s, "  ({note})");
+                line.push('\n');
+                line.push_str(&shorten(&format!("           {note}"), width));
             }
-            s
+            return line;
         }
         BoardState::Pending { vram_mib, gpus } => format!(
-            "pending  vram {}{}",
+            "pending  {}{}",
             vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
             if *gpus > 1 {
                 format!(" × {gpus} GPUs")
@@ -299,13 +337,8 @@ pub fn render_row(row: &BoardRow) -> String {
             None => status.as_str().to_string(),
         },
     };
-    format!(
-        "{} job {:<4} {}  {}",
-        mark(&row.state),
-        row.no,
-        details,
-        shorten(&row.command, 80)
-    )
+    let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
+    fit_line(&prefix, &row.command, width)
 }
 
 /// The jobs of one section of the board: the rows shown and how many the
@@ -329,7 +362,7 @@ pub fn render_board(header: &[String], sections: &[(&str, &BoardSection)]) -> St
     out.push('\n');
     for (name, section) in sections {
         for row in &section.rows {
-            out.push_str(&render_row(row));
+            out.push_str(&render_row(row, LINE_WIDTH));
             out.push('\n');
         }
         if section.total > section.rows.len() {

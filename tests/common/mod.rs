@@ -287,8 +287,20 @@ impl Sched {
 }
 
 impl Drop for Sched {
+    /// A test that ends early (a failed assertion) must not leave jobs
+    /// behind: two Ctrl-Cs stop every job at once, then the scheduler goes.
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let pid = nix::unistd::Pid::from_raw(self.pid());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -1,7 +1,8 @@
 //! The phases of one tick, one file each, in the order
 //! [`super::Scheduler::tick`] runs them:
 //!
-//! 1. [`jobs_file`]: re-read the jobs file when it changed (SPEC §5).
+//! 1. [`jobs_file`]: re-read the jobs file when it changed (SPEC §5); then
+//!    [`requests`]: apply requests left by commands (`gpusched retry`).
 //! 2. [`children`]: reap jobs that exited.
 //! 3. [`kills`]: escalate kills past their grace; finish killed jobs whose
 //!    group is gone (SPEC §3).
@@ -29,5 +30,6 @@ mod jobs_file;
 mod kills;
 mod orphans;
 mod publish;
+mod requests;
 mod sampling;
 mod timeouts;

@@ -1,0 +1,249 @@
+//! What the everyday verbs need to know about a log directory (SPEC §13):
+//! where the scheduler's jobs file is, and every job the journal knows —
+//! its number, key, command, attempts and outcome — read without writing
+//! anything (another user's log directory may be read-only to us). Jobs
+//! are referred to by display number or key prefix.
+
+use crate::error::Error;
+use crate::view::report;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One attempt as the journal's `started` event recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// GPU indices.
+    pub gpus: Vec<u32>,
+    /// Where its output starts in its log, when recorded.
+    pub log_offset: Option<u64>,
+}
+
+/// A job's last word in the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LastWord {
+    /// Seen, requeued (`oom`, `interrupted`, `retry`): waiting.
+    Waiting,
+    /// `started`, with no outcome yet.
+    Started,
+    /// `done`.
+    Done {
+        /// The status word.
+        status: String,
+        /// Its exit code.
+        returncode: Option<i64>,
+        /// When (Unix seconds).
+        ts: f64,
+        /// Run time (seconds).
+        duration_s: f64,
+    },
+}
+
+/// One job the journal knows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedJob {
+    /// Display number.
+    pub no: u32,
+    /// Identity key.
+    pub key: String,
+    /// Its command when first seen.
+    pub command: String,
+    /// Its attempts, in order.
+    pub attempts: Vec<Attempt>,
+    /// The journal's last word on it.
+    pub last: LastWord,
+}
+
+impl IndexedJob {
+    /// The log file of `attempt` in `log_dir`.
+    pub fn log_path(&self, log_dir: &Path, attempt: &Attempt) -> PathBuf {
+        log_dir.join(report::log_name(self.no, &attempt.gpus))
+    }
+}
+
+/// Every job of a journal, by display number.
+#[derive(Debug, Default)]
+pub struct JobIndex {
+    /// The jobs, ascending by number.
+    pub jobs: Vec<IndexedJob>,
+}
+
+impl JobIndex {
+    /// Reads `<log_dir>/journal.jsonl`; torn or garbled lines are skipped.
+    ///
+    /// Errors: [`Error::Usage`] naming the path when there is no journal
+    /// (no scheduler has run with that log directory).
+    pub fn read(log_dir: &Path) -> Result<JobIndex, Error> {
+        let path = log_dir.join("journal.jsonl");
+        let text = std::fs::read(&path).map_err(|e| {
+            Error::Usage(format!(
+                "cannot read {} ({e}): no scheduler has run with --log-dir {}",
+                path.display(),
+                log_dir.display()
+            ))
+        })?;
+        Ok(JobIndex::parse(&text))
+    }
+
+    /// Folds journal lines into jobs.
+    pub fn parse(text: &[u8]) -> JobIndex {
+        let mut by_key: HashMap<String, IndexedJob> = HashMap::new();
+        for line in text.split(|&b| b == b'\n') {
+            let Ok(record) = serde_json::from_slice::<Value>(line) else {
+                continue;
+            };
+            let (Some(key), Some(event)) = (record["key"].as_str(), record["event"].as_str())
+            else {
+                continue;
+            };
+            if event == "seen" {
+                let Some(no) = record["no"].as_u64().and_then(|n| u32::try_from(n).ok()) else {
+                    continue;
+                };
+                by_key.entry(key.to_string()).or_insert(IndexedJob {
+                    no,
+                    key: key.to_string(),
+                    command: record["command"].as_str().unwrap_or_default().to_string(),
+                    attempts: Vec::new(),
+                    last: LastWord::Waiting,
+                });
+                continue;
+            }
+            let Some(job) = by_key.get_mut(key) else {
+                continue;
+            };
+            match event {
+                "started" => {
+                    job.attempts.push(Attempt {
+                        attempt: record["attempt"].as_u64().unwrap_or(0) as u32,
+                        gpus: record["gpus"]
+                            .as_array()
+                            .map(|g| {
+                                g.iter()
+                                    .filter_map(|i| i.as_u64())
+                                    .map(|i| i as u32)
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        log_offset: record["log_offset"].as_u64(),
+                    });
+                    job.last = LastWord::Started;
+                }
+                "done" => {
+                    job.last = LastWord::Done {
+                        status: record["status"].as_str().unwrap_or("failed").to_string(),
+                        returncode: record["returncode"].as_i64(),
+                        ts: record["ts"].as_f64().unwrap_or(0.0),
+                        duration_s: record["duration_s"].as_f64().unwrap_or(0.0),
+                    }
+                }
+                _ => job.last = LastWord::Waiting,
+            }
+        }
+        let mut jobs: Vec<IndexedJob> = by_key.into_values().collect();
+        jobs.sort_by_key(|j| j.no);
+        JobIndex { jobs }
+    }
+
+    /// The job `reference` names: a display number (`7`) or a key or a
+    /// unique prefix of one (`a1b2c3`, `a1b2c3d4e5f6#1`).
+    ///
+    /// Errors: [`Error::Usage`] when nothing matches or a prefix is
+    /// ambiguous, naming the candidates.
+    pub fn resolve(&self, reference: &str) -> Result<&IndexedJob, Error> {
+        let reference = reference.trim();
+        if let Ok(no) = reference.parse::<u32>()
+            && let Some(job) = self.jobs.iter().find(|j| j.no == no)
+        {
+            return Ok(job);
+        }
+        let matches: Vec<&IndexedJob> = self
+            .jobs
+            .iter()
+            .filter(|j| !reference.is_empty() && j.key.starts_with(reference))
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok(one),
+            [] => Err(Error::Usage(format!(
+                "no job {reference}: give its number (as in `job 7`) or a prefix of its key (see `gpusched status`)"
+            ))),
+            many => Err(Error::Usage(format!(
+                "{reference} matches {} jobs ({}); give more of the key",
+                many.len(),
+                many.iter()
+                    .take(5)
+                    .map(|j| format!("job {} {}", j.no, j.key))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+}
+
+/// The jobs file a scheduler with this log directory runs, from its
+/// status.json; else `./jobs.txt` if it exists.
+///
+/// Errors: [`Error::Usage`] naming every path looked at when neither is
+/// there.
+pub fn find_jobs_file(log_dir: &Path) -> Result<PathBuf, Error> {
+    let status = log_dir.join("status.json");
+    if let Ok(text) = std::fs::read(&status)
+        && let Ok(doc) = serde_json::from_slice::<Value>(&text)
+        && let Some(path) = doc["scheduler"]["jobs_file"].as_str()
+    {
+        return Ok(PathBuf::from(path));
+    }
+    let local = PathBuf::from("jobs.txt");
+    if local.exists() {
+        return Ok(local);
+    }
+    Err(Error::Usage(format!(
+        "cannot find the jobs file: no scheduler has written {} and there is no ./jobs.txt; give it with --file FILE (or the scheduler's --log-dir)",
+        status.display()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JOURNAL: &str = r#"{"ts":1.0,"key":"aaaa11112222#0","event":"seen","no":1,"command":"echo a"}
+{"ts":1.0,"key":"aaaa33334444#0","event":"seen","no":2,"command":"echo b"}
+{"ts":2.0,"key":"aaaa11112222#0","event":"started","pgid":9,"gpus":[0,1],"attempt":1,"vram_mib":null,"log_offset":0}
+{"ts":3.0,"key":"aaaa11112222#0","event":"done","status":"failed","returncode":3,"peak_mib":{},"avg_util":null,"duration_s":1.0}
+{"ts":4.0,"key":"aaaa11112222#0","event":"retry"}
+{"ts":5.0,"key":"aaaa11112222#0","event":"started","pgid":10,"gpus":[1],"attempt":2,"vram_mib":null,"log_offset":120}
+{"ts":5.0,"key":"aaaa33334444#0","event":"sta
+"#;
+
+    #[test]
+    fn index_follows_attempts_and_skips_torn_lines() {
+        let index = JobIndex::parse(JOURNAL.as_bytes());
+        assert_eq!(index.jobs.len(), 2);
+        let a = &index.jobs[0];
+        assert_eq!((a.no, a.command.as_str()), (1, "echo a"));
+        assert_eq!(a.attempts.len(), 2);
+        assert_eq!(a.attempts[1].gpus, vec![1]);
+        assert_eq!(a.attempts[1].log_offset, Some(120));
+        assert_eq!(a.last, LastWord::Started);
+        assert_eq!(
+            a.log_path(Path::new("/l"), &a.attempts[0]),
+            Path::new("/l/job001_gpu0-1.log")
+        );
+        assert_eq!(index.jobs[1].last, LastWord::Waiting);
+    }
+
+    #[test]
+    fn references_by_number_or_key_prefix() {
+        let index = JobIndex::parse(JOURNAL.as_bytes());
+        assert_eq!(index.resolve("2").unwrap().no, 2);
+        assert_eq!(index.resolve("aaaa1111").unwrap().no, 1);
+        assert_eq!(index.resolve("aaaa33334444#0").unwrap().no, 2);
+        let ambiguous = index.resolve("aaaa").unwrap_err().to_string();
+        assert!(ambiguous.contains("matches 2 jobs"), "{ambiguous}");
+        assert!(index.resolve("9").is_err());
+        assert!(index.resolve("").is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! `gpusched log JOB [-f] [--attempt K]` (SPEC §13): prints a job's output
+//! for one attempt (the last by default) from its log file, whichever GPUs
+//! it ran on; with `-f`, follows it until the attempt ends.
+
+use super::index::{IndexedJob, JobIndex, LastWord};
+use crate::cli::LogArgs;
+use crate::error::Error;
+use crate::process::supervisor;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// How often `-f` looks for new output and for the attempt's end.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// Prints the log of the attempt asked for; follows it with `-f`.
+///
+/// Errors: [`Error::Usage`] for an unknown job or attempt, or a job that
+/// has not started; I/O errors reading the log.
+pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
+    let index = JobIndex::read(&args.log_dir)?;
+    let job = index.resolve(&args.job)?;
+    let attempt = match args.attempt {
+        Some(k) => job
+            .attempts
+            .iter()
+            .find(|a| a.attempt == k)
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "job {} has no attempt {k} (it has {})",
+                    job.no,
+                    match job.attempts.len() {
+                        0 => "none yet".to_string(),
+                        n => format!("1 to {n}"),
+                    }
+                ))
+            })?,
+        None => job.attempts.last().ok_or_else(|| {
+            Error::Usage(format!(
+                "job {} has not started yet; its log appears when it does",
+                job.no
+            ))
+        })?,
+    };
+    let path = job.log_path(&args.log_dir, attempt);
+    let mut file = std::fs::File::open(&path)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let start = attempt
+        .log_offset
+        .or_else(|| header_offset(&mut file, job.no, attempt.attempt))
+        .unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    let mut section = Section::new(job.no, start);
+    section.copy_new(&mut file, &mut out)?;
+    let latest = job.attempts.last() == Some(attempt);
+    if !args.follow || !latest || job.last != LastWord::Started {
+        return Ok(0);
+    }
+    let mut journal = JournalTail::new(&args.log_dir);
+    let record = supervisor::record_path(&args.log_dir, &job.key, attempt.attempt);
+    while !section.ended {
+        std::thread::sleep(FOLLOW_POLL);
+        let ended = record.exists() || journal.has_news_for(job);
+        section.copy_new(&mut file, &mut out)?;
+        if ended {
+            section.copy_new(&mut file, &mut out)?;
+            break;
+        }
+    }
+    Ok(0)
+}
+
+/// One attempt's part of a log file: from its header to the next header
+/// of the same job (a later attempt on the same GPUs) or the end.
+struct Section {
+    /// The header that starts the next attempt of this job.
+    next_header: String,
+    /// Bytes printed up to here.
+    position: u64,
+    /// A line not yet complete at the last read.
+    partial: Vec<u8>,
+    /// Whether the next attempt's header was reached.
+    ended: bool,
+    /// Whether the first line (this attempt's own header) was seen.
+    first_line_done: bool,
+}
+
+impl Section {
+    fn new(no: u32, start: u64) -> Section {
+        Section {
+            next_header: format!("==== gpusched: job {no} attempt "),
+            position: start,
+            partial: Vec::new(),
+            ended: false,
+            first_line_done: false,
+        }
+    }
+
+    /// Prints complete lines written since the last call, stopping at the
+    /// next attempt's header.
+    fn copy_new(&mut self, file: &mut std::fs::File, out: &mut impl Write) -> std::io::Result<()> {
+        if self.ended {
+            return Ok(());
+        }
+        file.seek(SeekFrom::Start(self.position))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        self.position += bytes.len() as u64;
+        self.partial.extend_from_slice(&bytes);
+        let complete = match self.partial.iter().rposition(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None => return Ok(()),
+        };
+        let lines: Vec<u8> = self.partial.drain(..complete).collect();
+        for line in lines.split_inclusive(|&b| b == b'\n') {
+            if self.first_line_done && line.starts_with(self.next_header.as_bytes()) {
+                self.ended = true;
+                break;
+            }
+            self.first_line_done = true;
+            out.write_all(line)?;
+        }
+        out.flush()
+    }
+}
+
+/// The offset of `==== gpusched: job N attempt K ` in a log (journals
+/// older than `log_offset` do not record it).
+fn header_offset(file: &mut std::fs::File, no: u32, attempt: u32) -> Option<u64> {
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_to_end(&mut bytes).ok()?;
+    let header = format!("==== gpusched: job {no} attempt {attempt} ");
+    let mut offset = 0u64;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        if line.starts_with(header.as_bytes()) {
+            return Some(offset);
+        }
+        offset += line.len() as u64;
+    }
+    None
+}
+
+/// New lines of the journal since the last look.
+struct JournalTail {
+    path: std::path::PathBuf,
+    position: u64,
+}
+
+impl JournalTail {
+    fn new(log_dir: &Path) -> JournalTail {
+        let path = log_dir.join("journal.jsonl");
+        let position = std::fs::metadata(&path).map_or(0, |m| m.len());
+        JournalTail { path, position }
+    }
+
+    /// Whether the journal recorded anything for `job` since the last
+    /// look (its attempt ended, was requeued or another began).
+    fn has_news_for(&mut self, job: &IndexedJob) -> bool {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return false;
+        };
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(self.position)).is_err()
+            || file.read_to_end(&mut bytes).is_err()
+        {
+            return false;
+        }
+        self.position += bytes.len() as u64;
+        let needle = format!("\"key\":\"{}\"", job.key);
+        String::from_utf8_lossy(&bytes).contains(&needle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::index::Attempt;
+
+    /// The text `log` shows for `attempt` of job `no`.
+    fn section_of(log: &str, no: u32, attempt: &Attempt) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, log).unwrap();
+        let mut file = std::fs::File::open(&path).unwrap();
+        let start = attempt
+            .log_offset
+            .or_else(|| header_offset(&mut file, no, attempt.attempt))
+            .unwrap();
+        let mut section = Section::new(no, start);
+        let mut out = Vec::new();
+        section.copy_new(&mut file, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    const LOG: &str = "==== gpusched: job 3 attempt 1 on GPU 0 at x (undeclared): run\nfirst\n==== gpusched: job 3 attempt 2 on GPU 0 at y (undeclared): run\nsecond\nmore\n";
+
+    #[test]
+    fn an_attempt_is_its_header_up_to_the_next_one() {
+        let first = Attempt {
+            attempt: 1,
+            gpus: vec![0],
+            log_offset: None,
+        };
+        let second = Attempt {
+            attempt: 2,
+            gpus: vec![0],
+            log_offset: None,
+        };
+        let one = section_of(LOG, 3, &first);
+        assert!(one.ends_with("first\n") && !one.contains("second"), "{one}");
+        let two = section_of(LOG, 3, &second);
+        assert!(two.starts_with("==== gpusched: job 3 attempt 2") && two.ends_with("more\n"));
+        // With the journal's offset no search is needed.
+        let offset = LOG.find("==== gpusched: job 3 attempt 2").unwrap() as u64;
+        let by_offset = section_of(
+            LOG,
+            3,
+            &Attempt {
+                log_offset: Some(offset),
+                ..second
+            },
+        );
+        assert_eq!(by_offset, two);
+    }
+}

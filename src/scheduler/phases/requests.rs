@@ -1,0 +1,75 @@
+//! Requests from commands (SPEC §13): `gpusched retry` leaves
+//! `<log_dir>/requests/retry-<key>-<pid>.json` for a running scheduler,
+//! which checks it (the job finished; its line is in the file without
+//! `cancel`), journals `retry` so the job is pending again, and removes
+//! the request. A request that no longer holds is dropped with a warning.
+
+use crate::commands::retry::{RetryRequest, requests_dir};
+use crate::journal::{Event, Phase};
+use crate::scheduler::Scheduler;
+use crate::view::report::{say, warn};
+
+impl Scheduler {
+    /// Applies the requests waiting in `<log_dir>/requests`, if any.
+    ///
+    /// Errors: the journal cannot be written (the request stays and is
+    /// retried).
+    pub(in crate::scheduler) fn apply_requests(&mut self) -> anyhow::Result<()> {
+        if !self.requests_due {
+            return Ok(());
+        }
+        self.requests_due = false;
+        let Ok(entries) = std::fs::read_dir(requests_dir(&self.cfg.log_dir)) else {
+            return Ok(());
+        };
+        let mut paths: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let request = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<RetryRequest>(&bytes).ok());
+            if let Some(request) = request
+                && let Err(e) = self.retry(&request.retry)
+            {
+                self.requests_due = true;
+                return Err(e);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        Ok(())
+    }
+
+    /// Queues finished job `key` again, if that still holds.
+    fn retry(&mut self, key: &str) -> anyhow::Result<()> {
+        let Some(state) = self.journal.state(key) else {
+            warn(&format!("gpusched retry: no job with key {key}; ignored"));
+            return Ok(());
+        };
+        let no = state.no;
+        if !matches!(state.phase, Phase::Done(_)) {
+            warn(&format!(
+                "gpusched retry: job {no} has not finished; ignored"
+            ));
+            return Ok(());
+        }
+        match self.jobs.spec(key) {
+            None => warn(&format!(
+                "gpusched retry: job {no}'s line is no longer in {}; ignored",
+                self.jobs.path.display()
+            )),
+            Some(spec) if spec.cancel => warn(&format!(
+                "gpusched retry: job {no}'s line carries `cancel`; ignored"
+            )),
+            Some(_) => {
+                self.journal.append(key, Event::Retry {})?;
+                self.dispatch_needed = true;
+                say(&format!("↺ job {no} queued again (gpusched retry)"));
+            }
+        }
+        Ok(())
+    }
+}

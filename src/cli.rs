@@ -148,6 +148,9 @@ pub struct StatusArgs {
     /// Print status.json as it is (schema in the README).
     #[arg(long)]
     pub json: bool,
+    /// List every finished job (from the journal), not only the 10 latest.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Arguments of `gpusched add`.

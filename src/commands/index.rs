@@ -5,6 +5,7 @@
 //! are referred to by display number or key prefix.
 
 use crate::error::Error;
+use crate::view::status::FinishedRow;
 use crate::view::report;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -145,6 +146,34 @@ impl JobIndex {
         let mut jobs: Vec<IndexedJob> = by_key.into_values().collect();
         jobs.sort_by_key(|j| j.no);
         JobIndex { jobs }
+    }
+
+    /// Every finished job, oldest outcome first (`gpusched status --all`).
+    pub fn finished(&self) -> Vec<FinishedRow> {
+        let mut rows: Vec<(f64, FinishedRow)> = self
+            .jobs
+            .iter()
+            .filter_map(|job| match &job.last {
+                LastWord::Done {
+                    status,
+                    returncode,
+                    ts,
+                    duration_s,
+                } => Some((
+                    *ts,
+                    FinishedRow {
+                        no: job.no,
+                        status: status.clone(),
+                        returncode: *returncode,
+                        duration_s: *duration_s,
+                        command: job.command.clone(),
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        rows.into_iter().map(|(_, row)| row).collect()
     }
 
     /// The job `reference` names: a display number (`7`) or a key or a

@@ -1,7 +1,12 @@
-//! `gpusched status` (SPEC §13): renders `<log_dir>/status.json` for
-//! people, or prints it as is with `--json`.
+//! `gpusched status [--all] [--json]` (SPEC §13): renders
+//! `<log_dir>/status.json` for people — running jobs, waiting ones, then
+//! the 10 latest finished (`--all`: every one, from the journal) — in the
+//! terminal's width (80 columns when not a terminal); `--json` prints the
+//! file as is.
 
+use super::index::JobIndex;
 use crate::cli::StatusArgs;
+use crate::view::status::FinishedList;
 use crate::error::Error;
 use crate::journal;
 use crate::view;
@@ -34,6 +39,34 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     } else {
         view::status::Colour::Never
     };
-    print!("{}", view::status::render(&doc, journal::now_ts(), colour));
+    let finished = if args.all {
+        FinishedList::All(JobIndex::read(&args.log_dir)?.finished())
+    } else {
+        FinishedList::Latest(LATEST_FINISHED)
+    };
+    let text = view::status::render(&doc, journal::now_ts(), colour, width(), &finished);
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     Ok(0)
+}
+
+/// Finished jobs shown without `--all` (SPEC §13).
+const LATEST_FINISHED: usize = 10;
+
+/// The width to fit: the terminal's when stdout is one, else `$COLUMNS`,
+/// else 80 (SPEC §13).
+fn width() -> usize {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        // SAFETY: TIOCGWINSZ fills the winsize we own.
+        let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+        if ok && size.ws_col >= 40 {
+            return usize::from(size.ws_col);
+        }
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c >= 40)
+        .unwrap_or(crate::view::report::LINE_WIDTH)
 }

@@ -372,6 +372,11 @@ pub const JOB_STATES: [&str; 9] = {
 /// GPU-hours, peak vs declared, mean utilization, status) and one per GPU
 /// (busy fraction of the run, mean VRAM occupancy).
 pub fn summary(doc: &StatusDoc) -> String {
+    summary_within(doc, report::LINE_WIDTH)
+}
+
+/// [`summary`] with lines of at most `width` characters.
+pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
     let mut out = String::new();
     let finished: Vec<&JobStatus> = doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
     let mut rows = vec![[
@@ -406,11 +411,11 @@ pub fn summary(doc: &StatusDoc) -> String {
                 job.vram_mib.map_or("-".into(), |v| format!("{v} MiB"))
             ),
             job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
-            report::shorten(&job.command, 48),
+            job.command.clone(),
         ]);
     }
     let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
-    out.push_str(&table(&rows));
+    out.push_str(&table(&rows, width));
     let mut gpu_rows = vec![[
         "GPU".to_string(),
         "BUSY".into(),
@@ -427,29 +432,32 @@ pub fn summary(doc: &StatusDoc) -> String {
             gpu.name.clone(),
         ]);
     }
-    out.push_str(&table(&gpu_rows));
+    out.push_str(&table(&gpu_rows, width));
     out
 }
 
-/// Left-aligned columns separated by two spaces.
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
+/// Left-aligned columns separated by two spaces; the last column (the
+/// command) is cut with `…` so every line fits `width` characters.
+fn table<const N: usize>(rows: &[[String; N]], width: usize) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
+    let used: usize = widths[..N - 1].iter().map(|w| w + 2).sum();
+    let last = width.saturating_sub(used).max(12);
     let mut out = String::new();
     for row in rows {
         let mut line = String::new();
         for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
             if i + 1 == N {
-                line.push_str(cell);
+                line.push_str(&report::shorten(cell, last));
             } else {
                 let _ = write!(line, "{cell:<w$}  ");
             }
         }
-        out.push_str(line.trim_end());
+        out.push_str(&report::shorten(line.trim_end(), width));
         out.push('\n');
     }
     out
@@ -471,92 +479,107 @@ fn paint(colour: Colour, code: &str, text: &str) -> String {
     }
 }
 
-/// Renders `status.json` for people: whether the scheduler still runs and
-/// how old the data is, the GPUs, then the jobs in aligned columns with
-/// elapsed time and ETA; the summary once the run has finished.
-pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
+/// What `gpusched status` lists of the finished jobs.
+#[derive(Debug, Clone)]
+pub enum FinishedList {
+    /// The latest this many, from status.json.
+    Latest(usize),
+    /// Every one, from the journal (`--all`): rows of (number, status,
+    /// exit code, run time in seconds, command), oldest first.
+    All(Vec<FinishedRow>),
+}
+
+/// One finished job for `gpusched status --all`.
+#[derive(Debug, Clone)]
+pub struct FinishedRow {
+    /// Display number.
+    pub no: u32,
+    /// Status word.
+    pub status: String,
+    /// Exit code.
+    pub returncode: Option<i64>,
+    /// Run time (seconds).
+    pub duration_s: f64,
+    /// The command.
+    pub command: String,
+}
+
+/// Renders `status.json` for people in lines of at most `width`
+/// characters: whether the scheduler still runs and how old the data is,
+/// the GPUs, the running and waiting jobs, then the finished ones
+/// ([`FinishedList`]); the summary once the run has finished.
+pub fn render(
+    doc: &StatusDoc,
+    now: f64,
+    colour: Colour,
+    width: usize,
+    finished: &FinishedList,
+) -> String {
     let mut out = String::new();
     let age = human_duration(now - doc.updated);
     let live = crate::process::is_alive(doc.scheduler.pid) && !doc.scheduler.state.is_final();
-    if live {
-        let _ = writeln!(
-            out,
-            "scheduler pid {} {} on {} — {}; data from {age} ago",
+    let first = if live {
+        format!(
+            "scheduler pid {} {} on {}; data from {age} ago",
             doc.scheduler.pid,
-            paint(colour, "32", doc.scheduler.state.as_str()),
+            doc.scheduler.state.as_str(),
             doc.scheduler.backend_detail,
-            doc.scheduler.jobs_file
-        );
+        )
     } else {
-        let _ = writeln!(
-            out,
-            "{} (pid {} is gone, last state {}); data from {} ({age} ago)",
-            paint(colour, "33", "no scheduler is running for this log dir"),
+        format!(
+            "no scheduler is running for this log dir (pid {} is gone, last state {}); data from {} ({age} ago)",
             doc.scheduler.pid,
             doc.scheduler.state.as_str(),
             report::date_time(doc.updated)
-        );
+        )
+    };
+    for (i, line) in crate::view::board::wrap(&first, width).into_iter().enumerate() {
+        let code = if live { "32" } else { "33" };
+        let _ = writeln!(out, "{}", if i == 0 { paint(colour, code, &line) } else { line });
     }
-    if let Some(reason) = &doc.scheduler.paused_reason {
-        let _ = writeln!(out, "{}", paint(colour, "31", &format!("PAUSED: {reason}")));
-    }
-    let counts: Vec<String> = JOB_STATES
-        .iter()
-        .filter_map(|s| {
-            doc.counts
-                .get(*s)
-                .filter(|&&n| n > 0)
-                .map(|n| format!("{n} {s}"))
-        })
-        .collect();
     let _ = writeln!(
         out,
-        "jobs: {}",
-        if counts.is_empty() {
-            "none".into()
-        } else {
-            counts.join(", ")
-        }
+        "jobs file: {}",
+        report::shorten_left(&doc.scheduler.jobs_file, width.saturating_sub(11))
     );
+    if let Some(reason) = &doc.scheduler.paused_reason {
+        for line in crate::view::board::wrap(&format!("PAUSED: {reason}"), width) {
+            let _ = writeln!(out, "{}", paint(colour, "31", &line));
+        }
+    }
+    let _ = writeln!(out, "{}", crate::view::board::counts_line(doc, width));
     for gpu in &doc.gpus {
-        let _ = writeln!(
-            out,
-            "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB, util {}, jobs {}",
-            gpu.index,
-            gpu.used_mib,
-            gpu.total_mib,
-            gpu.external_mib,
-            gpu.headroom_mib,
-            gpu.util_percent.map_or("n/a".into(), |u| format!("{u}%")),
-            if gpu.jobs.is_empty() {
-                "-".to_string()
-            } else {
-                gpu.jobs
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }
-        );
+        let _ = writeln!(out, "{}", crate::view::board::gpu_line(gpu, width));
     }
     out.push('\n');
-    let mut rows = vec![[
-        "JOB".to_string(),
-        "STATE".into(),
-        "GPUS".into(),
-        "VRAM".into(),
-        "NOW".into(),
-        "PEAK".into(),
-        "ELAPSED".into(),
-        "PROGRESS".into(),
-        "ETA".into(),
-        "COMMAND".into(),
-    ]];
-    for job in doc.jobs.iter().filter(|j| !j.state.is_terminal() || !live) {
+    let mut rows = vec![job_header()];
+    for job in doc.jobs.iter().filter(|j| !j.state.is_terminal()) {
         rows.push(job_row(job, now - doc.updated));
     }
-    let table = table(&rows);
-    for (i, line) in table.lines().enumerate() {
+    if rows.len() > 1 {
+        push_table(&mut out, &rows, width, colour);
+    } else {
+        out.push_str("nothing running or waiting\n");
+    }
+    render_finished(&mut out, doc, finished, width, colour);
+    if !live {
+        out.push('\n');
+        out.push_str(&summary_within(doc, width));
+    }
+    out
+}
+
+/// The column titles of the job table.
+fn job_header() -> [String; 9] {
+    [
+        "JOB", "STATE", "GPUS", "VRAM", "NOW", "PEAK", "ELAPSED", "PROGRESS", "COMMAND",
+    ]
+    .map(String::from)
+}
+
+/// A table with its title row in bold.
+fn push_table<const N: usize>(out: &mut String, rows: &[[String; N]], width: usize, colour: Colour) {
+    for (i, line) in table(rows, width).lines().enumerate() {
         let line = if i == 0 {
             paint(colour, "1", line)
         } else {
@@ -565,23 +588,84 @@ pub fn render(doc: &StatusDoc, now: f64, colour: Colour) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    if !live {
-        out.push('\n');
-        out.push_str(&summary(doc));
+}
+
+/// The finished jobs: the latest few from the document, or every one.
+fn render_finished(
+    out: &mut String,
+    doc: &StatusDoc,
+    finished: &FinishedList,
+    width: usize,
+    colour: Colour,
+) {
+    let total: usize = TERMINAL_STATES
+        .iter()
+        .map(|s| doc.counts.get(*s).copied().unwrap_or(0))
+        .sum();
+    let mut rows = vec![["JOB", "STATUS", "EXIT", "RUN", "COMMAND"].map(String::from)];
+    let shown = match finished {
+        FinishedList::Latest(n) => {
+            let mut done: Vec<&JobStatus> =
+                doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
+            done.sort_by(|a, b| a.finished.unwrap_or(0.0).total_cmp(&b.finished.unwrap_or(0.0)));
+            let skip = done.len().saturating_sub(*n);
+            for job in &done[skip..] {
+                rows.push([
+                    job.no.to_string(),
+                    job.state.as_str().to_string(),
+                    job.returncode.map_or("-".into(), |c| c.to_string()),
+                    job.duration_s
+                        .filter(|_| job.started.is_some())
+                        .map_or("-".into(), human_duration),
+                    job.command.clone(),
+                ]);
+            }
+            done.len() - skip
+        }
+        FinishedList::All(all) => {
+            for job in all {
+                rows.push([
+                    job.no.to_string(),
+                    job.status.clone(),
+                    job.returncode.map_or("-".into(), |c| c.to_string()),
+                    human_duration(job.duration_s),
+                    job.command.clone(),
+                ]);
+            }
+            all.len()
+        }
+    };
+    if shown == 0 {
+        return;
     }
-    out
+    out.push('\n');
+    let title = match finished {
+        FinishedList::Latest(_) if shown < total => format!(
+            "the latest {shown} of {total} finished (`gpusched status --all` lists every one):"
+        ),
+        _ => format!("{shown} finished:"),
+    };
+    let _ = writeln!(out, "{}", report::shorten(&title, width));
+    push_table(out, &rows, width, colour);
 }
 
 /// One job's row in `gpusched status`; `age_s` is how old the document is,
 /// added to a running job's elapsed time.
-fn job_row(job: &JobStatus, age_s: f64) -> [String; 10] {
-    let now_mib: u64 = job.current_mib.values().sum();
+fn job_row(job: &JobStatus, age_s: f64) -> [String; 9] {
+    // Per GPU, like the declaration: the busiest GPU's figures.
+    let now_mib = job.current_mib.values().copied().max();
     let peak = job.peak_mib.values().copied().max().flatten();
     let elapsed = match (job.state, job.duration_s) {
         (JobState::Running, Some(d)) => human_duration(d + age_s.max(0.0)),
         (_, Some(d)) if job.started.is_some() => human_duration(d),
         _ => "-".into(),
     };
+    let progress = job.progress.as_ref().map_or("-".into(), |p| {
+        let eta = p
+            .eta_s
+            .map_or(String::new(), |e| format!(" ETA {}", human_duration(e)));
+        format!("{:.0}% {}{eta}", p.percent, p.label)
+    });
     [
         job.no.to_string(),
         job.state.as_str().to_string(),
@@ -591,11 +675,7 @@ fn job_row(job: &JobStatus, age_s: f64) -> [String; 10] {
             report::gpu_ids(&job.gpus, ",")
         },
         job.vram_mib.map_or("-".into(), |v| format!("{v}")),
-        if job.current_mib.is_empty() {
-            "-".into()
-        } else {
-            now_mib.to_string()
-        },
+        now_mib.map_or("-".into(), |m| m.to_string()),
         peak.map_or(
             if job.state == JobState::Running || job.started.is_some() {
                 "n/a".into()
@@ -605,14 +685,8 @@ fn job_row(job: &JobStatus, age_s: f64) -> [String; 10] {
             |p| p.to_string(),
         ),
         elapsed,
-        job.progress
-            .as_ref()
-            .map_or("-".into(), |p| format!("{:.0}% {}", p.percent, p.label)),
-        job.progress
-            .as_ref()
-            .and_then(|p| p.eta_s)
-            .map_or("-".into(), human_duration),
-        report::shorten(&job.command, 60),
+        progress,
+        job.command.clone(),
     ]
 }
 
@@ -724,7 +798,13 @@ mod tests {
 
     #[test]
     fn render_of_a_finished_run_has_the_summary() {
-        let text = render(&sample_doc(), 1.7e9 + 5.0, Colour::Never);
+        let text = render(
+            &sample_doc(),
+            1.7e9 + 5.0,
+            Colour::Never,
+            80,
+            &FinishedList::Latest(10),
+        );
         assert!(
             text.contains("no scheduler is running for this log dir"),
             "{text}"
@@ -745,6 +825,30 @@ mod tests {
 
     #[test]
     fn colour_only_when_asked() {
-        assert!(render(&sample_doc(), 1.7e9, Colour::Always).contains("\x1b["));
+        let text = render(
+            &sample_doc(),
+            1.7e9,
+            Colour::Always,
+            80,
+            &FinishedList::Latest(10),
+        );
+        assert!(text.contains("\x1b["));
+    }
+
+    #[test]
+    fn every_line_fits_the_width() {
+        let mut doc = sample_doc();
+        for job in &mut doc.jobs {
+            job.command = format!("python train.py {}", "--flag value ".repeat(20));
+        }
+        doc.scheduler.jobs_file = format!("/{}/jobs.txt", "deep/".repeat(40));
+        doc.scheduler.paused_reason = Some("x ".repeat(100));
+        for width in [40, 80, 120] {
+            let text = render(&doc, 1.7e9, Colour::Never, width, &FinishedList::Latest(10));
+            for line in text.lines() {
+                assert!(line.chars().count() <= width, "{width}: {line:?}");
+            }
+            assert!(text.contains('…'), "commands are cut: {text}");
+        }
     }
 }

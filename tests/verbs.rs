@@ -1,0 +1,257 @@
+//! Black-box tests of the everyday verbs (SPEC §13): `log` (with `-f`),
+//! `retry` with and without a running scheduler and its refusals, how
+//! subcommands find the scheduler's jobs file, file modes under the umask,
+//! 80-column lines, completions and the man page, the typo hint, and exit
+//! 2 for usage errors everywhere.
+
+mod common;
+
+use common::{Env, bin, wait_for};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+
+/// A job that runs until `release` exists, then counts its run.
+const HOLD: &str = "sh -c 'echo started; while [ ! -e release ]; do sleep 0.05; done; echo run >> runs.txt; echo finished'";
+
+/// `gpusched ARGS…` in the test's directory, with its log directory.
+fn gpusched(env: &Env, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .arg("--log-dir")
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn log_prints_an_attempt_and_follows_it_to_the_end() {
+    let env = Env::new(&format!("echo first attempt; exit 3\n{HOLD}\n"));
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    wait_for("job 1 to fail", &mut || env.status_of_opt(1).is_some());
+    let out = gpusched(&env, &["log", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let shown = text(&out.stdout);
+    assert!(shown.starts_with("==== gpusched: job 1 attempt 1"), "{shown}");
+    assert!(shown.contains("first attempt"), "{shown}");
+    // An attempt that does not exist, a job that does not exist.
+    let out = gpusched(&env, &["log", "1", "--attempt", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("has no attempt 2"), "{out:?}");
+    let out = gpusched(&env, &["log", "99"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no job 99"), "{out:?}");
+
+    // -f follows job 2 until it ends, then exits by itself.
+    wait_for("job 2 to start", &mut || !env.job_events(2, "started").is_empty());
+    let mut follower = Command::new(bin())
+        .args(["log", "2", "-f", "--log-dir"])
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(follower.try_wait().unwrap().is_none(), "still following");
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let shown = text(&out.stdout);
+    assert!(shown.contains("started") && shown.contains("finished"), "{shown}");
+    sched.stop();
+}
+
+#[test]
+fn retry_without_a_scheduler_queues_the_job_for_the_next_start() {
+    let env = Env::new("sh -c 'echo run >> runs.txt; [ -e fixed ]'\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    std::fs::write(env.path("fixed"), "").unwrap();
+    // No --file: the jobs file comes from the scheduler's status.json.
+    let out = gpusched(&env, &["retry", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains("job 1 queued again"), "{out:?}");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.job_events(1, "started").len(), 2);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(
+        std::fs::read_to_string(env.path("runs.txt")).unwrap(),
+        "run\nrun\n"
+    );
+}
+
+#[test]
+fn retry_with_a_running_scheduler_runs_the_job_again() {
+    let env = Env::new("sh -c 'echo run >> runs.txt; [ -e fixed ]'\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("job 1 to fail", &mut || env.status_of_opt(1).is_some());
+    std::fs::write(env.path("fixed"), "").unwrap();
+    let out = gpusched(&env, &["retry", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains(&format!("job 1 queued again (scheduler pid {})", sched.pid())),
+        "{out:?}"
+    );
+    wait_for("the second attempt to end ok", &mut || {
+        env.status_of(1).as_deref() == Some("ok")
+    });
+    assert!(sched.stdout().contains("job 1 queued again (gpusched retry)"));
+    sched.stop();
+    assert_eq!(env.job_events(1, "started").len(), 2);
+}
+
+#[test]
+fn retry_is_refused_with_the_fix_for_cancelled_gone_or_unfinished_jobs() {
+    let env = Env::new("[cancel] echo never\nfalse\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(env.status_of(1).as_deref(), Some("cancelled"), "{out:?}");
+    let out = gpusched(&env, &["retry", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let message = text(&out.stderr);
+    assert!(message.contains("carries `cancel`: remove the flag"), "{message}");
+    assert!(message.contains("line 1 of"), "{message}");
+    // The line of job 2 deleted.
+    env.write_jobs("[cancel] echo never\n");
+    let out = gpusched(&env, &["retry", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("no longer in"), "{out:?}");
+    assert!(text(&out.stderr).contains("add it back"), "{out:?}");
+    // Nothing was queued.
+    assert!(env.events("retry").is_empty());
+}
+
+#[test]
+fn commands_find_the_schedulers_jobs_file_or_say_where_they_looked() {
+    let env = Env::new(&format!("{HOLD}\n"));
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    // From another directory, with only --log-dir: the right file.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["add", "--log-dir"])
+        .arg(&env.logs)
+        .args(["--", "echo", "added"])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stderr).contains("queued as job 2"), "{out:?}");
+    assert!(std::fs::read_to_string(&env.jobs).unwrap().contains("echo added"));
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "no stray jobs file");
+    env.write_jobs(&std::fs::read_to_string(&env.jobs).unwrap());
+    // Neither a scheduler's status.json nor ./jobs.txt: say where we looked.
+    let out = Command::new(bin())
+        .args(["add", "--", "echo", "lost"])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let message = text(&out.stderr);
+    assert!(message.contains("gpusched_logs/status.json") && message.contains("./jobs.txt"), "{message}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    std::fs::write(env.path("release"), "").unwrap();
+    sched.stop();
+}
+
+#[test]
+fn files_for_people_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    for (umask, mode) in [(0o022, 0o644), (0o077, 0o600)] {
+        let env = Env::new("echo hi\n");
+        let mut command = env.command(&["--sim", "1", "--poll", "0.1"]);
+        // SAFETY: umask in the child before exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(umask);
+                Ok(())
+            });
+        }
+        let out = common::Sched::from_command(command).finish();
+        assert_eq!(out.code, 0, "{out:?}");
+        for name in ["status.txt", "status.json", "metrics.prom", "job001_gpu0.log"] {
+            let got = std::fs::metadata(env.logs.join(name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got, mode, "{name} under umask {umask:o}");
+        }
+    }
+}
+
+#[test]
+fn board_and_status_lines_fit_80_columns() {
+    let long = format!("sh -c 'sleep 0.2' # {}", "a very long comment ".repeat(8));
+    let env = Env::new(&format!(
+        "[vram=1G gpus=2] {long}\n[vram=30G] echo {}\n{HOLD}\n",
+        "x".repeat(120)
+    ));
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    wait_for("the held job", &mut || env.board().contains("▶ job 3"));
+    let check = |what: &str, text: &str| {
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{what}: {line:?}");
+        }
+    };
+    check("status.txt", &env.board());
+    let out = gpusched(&env, &["status"]);
+    assert!(out.status.success(), "{out:?}");
+    let shown = text(&out.stdout);
+    check("gpusched status", &shown);
+    assert!(shown.contains('…'), "{shown}");
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 3 to end", &mut || env.status_of_opt(3).is_some());
+    let all = gpusched(&env, &["status", "--all"]);
+    check("gpusched status --all", &text(&all.stdout));
+    assert!(text(&all.stdout).contains("3 finished:"), "{all:?}");
+    sched.stop();
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_command_line() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(bin()).args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = text(&out.stdout);
+        for verb in ["status", "retry", "log", "stop"] {
+            assert!(script.contains(verb), "{shell} lacks {verb}");
+        }
+        assert!(!script.contains("__supervise"), "{shell} shows the internal command");
+    }
+    let out = Command::new(bin()).arg("man").output().unwrap();
+    assert!(out.status.success());
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH gpusched 1"), "{page}");
+    assert!(page.contains("retry") && page.contains("\\-\\-log\\-dir"), "{page}");
+}
+
+#[test]
+fn typos_and_usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["statu"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("did you mean `gpusched status`?"), "{out:?}");
+    for args in [
+        &["add"][..],
+        &["cancel"],
+        &["retry"],
+        &["log"],
+        &["log", "1", "--attempt", "0"],
+        &["completions", "tcsh"],
+        &["status", "--bogus"],
+        &["cancel", "3"],
+        &["log", "3"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+}

@@ -37,7 +37,10 @@ fn log_prints_an_attempt_and_follows_it_to_the_end() {
     let out = gpusched(&env, &["log", "1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let shown = text(&out.stdout);
-    assert!(shown.starts_with("==== gpusched: job 1 attempt 1"), "{shown}");
+    assert!(
+        shown.starts_with("==== gpusched: job 1 attempt 1"),
+        "{shown}"
+    );
     assert!(shown.contains("first attempt"), "{shown}");
     // An attempt that does not exist, a job that does not exist.
     let out = gpusched(&env, &["log", "1", "--attempt", "2"]);
@@ -48,7 +51,9 @@ fn log_prints_an_attempt_and_follows_it_to_the_end() {
     assert!(text(&out.stderr).contains("no job 99"), "{out:?}");
 
     // -f follows job 2 until it ends, then exits by itself.
-    wait_for("job 2 to start", &mut || !env.job_events(2, "started").is_empty());
+    wait_for("job 2 to start", &mut || {
+        !env.job_events(2, "started").is_empty()
+    });
     let mut follower = Command::new(bin())
         .args(["log", "2", "-f", "--log-dir"])
         .arg(&env.logs)
@@ -62,7 +67,10 @@ fn log_prints_an_attempt_and_follows_it_to_the_end() {
     let out = follower.wait_with_output().unwrap();
     assert!(out.status.success());
     let shown = text(&out.stdout);
-    assert!(shown.contains("started") && shown.contains("finished"), "{shown}");
+    assert!(
+        shown.contains("started") && shown.contains("finished"),
+        "{shown}"
+    );
     sched.stop();
 }
 
@@ -95,13 +103,20 @@ fn retry_with_a_running_scheduler_runs_the_job_again() {
     let out = gpusched(&env, &["retry", "1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
-        text(&out.stdout).contains(&format!("job 1 queued again (scheduler pid {})", sched.pid())),
+        text(&out.stdout).contains(&format!(
+            "job 1 queued again (scheduler pid {})",
+            sched.pid()
+        )),
         "{out:?}"
     );
     wait_for("the second attempt to end ok", &mut || {
         env.status_of(1).as_deref() == Some("ok")
     });
-    assert!(sched.stdout().contains("job 1 queued again (gpusched retry)"));
+    assert!(
+        sched
+            .stdout()
+            .contains("job 1 queued again (gpusched retry)")
+    );
     sched.stop();
     assert_eq!(env.job_events(1, "started").len(), 2);
 }
@@ -114,7 +129,10 @@ fn retry_is_refused_with_the_fix_for_cancelled_gone_or_unfinished_jobs() {
     let out = gpusched(&env, &["retry", "1"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let message = text(&out.stderr);
-    assert!(message.contains("carries `cancel`: remove the flag"), "{message}");
+    assert!(
+        message.contains("carries `cancel`: remove the flag"),
+        "{message}"
+    );
     assert!(message.contains("line 1 of"), "{message}");
     // The line of job 2 deleted.
     env.write_jobs("[cancel] echo never\n");
@@ -142,8 +160,16 @@ fn commands_find_the_schedulers_jobs_file_or_say_where_they_looked() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(text(&out.stderr).contains("queued as job 2"), "{out:?}");
-    assert!(std::fs::read_to_string(&env.jobs).unwrap().contains("echo added"));
-    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "no stray jobs file");
+    assert!(
+        std::fs::read_to_string(&env.jobs)
+            .unwrap()
+            .contains("echo added")
+    );
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "no stray jobs file"
+    );
     env.write_jobs(&std::fs::read_to_string(&env.jobs).unwrap());
     // Neither a scheduler's status.json nor ./jobs.txt: say where we looked.
     let out = Command::new(bin())
@@ -153,7 +179,10 @@ fn commands_find_the_schedulers_jobs_file_or_say_where_they_looked() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let message = text(&out.stderr);
-    assert!(message.contains("gpusched_logs/status.json") && message.contains("./jobs.txt"), "{message}");
+    assert!(
+        message.contains("gpusched_logs/status.json") && message.contains("./jobs.txt"),
+        "{message}"
+    );
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     std::fs::write(env.path("release"), "").unwrap();
     sched.stop();
@@ -174,8 +203,17 @@ fn files_for_people_follow_the_umask() {
         }
         let out = common::Sched::from_command(command).finish();
         assert_eq!(out.code, 0, "{out:?}");
-        for name in ["status.txt", "status.json", "metrics.prom", "job001_gpu0.log"] {
-            let got = std::fs::metadata(env.logs.join(name)).unwrap().permissions().mode() & 0o777;
+        for name in [
+            "status.txt",
+            "status.json",
+            "metrics.prom",
+            "job001_gpu0.log",
+        ] {
+            let got = std::fs::metadata(env.logs.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
             assert_eq!(got, mode, "{name} under umask {umask:o}");
         }
     }
@@ -212,19 +250,28 @@ fn board_and_status_lines_fit_80_columns() {
 #[test]
 fn completions_and_man_page_come_from_the_command_line() {
     for shell in ["bash", "zsh", "fish"] {
-        let out = Command::new(bin()).args(["completions", shell]).output().unwrap();
+        let out = Command::new(bin())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{shell}: {out:?}");
         let script = text(&out.stdout);
         for verb in ["status", "retry", "log", "stop"] {
             assert!(script.contains(verb), "{shell} lacks {verb}");
         }
-        assert!(!script.contains("__supervise"), "{shell} shows the internal command");
+        assert!(
+            !script.contains("__supervise"),
+            "{shell} shows the internal command"
+        );
     }
     let out = Command::new(bin()).arg("man").output().unwrap();
     assert!(out.status.success());
     let page = text(&out.stdout);
     assert!(page.contains(".TH gpusched 1"), "{page}");
-    assert!(page.contains("retry") && page.contains("\\-\\-log\\-dir"), "{page}");
+    assert!(
+        page.contains("retry") && page.contains("\\-\\-log\\-dir"),
+        "{page}"
+    );
 }
 
 #[test]
@@ -239,7 +286,10 @@ fn typos_and_usage_errors_exit_2() {
     };
     let out = run(&["statu"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(text(&out.stderr).contains("did you mean `gpusched status`?"), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("did you mean `gpusched status`?"),
+        "{out:?}"
+    );
     for args in [
         &["add"][..],
         &["cancel"],

@@ -5,8 +5,8 @@
 //! are referred to by display number or key prefix.
 
 use crate::error::Error;
-use crate::view::status::FinishedRow;
 use crate::view::report;
+use crate::view::status::FinishedRow;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

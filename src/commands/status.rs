@@ -6,10 +6,10 @@
 
 use super::index::JobIndex;
 use crate::cli::StatusArgs;
-use crate::view::status::FinishedList;
 use crate::error::Error;
 use crate::journal;
 use crate::view;
+use crate::view::status::FinishedList;
 use anyhow::Context;
 
 /// `gpusched status`: renders `<log_dir>/status.json` (or prints it with

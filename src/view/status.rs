@@ -533,9 +533,20 @@ pub fn render(
             report::date_time(doc.updated)
         )
     };
-    for (i, line) in crate::view::board::wrap(&first, width).into_iter().enumerate() {
+    for (i, line) in crate::view::board::wrap(&first, width)
+        .into_iter()
+        .enumerate()
+    {
         let code = if live { "32" } else { "33" };
-        let _ = writeln!(out, "{}", if i == 0 { paint(colour, code, &line) } else { line });
+        let _ = writeln!(
+            out,
+            "{}",
+            if i == 0 {
+                paint(colour, code, &line)
+            } else {
+                line
+            }
+        );
     }
     let _ = writeln!(
         out,
@@ -561,7 +572,11 @@ pub fn render(
     } else {
         out.push_str("nothing running or waiting\n");
     }
-    render_finished(&mut out, doc, finished, width, colour);
+    // Once the run is over the summary lists the finished jobs, unless
+    // every one (`--all`) was asked for.
+    if live || matches!(finished, FinishedList::All(_)) {
+        render_finished(&mut out, doc, finished, width, colour);
+    }
     if !live {
         out.push('\n');
         out.push_str(&summary_within(doc, width));
@@ -578,7 +593,12 @@ fn job_header() -> [String; 9] {
 }
 
 /// A table with its title row in bold.
-fn push_table<const N: usize>(out: &mut String, rows: &[[String; N]], width: usize, colour: Colour) {
+fn push_table<const N: usize>(
+    out: &mut String,
+    rows: &[[String; N]],
+    width: usize,
+    colour: Colour,
+) {
     for (i, line) in table(rows, width).lines().enumerate() {
         let line = if i == 0 {
             paint(colour, "1", line)
@@ -607,7 +627,11 @@ fn render_finished(
         FinishedList::Latest(n) => {
             let mut done: Vec<&JobStatus> =
                 doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
-            done.sort_by(|a, b| a.finished.unwrap_or(0.0).total_cmp(&b.finished.unwrap_or(0.0)));
+            done.sort_by(|a, b| {
+                a.finished
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.finished.unwrap_or(0.0))
+            });
             let skip = done.len().saturating_sub(*n);
             for job in &done[skip..] {
                 rows.push([

@@ -221,6 +221,87 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
 
 /// Why `request` could never start on these GPUs even if all were empty, or
 /// `None` if it could.
+/// Why a pending job that placement answered "not now" waits (SPEC §12
+/// "Why it waits"): a value, rendered for people by its `Display`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// An undeclared job: no allowed GPU is fully idle.
+    IdleGpu {
+        /// GPUs it needs.
+        gpus: u32,
+    },
+    /// A declared job: not enough GPUs with its declaration plus the
+    /// margin free.
+    Headroom {
+        /// Declaration + margin, MiB per GPU.
+        need_mib: u64,
+        /// GPUs it needs.
+        gpus: u32,
+        /// The allowed GPU with the most room for it: (index, headroom
+        /// MiB, 0 when closed to new jobs).
+        most_free: Option<(u32, u64)>,
+    },
+}
+
+impl std::fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
+            WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
+            WaitReason::Headroom {
+                need_mib,
+                gpus,
+                most_free,
+            } => {
+                write!(
+                    f,
+                    "needs {need_mib} MiB on {gpus} GPU{}",
+                    if *gpus == 1 { "" } else { "s" }
+                )?;
+                match most_free {
+                    Some((index, 0)) => write!(f, "; most free: GPU {index} 0 MiB (closed)"),
+                    Some((index, mib)) => write!(f, "; most free: GPU {index} {mib} MiB"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Whether a GPU is closed to new jobs: one of our undeclared jobs holds
+/// it (SPEC §2), or `--exclusive` and one of our jobs is on it.
+pub fn is_closed(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
+    gpu.occupants.iter().any(|o| o.declared_mib.is_none())
+        || (opts.exclusive && !gpu.occupants.is_empty())
+}
+
+/// Room for a new declared job on a GPU (MiB): its headroom, or 0 when it
+/// is closed to new jobs.
+pub fn open_headroom_mib(gpu: &GpuLoad, opts: &PlaceOptions) -> u64 {
+    if is_closed(gpu, opts) {
+        0
+    } else {
+        headroom_mib(gpu, opts.spike_buffer)
+    }
+}
+
+/// Why `request` cannot start on `gpus` now (call when [`place`] said
+/// [`Placement::NotNow`]).
+pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> WaitReason {
+    let wanted = request.gpus.max(1);
+    match request.vram_mib {
+        None => WaitReason::IdleGpu { gpus: wanted },
+        Some(vram) => WaitReason::Headroom {
+            need_mib: vram.saturating_add(opts.margin_mib),
+            gpus: wanted,
+            most_free: gpus
+                .iter()
+                .map(|g| (g.index, open_headroom_mib(g, opts)))
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))),
+        },
+    }
+}
+
 fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {
     let wanted = request.gpus.max(1) as usize;
     if wanted > gpus.len() {
@@ -619,6 +700,60 @@ mod tests {
         assert_eq!(
             plan(&queue, &mut gpus, &opts()),
             vec![Placement::Start(vec![0]), Placement::NotNow]
+        );
+    }
+
+    #[test]
+    fn wait_reasons_say_what_is_missing() {
+        let opts = PlaceOptions::default();
+        let busy = |index, used_mib| GpuLoad {
+            index,
+            total_mib: 24000,
+            used_mib,
+            ..Default::default()
+        };
+        let mut closed = busy(0, 1000);
+        closed.occupants.push(Occupant {
+            declared_mib: None,
+            peak_mib: None,
+            current_mib: Some(1000),
+        });
+        let gpus = [closed, busy(1, 14336), busy(2, 20000)];
+        let request = Request {
+            vram_mib: Some(14336),
+            gpus: 1,
+        };
+        assert_eq!(place(&request, &gpus, &opts), Placement::NotNow);
+        let reason = wait_reason(&request, &gpus, &opts);
+        assert_eq!(
+            reason.to_string(),
+            "needs 14848 MiB on 1 GPU; most free: GPU 1 9664 MiB"
+        );
+        // A GPU held by an undeclared job shows 0, closed, not its free MiB.
+        assert_eq!(open_headroom_mib(&gpus[0], &opts), 0);
+        assert_eq!(
+            wait_reason(&request, &gpus[..1], &opts).to_string(),
+            "needs 14848 MiB on 1 GPU; most free: GPU 0 0 MiB (closed)"
+        );
+        let undeclared = Request {
+            vram_mib: None,
+            gpus: 2,
+        };
+        assert_eq!(
+            wait_reason(&undeclared, &gpus, &opts).to_string(),
+            "waiting for 2 idle GPUs"
+        );
+        assert_eq!(
+            wait_reason(
+                &Request {
+                    vram_mib: None,
+                    gpus: 1
+                },
+                &gpus,
+                &opts
+            )
+            .to_string(),
+            "waiting for an idle GPU"
         );
     }
 }

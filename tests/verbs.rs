@@ -305,3 +305,49 @@ fn typos_and_usage_errors_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
     }
 }
+
+#[test]
+fn every_waiting_job_says_why() {
+    let env = Env::new(&format!(
+        "{HOLD}\n{HOLD}\n[vram=10G] echo third\n[vram=2G gpus=2] echo fourth\n"
+    ));
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    // Jobs 1 and 2 (undeclared, held) close both GPUs, so every later job
+    // waits until they are released.
+    wait_for("the reasons on the board", &mut || {
+        let board = env.board();
+        board.contains("needs 10752 MiB on 1 GPU; most free: GPU 0 0 MiB (closed)")
+            || board.contains("needs 10752 MiB on 1 GPU; most free: GPU 1 0 MiB (closed)")
+    });
+    let board = env.board();
+    assert!(board.contains("needs 2560 MiB on 2 GPUs"), "{board}");
+    assert!(board.contains("headroom 0 MiB (closed)"), "{board}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap();
+    let reasons: Vec<&str> = doc["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["state"] == "pending")
+        .map(|j| j["reason"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{doc}");
+    assert!(
+        reasons.iter().all(|r| r.starts_with("needs ")),
+        "{reasons:?}"
+    );
+    assert!(
+        doc["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["closed"] == true && g["headroom_mib"] == 0),
+        "{doc}"
+    );
+    let shown = text(&gpusched(&env, &["status"]).stdout);
+    assert!(shown.contains("needs 10752 MiB"), "{shown}");
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("all four to end", &mut || env.status_of_opt(4).is_some());
+    sched.stop();
+}

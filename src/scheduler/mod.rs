@@ -50,6 +50,11 @@ pub struct Scheduler {
     dispatched_this_run: u32,
     /// When this scheduler started (Unix seconds).
     started_ts: f64,
+    /// Why each pending job that did not fit in the last dispatch round
+    /// waits (SPEC §12).
+    wait_reasons: HashMap<String, crate::allocation::WaitReason>,
+    /// Bumped whenever `wait_reasons` changes (for the cached views).
+    reasons_generation: u64,
     /// The GPU loads placement last saw (to skip rounds that cannot differ).
     last_dispatch_loads: Option<Vec<GpuLoad>>,
     /// The waiting and finished part of the status document, which changes

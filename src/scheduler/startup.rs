@@ -96,6 +96,8 @@ impl Scheduler {
             dispatched_this_run: 0,
             started_ts: now_ts(),
             last_dispatch_loads: None,
+            wait_reasons: HashMap::new(),
+            reasons_generation: 0,
             queue_view: None,
         };
         scheduler.install_specs(&text, specs)?;

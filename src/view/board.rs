@@ -119,8 +119,13 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         report::gpu_ids(&gpu.jobs, ",")
     };
     let line = format!(
-        "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB, jobs {jobs}",
-        gpu.index, gpu.used_mib, gpu.total_mib, gpu.external_mib, gpu.headroom_mib
+        "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
+        gpu.index,
+        gpu.used_mib,
+        gpu.total_mib,
+        gpu.external_mib,
+        gpu.headroom_mib,
+        if gpu.closed { " (closed)" } else { "" }
     );
     report::shorten(&line, width)
 }
@@ -163,6 +168,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
         JobState::Pending => BoardState::Pending {
             vram_mib: job.vram_mib,
             gpus: job.gpus_wanted,
+            reason: job.reason.clone(),
         },
         JobState::RetryWait => BoardState::RetryWait {
             next_vram_mib: job.vram_mib,
@@ -235,6 +241,7 @@ mod tests {
             log: None,
             progress: None,
             note: None,
+            reason: None,
         };
         assert_eq!(
             board_row(&job).state,

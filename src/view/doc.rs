@@ -4,7 +4,7 @@
 //! the journal or the queue does, so it is cached by the caller and rebuilt
 //! only then.
 
-use crate::allocation::{self, GpuLoad};
+use crate::allocation::{self, GpuLoad, WaitReason};
 use crate::jobspec::JobSpec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::model::{JobState, SchedulerState};
@@ -26,6 +26,8 @@ pub struct QueueGeneration {
     /// Number of running attempts (a job stopped at shutdown leaves
     /// `running` without a journal event).
     pub running: usize,
+    /// Bumped when the pending jobs' wait reasons change.
+    pub reasons: u64,
 }
 
 /// Waiting and finished jobs as `status.json` lists them, with the counts.
@@ -56,6 +58,10 @@ pub struct ViewInput<'a> {
     pub loads: Vec<GpuLoad>,
     /// Jobs ended during this run.
     pub ended_this_run: &'a HashMap<String, Ended>,
+    /// Why each pending job the last dispatch round could not start waits.
+    pub wait_reasons: &'a HashMap<String, WaitReason>,
+    /// Bumped when those reasons change.
+    pub reasons_generation: u64,
     /// The scheduler's state word.
     pub state: SchedulerState,
     /// Why dispatch is paused, if it is.
@@ -75,6 +81,7 @@ impl ViewInput<'_> {
             journal: self.journal.generation(),
             jobs_file: self.jobs.generation,
             running: self.running.len(),
+            reasons: self.reasons_generation,
         }
     }
 }
@@ -146,9 +153,12 @@ pub fn job_status(
         log: None,
         progress: None,
         note: None,
+        reason: None,
     };
     if let Some(run) = input.running.get(key) {
         fill_running(&mut job, run);
+    } else if job.state.is_waiting() {
+        job.reason = input.wait_reasons.get(key).map(ToString::to_string);
     } else if let Phase::Done(done) = &state.phase {
         job.gpus = (0..64)
             .filter(|i| done.gpu_mask & (1u64 << i) != 0)
@@ -276,7 +286,8 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                 total_mib: load.total_mib,
                 used_mib: load.used_mib,
                 external_mib: allocation::effective_external_mib(load, spike_buffer),
-                headroom_mib: allocation::headroom_mib(load, spike_buffer),
+                headroom_mib: allocation::open_headroom_mib(load, &input.cfg.place),
+                closed: allocation::is_closed(load, &input.cfg.place),
                 util_percent: info.and_then(|g| g.util_percent),
                 jobs: input
                     .running

@@ -203,6 +203,8 @@ pub enum BoardState {
         vram_mib: Option<u64>,
         /// GPUs wanted.
         gpus: u32,
+        /// Why it waits (SPEC §12), shown on a line of its own.
+        reason: Option<String>,
     },
     /// `↻`: waiting to retry after an OOM with a larger declaration.
     RetryWait {
@@ -316,15 +318,28 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             }
             return line;
         }
-        BoardState::Pending { vram_mib, gpus } => format!(
-            "pending  {}{}",
-            vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
-            if *gpus > 1 {
-                format!(" × {gpus} GPUs")
-            } else {
-                String::new()
+        BoardState::Pending {
+            vram_mib,
+            gpus,
+            reason,
+        } => {
+            let details = format!(
+                "pending  {}{}",
+                vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
+                if *gpus > 1 {
+                    format!(" × {gpus} GPUs")
+                } else {
+                    String::new()
+                }
+            );
+            let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
+            let mut line = fit_line(&prefix, &row.command, width);
+            if let Some(reason) = reason {
+                line.push('\n');
+                line.push_str(&shorten(&format!("           {reason}"), width));
             }
-        ),
+            return line;
+        }
         BoardState::RetryWait {
             next_vram_mib,
             oom_attempts,
@@ -448,6 +463,7 @@ mod tests {
                     state: BoardState::Pending {
                         vram_mib: None,
                         gpus: 1,
+                        reason: Some("waiting for an idle GPU".into()),
                     },
                 })
                 .collect(),
@@ -477,6 +493,10 @@ mod tests {
         assert!(board.starts_with("header\n"));
         assert!(board.contains("▶ job 1"), "{board}");
         assert!(board.contains("· job 2 "), "{board}");
+        assert!(
+            board.contains("\n           waiting for an idle GPU\n"),
+            "{board}"
+        );
         assert!(!board.contains("· job 52 "), "{board}");
         assert!(board.contains("… and 1 more waiting"), "{board}");
         assert!(board.contains("⊘ job 150"), "{board}");

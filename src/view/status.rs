@@ -85,8 +85,13 @@ pub struct GpuStatus {
     pub used_mib: u64,
     /// Effective external usage (MiB), SPEC §2.
     pub external_mib: u64,
-    /// Room for a new declared job, before the margin (MiB), SPEC §2.
+    /// Room for a new declared job, before the margin (MiB), SPEC §2; 0
+    /// when the GPU is closed to new jobs.
     pub headroom_mib: u64,
+    /// Closed to new jobs: one of our undeclared jobs holds it, or
+    /// `--exclusive` and one of our jobs runs on it (SPEC §2, §12).
+    #[serde(default)]
+    pub closed: bool,
     /// Device utilization, percent; null when not reported.
     pub util_percent: Option<u32>,
     /// Display numbers of our jobs on it.
@@ -143,6 +148,10 @@ pub struct JobStatus {
     /// Extra words: `from a previous scheduler, pgid 123`, `stopping:
     /// timeout`, `attempt 2`.
     pub note: Option<String>,
+    /// Why a waiting job waits (SPEC §12), e.g. `needs 14848 MiB on 1 GPU;
+    /// most free: GPU 1 9664 MiB`; `null` for other jobs.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Progress of a running job.
@@ -587,7 +596,15 @@ pub fn render(
 /// The column titles of the job table.
 fn job_header() -> [String; 9] {
     [
-        "JOB", "STATE", "GPUS", "VRAM", "NOW", "PEAK", "ELAPSED", "PROGRESS", "COMMAND",
+        "JOB",
+        "STATE",
+        "GPUS",
+        "VRAM",
+        "NOW",
+        "PEAK",
+        "ELAPSED",
+        "PROGRESS/WHY",
+        "COMMAND",
     ]
     .map(String::from)
 }
@@ -684,12 +701,15 @@ fn job_row(job: &JobStatus, age_s: f64) -> [String; 9] {
         (_, Some(d)) if job.started.is_some() => human_duration(d),
         _ => "-".into(),
     };
-    let progress = job.progress.as_ref().map_or("-".into(), |p| {
-        let eta = p
-            .eta_s
-            .map_or(String::new(), |e| format!(" ETA {}", human_duration(e)));
-        format!("{:.0}% {}{eta}", p.percent, p.label)
-    });
+    let progress = job.progress.as_ref().map_or_else(
+        || job.reason.clone().unwrap_or("-".into()),
+        |p| {
+            let eta = p
+                .eta_s
+                .map_or(String::new(), |e| format!(" ETA {}", human_duration(e)));
+            format!("{:.0}% {}{eta}", p.percent, p.label)
+        },
+    );
     [
         job.no.to_string(),
         job.state.as_str().to_string(),
@@ -745,6 +765,7 @@ mod tests {
                 used_mib: 3000,
                 external_mib: 0,
                 headroom_mib: 20000,
+                closed: false,
                 util_percent: Some(50),
                 jobs: vec![2],
                 busy_fraction: Some(0.5),
@@ -760,6 +781,7 @@ mod tests {
                     gpus_wanted: 1,
                     oom_attempts: 0,
                     note: None,
+                    reason: None,
                     vram_mib: Some(4000),
                     current_mib: BTreeMap::new(),
                     peak_mib: BTreeMap::from([("max".to_string(), Some(3500))]),
@@ -782,6 +804,7 @@ mod tests {
                     gpus_wanted: 1,
                     oom_attempts: 0,
                     note: None,
+                    reason: None,
                     vram_mib: Some(4000),
                     current_mib: BTreeMap::from([("0".to_string(), 3000)]),
                     peak_mib: BTreeMap::from([("0".to_string(), Some(3100))]),

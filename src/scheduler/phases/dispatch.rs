@@ -4,7 +4,7 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
-use crate::allocation::{self, GpuLoad, Occupant, Placement, Request};
+use crate::allocation::{self, GpuLoad, Occupant, Placement, Request, WaitReason};
 use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
@@ -15,6 +15,7 @@ use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Mode, Proc, Running, Usage};
 use crate::view::report::{self, say, warn};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -80,9 +81,28 @@ impl Scheduler {
         self.last_dispatch_loads = Some(loads.clone());
         let (indices, requests): (Vec<usize>, Vec<Request>) = self.pending().unzip();
         if requests.is_empty() {
+            self.set_wait_reasons(HashMap::new());
             return Ok(());
         }
         let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        // Why the others wait, against the GPUs as this round leaves them
+        // (one answer per distinct request).
+        let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
+        let reasons = indices
+            .iter()
+            .zip(&requests)
+            .zip(&placements)
+            .filter(|(_, placement)| **placement == Placement::NotNow)
+            // The views list the first waiting jobs only.
+            .take(crate::view::status::JSON_LIST_LIMIT)
+            .map(|((index, request), _)| {
+                let reason = by_request
+                    .entry(*request)
+                    .or_insert_with(|| allocation::wait_reason(request, &loads, &self.cfg.place));
+                (self.jobs.specs[*index].key.clone(), reason.clone())
+            })
+            .collect();
+        self.set_wait_reasons(reasons);
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
@@ -103,6 +123,14 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// Replaces the wait reasons, bumping their generation when they change.
+    fn set_wait_reasons(&mut self, reasons: HashMap<String, WaitReason>) {
+        if reasons != self.wait_reasons {
+            self.wait_reasons = reasons;
+            self.reasons_generation += 1;
+        }
     }
 
     /// Starts one attempt (SPEC §3, §11): its log header, its supervisor

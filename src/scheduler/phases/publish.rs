@@ -42,6 +42,8 @@ impl Scheduler {
             gpu: &self.gpu,
             loads: self.gpu_loads(),
             ended_this_run: &self.ended_this_run,
+            wait_reasons: &self.wait_reasons,
+            reasons_generation: self.reasons_generation,
             state: self.scheduler_state(),
             paused_reason: self.mode.paused_reason(),
             started_ts: self.started_ts,

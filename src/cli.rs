@@ -190,9 +190,9 @@ pub struct AddArgs {
 /// Arguments of `gpusched cancel`.
 #[derive(Debug, Args, Clone)]
 pub struct CancelArgs {
-    /// The job: its display number (`7`) or its key (`a1b2c3d4e5f6#0`, or a
-    /// unique prefix of it).
-    #[arg(value_name = "N|KEY")]
+    /// The job: its display number (`7`), its `name=`, or its key
+    /// (`a1b2c3d4e5f6#0`, or a unique prefix of it).
+    #[arg(value_name = "JOB")]
     pub job: String,
     /// The jobs file. Default: the file the scheduler with --log-dir runs
     /// (from its status.json), else ./jobs.txt if it exists.
@@ -206,7 +206,8 @@ pub struct CancelArgs {
 /// Arguments of `gpusched log`.
 #[derive(Debug, Args, Clone)]
 pub struct LogArgs {
-    /// The job: its display number (`7`) or its key (or a unique prefix).
+    /// The job: its display number (`7`), its `name=`, or its key (or a
+    /// unique prefix).
     #[arg(value_name = "JOB")]
     pub job: String,
     /// Keep printing new output until the attempt ends.
@@ -223,7 +224,8 @@ pub struct LogArgs {
 /// Arguments of `gpusched retry`.
 #[derive(Debug, Args, Clone)]
 pub struct RetryArgs {
-    /// The jobs: display numbers (`7`) or keys (or unique prefixes).
+    /// The jobs: display numbers (`7`), `name=`s, or keys (or unique
+    /// prefixes).
     #[arg(value_name = "JOB", required = true)]
     pub jobs: Vec<String>,
     /// The jobs file (default: the one the scheduler with --log-dir runs).

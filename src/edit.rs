@@ -234,6 +234,16 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
                     ))
                 })?
         }
+        Target::Key(name)
+            if specs
+                .iter()
+                .any(|s| s.name.as_deref() == Some(name.as_str())) =>
+        {
+            specs
+                .iter()
+                .find(|s| s.name.as_deref() == Some(name.as_str()))
+                .expect("found above")
+        }
         Target::Key(prefix) => {
             let matches: Vec<&JobSpec> = specs
                 .iter()

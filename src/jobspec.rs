@@ -31,6 +31,9 @@ pub struct JobSpec {
     pub retries: Option<u32>,
     /// The bare `cancel` flag (SPEC §6).
     pub cancel: bool,
+    /// `name=`: a name to refer to the job by (SPEC §12), unique in the
+    /// file, of `[A-Za-z0-9_.-]`.
+    pub name: Option<String>,
 }
 
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
@@ -163,6 +166,7 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut errors = Vec::new();
     let mut occurrences: HashMap<String, u32> = HashMap::new();
     let mut legacy_occurrences: HashMap<String, u32> = HashMap::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
     for (index, raw) in text.lines().enumerate() {
         let parsed = match parse_line(raw, index + 1) {
             Ok(Some(parsed)) => parsed,
@@ -172,6 +176,17 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
                 continue;
             }
         };
+        if let Some(name) = &parsed.name {
+            if let Some(first) = names.get(name) {
+                errors.push(ParseError {
+                    line: index + 1,
+                    reason: format!("name '{name}' is already used on line {first}"),
+                    text: raw.trim().to_string(),
+                });
+                continue;
+            }
+            names.insert(name.clone(), index + 1);
+        }
         let hash = command_hash(&parsed.command);
         let count = occurrences.entry(hash.clone()).or_insert(0);
         let key = format!("{hash}#{count}");
@@ -212,6 +227,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         timeout_s: None,
         retries: None,
         cancel: false,
+        name: None,
     };
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
@@ -275,9 +291,22 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.cancel = true;
         }
+        "name" => {
+            let v = need(value)?;
+            let valid = v
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            // A name of digits only would read as a display number.
+            if !valid || v.chars().all(|c| c.is_ascii_digit()) {
+                return Err(format!(
+                    "bad name '{v}': use letters, digits, '_', '.' and '-' (not only digits)"
+                ));
+            }
+            spec.name = Some(v);
+        }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, cancel)"
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, cancel)"
             ));
         }
     }
@@ -435,7 +464,7 @@ mod tests {
         assert_eq!(e.text, "[vrma=8G] python x.py");
         assert_eq!(
             e.to_string(),
-            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, cancel): [vrma=8G] python x.py"
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, cancel): [vrma=8G] python x.py"
         );
     }
 
@@ -594,6 +623,21 @@ mod tests {
         assert!(e.reason.contains("UTF-8"), "{e}");
         assert!(e.text.starts_with("echo "), "{e}");
         assert_eq!(decode(b"echo a\n".to_vec()).unwrap(), "echo a\n");
+    }
+
+    #[test]
+    fn names_are_checked_and_unique() {
+        let jobs = parse_jobs("[name=train-1.b] python t.py\n[vram=1G name=eval_2] e\n").unwrap();
+        assert_eq!(jobs[0].name.as_deref(), Some("train-1.b"));
+        assert_eq!(jobs[1].name.as_deref(), Some("eval_2"));
+        let e = error("[name=a] x\n\n[name=a] y\n");
+        assert_eq!(e.line, 3);
+        assert!(e.reason.contains("already used on line 1"), "{e}");
+        for bad in ["[name=a/b] x", "[name=] x", "[name=42] x", "[name=a b] x"] {
+            assert_eq!(error(bad).line, 1, "{bad}");
+        }
+        // A name is an attribute: it does not change the identity.
+        assert_eq!(one("[name=t] python t.py").key, one("python t.py").key);
     }
 
     #[test]

@@ -351,3 +351,35 @@ fn every_waiting_job_says_why() {
     wait_for("all four to end", &mut || env.status_of_opt(4).is_some());
     sched.stop();
 }
+
+#[test]
+fn jobs_can_be_named_in_every_verb() {
+    let env = Env::new("[name=train] sh -c 'echo training; [ -e fixed ]'\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let out = gpusched(&env, &["log", "train"]);
+    assert!(text(&out.stdout).contains("training"), "{out:?}");
+    std::fs::write(env.path("fixed"), "").unwrap();
+    env.write_jobs("[name=train] sh -c 'echo training; [ -e fixed ]'\n[name=eval cancel] sh -c 'echo should not run'\n");
+    let out = gpusched(&env, &["retry", "train"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(env.status_of(2).as_deref(), Some("cancelled"));
+    // cancel by name.
+    env.write_jobs("[name=train] sh -c 'echo training; [ -e fixed ]'\n[name=eval] sh -c 'echo should not run'\n[name=later] echo later\n");
+    let out = Command::new(bin())
+        .args(["cancel", "later", "--file"])
+        .arg(&env.jobs)
+        .arg("--log-dir")
+        .arg(&env.logs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        std::fs::read_to_string(&env.jobs)
+            .unwrap()
+            .contains("[name=later cancel] echo later")
+    );
+}

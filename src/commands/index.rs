@@ -5,6 +5,7 @@
 //! are referred to by display number or key prefix.
 
 use crate::error::Error;
+use crate::jobspec::{self, JobSpec};
 use crate::view::report;
 use crate::view::status::FinishedRow;
 use serde_json::Value;
@@ -182,9 +183,26 @@ impl JobIndex {
     /// Errors: [`Error::Usage`] when nothing matches or a prefix is
     /// ambiguous, naming the candidates.
     pub fn resolve(&self, reference: &str) -> Result<&IndexedJob, Error> {
+        self.resolve_in(reference, &[])
+    }
+
+    /// Like [`JobIndex::resolve`], also by `name=` (SPEC §12) among the
+    /// lines of the jobs file `specs`: number first, then name, then key
+    /// prefix.
+    ///
+    /// Errors: as [`JobIndex::resolve`].
+    pub fn resolve_in(&self, reference: &str, specs: &[JobSpec]) -> Result<&IndexedJob, Error> {
         let reference = reference.trim();
         if let Ok(no) = reference.parse::<u32>()
             && let Some(job) = self.jobs.iter().find(|j| j.no == no)
+        {
+            return Ok(job);
+        }
+        if let Some(spec) = specs.iter().find(|s| s.name.as_deref() == Some(reference))
+            && let Some(job) = self
+                .jobs
+                .iter()
+                .find(|j| j.key == spec.key || spec.legacy_key.as_deref() == Some(j.key.as_str()))
         {
             return Ok(job);
         }
@@ -196,7 +214,7 @@ impl JobIndex {
         match matches.as_slice() {
             [one] => Ok(one),
             [] => Err(Error::Usage(format!(
-                "no job {reference}: give its number (as in `job 7`) or a prefix of its key (see `gpusched status`)"
+                "no job {reference}: give its number (as in `job 7`), its name= or a prefix of its key (see `gpusched status`)"
             ))),
             many => Err(Error::Usage(format!(
                 "{reference} matches {} jobs ({}); give more of the key",
@@ -209,6 +227,16 @@ impl JobIndex {
             ))),
         }
     }
+}
+
+/// The jobs of the file at `path`, or none when it cannot be read or
+/// parsed (for looking up names; the caller reports real problems).
+pub fn specs_of(path: &Path) -> Vec<JobSpec> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| jobspec::decode(bytes).ok())
+        .map(|text| jobspec::parse_jobs_lenient(&text).0)
+        .unwrap_or_default()
 }
 
 /// The jobs file a scheduler with this log directory runs, from its
@@ -273,6 +301,11 @@ mod tests {
         let ambiguous = index.resolve("aaaa").unwrap_err().to_string();
         assert!(ambiguous.contains("matches 2 jobs"), "{ambiguous}");
         assert!(index.resolve("9").is_err());
+        let specs = jobspec::parse_jobs("[name=second] echo b\n").unwrap();
+        let mut specs = specs;
+        specs[0].key = "aaaa33334444#0".into();
+        assert_eq!(index.resolve_in("second", &specs).unwrap().no, 2);
+        assert!(index.resolve("second").is_err(), "names need the jobs file");
         assert!(index.resolve("").is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! for one attempt (the last by default) from its log file, whichever GPUs
 //! it ran on; with `-f`, follows it until the attempt ends.
 
-use super::index::{IndexedJob, JobIndex, LastWord};
+use super::index::{IndexedJob, JobIndex, LastWord, find_jobs_file, specs_of};
 use crate::cli::LogArgs;
 use crate::error::Error;
 use crate::process::supervisor;
@@ -19,7 +19,10 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// has not started; I/O errors reading the log.
 pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
     let index = JobIndex::read(&args.log_dir)?;
-    let job = index.resolve(&args.job)?;
+    let specs = find_jobs_file(&args.log_dir)
+        .map(|file| specs_of(&file))
+        .unwrap_or_default();
+    let job = index.resolve_in(&args.job, &specs)?;
     let attempt = match args.attempt {
         Some(k) => job
             .attempts

@@ -46,7 +46,7 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
         .map_err(|e| Error::JobsFile(format!("{}: {e} — fix it first", file.display())))?;
     let mut chosen = Vec::new();
     for reference in &args.jobs {
-        let job = index.resolve(reference)?;
+        let job = index.resolve_in(reference, &specs)?;
         if !matches!(job.last, LastWord::Done { .. }) {
             return Err(Error::Usage(format!(
                 "job {} has not finished (it is {}); only finished jobs can be retried",

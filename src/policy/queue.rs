@@ -54,6 +54,7 @@ mod tests {
             timeout_s: None,
             retries: None,
             cancel,
+            name: None,
         }
     }
 

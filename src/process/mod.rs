@@ -147,6 +147,21 @@ impl GroupIdentity {
     }
 }
 
+/// Makes the process `command` will start the leader of a new session
+/// (`setsid`, SPEC §3), so it and its descendants share one process group
+/// and no signal meant for our terminal reaches them.
+pub fn in_new_session(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
 /// Whether the process `id` names is still running (same pid, same start
 /// time, not a zombie).
 pub fn is_running(id: &crate::journal::ProcessId) -> bool {
@@ -237,7 +252,6 @@ impl Termination {
 mod tests {
     use super::*;
     use std::fs::File;
-    use std::os::unix::process::CommandExt;
     use std::path::Path;
     use std::process::{Child, Command, Stdio};
 
@@ -280,14 +294,7 @@ mod tests {
             .stdout(log.try_clone()?)
             .stderr(log)
             .envs(request.env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: setsid is async-signal-safe and touches no memory of ours.
-        unsafe {
-            command.pre_exec(|| {
-                nix::unistd::setsid()
-                    .map(|_| ())
-                    .map_err(std::io::Error::from)
-            });
-        }
+        in_new_session(&mut command);
         let child = command.spawn()?;
         let pid = child.id();
         Ok(Spawned {

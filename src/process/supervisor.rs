@@ -165,14 +165,7 @@ pub fn spawn(request: &Request) -> std::io::Result<Started> {
         .stdout(Stdio::piped())
         .stderr(log)
         .envs(request.env.iter().map(|(k, v)| (k, v)));
-    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
-    }
+    super::in_new_session(&mut command);
     let mut supervisor = command.spawn()?;
     let supervisor_id = super::read_stat(supervisor.id()).map(|s| ProcessId {
         pid: supervisor.id(),

@@ -7,7 +7,7 @@
 use crate::error::Error;
 use crate::jobspec::{self, JobSpec};
 use crate::view::report;
-use crate::view::status::FinishedRow;
+use crate::view::screen::FinishedRow;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@ use crate::cli::StatusArgs;
 use crate::error::Error;
 use crate::journal;
 use crate::view;
-use crate::view::status::FinishedList;
+use crate::view::screen::FinishedList;
 use anyhow::Context;
 
 /// `gpusched status`: renders `<log_dir>/status.json` (or prints it with
@@ -35,16 +35,16 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     let colour = if std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
     {
-        view::status::Colour::Always
+        view::screen::Colour::Always
     } else {
-        view::status::Colour::Never
+        view::screen::Colour::Never
     };
     let finished = if args.all {
         FinishedList::All(JobIndex::read(&args.log_dir)?.finished())
     } else {
         FinishedList::Latest(LATEST_FINISHED)
     };
-    let text = view::status::render(&doc, journal::now_ts(), colour, width(), &finished);
+    let text = view::screen::render(&doc, journal::now_ts(), colour, width(), &finished);
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     Ok(0)
 }

@@ -1,0 +1,270 @@
+//! The `gpusched status` screen (SPEC §13): `status.json` rendered for
+//! people in a given width — whether the scheduler still runs, the GPUs,
+//! running and waiting jobs (with why they wait), then finished ones — and
+//! the run's summary once it is over.
+
+use crate::model::JobState;
+use crate::view::report::{self, human_duration};
+use crate::view::status::{JobStatus, StatusDoc, TERMINAL_STATES, summary_within, table};
+use std::fmt::Write as _;
+
+/// How `gpusched status` colours its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// Plain text.
+    Never,
+    /// ANSI colours.
+    Always,
+}
+
+fn paint(colour: Colour, code: &str, text: &str) -> String {
+    match colour {
+        Colour::Never => text.to_string(),
+        Colour::Always => format!("\x1b[{code}m{text}\x1b[0m"),
+    }
+}
+
+/// What `gpusched status` lists of the finished jobs.
+#[derive(Debug, Clone)]
+pub enum FinishedList {
+    /// The latest this many, from status.json.
+    Latest(usize),
+    /// Every one, from the journal (`--all`): rows of (number, status,
+    /// exit code, run time in seconds, command), oldest first.
+    All(Vec<FinishedRow>),
+}
+
+/// One finished job for `gpusched status --all`.
+#[derive(Debug, Clone)]
+pub struct FinishedRow {
+    /// Display number.
+    pub no: u32,
+    /// Status word.
+    pub status: String,
+    /// Exit code.
+    pub returncode: Option<i64>,
+    /// Run time (seconds).
+    pub duration_s: f64,
+    /// The command.
+    pub command: String,
+}
+
+/// Renders `status.json` for people in lines of at most `width`
+/// characters: whether the scheduler still runs and how old the data is,
+/// the GPUs, the running and waiting jobs, then the finished ones
+/// ([`FinishedList`]); the summary once the run has finished.
+pub fn render(
+    doc: &StatusDoc,
+    now: f64,
+    colour: Colour,
+    width: usize,
+    finished: &FinishedList,
+) -> String {
+    let mut out = String::new();
+    let age = human_duration(now - doc.updated);
+    let live = crate::process::is_alive(doc.scheduler.pid) && !doc.scheduler.state.is_final();
+    let first = if live {
+        format!(
+            "scheduler pid {} {} on {}; data from {age} ago",
+            doc.scheduler.pid,
+            doc.scheduler.state.as_str(),
+            doc.scheduler.backend_detail,
+        )
+    } else {
+        format!(
+            "no scheduler is running for this log dir (pid {} is gone, last state {}); data from {} ({age} ago)",
+            doc.scheduler.pid,
+            doc.scheduler.state.as_str(),
+            report::date_time(doc.updated)
+        )
+    };
+    for (i, line) in crate::view::board::wrap(&first, width)
+        .into_iter()
+        .enumerate()
+    {
+        let code = if live { "32" } else { "33" };
+        let _ = writeln!(
+            out,
+            "{}",
+            if i == 0 {
+                paint(colour, code, &line)
+            } else {
+                line
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "jobs file: {}",
+        report::shorten_left(&doc.scheduler.jobs_file, width.saturating_sub(11))
+    );
+    if let Some(reason) = &doc.scheduler.paused_reason {
+        for line in crate::view::board::wrap(&format!("PAUSED: {reason}"), width) {
+            let _ = writeln!(out, "{}", paint(colour, "31", &line));
+        }
+    }
+    let _ = writeln!(out, "{}", crate::view::board::counts_line(doc, width));
+    for gpu in &doc.gpus {
+        let _ = writeln!(out, "{}", crate::view::board::gpu_line(gpu, width));
+    }
+    out.push('\n');
+    let mut rows = vec![job_header()];
+    let active: Vec<&JobStatus> = doc.jobs.iter().filter(|j| !j.state.is_terminal()).collect();
+    for job in &active {
+        rows.push(job_row(job, now - doc.updated));
+    }
+    if active.is_empty() {
+        out.push_str("nothing running or waiting\n");
+    } else {
+        // A waiting job's reason goes on a line of its own under it.
+        let mut table_text = String::new();
+        push_table(&mut table_text, &rows, width, colour);
+        for (i, line) in table_text.lines().enumerate() {
+            out.push_str(line);
+            out.push('\n');
+            if let Some(reason) = i.checked_sub(1).and_then(|j| active[j].reason.as_ref()) {
+                let _ = writeln!(out, "{}", report::shorten(&format!("     {reason}"), width));
+            }
+        }
+    }
+    // Once the run is over the summary lists the finished jobs, unless
+    // every one (`--all`) was asked for.
+    if live || matches!(finished, FinishedList::All(_)) {
+        render_finished(&mut out, doc, finished, width, colour);
+    }
+    if !live {
+        out.push('\n');
+        out.push_str(&summary_within(doc, width));
+    }
+    out
+}
+
+/// The column titles of the job table.
+fn job_header() -> [String; 9] {
+    [
+        "JOB", "STATE", "GPUS", "VRAM", "NOW", "PEAK", "ELAPSED", "PROGRESS", "COMMAND",
+    ]
+    .map(String::from)
+}
+
+/// A table with its title row in bold.
+fn push_table<const N: usize>(
+    out: &mut String,
+    rows: &[[String; N]],
+    width: usize,
+    colour: Colour,
+) {
+    for (i, line) in table(rows, width).lines().enumerate() {
+        let line = if i == 0 {
+            paint(colour, "1", line)
+        } else {
+            line.to_string()
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
+/// The finished jobs: the latest few from the document, or every one.
+fn render_finished(
+    out: &mut String,
+    doc: &StatusDoc,
+    finished: &FinishedList,
+    width: usize,
+    colour: Colour,
+) {
+    let total: usize = TERMINAL_STATES
+        .iter()
+        .map(|s| doc.counts.get(*s).copied().unwrap_or(0))
+        .sum();
+    let mut rows = vec![["JOB", "STATUS", "EXIT", "RUN", "COMMAND"].map(String::from)];
+    let shown = match finished {
+        FinishedList::Latest(n) => {
+            let mut done: Vec<&JobStatus> =
+                doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
+            done.sort_by(|a, b| {
+                a.finished
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.finished.unwrap_or(0.0))
+            });
+            let skip = done.len().saturating_sub(*n);
+            for job in &done[skip..] {
+                rows.push([
+                    job.no.to_string(),
+                    job.state.as_str().to_string(),
+                    job.returncode.map_or("-".into(), |c| c.to_string()),
+                    job.duration_s
+                        .filter(|_| job.started.is_some())
+                        .map_or("-".into(), human_duration),
+                    job.command.clone(),
+                ]);
+            }
+            done.len() - skip
+        }
+        FinishedList::All(all) => {
+            for job in all {
+                rows.push([
+                    job.no.to_string(),
+                    job.status.clone(),
+                    job.returncode.map_or("-".into(), |c| c.to_string()),
+                    human_duration(job.duration_s),
+                    job.command.clone(),
+                ]);
+            }
+            all.len()
+        }
+    };
+    if shown == 0 {
+        return;
+    }
+    out.push('\n');
+    let title = match finished {
+        FinishedList::Latest(_) if shown < total => format!(
+            "the latest {shown} of {total} finished (`gpusched status --all` lists every one):"
+        ),
+        _ => format!("{shown} finished:"),
+    };
+    let _ = writeln!(out, "{}", report::shorten(&title, width));
+    push_table(out, &rows, width, colour);
+}
+
+/// One job's row in `gpusched status`; `age_s` is how old the document is,
+/// added to a running job's elapsed time.
+fn job_row(job: &JobStatus, age_s: f64) -> [String; 9] {
+    // Per GPU, like the declaration: the busiest GPU's figures.
+    let now_mib = job.current_mib.values().copied().max();
+    let peak = job.peak_mib.values().copied().max().flatten();
+    let elapsed = match (job.state, job.duration_s) {
+        (JobState::Running, Some(d)) => human_duration(d + age_s.max(0.0)),
+        (_, Some(d)) if job.started.is_some() => human_duration(d),
+        _ => "-".into(),
+    };
+    let progress = job.progress.as_ref().map_or("-".into(), |p| {
+        let eta = p
+            .eta_s
+            .map_or(String::new(), |e| format!(" ETA {}", human_duration(e)));
+        format!("{:.0}% {}{eta}", p.percent, p.label)
+    });
+    [
+        job.no.to_string(),
+        job.state.as_str().to_string(),
+        if job.gpus.is_empty() {
+            "-".into()
+        } else {
+            report::gpu_ids(&job.gpus, ",")
+        },
+        job.vram_mib.map_or("-".into(), |v| format!("{v}")),
+        now_mib.map_or("-".into(), |m| m.to_string()),
+        peak.map_or(
+            if job.state == JobState::Running || job.started.is_some() {
+                "n/a".into()
+            } else {
+                "-".into()
+            },
+            |p| p.to_string(),
+        ),
+        elapsed,
+        progress,
+        job.command.clone(),
+    ]
+}

@@ -76,6 +76,17 @@ pub struct Request {
     pub vram_mib: Option<u64>,
     /// Number of distinct GPUs, ≥ 1.
     pub gpus: u32,
+    /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
+    /// `None` for any allowed GPU (SPEC §12).
+    pub on_mask: Option<u64>,
+}
+
+impl Request {
+    /// Whether the job may use GPU `index` (its `on=` list).
+    pub fn may_use(&self, index: u32) -> bool {
+        self.on_mask
+            .is_none_or(|mask| index < 64 && mask & (1u64 << index) != 0)
+    }
 }
 
 /// `ceil(value × (1 + buffer))` in MiB.
@@ -145,6 +156,8 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
     if let Some(reason) = infeasible_reason(request, gpus, opts) {
         return Placement::Infeasible(reason);
     }
+    let allowed: Vec<&GpuLoad> = gpus.iter().filter(|g| request.may_use(g.index)).collect();
+    let gpus = allowed.as_slice();
     let mut chosen: Vec<u32> = match request.vram_mib {
         None => {
             // Lowest index first, whatever the order of the snapshot.
@@ -296,6 +309,7 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             gpus: wanted,
             most_free: gpus
                 .iter()
+                .filter(|g| request.may_use(g.index))
                 .map(|g| (g.index, open_headroom_mib(g, opts)))
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))),
         },
@@ -304,11 +318,18 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
 
 fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {
     let wanted = request.gpus.max(1) as usize;
+    let allowed: Vec<&GpuLoad> = gpus.iter().filter(|g| request.may_use(g.index)).collect();
+    let gpus = allowed.as_slice();
     if wanted > gpus.len() {
         return Some(format!(
-            "needs {wanted} GPUs but only {} {} allowed",
+            "needs {wanted} GPUs but only {} {} allowed{}",
             gpus.len(),
-            if gpus.len() == 1 { "is" } else { "are" }
+            if gpus.len() == 1 { "is" } else { "are" },
+            if request.on_mask.is_some() {
+                " by its on= and --gpus"
+            } else {
+                ""
+            }
         ));
     }
     let vram = request.vram_mib?;
@@ -347,12 +368,14 @@ mod tests {
         Request {
             vram_mib: Some(vram),
             gpus: 1,
+            on_mask: None,
         }
     }
 
     const UNDECLARED: Request = Request {
         vram_mib: None,
         gpus: 1,
+        on_mask: None,
     };
 
     fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupant {
@@ -569,6 +592,7 @@ mod tests {
         let two = Request {
             vram_mib: Some(8000),
             gpus: 2,
+            on_mask: None,
         };
         assert_eq!(place(&two, &gpus, &opts()), Placement::Start(vec![0, 1]));
     }
@@ -586,6 +610,7 @@ mod tests {
         let request = Request {
             vram_mib: Some(10000),
             gpus: 2,
+            on_mask: None,
         };
         // Smallest sufficient headroom first: g1 (12000), g3 (15000).
         assert_eq!(
@@ -601,6 +626,7 @@ mod tests {
         let request = Request {
             vram_mib: None,
             gpus: 2,
+            on_mask: None,
         };
         let mut busy = gpu(1);
         busy.used_mib = 5000;
@@ -616,6 +642,7 @@ mod tests {
         let request = Request {
             vram_mib: Some(1000),
             gpus: 3,
+            on_mask: None,
         };
         match place(&request, &[gpu(0), gpu(1)], &opts()) {
             Placement::Infeasible(reason) => {
@@ -722,6 +749,7 @@ mod tests {
         let request = Request {
             vram_mib: Some(14336),
             gpus: 1,
+            on_mask: None,
         };
         assert_eq!(place(&request, &gpus, &opts), Placement::NotNow);
         let reason = wait_reason(&request, &gpus, &opts);
@@ -738,6 +766,7 @@ mod tests {
         let undeclared = Request {
             vram_mib: None,
             gpus: 2,
+            on_mask: None,
         };
         assert_eq!(
             wait_reason(&undeclared, &gpus, &opts).to_string(),
@@ -747,7 +776,8 @@ mod tests {
             wait_reason(
                 &Request {
                     vram_mib: None,
-                    gpus: 1
+                    gpus: 1,
+                    on_mask: None
                 },
                 &gpus,
                 &opts
@@ -755,5 +785,54 @@ mod tests {
             .to_string(),
             "waiting for an idle GPU"
         );
+    }
+
+    #[test]
+    fn on_lists_restrict_placement_and_infeasibility() {
+        let opts = PlaceOptions::default();
+        let free = |index, total_mib| GpuLoad {
+            index,
+            total_mib,
+            ..Default::default()
+        };
+        let gpus = [free(0, 24000), free(1, 24000), free(2, 16000)];
+        let on = |mask| Request {
+            vram_mib: Some(10000),
+            gpus: 1,
+            on_mask: Some(mask),
+        };
+        // Best-fit would take GPU 2 (the smallest); on=1 keeps it to GPU 1.
+        assert_eq!(place(&on(0b010), &gpus, &opts), Placement::Start(vec![1]));
+        assert_eq!(
+            place(
+                &Request {
+                    on_mask: None,
+                    ..on(0)
+                },
+                &gpus,
+                &opts
+            ),
+            Placement::Start(vec![2])
+        );
+        // Judged by the GPUs it may use: too small, or not allowed at all.
+        let big = Request {
+            vram_mib: Some(20000),
+            ..on(0b100)
+        };
+        assert!(matches!(
+            place(&big, &gpus, &opts),
+            Placement::Infeasible(_)
+        ));
+        match place(&on(0b1000), &gpus, &opts) {
+            Placement::Infeasible(reason) => {
+                assert!(reason.contains("by its on= and --gpus"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The reason speaks of the GPUs it may use.
+        let mut loaded = gpus.clone();
+        loaded[0].used_mib = 20000;
+        let reason = wait_reason(&on(0b001), &loaded, &opts).to_string();
+        assert!(reason.contains("most free: GPU 0"), "{reason}");
     }
 }

@@ -34,6 +34,9 @@ pub struct JobSpec {
     /// `name=`: a name to refer to the job by (SPEC §12), unique in the
     /// file, of `[A-Za-z0-9_.-]`.
     pub name: Option<String>,
+    /// `on=0,2`: the GPU indices (below 64) it may use, as a bit mask (bit
+    /// i = GPU i); `None` for any GPU the scheduler may use (SPEC §12).
+    pub on_mask: Option<u64>,
 }
 
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
@@ -228,6 +231,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         retries: None,
         cancel: false,
         name: None,
+        on_mask: None,
     };
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
@@ -291,6 +295,24 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.cancel = true;
         }
+        "on" => {
+            let v = need(value)?;
+            let mut mask = 0u64;
+            for part in v.split(',') {
+                let index = part
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&i| i < 64)
+                    .ok_or_else(|| {
+                        format!("bad on value '{v}': expected GPU indices below 64, like on=0,2")
+                    })?;
+                if mask & (1u64 << index) != 0 {
+                    return Err(format!("bad on value '{v}': GPU {index} is listed twice"));
+                }
+                mask |= 1u64 << index;
+            }
+            spec.on_mask = Some(mask);
+        }
         "name" => {
             let v = need(value)?;
             let valid = v
@@ -306,7 +328,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, cancel)"
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, on=, cancel)"
             ));
         }
     }
@@ -464,7 +486,7 @@ mod tests {
         assert_eq!(e.text, "[vrma=8G] python x.py");
         assert_eq!(
             e.to_string(),
-            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, cancel): [vrma=8G] python x.py"
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, on=, cancel): [vrma=8G] python x.py"
         );
     }
 
@@ -623,6 +645,22 @@ mod tests {
         assert!(e.reason.contains("UTF-8"), "{e}");
         assert!(e.text.starts_with("echo "), "{e}");
         assert_eq!(decode(b"echo a\n".to_vec()).unwrap(), "echo a\n");
+    }
+
+    #[test]
+    fn on_lists_gpus() {
+        assert_eq!(one("[on=0,2] x").on_mask, Some(0b101));
+        assert_eq!(one("[on=63] x").on_mask, Some(1 << 63));
+        assert_eq!(one("x").on_mask, None);
+        for bad in [
+            "[on=] x",
+            "[on=64] x",
+            "[on=a] x",
+            "[on=1,1] x",
+            "[on=0,,1] x",
+        ] {
+            assert_eq!(error(bad).line, 1, "{bad}");
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!   plan, every GPU that received declared jobs still has at least the
 //!   margin left (computed without saturation);
 //! * an undeclared job never shares a GPU;
-//! * a start gets exactly the GPUs asked for, distinct, in ascending order;
+//! * a start gets exactly the GPUs asked for, distinct, in ascending order,
+//!   all within its `on=` list;
 //! * the plan does not depend on the order of GPUs in the snapshot.
 
 use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
@@ -62,8 +63,16 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
 
 fn requests() -> impl Strategy<Value = Vec<Request>> {
     prop::collection::vec(
-        (prop::option::of(100u64..30_000), 1u32..4)
-            .prop_map(|(vram_mib, gpus)| Request { vram_mib, gpus }),
+        (
+            prop::option::of(100u64..30_000),
+            1u32..4,
+            prop::option::of(any::<u8>().prop_map(u64::from)),
+        )
+            .prop_map(|(vram_mib, gpus, on_mask)| Request {
+                vram_mib,
+                gpus,
+                on_mask,
+            }),
         0..12,
     )
 }
@@ -140,6 +149,7 @@ proptest! {
                 prop_assert_eq!(chosen.len(), request.gpus as usize);
                 prop_assert!(chosen.windows(2).all(|w| w[0] < w[1]), "{:?}", chosen);
                 prop_assert!(chosen.iter().all(|i| gpus.iter().any(|g| g.index == *i)));
+                prop_assert!(chosen.iter().all(|i| request.may_use(*i)), "outside on=: {:?}", chosen);
             }
         }
     }

@@ -20,6 +20,7 @@ pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) 
     matches!(state.phase, Phase::Waiting).then(|| Request {
         vram_mib: spec.vram_mib.max(state.next_vram),
         gpus: spec.gpus,
+        on_mask: spec.on_mask,
     })
 }
 
@@ -55,6 +56,7 @@ mod tests {
             retries: None,
             cancel,
             name: None,
+            on_mask: None,
         }
     }
 
@@ -105,6 +107,7 @@ mod tests {
             Some(Request {
                 vram_mib: vram,
                 gpus,
+                on_mask: None,
             })
         };
         let table = [

@@ -14,6 +14,9 @@ pub struct PlaceOptions {
     pub spike_buffer: f64,
     /// At most one of our jobs per GPU.
     pub exclusive: bool,
+    /// GPUs drained by `gpusched drain` (bit i = GPU i): closed to new
+    /// jobs, but still counted by the infeasible rule (SPEC §12).
+    pub drained_mask: u64,
 }
 
 impl Default for PlaceOptions {
@@ -23,6 +26,7 @@ impl Default for PlaceOptions {
             margin_mib: 512,
             spike_buffer: 0.10,
             exclusive: false,
+            drained_mask: 0,
         }
     }
 }
@@ -156,7 +160,10 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
     if let Some(reason) = infeasible_reason(request, gpus, opts) {
         return Placement::Infeasible(reason);
     }
-    let allowed: Vec<&GpuLoad> = gpus.iter().filter(|g| request.may_use(g.index)).collect();
+    let allowed: Vec<&GpuLoad> = gpus
+        .iter()
+        .filter(|g| request.may_use(g.index) && !is_drained(g.index, opts))
+        .collect();
     let gpus = allowed.as_slice();
     let mut chosen: Vec<u32> = match request.vram_mib {
         None => {
@@ -238,6 +245,13 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
 /// "Why it waits"): a value, rendered for people by its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
+    /// Dispatch is paused (`gpusched pause`).
+    Paused,
+    /// It would start but for these drained GPUs.
+    Drained {
+        /// The drained GPUs it would use.
+        gpus: Vec<u32>,
+    },
     /// An undeclared job: no allowed GPU is fully idle.
     IdleGpu {
         /// GPUs it needs.
@@ -259,6 +273,15 @@ pub enum WaitReason {
 impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
+            WaitReason::Drained { gpus } => write!(
+                f,
+                "GPU {} drained",
+                gpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
             WaitReason::Headroom {
@@ -279,6 +302,11 @@ impl std::fmt::Display for WaitReason {
             }
         }
     }
+}
+
+/// Whether `gpusched drain` closed GPU `index` to new jobs.
+pub fn is_drained(index: u32, opts: &PlaceOptions) -> bool {
+    index < 64 && opts.drained_mask & (1u64 << index) != 0
 }
 
 /// Whether a GPU is closed to new jobs: one of our undeclared jobs holds
@@ -302,6 +330,20 @@ pub fn open_headroom_mib(gpu: &GpuLoad, opts: &PlaceOptions) -> u64 {
 /// [`Placement::NotNow`]).
 pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> WaitReason {
     let wanted = request.gpus.max(1);
+    if opts.drained_mask != 0 {
+        let undrained = PlaceOptions {
+            drained_mask: 0,
+            ..opts.clone()
+        };
+        if let Placement::Start(chosen) = place(request, gpus, &undrained) {
+            return WaitReason::Drained {
+                gpus: chosen
+                    .into_iter()
+                    .filter(|&g| is_drained(g, opts))
+                    .collect(),
+            };
+        }
+    }
     match request.vram_mib {
         None => WaitReason::IdleGpu { gpus: wanted },
         Some(vram) => WaitReason::Headroom {
@@ -309,7 +351,7 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             gpus: wanted,
             most_free: gpus
                 .iter()
-                .filter(|g| request.may_use(g.index))
+                .filter(|g| request.may_use(g.index) && !is_drained(g.index, opts))
                 .map(|g| (g.index, open_headroom_mib(g, opts)))
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))),
         },
@@ -834,5 +876,34 @@ mod tests {
         loaded[0].used_mib = 20000;
         let reason = wait_reason(&on(0b001), &loaded, &opts).to_string();
         assert!(reason.contains("most free: GPU 0"), "{reason}");
+    }
+
+    #[test]
+    fn drained_gpus_take_no_new_job_but_still_count_as_existing() {
+        let opts = PlaceOptions {
+            drained_mask: 0b01,
+            ..PlaceOptions::default()
+        };
+        let free = |index| GpuLoad {
+            index,
+            total_mib: 24000,
+            ..Default::default()
+        };
+        let gpus = [free(0), free(1)];
+        let one = Request {
+            vram_mib: Some(1000),
+            gpus: 1,
+            on_mask: None,
+        };
+        assert_eq!(place(&one, &gpus, &opts), Placement::Start(vec![1]));
+        // Both GPUs: not infeasible, waits for the drained one.
+        let two = Request { gpus: 2, ..one };
+        assert_eq!(place(&two, &gpus, &opts), Placement::NotNow);
+        assert_eq!(wait_reason(&two, &gpus, &opts).to_string(), "GPU 0 drained");
+        let three = Request { gpus: 3, ..one };
+        assert!(matches!(
+            place(&three, &gpus, &opts),
+            Placement::Infeasible(_)
+        ));
     }
 }

@@ -52,6 +52,16 @@ pub enum Command {
     /// `gpusched retry 7 12`. Refused while the job's line carries `cancel`
     /// or is gone.
     Retry(RetryArgs),
+    /// Stop starting new jobs (running ones go on) until `gpusched resume`;
+    /// kept across restarts.
+    Pause(LogDirArgs),
+    /// Start dispatching again after `gpusched pause`.
+    Resume(LogDirArgs),
+    /// Close GPUs to new jobs (running ones go on), e.g. for maintenance:
+    /// `gpusched drain 0 2`; kept across restarts.
+    Drain(GpuArgs),
+    /// Open drained GPUs to new jobs again.
+    Undrain(GpuArgs),
     /// Stop the scheduler running on a log directory, as Ctrl-C would: its
     /// running jobs get SIGTERM (SIGKILL after 10 s) and run again on the
     /// next start.
@@ -231,6 +241,25 @@ pub struct RetryArgs {
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched pause` and `resume`.
+#[derive(Debug, Args, Clone)]
+pub struct LogDirArgs {
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched drain` and `undrain`.
+#[derive(Debug, Args, Clone)]
+pub struct GpuArgs {
+    /// GPU indices.
+    #[arg(value_name = "GPU", required = true)]
+    pub gpus: Vec<u32>,
     /// The scheduler's log directory.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,

@@ -8,6 +8,7 @@
 pub mod allocation;
 pub mod cli;
 pub mod commands;
+pub mod control;
 pub mod edit;
 pub mod error;
 pub mod files;

@@ -2,6 +2,8 @@
 
 use clap::Parser;
 use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs};
+use gpusched::commands::control;
+use gpusched::control::ControlChange;
 use std::io::Write;
 
 fn main() {
@@ -20,6 +22,20 @@ fn main() {
         Some(Command::Stop(args)) => gpusched::commands::stop::run(args),
         Some(Command::Log(args)) => gpusched::commands::log::run(args),
         Some(Command::Retry(args)) => gpusched::commands::retry::run(args),
+        Some(Command::Pause(args)) => control::run(&args.log_dir, ControlChange::Pause),
+        Some(Command::Resume(args)) => control::run(&args.log_dir, ControlChange::Resume),
+        Some(Command::Drain(args)) => control::run(
+            &args.log_dir,
+            ControlChange::Drain {
+                gpus: args.gpus.clone(),
+            },
+        ),
+        Some(Command::Undrain(args)) => control::run(
+            &args.log_dir,
+            ControlChange::Undrain {
+                gpus: args.gpus.clone(),
+            },
+        ),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man) => gpusched::commands::completions::man(),
         None => gpusched::run(&cli.run),

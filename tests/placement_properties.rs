@@ -6,7 +6,7 @@
 //!   margin left (computed without saturation);
 //! * an undeclared job never shares a GPU;
 //! * a start gets exactly the GPUs asked for, distinct, in ascending order,
-//!   all within its `on=` list;
+//!   all within its `on=` list and none drained;
 //! * the plan does not depend on the order of GPUs in the snapshot.
 
 use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
@@ -78,14 +78,24 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
 }
 
 fn options() -> impl Strategy<Value = PlaceOptions> {
-    (0u64..1000, 0u64..2000, 0.0f64..0.5, any::<bool>()).prop_map(
-        |(idle_threshold_mib, margin_mib, spike_buffer, exclusive)| PlaceOptions {
-            idle_threshold_mib,
-            margin_mib,
-            spike_buffer,
-            exclusive,
-        },
+    (
+        0u64..1000,
+        0u64..2000,
+        0.0f64..0.5,
+        any::<bool>(),
+        prop_oneof![Just(0u64), any::<u8>().prop_map(u64::from)],
     )
+        .prop_map(
+            |(idle_threshold_mib, margin_mib, spike_buffer, exclusive, drained_mask)| {
+                PlaceOptions {
+                    idle_threshold_mib,
+                    margin_mib,
+                    spike_buffer,
+                    exclusive,
+                    drained_mask,
+                }
+            },
+        )
 }
 
 /// total − effective external − Σ budgets, without saturating at 0.
@@ -150,6 +160,11 @@ proptest! {
                 prop_assert!(chosen.windows(2).all(|w| w[0] < w[1]), "{:?}", chosen);
                 prop_assert!(chosen.iter().all(|i| gpus.iter().any(|g| g.index == *i)));
                 prop_assert!(chosen.iter().all(|i| request.may_use(*i)), "outside on=: {:?}", chosen);
+                prop_assert!(
+                    chosen.iter().all(|i| !allocation::is_drained(*i, &opts)),
+                    "on a drained GPU: {:?}",
+                    chosen
+                );
             }
         }
     }

@@ -11,15 +11,110 @@ fn on_keeps_a_job_to_its_gpus_and_is_judged_by_them() {
         "[on=1] sh -c 'echo $CUDA_VISIBLE_DEVICES > one.txt'\n[on=0,1 gpus=2] sh -c 'echo $CUDA_VISIBLE_DEVICES > both.txt'\n[on=5] echo never\n[vram=20G on=0] echo fits\n",
     );
     let out = env.run(&["--sim", "2", "--poll", "0.1"]);
-    assert_eq!(out.code, 1, "infeasible job 3 fails the run: {}", out.stdout);
+    assert_eq!(
+        out.code, 1,
+        "infeasible job 3 fails the run: {}",
+        out.stdout
+    );
     assert_eq!(std::fs::read_to_string(env.path("one.txt")).unwrap(), "1\n");
-    assert_eq!(std::fs::read_to_string(env.path("both.txt")).unwrap(), "0,1\n");
+    assert_eq!(
+        std::fs::read_to_string(env.path("both.txt")).unwrap(),
+        "0,1\n"
+    );
     assert_eq!(env.status_of(3).as_deref(), Some("infeasible"));
     assert!(
-        out.stdout.contains("only 0 are allowed by its on= and --gpus"),
+        out.stdout
+            .contains("only 0 are allowed by its on= and --gpus"),
         "{}",
         out.stdout
     );
     assert_eq!(env.status_of(4).as_deref(), Some("ok"));
-    assert_eq!(env.job_events(4, "started")[0]["gpus"], serde_json::json!([0]));
+    assert_eq!(
+        env.job_events(4, "started")[0]["gpus"],
+        serde_json::json!([0])
+    );
+}
+
+/// `gpusched ARGS… --log-dir LOGS` in the test's directory.
+fn gpusched(env: &Env, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::bin())
+        .args(args)
+        .arg("--log-dir")
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn pause_holds_new_jobs_and_resume_lets_them_start() {
+    let env = Env::new("sh -c 'while [ ! -e release ]; do sleep 0.05; done'\n");
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    common::wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    let out = gpusched(&env, &["pause"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("queue paused"),
+        "{out:?}"
+    );
+    env.append_jobs("echo second > second.txt\n");
+    common::wait_for("the paused reason", &mut || {
+        env.board().contains("queue paused (gpusched resume)")
+    });
+    assert!(env.board().contains("QUEUE PAUSED"), "{}", env.board());
+    assert!(
+        !env.path("second.txt").exists(),
+        "nothing starts while paused"
+    );
+    // The running job was not touched.
+    assert!(env.job_events(1, "done").is_empty());
+    let out = gpusched(&env, &["resume"]);
+    assert!(out.status.success(), "{out:?}");
+    common::wait_for("job 2 to run", &mut || env.path("second.txt").exists());
+    std::fs::write(env.path("release"), "").unwrap();
+    common::wait_for("job 1 to end", &mut || env.status_of_opt(1).is_some());
+    sched.stop();
+}
+
+#[test]
+fn drain_closes_a_gpu_and_survives_a_restart() {
+    let hold = "sh -c 'echo $CUDA_VISIBLE_DEVICES >> gpus.txt; while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!("{hold}\n{hold}\n"));
+    // No scheduler yet: recorded for the next start.
+    let out = gpusched(&env, &["drain", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("recorded for the next start"),
+        "{out:?}"
+    );
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    common::wait_for("job 2 to wait for the drained GPU", &mut || {
+        env.board().contains("GPU 0 drained")
+    });
+    assert_eq!(
+        std::fs::read_to_string(env.path("gpus.txt")).unwrap(),
+        "1\n"
+    );
+    assert!(env.board().contains("drained: GPU 0"), "{}", env.board());
+    sched.stop();
+    // Still drained after a restart.
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    common::wait_for("the drained notice", &mut || {
+        sched.stdout().contains("GPU 0 drained (by gpusched drain)")
+    });
+    common::wait_for("job 1 on GPU 1 again", &mut || {
+        std::fs::read_to_string(env.path("gpus.txt")).unwrap_or_default() == "1\n1\n"
+    });
+    let out = gpusched(&env, &["undrain", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    common::wait_for("job 2 on GPU 0", &mut || {
+        std::fs::read_to_string(env.path("gpus.txt"))
+            .unwrap_or_default()
+            .ends_with("0\n")
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    common::wait_for("both to end", &mut || {
+        env.status_of_opt(1).is_some() && env.status_of_opt(2).is_some()
+    });
+    sched.stop();
 }

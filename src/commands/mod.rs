@@ -4,6 +4,7 @@
 pub mod add;
 pub mod cancel;
 pub mod completions;
+pub mod control;
 pub mod index;
 pub mod log;
 pub mod retry;

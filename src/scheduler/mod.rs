@@ -26,6 +26,8 @@ use std::time::Instant;
 /// The whole scheduler state.
 pub struct Scheduler {
     cfg: Config,
+    /// Pause and drain, kept in `<log_dir>/control.json` (SPEC §12).
+    control: crate::control::Control,
     /// The log directory's lock, held for the scheduler's life.
     _lock: crate::lockfile::SchedulerLock,
     backend: Box<dyn GpuBackend>,

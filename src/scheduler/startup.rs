@@ -7,6 +7,7 @@ use super::state::{Config, FileStamp, GpuState, JobsFile, Mode};
 use super::{Scheduler, absolute, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
+use crate::control::Control;
 use crate::error::Error;
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
@@ -67,6 +68,10 @@ impl Scheduler {
         // Before anything in the directory is touched (SPEC §11).
         let lock = SchedulerLock::acquire(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;
+        let (control, problem) = Control::load(&cfg.log_dir);
+        if let Some(problem) = problem {
+            warn(&problem);
+        }
         let wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
 
         let mut scheduler = Scheduler {
@@ -81,6 +86,7 @@ impl Scheduler {
                 generation: 0,
             },
             cfg,
+            control,
             _lock: lock,
             backend,
             sim_dir,
@@ -110,6 +116,8 @@ impl Scheduler {
             jobs_path.display(),
             scheduler.cfg.log_dir.display()
         ));
+        scheduler.cfg.place.drained_mask = scheduler.control.drained_mask();
+        scheduler.report_control();
         scheduler.adopt_orphans()?;
         scheduler.report_resume();
         // The first round works from this snapshot rather than asking the
@@ -147,6 +155,22 @@ impl Scheduler {
             }
         }
         Ok(snapshot)
+    }
+
+    /// Says at start what `gpusched pause` / `drain` left in force.
+    fn report_control(&self) {
+        if self.control.paused {
+            say("queue paused (by gpusched pause): no new job starts until `gpusched resume`");
+        }
+        if !self.control.drained.is_empty() {
+            say(&format!(
+                "GPU {} drained (by gpusched drain): no new job starts there until `gpusched undrain`",
+                report::gpu_ids(
+                    &self.control.drained.iter().copied().collect::<Vec<_>>(),
+                    ", "
+                )
+            ));
+        }
     }
 
     /// Says once at start how many jobs of the file the journal already
@@ -187,6 +211,7 @@ fn config(args: &RunArgs) -> Config {
             margin_mib: args.margin,
             spike_buffer: args.spike_buffer,
             exclusive: args.exclusive,
+            drained_mask: 0,
         },
         tolerance: args.tolerance,
         poll: Duration::from_secs_f64(args.poll),

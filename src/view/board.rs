@@ -80,6 +80,7 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     if let Some(reason) = &doc.scheduler.paused_reason {
         header.extend(wrap(&format!("PAUSED: {reason}"), width));
     }
+    header.extend(control_lines(doc, width));
     if let Some(error) = notes.jobs_file_problem {
         header.extend(wrap(&format!("jobs file problem: {error}"), width));
     }
@@ -90,6 +91,24 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
         None => {}
     }
     header
+}
+
+/// What `gpusched pause` and `drain` hold in force, one line each.
+pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    if doc.scheduler.queue_paused {
+        lines.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
+    }
+    if !doc.scheduler.drained.is_empty() {
+        lines.push(report::shorten(
+            &format!(
+                "drained: GPU {} (`gpusched undrain` opens it again)",
+                report::gpu_ids(&doc.scheduler.drained, ", ")
+            ),
+            width,
+        ));
+    }
+    lines
 }
 
 /// `jobs: 4 running, 2 pending, 3 ok` — every state with jobs, in the
@@ -125,7 +144,13 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         gpu.total_mib,
         gpu.external_mib,
         gpu.headroom_mib,
-        if gpu.closed { " (closed)" } else { "" }
+        if gpu.drained {
+            " (drained)"
+        } else if gpu.closed {
+            " (closed)"
+        } else {
+            ""
+        }
     );
     report::shorten(&line, width)
 }

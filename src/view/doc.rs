@@ -62,6 +62,8 @@ pub struct ViewInput<'a> {
     pub wait_reasons: &'a HashMap<String, WaitReason>,
     /// Bumped when those reasons change.
     pub reasons_generation: u64,
+    /// Pause and drain.
+    pub control: &'a crate::control::Control,
     /// The scheduler's state word.
     pub state: SchedulerState,
     /// Why dispatch is paused, if it is.
@@ -253,6 +255,8 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             backend_detail: input.backend_detail.clone(),
             state: input.state,
             paused_reason: input.paused_reason.map(str::to_string),
+            queue_paused: input.control.paused,
+            drained: input.control.drained.iter().copied().collect(),
             jobs_file: input.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,
@@ -288,6 +292,7 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                 external_mib: allocation::effective_external_mib(load, spike_buffer),
                 headroom_mib: allocation::open_headroom_mib(load, &input.cfg.place),
                 closed: allocation::is_closed(load, &input.cfg.place),
+                drained: allocation::is_drained(load.index, &input.cfg.place),
                 util_percent: info.and_then(|g| g.util_percent),
                 jobs: input
                     .running

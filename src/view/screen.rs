@@ -103,6 +103,9 @@ pub fn render(
             let _ = writeln!(out, "{}", paint(colour, "31", &line));
         }
     }
+    for line in crate::view::board::control_lines(doc, width) {
+        let _ = writeln!(out, "{}", paint(colour, "33", &line));
+    }
     let _ = writeln!(out, "{}", crate::view::board::counts_line(doc, width));
     for gpu in &doc.gpus {
         let _ = writeln!(out, "{}", crate::view::board::gpu_line(gpu, width));

@@ -60,8 +60,14 @@ pub struct SchedulerStatus {
     /// (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or `finished`
     /// (queue drained, exited).
     pub state: SchedulerState,
-    /// Why dispatching is paused, when it is.
+    /// Why dispatching is paused by errors, when it is.
     pub paused_reason: Option<String>,
+    /// Whether `gpusched pause` holds new dispatch (SPEC §12).
+    #[serde(default)]
+    pub queue_paused: bool,
+    /// GPUs `gpusched drain` closed to new jobs.
+    #[serde(default)]
+    pub drained: Vec<u32>,
     /// The jobs file.
     pub jobs_file: String,
     /// The log directory.
@@ -92,6 +98,9 @@ pub struct GpuStatus {
     /// `--exclusive` and one of our jobs runs on it (SPEC §2, §12).
     #[serde(default)]
     pub closed: bool,
+    /// Drained by `gpusched drain`: no new job starts on it (SPEC §12).
+    #[serde(default)]
+    pub drained: bool,
     /// Device utilization, percent; null when not reported.
     pub util_percent: Option<u32>,
     /// Display numbers of our jobs on it.
@@ -490,6 +499,8 @@ mod tests {
                 backend_detail: "1 simulated GPU of 24000 MiB".into(),
                 state: SchedulerState::Finished,
                 paused_reason: None,
+                queue_paused: false,
+                drained: Vec::new(),
                 jobs_file: "jobs.txt".into(),
                 log_dir: "gpusched_logs".into(),
                 watch: false,
@@ -505,6 +516,7 @@ mod tests {
                 external_mib: 0,
                 headroom_mib: 20000,
                 closed: false,
+                drained: false,
                 util_percent: Some(50),
                 jobs: vec![2],
                 busy_fraction: Some(0.5),

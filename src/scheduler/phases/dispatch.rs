@@ -79,6 +79,15 @@ impl Scheduler {
         }
         self.dispatch_needed = false;
         self.last_dispatch_loads = Some(loads.clone());
+        if self.control.paused {
+            let reasons = self
+                .pending()
+                .take(crate::view::status::JSON_LIST_LIMIT)
+                .map(|(index, _)| (self.jobs.specs[index].key.clone(), WaitReason::Paused))
+                .collect();
+            self.set_wait_reasons(reasons);
+            return Ok(());
+        }
         let (indices, requests): (Vec<usize>, Vec<Request>) = self.pending().unzip();
         if requests.is_empty() {
             self.set_wait_reasons(HashMap::new());

@@ -46,6 +46,7 @@ impl Scheduler {
             reasons_generation: self.reasons_generation,
             state: self.scheduler_state(),
             paused_reason: self.mode.paused_reason(),
+            control: &self.control,
             started_ts: self.started_ts,
             backend_is_sim: self.backend.is_sim(),
             backend_detail: self.backend.describe(),

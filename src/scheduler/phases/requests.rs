@@ -1,10 +1,13 @@
-//! Requests from commands (SPEC §13): `gpusched retry` leaves
+//! Requests from commands (SPEC §12, §13): `gpusched pause`, `resume`,
+//! `drain` and `undrain` leave a [`ControlChange`], applied and kept in
+//! `<log_dir>/control.json`; `gpusched retry` leaves
 //! `<log_dir>/requests/retry-<key>-<pid>.json` for a running scheduler,
 //! which checks it (the job finished; its line is in the file without
 //! `cancel`), journals `retry` so the job is pending again, and removes
 //! the request. A request that no longer holds is dropped with a warning.
 
 use crate::commands::retry::{RetryRequest, requests_dir};
+use crate::control::ControlChange;
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
 use crate::view::report::{say, warn};
@@ -29,17 +32,44 @@ impl Scheduler {
             .collect();
         paths.sort();
         for path in paths {
-            let request = std::fs::read(&path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<RetryRequest>(&bytes).ok());
-            if let Some(request) = request
-                && let Err(e) = self.retry(&request.retry)
-            {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            let applied = if let Ok(request) = serde_json::from_slice::<RetryRequest>(&bytes) {
+                self.retry(&request.retry)
+            } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
+                self.change_control(&change)
+            } else {
+                Ok(())
+            };
+            if let Err(e) = applied {
                 self.requests_due = true;
                 return Err(e);
             }
             let _ = std::fs::remove_file(&path);
         }
+        Ok(())
+    }
+
+    /// Pause, resume, drain or undrain (SPEC §12): recorded in
+    /// `<log_dir>/control.json` first, then in force.
+    ///
+    /// Errors: the control file cannot be written (the request stays).
+    fn change_control(&mut self, change: &ControlChange) -> anyhow::Result<()> {
+        let mut control = self.control.clone();
+        let said = control.apply(change);
+        control.save(&self.cfg.log_dir).map_err(|e| {
+            crate::error::Error::io(
+                format!(
+                    "cannot write {}",
+                    crate::control::control_path(&self.cfg.log_dir).display()
+                ),
+                e,
+            )
+        })?;
+        self.control = control;
+        self.cfg.place.drained_mask = self.control.drained_mask();
+        self.dispatch_needed = true;
+        self.last_dispatch_loads = None;
+        say(&said);
         Ok(())
     }
 

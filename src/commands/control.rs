@@ -1,0 +1,73 @@
+//! `gpusched pause`, `resume`, `drain GPU…`, `undrain GPU…` (SPEC §12):
+//! with a scheduler running, the change goes through
+//! `<log_dir>/requests/` and the command waits (up to 10 s) until the
+//! scheduler has it in force; with none, the command takes the log
+//! directory's lock and records it in `<log_dir>/control.json` for the
+//! next start. Running jobs are never touched.
+
+use super::retry::requests_dir;
+use crate::control::{Control, ControlChange, control_path};
+use crate::error::Error;
+use crate::lockfile::{self, SchedulerLock};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long to wait for a running scheduler to take the change.
+const PICKUP_WAIT: Duration = Duration::from_secs(10);
+
+/// Applies `change` to the queue of the scheduler with `log_dir`.
+///
+/// Errors: the log directory cannot be written.
+pub fn run(log_dir: &Path, change: ControlChange) -> anyhow::Result<i32> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| Error::io(format!("cannot create {}", log_dir.display()), e))?;
+    match SchedulerLock::acquire(log_dir) {
+        Ok(lock) => {
+            let (mut control, problem) = Control::load(log_dir);
+            if let Some(problem) = problem {
+                eprintln!("gpusched: {problem}");
+            }
+            let said = control.apply(&change);
+            control.save(log_dir).map_err(|e| {
+                Error::io(
+                    format!("cannot write {}", control_path(log_dir).display()),
+                    e,
+                )
+            })?;
+            drop(lock);
+            println!("{said} — no scheduler is running; recorded for the next start");
+            Ok(0)
+        }
+        Err(Error::AlreadyRunning(_)) => ask_scheduler(log_dir, &change),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Leaves the change for the running scheduler and waits until it holds.
+fn ask_scheduler(log_dir: &Path, change: &ControlChange) -> anyhow::Result<i32> {
+    let pid = lockfile::holder(log_dir).map_or("?".to_string(), |p| p.to_string());
+    let dir = requests_dir(log_dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let path = dir.join(format!(
+        "control-{}-{}.json",
+        std::process::id(),
+        crate::journal::now_ts().to_bits()
+    ));
+    crate::files::write_atomic(&path, &serde_json::to_vec(change)?)
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    let deadline = Instant::now() + PICKUP_WAIT;
+    while Instant::now() < deadline {
+        if !path.exists() && Control::load(log_dir).0.shows(change) {
+            let said = Control::default().apply(change);
+            println!("{said} (scheduler pid {pid})");
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "gpusched: asked the scheduler (pid {pid}) to apply this; it has not done so within {} s (see its output)",
+        PICKUP_WAIT.as_secs()
+    );
+    Ok(1)
+}

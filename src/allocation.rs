@@ -247,6 +247,13 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
 pub enum WaitReason {
     /// Dispatch is paused (`gpusched pause`).
     Paused,
+    /// An `after=` dependency has not ended yet.
+    After {
+        /// Its display number.
+        no: u32,
+        /// `running` or `pending`.
+        state: &'static str,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -274,6 +281,7 @@ impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
+            WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::Drained { gpus } => write!(
                 f,
                 "GPU {} drained",

@@ -37,6 +37,9 @@ pub struct JobSpec {
     /// `on=0,2`: the GPU indices (below 64) it may use, as a bit mask (bit
     /// i = GPU i); `None` for any GPU the scheduler may use (SPEC §12).
     pub on_mask: Option<u64>,
+    /// `after=REF,…`: jobs that must end `ok` before this one starts, as
+    /// written (names, display numbers or key prefixes; SPEC §12).
+    pub after: Vec<String>,
 }
 
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
@@ -232,6 +235,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         cancel: false,
         name: None,
         on_mask: None,
+        after: Vec::new(),
     };
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
@@ -313,6 +317,16 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.on_mask = Some(mask);
         }
+        "after" => {
+            let v = need(value)?;
+            let refs: Vec<String> = v.split(',').map(str::to_string).collect();
+            if refs.iter().any(|r| r.is_empty()) {
+                return Err(format!(
+                    "bad after value '{v}': expected names, job numbers or key prefixes, like after=train,3"
+                ));
+            }
+            spec.after = refs;
+        }
         "name" => {
             let v = need(value)?;
             let valid = v
@@ -328,7 +342,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, on=, cancel)"
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, cancel)"
             ));
         }
     }
@@ -486,7 +500,7 @@ mod tests {
         assert_eq!(e.text, "[vrma=8G] python x.py");
         assert_eq!(
             e.to_string(),
-            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, on=, cancel): [vrma=8G] python x.py"
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, cancel): [vrma=8G] python x.py"
         );
     }
 

@@ -22,17 +22,20 @@ pub enum DoneStatus {
     Cancelled,
     /// Could never start on the allowed GPUs.
     Infeasible,
+    /// A job it runs `after=` ended in anything but `ok` (SPEC §12).
+    DependencyFailed,
 }
 
 impl DoneStatus {
     /// Every status, in the order the board and metrics list them.
-    pub const ALL: [DoneStatus; 6] = [
+    pub const ALL: [DoneStatus; 7] = [
         DoneStatus::Ok,
         DoneStatus::Failed,
         DoneStatus::FailedOom,
         DoneStatus::Timeout,
         DoneStatus::Cancelled,
         DoneStatus::Infeasible,
+        DoneStatus::DependencyFailed,
     ];
 
     /// The word used in the journal, on the board and in completion lines.
@@ -44,6 +47,7 @@ impl DoneStatus {
             DoneStatus::Timeout => "timeout",
             DoneStatus::Cancelled => "cancelled",
             DoneStatus::Infeasible => "infeasible",
+            DoneStatus::DependencyFailed => "dependency_failed",
         }
     }
 
@@ -85,7 +89,7 @@ pub enum JobState {
 impl JobState {
     /// Every state, in the order counts and boards list them: the live
     /// states, then the terminal ones.
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Running,
         JobState::Pending,
         JobState::RetryWait,
@@ -95,6 +99,7 @@ impl JobState {
         JobState::Done(DoneStatus::Timeout),
         JobState::Done(DoneStatus::Cancelled),
         JobState::Done(DoneStatus::Infeasible),
+        JobState::Done(DoneStatus::DependencyFailed),
     ];
 
     /// The word in status.json and `counts`: `running`, `pending`,

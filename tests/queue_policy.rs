@@ -118,3 +118,52 @@ fn drain_closes_a_gpu_and_survives_a_restart() {
     });
     sched.stop();
 }
+
+#[test]
+fn after_runs_a_chain_in_order_and_a_failed_dependency_ends_its_dependants() {
+    let env = Env::new(
+        "[name=a] sh -c 'sleep 0.5; echo a >> order.txt'\n[name=b after=a] sh -c 'echo b >> order.txt'\n[after=b] sh -c 'echo c >> order.txt'\n[name=x] sh -c 'while [ ! -e release ]; do sleep 0.05; done; exit 4'\n[after=x,1] sh -c 'echo never >> order.txt'\n",
+    );
+    let sched = env.spawn(&["--sim", "4", "--poll", "0.1"]);
+    common::wait_for("job 5's reason", &mut || {
+        env.board().contains("after job 4 (running)")
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(
+        out.code, 4,
+        "the failed dependency's exit code: {}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("order.txt")).unwrap(),
+        "a\nb\nc\n"
+    );
+    assert_eq!(env.status_of(5).as_deref(), Some("dependency_failed"));
+    assert!(env.job_events(5, "started").is_empty());
+    assert!(
+        out.stdout
+            .contains("job 5 dependency_failed: it runs after job 4, which ended failed"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn unknown_references_and_cycles_are_jobs_file_errors() {
+    for (text, words) in [
+        (
+            "echo a\n[after=nobody] echo b\n",
+            "line 2: after=nobody matches no job",
+        ),
+        (
+            "[name=a after=b] echo a\n[name=b after=a] echo b\n",
+            "line 1: after= makes a cycle: a → b → a",
+        ),
+    ] {
+        let env = Env::new(text);
+        let out = env.run(&["--sim", "1"]);
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains(words), "{}", out.stderr);
+    }
+}

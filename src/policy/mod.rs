@@ -7,8 +7,10 @@
 //! * [`queue`]: which jobs are pending and with what request (SPEC §5).
 //! * [`kill`]: why a job is being killed, and how kills escalate (SPEC §3,
 //!   §6, §7).
+//! * [`dependencies`]: `after=` references and the afterok rule (SPEC §12).
 //! * [`exit_code`]: the scheduler's exit status (SPEC §7).
 
+pub mod dependencies;
 pub mod exit_code;
 pub mod kill;
 pub mod outcome;

@@ -57,6 +57,7 @@ mod tests {
             cancel,
             name: None,
             on_mask: None,
+            after: Vec::new(),
         }
     }
 

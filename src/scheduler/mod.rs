@@ -95,6 +95,7 @@ impl Scheduler {
         self.guard(|s| s.drive_kills(now));
         self.enforce_timeouts(now);
         self.guard(|s| s.apply_cancels(now));
+        self.guard(|s| s.fail_broken_dependencies());
         if self.sample_due(now) {
             self.sample_gpus(now);
             self.guard(|s| s.complete_ended_orphans());

@@ -48,7 +48,7 @@ impl Scheduler {
         })?;
         let text = jobspec::decode(bytes)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
-        let specs = jobspec::parse_jobs(&text)
+        let mut specs = jobspec::parse_jobs(&text)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         if specs.is_empty() && !cfg.watch {
             return Err(Error::JobsFile(format!(
@@ -84,6 +84,7 @@ impl Scheduler {
                 stamp: FileStamp::of(&jobs_path),
                 unsettled: None,
                 generation: 0,
+                after: HashMap::new(),
             },
             cfg,
             control,
@@ -106,7 +107,10 @@ impl Scheduler {
             reasons_generation: 0,
             queue_view: None,
         };
-        scheduler.install_specs(&text, specs)?;
+        let after = scheduler
+            .resolve_after(&mut specs)
+            .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
+        scheduler.install_specs(&text, specs, after)?;
 
         let snapshot = scheduler.first_snapshot()?;
         say(&format!(

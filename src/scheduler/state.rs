@@ -247,6 +247,8 @@ pub struct JobsFile {
     pub generation: u64,
     /// A read not yet believed.
     pub unsettled: Option<Unsettled>,
+    /// Each job's `after=` dependencies, resolved to keys (SPEC §12).
+    pub after: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl JobsFile {

@@ -119,7 +119,8 @@ pub struct JobStatus {
     /// Identity key.
     pub key: String,
     /// `running`, `pending`, `retry_wait`, or a terminal status (`ok`,
-    /// `failed`, `failed_oom`, `timeout`, `cancelled`, `infeasible`).
+    /// `failed`, `failed_oom`, `timeout`, `cancelled`, `infeasible`,
+    /// `dependency_failed`).
     pub state: JobState,
     /// The command.
     pub command: String,
@@ -364,8 +365,8 @@ fn label(pairs: &[(&str, String)]) -> String {
 }
 
 /// The terminal states: the words of [`DoneStatus::ALL`].
-pub const TERMINAL_STATES: [&str; 6] = {
-    let mut words = [""; 6];
+pub const TERMINAL_STATES: [&str; 7] = {
+    let mut words = [""; 7];
     let mut i = 0;
     while i < words.len() {
         words[i] = DoneStatus::ALL[i].as_str();
@@ -376,8 +377,19 @@ pub const TERMINAL_STATES: [&str; 6] = {
 
 /// Every state a job can be in, as `counts` keys: the live states, then
 /// the terminal ones.
-pub const JOB_STATES: [&str; 9] = {
-    let mut words = ["running", "pending", "retry_wait", "", "", "", "", "", ""];
+pub const JOB_STATES: [&str; 10] = {
+    let mut words = [
+        "running",
+        "pending",
+        "retry_wait",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+    ];
     let mut i = 0;
     while i < TERMINAL_STATES.len() {
         words[3 + i] = TERMINAL_STATES[i];

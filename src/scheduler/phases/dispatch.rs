@@ -10,6 +10,7 @@ use crate::files;
 use crate::jobspec::JobSpec;
 use crate::journal::{Event, now_ts};
 use crate::model::DoneStatus;
+use crate::policy::dependencies::Readiness;
 use crate::policy::queue;
 use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
@@ -88,9 +89,25 @@ impl Scheduler {
             self.set_wait_reasons(reasons);
             return Ok(());
         }
-        let (indices, requests): (Vec<usize>, Vec<Request>) = self.pending().unzip();
+        // Jobs still waiting for an `after=` dependency are not placed.
+        let mut held: Vec<(String, WaitReason)> = Vec::new();
+        let (indices, requests): (Vec<usize>, Vec<Request>) = self
+            .pending()
+            .filter(|(index, _)| {
+                let key = &self.jobs.specs[*index].key;
+                match self.readiness_of(key) {
+                    Readiness::Ready => true,
+                    Readiness::Waiting { no, state } => {
+                        held.push((key.clone(), WaitReason::After { no, state }));
+                        false
+                    }
+                    // Ended by the dependencies phase this very tick.
+                    Readiness::Failed { .. } => false,
+                }
+            })
+            .unzip();
         if requests.is_empty() {
-            self.set_wait_reasons(HashMap::new());
+            self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
         }
         let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
@@ -110,6 +127,7 @@ impl Scheduler {
                     .or_insert_with(|| allocation::wait_reason(request, &loads, &self.cfg.place));
                 (self.jobs.specs[*index].key.clone(), reason.clone())
             })
+            .chain(held)
             .collect();
         self.set_wait_reasons(reasons);
         // Jobs of the file that are running or done, for "n/N dispatched".

@@ -5,10 +5,12 @@
 
 use crate::jobspec::{self, JobSpec};
 use crate::journal::{Event, Record, now_ts};
+use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{FileStamp, Unsettled};
 use crate::scheduler::wake::SETTLE;
 use crate::view::report::{say, warn};
+use std::collections::HashMap;
 use std::time::Instant;
 
 impl Scheduler {
@@ -52,15 +54,18 @@ impl Scheduler {
         }
         self.jobs.unsettled = None;
         self.jobs.stamp = stamp;
-        match jobspec::parse_jobs(&text) {
-            Ok(specs) => {
+        match jobspec::parse_jobs(&text).and_then(|mut specs| {
+            let after = self.resolve_after(&mut specs)?;
+            Ok((specs, after))
+        }) {
+            Ok((specs, after)) => {
                 if self.jobs.last_error.take().is_some() {
                     say(&format!(
                         "{} parses again; queue updated",
                         self.jobs.path.display()
                     ));
                 }
-                if let Err(e) = self.install_specs(&text, specs) {
+                if let Err(e) = self.install_specs(&text, specs, after) {
                     self.jobs.stamp = None; // read it again once writes work
                     return Err(e);
                 }
@@ -100,18 +105,17 @@ impl Scheduler {
         }
     }
 
-    /// Makes `specs` the queue and records first sight of new jobs (one
-    /// batch of `seen` events per 512 jobs, one fsync each).
+    /// Settles the keys of `specs` against the journal (a journal written
+    /// with the older identity rule knows a job by its legacy key: keep
+    /// using that, so finished jobs stay finished), then resolves their
+    /// `after=` references (SPEC §12).
     ///
-    /// Errors: the journal cannot be written.
-    pub(in crate::scheduler) fn install_specs(
-        &mut self,
-        text: &str,
-        mut specs: Vec<JobSpec>,
-    ) -> anyhow::Result<()> {
-        // A journal written with the older identity rule knows a job by its
-        // legacy key: keep using that, so finished jobs stay finished.
-        for spec in &mut specs {
+    /// Errors: a reference that matches nothing, or a cycle.
+    pub(in crate::scheduler) fn resolve_after(
+        &self,
+        specs: &mut [JobSpec],
+    ) -> Result<HashMap<String, Vec<String>>, jobspec::ParseError> {
+        for spec in specs.iter_mut() {
             if let Some(legacy) = &spec.legacy_key
                 && self.journal.state(&spec.key).is_none()
                 && self.journal.state(legacy).is_some()
@@ -119,6 +123,36 @@ impl Scheduler {
                 spec.key = legacy.clone();
             }
         }
+        if specs.iter().all(|s| s.after.is_empty()) {
+            return Ok(HashMap::new());
+        }
+        // Numbers: the journal's, and those new lines are about to get.
+        let mut known: KnownJobs = self
+            .journal
+            .states()
+            .map(|(key, state)| (state.no, key.clone()))
+            .collect();
+        let mut next_no = self.journal.next_no();
+        for spec in specs.iter() {
+            if self.journal.state(&spec.key).is_none() {
+                known.insert(next_no, spec.key.clone());
+                next_no += 1;
+            }
+        }
+        dependencies::resolve(specs, &known)
+    }
+
+    /// Makes `specs` (with their resolved `after=` keys) the queue and
+    /// records first sight of new jobs (one batch of `seen` events per 512
+    /// jobs, one fsync each).
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn install_specs(
+        &mut self,
+        text: &str,
+        specs: Vec<JobSpec>,
+        after: HashMap<String, Vec<String>>,
+    ) -> anyhow::Result<()> {
         let mut next_no = self.journal.next_no();
         let ts = now_ts();
         let new: Vec<&JobSpec> = specs
@@ -146,6 +180,7 @@ impl Scheduler {
             self.journal.append_all(&seen)?;
         }
         self.jobs.specs = specs;
+        self.jobs.after = after;
         self.jobs.generation += 1;
         self.jobs.text_hash = Some(hash_text(text));
         self.dispatch_needed = true;

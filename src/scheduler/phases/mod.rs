@@ -7,7 +7,8 @@
 //! 3. [`kills`]: escalate kills past their grace; finish killed jobs whose
 //!    group is gone (SPEC §3).
 //! 4. [`timeouts`]: begin the kill of jobs past their `timeout=` (SPEC §6).
-//! 5. [`cancels`]: apply `cancel` flags (SPEC §6).
+//! 5. [`cancels`]: apply `cancel` flags (SPEC §6); then [`dependencies`]:
+//!    end jobs whose `after=` dependency failed (SPEC §12).
 //! 6. [`sampling`]: when due, query the GPUs and attribute their processes
 //!    (SPEC §4); then [`orphans`]: finish adopted jobs that ended (SPEC §5).
 //! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
@@ -23,6 +24,7 @@
 mod cancels;
 mod children;
 mod completion;
+mod dependencies;
 mod dispatch;
 mod exit;
 mod io;

@@ -1,0 +1,61 @@
+//! `after=` (SPEC §12), afterok: a pending job whose dependency ended in
+//! anything but `ok` — or can never run, its line gone — ends at once as
+//! `dependency_failed`, naming the dependency. Jobs still waiting on a
+//! dependency are held back from placement by [`Scheduler::readiness_of`].
+
+use crate::journal::Phase;
+use crate::model::DoneStatus;
+use crate::policy::dependencies::{self, Readiness};
+use crate::scheduler::Scheduler;
+use crate::view::report::say;
+
+impl Scheduler {
+    /// Where job `key`'s dependencies stand.
+    pub(in crate::scheduler) fn readiness_of(&self, key: &str) -> Readiness {
+        match self.jobs.after.get(key) {
+            None => Readiness::Ready,
+            Some(deps) => dependencies::readiness(
+                deps,
+                |k| self.journal.state(k),
+                |k| self.running.contains_key(k),
+                |k| self.jobs.spec(k).is_some(),
+            ),
+        }
+    }
+
+    /// Ends pending jobs whose dependency failed.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn fail_broken_dependencies(&mut self) -> anyhow::Result<()> {
+        if self.jobs.after.is_empty() {
+            return Ok(());
+        }
+        let waiting: Vec<String> = self
+            .jobs
+            .after
+            .keys()
+            .filter(|key| !self.running.contains_key(*key))
+            .filter(|key| {
+                self.journal
+                    .state(key)
+                    .is_some_and(|s| matches!(s.phase, Phase::Waiting))
+            })
+            .cloned()
+            .collect();
+        for key in waiting {
+            if let Readiness::Failed { no, why } = self.readiness_of(&key) {
+                let own = self.journal.state(&key).map_or(0, |s| s.no);
+                self.record_unrun(&key, DoneStatus::DependencyFailed)?;
+                say(&format!(
+                    "✗ job {own} dependency_failed: it runs after job {no}, which {}",
+                    if why.contains(' ') {
+                        format!("is {why}")
+                    } else {
+                        format!("ended {why}")
+                    }
+                ));
+            }
+        }
+        Ok(())
+    }
+}

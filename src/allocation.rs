@@ -210,14 +210,45 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
 /// job starts (the loads are unchanged, so neither is the answer): a long
 /// queue of blocked look-alike jobs costs one hash look-up each.
 pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> Vec<Placement> {
+    plan_with_reservation(requests, gpus, opts, None)
+}
+
+/// A reservation against starvation (SPEC §12): the GPUs held for one
+/// pending job; no other job starts on them until it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Index of the reserved job in the plan's requests.
+    pub request_index: usize,
+    /// The reserved GPUs (bit i = GPU i).
+    pub gpu_mask: u64,
+}
+
+/// [`plan`] with a reservation: every request but the reserved one sees
+/// the reserved GPUs as closed; the reserved one may use them.
+pub fn plan_with_reservation(
+    requests: &[Request],
+    gpus: &mut [GpuLoad],
+    opts: &PlaceOptions,
+    reservation: Option<&Reservation>,
+) -> Vec<Placement> {
+    let others = PlaceOptions {
+        drained_mask: opts.drained_mask | reservation.map_or(0, |r| r.gpu_mask),
+        ..opts.clone()
+    };
     let mut blocked: std::collections::HashSet<Request> = std::collections::HashSet::new();
     requests
         .iter()
-        .map(|request| {
-            if blocked.contains(request) {
+        .enumerate()
+        .map(|(index, request)| {
+            let reserved = reservation.is_some_and(|r| r.request_index == index);
+            if !reserved && blocked.contains(request) {
                 return Placement::NotNow;
             }
-            let placement = place(request, gpus, opts);
+            let placement = if reserved {
+                place(request, gpus, opts)
+            } else {
+                place(request, gpus, &others)
+            };
             match &placement {
                 Placement::Start(chosen) => {
                     blocked.clear();
@@ -229,14 +260,42 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
                         });
                     }
                 }
-                Placement::NotNow => {
+                Placement::NotNow if !reserved => {
                     blocked.insert(*request);
                 }
+                Placement::NotNow => {}
                 Placement::Infeasible(_) => {}
             }
             placement
         })
         .collect()
+}
+
+/// The GPUs `request` will fit on once our running jobs there end
+/// (ignoring them, not other people's use), for a reservation; `None` when
+/// it would not fit even then.
+pub fn reservation_gpus(
+    request: &Request,
+    gpus: &[GpuLoad],
+    opts: &PlaceOptions,
+) -> Option<Vec<u32>> {
+    let without_ours: Vec<GpuLoad> = gpus
+        .iter()
+        .map(|g| GpuLoad {
+            occupants: Vec::new(),
+            used_mib: g.used_mib.saturating_sub(
+                g.occupants
+                    .iter()
+                    .filter_map(|o| o.current_mib)
+                    .fold(0, u64::saturating_add),
+            ),
+            ..g.clone()
+        })
+        .collect();
+    match place(request, &without_ours, opts) {
+        Placement::Start(chosen) => Some(chosen),
+        _ => None,
+    }
 }
 
 /// Why `request` could never start on these GPUs even if all were empty, or
@@ -247,6 +306,13 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
 pub enum WaitReason {
     /// Dispatch is paused (`gpusched pause`).
     Paused,
+    /// It would start but for GPUs reserved for an older blocked job.
+    Held {
+        /// The reserved GPUs it would use.
+        gpus: Vec<u32>,
+        /// The display number of the job they are held for.
+        for_no: u32,
+    },
     /// An `after=` dependency has not ended yet.
     After {
         /// Its display number.
@@ -281,6 +347,14 @@ impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
+            WaitReason::Held { gpus, for_no } => write!(
+                f,
+                "GPU {} held for job {for_no}",
+                gpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::Drained { gpus } => write!(
                 f,
@@ -913,5 +987,47 @@ mod tests {
             place(&three, &gpus, &opts),
             Placement::Infeasible(_)
         ));
+    }
+
+    #[test]
+    fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
+        let opts = PlaceOptions::default();
+        let mut gpu = GpuLoad {
+            index: 0,
+            total_mib: 24000,
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            gpu.occupants.push(Occupant {
+                declared_mib: Some(8000),
+                peak_mib: None,
+                current_mib: None,
+            });
+        }
+        let big = Request {
+            vram_mib: Some(20000),
+            gpus: 1,
+            on_mask: None,
+        };
+        let small = Request {
+            vram_mib: Some(4000),
+            ..big
+        };
+        // Without a reservation the small job backfills past the big one.
+        let free = plan(&[big, small], &mut [gpu.clone()], &opts);
+        assert_eq!(free, vec![Placement::NotNow, Placement::Start(vec![0])]);
+        // The big one will fit once our jobs on GPU 0 end.
+        assert_eq!(reservation_gpus(&big, &[gpu.clone()], &opts), Some(vec![0]));
+        let reservation = Reservation {
+            request_index: 0,
+            gpu_mask: 1,
+        };
+        let held =
+            plan_with_reservation(&[big, small], &mut [gpu.clone()], &opts, Some(&reservation));
+        assert_eq!(held, vec![Placement::NotNow, Placement::NotNow]);
+        // Once the GPU empties, the reserved job starts.
+        gpu.occupants.clear();
+        let now = plan_with_reservation(&[big, small], &mut [gpu], &opts, Some(&reservation));
+        assert_eq!(now[0], Placement::Start(vec![0]));
     }
 }

@@ -120,6 +120,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub exclusive: bool,
 
+    /// Starvation guard: when the first blocked job in file order has
+    /// waited this many seconds, the GPUs it will fit on once our running
+    /// jobs there end are reserved for it; no other job starts on them until
+    /// it starts (one reservation at a time).
+    #[arg(long, value_name = "SEC", default_value_t = 600.0, value_parser = parse_seconds)]
+    pub reserve_after: f64,
+
     /// Stay up after the queue drains and wait for new lines in JOBS_FILE.
     #[arg(long)]
     pub watch: bool,

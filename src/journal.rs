@@ -60,6 +60,12 @@ pub enum Event {
     /// `gpusched retry`: a finished job is queued again as a new attempt
     /// with the same key; its OOM retries start over (SPEC §13).
     Retry {},
+    /// The job waited `--reserve-after` blocked: these GPUs are held for
+    /// it until it starts (SPEC §12).
+    Reserved {
+        /// GPU indices held.
+        gpus: Vec<u32>,
+    },
     /// The job ended for good.
     Done {
         /// How it ended.
@@ -189,6 +195,8 @@ pub struct Journal {
     states: FxHashMap<String, KeyState>,
     next_no: u32,
     generation: u64,
+    /// The reservation in force (SPEC §12): the job's key and its GPUs.
+    reservation: Option<(String, Vec<u32>)>,
 }
 
 /// What [`Journal::open`] found while reading an existing journal.
@@ -319,6 +327,7 @@ impl Journal {
             states: FxHashMap::default(),
             next_no: 1,
             generation: 0,
+            reservation: None,
         };
         let mut replay = Replay::default();
         let mut reader = File::open(path)?;
@@ -421,6 +430,12 @@ impl Journal {
         self.generation
     }
 
+    /// The reservation the journal has in force: the job's key and the
+    /// GPUs held for it (until it starts or ends).
+    pub fn reservation(&self) -> Option<&(String, Vec<u32>)> {
+        self.reservation.as_ref()
+    }
+
     /// The display number the next new job will get.
     pub fn next_no(&self) -> u32 {
         self.next_no
@@ -508,6 +523,7 @@ impl Journal {
             },
             Event::Interrupted {} => Fold::Interrupted,
             Event::Retry {} => Fold::Retry,
+            Event::Reserved { gpus } => Fold::Reserved(gpus.clone()),
             Event::Done {
                 status,
                 returncode,
@@ -537,6 +553,17 @@ impl Journal {
             }
             return;
         }
+        match &step {
+            Fold::Reserved(gpus) => {
+                self.reservation = Some((key.to_string(), gpus.clone()));
+            }
+            Fold::Started { .. } | Fold::Done(_)
+                if self.reservation.as_ref().is_some_and(|(k, _)| k == key) =>
+            {
+                self.reservation = None;
+            }
+            _ => {}
+        }
         let state = match self.states.get_mut(key) {
             Some(state) => state,
             None => {
@@ -565,6 +592,7 @@ impl Journal {
                 state.phase = Phase::Waiting;
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
+            Fold::Reserved(_) => {}
             Fold::Retry => {
                 if matches!(state.phase, Phase::Done(_)) {
                     state.phase = Phase::Waiting;
@@ -617,6 +645,7 @@ enum Fold {
     },
     Interrupted,
     Retry,
+    Reserved(Vec<u32>),
     Done(Finished),
 }
 
@@ -674,6 +703,7 @@ impl RawRecord<'_> {
             },
             "interrupted" => Fold::Interrupted,
             "retry" => Fold::Retry,
+            "reserved" => Fold::Reserved(self.gpus.as_ref()?.0.to_vec()),
             "done" => Fold::Done(Finished {
                 status: self.status?,
                 returncode: self.returncode,

@@ -167,3 +167,48 @@ fn unknown_references_and_cycles_are_jobs_file_errors() {
         assert!(out.stderr.contains(words), "{}", out.stderr);
     }
 }
+
+#[test]
+fn a_big_job_gets_a_reservation_and_starts_while_small_ones_keep_arriving() {
+    let small = "[vram=8G] sleep 1.5";
+    let env = Env::new(&format!(
+        "{small} # 1\n{small} # 2\n[vram=20G] echo big > big.txt\n"
+    ));
+    let sched = env.spawn(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.2",
+        "--watch",
+        "--reserve-after",
+        "1",
+    ]);
+    let started = std::time::Instant::now();
+    let mut appended = 0;
+    // A small job arrives every 0.3 s: without a reservation the big one
+    // would never find 20 GiB free.
+    while !env.path("big.txt").exists() {
+        assert!(
+            started.elapsed() < common::DEADLINE,
+            "the big job never started:\n{}",
+            sched.stdout()
+        );
+        appended += 1;
+        env.append_jobs(&format!("{small} # more {appended}\n"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert!(
+        sched.stdout().contains("job 3 has waited")
+            && sched.stdout().contains("GPU 0 reserved for it"),
+        "{}",
+        sched.stdout()
+    );
+    assert_eq!(env.job_events(3, "reserved").len(), 1);
+    // While it was held, later jobs said why they waited.
+    assert!(
+        sched.stdout().contains("reserved for it"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}

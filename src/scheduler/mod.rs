@@ -55,6 +55,9 @@ pub struct Scheduler {
     /// Why each pending job that did not fit in the last dispatch round
     /// waits (SPEC §12).
     wait_reasons: HashMap<String, crate::allocation::WaitReason>,
+    /// The first blocked job in file order and since when it is blocked,
+    /// for the starvation guard (SPEC §12).
+    blocked_first: Option<(String, Instant)>,
     /// Bumped whenever `wait_reasons` changes (for the cached views).
     reasons_generation: u64,
     /// The GPU loads placement last saw (to skip rounds that cannot differ).

@@ -104,6 +104,7 @@ impl Scheduler {
             started_ts: now_ts(),
             last_dispatch_loads: None,
             wait_reasons: HashMap::new(),
+            blocked_first: None,
             reasons_generation: 0,
             queue_view: None,
         };
@@ -223,6 +224,7 @@ fn config(args: &RunArgs) -> Config {
         oom_retries: args.oom_retries,
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
+        reserve_after: Duration::from_secs_f64(args.reserve_after),
     }
 }
 

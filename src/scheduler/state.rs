@@ -35,6 +35,8 @@ pub struct Config {
     pub verbose: bool,
     /// `--gpus`, or `None` for every GPU.
     pub allowed: Option<Vec<u32>>,
+    /// `--reserve-after`.
+    pub reserve_after: Duration,
 }
 
 impl Config {

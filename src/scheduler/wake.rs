@@ -110,6 +110,11 @@ impl Scheduler {
                 deadline = deadline.min(t);
             }
         }
+        if let Some((_, since)) = &self.blocked_first
+            && let Some(due) = since.checked_add(self.cfg.reserve_after)
+        {
+            deadline = deadline.min(due.max(now));
+        }
         if matches!(self.mode, Mode::PausedOnIo { .. }) {
             deadline = deadline.min(now + IO_RETRY);
         }

@@ -93,11 +93,22 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     header
 }
 
-/// What `gpusched pause` and `drain` hold in force, one line each.
+/// What `gpusched pause` and `drain` and the starvation guard hold in
+/// force, one line each.
 pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     if doc.scheduler.queue_paused {
         lines.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
+    }
+    if let Some(reservation) = &doc.scheduler.reservation {
+        lines.push(report::shorten(
+            &format!(
+                "reserved: GPU {} for job {} (it waited --reserve-after blocked)",
+                report::gpu_ids(&reservation.gpus, ", "),
+                reservation.job
+            ),
+            width,
+        ));
     }
     if !doc.scheduler.drained.is_empty() {
         lines.push(report::shorten(

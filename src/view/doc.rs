@@ -13,6 +13,7 @@ use crate::process::Pgid;
 use crate::progress;
 use crate::scheduler::state::{Config, Ended, GpuState, JobsFile, Proc, Running};
 use crate::view::report;
+use crate::view::status::ReservationStatus;
 use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
 use std::collections::{BTreeMap, HashMap};
 
@@ -257,6 +258,16 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             paused_reason: input.paused_reason.map(str::to_string),
             queue_paused: input.control.paused,
             drained: input.control.drained.iter().copied().collect(),
+            reservation: input.journal.reservation().and_then(|(key, gpus)| {
+                let state = input.journal.state(key)?;
+                let waiting = !input.running.contains_key(key)
+                    && matches!(state.phase, Phase::Waiting)
+                    && input.jobs.spec(key).is_some();
+                waiting.then(|| ReservationStatus {
+                    job: state.no,
+                    gpus: gpus.clone(),
+                })
+            }),
             jobs_file: input.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,

@@ -68,12 +68,24 @@ pub struct SchedulerStatus {
     /// GPUs `gpusched drain` closed to new jobs.
     #[serde(default)]
     pub drained: Vec<u32>,
+    /// The reservation against starvation in force (SPEC §12), if any.
+    #[serde(default)]
+    pub reservation: Option<ReservationStatus>,
     /// The jobs file.
     pub jobs_file: String,
     /// The log directory.
     pub log_dir: String,
     /// Whether `--watch` is on.
     pub watch: bool,
+}
+
+/// GPUs held for one blocked job (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReservationStatus {
+    /// The job's display number.
+    pub job: u32,
+    /// The GPU indices held for it.
+    pub gpus: Vec<u32>,
 }
 
 /// One GPU.
@@ -513,6 +525,7 @@ mod tests {
                 paused_reason: None,
                 queue_paused: false,
                 drained: Vec::new(),
+                reservation: None,
                 jobs_file: "jobs.txt".into(),
                 log_dir: "gpusched_logs".into(),
                 watch: false,

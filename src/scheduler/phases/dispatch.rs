@@ -4,7 +4,7 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
-use crate::allocation::{self, GpuLoad, Occupant, Placement, Request, WaitReason};
+use crate::allocation::{self, GpuLoad, Occupant, Placement, Request, Reservation, WaitReason};
 use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
@@ -19,6 +19,28 @@ use crate::view::report::{self, say, warn};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
+/// start but for the reservation.
+fn held_for(
+    request: &Request,
+    loads: &[GpuLoad],
+    opts: &allocation::PlaceOptions,
+    reservation: Option<&(Reservation, u32)>,
+) -> Option<WaitReason> {
+    let (reservation, for_no) = reservation?;
+    let Placement::Start(chosen) = allocation::place(request, loads, opts) else {
+        return None;
+    };
+    let gpus: Vec<u32> = chosen
+        .into_iter()
+        .filter(|&g| g < 64 && reservation.gpu_mask & (1u64 << g) != 0)
+        .collect();
+    (!gpus.is_empty()).then_some(WaitReason::Held {
+        gpus,
+        for_no: *for_no,
+    })
+}
 
 impl Scheduler {
     /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
@@ -75,7 +97,16 @@ impl Scheduler {
             return Ok(());
         }
         let mut loads = self.gpu_loads();
-        if !self.dispatch_needed && self.last_dispatch_loads.as_ref() == Some(&loads) {
+        let now = Instant::now();
+        let reservation_due = self.blocked_first.as_ref().is_some_and(|(_, since)| {
+            since
+                .checked_add(self.cfg.reserve_after)
+                .is_some_and(|due| now >= due)
+        });
+        if !self.dispatch_needed
+            && !reservation_due
+            && self.last_dispatch_loads.as_ref() == Some(&loads)
+        {
             return Ok(());
         }
         self.dispatch_needed = false;
@@ -110,7 +141,38 @@ impl Scheduler {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
         }
-        let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        // The reservation in force, if its job is still waiting in the file.
+        let reservation = self.journal.reservation().and_then(|(key, gpus)| {
+            let request_index = indices
+                .iter()
+                .position(|&i| self.jobs.specs[i].key == *key)?;
+            let no = self.journal.state(key).map_or(0, |s| s.no);
+            Some((
+                Reservation {
+                    request_index,
+                    gpu_mask: gpus
+                        .iter()
+                        .filter(|&&g| g < 64)
+                        .fold(0, |m, g| m | (1u64 << g)),
+                },
+                no,
+            ))
+        });
+        let before = loads.clone();
+        let placements = allocation::plan_with_reservation(
+            &requests,
+            &mut loads,
+            &self.cfg.place,
+            reservation.as_ref().map(|(r, _)| r),
+        );
+        self.guard_against_starvation(
+            &indices,
+            &requests,
+            &placements,
+            &before,
+            reservation.is_some(),
+            now,
+        )?;
         // Why the others wait, against the GPUs as this round leaves them
         // (one answer per distinct request).
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
@@ -122,9 +184,11 @@ impl Scheduler {
             // The views list the first waiting jobs only.
             .take(crate::view::status::JSON_LIST_LIMIT)
             .map(|((index, request), _)| {
-                let reason = by_request
-                    .entry(*request)
-                    .or_insert_with(|| allocation::wait_reason(request, &loads, &self.cfg.place));
+                let reason = by_request.entry(*request).or_insert_with(|| {
+                    held_for(request, &loads, &self.cfg.place, reservation.as_ref()).unwrap_or_else(
+                        || allocation::wait_reason(request, &loads, &self.cfg.place),
+                    )
+                });
                 (self.jobs.specs[*index].key.clone(), reason.clone())
             })
             .chain(held)
@@ -149,6 +213,64 @@ impl Scheduler {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The starvation guard (SPEC §12): tracks how long the first blocked
+    /// job in file order has waited; after `--reserve-after`, reserves for
+    /// it the GPUs it will fit on once our running jobs there end (journaled,
+    /// so a restart keeps it). One reservation at a time.
+    ///
+    /// Errors: the journal cannot be written.
+    fn guard_against_starvation(
+        &mut self,
+        indices: &[usize],
+        requests: &[Request],
+        placements: &[Placement],
+        loads: &[GpuLoad],
+        reserved: bool,
+        now: Instant,
+    ) -> anyhow::Result<()> {
+        if reserved {
+            self.blocked_first = None;
+            return Ok(());
+        }
+        let first = placements
+            .iter()
+            .position(|p| *p == Placement::NotNow)
+            .map(|i| (self.jobs.specs[indices[i]].key.clone(), requests[i]));
+        let Some((key, request)) = first else {
+            self.blocked_first = None;
+            return Ok(());
+        };
+        let since = match &self.blocked_first {
+            Some((blocked, since)) if *blocked == key => *since,
+            _ => {
+                self.blocked_first = Some((key, now));
+                return Ok(());
+            }
+        };
+        if since
+            .checked_add(self.cfg.reserve_after)
+            .is_none_or(|due| now < due)
+        {
+            return Ok(());
+        }
+        // Try again a full --reserve-after later if it cannot be reserved.
+        self.blocked_first = Some((key.clone(), now));
+        let Some(gpus) = allocation::reservation_gpus(&request, loads, &self.cfg.place) else {
+            return Ok(());
+        };
+        self.journal
+            .append(&key, Event::Reserved { gpus: gpus.clone() })?;
+        self.blocked_first = None;
+        self.dispatch_needed = true;
+        let no = self.journal.state(&key).map_or(0, |s| s.no);
+        say(&format!(
+            "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
+            report::human_duration(now.saturating_duration_since(since).as_secs_f64()),
+            report::gpu_ids(&gpus, ", ")
+        ));
         Ok(())
     }
 

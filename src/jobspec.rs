@@ -40,6 +40,9 @@ pub struct JobSpec {
     /// `after=REF,…`: jobs that must end `ok` before this one starts, as
     /// written (names, display numbers or key prefixes; SPEC §12).
     pub after: Vec<String>,
+    /// The bare `preemptible` flag: a blocked job above it in the file may
+    /// stop it and requeue it (SPEC §12).
+    pub preemptible: bool,
 }
 
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
@@ -236,6 +239,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         name: None,
         on_mask: None,
         after: Vec::new(),
+        preemptible: false,
     };
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
@@ -317,6 +321,12 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.on_mask = Some(mask);
         }
+        "preemptible" => {
+            if value.is_some() {
+                return Err("'preemptible' is a bare flag and takes no value".into());
+            }
+            spec.preemptible = true;
+        }
         "after" => {
             let v = need(value)?;
             let refs: Vec<String> = v.split(',').map(str::to_string).collect();
@@ -342,7 +352,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, cancel)"
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, preemptible, cancel)"
             ));
         }
     }
@@ -500,7 +510,7 @@ mod tests {
         assert_eq!(e.text, "[vrma=8G] python x.py");
         assert_eq!(
             e.to_string(),
-            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, cancel): [vrma=8G] python x.py"
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, preemptible, cancel): [vrma=8G] python x.py"
         );
     }
 

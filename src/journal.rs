@@ -60,6 +60,12 @@ pub enum Event {
     /// `gpusched retry`: a finished job is queued again as a new attempt
     /// with the same key; its OOM retries start over (SPEC §13).
     Retry {},
+    /// The attempt was stopped for a blocked job above it (SPEC §12): the
+    /// job is pending again; not a failure, no retry used.
+    Preempted {
+        /// Run time lost with this attempt (seconds).
+        duration_s: f64,
+    },
     /// The job waited `--reserve-after` blocked: these GPUs are held for
     /// it until it starts (SPEC §12).
     Reserved {
@@ -184,6 +190,11 @@ pub struct KeyState {
     pub oom_attempts: u32,
     /// Declaration (MiB per GPU) for the next attempt after an OOM.
     pub next_vram: Option<u64>,
+    /// Whether its last attempt was preempted (the next one gets
+    /// `GPUSCHED_PREEMPTED=1`).
+    pub preempted: bool,
+    /// Run time lost to preemption over all attempts (seconds).
+    pub preempted_s: f64,
     /// Where the job stands.
     pub phase: Phase,
 }
@@ -523,6 +534,7 @@ impl Journal {
             },
             Event::Interrupted {} => Fold::Interrupted,
             Event::Retry {} => Fold::Retry,
+            Event::Preempted { duration_s } => Fold::Preempted(*duration_s),
             Event::Reserved { gpus } => Fold::Reserved(gpus.clone()),
             Event::Done {
                 status,
@@ -580,6 +592,7 @@ impl Journal {
             Fold::Seen { .. } => {}
             Fold::Started { attempt, info } => {
                 state.attempts = state.attempts.max(attempt);
+                state.preempted = false;
                 state.first_started_ts.get_or_insert(info.ts);
                 state.phase = Phase::Started(info);
             }
@@ -593,6 +606,11 @@ impl Journal {
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
             Fold::Reserved(_) => {}
+            Fold::Preempted(duration_s) => {
+                state.phase = Phase::Waiting;
+                state.preempted = true;
+                state.preempted_s += duration_s;
+            }
             Fold::Retry => {
                 if matches!(state.phase, Phase::Done(_)) {
                     state.phase = Phase::Waiting;
@@ -625,6 +643,8 @@ impl KeyState {
             attempts: 0,
             oom_attempts: 0,
             next_vram: None,
+            preempted: false,
+            preempted_s: 0.0,
             phase: Phase::Waiting,
         }
     }
@@ -645,6 +665,7 @@ enum Fold {
     },
     Interrupted,
     Retry,
+    Preempted(f64),
     Reserved(Vec<u32>),
     Done(Finished),
 }
@@ -703,6 +724,7 @@ impl RawRecord<'_> {
             },
             "interrupted" => Fold::Interrupted,
             "retry" => Fold::Retry,
+            "preempted" => Fold::Preempted(self.duration_s.unwrap_or(0.0)),
             "reserved" => Fold::Reserved(self.gpus.as_ref()?.0.to_vec()),
             "done" => Fold::Done(Finished {
                 status: self.status?,

@@ -212,3 +212,62 @@ fn a_big_job_gets_a_reservation_and_starts_while_small_ones_keep_arriving() {
     );
     sched.stop();
 }
+
+#[test]
+fn preemption_round_trip_the_preempted_job_resumes_and_both_end_ok() {
+    let sweep = "[preemptible vram=20G] sh -c 'echo \"$GPUSCHED_ATTEMPT ${GPUSCHED_PREEMPTED:-0}\" >> sweep.txt; trap \"echo checkpoint >> sweep.txt; exit 0\" TERM; while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!("{sweep}\n"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    common::wait_for("the sweep to start", &mut || {
+        !env.events("started").is_empty()
+    });
+    // An urgent job above it that does not fit beside it.
+    env.write_jobs(&format!("[vram=10G] echo urgent > urgent.txt\n{sweep}\n"));
+    common::wait_for("the urgent job to run", &mut || {
+        env.path("urgent.txt").exists()
+    });
+    common::wait_for("the sweep's second attempt", &mut || {
+        env.job_events(1, "started").len() == 2
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    common::wait_for("the sweep to end", &mut || env.status_of_opt(1).is_some());
+    let out = sched.stop();
+    assert!(
+        out.stdout.contains("job 1 preempted for job 2"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("sweep.txt")).unwrap(),
+        "1 0\ncheckpoint\n2 1\n",
+        "SIGTERM first, then attempt 2 with GPUSCHED_PREEMPTED=1"
+    );
+    assert_eq!(env.job_events(1, "preempted").len(), 1);
+    assert!(env.job_events(1, "oom").is_empty(), "no retry used");
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+    // The summary says how much run time the preemption cost.
+    let shown = String::from_utf8_lossy(&gpusched(&env, &["status"]).stdout).into_owned();
+    assert!(shown.contains("job 1 was preempted:"), "{shown}");
+}
+
+#[test]
+fn a_job_that_is_not_preemptible_or_above_is_never_preempted() {
+    // The blocked job (line 2) is below the preemptible one (line 1), and
+    // the running job below it is not preemptible.
+    let hold = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!(
+        "[preemptible vram=12G] {hold} # a\n[vram=20G] echo blocked > blocked.txt\n[vram=10G] {hold} # c\n"
+    ));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    common::wait_for("jobs 1 and 3 to run, 2 to wait", &mut || {
+        env.events("started").len() == 2 && env.board().contains("needs 20992 MiB")
+    });
+    // Stopping job 1 alone would not make room and job 3 may not be
+    // stopped, so nothing is preempted.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(env.events("preempted").is_empty(), "{}", sched.stdout());
+    std::fs::write(env.path("release"), "").unwrap();
+    common::wait_for("job 2 at last", &mut || env.path("blocked.txt").exists());
+    sched.stop();
+}

@@ -269,6 +269,8 @@ mod tests {
             attempts: 0,
             oom_attempts: 0,
             next_vram: None,
+            preempted: false,
+            preempted_s: 0.0,
             phase,
         }
     }

@@ -7,6 +7,9 @@
 /// escalation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KillReason {
+    /// A blocked job above it needs its GPUs and it is `preemptible`
+    /// (SPEC §12): journaled `preempted`, pending again, no retry used.
+    Preempt,
     /// Its `timeout=` was reached (SPEC §6): ends `timeout`.
     Timeout,
     /// The user added `cancel` to its line (SPEC §6): ends `cancelled`.
@@ -17,9 +20,11 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    /// The word for boards and notes: `timeout`, `cancel`, `shutdown`.
+    /// The word for boards and notes: `preempt`, `timeout`, `cancel`,
+    /// `shutdown`.
     pub fn as_str(self) -> &'static str {
         match self {
+            KillReason::Preempt => "preempt",
             KillReason::Timeout => "timeout",
             KillReason::Cancel => "cancel",
             KillReason::Shutdown => "shutdown",
@@ -59,6 +64,12 @@ mod tests {
     #[test]
     fn kills_only_escalate() {
         let table = [
+            (None, Preempt, KillStep::Begin),
+            (Some(Preempt), Timeout, KillStep::Escalate),
+            (Some(Preempt), Cancel, KillStep::Escalate),
+            (Some(Timeout), Preempt, KillStep::Keep),
+            (Some(Cancel), Preempt, KillStep::Keep),
+            (Some(Shutdown), Preempt, KillStep::Keep),
             (None, Timeout, KillStep::Begin),
             (None, Cancel, KillStep::Begin),
             (None, Shutdown, KillStep::Begin),

@@ -8,10 +8,13 @@
 //! * [`kill`]: why a job is being killed, and how kills escalate (SPEC §3,
 //!   §6, §7).
 //! * [`dependencies`]: `after=` references and the afterok rule (SPEC §12).
+//! * [`preemption`]: which preemptible jobs to stop for a blocked one
+//!   (SPEC §12).
 //! * [`exit_code`]: the scheduler's exit status (SPEC §7).
 
 pub mod dependencies;
 pub mod exit_code;
 pub mod kill;
 pub mod outcome;
+pub mod preemption;
 pub mod queue;

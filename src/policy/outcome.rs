@@ -103,6 +103,9 @@ pub enum Outcome {
     /// Its outcome cannot be known: record `interrupted`, run it again
     /// (SPEC §5 "Orphans").
     Interrupted,
+    /// Stopped for a blocked job above it (SPEC §12): record `preempted`,
+    /// pending again; not a failure, no retry used.
+    Preempted,
     /// A CUDA OOM with retries left: record `oom` and requeue with a
     /// bigger declaration (SPEC §6).
     OomRetry {
@@ -124,6 +127,7 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
         Some(KillReason::Shutdown) => return Outcome::StoppedWithScheduler,
         Some(KillReason::Cancel) => return Outcome::Done(DoneStatus::Cancelled),
         Some(KillReason::Timeout) => return Outcome::Done(DoneStatus::Timeout),
+        Some(KillReason::Preempt) => return Outcome::Preempted,
         None => {}
     }
     let Some(exit) = end.exit else {

@@ -58,6 +58,7 @@ mod tests {
             name: None,
             on_mask: None,
             after: Vec::new(),
+            preemptible: false,
         }
     }
 
@@ -70,6 +71,8 @@ mod tests {
             attempts: 0,
             oom_attempts,
             next_vram,
+            preempted: false,
+            preempted_s: 0.0,
             phase,
         }
     }

@@ -278,6 +278,7 @@ mod tests {
             progress: None,
             note: None,
             reason: None,
+            preempted_s: None,
         };
         assert_eq!(
             board_row(&job).state,

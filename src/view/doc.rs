@@ -157,6 +157,7 @@ pub fn job_status(
         progress: None,
         note: None,
         reason: None,
+        preempted_s: (state.preempted_s > 0.0).then_some(state.preempted_s),
     };
     if let Some(run) = input.running.get(key) {
         fill_running(&mut job, run);

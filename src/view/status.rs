@@ -174,6 +174,10 @@ pub struct JobStatus {
     /// most free: GPU 1 9664 MiB`; `null` for other jobs.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Run time lost to preemption over all attempts, seconds (SPEC §12);
+    /// `null` when never preempted.
+    #[serde(default)]
+    pub preempted_s: Option<f64>,
 }
 
 /// Progress of a running job.
@@ -458,6 +462,20 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
     }
     let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
     out.push_str(&table(&rows, width));
+    for job in doc.jobs.iter().filter(|j| j.preempted_s.is_some()) {
+        let _ = writeln!(
+            out,
+            "{}",
+            report::shorten(
+                &format!(
+                    "job {} was preempted: {} of run time redone",
+                    job.no,
+                    human_duration(job.preempted_s.unwrap_or(0.0))
+                ),
+                width
+            )
+        );
+    }
     let mut gpu_rows = vec![[
         "GPU".to_string(),
         "BUSY".into(),
@@ -558,6 +576,7 @@ mod tests {
                     oom_attempts: 0,
                     note: None,
                     reason: None,
+                    preempted_s: None,
                     vram_mib: Some(4000),
                     current_mib: BTreeMap::new(),
                     peak_mib: BTreeMap::from([("max".to_string(), Some(3500))]),
@@ -581,6 +600,7 @@ mod tests {
                     oom_attempts: 0,
                     note: None,
                     reason: None,
+                    preempted_s: None,
                     vram_mib: Some(4000),
                     current_mib: BTreeMap::from([("0".to_string(), 3000)]),
                     peak_mib: BTreeMap::from([("0".to_string(), Some(3100))]),

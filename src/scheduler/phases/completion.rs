@@ -83,6 +83,20 @@ impl Scheduler {
             Outcome::StoppedWithScheduler => {
                 self.journal.append(key, Event::Interrupted {})?;
             }
+            Outcome::Preempted => {
+                self.journal.append(
+                    key,
+                    Event::Preempted {
+                        duration_s: (duration_s * 1000.0).round() / 1000.0,
+                    },
+                )?;
+                say(&format!(
+                    "↩ job {} preempted after {}; it is pending again and runs as attempt {} (GPUSCHED_PREEMPTED=1)",
+                    job.no,
+                    report::human_duration(duration_s),
+                    job.attempt + 1
+                ));
+            }
             Outcome::Interrupted => {
                 self.journal.append(key, Event::Interrupted {})?;
                 say(&format!(

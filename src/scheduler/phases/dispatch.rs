@@ -11,6 +11,8 @@ use crate::jobspec::JobSpec;
 use crate::journal::{Event, now_ts};
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
+use crate::policy::kill::KillReason;
+use crate::policy::preemption::{self, Candidate};
 use crate::policy::queue;
 use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
@@ -46,6 +48,13 @@ impl Scheduler {
     /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
     /// our running jobs.
     pub(in crate::scheduler) fn gpu_loads(&self) -> Vec<GpuLoad> {
+        self.gpu_loads_without(&[])
+    }
+
+    /// [`Scheduler::gpu_loads`] as they would be without the running jobs
+    /// `without` (their budgets and their memory in use gone), for choosing
+    /// preemption victims.
+    fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
         let Some(snapshot) = &self.gpu.snapshot else {
             return Vec::new();
         };
@@ -56,11 +65,19 @@ impl Scheduler {
             .map(|g| GpuLoad {
                 index: g.index,
                 total_mib: g.total_mib,
-                used_mib: g.used_mib,
+                used_mib: g.used_mib.saturating_sub(
+                    self.running
+                        .iter()
+                        .filter(|(key, _)| without.contains(&key.as_str()))
+                        .filter_map(|(_, j)| j.usage.current_mib.get(&g.index))
+                        .fold(0, |sum, mib| sum.saturating_add(*mib)),
+                ),
                 external_peak_sum_mib: self.gpu.external_peaks.sum_on(g.index),
                 occupants: self
                     .running
-                    .values()
+                    .iter()
+                    .filter(|(key, _)| !without.contains(&key.as_str()))
+                    .map(|(_, j)| j)
                     .filter(|j| j.gpus.contains(&g.index))
                     .map(|j| Occupant {
                         declared_mib: j.vram_mib,
@@ -173,6 +190,7 @@ impl Scheduler {
             reservation.is_some(),
             now,
         )?;
+        self.preempt_for_first_blocked(&indices, &requests, &placements, now);
         // Why the others wait, against the GPUs as this round leaves them
         // (one answer per distinct request).
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
@@ -274,6 +292,77 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Preemption (SPEC §12): for the first blocked job in file order, stops
+    /// the running `preemptible` jobs below it that let it start — the
+    /// fewest, then the least run time lost ([`preemption::choose_victims`]).
+    /// One preemption at a time: none while a victim is still stopping.
+    fn preempt_for_first_blocked(
+        &mut self,
+        indices: &[usize],
+        requests: &[Request],
+        placements: &[Placement],
+        now: Instant,
+    ) {
+        if self
+            .running
+            .values()
+            .any(|j| j.kill_reason() == Some(KillReason::Preempt))
+        {
+            return;
+        }
+        let Some(first) = placements.iter().position(|p| *p == Placement::NotNow) else {
+            return;
+        };
+        let file_index = indices[first];
+        let keys: Vec<String> = self.running.keys().cloned().collect();
+        let candidates: Vec<Candidate> = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, key)| self.running[*key].kill.is_none() && self.running[*key].may_signal())
+            .map(|(id, key)| {
+                let line = self.jobs.specs.iter().position(|s| s.key == *key);
+                Candidate {
+                    id,
+                    file_index: line,
+                    preemptible: line.is_some_and(|i| self.jobs.specs[i].preemptible),
+                    run_time_s: self.running[key].started.elapsed().as_secs_f64(),
+                }
+            })
+            .collect();
+        if !candidates.iter().any(|c| c.preemptible) {
+            return;
+        }
+        let victims = preemption::choose_victims(
+            &requests[first],
+            file_index,
+            &candidates,
+            &self.cfg.place,
+            |ids| {
+                let without: Vec<&str> = ids.iter().map(|&i| keys[i].as_str()).collect();
+                self.gpu_loads_without(&without)
+            },
+        );
+        let Some(victims) = victims else {
+            return;
+        };
+        let for_no = self
+            .journal
+            .state(&self.jobs.specs[file_index].key)
+            .map_or(0, |s| s.no);
+        for id in victims {
+            if let Some(job) = self.running.get_mut(&keys[id])
+                && job.begin_kill(KillReason::Preempt, now)
+            {
+                say(&format!(
+                    "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",
+                    job.no,
+                    job.pgid,
+                    process::KILL_GRACE.as_secs()
+                ));
+            }
+        }
+    }
+
     /// Replaces the wait reasons, bumping their generation when they change.
     fn set_wait_reasons(&mut self, reasons: HashMap<String, WaitReason>) {
         if reasons != self.wait_reasons {
@@ -317,7 +406,13 @@ impl Scheduler {
         let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
         let mut started_job = match supervisor::spawn(&supervisor::Request {
             command: &spec.command,
-            env: self.job_env(spec, no, attempt, gpus),
+            env: {
+                let mut env = self.job_env(spec, no, attempt, gpus);
+                if self.journal.state(&spec.key).is_some_and(|s| s.preempted) {
+                    env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
+                }
+                env
+            },
             log: &log_path,
             record: &exit_record,
             key: &spec.key,

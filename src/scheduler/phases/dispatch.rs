@@ -11,8 +11,6 @@ use crate::jobspec::JobSpec;
 use crate::journal::{Event, now_ts};
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
-use crate::policy::kill::KillReason;
-use crate::policy::preemption::{self, Candidate};
 use crate::policy::queue;
 use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
@@ -21,28 +19,6 @@ use crate::view::report::{self, say, warn};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
-/// start but for the reservation.
-fn held_for(
-    request: &Request,
-    loads: &[GpuLoad],
-    opts: &allocation::PlaceOptions,
-    reservation: Option<&(Reservation, u32)>,
-) -> Option<WaitReason> {
-    let (reservation, for_no) = reservation?;
-    let Placement::Start(chosen) = allocation::place(request, loads, opts) else {
-        return None;
-    };
-    let gpus: Vec<u32> = chosen
-        .into_iter()
-        .filter(|&g| g < 64 && reservation.gpu_mask & (1u64 << g) != 0)
-        .collect();
-    (!gpus.is_empty()).then_some(WaitReason::Held {
-        gpus,
-        for_no: *for_no,
-    })
-}
 
 impl Scheduler {
     /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
@@ -54,7 +30,7 @@ impl Scheduler {
     /// [`Scheduler::gpu_loads`] as they would be without the running jobs
     /// `without` (their budgets and their memory in use gone), for choosing
     /// preemption victims.
-    fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
+    pub(in crate::scheduler) fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
         let Some(snapshot) = &self.gpu.snapshot else {
             return Vec::new();
         };
@@ -137,44 +113,12 @@ impl Scheduler {
             self.set_wait_reasons(reasons);
             return Ok(());
         }
-        // Jobs still waiting for an `after=` dependency are not placed.
-        let mut held: Vec<(String, WaitReason)> = Vec::new();
-        let (indices, requests): (Vec<usize>, Vec<Request>) = self
-            .pending()
-            .filter(|(index, _)| {
-                let key = &self.jobs.specs[*index].key;
-                match self.readiness_of(key) {
-                    Readiness::Ready => true,
-                    Readiness::Waiting { no, state } => {
-                        held.push((key.clone(), WaitReason::After { no, state }));
-                        false
-                    }
-                    // Ended by the dependencies phase this very tick.
-                    Readiness::Failed { .. } => false,
-                }
-            })
-            .unzip();
+        let (indices, requests, held) = self.ready_requests();
         if requests.is_empty() {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
         }
-        // The reservation in force, if its job is still waiting in the file.
-        let reservation = self.journal.reservation().and_then(|(key, gpus)| {
-            let request_index = indices
-                .iter()
-                .position(|&i| self.jobs.specs[i].key == *key)?;
-            let no = self.journal.state(key).map_or(0, |s| s.no);
-            Some((
-                Reservation {
-                    request_index,
-                    gpu_mask: gpus
-                        .iter()
-                        .filter(|&&g| g < 64)
-                        .fold(0, |m, g| m | (1u64 << g)),
-                },
-                no,
-            ))
-        });
+        let reservation = self.reservation_in_force(&indices);
         let before = loads.clone();
         let placements = allocation::plan_with_reservation(
             &requests,
@@ -191,27 +135,14 @@ impl Scheduler {
             now,
         )?;
         self.preempt_for_first_blocked(&indices, &requests, &placements, now);
-        // Why the others wait, against the GPUs as this round leaves them
-        // (one answer per distinct request).
-        let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
-        let reasons = indices
-            .iter()
-            .zip(&requests)
-            .zip(&placements)
-            .filter(|(_, placement)| **placement == Placement::NotNow)
-            // The views list the first waiting jobs only.
-            .take(crate::view::status::JSON_LIST_LIMIT)
-            .map(|((index, request), _)| {
-                let reason = by_request.entry(*request).or_insert_with(|| {
-                    held_for(request, &loads, &self.cfg.place, reservation.as_ref()).unwrap_or_else(
-                        || allocation::wait_reason(request, &loads, &self.cfg.place),
-                    )
-                });
-                (self.jobs.specs[*index].key.clone(), reason.clone())
-            })
-            .chain(held)
-            .collect();
-        self.set_wait_reasons(reasons);
+        self.record_wait_reasons(
+            &indices,
+            &requests,
+            &placements,
+            &loads,
+            reservation.as_ref(),
+            held,
+        );
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
@@ -234,133 +165,78 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The starvation guard (SPEC §12): tracks how long the first blocked
-    /// job in file order has waited; after `--reserve-after`, reserves for
-    /// it the GPUs it will fit on once our running jobs there end (journaled,
-    /// so a restart keeps it). One reservation at a time.
-    ///
-    /// Errors: the journal cannot be written.
-    fn guard_against_starvation(
+    /// The pending jobs that may be placed, as indices into the specs with
+    /// their requests; jobs still waiting for an `after=` dependency are
+    /// held back, with their reason.
+    fn ready_requests(&self) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
+        let mut held: Vec<(String, WaitReason)> = Vec::new();
+        let (indices, requests) = self
+            .pending()
+            .filter(|(index, _)| {
+                let key = &self.jobs.specs[*index].key;
+                match self.readiness_of(key) {
+                    Readiness::Ready => true,
+                    Readiness::Waiting { no, state } => {
+                        held.push((key.clone(), WaitReason::After { no, state }));
+                        false
+                    }
+                    // Ended by the dependencies phase this very tick.
+                    Readiness::Failed { .. } => false,
+                }
+            })
+            .unzip();
+        (indices, requests, held)
+    }
+
+    /// The journal's reservation, as the plan takes it, if its job is
+    /// still waiting in the file; with the job's display number.
+    fn reservation_in_force(&self, indices: &[usize]) -> Option<(Reservation, u32)> {
+        let (key, gpus) = self.journal.reservation()?;
+        let request_index = indices
+            .iter()
+            .position(|&i| self.jobs.specs[i].key == *key)?;
+        let no = self.journal.state(key).map_or(0, |s| s.no);
+        Some((
+            Reservation {
+                request_index,
+                gpu_mask: gpus
+                    .iter()
+                    .filter(|&&g| g < 64)
+                    .fold(0, |m, g| m | (1u64 << g)),
+            },
+            no,
+        ))
+    }
+
+    /// Why the jobs that did not start wait, against the GPUs as this round
+    /// leaves them (one answer per distinct request, for the first
+    /// waiting jobs the views list), with the dependency-held ones.
+    fn record_wait_reasons(
         &mut self,
         indices: &[usize],
         requests: &[Request],
         placements: &[Placement],
         loads: &[GpuLoad],
-        reserved: bool,
-        now: Instant,
-    ) -> anyhow::Result<()> {
-        if reserved {
-            self.blocked_first = None;
-            return Ok(());
-        }
-        let first = placements
-            .iter()
-            .position(|p| *p == Placement::NotNow)
-            .map(|i| (self.jobs.specs[indices[i]].key.clone(), requests[i]));
-        let Some((key, request)) = first else {
-            self.blocked_first = None;
-            return Ok(());
-        };
-        let since = match &self.blocked_first {
-            Some((blocked, since)) if *blocked == key => *since,
-            _ => {
-                self.blocked_first = Some((key, now));
-                return Ok(());
-            }
-        };
-        if since
-            .checked_add(self.cfg.reserve_after)
-            .is_none_or(|due| now < due)
-        {
-            return Ok(());
-        }
-        // Try again a full --reserve-after later if it cannot be reserved.
-        self.blocked_first = Some((key.clone(), now));
-        let Some(gpus) = allocation::reservation_gpus(&request, loads, &self.cfg.place) else {
-            return Ok(());
-        };
-        self.journal
-            .append(&key, Event::Reserved { gpus: gpus.clone() })?;
-        self.blocked_first = None;
-        self.dispatch_needed = true;
-        let no = self.journal.state(&key).map_or(0, |s| s.no);
-        say(&format!(
-            "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
-            report::human_duration(now.saturating_duration_since(since).as_secs_f64()),
-            report::gpu_ids(&gpus, ", ")
-        ));
-        Ok(())
-    }
-
-    /// Preemption (SPEC §12): for the first blocked job in file order, stops
-    /// the running `preemptible` jobs below it that let it start — the
-    /// fewest, then the least run time lost ([`preemption::choose_victims`]).
-    /// One preemption at a time: none while a victim is still stopping.
-    fn preempt_for_first_blocked(
-        &mut self,
-        indices: &[usize],
-        requests: &[Request],
-        placements: &[Placement],
-        now: Instant,
+        reservation: Option<&(Reservation, u32)>,
+        held: Vec<(String, WaitReason)>,
     ) {
-        if self
-            .running
-            .values()
-            .any(|j| j.kill_reason() == Some(KillReason::Preempt))
-        {
-            return;
-        }
-        let Some(first) = placements.iter().position(|p| *p == Placement::NotNow) else {
-            return;
-        };
-        let file_index = indices[first];
-        let keys: Vec<String> = self.running.keys().cloned().collect();
-        let candidates: Vec<Candidate> = keys
+        let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
+        let reasons = indices
             .iter()
-            .enumerate()
-            .filter(|(_, key)| self.running[*key].kill.is_none() && self.running[*key].may_signal())
-            .map(|(id, key)| {
-                let line = self.jobs.specs.iter().position(|s| s.key == *key);
-                Candidate {
-                    id,
-                    file_index: line,
-                    preemptible: line.is_some_and(|i| self.jobs.specs[i].preemptible),
-                    run_time_s: self.running[key].started.elapsed().as_secs_f64(),
-                }
+            .zip(requests)
+            .zip(placements)
+            .filter(|(_, placement)| **placement == Placement::NotNow)
+            .take(crate::view::status::JSON_LIST_LIMIT)
+            .map(|((index, request), _)| {
+                let reason = by_request.entry(*request).or_insert_with(|| {
+                    super::reservations::held_for(request, loads, &self.cfg.place, reservation)
+                        .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
+                });
+                (self.jobs.specs[*index].key.clone(), reason.clone())
             })
+            .chain(held)
             .collect();
-        if !candidates.iter().any(|c| c.preemptible) {
-            return;
-        }
-        let victims = preemption::choose_victims(
-            &requests[first],
-            file_index,
-            &candidates,
-            &self.cfg.place,
-            |ids| {
-                let without: Vec<&str> = ids.iter().map(|&i| keys[i].as_str()).collect();
-                self.gpu_loads_without(&without)
-            },
-        );
-        let Some(victims) = victims else {
-            return;
-        };
-        let for_no = self
-            .journal
-            .state(&self.jobs.specs[file_index].key)
-            .map_or(0, |s| s.no);
-        for id in victims {
-            if let Some(job) = self.running.get_mut(&keys[id])
-                && job.begin_kill(KillReason::Preempt, now)
-            {
-                say(&format!(
-                    "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",
-                    job.no,
-                    job.pgid,
-                    process::KILL_GRACE.as_secs()
-                ));
-            }
-        }
+        self.set_wait_reasons(reasons);
     }
 
     /// Replaces the wait reasons, bumping their generation when they change.

@@ -12,7 +12,8 @@
 //! 6. [`sampling`]: when due, query the GPUs and attribute their processes
 //!    (SPEC §4); then [`orphans`]: finish adopted jobs that ended (SPEC §5).
 //! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
-//!    §3).
+//!    §3), with [`reservations`] against starvation and [`preemption`]
+//!    for the first blocked job (SPEC §12).
 //! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7).
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
 //!
@@ -31,7 +32,9 @@ mod io;
 mod jobs_file;
 mod kills;
 mod orphans;
+mod preemption;
 mod publish;
 mod requests;
+mod reservations;
 mod sampling;
 mod timeouts;

@@ -1,0 +1,86 @@
+//! Preemption (SPEC §12): a blocked job may stop running `preemptible`
+//! jobs below it in the file when that lets it start. The choice is the
+//! pure [`preemption::choose_victims`]; the stopping is the one kill path
+//! with [`KillReason::Preempt`]; the outcome (`preempted`, pending again,
+//! no retry used) is decided in [`crate::policy::outcome`].
+
+use crate::allocation::{Placement, Request};
+use crate::policy::kill::KillReason;
+use crate::policy::preemption::{self, Candidate};
+use crate::process;
+use crate::scheduler::Scheduler;
+use crate::view::report::say;
+use std::time::Instant;
+
+impl Scheduler {
+    /// Preemption (SPEC §12): for the first blocked job in file order, stops
+    /// the running `preemptible` jobs below it that let it start — the
+    /// fewest, then the least run time lost ([`preemption::choose_victims`]).
+    /// One preemption at a time: none while a victim is still stopping.
+    pub(in crate::scheduler) fn preempt_for_first_blocked(
+        &mut self,
+        indices: &[usize],
+        requests: &[Request],
+        placements: &[Placement],
+        now: Instant,
+    ) {
+        if self
+            .running
+            .values()
+            .any(|j| j.kill_reason() == Some(KillReason::Preempt))
+        {
+            return;
+        }
+        let Some(first) = placements.iter().position(|p| *p == Placement::NotNow) else {
+            return;
+        };
+        let file_index = indices[first];
+        let keys: Vec<String> = self.running.keys().cloned().collect();
+        let candidates: Vec<Candidate> = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, key)| self.running[*key].kill.is_none() && self.running[*key].may_signal())
+            .map(|(id, key)| {
+                let line = self.jobs.specs.iter().position(|s| s.key == *key);
+                Candidate {
+                    id,
+                    file_index: line,
+                    preemptible: line.is_some_and(|i| self.jobs.specs[i].preemptible),
+                    run_time_s: self.running[key].started.elapsed().as_secs_f64(),
+                }
+            })
+            .collect();
+        if !candidates.iter().any(|c| c.preemptible) {
+            return;
+        }
+        let victims = preemption::choose_victims(
+            &requests[first],
+            file_index,
+            &candidates,
+            &self.cfg.place,
+            |ids| {
+                let without: Vec<&str> = ids.iter().map(|&i| keys[i].as_str()).collect();
+                self.gpu_loads_without(&without)
+            },
+        );
+        let Some(victims) = victims else {
+            return;
+        };
+        let for_no = self
+            .journal
+            .state(&self.jobs.specs[file_index].key)
+            .map_or(0, |s| s.no);
+        for id in victims {
+            if let Some(job) = self.running.get_mut(&keys[id])
+                && job.begin_kill(KillReason::Preempt, now)
+            {
+                say(&format!(
+                    "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",
+                    job.no,
+                    job.pgid,
+                    process::KILL_GRACE.as_secs()
+                ));
+            }
+        }
+    }
+}

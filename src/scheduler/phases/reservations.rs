@@ -1,0 +1,93 @@
+//! Reservations against starvation (SPEC §12): when the first blocked job
+//! in file order has waited `--reserve-after`, the GPUs it will fit on once
+//! our running jobs there end are reserved for it (journaled, so a restart
+//! keeps it); dispatch then plans with the reservation as data and no
+//! other job starts there until it does. One reservation at a time.
+
+use crate::allocation::{self, GpuLoad, Placement, Request, Reservation, WaitReason};
+use crate::journal::Event;
+use crate::scheduler::Scheduler;
+use crate::view::report::{self, say};
+use std::time::Instant;
+
+/// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
+/// start but for the reservation.
+pub(super) fn held_for(
+    request: &Request,
+    loads: &[GpuLoad],
+    opts: &allocation::PlaceOptions,
+    reservation: Option<&(Reservation, u32)>,
+) -> Option<WaitReason> {
+    let (reservation, for_no) = reservation?;
+    let Placement::Start(chosen) = allocation::place(request, loads, opts) else {
+        return None;
+    };
+    let gpus: Vec<u32> = chosen
+        .into_iter()
+        .filter(|&g| g < 64 && reservation.gpu_mask & (1u64 << g) != 0)
+        .collect();
+    (!gpus.is_empty()).then_some(WaitReason::Held {
+        gpus,
+        for_no: *for_no,
+    })
+}
+
+impl Scheduler {
+    /// The starvation guard (SPEC §12): tracks how long the first blocked
+    /// job in file order has waited; after `--reserve-after`, reserves for
+    /// it the GPUs it will fit on once our running jobs there end (journaled,
+    /// so a restart keeps it). One reservation at a time.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn guard_against_starvation(
+        &mut self,
+        indices: &[usize],
+        requests: &[Request],
+        placements: &[Placement],
+        loads: &[GpuLoad],
+        reserved: bool,
+        now: Instant,
+    ) -> anyhow::Result<()> {
+        if reserved {
+            self.blocked_first = None;
+            return Ok(());
+        }
+        let first = placements
+            .iter()
+            .position(|p| *p == Placement::NotNow)
+            .map(|i| (self.jobs.specs[indices[i]].key.clone(), requests[i]));
+        let Some((key, request)) = first else {
+            self.blocked_first = None;
+            return Ok(());
+        };
+        let since = match &self.blocked_first {
+            Some((blocked, since)) if *blocked == key => *since,
+            _ => {
+                self.blocked_first = Some((key, now));
+                return Ok(());
+            }
+        };
+        if since
+            .checked_add(self.cfg.reserve_after)
+            .is_none_or(|due| now < due)
+        {
+            return Ok(());
+        }
+        // Try again a full --reserve-after later if it cannot be reserved.
+        self.blocked_first = Some((key.clone(), now));
+        let Some(gpus) = allocation::reservation_gpus(&request, loads, &self.cfg.place) else {
+            return Ok(());
+        };
+        self.journal
+            .append(&key, Event::Reserved { gpus: gpus.clone() })?;
+        self.blocked_first = None;
+        self.dispatch_needed = true;
+        let no = self.journal.state(&key).map_or(0, |s| s.no);
+        say(&format!(
+            "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
+            report::human_duration(now.saturating_duration_since(since).as_secs_f64()),
+            report::gpu_ids(&gpus, ", ")
+        ));
+        Ok(())
+    }
+}

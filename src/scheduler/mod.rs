@@ -1,9 +1,9 @@
 //! The scheduler's loop (SPEC §2–§7). It blocks until something happens — a
 //! job exited (SIGCHLD), the jobs file changed, a signal arrived, a kill or
-//! timeout deadline is due, or the next GPU sample is due ([`wake`]) — then
+//! timeout deadline is due, or the next GPU sample is due (`wake.rs`) — then
 //! runs one tick: a fixed list of named phases over one [`Scheduler`]
-//! ([`phases`], one file each). The order of the calls in
-//! [`Scheduler::tick`] is the documentation of the loop. Start-up lives in
+//! (`phases/`, one file each). The order of the calls in
+//! `Scheduler::tick` is the documentation of the loop. Start-up lives in
 //! [`startup`]; the rules the phases apply are pure functions in
 //! [`crate::policy`] and [`crate::allocation`]; what users read is built by
 //! [`crate::view`].

@@ -1,0 +1,555 @@
+//! Unit tests of the allocation module.
+
+use super::*;
+
+const TOTAL: u64 = 24000;
+
+fn gpu(index: u32) -> GpuLoad {
+    GpuLoad {
+        index,
+        total_mib: TOTAL,
+        ..GpuLoad::default()
+    }
+}
+
+fn declared(vram: u64) -> Request {
+    Request {
+        vram_mib: Some(vram),
+        gpus: 1,
+        on_mask: None,
+    }
+}
+
+const UNDECLARED: Request = Request {
+    vram_mib: None,
+    gpus: 1,
+    on_mask: None,
+};
+
+fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupant {
+    Occupant {
+        declared_mib: declared,
+        peak_mib: peak,
+        current_mib: current,
+    }
+}
+
+fn opts() -> PlaceOptions {
+    PlaceOptions::default()
+}
+
+#[test]
+fn undeclared_takes_lowest_idle_gpu() {
+    let gpus = [gpu(0), gpu(1)];
+    assert_eq!(
+        place(&UNDECLARED, &gpus, &opts()),
+        Placement::Start(vec![0])
+    );
+}
+
+#[test]
+fn undeclared_waits_for_fully_idle_gpu() {
+    let mut g0 = gpu(0);
+    g0.occupants.push(occ(Some(1000), None, None));
+    let mut g1 = gpu(1);
+    g1.used_mib = 300; // external usage above the 200 MiB idle threshold
+    assert_eq!(
+        place(&UNDECLARED, &[g0, g1.clone()], &opts()),
+        Placement::NotNow
+    );
+    g1.used_mib = 199;
+    assert_eq!(
+        place(&UNDECLARED, &[gpu(5), g1][1..], &opts()),
+        Placement::Start(vec![1])
+    );
+}
+
+#[test]
+fn idle_threshold_is_configurable() {
+    let mut g = gpu(0);
+    g.used_mib = 300;
+    let o = PlaceOptions {
+        idle_threshold_mib: 400,
+        ..opts()
+    };
+    assert_eq!(place(&UNDECLARED, &[g], &o), Placement::Start(vec![0]));
+}
+
+#[test]
+fn declared_needs_declaration_plus_margin() {
+    let mut g = gpu(0);
+    g.used_mib = TOTAL - 8512; // exactly 8000 + 512 left
+    assert_eq!(
+        place(&declared(8000), &[g.clone()], &opts()),
+        Placement::Start(vec![0])
+    );
+    g.used_mib += 1;
+    assert_eq!(place(&declared(8000), &[g], &opts()), Placement::NotNow);
+}
+
+#[test]
+fn two_declared_jobs_pack_on_one_gpu() {
+    let mut g = gpu(0);
+    g.occupants.push(occ(Some(10000), Some(9000), Some(9000)));
+    g.used_mib = 9000;
+    // headroom = 24000 - 0 - 10000 = 14000 ≥ 10000 + 512
+    assert_eq!(
+        place(&declared(10000), &[g.clone()], &opts()),
+        Placement::Start(vec![0])
+    );
+    assert_eq!(headroom_mib(&g, 0.1), 14000);
+}
+
+#[test]
+fn just_started_job_holds_full_declaration() {
+    // The double-booking race: a job that started a moment ago shows no
+    // memory yet, but its declaration must still be reserved.
+    let mut g = gpu(0);
+    g.occupants.push(occ(Some(16000), None, None));
+    assert_eq!(headroom_mib(&g, 0.1), 8000);
+    assert_eq!(place(&declared(8000), &[g], &opts()), Placement::NotNow);
+}
+
+#[test]
+fn job_over_declaration_escalates_to_buffered_peak() {
+    let mut g = gpu(0);
+    g.occupants.push(occ(Some(8000), Some(10000), Some(9000)));
+    g.used_mib = 9000;
+    assert_eq!(budget_mib(&g.occupants[0], 0.10), 11000);
+    assert_eq!(headroom_mib(&g, 0.10), 13000);
+    assert_eq!(
+        place(&declared(12600), &[g.clone()], &opts()),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&declared(12488), &[g], &opts()),
+        Placement::Start(vec![0])
+    );
+}
+
+#[test]
+fn budget_never_less_than_current_usage() {
+    // Within the declaration the budget is the declaration …
+    assert_eq!(
+        budget_mib(&occ(Some(8000), Some(7000), Some(7000)), 0.1),
+        8000
+    );
+    // … and over the buffered peak, the current usage wins.
+    assert_eq!(
+        budget_mib(&occ(Some(8000), Some(9000), Some(12000)), 0.1),
+        12000
+    );
+    assert_eq!(budget_mib(&occ(Some(8000), None, Some(8500)), 0.1), 8500);
+}
+
+#[test]
+fn external_processes_are_held_to_buffered_peaks() {
+    let mut g = gpu(0);
+    // An external process peaked at 10000 MiB but dipped to 2000 now.
+    g.used_mib = 2000;
+    g.external_peak_sum_mib = 10000;
+    assert_eq!(effective_external_mib(&g, 0.10), 11000);
+    assert_eq!(headroom_mib(&g, 0.10), 13000);
+    assert_eq!(
+        place(&declared(12600), &[g.clone()], &opts()),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&declared(12000), &[g], &opts()),
+        Placement::Start(vec![0])
+    );
+}
+
+#[test]
+fn instantaneous_external_wins_over_smaller_peaks() {
+    let mut g = gpu(0);
+    g.used_mib = 15000; // e.g. memory NVML could not attribute to a process
+    g.external_peak_sum_mib = 1000;
+    assert_eq!(effective_external_mib(&g, 0.10), 15000);
+}
+
+#[test]
+fn our_usage_is_not_external() {
+    let mut g = gpu(0);
+    g.occupants.push(occ(Some(6000), Some(5000), Some(5000)));
+    g.used_mib = 7000;
+    assert_eq!(effective_external_mib(&g, 0.1), 2000);
+    assert_eq!(headroom_mib(&g, 0.1), 24000 - 2000 - 6000);
+}
+
+#[test]
+fn gpu_with_our_undeclared_job_is_closed() {
+    let mut g0 = gpu(0);
+    g0.occupants.push(occ(None, Some(100), Some(100)));
+    g0.used_mib = 100;
+    assert_eq!(
+        place(&declared(1000), &[g0.clone()], &opts()),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&UNDECLARED, &[g0.clone()], &opts()),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&declared(1000), &[g0, gpu(1)], &opts()),
+        Placement::Start(vec![1])
+    );
+}
+
+#[test]
+fn exclusive_allows_one_job_per_gpu() {
+    let mut g = gpu(0);
+    g.occupants.push(occ(Some(1000), None, None));
+    let exclusive = PlaceOptions {
+        exclusive: true,
+        ..opts()
+    };
+    assert_eq!(
+        place(&declared(1000), &[g.clone()], &opts()),
+        Placement::Start(vec![0])
+    );
+    assert_eq!(
+        place(&declared(1000), &[g.clone()], &exclusive),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&declared(1000), &[g, gpu(1)], &exclusive),
+        Placement::Start(vec![1])
+    );
+}
+
+#[test]
+fn declared_single_gpu_is_best_fit() {
+    let mut g0 = gpu(0);
+    g0.used_mib = 2000; // headroom 22000
+    let mut g1 = gpu(1);
+    g1.used_mib = 14000; // headroom 10000: the tighter fit
+    assert_eq!(
+        place(&declared(8000), &[g0, g1], &opts()),
+        Placement::Start(vec![1])
+    );
+}
+
+#[test]
+fn ties_go_to_the_lowest_index() {
+    let gpus = [gpu(0), gpu(1), gpu(2)];
+    assert_eq!(
+        place(&declared(8000), &gpus, &opts()),
+        Placement::Start(vec![0])
+    );
+    let two = Request {
+        vram_mib: Some(8000),
+        gpus: 2,
+        on_mask: None,
+    };
+    assert_eq!(place(&two, &gpus, &opts()), Placement::Start(vec![0, 1]));
+}
+
+#[test]
+fn multi_gpu_best_fit_handed_over_ascending() {
+    let mut g0 = gpu(0);
+    g0.used_mib = 1000; // 23000
+    let mut g1 = gpu(1);
+    g1.used_mib = 12000; // 12000
+    let mut g2 = gpu(2);
+    g2.used_mib = 20000; // 4000: too small
+    let mut g3 = gpu(3);
+    g3.used_mib = 9000; // 15000
+    let request = Request {
+        vram_mib: Some(10000),
+        gpus: 2,
+        on_mask: None,
+    };
+    // Smallest sufficient headroom first: g1 (12000), g3 (15000).
+    assert_eq!(
+        place(&request, &[g0.clone(), g1, g2.clone(), g3], &opts()),
+        Placement::Start(vec![1, 3])
+    );
+    // Only one GPU fits now: not now (never a partial placement).
+    assert_eq!(place(&request, &[g0, g2], &opts()), Placement::NotNow);
+}
+
+#[test]
+fn multi_gpu_undeclared_needs_that_many_idle_gpus() {
+    let request = Request {
+        vram_mib: None,
+        gpus: 2,
+        on_mask: None,
+    };
+    let mut busy = gpu(1);
+    busy.used_mib = 5000;
+    assert_eq!(
+        place(&request, &[gpu(0), busy.clone(), gpu(2)], &opts()),
+        Placement::Start(vec![0, 2])
+    );
+    assert_eq!(place(&request, &[gpu(0), busy], &opts()), Placement::NotNow);
+}
+
+#[test]
+fn infeasible_too_many_gpus() {
+    let request = Request {
+        vram_mib: Some(1000),
+        gpus: 3,
+        on_mask: None,
+    };
+    match place(&request, &[gpu(0), gpu(1)], &opts()) {
+        Placement::Infeasible(reason) => {
+            assert!(reason.contains("needs 3 GPUs but only 2"), "{reason}")
+        }
+        other => panic!("expected infeasible, got {other:?}"),
+    }
+}
+
+#[test]
+fn infeasible_declaration_larger_than_any_gpu() {
+    // 23600 + 512 > 24000 even on an empty GPU.
+    match place(&declared(23600), &[gpu(0)], &opts()) {
+        Placement::Infeasible(reason) => assert!(reason.contains("24112 MiB"), "{reason}"),
+        other => panic!("expected infeasible, got {other:?}"),
+    }
+    // Exactly fitting an empty GPU is feasible.
+    assert_eq!(
+        place(&declared(23488), &[gpu(0)], &opts()),
+        Placement::Start(vec![0])
+    );
+}
+
+#[test]
+fn infeasible_is_judged_on_empty_gpus_not_current_load() {
+    let mut g = gpu(0);
+    g.used_mib = 23000;
+    assert_eq!(place(&declared(20000), &[g], &opts()), Placement::NotNow);
+}
+
+#[test]
+fn no_allowed_gpus_is_infeasible() {
+    assert!(matches!(
+        place(&UNDECLARED, &[], &opts()),
+        Placement::Infeasible(_)
+    ));
+}
+
+#[test]
+fn file_order_with_backfill() {
+    let mut gpus = vec![gpu(0)];
+    gpus[0].used_mib = 12000; // 12000 MiB headroom
+    let queue = [
+        declared(16000),
+        declared(4000),
+        declared(4000),
+        declared(4000),
+    ];
+    let placements = plan(&queue, &mut gpus, &opts());
+    assert_eq!(
+        placements,
+        vec![
+            Placement::NotNow,         // the big job is blocked …
+            Placement::Start(vec![0]), // … and small ones backfill past it
+            Placement::Start(vec![0]),
+            Placement::NotNow, // 12000 - 2 × 4000 = 4000 < 4000 + 512
+        ]
+    );
+    assert_eq!(gpus[0].occupants.len(), 2);
+}
+
+#[test]
+fn plan_reserves_for_jobs_started_in_the_same_round() {
+    let mut gpus = vec![gpu(0), gpu(1)];
+    let queue = [UNDECLARED, declared(20000), UNDECLARED, declared(20000)];
+    let placements = plan(&queue, &mut gpus, &opts());
+    assert_eq!(
+        placements,
+        vec![
+            Placement::Start(vec![0]),
+            Placement::Start(vec![1]),
+            Placement::NotNow,
+            Placement::NotNow,
+        ]
+    );
+}
+
+#[test]
+fn earlier_job_wins_when_both_fit_one_slot() {
+    let mut gpus = vec![gpu(0)];
+    let queue = [declared(12000), declared(12000)];
+    assert_eq!(
+        plan(&queue, &mut gpus, &opts()),
+        vec![Placement::Start(vec![0]), Placement::NotNow]
+    );
+}
+
+#[test]
+fn wait_reasons_say_what_is_missing() {
+    let opts = PlaceOptions::default();
+    let busy = |index, used_mib| GpuLoad {
+        index,
+        total_mib: 24000,
+        used_mib,
+        ..Default::default()
+    };
+    let mut closed = busy(0, 1000);
+    closed.occupants.push(Occupant {
+        declared_mib: None,
+        peak_mib: None,
+        current_mib: Some(1000),
+    });
+    let gpus = [closed, busy(1, 14336), busy(2, 20000)];
+    let request = Request {
+        vram_mib: Some(14336),
+        gpus: 1,
+        on_mask: None,
+    };
+    assert_eq!(place(&request, &gpus, &opts), Placement::NotNow);
+    let reason = wait_reason(&request, &gpus, &opts);
+    assert_eq!(
+        reason.to_string(),
+        "needs 14848 MiB on 1 GPU; most free: GPU 1 9664 MiB"
+    );
+    // A GPU held by an undeclared job shows 0, closed, not its free MiB.
+    assert_eq!(open_headroom_mib(&gpus[0], &opts), 0);
+    assert_eq!(
+        wait_reason(&request, &gpus[..1], &opts).to_string(),
+        "needs 14848 MiB on 1 GPU; most free: GPU 0 0 MiB (closed)"
+    );
+    let undeclared = Request {
+        vram_mib: None,
+        gpus: 2,
+        on_mask: None,
+    };
+    assert_eq!(
+        wait_reason(&undeclared, &gpus, &opts).to_string(),
+        "waiting for 2 idle GPUs"
+    );
+    assert_eq!(
+        wait_reason(
+            &Request {
+                vram_mib: None,
+                gpus: 1,
+                on_mask: None
+            },
+            &gpus,
+            &opts
+        )
+        .to_string(),
+        "waiting for an idle GPU"
+    );
+}
+
+#[test]
+fn on_lists_restrict_placement_and_infeasibility() {
+    let opts = PlaceOptions::default();
+    let free = |index, total_mib| GpuLoad {
+        index,
+        total_mib,
+        ..Default::default()
+    };
+    let gpus = [free(0, 24000), free(1, 24000), free(2, 16000)];
+    let on = |mask| Request {
+        vram_mib: Some(10000),
+        gpus: 1,
+        on_mask: Some(mask),
+    };
+    // Best-fit would take GPU 2 (the smallest); on=1 keeps it to GPU 1.
+    assert_eq!(place(&on(0b010), &gpus, &opts), Placement::Start(vec![1]));
+    assert_eq!(
+        place(
+            &Request {
+                on_mask: None,
+                ..on(0)
+            },
+            &gpus,
+            &opts
+        ),
+        Placement::Start(vec![2])
+    );
+    // Judged by the GPUs it may use: too small, or not allowed at all.
+    let big = Request {
+        vram_mib: Some(20000),
+        ..on(0b100)
+    };
+    assert!(matches!(
+        place(&big, &gpus, &opts),
+        Placement::Infeasible(_)
+    ));
+    match place(&on(0b1000), &gpus, &opts) {
+        Placement::Infeasible(reason) => {
+            assert!(reason.contains("by its on= and --gpus"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The reason speaks of the GPUs it may use.
+    let mut loaded = gpus.clone();
+    loaded[0].used_mib = 20000;
+    let reason = wait_reason(&on(0b001), &loaded, &opts).to_string();
+    assert!(reason.contains("most free: GPU 0"), "{reason}");
+}
+
+#[test]
+fn drained_gpus_take_no_new_job_but_still_count_as_existing() {
+    let opts = PlaceOptions {
+        drained_mask: 0b01,
+        ..PlaceOptions::default()
+    };
+    let free = |index| GpuLoad {
+        index,
+        total_mib: 24000,
+        ..Default::default()
+    };
+    let gpus = [free(0), free(1)];
+    let one = Request {
+        vram_mib: Some(1000),
+        gpus: 1,
+        on_mask: None,
+    };
+    assert_eq!(place(&one, &gpus, &opts), Placement::Start(vec![1]));
+    // Both GPUs: not infeasible, waits for the drained one.
+    let two = Request { gpus: 2, ..one };
+    assert_eq!(place(&two, &gpus, &opts), Placement::NotNow);
+    assert_eq!(wait_reason(&two, &gpus, &opts).to_string(), "GPU 0 drained");
+    let three = Request { gpus: 3, ..one };
+    assert!(matches!(
+        place(&three, &gpus, &opts),
+        Placement::Infeasible(_)
+    ));
+}
+
+#[test]
+fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
+    let opts = PlaceOptions::default();
+    let mut gpu = GpuLoad {
+        index: 0,
+        total_mib: 24000,
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        gpu.occupants.push(Occupant {
+            declared_mib: Some(8000),
+            peak_mib: None,
+            current_mib: None,
+        });
+    }
+    let big = Request {
+        vram_mib: Some(20000),
+        gpus: 1,
+        on_mask: None,
+    };
+    let small = Request {
+        vram_mib: Some(4000),
+        ..big
+    };
+    // Without a reservation the small job backfills past the big one.
+    let free = plan(&[big, small], &mut [gpu.clone()], &opts);
+    assert_eq!(free, vec![Placement::NotNow, Placement::Start(vec![0])]);
+    // The big one will fit once our jobs on GPU 0 end.
+    assert_eq!(reservation_gpus(&big, &[gpu.clone()], &opts), Some(vec![0]));
+    let reservation = Reservation {
+        request_index: 0,
+        gpu_mask: 1,
+    };
+    let held = plan_with_reservation(&[big, small], &mut [gpu.clone()], &opts, Some(&reservation));
+    assert_eq!(held, vec![Placement::NotNow, Placement::NotNow]);
+    // Once the GPU empties, the reserved job starts.
+    gpu.occupants.clear();
+    let now = plan_with_reservation(&[big, small], &mut [gpu], &opts, Some(&reservation));
+    assert_eq!(now[0], Placement::Start(vec![0]));
+}

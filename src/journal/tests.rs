@@ -1,0 +1,268 @@
+//! Unit tests of the journal module.
+
+use super::*;
+
+fn started(pgid: u32) -> Event {
+    Event::Started {
+        pgid,
+        gpus: vec![0, 1],
+        attempt: 1,
+        vram_mib: Some(8000),
+        start_ticks: Some(42),
+        boot_id: Some("b".into()),
+        supervisor: Some(ProcessId {
+            pid: 7,
+            start_ticks: 41,
+        }),
+        log_offset: Some(100),
+    }
+}
+
+#[test]
+fn status_words_match_the_journal_and_round_trip() {
+    for status in DoneStatus::ALL {
+        // The journal's word (serde) is the word everywhere else.
+        assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        assert_eq!(DoneStatus::from_word(status.as_str()), Some(status));
+    }
+    assert_eq!(DoneStatus::from_word("running"), None);
+    assert_eq!(
+        crate::view::status::JOB_STATES[3..],
+        crate::view::status::TERMINAL_STATES
+    );
+}
+
+#[test]
+fn events_round_trip_with_ts_key_and_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    journal
+        .append(
+            "k#0",
+            Event::Seen {
+                no: 1,
+                command: "echo".into(),
+            },
+        )
+        .unwrap();
+    journal.append("k#0", started(77)).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["event"], "seen");
+    assert_eq!(lines[0]["no"], 1);
+    assert_eq!(lines[1]["event"], "started");
+    assert_eq!(lines[1]["pgid"], 77);
+    assert_eq!(lines[1]["gpus"], serde_json::json!([0, 1]));
+    assert_eq!(lines[1]["start_ticks"], 42);
+    assert_eq!(lines[1]["boot_id"], "b");
+    assert_eq!(lines[1]["supervisor"]["pid"], 7);
+    assert_eq!(lines[1]["log_offset"], 100);
+    for line in &lines {
+        assert!(line["ts"].as_f64().unwrap() > 1.0e9);
+        assert_eq!(line["key"], "k#0");
+    }
+}
+
+#[test]
+fn fold_tracks_phase_attempts_and_oom_bumps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    {
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        journal
+            .append(
+                "a#0",
+                Event::Seen {
+                    no: 1,
+                    command: "a".into(),
+                },
+            )
+            .unwrap();
+        journal
+            .append(
+                "b#0",
+                Event::Seen {
+                    no: 2,
+                    command: "b".into(),
+                },
+            )
+            .unwrap();
+        journal.append("a#0", started(10)).unwrap();
+        journal
+            .append(
+                "a#0",
+                Event::Oom {
+                    attempts: 1,
+                    next_vram: Some(10000),
+                },
+            )
+            .unwrap();
+        journal.append("b#0", started(11)).unwrap();
+        journal
+            .append(
+                "b#0",
+                Event::Done {
+                    status: DoneStatus::Failed,
+                    returncode: Some(3),
+                    peak_mib: BTreeMap::from([("0".into(), Some(100)), ("1".into(), None)]),
+                    avg_util: None,
+                    duration_s: 1.5,
+                },
+            )
+            .unwrap();
+    }
+    let (journal, replay) = Journal::open(&path).unwrap();
+    assert_eq!(replay.events, 6);
+    assert!(replay.bad_lines.is_empty());
+    let a = journal.state("a#0").unwrap();
+    assert_eq!(a.no, 1);
+    assert_eq!(a.attempts, 1);
+    assert_eq!(a.oom_attempts, 1);
+    assert_eq!(a.next_vram, Some(10000));
+    assert_eq!(a.phase, Phase::Waiting);
+    let b = journal.state("b#0").unwrap();
+    match &b.phase {
+        Phase::Done(f) => {
+            assert_eq!((f.status, f.returncode), (DoneStatus::Failed, Some(3)));
+            assert_eq!(f.peak_mib, Some(100));
+            assert_eq!(f.duration_s, 1.5);
+            assert_eq!(f.vram_mib, Some(8000));
+            assert_eq!(f.gpu_mask, 0b11);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(journal.next_no(), 3);
+}
+
+#[test]
+fn torn_and_garbled_lines_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    std::fs::write(
+        &path,
+        concat!(
+            r#"{"ts":1.0,"key":"a#0","event":"seen","no":1,"command":"a"}"#,
+            "\nnot json at all\n",
+            r#"{"ts":2.0,"key":"a#0","event":"started","pgid":5,"gpus":[0],"attempt":1,"vram_mib":null}"#,
+            "\n",
+            r#"{"ts":3.0,"key":"a#0","event":"do"#
+        ),
+    )
+    .unwrap();
+    let (mut journal, replay) = Journal::open(&path).unwrap();
+    assert_eq!(replay.events, 2);
+    assert_eq!(replay.bad_lines, vec![2, 4]);
+    // An old `started` event without start_ticks / boot_id still folds.
+    match &journal.state("a#0").unwrap().phase {
+        Phase::Started(info) => {
+            assert_eq!(info.pgid, 5);
+            assert_eq!(info.start_ticks, None);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // The next event starts on its own line after the torn one.
+    journal.append("a#0", Event::Interrupted {}).unwrap();
+    let (journal, replay) = Journal::open(&path).unwrap();
+    assert_eq!(replay.events, 3);
+    assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+}
+
+#[test]
+fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    journal
+        .append(
+            "a#0",
+            Event::Seen {
+                no: 1,
+                command: "a".into(),
+            },
+        )
+        .unwrap();
+    // A retry of a job that has not finished changes nothing.
+    journal.append("a#0", Event::Retry {}).unwrap();
+    assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);
+    journal.append("a#0", started(9)).unwrap();
+    journal
+        .append(
+            "a#0",
+            Event::Oom {
+                attempts: 1,
+                next_vram: Some(10000),
+            },
+        )
+        .unwrap();
+    journal.append("a#0", started(10)).unwrap();
+    journal.append("a#0", Event::Retry {}).unwrap();
+    assert!(matches!(
+        journal.state("a#0").unwrap().phase,
+        Phase::Started(_)
+    ));
+    journal
+        .append(
+            "a#0",
+            Event::Done {
+                status: DoneStatus::FailedOom,
+                returncode: Some(1),
+                peak_mib: BTreeMap::new(),
+                avg_util: None,
+                duration_s: 1.0,
+            },
+        )
+        .unwrap();
+    journal.append("a#0", Event::Retry {}).unwrap();
+    // The same state after a replay.
+    let (replayed, _) = Journal::open(&path).unwrap();
+    for journal in [&journal, &replayed] {
+        let state = journal.state("a#0").unwrap();
+        assert_eq!(state.phase, Phase::Waiting);
+        assert_eq!(state.attempts, 1, "attempts keep counting");
+        assert_eq!(state.oom_attempts, 0, "OOM retries start over");
+        assert_eq!(state.next_vram, Some(10000), "the learned bump is kept");
+    }
+}
+
+#[test]
+fn long_journal_across_blocks_with_a_huge_line_and_a_torn_end() {
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let mut text = String::new();
+    for i in 0..30_000u32 {
+        let _ = writeln!(
+            text,
+            r#"{{"ts":1.0,"key":"{i:012x}#0","event":"seen","no":{},"command":"job {i}"}}"#,
+            i + 1
+        );
+    }
+    // A command longer than the 1 MiB read buffer.
+    let huge = "x".repeat(3 << 20);
+    let _ = writeln!(
+        text,
+        r#"{{"ts":1.0,"key":"huge#0","event":"seen","no":30001,"command":"{huge}"}}"#
+    );
+    let _ = writeln!(
+        text,
+        r#"{{"ts":2.0,"key":"huge#0","event":"started","pgid":1,"gpus":[0],"attempt":1,"vram_mib":null}}"#
+    );
+    text.push_str(r#"{"ts":3.0,"key":"000000000001#0","event":"do"#);
+    std::fs::write(&path, &text).unwrap();
+    let (journal, replay) = Journal::open(&path).unwrap();
+    assert_eq!(replay.events, 30_002);
+    assert_eq!(replay.bad_lines, vec![30_003]);
+    assert_eq!(journal.next_no(), 30_002);
+    assert_eq!(journal.state("00000000752f#0").unwrap().no, 30_000);
+    // The orphan's command was read back from its `seen` line.
+    match &journal.state("huge#0").unwrap().phase {
+        Phase::Started(info) => assert_eq!(info.command.as_deref(), Some(huge.as_str())),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(std::fs::read_to_string(&path).unwrap().ends_with("\"do\n"));
+}

@@ -76,12 +76,7 @@ impl Control {
 
     /// Applies a change; returns what it did, for people.
     pub fn apply(&mut self, change: &ControlChange) -> String {
-        let list = |gpus: &[u32]| {
-            gpus.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = |gpus: &[u32]| crate::view::report::gpu_ids(gpus, ", ");
         match change {
             ControlChange::Pause => {
                 self.paused = true;
@@ -110,10 +105,7 @@ impl Control {
 
     /// The drained GPUs as a bit mask (bit i = GPU i, indices below 64).
     pub fn drained_mask(&self) -> u64 {
-        self.drained
-            .iter()
-            .filter(|&&g| g < 64)
-            .fold(0, |mask, g| mask | (1u64 << g))
+        crate::model::gpu_mask(&self.drained)
     }
 
     /// Whether `other` already shows `change` applied.

@@ -72,6 +72,24 @@ impl DoneStatus {
     }
 }
 
+/// A set of GPU indices as a bit mask (bit i = GPU i). Indices of 64 and
+/// above cannot be represented and are left out.
+pub fn gpu_mask<'a>(gpus: impl IntoIterator<Item = &'a u32>) -> u64 {
+    gpus.into_iter()
+        .filter(|&&g| g < 64)
+        .fold(0, |mask, g| mask | (1u64 << g))
+}
+
+/// Whether GPU `index` is in `mask` (see [`gpu_mask`]).
+pub fn mask_has(mask: u64, index: u32) -> bool {
+    index < 64 && mask & (1u64 << index) != 0
+}
+
+/// The GPU indices of `mask`, ascending.
+pub fn gpus_of_mask(mask: u64) -> Vec<u32> {
+    (0..64).filter(|&i| mask_has(mask, i)).collect()
+}
+
 /// Where a job stands, as status.json (`state`), the board and `gpusched
 /// status` show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,6 +215,14 @@ mod tests {
         assert!(serde_json::from_str::<JobState>("\"bogus\"").is_err());
         assert!(JobState::Done(DoneStatus::Ok).is_terminal());
         assert!(JobState::RetryWait.is_waiting() && !JobState::Running.is_waiting());
+    }
+
+    #[test]
+    fn gpu_masks_round_trip_below_64() {
+        let mask = gpu_mask(&[0, 3, 63, 64, 99]);
+        assert_eq!(mask, 1 | (1 << 3) | (1 << 63));
+        assert_eq!(gpus_of_mask(mask), vec![0, 3, 63]);
+        assert!(mask_has(mask, 3) && !mask_has(mask, 1) && !mask_has(mask, 64));
     }
 
     #[test]

@@ -89,7 +89,7 @@ impl Request {
     /// Whether the job may use GPU `index` (its `on=` list).
     pub fn may_use(&self, index: u32) -> bool {
         self.on_mask
-            .is_none_or(|mask| index < 64 && mask & (1u64 << index) != 0)
+            .is_none_or(|mask| crate::model::mask_has(mask, index))
     }
 }
 
@@ -388,7 +388,7 @@ impl std::fmt::Display for WaitReason {
 
 /// Whether `gpusched drain` closed GPU `index` to new jobs.
 pub fn is_drained(index: u32, opts: &PlaceOptions) -> bool {
-    index < 64 && opts.drained_mask & (1u64 << index) != 0
+    crate::model::mask_has(opts.drained_mask, index)
 }
 
 /// Whether a GPU is closed to new jobs: one of our undeclared jobs holds

@@ -621,11 +621,7 @@ impl Journal {
                 let mut finished = Box::new(finished);
                 if let Phase::Started(info) = &state.phase {
                     finished.vram_mib = info.vram_mib;
-                    finished.gpu_mask = info
-                        .gpus
-                        .iter()
-                        .filter(|&&g| g < 64)
-                        .fold(0, |mask, g| mask | (1u64 << g));
+                    finished.gpu_mask = crate::model::gpu_mask(&info.gpus);
                 }
                 state.phase = Phase::Done(finished);
             }

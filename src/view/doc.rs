@@ -164,9 +164,7 @@ pub fn job_status(
     } else if job.state.is_waiting() {
         job.reason = input.wait_reasons.get(key).map(ToString::to_string);
     } else if let Phase::Done(done) = &state.phase {
-        job.gpus = (0..64)
-            .filter(|i| done.gpu_mask & (1u64 << i) != 0)
-            .collect();
+        job.gpus = crate::model::gpus_of_mask(done.gpu_mask);
         job.vram_mib = done.vram_mib;
         job.peak_mib = BTreeMap::from([("max".to_string(), done.peak_mib)]);
         job.finished = Some(done.ts);

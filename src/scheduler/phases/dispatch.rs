@@ -199,10 +199,7 @@ impl Scheduler {
         Some((
             Reservation {
                 request_index,
-                gpu_mask: gpus
-                    .iter()
-                    .filter(|&&g| g < 64)
-                    .fold(0, |m, g| m | (1u64 << g)),
+                gpu_mask: crate::model::gpu_mask(gpus),
             },
             no,
         ))

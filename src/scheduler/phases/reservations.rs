@@ -24,7 +24,7 @@ pub(super) fn held_for(
     };
     let gpus: Vec<u32> = chosen
         .into_iter()
-        .filter(|&g| g < 64 && reservation.gpu_mask & (1u64 << g) != 0)
+        .filter(|&g| crate::model::mask_has(reservation.gpu_mask, g))
         .collect();
     (!gpus.is_empty()).then_some(WaitReason::Held {
         gpus,

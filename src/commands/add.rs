@@ -2,7 +2,7 @@
 //! the jobs file the scheduler runs, and reports the job's number once a
 //! running scheduler has seen it.
 
-use super::index::{JobIndex, find_jobs_file};
+use super::index::{JournalTail, find_jobs_file};
 use crate::cli::AddArgs;
 use crate::edit;
 use crate::lockfile;
@@ -28,6 +28,7 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
         retries: args.retries,
         argv: args.command.clone(),
     };
+    let mut tail = JournalTail::new(&args.log_dir);
     let (key, line) = edit::add(&file, &job)?;
     println!("{key}");
     eprintln!("added to {}: {line}", file.display());
@@ -41,10 +42,12 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
     };
     let deadline = Instant::now() + SEEN_WAIT;
     while Instant::now() < deadline {
-        if let Ok(index) = JobIndex::read(&args.log_dir)
-            && let Some(seen) = index.jobs.iter().find(|j| j.key == key)
-        {
-            eprintln!("queued as job {} (scheduler pid {pid})", seen.no);
+        let seen = tail
+            .records()
+            .into_iter()
+            .find(|r| r["key"] == key.as_str() && r["event"] == "seen");
+        if let Some(no) = seen.and_then(|r| r["no"].as_u64()) {
+            eprintln!("queued as job {no} (scheduler pid {pid})");
             return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(50));

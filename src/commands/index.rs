@@ -229,6 +229,44 @@ impl JobIndex {
     }
 }
 
+/// The journal's records appended since a point: what commands waiting on
+/// a running scheduler read instead of the whole journal each time.
+pub struct JournalTail {
+    path: PathBuf,
+    position: u64,
+}
+
+impl JournalTail {
+    /// Starts at the journal's current end.
+    pub fn new(log_dir: &Path) -> JournalTail {
+        let path = log_dir.join("journal.jsonl");
+        let position = std::fs::metadata(&path).map_or(0, |m| m.len());
+        JournalTail { path, position }
+    }
+
+    /// The complete records appended since the last call (a line still
+    /// being written is left for the next); garbled lines are skipped.
+    pub fn records(&mut self) -> Vec<Value> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(&self.path).and_then(|mut file| {
+            file.seek(SeekFrom::Start(self.position))?;
+            file.read_to_end(&mut bytes)
+        });
+        let Some(end) = read
+            .ok()
+            .and_then(|_| bytes.iter().rposition(|&b| b == b'\n'))
+        else {
+            return Vec::new();
+        };
+        self.position += end as u64 + 1;
+        bytes[..end]
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect()
+    }
+}
+
 /// The jobs of the file at `path`, or none when it cannot be read or
 /// parsed (for looking up names; the caller reports real problems).
 pub fn specs_of(path: &Path) -> Vec<JobSpec> {
@@ -290,6 +328,24 @@ mod tests {
             Path::new("/l/job001_gpu0-1.log")
         );
         assert_eq!(index.jobs[1].last, LastWord::Waiting);
+    }
+
+    #[test]
+    fn a_tail_reads_only_new_complete_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        std::fs::write(&path, "{\"key\":\"old\"}\n").unwrap();
+        let mut tail = JournalTail::new(dir.path());
+        assert!(tail.records().is_empty());
+        use std::io::Write;
+        let mut file = std::fs::File::options().append(true).open(&path).unwrap();
+        file.write_all(b"{\"key\":\"a\"}\ngarbled\n{\"key\":\"b")
+            .unwrap();
+        let got = tail.records();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0]["key"], "a");
+        file.write_all(b"\"}\n").unwrap();
+        assert_eq!(tail.records()[0]["key"], "b", "the torn line, once whole");
     }
 
     #[test]

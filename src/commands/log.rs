@@ -2,12 +2,11 @@
 //! for one attempt (the last by default) from its log file, whichever GPUs
 //! it ran on; with `-f`, follows it until the attempt ends.
 
-use super::index::{IndexedJob, JobIndex, LastWord, find_jobs_file, specs_of};
+use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
 use crate::cli::LogArgs;
 use crate::error::Error;
 use crate::process::supervisor;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::time::Duration;
 
 /// How often `-f` looks for new output and for the attempt's end.
@@ -63,7 +62,12 @@ pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
     let record = supervisor::record_path(&args.log_dir, &job.key, attempt.attempt);
     while !section.ended {
         std::thread::sleep(FOLLOW_POLL);
-        let ended = record.exists() || journal.has_news_for(job);
+        // Its attempt ended, was requeued, or another began.
+        let ended = record.exists()
+            || journal
+                .records()
+                .iter()
+                .any(|r| r["key"] == job.key.as_str());
         section.copy_new(&mut file, &mut out)?;
         if ended {
             section.copy_new(&mut file, &mut out)?;
@@ -142,37 +146,6 @@ fn header_offset(file: &mut std::fs::File, no: u32, attempt: u32) -> Option<u64>
         offset += line.len() as u64;
     }
     None
-}
-
-/// New lines of the journal since the last look.
-struct JournalTail {
-    path: std::path::PathBuf,
-    position: u64,
-}
-
-impl JournalTail {
-    fn new(log_dir: &Path) -> JournalTail {
-        let path = log_dir.join("journal.jsonl");
-        let position = std::fs::metadata(&path).map_or(0, |m| m.len());
-        JournalTail { path, position }
-    }
-
-    /// Whether the journal recorded anything for `job` since the last
-    /// look (its attempt ended, was requeued or another began).
-    fn has_news_for(&mut self, job: &IndexedJob) -> bool {
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
-            return false;
-        };
-        let mut bytes = Vec::new();
-        if file.seek(SeekFrom::Start(self.position)).is_err()
-            || file.read_to_end(&mut bytes).is_err()
-        {
-            return false;
-        }
-        self.position += bytes.len() as u64;
-        let needle = format!("\"key\":\"{}\"", job.key);
-        String::from_utf8_lossy(&bytes).contains(&needle)
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! `<log_dir>/requests/` and the scheduler journals it; with none, the
 //! command takes the log directory's lock and journals it itself.
 
-use super::index::{JobIndex, LastWord, find_jobs_file};
+use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file};
 use crate::cli::RetryArgs;
 use crate::error::Error;
 use crate::jobspec;
@@ -103,8 +103,7 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
     let dir = requests_dir(&args.log_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    let journal_path = args.log_dir.join("journal.jsonl");
-    let start = std::fs::metadata(&journal_path).map_or(0, |m| m.len());
+    let mut tail = JournalTail::new(&args.log_dir);
     for job in &chosen {
         let request = serde_json::to_vec(&RetryRequest {
             retry: job.key.clone(),
@@ -117,11 +116,11 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
     let mut waiting: Vec<_> = chosen.iter().collect();
     while !waiting.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
-        let news = read_from(&journal_path, start);
+        let news = tail.records();
         waiting.retain(|job| {
-            let taken = news.lines().any(|l| {
-                l.contains(&format!("\"key\":\"{}\"", job.key)) && l.contains("\"event\":\"retry\"")
-            });
+            let taken = news
+                .iter()
+                .any(|r| r["key"] == job.key.as_str() && r["event"] == "retry");
             if taken {
                 println!("job {} queued again (scheduler pid {pid})", job.no);
             }
@@ -136,16 +135,4 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(if waiting.is_empty() { 0 } else { 1 })
-}
-
-/// The text of `path` from byte `start` on.
-fn read_from(path: &Path, start: u64) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut text = String::new();
-    if let Ok(mut file) = std::fs::File::open(path)
-        && file.seek(SeekFrom::Start(start)).is_ok()
-    {
-        let _ = file.read_to_string(&mut text);
-    }
-    text
 }

@@ -630,7 +630,9 @@ impl Journal {
 }
 
 impl KeyState {
-    fn new(no: u32, seen_ts: f64) -> Self {
+    /// The state of a job just seen as number `no` at `seen_ts` (Unix
+    /// seconds): waiting, never started.
+    pub fn new(no: u32, seen_ts: f64) -> Self {
         KeyState {
             no,
             seen_offset: u64::MAX,

@@ -262,16 +262,8 @@ mod tests {
 
     fn state(no: u32, phase: Phase) -> KeyState {
         KeyState {
-            no,
-            seen_offset: 0,
-            seen_ts: 0.0,
-            first_started_ts: None,
-            attempts: 0,
-            oom_attempts: 0,
-            next_vram: None,
-            preempted: false,
-            preempted_s: 0.0,
             phase,
+            ..KeyState::new(no, 0.0)
         }
     }
 

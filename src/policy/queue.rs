@@ -64,16 +64,10 @@ mod tests {
 
     fn state(phase: Phase, next_vram: Option<u64>, oom_attempts: u32) -> KeyState {
         KeyState {
-            no: 1,
-            seen_offset: u64::MAX,
-            seen_ts: 0.0,
-            first_started_ts: None,
-            attempts: 0,
             oom_attempts,
             next_vram,
-            preempted: false,
-            preempted_s: 0.0,
             phase,
+            ..KeyState::new(1, 0.0)
         }
     }
 

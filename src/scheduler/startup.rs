@@ -85,6 +85,7 @@ impl Scheduler {
                 unsettled: None,
                 generation: 0,
                 after: HashMap::new(),
+                deps_in_file: Default::default(),
             },
             cfg,
             control,

@@ -251,6 +251,9 @@ pub struct JobsFile {
     pub unsettled: Option<Unsettled>,
     /// Each job's `after=` dependencies, resolved to keys (SPEC §12).
     pub after: std::collections::HashMap<String, Vec<String>>,
+    /// The dependencies (of `after`) whose line is in the file, so the
+    /// afterok rule needs no scan of the specs.
+    pub deps_in_file: std::collections::HashSet<String>,
 }
 
 impl JobsFile {

@@ -18,7 +18,7 @@ impl Scheduler {
                 deps,
                 |k| self.journal.state(k),
                 |k| self.running.contains_key(k),
-                |k| self.jobs.spec(k).is_some(),
+                |k| self.jobs.deps_in_file.contains(k),
             ),
         }
     }

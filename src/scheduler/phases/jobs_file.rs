@@ -179,6 +179,12 @@ impl Scheduler {
                 .collect();
             self.journal.append_all(&seen)?;
         }
+        let deps: std::collections::HashSet<&String> = after.values().flatten().collect();
+        self.jobs.deps_in_file = specs
+            .iter()
+            .filter(|s| deps.contains(&s.key))
+            .map(|s| s.key.clone())
+            .collect();
         self.jobs.specs = specs;
         self.jobs.after = after;
         self.jobs.generation += 1;

@@ -154,6 +154,25 @@ pub struct RunArgs {
     /// Jobs are real processes; `gpusched simjob` pretends to use VRAM.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub sim: Option<u32>,
+
+    /// Where the simulated GPUs live (with --sim): every simjob reports its
+    /// memory there. Give two schedulers the same directory and they share
+    /// the same simulated GPUs, as two users share a real box. Default:
+    /// $GPUSCHED_SIM_DIR, else LOG_DIR/sim.
+    #[arg(long, value_name = "DIR", requires = "sim")]
+    pub sim_dir: Option<PathBuf>,
+
+    /// The ledger directory shared with other schedulers on this box: each
+    /// books its running jobs' memory there, so two schedulers never start
+    /// jobs into the same free memory. Default: /dev/shm/gpusched (with
+    /// --sim: SIM_DIR/ledger).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_ledger")]
+    pub ledger: Option<PathBuf>,
+
+    /// Neither publish bookings nor read other schedulers' (they are then
+    /// seen only through the memory their jobs already use).
+    #[arg(long)]
+    pub no_ledger: bool,
 }
 
 /// Arguments of `gpusched status`.

@@ -15,6 +15,7 @@ pub mod files;
 pub mod gpu;
 pub mod jobspec;
 pub mod journal;
+pub mod ledger;
 pub mod lockfile;
 pub mod model;
 pub mod policy;
@@ -48,7 +49,8 @@ pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
 }
 
 /// The GPU backend the command line asks for: `--sim N` simulated GPUs
-/// (sharing `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`), or NVML.
+/// in `--sim-dir` (else `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`),
+/// or NVML.
 /// Returns it with the simulator's directory, if any.
 ///
 /// Errors: NVML missing or failing ([`error::Error::Gpu`]); the sim
@@ -59,9 +61,10 @@ pub fn open_backend(
     let log_dir = scheduler::absolute(&args.log_dir);
     Ok(match args.sim {
         Some(count) => {
-            let dir = match std::env::var_os("GPUSCHED_SIM_DIR") {
-                Some(dir) => scheduler::absolute(std::path::Path::new(&dir)),
-                None => log_dir.join("sim"),
+            let dir = match (&args.sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
+                (Some(dir), _) => scheduler::absolute(dir),
+                (None, Some(dir)) => scheduler::absolute(std::path::Path::new(&dir)),
+                (None, None) => log_dir.join("sim"),
             };
             let sim = gpu::sim::SimBackend::new(count, &dir).context("cannot set up --sim")?;
             (Box::new(sim), Some(dir))

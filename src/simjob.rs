@@ -2,10 +2,13 @@
 //! its simulated VRAM from 0 to `--vram` MiB over `--ramp` seconds on each
 //! GPU of `CUDA_VISIBLE_DEVICES`, holds it `--hold` seconds, and exits with
 //! `--exit-code`, atomically rewriting `$GPUSCHED_SIM_DIR/<pid>.json` every
-//! 50 ms and removing it on exit (also on SIGTERM / SIGINT).
+//! 50 ms and removing it on exit (also on SIGTERM / SIGINT). Like a CUDA
+//! process, it fails with an out-of-memory error (exit 1) when a step of
+//! its ramp would push a GPU past its capacity, counting every process
+//! in the sim directory.
 
 use crate::cli::SimjobArgs;
-use crate::gpu::sim::SimReport;
+use crate::gpu::sim::{self, SIM_TOTAL_MIB, SimReport};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,7 +62,8 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
     } else {
         args.ramp + args.hold
     };
-    let result = (|| -> anyhow::Result<bool> {
+    let mut held = 0;
+    let result = (|| -> anyhow::Result<Ending> {
         loop {
             let elapsed = started.elapsed().as_secs_f64();
             let fraction = if args.ramp > 0.0 {
@@ -68,20 +72,50 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
                 1.0
             };
             let mib = (args.vram as f64 * fraction).round() as u64;
-            write_report(&report_path, pid, &gpus, mib, args.util)?;
+            if mib > held {
+                // Allocate like CUDA: check the GPU's capacity and take the
+                // memory in one step, under the sim directory's lock.
+                let _lock = lock_sim_dir(&dir)?;
+                let reports = sim::live_reports(&dir)?;
+                if let Some((gpu, others)) = sim::over_capacity(&reports, pid, &gpus, mib) {
+                    return Ok(Ending::OutOfMemory {
+                        gpu,
+                        asked: mib - held,
+                        others,
+                        held,
+                    });
+                }
+                write_report(&report_path, pid, &gpus, mib, args.util)?;
+                held = mib;
+            } else {
+                write_report(&report_path, pid, &gpus, mib, args.util)?;
+            }
             if stop.load(Ordering::Relaxed) {
-                return Ok(false);
+                return Ok(Ending::Signalled);
             }
             if elapsed >= end {
-                return Ok(true);
+                return Ok(Ending::Done);
             }
             let left = Duration::from_secs_f64(end - elapsed);
             std::thread::sleep(REPORT_EVERY.min(left));
         }
     })();
     let _ = std::fs::remove_file(&report_path);
-    if !result? {
-        return Ok(143);
+    match result? {
+        Ending::Done => {}
+        Ending::Signalled => return Ok(143),
+        Ending::OutOfMemory {
+            gpu,
+            asked,
+            others,
+            held,
+        } => {
+            eprintln!(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked} MiB. GPU {gpu} has a total capacity of {SIM_TOTAL_MIB} MiB of which {} MiB is free. This process has {held} MiB in use; other processes use {others} MiB. (simulated by gpusched simjob)",
+                SIM_TOTAL_MIB.saturating_sub(others + held)
+            );
+            return Ok(1);
+        }
     }
     if oom {
         eprintln!(
@@ -91,6 +125,36 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
         return Ok(1);
     }
     Ok(i32::from(args.exit_code))
+}
+
+/// How the fake job's loop ended.
+enum Ending {
+    /// It ran its course.
+    Done,
+    /// SIGTERM or SIGINT.
+    Signalled,
+    /// The next step of its ramp did not fit on `gpu` (SPEC §9).
+    OutOfMemory {
+        gpu: String,
+        asked: u64,
+        others: u64,
+        held: u64,
+    },
+}
+
+/// The sim directory's allocation lock (`<dir>/.lock`), so that two
+/// simjobs never both take the last free memory of a GPU.
+fn lock_sim_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = dir.join(".lock");
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
 }
 
 /// Atomically replaces the report (temp file, then rename).

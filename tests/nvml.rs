@@ -55,7 +55,10 @@ impl Nvml {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = self.env.command(args);
-        cmd.env("LD_LIBRARY_PATH", fake_nvml_dir())
+        // The test's own ledger, not the box's shared one (SPEC §14).
+        cmd.arg("--ledger")
+            .arg(self.env.path("ledger"))
+            .env("LD_LIBRARY_PATH", fake_nvml_dir())
             .env("FAKE_NVML_STATE", &self.state);
         cmd
     }

@@ -34,6 +34,8 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
             prop_oneof![Just(0u64), 0u64..30_000],
             prop_oneof![Just(0u64), 0u64..10_000],
             prop_oneof![Just(Vec::new()), prop::collection::vec(occupant(), 0..3)],
+            // Memory other schedulers booked in the ledger (SPEC §14).
+            prop_oneof![Just(0u64), 0u64..20_000],
         ),
         1..8,
     )
@@ -49,12 +51,14 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
             .into_iter()
             .zip(indices)
             .map(
-                |((total_mib, used_mib, external, occupants), index)| GpuLoad {
+                |((total_mib, used_mib, external, occupants, booked_mib), index)| GpuLoad {
                     index,
                     total_mib,
                     used_mib: used_mib.min(total_mib),
                     external_peak_sum_mib: external,
                     occupants,
+                    booked_mib,
+                    booked_by: Vec::new(),
                 },
             )
             .collect()

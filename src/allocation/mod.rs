@@ -59,6 +59,11 @@ pub struct GpuLoad {
     pub external_peak_sum_mib: u64,
     /// Our jobs on this GPU.
     pub occupants: Vec<Occupant>,
+    /// MiB other schedulers booked on this GPU in the ledger beyond what
+    /// their jobs already use here (SPEC §14); counted as external use.
+    pub booked_mib: u64,
+    /// The users behind [`GpuLoad::booked_mib`], for wait reasons.
+    pub booked_by: Vec<String>,
 }
 
 /// The outcome of [`place`].
@@ -115,7 +120,8 @@ pub fn budget_mib(occupant: &Occupant, spike_buffer: f64) -> u64 {
 
 /// Effective external usage (MiB) of a GPU (SPEC §2): the larger of the
 /// instantaneous usage not attributed to our jobs and the buffered Σ of the
-/// external processes' observed peaks. Memory of ours that could not be
+/// external processes' observed peaks, plus what other schedulers booked
+/// and do not use yet (SPEC §14). Memory of ours that could not be
 /// attributed (unknown per-process memory) counts as external, which only
 /// ever makes placement more careful.
 pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
@@ -125,7 +131,9 @@ pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
         .filter_map(|o| o.current_mib)
         .fold(0, u64::saturating_add);
     let instantaneous = gpu.used_mib.saturating_sub(ours);
-    instantaneous.max(buffered_mib(gpu.external_peak_sum_mib, spike_buffer))
+    instantaneous
+        .max(buffered_mib(gpu.external_peak_sum_mib, spike_buffer))
+        .saturating_add(gpu.booked_mib)
 }
 
 /// Effective headroom (MiB) for a new declared job (SPEC §2): total −
@@ -320,6 +328,14 @@ pub enum WaitReason {
         /// `running` or `pending`.
         state: &'static str,
     },
+    /// It would start but for memory other users' schedulers booked
+    /// (SPEC §14).
+    Booked {
+        /// The GPUs it would use.
+        gpus: Vec<u32>,
+        /// Whose bookings are in the way, by name.
+        users: Vec<String>,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -363,6 +379,19 @@ impl std::fmt::Display for WaitReason {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
+            ),
+            WaitReason::Booked { gpus, users } => write!(
+                f,
+                "GPU {} booked by {}",
+                gpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if users.is_empty() {
+                    "another scheduler".to_string()
+                } else {
+                    format!("{}'s scheduler", users.join(", "))
+                }
             ),
             WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
@@ -423,6 +452,28 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
                     .into_iter()
                     .filter(|&g| is_drained(g, opts))
                     .collect(),
+            };
+        }
+    }
+    if gpus.iter().any(|g| g.booked_mib > 0) {
+        let unbooked: Vec<GpuLoad> = gpus
+            .iter()
+            .map(|g| GpuLoad {
+                booked_mib: 0,
+                ..g.clone()
+            })
+            .collect();
+        if let Placement::Start(chosen) = place(request, &unbooked, opts) {
+            let mut users: Vec<String> = gpus
+                .iter()
+                .filter(|g| chosen.contains(&g.index))
+                .flat_map(|g| g.booked_by.iter().cloned())
+                .collect();
+            users.sort();
+            users.dedup();
+            return WaitReason::Booked {
+                gpus: chosen,
+                users,
             };
         }
     }

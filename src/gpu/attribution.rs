@@ -61,6 +61,23 @@ pub fn attribute<J: Clone + Eq + Hash>(
     Attribution { per_job, external }
 }
 
+/// MiB in use per (GPU index, process group) among `external` processes,
+/// given each pid's group (`group_of`; a pid without one is skipped). This
+/// is what another scheduler's booking is weighed against (SPEC §14).
+pub fn by_group(
+    external: &[(GpuPid, Option<u64>)],
+    group_of: &HashMap<u32, u32>,
+) -> HashMap<(u32, u32), u64> {
+    let mut out: HashMap<(u32, u32), u64> = HashMap::new();
+    for (process, used) in external {
+        if let (Some(&pgid), Some(mib)) = (group_of.get(&process.pid), used) {
+            let slot = out.entry((process.gpu, pgid)).or_insert(0);
+            *slot = slot.saturating_add(*mib);
+        }
+    }
+    out
+}
+
 /// Observed peak (MiB) of each external process; a process is forgotten
 /// when it disappears (SPEC §2).
 #[derive(Debug, Default)]

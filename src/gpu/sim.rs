@@ -55,26 +55,7 @@ impl GpuBackend for SimBackend {
             })
             .collect();
         let mut processes = Vec::new();
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| {
-            anyhow::anyhow!("cannot read sim directory {}: {e}", self.dir.display())
-        })?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("json") {
-                continue;
-            }
-            // A report being replaced or removed right now is simply absent
-            // this round.
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            let Ok(report) = serde_json::from_str::<SimReport>(&text) else {
-                continue;
-            };
-            if !crate::process::is_alive(report.pid) {
-                let _ = std::fs::remove_file(&path);
-                continue;
-            }
+        for report in live_reports(&self.dir)? {
             for (gpu, mib) in &report.mib {
                 let Ok(index) = gpu.parse::<u32>() else {
                     continue;
@@ -107,6 +88,55 @@ impl GpuBackend for SimBackend {
     fn is_sim(&self) -> bool {
         true
     }
+}
+
+/// The reports of every live process in the sim directory `dir`; reports
+/// of dead processes are removed. A report being replaced or removed right
+/// now is simply absent.
+///
+/// Errors: the directory cannot be read.
+pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read sim directory {}: {e}", dir.display()))?;
+    let mut reports = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(report) = serde_json::from_str::<SimReport>(&text) else {
+            continue;
+        };
+        if !crate::process::is_alive(report.pid) {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The physical limit of a simulated GPU (SPEC §9): whether raising
+/// process `pid`'s use to `mib` on each of `gpus` fits beside every other
+/// process's current use (`reports`). Returns the first GPU it does not fit
+/// on, with the MiB the others use there.
+pub fn over_capacity(
+    reports: &[SimReport],
+    pid: u32,
+    gpus: &[String],
+    mib: u64,
+) -> Option<(String, u64)> {
+    gpus.iter().find_map(|gpu| {
+        let others: u64 = reports
+            .iter()
+            .filter(|r| r.pid != pid)
+            .filter_map(|r| r.mib.get(gpu))
+            .fold(0, |sum, m| sum.saturating_add(*m));
+        (others.saturating_add(mib) > SIM_TOTAL_MIB).then(|| (gpu.clone(), others))
+    })
 }
 
 #[cfg(test)]
@@ -160,6 +190,35 @@ mod tests {
             !dir.path().join("99999999.json").exists(),
             "dead report removed"
         );
+    }
+
+    #[test]
+    fn an_allocation_past_capacity_does_not_fit() {
+        let report = |pid, gpu: &str, mib| SimReport {
+            pid,
+            mib: BTreeMap::from([(gpu.to_string(), mib)]),
+            util: 0,
+        };
+        let reports = vec![
+            report(1, "0", 14000),
+            report(2, "1", 20000),
+            report(3, "0", 500),
+        ];
+        let gpus = |list: &[&str]| list.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+        // 14000 + 500 used by others on GPU 0: 9500 fits, 9501 does not.
+        assert_eq!(over_capacity(&reports, 3, &gpus(&["0"]), 9999), None);
+        assert_eq!(over_capacity(&reports, 9, &gpus(&["0"]), 9500), None);
+        assert_eq!(
+            over_capacity(&reports, 9, &gpus(&["0"]), 9501),
+            Some(("0".to_string(), 14500))
+        );
+        // A multi-GPU job fails on the first GPU that is full.
+        assert_eq!(
+            over_capacity(&reports, 9, &gpus(&["0", "1"]), 5000),
+            Some(("1".to_string(), 20000))
+        );
+        // Its own earlier report never counts against it.
+        assert_eq!(over_capacity(&reports, 1, &gpus(&["0"]), 23500), None);
     }
 
     #[test]

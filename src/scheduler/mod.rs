@@ -33,6 +33,11 @@ pub struct Scheduler {
     backend: Box<dyn GpuBackend>,
     /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
     sim_dir: Option<PathBuf>,
+    /// The ledger shared with other schedulers (SPEC §14); `None` with
+    /// `--no-ledger`.
+    ledger: Option<crate::ledger::store::Ledger>,
+    /// Set while publishing our bookings fails (warned once per streak).
+    ledger_failing: bool,
     journal: Journal,
     jobs: JobsFile,
     /// Running attempts by job key.
@@ -104,6 +109,7 @@ impl Scheduler {
             self.guard(|s| s.complete_ended_orphans());
         }
         self.guard(|s| s.dispatch());
+        self.publish_bookings();
         self.write_status_files();
         Ok(self.exit_code_if_done())
     }

@@ -73,6 +73,7 @@ impl Scheduler {
             warn(&problem);
         }
         let wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
+        let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
 
         let mut scheduler = Scheduler {
             jobs: JobsFile {
@@ -92,6 +93,8 @@ impl Scheduler {
             _lock: lock,
             backend,
             sim_dir,
+            ledger,
+            ledger_failing: false,
             journal,
             running: BTreeMap::new(),
             gpu: GpuState::default(),
@@ -271,4 +274,27 @@ fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
         ));
     }
     Ok(journal)
+}
+
+/// The ledger this scheduler books in (SPEC §14): `--ledger DIR`, else the
+/// simulated GPUs' `<sim dir>/ledger` (only schedulers sharing the sim dir
+/// share those GPUs), else [`crate::ledger::store::DEFAULT_DIR`]; none with
+/// `--no-ledger`.
+///
+/// Errors: the directory is a symbolic link, not a directory, or cannot be
+/// created or written.
+fn open_ledger(
+    args: &RunArgs,
+    sim_dir: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> anyhow::Result<Option<crate::ledger::store::Ledger>> {
+    if args.no_ledger {
+        return Ok(None);
+    }
+    let dir = match (&args.ledger, sim_dir) {
+        (Some(dir), _) => absolute(dir),
+        (None, Some(sim)) => sim.join("ledger"),
+        (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
+    };
+    Ok(Some(crate::ledger::store::Ledger::open(&dir, log_dir)?))
 }

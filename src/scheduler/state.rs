@@ -12,7 +12,7 @@ use crate::policy::kill::{KillReason, KillStep, kill_step};
 use crate::policy::outcome::Exit;
 use crate::process::{self, GroupIdentity, Pgid, Termination};
 use crate::progress::Progress;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
@@ -196,6 +196,13 @@ impl Running {
     pub fn kill_reason(&self) -> Option<KillReason> {
         self.kill.as_ref().map(|k| k.reason)
     }
+
+    /// What identifies its process group.
+    pub fn identity(&self) -> &GroupIdentity {
+        match &self.proc {
+            Proc::Supervised { identity, .. } | Proc::Adopted { identity, .. } => identity,
+        }
+    }
 }
 
 /// What identifies one version of the jobs file on disk: modification
@@ -285,6 +292,9 @@ pub struct GpuState {
     pub last_sample: Option<Instant>,
     /// Peaks of other people's processes (SPEC §2).
     pub external_peaks: ExternalPeaks,
+    /// MiB in use now per (GPU index, process group) among processes that
+    /// are not ours, to weigh other schedulers' bookings (SPEC §14).
+    pub external_by_group: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
     /// Per-GPU accumulators for the summary.

@@ -141,7 +141,8 @@ pub fn counts_line(doc: &StatusDoc, width: usize) -> String {
 }
 
 /// `GPU 1: 9000 / 24000 MiB used, external 0 MiB, headroom 14488 MiB, jobs 1,2`
-/// with the job list cut to fit.
+/// with the job list cut to fit, and, when other schedulers booked memory
+/// on it, a second line naming them (SPEC §14).
 pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     let jobs = if gpu.jobs.is_empty() {
         "-".to_string()
@@ -163,7 +164,30 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
             ""
         }
     );
-    report::shorten(&line, width)
+    if gpu.booked_by_others.is_empty() {
+        return report::shorten(&line, width);
+    }
+    // Others' bookings on a line of their own, so that they are never the
+    // part cut off (SPEC §14).
+    let others = format!(
+        "       booked by other schedulers: {}",
+        gpu.booked_by_others
+            .iter()
+            .map(|b| format!(
+                "{} {} MiB ({} job{})",
+                b.user,
+                b.mib,
+                b.jobs,
+                if b.jobs == 1 { "" } else { "s" }
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    format!(
+        "{}\n{}",
+        report::shorten(&line, width),
+        report::shorten(&others, width)
+    )
 }
 
 /// `text` broken at spaces into lines of at most `width` characters

@@ -73,6 +73,8 @@ pub struct ViewInput<'a> {
     pub started_ts: f64,
     /// Whether the backend is the simulator.
     pub backend_is_sim: bool,
+    /// Other schedulers' trusted bookings (SPEC §14).
+    pub foreign: &'a [crate::ledger::Foreign],
     /// The backend's description.
     pub backend_detail: String,
 }
@@ -312,6 +314,12 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                     .collect(),
                 busy_fraction: stats.map(|s| f64::from(s.busy) / f64::from(s.samples)),
                 mean_used_mib: stats.map(|s| (s.used_sum_mib / f64::from(s.samples)).round()),
+                booked_by_others: info
+                    .map(|g| crate::ledger::per_user(input.foreign, &g.uuid))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(user, mib, jobs)| status::OtherBooking { user, mib, jobs })
+                    .collect(),
             }
         })
         .collect()

@@ -121,6 +121,21 @@ pub struct GpuStatus {
     pub busy_fraction: Option<f64>,
     /// Mean memory in use over this run's samples (MiB).
     pub mean_used_mib: Option<f64>,
+    /// Memory other schedulers on this box booked on it, per user (SPEC
+    /// §14); empty without a ledger.
+    #[serde(default)]
+    pub booked_by_others: Vec<OtherBooking>,
+}
+
+/// What one other user's scheduler booked on one GPU (SPEC §14).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OtherBooking {
+    /// Their user name (or `uid N`).
+    pub user: String,
+    /// MiB booked, the budgets of their running jobs on this GPU.
+    pub mib: u64,
+    /// How many of their jobs.
+    pub jobs: usize,
 }
 
 /// One job.
@@ -564,6 +579,11 @@ mod tests {
                 jobs: vec![2],
                 busy_fraction: Some(0.5),
                 mean_used_mib: Some(1500.0),
+                booked_by_others: vec![OtherBooking {
+                    user: "bob".into(),
+                    mib: 14000,
+                    jobs: 1,
+                }],
             }],
             jobs: vec![
                 JobStatus {

@@ -34,6 +34,7 @@ impl Scheduler {
         let Some(snapshot) = &self.gpu.snapshot else {
             return Vec::new();
         };
+        let mut booked = self.booked_by_others();
         snapshot
             .gpus
             .iter()
@@ -61,6 +62,8 @@ impl Scheduler {
                         current_mib: j.usage.current_mib.get(&g.index).copied(),
                     })
                     .collect(),
+                booked_mib: booked.get(&g.index).map_or(0, |b| b.0),
+                booked_by: booked.remove(&g.index).map(|b| b.1).unwrap_or_default(),
             })
             .collect()
     }
@@ -103,6 +106,18 @@ impl Scheduler {
             return Ok(());
         }
         self.dispatch_needed = false;
+        // Decide and book under the ledger's lock, against others'
+        // bookings as they are now (SPEC §14); the lock is released when
+        // this round returns, after our bookings are published.
+        let _ledger_lock = match &mut self.ledger {
+            Some(ledger) => {
+                let lock = ledger.lock();
+                ledger.refresh();
+                loads = self.gpu_loads();
+                Some(lock)
+            }
+            None => None,
+        };
         self.last_dispatch_loads = Some(loads.clone());
         if self.control.paused {
             let reasons = self
@@ -145,6 +160,7 @@ impl Scheduler {
         );
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len();
+        let mut booked = false;
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             match placement {
                 Placement::NotNow => {}
@@ -152,6 +168,7 @@ impl Scheduler {
                     dispatched += 1;
                     let spec = self.jobs.specs[index].clone();
                     self.start_attempt(&spec, request, &gpus, dispatched)?;
+                    booked = true;
                 }
                 Placement::Infeasible(reason) => {
                     let spec = &self.jobs.specs[index];
@@ -161,6 +178,9 @@ impl Scheduler {
                     say(&format!("✗ job {no} infeasible: {reason}: {command}"));
                 }
             }
+        }
+        if booked {
+            self.publish_bookings();
         }
         Ok(())
     }

@@ -13,8 +13,10 @@
 //!    (SPEC §4); then [`orphans`]: finish adopted jobs that ended (SPEC §5).
 //! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
 //!    §3), with [`reservations`] against starvation and [`preemption`]
-//!    for the first blocked job (SPEC §12).
-//! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7).
+//!    for the first blocked job (SPEC §12), deciding and booking under the
+//!    [`ledger`]'s lock (SPEC §14).
+//! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7),
+//!    and our bookings in the [`ledger`] (SPEC §14).
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
 //!
 //! Ending an attempt, whichever phase notices it, goes through
@@ -31,6 +33,7 @@ mod exit;
 mod io;
 mod jobs_file;
 mod kills;
+mod ledger;
 mod orphans;
 mod preemption;
 mod publish;

@@ -49,6 +49,7 @@ impl Scheduler {
             control: &self.control,
             started_ts: self.started_ts,
             backend_is_sim: self.backend.is_sim(),
+            foreign: self.ledger.as_ref().map_or(&[], |l| l.foreign.as_slice()),
             backend_detail: self.backend.describe(),
         };
         let stale = self

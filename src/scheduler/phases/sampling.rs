@@ -47,7 +47,10 @@ impl Scheduler {
             query_started.elapsed().as_secs_f64() * 1000.0
         );
         match result {
-            Ok(snapshot) => self.record_snapshot(snapshot),
+            Ok(snapshot) => {
+                self.record_snapshot(snapshot);
+                self.refresh_ledger();
+            }
             Err(e) => self.record_gpu_failure(&e),
         }
     }
@@ -87,11 +90,14 @@ impl Scheduler {
             .iter()
             .map(|(key, job)| (job.pgid.0, key.clone()))
             .collect();
+        let mut group_of: HashMap<u32, u32> = HashMap::new();
         let mut seen = attribution::attribute(&snapshot.processes, |pid| {
             let stat = process::read_stat(pid)?;
+            group_of.insert(pid, stat.pgrp);
             by_pgid.get(&stat.pgrp).cloned()
         });
         self.gpu.external_peaks.observe(&seen.external);
+        self.gpu.external_by_group = attribution::by_group(&seen.external, &group_of);
         let util: HashMap<u32, Option<u32>> = snapshot
             .gpus
             .iter()

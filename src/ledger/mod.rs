@@ -1,0 +1,226 @@
+//! The ledger (SPEC §14): how several schedulers on one box — one per user,
+//! or one per log directory — never hand the same free memory to two jobs.
+//!
+//! Each scheduler publishes the budgets of its running jobs (GPU UUID, MiB,
+//! process group and its leader's start time) in its own file,
+//! `<ledger>/<uid>.<pid>.json`, and reads everyone else's each round.
+//! Another scheduler's booking counts as external use on its GPU: the
+//! larger of the booking and what the GPU shows for that booking's process
+//! group. Deciding and booking a start happen under an exclusive `flock` on
+//! `<ledger>/lock` ([`store::Ledger::lock`]).
+//!
+//! This module holds the pure rules: the file format, the limits a file
+//! must keep to, which bookings are trusted, and the MiB a GPU must keep
+//! free for them. [`store`] does the file-system work.
+
+pub mod store;
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Version of the booking-file format.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Largest booking file read (bytes); a larger one is ignored.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// Most bookings one file may hold; a file with more is ignored.
+pub const MAX_BOOKINGS: usize = 1024;
+
+/// Largest believable booking (MiB, 16 TiB); a file with a larger one is
+/// ignored.
+pub const MAX_BOOKING_MIB: u64 = 1 << 24;
+
+/// One GPU budget booked for one running job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Booking {
+    /// The GPU's UUID (NVML), the same for every scheduler on the box
+    /// whatever its `CUDA_VISIBLE_DEVICES` or `--gpus`.
+    pub gpu_uuid: String,
+    /// MiB booked on that GPU: the job's budget (SPEC §2 "Budget"); a job
+    /// that declared nothing books the whole GPU.
+    pub mib: u64,
+    /// The job's process group.
+    pub pgid: u32,
+    /// Field 22 of the group leader's `/proc/<pid>/stat`, so that a reused
+    /// pgid is not mistaken for the job.
+    pub start_ticks: u64,
+    /// The job as its owner's views name it (display number), for ours.
+    #[serde(default)]
+    pub job: String,
+}
+
+/// One scheduler's booking file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookingFile {
+    /// [`FORMAT_VERSION`].
+    pub version: u32,
+    /// The scheduler's pid.
+    pub pid: u32,
+    /// Field 22 of the scheduler's `/proc/<pid>/stat`: with the pid, what
+    /// tells a live scheduler from a dead one whose pid was reused.
+    pub start_ticks: u64,
+    /// Its log directory, for people reading the file.
+    #[serde(default)]
+    pub log_dir: String,
+    /// Its running jobs' budgets.
+    pub bookings: Vec<Booking>,
+}
+
+/// Why a booking file is not trusted. Each is warned about once per file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Not a regular file (a symbolic link, a directory, a FIFO…).
+    NotRegular,
+    /// Larger than [`MAX_FILE_BYTES`].
+    TooLarge(u64),
+    /// Not a booking file of a known version, or out of limits.
+    Malformed(String),
+    /// Its scheduler is gone (dead, or its pid now names another process).
+    Stale,
+    /// Its scheduler runs as another user than the file's owner.
+    ForeignOwner {
+        /// The file's owner.
+        file_uid: u32,
+    },
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::NotRegular => write!(f, "not a regular file"),
+            Rejection::TooLarge(bytes) => {
+                write!(f, "{bytes} bytes, more than the {MAX_FILE_BYTES} allowed")
+            }
+            Rejection::Malformed(why) => write!(f, "malformed: {why}"),
+            Rejection::Stale => write!(f, "its scheduler is no longer running"),
+            Rejection::ForeignOwner { file_uid } => write!(
+                f,
+                "its scheduler does not run as the file's owner (uid {file_uid})"
+            ),
+        }
+    }
+}
+
+/// Parses a booking file's bytes and checks its limits.
+///
+/// Errors: [`Rejection::Malformed`] for anything but a version-1 file with
+/// at most [`MAX_BOOKINGS`] bookings of at most [`MAX_BOOKING_MIB`] each.
+pub fn parse(bytes: &[u8]) -> Result<BookingFile, Rejection> {
+    let file: BookingFile =
+        serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed(e.to_string()))?;
+    if file.version != FORMAT_VERSION {
+        return Err(Rejection::Malformed(format!(
+            "format version {} (this gpusched reads {FORMAT_VERSION})",
+            file.version
+        )));
+    }
+    if file.bookings.len() > MAX_BOOKINGS {
+        return Err(Rejection::Malformed(format!(
+            "{} bookings, more than {MAX_BOOKINGS}",
+            file.bookings.len()
+        )));
+    }
+    if let Some(b) = file.bookings.iter().find(|b| b.mib > MAX_BOOKING_MIB) {
+        return Err(Rejection::Malformed(format!(
+            "a booking of {} MiB, more than any GPU",
+            b.mib
+        )));
+    }
+    if file.bookings.iter().any(|b| b.pgid <= 1) {
+        return Err(Rejection::Malformed(
+            "a booking of process group 0 or 1".into(),
+        ));
+    }
+    Ok(file)
+}
+
+/// What the trust rules need to know about processes (`/proc` in the
+/// scheduler; a table in tests).
+pub trait Processes {
+    /// The owner uid of process `pid` if it is alive (not a zombie) and
+    /// started at `start_ticks`; `None` otherwise.
+    fn owner(&self, pid: u32, start_ticks: u64) -> Option<u32>;
+}
+
+/// Another scheduler's booking that passed the trust rules (SPEC §14
+/// "Trust").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    /// The booking file's owner.
+    pub uid: u32,
+    /// Their user name (from the uid), for the views.
+    pub user: String,
+    /// The booking.
+    pub booking: Booking,
+}
+
+/// The bookings of `file` that count (SPEC §14 "Trust"): the file is
+/// rejected unless its scheduler is alive and runs as `file_uid`, the
+/// file's owner; a booking counts only while its process group's leader is
+/// alive, started when the booking says, and also runs as `file_uid`.
+///
+/// Errors: [`Rejection::Stale`] or [`Rejection::ForeignOwner`] for the file.
+pub fn trusted(
+    file: BookingFile,
+    file_uid: u32,
+    user: &str,
+    procs: &impl Processes,
+) -> Result<Vec<Foreign>, Rejection> {
+    match procs.owner(file.pid, file.start_ticks) {
+        None => return Err(Rejection::Stale),
+        Some(uid) if uid != file_uid => return Err(Rejection::ForeignOwner { file_uid }),
+        Some(_) => {}
+    }
+    Ok(file
+        .bookings
+        .into_iter()
+        .filter(|b| procs.owner(b.pgid, b.start_ticks) == Some(file_uid))
+        .map(|booking| Foreign {
+            uid: file_uid,
+            user: user.to_string(),
+            booking,
+        })
+        .collect())
+}
+
+/// MiB each GPU (by index) must keep free for others' bookings beyond what
+/// their processes already use there (SPEC §14: a booking counts as the
+/// larger of the booking and the observed use, and the observed use is
+/// already in the GPU's used memory). `index_of` maps a GPU UUID to its
+/// index (GPUs we do not see are skipped); `observed` gives the MiB in use
+/// per (GPU index, process group) among processes that are not ours.
+pub fn booked_unused_mib(
+    foreign: &[Foreign],
+    index_of: &HashMap<&str, u32>,
+    observed: &HashMap<(u32, u32), u64>,
+) -> BTreeMap<u32, u64> {
+    let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+    for f in foreign {
+        let Some(&gpu) = index_of.get(f.booking.gpu_uuid.as_str()) else {
+            continue;
+        };
+        let seen = observed.get(&(gpu, f.booking.pgid)).copied().unwrap_or(0);
+        let slot = out.entry(gpu).or_insert(0);
+        *slot = slot.saturating_add(f.booking.mib.saturating_sub(seen));
+    }
+    out
+}
+
+/// Others' bookings on one GPU, per user: (user, MiB booked, jobs), by
+/// user name.
+pub fn per_user(foreign: &[Foreign], gpu_uuid: &str) -> Vec<(String, u64, usize)> {
+    let mut by_user: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    for f in foreign.iter().filter(|f| f.booking.gpu_uuid == gpu_uuid) {
+        let slot = by_user.entry(&f.user).or_insert((0, 0));
+        slot.0 = slot.0.saturating_add(f.booking.mib);
+        slot.1 += 1;
+    }
+    by_user
+        .into_iter()
+        .map(|(user, (mib, jobs))| (user.to_string(), mib, jobs))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

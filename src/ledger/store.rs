@@ -1,0 +1,398 @@
+//! The ledger directory on disk (SPEC §14): creating it safely (mode 1777,
+//! never through a symbolic link), publishing our own booking file
+//! atomically, reading everyone else's under the trust rules, and the
+//! exclusive lock that makes decide-and-book atomic across schedulers.
+
+use super::{BookingFile, Foreign, MAX_FILE_BYTES, Processes, Rejection};
+use crate::error::Error;
+use crate::files::{self, AtomicOptions};
+use crate::view::report::warn;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The ledger everyone shares by default (SPEC §14).
+pub const DEFAULT_DIR: &str = "/dev/shm/gpusched";
+
+/// How long [`Ledger::lock`] waits for another scheduler to release the
+/// lock before deciding without it (a stuck or hostile holder must not
+/// stop our scheduling).
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// One scheduler's view of the ledger directory.
+#[derive(Debug)]
+pub struct Ledger {
+    dir: PathBuf,
+    own_name: OsString,
+    me: BookingFile,
+    last_published: Option<Vec<u8>>,
+    warned: HashSet<OsString>,
+    lock_warned: bool,
+    users: HashMap<u32, String>,
+    /// Others' trusted bookings as of the last [`Ledger::refresh`].
+    pub foreign: Vec<Foreign>,
+}
+
+/// The held ledger lock; released when dropped.
+#[derive(Debug)]
+pub struct LedgerLock {
+    _held: Option<Flock<File>>,
+}
+
+impl Ledger {
+    /// Opens (creating, mode 1777) the ledger directory `dir` and publishes
+    /// an empty booking file for this scheduler, so that a directory we
+    /// cannot write to is found at start.
+    ///
+    /// Errors: [`Error::Usage`] when `dir` is a symbolic link or not a
+    /// directory; [`Error::Io`] when it cannot be created or written.
+    pub fn open(dir: &Path, log_dir: &Path) -> Result<Ledger, Error> {
+        prepare_dir(dir)?;
+        let pid = std::process::id();
+        let start_ticks = crate::process::read_stat(pid).map_or(0, |s| s.start_ticks);
+        let uid = nix::unistd::getuid().as_raw();
+        let mut ledger = Ledger {
+            dir: dir.to_path_buf(),
+            own_name: OsString::from(format!("{uid}.{pid}.json")),
+            me: BookingFile {
+                version: super::FORMAT_VERSION,
+                pid,
+                start_ticks,
+                log_dir: log_dir.display().to_string(),
+                bookings: Vec::new(),
+            },
+            last_published: None,
+            warned: HashSet::new(),
+            lock_warned: false,
+            users: HashMap::new(),
+            foreign: Vec::new(),
+        };
+        ledger.publish(Vec::new()).map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot write to the ledger directory {} (use --ledger DIR or --no-ledger)",
+                    dir.display()
+                ),
+                e,
+            )
+        })?;
+        Ok(ledger)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes the exclusive ledger lock, waiting up to two seconds; after
+    /// that, warns once and goes on without it (placement then relies on
+    /// the bookings already published).
+    pub fn lock(&mut self) -> LedgerLock {
+        let path = self.dir.join("lock");
+        let Some(mut file) = open_lock_file(&path) else {
+            return LedgerLock { _held: None };
+        };
+        let deadline = Instant::now() + LOCK_PATIENCE;
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(held) => return LedgerLock { _held: Some(held) },
+                Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                    file = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((_, e)) => {
+                    if !self.lock_warned {
+                        self.lock_warned = true;
+                        warn(&format!(
+                            "cannot take the ledger lock {} ({}); deciding without it",
+                            path.display(),
+                            if e == Errno::EWOULDBLOCK {
+                                "held for over 2 s by another process".to_string()
+                            } else {
+                                e.to_string()
+                            }
+                        ));
+                    }
+                    return LedgerLock { _held: None };
+                }
+            }
+        }
+    }
+
+    /// Reads every other scheduler's booking file and keeps the trusted
+    /// bookings in [`Ledger::foreign`]. Untrusted files are ignored with
+    /// one warning each; our own stale files (a scheduler of ours killed
+    /// with SIGKILL) are removed.
+    pub fn refresh(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            self.foreign.clear();
+            return;
+        };
+        let me = nix::unistd::getuid().as_raw();
+        let mut foreign = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name == self.own_name || !name.to_string_lossy().ends_with(".json") {
+                continue;
+            }
+            let path = entry.path();
+            let result = read_booking_file(&path).and_then(|(file, uid)| {
+                let user = self.user_name(uid);
+                super::trusted(file, uid, &user, &ProcFs).inspect_err(|r| {
+                    // Ours, left by a scheduler killed with SIGKILL: tidy up.
+                    if *r == Rejection::Stale && uid == me {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                })
+            });
+            match result {
+                Ok(mut bookings) => {
+                    self.warned.remove(&name);
+                    foreign.append(&mut bookings);
+                }
+                Err(why) => {
+                    if self.warned.insert(name.clone()) {
+                        warn(&format!("ledger: ignoring {}: {why}", path.display()));
+                    }
+                }
+            }
+        }
+        self.foreign = foreign;
+    }
+
+    /// Replaces our booking file with `bookings` when they changed; the
+    /// file is written beside the others and renamed into place, so no
+    /// path in the directory can redirect the write.
+    ///
+    /// Errors: the directory cannot be written (full, or removed).
+    pub fn publish(&mut self, bookings: Vec<super::Booking>) -> std::io::Result<()> {
+        self.me.bookings = bookings;
+        let bytes = serde_json::to_vec(&self.me).map_err(std::io::Error::other)?;
+        if self.last_published.as_ref() == Some(&bytes) {
+            return Ok(());
+        }
+        files::write_atomic_with(
+            &self.dir.join(&self.own_name),
+            &bytes,
+            &AtomicOptions {
+                mode: Some(std::fs::Permissions::from_mode(0o644)),
+                sync: false,
+            },
+        )?;
+        self.last_published = Some(bytes);
+        Ok(())
+    }
+
+    /// Removes our booking file (a clean exit).
+    pub fn withdraw(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(&self.own_name));
+        self.last_published = None;
+    }
+
+    /// The name of `uid`, cached; the number when it has no name.
+    fn user_name(&mut self, uid: u32) -> String {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| format!("uid {uid}"), |u| u.name)
+            })
+            .clone()
+    }
+}
+
+impl Drop for Ledger {
+    /// A scheduler that ends, however it ends short of SIGKILL, takes its
+    /// bookings with it.
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+/// Creates the ledger directory (sticky and world-writable, like `/tmp`),
+/// or checks the existing one is a real directory.
+fn prepare_dir(dir: &Path) -> Result<(), Error> {
+    let refuse = |what: &str| {
+        Error::Usage(format!(
+            "the ledger directory {} is {what}; refusing to use it (give --ledger DIR, or --no-ledger)",
+            dir.display()
+        ))
+    };
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() => return Err(refuse("a symbolic link")),
+        Ok(meta) if !meta.is_dir() => return Err(refuse("not a directory")),
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::io(format!("cannot look at {}", dir.display()), e));
+        }
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e)),
+        // Another scheduler created it a moment ago.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
+        Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
+    }
+}
+
+/// Opens the lock file without following a symbolic link, creating it
+/// (mode 0644: a shared `flock` needs only read access) if missing.
+fn open_lock_file(path: &Path) -> Option<File> {
+    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(nofollow)
+        .open(path)
+        .or_else(|_| File::options().read(true).custom_flags(nofollow).open(path))
+        .ok()
+}
+
+/// Reads one booking file without following links or blocking on a FIFO,
+/// with its owner uid.
+fn read_booking_file(path: &Path) -> Result<(BookingFile, u32), Rejection> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Rejection::NotRegular,
+            // Gone between the listing and the open: a scheduler that just
+            // ended.
+            _ => Rejection::Stale,
+        })?;
+    let meta = file.metadata().map_err(|_| Rejection::Stale)?;
+    if !meta.is_file() {
+        return Err(Rejection::NotRegular);
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(Rejection::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Rejection::Malformed(e.to_string()))?;
+    Ok((super::parse(&bytes)?, meta.uid()))
+}
+
+/// [`Processes`] through `/proc`: a process's owner is the owner of its
+/// `/proc/<pid>` directory.
+struct ProcFs;
+
+impl Processes for ProcFs {
+    fn owner(&self, pid: u32, start_ticks: u64) -> Option<u32> {
+        let stat = crate::process::read_stat(pid)?;
+        if stat.state == 'Z' || stat.start_ticks != start_ticks {
+            return None;
+        }
+        std::fs::metadata(format!("/proc/{pid}"))
+            .ok()
+            .map(|m| m.uid())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_a_sticky_world_writable_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ledger");
+        let mut ledger = Ledger::open(&dir, root.path()).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o1777);
+        let own = dir.join(&ledger.own_name);
+        let meta = std::fs::metadata(&own).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        let file: BookingFile = serde_json::from_slice(&std::fs::read(&own).unwrap()).unwrap();
+        assert_eq!(file.pid, std::process::id());
+        assert!(file.bookings.is_empty());
+        ledger.withdraw();
+        assert!(!own.exists());
+    }
+
+    #[test]
+    fn refuses_a_symlinked_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let target = root.path().join("elsewhere");
+        std::fs::create_dir(&target).unwrap();
+        let link = root.path().join("ledger");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = Ledger::open(&link, root.path()).unwrap_err();
+        assert!(
+            matches!(err, Error::Usage(ref m) if m.contains("symbolic link")),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn publishing_replaces_a_planted_symlink_instead_of_writing_through_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ledger");
+        let mut ledger = Ledger::open(&dir, root.path()).unwrap();
+        let own = dir.join(&ledger.own_name);
+        std::fs::remove_file(&own).unwrap();
+        let victim = root.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, &own).unwrap();
+        ledger.last_published = None;
+        ledger.publish(Vec::new()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&own).unwrap().is_file());
+    }
+
+    #[test]
+    fn a_symlinked_or_huge_or_garbage_file_is_rejected() {
+        let root = tempfile::tempdir().unwrap();
+        let link = root.path().join("a.json");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        assert_eq!(read_booking_file(&link).unwrap_err(), Rejection::NotRegular);
+        let huge = root.path().join("b.json");
+        std::fs::write(&huge, vec![b' '; MAX_FILE_BYTES as usize + 1]).unwrap();
+        assert!(matches!(
+            read_booking_file(&huge),
+            Err(Rejection::TooLarge(_))
+        ));
+        let garbage = root.path().join("c.json");
+        std::fs::write(&garbage, "{\"version\":1,").unwrap();
+        assert!(matches!(
+            read_booking_file(&garbage),
+            Err(Rejection::Malformed(_))
+        ));
+        let dir = root.path().join("d.json");
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(read_booking_file(&dir).unwrap_err(), Rejection::NotRegular);
+    }
+
+    #[test]
+    fn the_lock_is_exclusive_between_two_ledgers() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ledger");
+        let mut a = Ledger::open(&dir, root.path()).unwrap();
+        let held = a.lock();
+        assert!(held._held.is_some());
+        let file = open_lock_file(&dir.join("lock")).unwrap();
+        assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err());
+        drop(held);
+        let file = open_lock_file(&dir.join("lock")).unwrap();
+        assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok());
+    }
+}

@@ -131,6 +131,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub watch: bool,
 
+    /// Treat every job without vram= as vram=auto: its declaration is the
+    /// highest peak of the last 5 ok runs of its family (same command up to
+    /// numbers, or family=) plus --spike-buffer; the first of a family runs
+    /// alone on an idle GPU.
+    #[arg(long)]
+    pub auto_vram: bool,
+
+    /// A file of measured peaks shared between log directories (JSON
+    /// lines, appended under a lock, kept small): vram=auto jobs learn from
+    /// every run recorded there, and every ok run here is added to it.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+
     /// Default number of automatic re-runs after a CUDA out-of-memory
     /// failure, each with a 25 % larger declaration. A line's `retries=`
     /// overrides it.
@@ -201,7 +214,8 @@ pub struct AddArgs {
     /// new job's number once it has seen it).
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,
-    /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G.
+    /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G; or auto to
+    /// learn it from the runs of its family.
     #[arg(long, value_name = "SIZE")]
     pub vram: Option<String>,
     /// Number of GPUs (≥ 1).

@@ -43,6 +43,12 @@ pub struct JobSpec {
     /// The bare `preemptible` flag: a blocked job above it in the file may
     /// stop it and requeue it (SPEC §12).
     pub preemptible: bool,
+    /// `vram=auto`: the declaration is learned from the family's history
+    /// (SPEC §17).
+    pub auto_vram: bool,
+    /// `family=NAME`: the family it learns with, instead of its command's
+    /// (SPEC §17).
+    pub family: Option<String>,
 }
 
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
@@ -240,6 +246,8 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         on_mask: None,
         after: Vec::new(),
         preemptible: false,
+        auto_vram: false,
+        family: None,
     };
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
@@ -278,6 +286,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
     };
     match name {
+        "vram" if value == Some("auto") => spec.auto_vram = true,
         "vram" => spec.vram_mib = Some(parse_vram_mib(&need(value)?)?),
         "gpus" => {
             let v = need(value)?;
@@ -350,9 +359,22 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.name = Some(v);
         }
+        "family" => {
+            let v = need(value)?;
+            if v.len() > 64
+                || !v
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+            {
+                return Err(format!(
+                    "bad family '{v}': use up to 64 letters, digits, '_', '.' and '-'"
+                ));
+            }
+            spec.family = Some(v);
+        }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, preemptible, cancel)"
+                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, family=, preemptible, cancel)"
             ));
         }
     }
@@ -510,7 +532,7 @@ mod tests {
         assert_eq!(e.text, "[vrma=8G] python x.py");
         assert_eq!(
             e.to_string(),
-            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, preemptible, cancel): [vrma=8G] python x.py"
+            "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, family=, preemptible, cancel): [vrma=8G] python x.py"
         );
     }
 
@@ -700,6 +722,34 @@ mod tests {
         }
         // A name is an attribute: it does not change the identity.
         assert_eq!(one("[name=t] python t.py").key, one("python t.py").key);
+    }
+
+    #[test]
+    fn learned_declarations_and_families() {
+        let job = one("[vram=auto family=bert-base] python t.py --seed 3");
+        assert!(job.auto_vram);
+        assert_eq!(job.vram_mib, None);
+        assert_eq!(job.family.as_deref(), Some("bert-base"));
+        let plain = one("[vram=8G] python t.py");
+        assert!(!plain.auto_vram && plain.family.is_none());
+        for bad in [
+            "[family=a/b] x",
+            "[family=] x",
+            "[vram=automatic] x",
+            "[vram=auto vram=8G] x",
+        ] {
+            assert_eq!(error(bad).line, 1, "{bad}");
+        }
+        assert!(
+            error(&format!("[family={}] x", "a".repeat(65)))
+                .reason
+                .contains("up to 64")
+        );
+        // vram=auto and family= are attributes: identity is the command's.
+        assert_eq!(
+            one("[vram=auto family=f] python t.py").key,
+            one("python t.py").key
+        );
     }
 
     #[test]

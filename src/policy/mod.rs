@@ -11,10 +11,13 @@
 //! * [`preemption`]: which preemptible jobs to stop for a blocked one
 //!   (SPEC §12).
 //! * [`exit_code`]: the scheduler's exit status (SPEC §7).
+//! * [`learned`]: families, and the declarations their history predicts
+//!   for `vram=auto` (SPEC §17).
 
 pub mod dependencies;
 pub mod exit_code;
 pub mod kill;
+pub mod learned;
 pub mod outcome;
 pub mod preemption;
 pub mod queue;

@@ -59,6 +59,8 @@ mod tests {
             on_mask: None,
             after: Vec::new(),
             preemptible: false,
+            auto_vram: false,
+            family: None,
         }
     }
 

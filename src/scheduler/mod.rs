@@ -38,6 +38,8 @@ pub struct Scheduler {
     ledger: Option<crate::ledger::store::Ledger>,
     /// Set while publishing our bookings fails (warned once per streak).
     ledger_failing: bool,
+    /// Families' peaks for `vram=auto` (SPEC §17).
+    learned: state::Learned,
     journal: Journal,
     jobs: JobsFile,
     /// Running attempts by job key.

@@ -3,7 +3,7 @@
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
 
-use super::state::{Config, FileStamp, GpuState, JobsFile, Mode};
+use super::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
 use super::{Scheduler, absolute, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
@@ -95,6 +95,13 @@ impl Scheduler {
             sim_dir,
             ledger,
             ledger_failing: false,
+            learned: state::Learned {
+                history: match &args.history {
+                    Some(path) => Some(crate::history::History::open(&absolute(path))?),
+                    None => None,
+                },
+                ..Default::default()
+            },
             journal,
             running: BTreeMap::new(),
             gpu: GpuState::default(),
@@ -229,6 +236,7 @@ fn config(args: &RunArgs) -> Config {
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
         reserve_after: Duration::from_secs_f64(args.reserve_after),
+        auto_vram: args.auto_vram,
     }
 }
 

@@ -37,6 +37,33 @@ pub struct Config {
     pub allowed: Option<Vec<u32>>,
     /// `--reserve-after`.
     pub reserve_after: Duration,
+    /// `--auto-vram`: every job without `vram=` is `vram=auto` (SPEC §17).
+    pub auto_vram: bool,
+}
+
+impl Config {
+    /// Whether `spec`'s declaration is learned (SPEC §17): `vram=auto`, or
+    /// no `vram=` under `--auto-vram`.
+    pub fn is_auto(&self, spec: &crate::jobspec::JobSpec) -> bool {
+        spec.auto_vram || (self.auto_vram && spec.vram_mib.is_none())
+    }
+}
+
+/// What the scheduler has learned about families' peaks (SPEC §17).
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// Every family's recent ok peaks and raises.
+    pub families: crate::policy::learned::Families,
+    /// The shared `--history` file, if any.
+    pub history: Option<crate::history::History>,
+    /// Whether this run learns at all: some job is `auto`, or
+    /// `--auto-vram` or `--history` was given. Until then nothing is kept.
+    pub active: bool,
+    /// Per family used by an `auto` job this run: its first prediction
+    /// (MiB) and the ok peaks measured, for the summary.
+    pub this_run: BTreeMap<String, (Option<u64>, Vec<u64>)>,
+    /// Bumped when a prediction may have changed (for the cached views).
+    pub generation: u64,
 }
 
 impl Config {
@@ -150,6 +177,9 @@ pub struct Running {
     pub kill: Option<Kill>,
     /// The last progress marker read from its log.
     pub progress: Option<Progress>,
+    /// For a `vram=auto` job (SPEC §17): its family and where its
+    /// declaration came from.
+    pub learned: Option<(String, crate::policy::learned::Prediction)>,
     /// Set when it ended but its outcome could not be journaled yet (the
     /// log directory is full or read-only); retried every round.
     pub unrecorded: bool,

@@ -223,12 +223,12 @@ fn board_row(job: &JobStatus) -> BoardRow {
             current_mib: job.current_mib.values().copied().max(),
             peak_mib: job.peak_mib.values().copied().max().flatten(),
             vram_mib: job.vram_mib,
-            note: running_note(job),
+            note: running_note(job).or_else(|| job.vram_source.clone()),
         },
         JobState::Pending => BoardState::Pending {
             vram_mib: job.vram_mib,
             gpus: job.gpus_wanted,
-            reason: job.reason.clone(),
+            reason: job.explanation(),
         },
         JobState::RetryWait => BoardState::RetryWait {
             next_vram_mib: job.vram_mib,
@@ -303,6 +303,7 @@ mod tests {
             note: None,
             reason: None,
             preempted_s: None,
+            vram_source: None,
         };
         assert_eq!(
             board_row(&job).state,

@@ -8,6 +8,7 @@ use crate::allocation::{self, GpuLoad, WaitReason};
 use crate::jobspec::JobSpec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::model::{JobState, SchedulerState};
+use crate::policy::learned;
 use crate::policy::queue;
 use crate::process::Pgid;
 use crate::progress;
@@ -29,6 +30,8 @@ pub struct QueueGeneration {
     pub running: usize,
     /// Bumped when the pending jobs' wait reasons change.
     pub reasons: u64,
+    /// Bumped when a learned prediction may have changed (SPEC §17).
+    pub learned: u64,
 }
 
 /// Waiting and finished jobs as `status.json` lists them, with the counts.
@@ -75,6 +78,8 @@ pub struct ViewInput<'a> {
     pub backend_is_sim: bool,
     /// Other schedulers' trusted bookings (SPEC §14).
     pub foreign: &'a [crate::ledger::Foreign],
+    /// Families' peaks, for `vram=auto` jobs (SPEC §17).
+    pub learned: &'a crate::scheduler::state::Learned,
     /// The backend's description.
     pub backend_detail: String,
 }
@@ -87,6 +92,7 @@ impl ViewInput<'_> {
             jobs_file: self.jobs.generation,
             running: self.running.len(),
             reasons: self.reasons_generation,
+            learned: self.learned.generation,
         }
     }
 }
@@ -160,11 +166,21 @@ pub fn job_status(
         note: None,
         reason: None,
         preempted_s: (state.preempted_s > 0.0).then_some(state.preempted_s),
+        vram_source: None,
     };
     if let Some(run) = input.running.get(key) {
         fill_running(&mut job, run);
     } else if job.state.is_waiting() {
         job.reason = input.wait_reasons.get(key).map(ToString::to_string);
+        if let Some(spec) = spec.filter(|s| input.cfg.is_auto(s)) {
+            let family = learned::family_of(&spec.command, spec.family.as_deref());
+            let prediction = input
+                .learned
+                .families
+                .predict(&family, input.cfg.place.spike_buffer);
+            job.vram_mib = prediction.mib.max(state.next_vram);
+            job.vram_source = Some(prediction.to_string());
+        }
     } else if let Phase::Done(done) = &state.phase {
         job.gpus = crate::model::gpus_of_mask(done.gpu_mask);
         job.vram_mib = done.vram_mib;
@@ -191,6 +207,7 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
     job.command = run.command.clone();
     job.gpus = run.gpus.clone();
     job.vram_mib = run.vram_mib;
+    job.vram_source = run.learned.as_ref().map(|(_, p)| p.to_string());
     job.attempt = run.attempt;
     job.current_mib = run
         .usage

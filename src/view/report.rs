@@ -391,6 +391,33 @@ pub fn render_board(header: &[String], sections: &[(&str, &BoardSection)]) -> St
     out
 }
 
+/// The summary's part on learned declarations (SPEC §17): per family that
+/// `vram=auto` jobs used this run, the highest prediction they started
+/// with against the ok peaks measured. Empty when no `auto` job ran.
+pub fn learned_summary(
+    families: &std::collections::BTreeMap<String, (Option<u64>, Vec<u64>)>,
+) -> String {
+    if families.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("learned VRAM (vram=auto), predicted vs actual peak:\n");
+    for (family, (predicted, peaks)) in families {
+        let predicted = predicted.map_or("none (first run)".to_string(), |p| format!("{p} MiB"));
+        let actual = match (peaks.iter().min(), peaks.iter().max()) {
+            (Some(lo), Some(hi)) if lo == hi => format!("{hi} MiB"),
+            (Some(lo), Some(hi)) => format!("{lo}–{hi} MiB"),
+            _ => "no ok run".to_string(),
+        };
+        let line = format!(
+            "  predicted {predicted}, actual {actual} over {} ok run(s): {family}",
+            peaks.len()
+        );
+        out.push_str(&shorten(&line, LINE_WIDTH));
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,7 +125,7 @@ pub fn render(
         for (i, line) in table_text.lines().enumerate() {
             out.push_str(line);
             out.push('\n');
-            if let Some(reason) = i.checked_sub(1).and_then(|j| active[j].reason.as_ref()) {
+            if let Some(reason) = i.checked_sub(1).and_then(|j| active[j].explanation()) {
                 let _ = writeln!(out, "{}", report::shorten(&format!("     {reason}"), width));
             }
         }

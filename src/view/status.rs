@@ -127,6 +127,18 @@ pub struct GpuStatus {
     pub booked_by_others: Vec<OtherBooking>,
 }
 
+impl JobStatus {
+    /// What the views print under a waiting or running job: where an
+    /// `auto` declaration comes from, and why it waits (SPEC §12, §17).
+    pub fn explanation(&self) -> Option<String> {
+        match (&self.vram_source, &self.reason) {
+            (Some(source), Some(reason)) => Some(format!("{source}; {reason}")),
+            (Some(text), None) | (None, Some(text)) => Some(text.clone()),
+            (None, None) => None,
+        }
+    }
+}
+
 /// What one other user's scheduler booked on one GPU (SPEC §14).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OtherBooking {
@@ -193,6 +205,10 @@ pub struct JobStatus {
     /// `null` when never preempted.
     #[serde(default)]
     pub preempted_s: Option<f64>,
+    /// For a `vram=auto` job that is waiting or running: where its
+    /// declaration comes from, e.g. `auto 6.4G from 5 runs` (SPEC §17).
+    #[serde(default)]
+    pub vram_source: Option<String>,
 }
 
 /// Progress of a running job.
@@ -609,6 +625,7 @@ mod tests {
                     avg_util: Some(80.0),
                     log: Some("gpusched_logs/job001_gpu0.log".into()),
                     progress: None,
+                    vram_source: None,
                 },
                 JobStatus {
                     no: 2,
@@ -637,6 +654,7 @@ mod tests {
                         label: "step 250/1000".into(),
                         eta_s: Some(30.0),
                     }),
+                    vram_source: Some("auto 6.4G from 5 runs".into()),
                 },
             ],
         }

@@ -127,11 +127,15 @@ impl Scheduler {
                     report::peaks_text(&peaks),
                     next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
                 ));
+                self.learn_from_oom(key, next_vram_mib);
             }
             Outcome::Done(status) => {
                 let returncode = exit.map(Exit::returncode);
                 let avg_util = job.usage.avg_util();
                 self.record_done(key, status, returncode, &peaks, avg_util, duration_s)?;
+                if status == DoneStatus::Ok {
+                    self.learn_from_ok(key, job.usage.peak_max_mib());
+                }
                 say(&report::completion_line(&CompletionLine {
                     no: job.no,
                     status,

@@ -76,12 +76,10 @@ impl Scheduler {
             .iter()
             .enumerate()
             .filter_map(|(index, spec)| {
-                let request = queue::pending_request(
-                    spec,
-                    self.journal.state(&spec.key),
-                    self.running.contains_key(&spec.key),
-                )?;
-                Some((index, request))
+                let state = self.journal.state(&spec.key);
+                let request =
+                    queue::pending_request(spec, state, self.running.contains_key(&spec.key))?;
+                Some((index, self.with_learned(spec, state, request)))
             })
     }
 
@@ -284,9 +282,17 @@ impl Scheduler {
         };
         let (no, attempt) = (state.no, state.attempts + 1);
         let log_path = self.cfg.log_dir.join(report::log_name(no, gpus));
-        let vram_text = request
-            .vram_mib
-            .map_or("undeclared".to_string(), |v| format!("vram {v} MiB"));
+        let learned = self.prediction(spec);
+        let vram_text = match (request.vram_mib, &learned) {
+            (Some(v), Some((_, p))) if p.mib == Some(v) => format!("vram {v} MiB, {p}"),
+            (Some(v), _) => format!("vram {v} MiB"),
+            (None, Some((_, p))) => p.to_string(),
+            (None, None) => "undeclared".to_string(),
+        };
+        if let Some((family, p)) = &learned {
+            let entry = self.learned.this_run.entry(family.clone()).or_default();
+            entry.0 = entry.0.max(p.mib);
+        }
         let header = format!(
             "==== gpusched: job {no} attempt {attempt} on GPU {} at {} ({vram_text}): {}\n",
             report::gpu_ids(gpus, ","),
@@ -381,6 +387,7 @@ impl Scheduler {
                     .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
                 kill: None,
                 progress: None,
+                learned,
                 unrecorded: false,
             },
         );

@@ -191,6 +191,7 @@ impl Scheduler {
         self.jobs.text_hash = Some(hash_text(text));
         self.dispatch_needed = true;
         self.sample_now = true;
+        self.start_learning();
         Ok(())
     }
 }

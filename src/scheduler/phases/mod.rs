@@ -20,7 +20,8 @@
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
 //!
 //! Ending an attempt, whichever phase notices it, goes through
-//! [`completion`]. Before the phases, [`io`] checks whether a log directory
+//! [`completion`], which feeds [`learned`] (SPEC §17): what `vram=auto`
+//! jobs ask for. Before the phases, [`io`] checks whether a log directory
 //! that failed writes can be written again; a phase whose write fails
 //! pauses dispatch through it.
 
@@ -33,6 +34,7 @@ mod exit;
 mod io;
 mod jobs_file;
 mod kills;
+mod learned;
 mod ledger;
 mod orphans;
 mod preemption;

@@ -116,6 +116,7 @@ impl Scheduler {
             timeout_at,
             kill: None,
             progress: None,
+            learned: None,
             unrecorded: false,
         }
     }

@@ -50,6 +50,7 @@ impl Scheduler {
             started_ts: self.started_ts,
             backend_is_sim: self.backend.is_sim(),
             foreign: self.ledger.as_ref().map_or(&[], |l| l.foreign.as_slice()),
+            learned: &self.learned,
             backend_detail: self.backend.describe(),
         };
         let stale = self

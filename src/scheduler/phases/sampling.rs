@@ -50,6 +50,8 @@ impl Scheduler {
             Ok(snapshot) => {
                 self.record_snapshot(snapshot);
                 self.refresh_ledger();
+                self.learn_from_overruns();
+                self.read_history();
             }
             Err(e) => self.record_gpu_failure(&e),
         }

@@ -71,8 +71,9 @@ fn an_auto_sweep_learns_from_its_first_run_and_packs_three_at_a_time() {
     assert_eq!(max_concurrency(&runs), 3, "{runs:?}");
     assert!(out.stdout.contains("auto 6.4G from"), "{}", out.stdout);
     assert!(
-        out.stdout
-            .contains("predicted 6601 MiB, actual 6000 MiB over 10 ok run(s): SEED=# gpusched"),
+        out.stdout.contains(
+            "  SEED=# gpusched simjob --vram # --ramp # --hold #\n    predicted 6601 MiB, actual 6000 MiB over 10 ok run(s)"
+        ),
         "{}",
         out.stdout
     );

@@ -408,12 +408,11 @@ pub fn learned_summary(
             (Some(lo), Some(hi)) => format!("{lo}–{hi} MiB"),
             _ => "no ok run".to_string(),
         };
-        let line = format!(
-            "  predicted {predicted}, actual {actual} over {} ok run(s): {family}",
+        out.push_str(&shorten(&format!("  {family}"), LINE_WIDTH));
+        out.push_str(&format!(
+            "\n    predicted {predicted}, actual {actual} over {} ok run(s)\n",
             peaks.len()
-        );
-        out.push_str(&shorten(&line, LINE_WIDTH));
-        out.push('\n');
+        ));
     }
     out
 }

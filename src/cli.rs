@@ -66,6 +66,12 @@ pub enum Command {
     /// running jobs get SIGTERM (SIGKILL after 10 s) and run again on the
     /// next start.
     Stop(StopArgs),
+    /// Draw the run as an SVG picture: one lane per GPU over time, a bar
+    /// per job attempt coloured by outcome (hover for details), memory used
+    /// by our jobs and by others, OOM retries, preemptions, reservations.
+    /// Works during a run, after it, and on a copied log directory; also
+    /// written to <log-dir>/timeline.svg when a run ends.
+    Timeline(TimelineArgs),
     /// Print a shell completion script: `gpusched completions bash >
     /// ~/.local/share/bash-completion/completions/gpusched` (zsh: into a
     /// directory on $fpath as `_gpusched`; fish: into
@@ -200,6 +206,18 @@ pub struct StatusArgs {
     /// List every finished job (from the journal), not only the 10 latest.
     #[arg(long)]
     pub all: bool,
+}
+
+/// Arguments of `gpusched timeline`.
+#[derive(Debug, Args, Clone)]
+pub struct TimelineArgs {
+    /// The scheduler's log directory (its journal and usage record).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+    /// Where to write the SVG (`-` for standard output). Default:
+    /// <log-dir>/timeline.svg.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// Arguments of `gpusched add`.

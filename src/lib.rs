@@ -24,6 +24,7 @@ pub mod process;
 pub mod progress;
 pub mod scheduler;
 pub mod simjob;
+pub mod timeline;
 pub mod view;
 
 pub use error::exit_code_for;

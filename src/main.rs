@@ -36,6 +36,7 @@ fn main() {
                 gpus: args.gpus.clone(),
             },
         ),
+        Some(Command::Timeline(args)) => gpusched::commands::timeline::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man) => gpusched::commands::completions::man(),
         None => gpusched::run(&cli.run),

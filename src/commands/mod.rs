@@ -10,3 +10,4 @@ pub mod log;
 pub mod retry;
 pub mod status;
 pub mod stop;
+pub mod timeline;

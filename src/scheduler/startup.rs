@@ -74,6 +74,7 @@ impl Scheduler {
         }
         let wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
+        let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
 
         let mut scheduler = Scheduler {
             jobs: JobsFile {
@@ -104,7 +105,10 @@ impl Scheduler {
             },
             journal,
             running: BTreeMap::new(),
-            gpu: GpuState::default(),
+            gpu: GpuState {
+                usage: Some(usage),
+                ..GpuState::default()
+            },
             wakes,
             mode: Mode::Scheduling,
             sample_now: true,

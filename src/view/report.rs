@@ -23,6 +23,16 @@ fn local_parts(unix_s: f64) -> (i32, u32, u32, u32, u32, u32) {
     )
 }
 
+/// Seconds east of UTC of the local clock at `unix_s` (for pictures that
+/// are labelled in local time but drawn by pure functions).
+pub fn utc_offset_s(unix_s: f64) -> i64 {
+    let t = unix_s as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which we own.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&t, &mut tm) };
+    tm.tm_gmtoff
+}
+
 /// `HH:MM:SS` local time of `unix_s`.
 pub fn clock(unix_s: f64) -> String {
     let (_, _, _, h, m, s) = local_parts(unix_s);

@@ -13,7 +13,11 @@ impl Scheduler {
     /// The exit code once the run is over, or `None` to keep going.
     pub(in crate::scheduler) fn exit_code_if_done(&mut self) -> Option<i32> {
         if self.mode.is_stopping() {
-            return self.running.is_empty().then_some(130);
+            if self.running.is_empty() {
+                self.write_timeline();
+                return Some(130);
+            }
+            return None;
         }
         if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
             return None;
@@ -48,6 +52,28 @@ impl Scheduler {
                 ""
             }
         ));
+        self.write_timeline();
         Some(code)
+    }
+
+    /// Draws the run into `<log_dir>/timeline.svg` (SPEC §16); a failure
+    /// is a warning, never a different exit.
+    fn write_timeline(&self) {
+        let path = self.cfg.log_dir.join("timeline.svg");
+        let written = crate::commands::timeline::render(&self.cfg.log_dir).and_then(|svg| {
+            crate::files::write_atomic_with(
+                &path,
+                svg.as_bytes(),
+                &crate::files::AtomicOptions {
+                    mode: Some(crate::files::people_mode()),
+                    sync: false,
+                },
+            )
+            .map_err(anyhow::Error::from)
+        });
+        match written {
+            Ok(()) => say(&format!("timeline: {}", path.display())),
+            Err(e) => report::warn(&format!("cannot draw {}: {e:#}", path.display())),
+        }
     }
 }

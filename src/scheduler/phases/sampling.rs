@@ -110,9 +110,35 @@ impl Scheduler {
             observe_usage(job, current, &util);
             check_declaration(job, self.cfg.tolerance, self.cfg.verbose);
         }
+        self.record_usage(&snapshot);
         self.record_gpu_stats(&snapshot);
         self.read_progress();
         self.gpu.snapshot = Some(snapshot);
+    }
+
+    /// Feeds the usage record (SPEC §16): each running job's MiB per GPU,
+    /// and others' MiB per GPU (used less ours).
+    fn record_usage(&mut self, snapshot: &GpuSnapshot) {
+        if self.gpu.usage.is_none() {
+            return;
+        }
+        let mut series: HashMap<(u32, Option<String>), u64> = HashMap::new();
+        let mut ours: HashMap<u32, u64> = HashMap::new();
+        for (key, job) in &self.running {
+            for (&gpu, &mib) in &job.usage.current_mib {
+                series.insert((gpu, Some(key.clone())), mib);
+                *ours.entry(gpu).or_default() += mib;
+            }
+        }
+        for gpu in snapshot.gpus.iter().filter(|g| self.cfg.allows(g.index)) {
+            let others = gpu
+                .used_mib
+                .saturating_sub(ours.get(&gpu.index).copied().unwrap_or(0));
+            series.insert((gpu.index, None), others);
+        }
+        if let Some(usage) = &mut self.gpu.usage {
+            usage.observe(crate::journal::now_ts(), &series);
+        }
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.

@@ -1,0 +1,344 @@
+//! The timeline (SPEC §16): a run drawn as an SVG, one lane per GPU over
+//! wall time, from the journal and the usage record alone — so it works
+//! during a run, after it, and from a copied log directory.
+//!
+//! [`build`] turns the records into a [`Run`] (attempts, markers, memory
+//! curves); [`svg::render`] draws a `Run`. Both are pure; [`from_log_dir`]
+//! reads the files.
+
+pub mod svg;
+pub mod usage;
+
+use crate::model::DoneStatus;
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::path::Path;
+
+/// How an attempt ended, as the picture colours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Ended `ok`.
+    Ok,
+    /// Failed (non-zero exit, or could not start).
+    Failed,
+    /// Ran out of CUDA memory (retried, or `failed_oom`).
+    Oom,
+    /// Killed at its `timeout=`.
+    Timeout,
+    /// Cancelled.
+    Cancelled,
+    /// Stopped for a blocked job and requeued.
+    Preempted,
+    /// Stopped with the scheduler, or its outcome was lost.
+    Interrupted,
+    /// Still running when the records were read.
+    Running,
+}
+
+impl Outcome {
+    /// Every outcome, in legend order.
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Ok,
+        Outcome::Failed,
+        Outcome::Oom,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+        Outcome::Preempted,
+        Outcome::Interrupted,
+        Outcome::Running,
+    ];
+
+    /// The CSS class and legend word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+            Outcome::Oom => "oom",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Preempted => "preempted",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Running => "running",
+        }
+    }
+
+    fn of_status(status: DoneStatus) -> Outcome {
+        match status {
+            DoneStatus::Ok => Outcome::Ok,
+            DoneStatus::FailedOom => Outcome::Oom,
+            DoneStatus::Timeout => Outcome::Timeout,
+            DoneStatus::Cancelled => Outcome::Cancelled,
+            _ => Outcome::Failed,
+        }
+    }
+}
+
+/// One attempt of one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// The job's display number.
+    pub no: u32,
+    /// The command.
+    pub command: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// GPU indices it held.
+    pub gpus: Vec<u32>,
+    /// Start and end (Unix seconds); the end of a running one is the
+    /// time the records were read.
+    pub start: f64,
+    /// See `start`.
+    pub end: f64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Its declaration per GPU (MiB).
+    pub vram_mib: Option<u64>,
+    /// Its highest per-GPU peak (MiB), when it ended with one known.
+    pub peak_mib: Option<u64>,
+}
+
+/// What a marker marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// An OOM that led to a retry.
+    OomRetry,
+    /// A preemption.
+    Preempted,
+    /// GPUs reserved for a blocked job (SPEC §12).
+    Reserved,
+}
+
+/// A point event on some GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// When (Unix seconds).
+    pub ts: f64,
+    /// Which lanes.
+    pub gpus: Vec<u32>,
+    /// What.
+    pub kind: MarkerKind,
+    /// The job concerned.
+    pub no: u32,
+}
+
+/// A whole run, ready to draw.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Run {
+    /// GPU index → total memory (MiB), one lane each.
+    pub gpus: BTreeMap<u32, u64>,
+    /// Every attempt, by start time.
+    pub attempts: Vec<Attempt>,
+    /// OOM retries, preemptions, reservations.
+    pub markers: Vec<Marker>,
+    /// Per GPU, our jobs' memory as a step curve: (Unix seconds, MiB).
+    pub ours: BTreeMap<u32, Vec<(f64, u64)>>,
+    /// Per GPU, others' memory as a step curve.
+    pub others: BTreeMap<u32, Vec<(f64, u64)>>,
+    /// The time span drawn (Unix seconds).
+    pub start: f64,
+    /// See `start`.
+    pub end: f64,
+}
+
+/// One journal line as the timeline needs it (borrowed where it can be).
+#[derive(Deserialize)]
+struct Line<'a> {
+    ts: f64,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    no: Option<u32>,
+    #[serde(borrow)]
+    command: Option<Cow<'a, str>>,
+    gpus: Option<Vec<u32>>,
+    attempt: Option<u32>,
+    vram_mib: Option<u64>,
+    status: Option<DoneStatus>,
+    peak_mib: Option<HashMap<Cow<'a, str>, Option<u64>>>,
+}
+
+/// Builds a run from the journal's lines (bytes of `journal.jsonl`, torn
+/// lines skipped), the usage samples, the GPUs' sizes when known (MiB),
+/// and the time the records were read (Unix seconds).
+pub fn build(
+    journal: impl Iterator<Item = Vec<u8>>,
+    samples: &[usage::Sample],
+    gpu_sizes: &BTreeMap<u32, u64>,
+    now: f64,
+) -> Run {
+    let mut jobs: HashMap<String, (u32, String)> = HashMap::new();
+    let mut open: HashMap<String, Attempt> = HashMap::new();
+    let mut run = Run {
+        gpus: gpu_sizes.clone(),
+        ..Run::default()
+    };
+    for bytes in journal {
+        let Ok(line) = serde_json::from_slice::<Line>(&bytes) else {
+            continue;
+        };
+        let key = line.key.as_ref();
+        let close = |open: &mut HashMap<String, Attempt>,
+                     outcome: Outcome,
+                     peak: Option<u64>,
+                     run: &mut Run| {
+            if let Some(mut attempt) = open.remove(key) {
+                attempt.end = line.ts.max(attempt.start);
+                attempt.outcome = outcome;
+                attempt.peak_mib = peak;
+                run.attempts.push(attempt);
+            }
+        };
+        match line.event.as_ref() {
+            "seen" => {
+                if let (Some(no), Some(command)) = (line.no, &line.command) {
+                    jobs.insert(key.to_string(), (no, command.to_string()));
+                }
+            }
+            "started" => {
+                // A start after a start: the scheduler died in between.
+                close(&mut open, Outcome::Interrupted, None, &mut run);
+                let (no, command) = jobs.get(key).cloned().unwrap_or_default();
+                open.insert(
+                    key.to_string(),
+                    Attempt {
+                        no,
+                        command,
+                        attempt: line.attempt.unwrap_or(1),
+                        gpus: line.gpus.clone().unwrap_or_default(),
+                        start: line.ts,
+                        end: line.ts,
+                        outcome: Outcome::Running,
+                        vram_mib: line.vram_mib,
+                        peak_mib: None,
+                    },
+                );
+            }
+            "oom" | "preempted" => {
+                let (kind, outcome) = if line.event == "oom" {
+                    (MarkerKind::OomRetry, Outcome::Oom)
+                } else {
+                    (MarkerKind::Preempted, Outcome::Preempted)
+                };
+                if let Some(attempt) = open.get(key) {
+                    run.markers.push(Marker {
+                        ts: line.ts,
+                        gpus: attempt.gpus.clone(),
+                        kind,
+                        no: attempt.no,
+                    });
+                }
+                close(&mut open, outcome, None, &mut run);
+            }
+            "interrupted" => close(&mut open, Outcome::Interrupted, None, &mut run),
+            "reserved" => {
+                if let Some(gpus) = line.gpus.as_ref().filter(|g| !g.is_empty()) {
+                    run.markers.push(Marker {
+                        ts: line.ts,
+                        gpus: gpus.clone(),
+                        kind: MarkerKind::Reserved,
+                        no: jobs.get(key).map_or(0, |j| j.0),
+                    });
+                }
+            }
+            "done" => {
+                let peak = line
+                    .peak_mib
+                    .as_ref()
+                    .and_then(|p| p.values().copied().flatten().max());
+                let outcome = line.status.map_or(Outcome::Failed, Outcome::of_status);
+                close(&mut open, outcome, peak, &mut run);
+            }
+            _ => {}
+        }
+    }
+    for (_, mut attempt) in open {
+        attempt.end = now.max(attempt.start);
+        run.attempts.push(attempt);
+    }
+    run.attempts
+        .sort_by(|a, b| a.start.total_cmp(&b.start).then(a.no.cmp(&b.no)));
+    curves(&mut run, samples);
+    let seen_gpus: Vec<u32> = run
+        .attempts
+        .iter()
+        .flat_map(|a| a.gpus.iter().copied())
+        .chain(run.ours.keys().copied())
+        .chain(run.others.keys().copied())
+        .collect();
+    for gpu in seen_gpus {
+        run.gpus.entry(gpu).or_insert(0);
+    }
+    let first = run.attempts.iter().map(|a| a.start);
+    let last = run.attempts.iter().map(|a| a.end);
+    let sample_ts = samples.iter().map(|s| s.ts);
+    run.start = first.chain(sample_ts.clone()).fold(f64::INFINITY, f64::min);
+    run.end = last.chain(sample_ts).fold(f64::NEG_INFINITY, f64::max);
+    if !run.start.is_finite() {
+        (run.start, run.end) = (now, now);
+    }
+    // Unknown sizes: the most memory ever seen in use there.
+    for (gpu, total) in run.gpus.iter_mut().filter(|(_, t)| **t == 0) {
+        let peak = |c: &BTreeMap<u32, Vec<(f64, u64)>>| {
+            c.get(gpu)
+                .map_or(0, |p| p.iter().map(|x| x.1).max().unwrap_or(0))
+        };
+        *total = (peak(&run.ours) + peak(&run.others)).max(1);
+    }
+    run
+}
+
+/// Our jobs' summed memory and others' memory per GPU, as step curves.
+fn curves(run: &mut Run, samples: &[usage::Sample]) {
+    let mut per_job: BTreeMap<u32, HashMap<&str, u64>> = BTreeMap::new();
+    let mut sorted: Vec<&usage::Sample> = samples.iter().collect();
+    sorted.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    for sample in sorted {
+        match &sample.key {
+            Some(key) => {
+                let jobs = per_job.entry(sample.gpu).or_default();
+                jobs.insert(key, sample.mib);
+                let sum = jobs.values().sum();
+                run.ours
+                    .entry(sample.gpu)
+                    .or_default()
+                    .push((sample.ts, sum));
+            }
+            None => run
+                .others
+                .entry(sample.gpu)
+                .or_default()
+                .push((sample.ts, sample.mib)),
+        }
+    }
+}
+
+/// Reads a log directory and builds its run: `journal.jsonl`, the usage
+/// record, and the GPU sizes from `status.json` when it is there.
+///
+/// Errors: the journal cannot be read.
+pub fn from_log_dir(log_dir: &Path, now: f64) -> anyhow::Result<Run> {
+    let journal_path = log_dir.join("journal.jsonl");
+    let file = std::fs::File::open(&journal_path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read {}: {e} (is {} a gpusched log directory?)",
+            journal_path.display(),
+            log_dir.display()
+        )
+    })?;
+    let lines = std::io::BufReader::with_capacity(1 << 20, file)
+        .split(b'\n')
+        .map_while(Result::ok);
+    let (samples, _) = usage::read(log_dir);
+    let sizes = std::fs::read(log_dir.join("status.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<crate::view::status::StatusDoc>(&b).ok())
+        .map(|doc| doc.gpus.iter().map(|g| (g.index, g.total_mib)).collect())
+        .unwrap_or_default();
+    Ok(build(lines, &samples, &sizes, now))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,397 @@
+//! Drawing a [`Run`] as a self-contained SVG (SPEC §16): no scripts, no
+//! external fonts or images, readable in a browser and in a README.
+//!
+//! Layout, top to bottom: a legend, then one lane per GPU — its memory
+//! over time (our jobs' memory as a filled curve, others' memory stacked
+//! on it in another shade, against the GPU's capacity), under it the bars
+//! of the attempts that ran there (one row per overlapping attempt), with
+//! markers for OOM retries, preemptions and reservations — then the time
+//! axis in local clock time.
+
+use super::{Attempt, MarkerKind, Outcome, Run};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Width of the picture (px).
+const WIDTH: f64 = 1200.0;
+/// Left margin for the lane labels (px).
+const LEFT: f64 = 90.0;
+/// Right margin (px).
+const RIGHT: f64 = 20.0;
+/// Height of a lane's memory chart (px).
+const CHART: f64 = 46.0;
+/// Height of one row of bars (px).
+const ROW: f64 = 16.0;
+/// Most rows of bars in one lane; more overlapping attempts share the last.
+const MAX_ROWS: usize = 12;
+/// Space between lanes (px).
+const GAP: f64 = 16.0;
+/// A bar at least this wide (px) shows its job number.
+const LABEL_MIN: f64 = 18.0;
+
+/// How to draw.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Seconds east of UTC of the local clock the axis is labelled in.
+    pub utc_offset_s: i64,
+    /// A line under the legend (e.g. the log directory).
+    pub subtitle: String,
+}
+
+/// The SVG text of `run`.
+pub fn render(run: &Run, options: &Options) -> String {
+    let span = (run.end - run.start).max(1.0);
+    let plot = WIDTH - LEFT - RIGHT;
+    let x = |ts: f64| LEFT + (ts - run.start) / span * plot;
+    let mut lanes = String::new();
+    let mut y = 58.0;
+    for (&gpu, &total) in &run.gpus {
+        let attempts: Vec<&Attempt> = run
+            .attempts
+            .iter()
+            .filter(|a| a.gpus.contains(&gpu))
+            .collect();
+        let rows = assign_rows(&attempts);
+        let row_count = rows.iter().copied().max().map_or(1, |r| r + 1);
+        let height = CHART + row_count as f64 * ROW + 4.0;
+        let _ = write!(
+            lanes,
+            r#"<g class="lane" data-gpu="{gpu}" data-y0="{y:.1}" data-y1="{:.1}"><rect class="lane-bg" x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{height:.1}"/><text class="lane-label" x="8" y="{:.1}">GPU {gpu}</text><text class="lane-size" x="8" y="{:.1}">{total} MiB</text>"#,
+            y + height,
+            y + 16.0,
+            y + 30.0,
+        );
+        memory(&mut lanes, run, gpu, total, y, &x, plot);
+        bars(&mut lanes, &attempts, &rows, y + CHART + 2.0, &x, gpu);
+        markers(&mut lanes, run, gpu, y, y + height, &x);
+        lanes.push_str("</g>\n");
+        y += height + GAP;
+    }
+    let height = y + 30.0;
+    let mut out = String::with_capacity(lanes.len() + 4096);
+    let _ = write!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif" font-size="11">
+<title>gpusched timeline</title>
+<style>
+.lane-bg{{fill:#fafafa;stroke:#ddd}} .lane-label{{font-weight:bold}} .lane-size{{fill:#666}}
+.ours{{fill:#42a5f5;fill-opacity:.55}} .others{{fill:#9e9e9e;fill-opacity:.6}} .capacity{{stroke:#555;stroke-dasharray:4 3;fill:none}}
+.bar rect{{stroke:#fff;stroke-width:.5}} .bar text{{fill:#fff;font-size:10px}}
+.ok rect,rect.ok{{fill:#43a047}} .failed rect,rect.failed{{fill:#e53935}} .oom rect,rect.oom{{fill:#8e24aa}} .timeout rect,rect.timeout{{fill:#fb8c00}}
+.cancelled rect,rect.cancelled{{fill:#757575}} .preempted rect,rect.preempted{{fill:#1e88e5}} .interrupted rect,rect.interrupted{{fill:#6d4c41}} .running rect,rect.running{{fill:#00897b}}
+.many rect{{fill:#607d8b}}
+.marker-oom{{fill:#8e24aa;stroke:#fff}} .marker-preempted{{fill:#1e88e5;stroke:#fff}} .marker-reserved{{stroke:#fb8c00;stroke-width:2;stroke-dasharray:5 3}}
+.axis line{{stroke:#999}} .axis text{{fill:#444}}
+</style>
+"#
+    );
+    legend(&mut out, options);
+    out.push_str(&lanes);
+    axis(&mut out, run, y, options.utc_offset_s, &x);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The legend and the subtitle.
+fn legend(out: &mut String, options: &Options) {
+    out.push_str(r#"<g class="legend">"#);
+    let mut lx = LEFT;
+    for outcome in Outcome::ALL {
+        let _ = write!(
+            out,
+            r#"<rect class="{0}" x="{lx:.0}" y="10" width="12" height="12"/><text x="{1:.0}" y="20">{0}</text>"#,
+            outcome.as_str(),
+            lx + 16.0
+        );
+        lx += 30.0 + 7.0 * outcome.as_str().len() as f64;
+    }
+    let _ = write!(
+        out,
+        r#"<rect class="ours" x="{lx:.0}" y="10" width="12" height="12"/><text x="{:.0}" y="20">our jobs' VRAM</text><rect class="others" x="{:.0}" y="10" width="12" height="12"/><text x="{:.0}" y="20">others' VRAM</text><path class="marker-oom" d="M{:.0},10 l10,0 l-5,9 z"/><text x="{:.0}" y="20">OOM retry</text><circle class="marker-preempted" cx="{:.0}" cy="16" r="5"/><text x="{:.0}" y="20">preempted</text><line class="marker-reserved" x1="{:.0}" y1="9" x2="{:.0}" y2="23"/><text x="{:.0}" y="20">reserved</text>"#,
+        lx + 16.0,
+        lx + 110.0,
+        lx + 126.0,
+        lx + 205.0,
+        lx + 219.0,
+        lx + 290.0,
+        lx + 304.0,
+        lx + 385.0,
+        lx + 385.0,
+        lx + 392.0,
+    );
+    let _ = writeln!(
+        out,
+        r##"<text class="subtitle" x="{LEFT}" y="42" fill="#666">{}</text></g>"##,
+        escape(&options.subtitle)
+    );
+}
+
+/// The memory chart of one lane: others stacked on ours, and capacity.
+fn memory(
+    out: &mut String,
+    run: &Run,
+    gpu: u32,
+    total: u64,
+    top: f64,
+    x: &impl Fn(f64) -> f64,
+    plot: f64,
+) {
+    let empty = Vec::new();
+    let ours = run.ours.get(&gpu).unwrap_or(&empty);
+    let others = run.others.get(&gpu).unwrap_or(&empty);
+    let columns = plot.ceil() as usize + 1;
+    let ours_px = per_pixel(ours, columns, x);
+    let others_px = per_pixel(others, columns, x);
+    let scale =
+        |mib: u64| top + CHART - (mib.min(total) as f64 / total.max(1) as f64) * (CHART - 4.0);
+    let base = top + CHART;
+    let mut ours_points = format!("{LEFT:.1},{base:.1}");
+    let mut stack_points = String::new();
+    let mut under = Vec::new();
+    for column in 0..columns {
+        let (o, e) = (ours_px[column], others_px[column]);
+        let (x0, x1) = (LEFT + column as f64, LEFT + column as f64 + 1.0);
+        let _ = write!(
+            ours_points,
+            " {x0:.1},{:.1} {x1:.1},{:.1}",
+            scale(o),
+            scale(o)
+        );
+        let _ = write!(
+            stack_points,
+            " {x0:.1},{:.1} {x1:.1},{:.1}",
+            scale(o + e),
+            scale(o + e)
+        );
+        under.push(format!("{x1:.1},{:.1} {x0:.1},{:.1}", scale(o), scale(o)));
+    }
+    let end = LEFT + columns as f64;
+    let _ = write!(ours_points, " {end:.1},{base:.1}");
+    under.reverse();
+    let _ = write!(
+        out,
+        r#"<polygon class="others" points="{}{}"/><polygon class="ours" points="{ours_points}"/><line class="capacity" x1="{LEFT}" y1="{:.1}" x2="{end:.1}" y2="{:.1}"><title>GPU {gpu}: {total} MiB</title></line>"#,
+        stack_points.trim_start(),
+        if under.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", under.join(" "))
+        },
+        scale(total),
+        scale(total),
+    );
+}
+
+/// A step curve sampled per pixel column: the highest value in each.
+fn per_pixel(points: &[(f64, u64)], columns: usize, x: &impl Fn(f64) -> f64) -> Vec<u64> {
+    let mut out = vec![0u64; columns];
+    let column = |ts: f64| ((x(ts) - LEFT).floor().max(0.0) as usize).min(columns - 1);
+    for (i, &(ts, mib)) in points.iter().enumerate() {
+        let from = column(ts);
+        let to = points.get(i + 1).map_or(columns - 1, |next| column(next.0));
+        for slot in &mut out[from..=to.max(from)] {
+            *slot = (*slot).max(mib);
+        }
+        // The value holds until the next point; the next point's own
+        // column gets both (the max).
+    }
+    out
+}
+
+/// Row of each attempt (greedy: the first row free at its start).
+fn assign_rows(attempts: &[&Attempt]) -> Vec<usize> {
+    let mut ends: Vec<f64> = Vec::new();
+    attempts
+        .iter()
+        .map(|a| {
+            if let Some(row) = ends.iter().position(|&end| end <= a.start) {
+                ends[row] = a.end;
+                row
+            } else if ends.len() < MAX_ROWS {
+                ends.push(a.end);
+                ends.len() - 1
+            } else {
+                let (row, _) = ends
+                    .iter()
+                    .enumerate()
+                    .min_by(|a, b| a.1.total_cmp(b.1))
+                    .unwrap_or((0, &0.0));
+                ends[row] = ends[row].max(a.end);
+                row
+            }
+        })
+        .collect()
+}
+
+/// The bars of one lane. Bars under a pixel wide are merged per row and
+/// pixel into one `many` bar, so a run of a million tiny jobs stays a
+/// picture a browser can open.
+fn bars(
+    out: &mut String,
+    attempts: &[&Attempt],
+    rows: &[usize],
+    top: f64,
+    x: &impl Fn(f64) -> f64,
+    gpu: u32,
+) {
+    let mut many: BTreeMap<(usize, i64), BTreeMap<Outcome, usize>> = BTreeMap::new();
+    for (attempt, &row) in attempts.iter().zip(rows) {
+        let (x0, x1) = (x(attempt.start), x(attempt.end));
+        let y = top + row as f64 * ROW;
+        if x1 - x0 < 1.0 {
+            *many
+                .entry((row, x0.floor() as i64))
+                .or_default()
+                .entry(attempt.outcome)
+                .or_default() += 1;
+            continue;
+        }
+        let class = attempt.outcome.as_str();
+        let _ = write!(
+            out,
+            r#"<g class="bar {class}" data-job="{}" data-attempt="{}"><title>{}</title><rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="{:.1}"/>"#,
+            attempt.no,
+            attempt.attempt,
+            escape(&tooltip(attempt, gpu)),
+            x1 - x0,
+            ROW - 2.0,
+        );
+        if x1 - x0 >= LABEL_MIN {
+            let _ = write!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                x0 + 3.0,
+                y + ROW - 5.0,
+                attempt.no
+            );
+        }
+        out.push_str("</g>");
+    }
+    for ((row, px), counts) in many {
+        let total: usize = counts.values().sum();
+        let detail: Vec<String> = counts
+            .iter()
+            .map(|(o, n)| format!("{} {n}", o.as_str()))
+            .collect();
+        let _ = write!(
+            out,
+            r#"<g class="bar many"><title>{total} short attempt(s) on GPU {gpu}: {}</title><rect x="{px}" y="{:.1}" width="1" height="{:.1}"/></g>"#,
+            detail.join(", "),
+            top + row as f64 * ROW,
+            ROW - 2.0
+        );
+    }
+}
+
+/// The tooltip of a bar: job, command, GPUs, status, duration, peak vs
+/// declared.
+fn tooltip(a: &Attempt, gpu: u32) -> String {
+    let peak = a.peak_mib.map_or("n/a".to_string(), |p| format!("{p} MiB"));
+    let declared = a
+        .vram_mib
+        .map_or("undeclared".to_string(), |v| format!("{v} MiB declared"));
+    format!(
+        "job {} attempt {} on GPU {} (this lane: GPU {gpu})\n{}\n{} after {}; peak {peak} / {declared}",
+        a.no,
+        a.attempt,
+        a.gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        a.command,
+        a.outcome.as_str(),
+        crate::view::report::human_duration(a.end - a.start),
+    )
+}
+
+/// OOM retries, preemptions and reservations on one lane.
+fn markers(out: &mut String, run: &Run, gpu: u32, top: f64, bottom: f64, x: &impl Fn(f64) -> f64) {
+    for marker in run.markers.iter().filter(|m| m.gpus.contains(&gpu)) {
+        let mx = x(marker.ts);
+        let y = top + CHART - 10.0;
+        match marker.kind {
+            MarkerKind::OomRetry => {
+                let _ = write!(
+                    out,
+                    r#"<path class="marker-oom" d="M{:.1},{y:.1} l10,0 l-5,9 z"><title>job {} ran out of CUDA memory; retried with more</title></path>"#,
+                    mx - 5.0,
+                    marker.no
+                );
+            }
+            MarkerKind::Preempted => {
+                let _ = write!(
+                    out,
+                    r#"<circle class="marker-preempted" cx="{mx:.1}" cy="{:.1}" r="5"><title>job {} preempted</title></circle>"#,
+                    y + 5.0,
+                    marker.no
+                );
+            }
+            MarkerKind::Reserved => {
+                let _ = write!(
+                    out,
+                    r#"<line class="marker-reserved" x1="{mx:.1}" y1="{top:.1}" x2="{mx:.1}" y2="{bottom:.1}"><title>GPU {gpu} reserved for job {}</title></line>"#,
+                    marker.no
+                );
+            }
+        }
+    }
+}
+
+/// The time axis: ticks at a round step, labelled in local clock time.
+fn axis(out: &mut String, run: &Run, y: f64, utc_offset_s: i64, x: &impl Fn(f64) -> f64) {
+    const STEPS: [f64; 19] = [
+        1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0,
+        10800.0, 21600.0, 43200.0, 86400.0, 172800.0,
+    ];
+    let span = (run.end - run.start).max(1.0);
+    let step = STEPS
+        .iter()
+        .copied()
+        .find(|s| span / s <= 10.0)
+        .unwrap_or(604800.0);
+    let offset = utc_offset_s as f64;
+    let first = ((run.start + offset) / step).ceil() * step - offset;
+    let _ = write!(
+        out,
+        r#"<g class="axis"><line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/>"#,
+        WIDTH - RIGHT
+    );
+    let mut tick = first;
+    while tick <= run.end + 1e-9 {
+        let local = (tick + offset).rem_euclid(86400.0) as u64;
+        let (h, m, s) = (local / 3600, local / 60 % 60, local % 60);
+        let label = if step < 60.0 {
+            format!("{h:02}:{m:02}:{s:02}")
+        } else {
+            format!("{h:02}:{m:02}")
+        };
+        let tx = x(tick);
+        let _ = write!(
+            out,
+            r#"<line x1="{tx:.1}" y1="{y:.1}" x2="{tx:.1}" y2="{:.1}"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+            y + 5.0,
+            y + 18.0
+        );
+        tick += step;
+    }
+    out.push_str("</g>\n");
+}
+
+/// Text made safe for XML content and attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}

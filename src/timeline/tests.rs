@@ -1,0 +1,97 @@
+use super::*;
+
+fn lines(text: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
+    text.lines().map(|l| l.as_bytes().to_vec())
+}
+
+const JOURNAL: &str = r#"{"ts":100.0,"key":"a#0","event":"seen","no":1,"command":"python a.py --seed 1"}
+{"ts":100.0,"key":"b#0","event":"seen","no":2,"command":"python b.py <&> \"q\""}
+{"ts":100.0,"key":"c#0","event":"seen","no":3,"command":"sleep 100"}
+{"ts":101.0,"key":"a#0","event":"started","pgid":10,"gpus":[0],"attempt":1,"vram_mib":6000}
+{"ts":101.0,"key":"b#0","event":"started","pgid":11,"gpus":[0,1],"attempt":1,"vram_mib":null}
+{"ts":105.0,"key":"a#0","event":"oom","attempts":1,"next_vram":7500}
+{"ts":105.5,"key":"a#0","event":"started","pgid":12,"gpus":[1],"attempt":2,"vram_mib":7500}
+{"ts":106.0,"key":"c#0","event":"reserved","gpus":[1]}
+{"ts":109.0,"key":"a#0","event":"done","status":"ok","returncode":0,"peak_mib":{"1":7000},"avg_util":null,"duration_s":3.5}
+{"ts":109.0,"key":"b#0","event":"done","status":"failed","returncode":1,"peak_mib":{"0":null,"1":100},"avg_util":null,"duration_s":8.0}
+{"ts":109.5,"key":"c#0","event":"started","pgid":13,"gpus":[1],"attempt":1,"vram_mib":null}
+{"ts":110.0,"key":"c#0","event":"started","pgid":14,"gp
+"#;
+
+#[test]
+fn attempts_markers_and_outcomes_come_from_the_journal() {
+    let run = build(
+        lines(JOURNAL),
+        &[],
+        &BTreeMap::from([(0, 24000), (1, 24000)]),
+        120.0,
+    );
+    let summary: Vec<(u32, u32, Outcome, f64, f64)> = run
+        .attempts
+        .iter()
+        .map(|a| (a.no, a.attempt, a.outcome, a.start, a.end))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, 1, Outcome::Oom, 101.0, 105.0),
+            (2, 1, Outcome::Failed, 101.0, 109.0),
+            (1, 2, Outcome::Ok, 105.5, 109.0),
+            (3, 1, Outcome::Running, 109.5, 120.0),
+        ]
+    );
+    assert_eq!(run.attempts[2].peak_mib, Some(7000));
+    assert_eq!(run.attempts[1].command, "python b.py <&> \"q\"");
+    let markers: Vec<(MarkerKind, u32, Vec<u32>)> = run
+        .markers
+        .iter()
+        .map(|m| (m.kind, m.no, m.gpus.clone()))
+        .collect();
+    assert_eq!(
+        markers,
+        vec![
+            (MarkerKind::OomRetry, 1, vec![0]),
+            (MarkerKind::Reserved, 3, vec![1])
+        ]
+    );
+    assert_eq!((run.start, run.end), (101.0, 120.0));
+}
+
+#[test]
+fn memory_curves_sum_our_jobs_per_gpu() {
+    let sample = |ts, gpu, key: Option<&str>, mib| usage::Sample {
+        ts,
+        gpu,
+        key: key.map(str::to_string),
+        mib,
+    };
+    let samples = vec![
+        sample(1.0, 0, Some("a"), 1000),
+        sample(2.0, 0, Some("b"), 3000),
+        sample(2.0, 0, None, 500),
+        sample(3.0, 0, Some("a"), 0),
+    ];
+    let run = build(std::iter::empty(), &samples, &BTreeMap::new(), 5.0);
+    assert_eq!(run.ours[&0], vec![(1.0, 1000), (2.0, 4000), (3.0, 3000)]);
+    assert_eq!(run.others[&0], vec![(2.0, 500)]);
+    // Size unknown (no status.json): the most ever in use.
+    assert_eq!(run.gpus[&0], 4500);
+}
+
+#[test]
+fn the_svg_escapes_commands_and_has_a_lane_per_gpu() {
+    let run = build(
+        lines(JOURNAL),
+        &[],
+        &BTreeMap::from([(0, 24000), (1, 24000)]),
+        120.0,
+    );
+    let svg = svg::render(&run, &svg::Options::default());
+    assert_eq!(svg.matches(r#"<g class="lane""#).count(), 2);
+    assert!(svg.contains("python b.py &lt;&amp;&gt; &quot;q&quot;"));
+    assert!(!svg.contains("<&>"));
+    assert_eq!(svg.matches(r#"<g class="bar oom""#).count(), 1);
+    // Job 2 holds GPUs 0 and 1: a bar in each lane.
+    assert_eq!(svg.matches(r#"<g class="bar failed""#).count(), 2);
+    assert!(!svg.contains("<script"));
+}

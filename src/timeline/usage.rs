@@ -1,0 +1,224 @@
+//! The usage record (SPEC §16): a low-rate log of VRAM over time beside the
+//! journal, `<log_dir>/usage.jsonl`, so that memory over time is known
+//! after the fact. Per running job and GPU it keeps at most one sample per
+//! [`EVERY_S`] seconds, plus every change of more than [`STEP_MIB`]; per GPU
+//! the same for the memory of others (processes that are not ours). When
+//! the file passes [`ROTATE_BYTES`] it becomes `usage.1.jsonl` (replacing
+//! the older one), so the record never takes more than twice that. Torn
+//! lines are skipped when read, as the journal's are.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// Longest time (seconds) between two samples of one series.
+pub const EVERY_S: f64 = 10.0;
+
+/// A change (MiB) larger than this is recorded at once.
+pub const STEP_MIB: u64 = 256;
+
+/// Size (bytes) at which the record is rotated.
+pub const ROTATE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// One sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Unix time (seconds).
+    pub ts: f64,
+    /// GPU index.
+    pub gpu: u32,
+    /// The job's key, or `None` for the memory of others on the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// MiB in use.
+    pub mib: u64,
+}
+
+/// The record's file name in a log directory.
+pub fn path(log_dir: &Path) -> PathBuf {
+    log_dir.join("usage.jsonl")
+}
+
+/// The rotated older part's file name.
+pub fn rotated_path(log_dir: &Path) -> PathBuf {
+    log_dir.join("usage.1.jsonl")
+}
+
+/// Writes the usage record, thinning samples as described above.
+#[derive(Debug)]
+pub struct UsageLog {
+    log_dir: PathBuf,
+    file: Option<File>,
+    bytes: u64,
+    /// Last recorded (ts, MiB) per series (GPU, key or others).
+    last: HashMap<(u32, Option<String>), (f64, u64)>,
+}
+
+impl UsageLog {
+    /// A record in `log_dir` (opened on the first write).
+    pub fn new(log_dir: &Path) -> UsageLog {
+        UsageLog {
+            log_dir: log_dir.to_path_buf(),
+            file: None,
+            bytes: 0,
+            last: HashMap::new(),
+        }
+    }
+
+    /// Takes one sampling round: `series` gives MiB now per (GPU, job key
+    /// or `None` for others). Series missing from a round have ended: a
+    /// job's series gets a final 0 so the curve drops where the job ended.
+    /// A failed write is dropped silently: the record is a picture, not
+    /// the journal.
+    pub fn observe(&mut self, ts: f64, series: &HashMap<(u32, Option<String>), u64>) {
+        let mut out = Vec::new();
+        let ended: Vec<(u32, Option<String>)> = self
+            .last
+            .keys()
+            .filter(|k| !series.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in ended {
+            if let Some((_, mib)) = self.last.remove(&key)
+                && mib > 0
+            {
+                push(&mut out, ts, &key, 0);
+            }
+        }
+        for (key, &mib) in series {
+            let due = match self.last.get(key) {
+                None => true,
+                Some(&(then, before)) => ts - then >= EVERY_S || mib.abs_diff(before) > STEP_MIB,
+            };
+            if due {
+                self.last.insert(key.clone(), (ts, mib));
+                push(&mut out, ts, key, mib);
+            }
+        }
+        if !out.is_empty() {
+            self.write(&out);
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if self.bytes + bytes.len() as u64 > ROTATE_BYTES && self.file.is_some() {
+            self.file = None;
+            let _ = std::fs::rename(path(&self.log_dir), rotated_path(&self.log_dir));
+        }
+        if self.file.is_none() {
+            let Ok(file) = File::options()
+                .create(true)
+                .append(true)
+                .open(path(&self.log_dir))
+            else {
+                return;
+            };
+            self.bytes = file.metadata().map_or(0, |m| m.len());
+            self.file = Some(file);
+        }
+        if let Some(file) = &mut self.file
+            && file.write_all(bytes).is_ok()
+        {
+            self.bytes += bytes.len() as u64;
+        }
+    }
+}
+
+fn push(out: &mut Vec<u8>, ts: f64, (gpu, key): &(u32, Option<String>), mib: u64) {
+    let sample = Sample {
+        ts: (ts * 1000.0).round() / 1000.0,
+        gpu: *gpu,
+        key: key.clone(),
+        mib,
+    };
+    if serde_json::to_writer(&mut *out, &sample).is_ok() {
+        out.push(b'\n');
+    }
+}
+
+/// Every sample of a log directory's record (older part first), skipping
+/// torn or garbled lines; with how many were skipped.
+pub fn read(log_dir: &Path) -> (Vec<Sample>, usize) {
+    let mut samples = Vec::new();
+    let mut bad = 0;
+    for path in [rotated_path(log_dir), path(log_dir)] {
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        for line in std::io::BufReader::new(file).split(b'\n') {
+            let Ok(line) = line else {
+                break;
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Sample>(&line) {
+                Ok(sample) => samples.push(sample),
+                Err(_) => bad += 1,
+            }
+        }
+    }
+    (samples, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(log: &mut UsageLog, ts: f64, series: &[(u32, Option<&str>, u64)]) {
+        let map = series
+            .iter()
+            .map(|(g, k, m)| ((*g, k.map(str::to_string)), *m))
+            .collect();
+        log.observe(ts, &map);
+    }
+
+    #[test]
+    fn samples_are_thinned_to_one_per_ten_seconds_plus_big_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = UsageLog::new(dir.path());
+        round(&mut log, 0.0, &[(0, Some("a"), 100), (0, None, 500)]);
+        round(&mut log, 1.0, &[(0, Some("a"), 300), (0, None, 500)]); // +200: no
+        round(&mut log, 2.0, &[(0, Some("a"), 5000), (0, None, 500)]); // big step
+        round(&mut log, 7.0, &[(0, Some("a"), 5000), (0, None, 600)]);
+        round(&mut log, 12.5, &[(0, Some("a"), 5100), (0, None, 600)]); // 10 s
+        round(&mut log, 13.0, &[(0, None, 600)]); // a ended
+        let (samples, bad) = read(dir.path());
+        assert_eq!(bad, 0);
+        let of = |key: Option<&str>| -> Vec<(f64, u64)> {
+            samples
+                .iter()
+                .filter(|s| s.key.as_deref() == key)
+                .map(|s| (s.ts, s.mib))
+                .collect()
+        };
+        assert_eq!(
+            of(Some("a")),
+            vec![(0.0, 100), (2.0, 5000), (12.5, 5100), (13.0, 0)]
+        );
+        assert_eq!(of(None), vec![(0.0, 500), (12.5, 600)]);
+    }
+
+    #[test]
+    fn torn_lines_are_skipped_and_the_rotated_part_is_read_first() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            rotated_path(dir.path()),
+            "{\"ts\":1.0,\"gpu\":0,\"mib\":5}\n{\"ts\":2.0,\"gp",
+        )
+        .unwrap();
+        std::fs::write(
+            path(dir.path()),
+            "{\"ts\":3.0,\"gpu\":1,\"key\":\"k\",\"mib\":7}\n",
+        )
+        .unwrap();
+        let (samples, bad) = read(dir.path());
+        assert_eq!(bad, 1);
+        assert_eq!(
+            samples.iter().map(|s| s.ts).collect::<Vec<_>>(),
+            vec![1.0, 3.0]
+        );
+    }
+}

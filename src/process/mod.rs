@@ -149,7 +149,9 @@ impl GroupIdentity {
 
 /// Makes the process `command` will start the leader of a new session
 /// (`setsid`, SPEC §3), so it and its descendants share one process group
-/// and no signal meant for our terminal reaches them.
+/// and no signal meant for our terminal reaches them. (Jobs get theirs from
+/// their supervisor, which sets it up between fork and exec itself.)
+#[cfg(test)]
 pub fn in_new_session(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe and touches no memory of ours.

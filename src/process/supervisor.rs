@@ -26,7 +26,6 @@ use crate::policy::outcome::Exit;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
@@ -34,13 +33,6 @@ use std::time::Duration;
 /// The exit code of the supervisor (and of the gate script) when the job
 /// never ran (no `go` came).
 pub const NEVER_RAN: i32 = 125;
-
-/// The descriptor on which the job's shell waits for its `go`.
-const GATE_FD: i32 = 3;
-
-/// What the job's shell runs first: wait at the gate, close it, then
-/// become `/bin/sh -c CMD` (`$1`).
-const GATE_SCRIPT: &str = "IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c \"$1\"";
 
 /// How a supervised job ended, as its supervisor recorded it in
 /// `<log_dir>/exits/<key>.<attempt>.json`.
@@ -137,13 +129,35 @@ impl Started {
     }
 }
 
+/// A supervisor started but not yet heard from: [`Spawning::hello`] waits
+/// for its report. Several can be started before any is waited for, so
+/// that their start-ups overlap.
+pub struct Spawning {
+    supervisor: Child,
+    supervisor_id: Option<ProcessId>,
+    log: std::path::PathBuf,
+}
+
 /// Spawns the supervisor for `request` and waits for its report that the
 /// job is held at the gate.
 ///
 /// Errors: this binary cannot be found or started, the log cannot be
 /// opened, or the supervisor could not start the job.
 pub fn spawn(request: &Request) -> std::io::Result<Started> {
-    let exe = std::env::current_exe()?;
+    start(request)?.hello()
+}
+
+/// Starts the supervisor for `request` without waiting for it.
+///
+/// Errors: this binary cannot be found or started, or the log cannot be
+/// opened.
+pub fn start(request: &Request) -> std::io::Result<Spawning> {
+    static EXE: std::sync::OnceLock<std::io::Result<std::path::PathBuf>> =
+        std::sync::OnceLock::new();
+    let exe = match EXE.get_or_init(std::env::current_exe) {
+        Ok(exe) => exe.clone(),
+        Err(e) => return Err(std::io::Error::new(e.kind(), e.to_string())),
+    };
     let log = std::fs::File::options()
         .create(true)
         .append(true)
@@ -165,36 +179,60 @@ pub fn spawn(request: &Request) -> std::io::Result<Started> {
         .stdout(Stdio::piped())
         .stderr(log)
         .envs(request.env.iter().map(|(k, v)| (k, v)));
-    super::in_new_session(&mut command);
-    let mut supervisor = command.spawn()?;
+    // Its own process group, so a Ctrl-C meant for the scheduler never
+    // reaches it (the job gets a session of its own from the supervisor).
+    // No pre-exec hook: the standard library can then start it with
+    // posix_spawn instead of copying the scheduler's address space with
+    // fork, which costs more the more jobs the scheduler holds.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let supervisor = command.spawn()?;
     let supervisor_id = super::read_stat(supervisor.id()).map(|s| ProcessId {
         pid: supervisor.id(),
         start_ticks: s.start_ticks,
     });
-    let stdout = supervisor.stdout.take().expect("piped");
-    let mut line = String::new();
-    let read = std::io::BufReader::new(stdout).read_line(&mut line);
-    let hello = match read
-        .ok()
-        .and_then(|_| serde_json::from_str::<Hello>(&line).ok())
-    {
-        Some(hello) => hello,
-        None => {
-            let _ = supervisor.kill();
-            let _ = supervisor.wait();
-            return Err(std::io::Error::other(format!(
-                "the job's supervisor did not start it (see {})",
-                request.log.display()
-            )));
-        }
-    };
-    Ok(Started {
-        go: supervisor.stdin.take(),
+    Ok(Spawning {
         supervisor,
         supervisor_id,
-        pgid: super::Pgid(hello.pid),
-        start_ticks: hello.start_ticks,
+        log: request.log.to_path_buf(),
     })
+}
+
+impl Spawning {
+    /// Waits for the supervisor's report that the job is held at its gate.
+    ///
+    /// Errors: the supervisor could not start the job (it is then killed
+    /// and reaped).
+    pub fn hello(self) -> std::io::Result<Started> {
+        let Spawning {
+            mut supervisor,
+            supervisor_id,
+            log,
+        } = self;
+        let stdout = supervisor.stdout.take().expect("piped");
+        let mut line = String::new();
+        let read = std::io::BufReader::new(stdout).read_line(&mut line);
+        let hello = match read
+            .ok()
+            .and_then(|_| serde_json::from_str::<Hello>(&line).ok())
+        {
+            Some(hello) => hello,
+            None => {
+                let _ = supervisor.kill();
+                let _ = supervisor.wait();
+                return Err(std::io::Error::other(format!(
+                    "the job's supervisor did not start it (see {})",
+                    log.display()
+                )));
+            }
+        };
+        Ok(Started {
+            go: supervisor.stdin.take(),
+            supervisor,
+            supervisor_id,
+            pgid: super::Pgid(hello.pid),
+            start_ticks: hello.start_ticks,
+        })
+    }
 }
 
 /// The supervisor process (`gpusched __supervise`): starts the job at a
@@ -209,36 +247,11 @@ pub fn run(args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
         .open(&args.log)?;
     let scheduler_pid = nix::unistd::getppid();
     let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let gate_read_fd = gate_read.as_raw_fd();
-    // The gate: the job's shell first waits for a line on fd 3 (end of file
-    // means the start was abandoned: it exits without running anything),
-    // then closes it and execs `/bin/sh -c CMD` in place — same pid, same
-    // process group, same start time.
-    let mut command = Command::new("/bin/sh");
-    command
-        .arg("-c")
-        .arg(GATE_SCRIPT)
-        .arg("/bin/sh")
-        .arg(&args.command)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // SAFETY: between fork and exec the child only calls async-signal-safe
-    // functions (setsid, dup2) on file descriptors it owns.
-    unsafe {
-        command.pre_exec(move || {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            if libc::dup2(gate_read_fd, GATE_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = command.spawn()?;
+    let child = GatedJob::spawn(&args.command, &log, &gate_read, &gate_write)?;
     drop(gate_read);
     let hello = Hello {
-        pid: child.id(),
-        start_ticks: super::read_stat(child.id()).map(|s| s.start_ticks),
+        pid: child.pid,
+        start_ticks: super::read_stat(child.pid).map(|s| s.start_ticks),
     };
     let reported = writeln!(std::io::stdout(), "{}", serde_json::to_string(&hello)?)
         .and_then(|_| std::io::stdout().flush());
@@ -273,6 +286,105 @@ pub fn run(args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
     };
     write_record(&args.record, &record, scheduler_pid);
     Ok(exit.map_or(1, Exit::returncode))
+}
+
+/// The job's process, started by `fork` and held at its gate until the
+/// supervisor writes `go` to the gate pipe; then it becomes `/bin/sh -c
+/// CMD` in place (same pid, same session and process group, same start
+/// time). No shell runs before the gate opens, so a start costs one
+/// `exec`, not two.
+struct GatedJob {
+    pid: u32,
+}
+
+impl GatedJob {
+    /// Forks the job: a new session (SPEC §3), stdin from /dev/null, stdout
+    /// and stderr to `log`; it waits at `gate_read` for `go` (anything else,
+    /// or end of file, means the start was abandoned: it exits
+    /// [`NEVER_RAN`] without running anything), then execs the shell.
+    ///
+    /// Errors: the fork fails, or the command holds a NUL byte.
+    fn spawn(
+        command: &str,
+        log: &std::fs::File,
+        gate_read: &std::os::fd::OwnedFd,
+        gate_write: &std::os::fd::OwnedFd,
+    ) -> std::io::Result<GatedJob> {
+        use std::ffi::CString;
+        let sh = CString::new("/bin/sh").expect("no NUL");
+        let dash_c = CString::new("-c").expect("no NUL");
+        let cmd = CString::new(command)
+            .map_err(|_| std::io::Error::other("the command holds a NUL byte"))?;
+        let argv = [sh.as_ptr(), dash_c.as_ptr(), cmd.as_ptr(), std::ptr::null()];
+        let null = std::fs::File::open("/dev/null")?;
+        let (null_fd, log_fd) = (null.as_raw_fd(), log.as_raw_fd());
+        let (read_fd, write_fd) = (gate_read.as_raw_fd(), gate_write.as_raw_fd());
+        // SAFETY: the supervisor is single-threaded, and between fork and
+        // exec the child only calls async-signal-safe functions (setsid,
+        // dup2, close, read, execv, _exit) on memory prepared before the
+        // fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            unsafe {
+                if libc::setsid() < 0
+                    || libc::dup2(null_fd, 0) < 0
+                    || libc::dup2(log_fd, 1) < 0
+                    || libc::dup2(log_fd, 2) < 0
+                {
+                    libc::_exit(126);
+                }
+                libc::close(write_fd);
+                let mut buf = [0u8; 3];
+                let mut got = 0usize;
+                while got < buf.len() {
+                    let n = libc::read(read_fd, buf.as_mut_ptr().add(got).cast(), buf.len() - got);
+                    if n > 0 {
+                        got += n as usize;
+                    } else if n < 0 && *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    } else {
+                        break;
+                    }
+                }
+                if buf[..got] != *b"go\n" {
+                    libc::_exit(NEVER_RAN);
+                }
+                libc::close(read_fd);
+                libc::execv(argv[0], argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        Ok(GatedJob { pid: pid as u32 })
+    }
+
+    /// SIGKILL to the job (it is held at its gate).
+    fn kill(&self) -> std::io::Result<()> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// Waits for the job to end.
+    fn wait(&self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid writes only into `status`.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
+            if r >= 0 {
+                return Ok(std::process::ExitStatus::from_raw(status));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// Points stdin and stdout at /dev/null, so the supervisor holds no pipe of

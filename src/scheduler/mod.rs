@@ -72,6 +72,11 @@ pub struct Scheduler {
     /// The waiting and finished part of the status document, which changes
     /// only when the journal or the queue does.
     queue_view: Option<QueueView>,
+    /// When the status files were last written.
+    status_written: Option<Instant>,
+    /// Set when a round did not write them; the loop then wakes to write
+    /// them when they are due.
+    status_stale: bool,
 }
 
 /// Runs the scheduler until the queue drains (or forever with `--watch`)
@@ -112,8 +117,14 @@ impl Scheduler {
         }
         self.guard(|s| s.dispatch());
         self.publish_bookings();
-        self.write_status_files();
-        Ok(self.exit_code_if_done())
+        let code = self.exit_code_if_done();
+        // The status files at most every STATUS_EVERY, and always last.
+        if code.is_some() || self.status_due(Instant::now()) {
+            self.write_status_files();
+        } else {
+            self.status_stale = true;
+        }
+        Ok(code)
     }
 
     /// Runs one phase; an error pauses dispatch until writes succeed again.

@@ -122,6 +122,8 @@ impl Scheduler {
             blocked_first: None,
             reasons_generation: 0,
             queue_view: None,
+            status_written: None,
+            status_stale: false,
         };
         let after = scheduler
             .resolve_after(&mut specs)

@@ -121,6 +121,9 @@ impl Scheduler {
         if let Some(every) = self.wakes.file_poll {
             deadline = deadline.min(now + every);
         }
+        if let Some(due) = self.status_deadline() {
+            deadline = deadline.min(due.max(now));
+        }
         if let Some(unsettled) = self.jobs.unsettled {
             deadline =
                 deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));

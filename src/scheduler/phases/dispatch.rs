@@ -5,20 +5,14 @@
 //! cannot have changed either and the round is skipped.
 
 use crate::allocation::{self, GpuLoad, Occupant, Placement, Request, Reservation, WaitReason};
-use crate::error::Error;
-use crate::files;
-use crate::jobspec::JobSpec;
-use crate::journal::{Event, now_ts};
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::queue;
-use crate::process::{self, GroupIdentity, supervisor};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Mode, Proc, Running, Usage};
-use crate::view::report::{self, say, warn};
+use crate::scheduler::state::Mode;
+use crate::view::report::say;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 impl Scheduler {
     /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
@@ -158,15 +152,14 @@ impl Scheduler {
         );
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len();
-        let mut booked = false;
+        let mut launches = Vec::new();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             match placement {
                 Placement::NotNow => {}
                 Placement::Start(gpus) => {
                     dispatched += 1;
                     let spec = self.jobs.specs[index].clone();
-                    self.start_attempt(&spec, request, &gpus, dispatched)?;
-                    booked = true;
+                    launches.extend(self.launch(spec, *request, gpus, dispatched)?);
                 }
                 Placement::Infeasible(reason) => {
                     let spec = &self.jobs.specs[index];
@@ -177,7 +170,8 @@ impl Scheduler {
                 }
             }
         }
-        if booked {
+        if !launches.is_empty() {
+            self.commit_launches(launches)?;
             self.publish_bookings();
         }
         Ok(())
@@ -260,192 +254,5 @@ impl Scheduler {
             self.wait_reasons = reasons;
             self.reasons_generation += 1;
         }
-    }
-
-    /// Starts one attempt (SPEC §3, §11): its log header, its supervisor
-    /// with the job held at the gate, the `started` event, then the
-    /// release. A job therefore never runs without its `started` event.
-    /// `dispatched` counts the file's jobs started or done, this one
-    /// included.
-    ///
-    /// Errors: the job's log or the journal cannot be written; the job has
-    /// then not run.
-    fn start_attempt(
-        &mut self,
-        spec: &JobSpec,
-        request: &Request,
-        gpus: &[u32],
-        dispatched: usize,
-    ) -> anyhow::Result<()> {
-        let Some(state) = self.journal.state(&spec.key) else {
-            anyhow::bail!("job {} has no journal state", spec.key);
-        };
-        let (no, attempt) = (state.no, state.attempts + 1);
-        let log_path = self.cfg.log_dir.join(report::log_name(no, gpus));
-        let learned = self.prediction(spec);
-        let vram_text = match (request.vram_mib, &learned) {
-            (Some(v), Some((_, p))) if p.mib == Some(v) => format!("vram {v} MiB, {p}"),
-            (Some(v), _) => format!("vram {v} MiB"),
-            (None, Some((_, p))) => p.to_string(),
-            (None, None) => "undeclared".to_string(),
-        };
-        if let Some((family, p)) = &learned {
-            let entry = self.learned.this_run.entry(family.clone()).or_default();
-            entry.0 = entry.0.max(p.mib);
-        }
-        let header = format!(
-            "==== gpusched: job {no} attempt {attempt} on GPU {} at {} ({vram_text}): {}\n",
-            report::gpu_ids(gpus, ","),
-            report::date_time(now_ts()),
-            spec.command
-        );
-        let log_offset = files::append_to(&log_path, header.as_bytes())
-            .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
-        let exit_record = supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
-        let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
-        let mut started_job = match supervisor::spawn(&supervisor::Request {
-            command: &spec.command,
-            env: {
-                let mut env = self.job_env(spec, no, attempt, gpus);
-                if self.journal.state(&spec.key).is_some_and(|s| s.preempted) {
-                    env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
-                }
-                env
-            },
-            log: &log_path,
-            record: &exit_record,
-            key: &spec.key,
-            attempt,
-        }) {
-            Ok(started) => started,
-            Err(e) => {
-                warn(&format!("cannot start job {no}: {e}"));
-                return self.record_unrun(&spec.key, DoneStatus::Failed);
-            }
-        };
-        let identity = GroupIdentity {
-            pgid: started_job.pgid,
-            start_ticks: started_job.start_ticks,
-            boot_id: process::boot_id(),
-        };
-        let journaled = self.journal.append(
-            &spec.key,
-            Event::Started {
-                pgid: identity.pgid.0,
-                gpus: gpus.to_vec(),
-                attempt,
-                vram_mib: request.vram_mib,
-                start_ticks: identity.start_ticks,
-                boot_id: identity.boot_id.clone(),
-                supervisor: started_job.supervisor_id,
-                log_offset: Some(log_offset),
-            },
-        );
-        if let Err(e) = journaled {
-            started_job.abandon();
-            return Err(e);
-        }
-        let started = Instant::now();
-        if let Err(e) = started_job.release() {
-            warn(&format!(
-                "job {no}'s supervisor is gone before the start: {e}"
-            ));
-        }
-        self.dispatched_this_run += 1;
-        say(&format!(
-            "▶ job {no} started on GPU {} ({dispatched}/{} dispatched, {vram_text}{}): {}",
-            report::gpu_ids(gpus, ","),
-            self.jobs.specs.len(),
-            if attempt > 1 {
-                format!(", attempt {attempt}")
-            } else {
-                String::new()
-            },
-            spec.command
-        ));
-        self.running.insert(
-            spec.key.clone(),
-            Running {
-                no,
-                command: spec.command.clone(),
-                gpus: gpus.to_vec(),
-                vram_mib: request.vram_mib,
-                attempt,
-                pgid: identity.pgid,
-                started,
-                log_path,
-                log_offset,
-                exit_record,
-                proc: Proc::Supervised {
-                    supervisor: started_job.supervisor,
-                    identity,
-                    reaped: None,
-                },
-                usage: Usage::default(),
-                timeout_at: spec
-                    .timeout_s
-                    .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
-                kill: None,
-                progress: None,
-                learned,
-                unrecorded: false,
-            },
-        );
-        Ok(())
-    }
-
-    /// A job's environment (SPEC §3): `CUDA_VISIBLE_DEVICES`,
-    /// `CUDA_DEVICE_ORDER`, the `GPUSCHED_*` variables, and in `--sim` mode
-    /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`.
-    fn job_env(
-        &self,
-        spec: &JobSpec,
-        no: u32,
-        attempt: u32,
-        gpus: &[u32],
-    ) -> Vec<(String, String)> {
-        let uuids: Vec<String> = gpus
-            .iter()
-            .filter_map(|i| {
-                self.gpu
-                    .snapshot
-                    .as_ref()?
-                    .gpus
-                    .iter()
-                    .find(|g| g.index == *i)
-                    .map(|g| g.uuid.clone())
-            })
-            .collect();
-        let mut env = vec![
-            (
-                "CUDA_VISIBLE_DEVICES".to_string(),
-                report::gpu_ids(gpus, ","),
-            ),
-            ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
-            ("GPUSCHED_JOB".to_string(), no.to_string()),
-            ("GPUSCHED_KEY".to_string(), spec.key.clone()),
-            ("GPUSCHED_ATTEMPT".to_string(), attempt.to_string()),
-            (
-                "GPUSCHED_LOG_DIR".to_string(),
-                self.cfg.log_dir.display().to_string(),
-            ),
-            ("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")),
-        ];
-        if let Some(dir) = &self.sim_dir {
-            env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
-            // So that `gpusched simjob` in a job runs this very binary.
-            if let Some(bin_dir) = std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-            {
-                let path = std::env::var_os("PATH").unwrap_or_default();
-                let mut dirs: Vec<PathBuf> = vec![bin_dir];
-                dirs.extend(std::env::split_paths(&path));
-                if let Ok(joined) = std::env::join_paths(dirs) {
-                    env.push(("PATH".to_string(), joined.to_string_lossy().into_owned()));
-                }
-            }
-        }
-        env
     }
 }

@@ -34,6 +34,7 @@ mod exit;
 mod io;
 mod jobs_file;
 mod kills;
+mod launch;
 mod learned;
 mod ledger;
 mod orphans;

@@ -8,6 +8,10 @@ use crate::scheduler::Scheduler;
 use crate::view::board::{self, BoardNotes};
 use crate::view::doc::{self, ViewInput};
 use crate::view::status::StatusDoc;
+use std::time::{Duration, Instant};
+
+/// The shortest time between two writes of the status files.
+pub(in crate::scheduler) const STATUS_EVERY: Duration = Duration::from_millis(200);
 
 impl Scheduler {
     /// The scheduler's state word for `status.json`.
@@ -65,9 +69,27 @@ impl Scheduler {
         doc::status_doc(&input, view)
     }
 
+    /// Whether the status files may be written now: at most every
+    /// [`STATUS_EVERY`], so that a sweep of tiny jobs does not rewrite
+    /// three files (and rebuild the queue view) per job. A round that skips
+    /// them leaves a deadline ([`Scheduler::status_deadline`]).
+    pub(in crate::scheduler) fn status_due(&self, now: Instant) -> bool {
+        self.status_written
+            .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY)
+    }
+
+    /// When status files a round skipped must be written at the latest.
+    pub(in crate::scheduler) fn status_deadline(&self) -> Option<Instant> {
+        self.status_written
+            .filter(|_| self.status_stale)
+            .map(|t| t + STATUS_EVERY)
+    }
+
     /// Writes `status.json`, `metrics.prom` and `status.txt`; a failed write
     /// pauses dispatch like any other (SPEC §11).
     pub(in crate::scheduler) fn write_status_files(&mut self) {
+        self.status_written = Some(Instant::now());
+        self.status_stale = false;
         let doc = self.status_doc();
         if let Err(e) = doc.write(&self.cfg.log_dir) {
             let error = crate::error::Error::io(

@@ -1,0 +1,278 @@
+//! Starting attempts (SPEC §3, §11), in two steps so that a round that
+//! starts many jobs pays for their start-ups once, not one after another:
+//! [`Scheduler::launch`] writes each job's log header and starts its
+//! supervisor; [`Scheduler::commit_launches`] waits for every supervisor's
+//! report that its job is held at the gate, journals all the `started`
+//! events with one fsync, and only then releases the jobs. A job therefore
+//! never runs without its `started` event.
+
+use crate::allocation::Request;
+use crate::error::Error;
+use crate::files;
+use crate::jobspec::JobSpec;
+use crate::journal::{Event, Record, now_ts};
+use crate::model::DoneStatus;
+use crate::policy::learned::Prediction;
+use crate::process::{self, GroupIdentity, supervisor};
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{Proc, Running, Usage};
+use crate::view::report::{self, say, warn};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// An attempt whose supervisor is starting; not journaled yet.
+pub(in crate::scheduler) struct Launch {
+    spec: JobSpec,
+    request: Request,
+    gpus: Vec<u32>,
+    /// The file's jobs started or done, this one included.
+    dispatched: usize,
+    no: u32,
+    attempt: u32,
+    log_path: PathBuf,
+    log_offset: u64,
+    exit_record: PathBuf,
+    vram_text: String,
+    learned: Option<(String, Prediction)>,
+    /// Taken by [`Scheduler::commit_launches`].
+    spawning: Option<supervisor::Spawning>,
+}
+
+impl Scheduler {
+    /// Writes the attempt's log header and starts its supervisor with the
+    /// job held at the gate. A supervisor that cannot be started ends the
+    /// job `failed` (`None`).
+    ///
+    /// Errors: the job's log or the journal cannot be written; the job has
+    /// then not run.
+    pub(in crate::scheduler) fn launch(
+        &mut self,
+        spec: JobSpec,
+        request: Request,
+        gpus: Vec<u32>,
+        dispatched: usize,
+    ) -> anyhow::Result<Option<Launch>> {
+        let Some(state) = self.journal.state(&spec.key) else {
+            anyhow::bail!("job {} has no journal state", spec.key);
+        };
+        let (no, attempt, preempted) = (state.no, state.attempts + 1, state.preempted);
+        let log_path = self.cfg.log_dir.join(report::log_name(no, &gpus));
+        let learned = self.prediction(&spec);
+        let vram_text = match (request.vram_mib, &learned) {
+            (Some(v), Some((_, p))) if p.mib == Some(v) => format!("vram {v} MiB, {p}"),
+            (Some(v), _) => format!("vram {v} MiB"),
+            (None, Some((_, p))) => p.to_string(),
+            (None, None) => "undeclared".to_string(),
+        };
+        let header = format!(
+            "==== gpusched: job {no} attempt {attempt} on GPU {} at {} ({vram_text}): {}\n",
+            report::gpu_ids(&gpus, ","),
+            report::date_time(now_ts()),
+            spec.command
+        );
+        let log_offset = files::append_to(&log_path, header.as_bytes())
+            .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
+        let exit_record = supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
+        let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
+        let mut env = self.job_env(&spec, no, attempt, &gpus);
+        if preempted {
+            env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
+        }
+        let spawning = match supervisor::start(&supervisor::Request {
+            command: &spec.command,
+            env,
+            log: &log_path,
+            record: &exit_record,
+            key: &spec.key,
+            attempt,
+        }) {
+            Ok(spawning) => spawning,
+            Err(e) => {
+                warn(&format!("cannot start job {no}: {e}"));
+                self.record_unrun(&spec.key, DoneStatus::Failed)?;
+                return Ok(None);
+            }
+        };
+        Ok(Some(Launch {
+            spec,
+            request,
+            gpus,
+            dispatched,
+            no,
+            attempt,
+            log_path,
+            log_offset,
+            exit_record,
+            vram_text,
+            learned,
+            spawning: Some(spawning),
+        }))
+    }
+
+    /// Waits for the launched supervisors, journals every `started` event
+    /// at once, then releases the jobs and takes them as running.
+    ///
+    /// Errors: the journal cannot be written; every job of the batch is
+    /// then abandoned at its gate and has not run.
+    pub(in crate::scheduler) fn commit_launches(
+        &mut self,
+        launches: Vec<Launch>,
+    ) -> anyhow::Result<()> {
+        let mut ready = Vec::with_capacity(launches.len());
+        for mut launch in launches {
+            let Some(spawning) = launch.spawning.take() else {
+                continue;
+            };
+            match spawning.hello() {
+                Ok(started) => ready.push((launch, started)),
+                Err(e) => {
+                    warn(&format!("cannot start job {}: {e}", launch.no));
+                    self.record_unrun(&launch.spec.key, DoneStatus::Failed)?;
+                }
+            }
+        }
+        let boot_id = process::boot_id();
+        let ts = now_ts();
+        let records: Vec<Record> = ready
+            .iter()
+            .map(|(launch, started)| Record {
+                ts,
+                key: launch.spec.key.clone(),
+                event: Event::Started {
+                    pgid: started.pgid.0,
+                    gpus: launch.gpus.clone(),
+                    attempt: launch.attempt,
+                    vram_mib: launch.request.vram_mib,
+                    start_ticks: started.start_ticks,
+                    boot_id: boot_id.clone(),
+                    supervisor: started.supervisor_id,
+                    log_offset: Some(launch.log_offset),
+                },
+            })
+            .collect();
+        if let Err(e) = self.journal.append_all(&records) {
+            for (_, started) in ready {
+                started.abandon();
+            }
+            return Err(e);
+        }
+        for (launch, mut started_job) in ready {
+            let started = Instant::now();
+            if let Err(e) = started_job.release() {
+                warn(&format!(
+                    "job {}'s supervisor is gone before the start: {e}",
+                    launch.no
+                ));
+            }
+            self.dispatched_this_run += 1;
+            if let Some((family, p)) = &launch.learned {
+                let entry = self.learned.this_run.entry(family.clone()).or_default();
+                entry.0 = entry.0.max(p.mib);
+            }
+            say(&format!(
+                "▶ job {} started on GPU {} ({}/{} dispatched, {}{}): {}",
+                launch.no,
+                report::gpu_ids(&launch.gpus, ","),
+                launch.dispatched,
+                self.jobs.specs.len(),
+                launch.vram_text,
+                if launch.attempt > 1 {
+                    format!(", attempt {}", launch.attempt)
+                } else {
+                    String::new()
+                },
+                launch.spec.command
+            ));
+            let identity = GroupIdentity {
+                pgid: started_job.pgid,
+                start_ticks: started_job.start_ticks,
+                boot_id: boot_id.clone(),
+            };
+            self.running.insert(
+                launch.spec.key.clone(),
+                Running {
+                    no: launch.no,
+                    command: launch.spec.command.clone(),
+                    gpus: launch.gpus,
+                    vram_mib: launch.request.vram_mib,
+                    attempt: launch.attempt,
+                    pgid: identity.pgid,
+                    started,
+                    log_path: launch.log_path,
+                    log_offset: launch.log_offset,
+                    exit_record: launch.exit_record,
+                    proc: Proc::Supervised {
+                        supervisor: started_job.supervisor,
+                        identity,
+                        reaped: None,
+                    },
+                    usage: Usage::default(),
+                    timeout_at: launch
+                        .spec
+                        .timeout_s
+                        .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
+                    kill: None,
+                    progress: None,
+                    learned: launch.learned,
+                    unrecorded: false,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A job's environment (SPEC §3): `CUDA_VISIBLE_DEVICES`,
+    /// `CUDA_DEVICE_ORDER`, the `GPUSCHED_*` variables, and in `--sim` mode
+    /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`.
+    fn job_env(
+        &self,
+        spec: &JobSpec,
+        no: u32,
+        attempt: u32,
+        gpus: &[u32],
+    ) -> Vec<(String, String)> {
+        let uuids: Vec<String> = gpus
+            .iter()
+            .filter_map(|i| {
+                self.gpu
+                    .snapshot
+                    .as_ref()?
+                    .gpus
+                    .iter()
+                    .find(|g| g.index == *i)
+                    .map(|g| g.uuid.clone())
+            })
+            .collect();
+        let mut env = vec![
+            (
+                "CUDA_VISIBLE_DEVICES".to_string(),
+                report::gpu_ids(gpus, ","),
+            ),
+            ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+            ("GPUSCHED_JOB".to_string(), no.to_string()),
+            ("GPUSCHED_KEY".to_string(), spec.key.clone()),
+            ("GPUSCHED_ATTEMPT".to_string(), attempt.to_string()),
+            (
+                "GPUSCHED_LOG_DIR".to_string(),
+                self.cfg.log_dir.display().to_string(),
+            ),
+            ("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")),
+        ];
+        if let Some(dir) = &self.sim_dir {
+            env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
+            // So that `gpusched simjob` in a job runs this very binary.
+            if let Some(bin_dir) = std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
+                let path = std::env::var_os("PATH").unwrap_or_default();
+                let mut dirs: Vec<PathBuf> = vec![bin_dir];
+                dirs.extend(std::env::split_paths(&path));
+                if let Ok(joined) = std::env::join_paths(dirs) {
+                    env.push(("PATH".to_string(), joined.to_string_lossy().into_owned()));
+                }
+            }
+        }
+        env
+    }
+}

@@ -17,57 +17,13 @@
 //! Times come from the jobs themselves (`date +%s.%N` as first and last
 //! instruction), CPU and RSS from `/proc/<pid>/stat` and `/proc/<pid>/status`.
 
+mod common;
+
+use common::{cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gpusched");
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn scheduler(dir: &Path, args: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg(dir.join("jobs.txt"))
-        .args(["--log-dir"])
-        .arg(dir.join("logs"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("GPUSCHED_SIM_DIR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start gpusched")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn read_stamps(path: &Path) -> Vec<f64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let _ = child.wait();
-}
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// 1. Six serial 0.3 s jobs: makespan − Σ run times.
 fn overhead(dir: &Path) -> f64 {
@@ -122,24 +78,6 @@ fn append_latency(dir: &Path, n: usize) -> (f64, f64) {
     stop(child);
     latencies.sort_by(f64::total_cmp);
     (latencies[n / 2], latencies[n - 1])
-}
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15 (fields[11], fields[12]).
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib / 1024.0
 }
 
 /// 3. CPU over 8 s and peak RSS with 20,000 blocked lines.
@@ -200,7 +138,7 @@ fn startup(dir: &Path, events: usize) -> f64 {
 /// 5. `gpusched timeline` over the journal `startup` left (seconds).
 fn timeline_render(dir: &Path) -> f64 {
     let started = Instant::now();
-    let status = Command::new(BIN)
+    let status = Command::new(common::BIN)
         .args(["timeline", "--log-dir"])
         .arg(dir.join("logs"))
         .arg("-o")

@@ -220,6 +220,85 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     (jobs, errors)
 }
 
+/// Parses lines appended to a jobs file whose earlier part parsed into
+/// `existing` (SPEC §5: an append is the common edit, and a long file is
+/// not parsed again for it). `first_line` is the 1-based number of the
+/// first appended line. Keys and names follow the same rules as
+/// [`parse_jobs_lenient`] over the whole file: occurrence counts and name
+/// uniqueness take the existing lines into account.
+///
+/// Errors: the first bad appended line.
+pub fn parse_appended(
+    existing: &[JobSpec],
+    first_line: usize,
+    tail: &str,
+) -> Result<Vec<JobSpec>, ParseError> {
+    let mut parsed = Vec::new();
+    for (i, raw) in tail.lines().enumerate() {
+        if let Some(spec) = parse_line(raw, first_line + i)? {
+            parsed.push((spec, raw));
+        }
+    }
+    if parsed.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Counts of the earlier lines, for the hashes the new lines use only.
+    let mut occurrences: HashMap<String, u32> = parsed
+        .iter()
+        .map(|(s, _)| (command_hash(&s.command), 0))
+        .collect();
+    let mut legacy_occurrences: HashMap<String, u32> = parsed
+        .iter()
+        .map(|(s, _)| (legacy_command_hash(&s.command), 0))
+        .collect();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let wanted_names: std::collections::HashSet<&str> = parsed
+        .iter()
+        .filter_map(|(s, _)| s.name.as_deref())
+        .collect();
+    for spec in existing {
+        let hash = spec.key.split('#').next().unwrap_or("");
+        if let Some(count) = occurrences.get_mut(hash) {
+            *count += 1;
+        }
+        let legacy = spec.legacy_key.as_deref().unwrap_or(&spec.key);
+        if let Some(count) = legacy_occurrences.get_mut(legacy.split('#').next().unwrap_or("")) {
+            *count += 1;
+        }
+        if let Some(name) = spec.name.as_deref().filter(|n| wanted_names.contains(n)) {
+            names.insert(name.to_string(), spec.line);
+        }
+    }
+    let mut jobs = Vec::with_capacity(parsed.len());
+    for (spec, raw) in parsed {
+        if let Some(name) = &spec.name {
+            if let Some(first) = names.get(name) {
+                return Err(ParseError {
+                    line: spec.line,
+                    reason: format!("name '{name}' is already used on line {first}"),
+                    text: raw.trim().to_string(),
+                });
+            }
+            names.insert(name.clone(), spec.line);
+        }
+        let hash = command_hash(&spec.command);
+        let count = occurrences.entry(hash.clone()).or_insert(0);
+        let key = format!("{hash}#{count}");
+        *count += 1;
+        let legacy_hash = legacy_command_hash(&spec.command);
+        let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
+        let legacy_key = format!("{legacy_hash}#{legacy_count}");
+        *legacy_count += 1;
+        let legacy_key = (legacy_key != key).then_some(legacy_key);
+        jobs.push(JobSpec {
+            key,
+            legacy_key,
+            ..spec
+        });
+    }
+    Ok(jobs)
+}
+
 /// Parses one line; `Ok(None)` for blank lines and comments. The returned
 /// spec has an empty key (keys need the whole file's occurrence counts).
 pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseError> {
@@ -722,6 +801,23 @@ mod tests {
         }
         // A name is an attribute: it does not change the identity.
         assert_eq!(one("[name=t] python t.py").key, one("python t.py").key);
+    }
+
+    #[test]
+    fn an_append_parses_like_the_whole_file() {
+        let head = "[name=a] python t.py --seed 1\n# note\npython t.py --seed 1\n\n  echo x  # c\n";
+        let tail = "python t.py --seed 1\n[vram=2G] echo x\n[name=b] echo  x\n";
+        let whole = parse_jobs(&format!("{head}{tail}")).unwrap();
+        let existing = parse_jobs(head).unwrap();
+        let first_line = head.lines().count() + 1;
+        let appended = parse_appended(&existing, first_line, tail).unwrap();
+        assert_eq!(existing.len() + appended.len(), whole.len());
+        assert_eq!(appended.as_slice(), &whole[existing.len()..]);
+        // A name already used earlier is an error naming both lines.
+        let e = parse_appended(&existing, first_line, "[name=a] other\n").unwrap_err();
+        assert_eq!(e.line, first_line);
+        assert!(e.reason.contains("already used on line 1"), "{e}");
+        assert!(parse_appended(&existing, first_line, "[vram=x] y\n").is_err());
     }
 
     #[test]

@@ -55,3 +55,40 @@ fn file_replaced_by_rename_is_picked_up() {
     sched.stop();
     env.assert_jobs_untouched();
 }
+
+#[test]
+fn appends_are_numbered_like_a_whole_file_and_a_grown_rewrite_is_not_an_append() {
+    // Three appends, one with a command the file already has: keys and
+    // numbers must be those a parse of the whole file gives.
+    let env = Env::new("[vram=1G] echo a >> out.txt\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "30", "--watch"]);
+    wait_for_within("job 1", WELL_BEFORE_THE_POLL, &mut || {
+        env.status_of_opt(1).is_some()
+    });
+    env.append_jobs("[vram=1G] echo b >> out.txt\n# a comment\n[vram=1G] echo a >> out.txt\n");
+    wait_for_within("jobs 2 and 3", WELL_BEFORE_THE_POLL, &mut || {
+        env.status_of_opt(3).is_some()
+    });
+    let whole = gpusched::jobspec::parse_jobs(&std::fs::read_to_string(&env.jobs).unwrap()).unwrap();
+    for (no, spec) in (1..).zip(&whole) {
+        assert_eq!(env.key_of(no), spec.key, "job {no}");
+    }
+    assert_eq!(whole[0].key.split('#').next(), whole[2].key.split('#').next());
+    // Rewritten in place (same inode) and longer: the first line changed,
+    // so the new text is not an append of the old one.
+    env.write_jobs(
+        "[vram=1G] echo a >> out.txt\n[vram=1G] echo B >> out.txt\n# a comment\n[vram=1G] echo a >> out.txt\n[vram=1G] echo c >> out.txt\n",
+    );
+    wait_for_within("the rewritten lines", WELL_BEFORE_THE_POLL, &mut || {
+        std::fs::read_to_string(env.path("out.txt")).is_ok_and(|t| t.contains('B') && t.contains('c'))
+    });
+    sched.stop();
+    let mut lines: Vec<String> = std::fs::read_to_string(env.path("out.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    // Jobs 1–3 once each, then only the two new lines (B and c).
+    assert_eq!(lines, vec!["B", "a", "a", "b", "c"], "each job ran once");
+}

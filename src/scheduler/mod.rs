@@ -72,6 +72,8 @@ pub struct Scheduler {
     /// The waiting and finished part of the status document, which changes
     /// only when the journal or the queue does.
     queue_view: Option<QueueView>,
+    /// Exit records whose outcome is journaled, to remove in a batch.
+    spent_records: Vec<PathBuf>,
     /// When the status files were last written.
     status_written: Option<Instant>,
     /// Set when a round did not write them; the loop then wakes to write
@@ -118,6 +120,11 @@ impl Scheduler {
         self.guard(|s| s.dispatch());
         self.publish_bookings();
         let code = self.exit_code_if_done();
+        if !self.spent_records.is_empty()
+            && (code.is_some() || (self.running.is_empty() && self.pending().next().is_none()))
+        {
+            self.remove_spent_records();
+        }
         // The status files at most every STATUS_EVERY, and always last.
         if code.is_some() || self.status_due(Instant::now()) {
             self.write_status_files();

@@ -278,6 +278,11 @@ pub struct JobsFile {
     pub specs: Vec<JobSpec>,
     /// Hash of the last text read (parsed or not), to skip re-parsing.
     pub text_hash: Option<u64>,
+    /// Length and hash of the last text that parsed, to tell an append.
+    pub good_text: Option<(usize, u64)>,
+    /// Whether some line is known by its key under the older identity rule
+    /// (then appends are parsed with the whole file).
+    pub legacy_keys_in_use: bool,
     /// The last problem reported, so each distinct problem is warned once.
     pub last_error: Option<String>,
     /// The stamp at the last read; `None` forces a re-read.
@@ -291,15 +296,58 @@ pub struct JobsFile {
     /// The dependencies (of `after`) whose line is in the file, so the
     /// afterok rule needs no scan of the specs.
     pub deps_in_file: std::collections::HashSet<String>,
+    /// Index in `specs` by a 64-bit hash of the key (12 bytes per job, not
+    /// a copy of every key): every job's completion looks its line up.
+    pub by_key: rustc_hash::FxHashMap<u64, u32>,
+    /// The specs before this index are known to have ended (`done` in the
+    /// journal), so the pending scan starts here instead of at the top of
+    /// a long sweep. Only ever moves forward, except when a job is retried
+    /// or the queue is replaced (then it is reset to 0).
+    pub done_prefix: std::cell::Cell<usize>,
 }
 
 impl JobsFile {
-    /// The line of job `key`, if it is in the file. A scan: look-ups by key
-    /// are rare (completions, cancels, orphans) and a map of every key would
-    /// cost more memory than the scan costs time.
+    /// The line of job `key`, if it is in the file.
     pub fn spec(&self, key: &str) -> Option<&JobSpec> {
-        self.specs.iter().find(|s| s.key == key)
+        self.index_of(key).map(|i| &self.specs[i])
     }
+
+    /// The index in `specs` of job `key`'s line, if it is in the file.
+    pub fn index_of(&self, key: &str) -> Option<usize> {
+        match self.by_key.get(&key_hash(key)) {
+            Some(&i) if self.specs.get(i as usize).is_some_and(|s| s.key == key) => {
+                Some(i as usize)
+            }
+            // A hash collision (or an index not built): look the slow way.
+            _ => self.specs.iter().position(|s| s.key == key),
+        }
+    }
+
+    /// Adds lines appended to the file, extending the index.
+    pub fn push_specs(&mut self, new: Vec<JobSpec>) {
+        for spec in new {
+            let index = self.specs.len() as u32;
+            self.by_key.entry(key_hash(&spec.key)).or_insert(index);
+            self.specs.push(spec);
+        }
+    }
+
+    /// Replaces the specs and rebuilds the index.
+    pub fn set_specs(&mut self, specs: Vec<JobSpec>) {
+        self.by_key.clear();
+        self.by_key.reserve(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            self.by_key.entry(key_hash(&spec.key)).or_insert(i as u32);
+        }
+        self.specs = specs;
+        self.done_prefix.set(0);
+    }
+}
+
+/// The 64-bit hash [`JobsFile::by_key`] is keyed by.
+fn key_hash(key: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(key)
 }
 
 /// What the summary says about a GPU over the run.

@@ -12,6 +12,9 @@ use crate::scheduler::state::{Ended, Proc, Running};
 use crate::view::report::{self, CompletionLine, say, warn};
 use std::collections::BTreeMap;
 
+/// Spent exit records kept before they are removed in one batch.
+const SPENT_RECORDS_BATCH: usize = 10_000;
+
 impl Scheduler {
     /// Ends the running attempt of job `key`: decides its outcome and
     /// applies it.
@@ -150,9 +153,23 @@ impl Scheduler {
                 }));
             }
         }
-        // The journal has the outcome now; the record has served.
-        let _ = std::fs::remove_file(&job.exit_record);
+        // The journal has the outcome now; the record has served. Records
+        // are removed in batches, not one per job: on disk file systems a
+        // stream of deletions makes every later file creation (each job's
+        // log) slower, more so the longer the sweep.
+        self.spent_records.push(job.exit_record.clone());
+        if self.spent_records.len() >= SPENT_RECORDS_BATCH {
+            self.remove_spent_records();
+        }
         Ok(())
+    }
+
+    /// Removes the exit records whose outcome is journaled (called in
+    /// batches, when the queue is idle, and at exit).
+    pub(in crate::scheduler) fn remove_spent_records(&mut self) {
+        for path in self.spent_records.drain(..) {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Journals a job that ends without running (cancelled while pending,

@@ -65,10 +65,22 @@ impl Scheduler {
     /// The pending jobs in priority (file) order, as indices into the specs,
     /// with their requests ([`queue::pending_request`]).
     pub(in crate::scheduler) fn pending(&self) -> impl Iterator<Item = (usize, Request)> + '_ {
-        self.jobs
-            .specs
+        // Skip the ended head of a long sweep once, not every round.
+        let mut first = self.jobs.done_prefix.get();
+        while self.jobs.specs.get(first).is_some_and(|s| {
+            !self.running.contains_key(&s.key)
+                && self
+                    .journal
+                    .state(&s.key)
+                    .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
+        }) {
+            first += 1;
+        }
+        self.jobs.done_prefix.set(first);
+        self.jobs.specs[first..]
             .iter()
             .enumerate()
+            .map(move |(i, spec)| (i + first, spec))
             .filter_map(|(index, spec)| {
                 let state = self.journal.state(&spec.key);
                 let request =

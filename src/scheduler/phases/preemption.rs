@@ -41,7 +41,7 @@ impl Scheduler {
             .enumerate()
             .filter(|(_, key)| self.running[*key].kill.is_none() && self.running[*key].may_signal())
             .map(|(id, key)| {
-                let line = self.jobs.specs.iter().position(|s| s.key == *key);
+                let line = self.jobs.index_of(key);
                 Candidate {
                     id,
                     file_index: line,

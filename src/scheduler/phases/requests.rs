@@ -96,6 +96,7 @@ impl Scheduler {
             )),
             Some(_) => {
                 self.journal.append(key, Event::Retry {})?;
+                self.jobs.done_prefix.set(0);
                 self.dispatch_needed = true;
                 say(&format!("↺ job {no} queued again (gpusched retry)"));
             }

@@ -1,0 +1,244 @@
+//! Benchmark of gpusched at scale, in `--sim` mode (the performance issue
+//! "flat cost at scale"):
+//!
+//!     cargo bench --bench scale                       # full: several minutes
+//!     GPUSCHED_BENCH_FAST=1 cargo bench --bench scale # a quick look
+//!
+//! Prints:
+//! 1. throughput of tiny jobs (`[vram=100M] true N`, `--sim 2`): jobs/s
+//!    from the first start to the last end in the journal, at 500, 20,000
+//!    and 100,000 jobs (fast: 500, 5,000, 20,000), and the cost per job at
+//!    the largest size relative to 500 [≤ 1.3×; ≥ 1,000 jobs/s];
+//! 2. a 1,000,000-line jobs file (fast: 100,000): start-up to the first
+//!    dispatch [≤ 2 s], append-to-start latency, median of 9 [≤ 100 ms],
+//!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 300 MiB];
+//! 3. 64 GPUs: one placement round over 10,000 pending jobs (1 to 8 GPUs
+//!    each), in process, per dispatched job [well under 1 ms]; and 2,000
+//!    `gpus=8` jobs end to end on `--sim 64`.
+//!
+//! Log directories are under the system's temp directory (`$TMPDIR`, else
+//! /tmp), as a user's would be on a disk.
+
+mod common;
+
+use common::{cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
+use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// (first `started`, last `done`) in a log directory's journal (Unix s).
+fn journal_span(log_dir: &Path) -> (f64, f64) {
+    let text = std::fs::read_to_string(log_dir.join("journal.jsonl")).unwrap();
+    let (mut first, mut last) = (f64::MAX, 0.0f64);
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let ts = event["ts"].as_f64().unwrap_or(0.0);
+        match event["event"].as_str() {
+            Some("started") => first = first.min(ts),
+            Some("done") => last = last.max(ts),
+            _ => {}
+        }
+    }
+    (first, last)
+}
+
+/// 1. `n` tiny jobs on `gpus` simulated GPUs: jobs per second between the
+/// first start and the last end.
+fn throughput(dir: &Path, n: usize, gpus: u32, attrs: &str) -> f64 {
+    let mut jobs = String::with_capacity(n * 30);
+    for i in 0..n {
+        jobs.push_str(&format!("[{attrs}] true {i}\n"));
+    }
+    std::fs::write(dir.join("jobs.txt"), jobs).unwrap();
+    let mut child = scheduler(dir, &["--sim", &gpus.to_string()]);
+    assert!(child.wait().unwrap().success());
+    let (first, last) = journal_span(&dir.join("logs"));
+    n as f64 / (last - first)
+}
+
+/// 2. A jobs file of `lines` lines, all blocked behind one running job:
+/// start-up to its first instruction, append-to-start latency (median,
+/// max), CPU over 5 idle seconds, peak RSS (MiB).
+fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join("jobs.txt")).unwrap());
+    writeln!(
+        file,
+        "[vram=20G] date +%s.%N > first; gpusched simjob --vram 18000 --ramp 0.1 --hold 600"
+    )
+    .unwrap();
+    for i in 1..lines {
+        writeln!(file, "[vram=20G] python train.py --seed {i}").unwrap();
+    }
+    drop(file);
+    let spawned = now();
+    let child = scheduler(dir, &["--sim", "1", "--poll", "2", "--watch"]);
+    wait_until("the first job", Duration::from_secs(300), || {
+        !read_stamps(&dir.join("first")).is_empty()
+    });
+    let startup = read_stamps(&dir.join("first"))[0] - spawned;
+    std::thread::sleep(Duration::from_secs(2));
+    let mut latencies = Vec::new();
+    for i in 0..9 {
+        let stamp = dir.join(format!("lat{i}"));
+        let appended = now();
+        let mut jobs = std::fs::File::options()
+            .append(true)
+            .open(dir.join("jobs.txt"))
+            .unwrap();
+        // 1 GiB fits beside the running job; the 20 GiB lines do not.
+        jobs.write_all(format!("[vram=1G] date +%s.%N > lat{i}\n").as_bytes())
+            .unwrap();
+        drop(jobs);
+        wait_until("the appended job", Duration::from_secs(120), || {
+            !read_stamps(&stamp).is_empty()
+        });
+        latencies.push(read_stamps(&stamp)[0] - appended);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    latencies.sort_by(f64::total_cmp);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = cpu_seconds(child.id());
+    std::thread::sleep(Duration::from_secs(5));
+    let idle = cpu_seconds(child.id()) - before;
+    let rss = peak_rss_mib(child.id());
+    stop(child);
+    (startup, latencies[4], latencies[8], idle, rss)
+}
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// 3. One placement round over 64 GPUs and 10,000 pending jobs, in
+/// process: (median round time in ms, jobs started in the round).
+fn placement_round() -> (f64, usize) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let gpus: Vec<GpuLoad> = (0..64)
+        .map(|index| {
+            let occupants: Vec<Occupant> = (0..rng.below(4))
+                .map(|_| {
+                    let declared = 2000 + rng.below(30_000);
+                    Occupant {
+                        declared_mib: Some(declared),
+                        peak_mib: Some(declared / 2),
+                        current_mib: Some(declared / 2),
+                    }
+                })
+                .collect();
+            let used = occupants.iter().filter_map(|o| o.current_mib).sum();
+            GpuLoad {
+                index,
+                total_mib: 81_920,
+                used_mib: used,
+                occupants,
+                ..GpuLoad::default()
+            }
+        })
+        .collect();
+    let requests: Vec<Request> = (0..10_000)
+        .map(|_| {
+            let gpus = match rng.below(10) {
+                0 => 8,
+                1 | 2 => 2 + rng.below(3) as u32,
+                _ => 1,
+            };
+            Request {
+                vram_mib: Some(1000 + rng.below(40_000)),
+                gpus,
+                on_mask: None,
+            }
+        })
+        .collect();
+    let opts = PlaceOptions::default();
+    let mut times = Vec::new();
+    let mut started = 0;
+    for _ in 0..21 {
+        let mut loads = gpus.clone();
+        let t = Instant::now();
+        let placements = allocation::plan(&requests, &mut loads, &opts);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        started = placements
+            .iter()
+            .filter(|p| matches!(p, Placement::Start(_)))
+            .count();
+    }
+    times.sort_by(f64::total_cmp);
+    (times[10], started)
+}
+
+fn main() {
+    let fast = std::env::var_os("GPUSCHED_BENCH_FAST").is_some();
+    let tmp = |name: &str| -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("gpusched-scale-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    };
+    println!(
+        "gpusched scale benchmark ({} mode, --sim; {} CPUs; logs under {})",
+        if fast { "fast" } else { "full" },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::env::temp_dir().display()
+    );
+
+    let sizes: [usize; 3] = if fast {
+        [500, 5_000, 20_000]
+    } else {
+        [500, 20_000, 100_000]
+    };
+    let mut rates = Vec::new();
+    let mut dirs = Vec::new();
+    for n in sizes {
+        let dir = tmp(&format!("tp{n}"));
+        let rate = throughput(&dir, n, 2, "vram=100M");
+        println!("throughput, {n} tiny jobs on --sim 2: {rate:.0} jobs/s   (target ≥ 1000)");
+        rates.push(rate);
+        // Kept until the end: removing thousands of files right before
+        // the next measurement would slow its file creations (ext4).
+        dirs.push(dir);
+    }
+    println!(
+        "cost per job at {} vs 500 jobs: {:.2}×   (target ≤ 1.3×)",
+        sizes[2],
+        rates[0] / rates[2]
+    );
+
+    let lines = if fast { 100_000 } else { 1_000_000 };
+    let dir = tmp("big");
+    let (startup, median, worst, idle, rss) = big_file(&dir, lines);
+    println!("{lines}-line jobs file: start-up to first dispatch {startup:.2} s   (target ≤ 2 s)");
+    println!(
+        "{lines}-line jobs file: append-to-start median of 9 {:.0} ms (max {:.0} ms)   (target ≤ 100 ms)",
+        median * 1000.0,
+        worst * 1000.0
+    );
+    println!("{lines}-line jobs file: scheduler CPU over 5 idle s {idle:.2} CPU-s   (target ≈ 0)");
+    println!("{lines}-line jobs file: peak RSS {rss:.0} MiB   (target ≤ 300 MiB)");
+    dirs.push(dir);
+
+    let (round_ms, started) = placement_round();
+    println!(
+        "placement round, 64 GPUs × 10,000 pending jobs (1–8 GPUs each): {round_ms:.2} ms, {started} started, {:.3} ms per started job   (target ≪ 1 ms)",
+        round_ms / started.max(1) as f64
+    );
+    let dir = tmp("gpus64");
+    let n = if fast { 500 } else { 2_000 };
+    let rate = throughput(&dir, n, 64, "vram=10G gpus=8");
+    println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s");
+    dirs.push(dir);
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

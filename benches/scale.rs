@@ -6,9 +6,10 @@
 //!
 //! Prints:
 //! 1. throughput of tiny jobs (`[vram=100M] true N`, `--sim 2`): jobs/s
-//!    from the first start to the last end in the journal, at 500, 20,000
-//!    and 100,000 jobs (fast: 500, 5,000, 20,000), and the cost per job at
-//!    the largest size relative to 500 [≤ 1.3×; ≥ 1,000 jobs/s];
+//!    over the whole run and from the first start to the last end in the
+//!    journal, at 500, 20,000 and 100,000 jobs (fast: 500, 5,000, 20,000),
+//!    and the cost per job at the larger sizes relative to 500 [≤ 1.3×;
+//!    ≥ 1,000 jobs/s];
 //! 2. a 1,000,000-line jobs file (fast: 100,000): start-up to the first
 //!    dispatch [≤ 2 s], append-to-start latency, median of 9 [≤ 100 ms],
 //!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 300 MiB];
@@ -45,23 +46,27 @@ fn journal_span(log_dir: &Path) -> (f64, f64) {
     (first, last)
 }
 
-/// 1. `n` tiny jobs on `gpus` simulated GPUs: jobs per second between the
-/// first start and the last end.
-fn throughput(dir: &Path, n: usize, gpus: u32, attrs: &str) -> f64 {
+/// Figure 1: `n` tiny jobs on `gpus` simulated GPUs. Returns jobs per
+/// second over the whole run (start of the scheduler to its exit, as a
+/// user waits for a sweep) and between the first start and the last end
+/// in the journal (the steady state).
+fn throughput(dir: &Path, n: usize, gpus: u32, attrs: &str) -> (f64, f64) {
     let mut jobs = String::with_capacity(n * 30);
     for i in 0..n {
         jobs.push_str(&format!("[{attrs}] true {i}\n"));
     }
     std::fs::write(dir.join("jobs.txt"), jobs).unwrap();
+    let spawned = Instant::now();
     let mut child = scheduler(dir, &["--sim", &gpus.to_string()]);
     assert!(child.wait().unwrap().success());
+    let wall = spawned.elapsed().as_secs_f64();
     let (first, last) = journal_span(&dir.join("logs"));
-    n as f64 / (last - first)
+    (n as f64 / wall, n as f64 / (last - first))
 }
 
-/// 2. A jobs file of `lines` lines, all blocked behind one running job:
-/// start-up to its first instruction, append-to-start latency (median,
-/// max), CPU over 5 idle seconds, peak RSS (MiB).
+/// Figure 2: a jobs file of `lines` lines, all blocked behind one running
+/// job. Returns start-up to its first instruction, append-to-start latency
+/// (median, max), CPU over 5 idle seconds, peak RSS (MiB).
 fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
     let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join("jobs.txt")).unwrap());
     writeln!(
@@ -120,8 +125,8 @@ impl Rng {
     }
 }
 
-/// 3. One placement round over 64 GPUs and 10,000 pending jobs, in
-/// process: (median round time in ms, jobs started in the round).
+/// Figure 3: one placement round over 64 GPUs and 10,000 pending jobs, in
+/// process. Returns the median round time (ms) and the jobs it started.
 fn placement_round() -> (f64, usize) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let gpus: Vec<GpuLoad> = (0..64)
@@ -202,16 +207,20 @@ fn main() {
     let mut dirs = Vec::new();
     for n in sizes {
         let dir = tmp(&format!("tp{n}"));
-        let rate = throughput(&dir, n, 2, "vram=100M");
-        println!("throughput, {n} tiny jobs on --sim 2: {rate:.0} jobs/s   (target ≥ 1000)");
+        let (rate, steady) = throughput(&dir, n, 2, "vram=100M");
+        println!(
+            "throughput, {n} tiny jobs on --sim 2: {rate:.0} jobs/s over the whole run, {steady:.0} jobs/s first start to last end   (target ≥ 1000)"
+        );
         rates.push(rate);
         // Kept until the end: removing thousands of files right before
         // the next measurement would slow its file creations (ext4).
         dirs.push(dir);
     }
     println!(
-        "cost per job at {} vs 500 jobs: {:.2}×   (target ≤ 1.3×)",
+        "cost per job (whole run) at {} and {} vs 500 jobs: {:.2}× and {:.2}×   (target ≤ 1.3×)",
+        sizes[1],
         sizes[2],
+        rates[0] / rates[1],
         rates[0] / rates[2]
     );
 
@@ -235,8 +244,8 @@ fn main() {
     );
     let dir = tmp("gpus64");
     let n = if fast { 500 } else { 2_000 };
-    let rate = throughput(&dir, n, 64, "vram=10G gpus=8");
-    println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s");
+    let (rate, _) = throughput(&dir, n, 64, "vram=10G gpus=8");
+    println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s over the whole run");
     dirs.push(dir);
     for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);

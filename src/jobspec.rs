@@ -3,6 +3,7 @@
 //! file's text into [`JobSpec`]s with their identity keys, or a
 //! [`ParseError`] that names the line number and the offending text.
 
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
@@ -134,10 +135,12 @@ pub fn legacy_command_hash(command: &str) -> String {
 
 /// The first 12 hex digits of SHA-256 of `text`.
 fn hash_hex(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(text.as_bytes());
-    let mut hex = String::with_capacity(12);
+    let mut hex = String::with_capacity(16);
     for byte in digest.iter().take(6) {
-        hex.push_str(&format!("{byte:02x}"));
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 15)]));
     }
     hex
 }
@@ -179,9 +182,9 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
 pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
-    let mut occurrences: HashMap<String, u32> = HashMap::new();
-    let mut legacy_occurrences: HashMap<String, u32> = HashMap::new();
-    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut occurrences: FxHashMap<String, u32> = FxHashMap::default();
+    let mut legacy_occurrences: FxHashMap<String, u32> = FxHashMap::default();
+    let mut names: FxHashMap<String, usize> = FxHashMap::default();
     for (index, raw) in text.lines().enumerate() {
         let parsed = match parse_line(raw, index + 1) {
             Ok(Some(parsed)) => parsed,
@@ -202,15 +205,7 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
             }
             names.insert(name.clone(), index + 1);
         }
-        let hash = command_hash(&parsed.command);
-        let count = occurrences.entry(hash.clone()).or_insert(0);
-        let key = format!("{hash}#{count}");
-        *count += 1;
-        let legacy_hash = legacy_command_hash(&parsed.command);
-        let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
-        let legacy_key = format!("{legacy_hash}#{legacy_count}");
-        *legacy_count += 1;
-        let legacy_key = (legacy_key != key).then_some(legacy_key);
+        let (key, legacy_key) = keys_of(&parsed.command, &mut occurrences, &mut legacy_occurrences);
         jobs.push(JobSpec {
             key,
             legacy_key,
@@ -218,6 +213,31 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
         });
     }
     (jobs, errors)
+}
+
+/// The key of the next line running `command` (SPEC §1 "Identity") and,
+/// when it differs, its key under the older rule, counting occurrences in
+/// `occurrences` and `legacy_occurrences` (by command hash).
+fn keys_of(
+    command: &str,
+    occurrences: &mut FxHashMap<String, u32>,
+    legacy_occurrences: &mut FxHashMap<String, u32>,
+) -> (String, Option<String>) {
+    let normalised = normalise_command(command);
+    let hash = hash_hex(&normalised);
+    // Most commands are already in normal form: one SHA-256, not two.
+    let legacy_hash = if normalised == command.trim() {
+        hash.clone()
+    } else {
+        legacy_command_hash(command)
+    };
+    let count = occurrences.entry(hash.clone()).or_insert(0);
+    let key = format!("{hash}#{count}");
+    *count += 1;
+    let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
+    let legacy_key = format!("{legacy_hash}#{legacy_count}");
+    *legacy_count += 1;
+    (key.clone(), (legacy_key != key).then_some(legacy_key))
 }
 
 /// Parses lines appended to a jobs file whose earlier part parsed into
@@ -243,11 +263,11 @@ pub fn parse_appended(
         return Ok(Vec::new());
     }
     // Counts of the earlier lines, for the hashes the new lines use only.
-    let mut occurrences: HashMap<String, u32> = parsed
+    let mut occurrences: FxHashMap<String, u32> = parsed
         .iter()
         .map(|(s, _)| (command_hash(&s.command), 0))
         .collect();
-    let mut legacy_occurrences: HashMap<String, u32> = parsed
+    let mut legacy_occurrences: FxHashMap<String, u32> = parsed
         .iter()
         .map(|(s, _)| (legacy_command_hash(&s.command), 0))
         .collect();
@@ -281,15 +301,7 @@ pub fn parse_appended(
             }
             names.insert(name.clone(), spec.line);
         }
-        let hash = command_hash(&spec.command);
-        let count = occurrences.entry(hash.clone()).or_insert(0);
-        let key = format!("{hash}#{count}");
-        *count += 1;
-        let legacy_hash = legacy_command_hash(&spec.command);
-        let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
-        let legacy_key = format!("{legacy_hash}#{legacy_count}");
-        *legacy_count += 1;
-        let legacy_key = (legacy_key != key).then_some(legacy_key);
+        let (key, legacy_key) = keys_of(&spec.command, &mut occurrences, &mut legacy_occurrences);
         jobs.push(JobSpec {
             key,
             legacy_key,

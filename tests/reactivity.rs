@@ -69,18 +69,23 @@ fn appends_are_numbered_like_a_whole_file_and_a_grown_rewrite_is_not_an_append()
     wait_for_within("jobs 2 and 3", WELL_BEFORE_THE_POLL, &mut || {
         env.status_of_opt(3).is_some()
     });
-    let whole = gpusched::jobspec::parse_jobs(&std::fs::read_to_string(&env.jobs).unwrap()).unwrap();
+    let whole =
+        gpusched::jobspec::parse_jobs(&std::fs::read_to_string(&env.jobs).unwrap()).unwrap();
     for (no, spec) in (1..).zip(&whole) {
         assert_eq!(env.key_of(no), spec.key, "job {no}");
     }
-    assert_eq!(whole[0].key.split('#').next(), whole[2].key.split('#').next());
+    assert_eq!(
+        whole[0].key.split('#').next(),
+        whole[2].key.split('#').next()
+    );
     // Rewritten in place (same inode) and longer: the first line changed,
     // so the new text is not an append of the old one.
     env.write_jobs(
         "[vram=1G] echo a >> out.txt\n[vram=1G] echo B >> out.txt\n# a comment\n[vram=1G] echo a >> out.txt\n[vram=1G] echo c >> out.txt\n",
     );
     wait_for_within("the rewritten lines", WELL_BEFORE_THE_POLL, &mut || {
-        std::fs::read_to_string(env.path("out.txt")).is_ok_and(|t| t.contains('B') && t.contains('c'))
+        std::fs::read_to_string(env.path("out.txt"))
+            .is_ok_and(|t| t.contains('B') && t.contains('c'))
     });
     sched.stop();
     let mut lines: Vec<String> = std::fs::read_to_string(env.path("out.txt"))

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# A real one-node Slurm cluster for gpusched's Slurm tests (SPEC §15), from
+# Debian's packages, started as root without systemd.
+#
+#   scripts/slurm-test-cluster.sh up     # install (if needed), configure, start
+#   scripts/slurm-test-cluster.sh down   # stop the daemons
+#   scripts/slurm-test-cluster.sh status # sinfo, and exit 0 when it answers
+#
+# The node has 4 fake GPUs of type `fake` (character devices made with
+# mknod, so that Slurm sets CUDA_VISIBLE_DEVICES) and 16 shards (4 per GPU)
+# for jobs that declare VRAM. State lives in $GPUSCHED_SLURM_DIR (default
+# /tmp/gpusched-slurm). Needs root; says so and exits 1 otherwise.
+set -euo pipefail
+
+dir="${GPUSCHED_SLURM_DIR:-/tmp/gpusched-slurm}"
+node="${GPUSCHED_SLURM_NODE:-gpusched-node}"
+conf=/etc/slurm/slurm.conf
+
+die() { echo "slurm-test-cluster: $*" >&2; exit 1; }
+
+need_root() {
+    [ "$(id -u)" = 0 ] || die "needs root (to install Debian's slurm packages and start the daemons)"
+}
+
+install() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
+        && command -v sbatch >/dev/null && command -v munged >/dev/null; then
+        return
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q slurmctld slurmd slurm-client munge >/dev/null
+}
+
+configure() {
+    mkdir -p "$dir"/{state,spool,log,dev} /etc/slurm /run/munge
+    for i in 0 1 2 3; do
+        [ -c "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 195 "$i"
+    done
+    local cpus mem
+    cpus=$(nproc)
+    mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
+    cat > "$conf" <<EOF
+# Written by gpusched's scripts/slurm-test-cluster.sh: a one-node test cluster.
+ClusterName=gpusched-test
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=cred_expire=10
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=defer_batch=0
+DependencyParameters=kill_invalid_depend
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+GresTypes=gpu,shard
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+MinJobAge=300
+KillWait=5
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4,shard:16 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+    cat > /etc/slurm/gres.conf <<EOF
+AutoDetect=off
+NodeName=$node Name=gpu Type=fake File=$dir/dev/nvidia[0-3]
+NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia0
+NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia1
+NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia2
+NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia3
+EOF
+    cat > /etc/slurm/cgroup.conf <<EOF
+CgroupPlugin=cgroup/v1
+EOF
+}
+
+running() {
+    local pidfile=$1
+    [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+start() {
+    if ! pgrep -x munged >/dev/null; then
+        chown -R munge:munge /etc/munge /run/munge
+        runuser -u munge -- /usr/sbin/munged
+    fi
+    for _ in $(seq 1 50); do
+        [ -S /run/munge/munge.socket.2 ] && break
+        sleep 0.1
+    done
+    [ -S /run/munge/munge.socket.2 ] || die "munged did not start"
+    running "$dir/slurmctld.pid" || slurmctld -f "$conf"
+    running "$dir/slurmd.pid" || slurmd -f "$conf" -N "$node"
+    for _ in $(seq 1 60); do
+        if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+            return
+        fi
+        scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+        sleep 0.5
+    done
+    echo "slurm-test-cluster: the node did not come up; logs:" >&2
+    tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
+    exit 1
+}
+
+# Sends SIGTERM to the processes named $@ and waits (up to 20 s) until
+# they are gone: a daemon removes its pid file before it has exited, and
+# a new one started meanwhile would find its ports taken.
+terminate() {
+    local pids
+    pids=$(pgrep -x "$1" || true)
+    [ -n "$pids" ] || return 0
+    kill $pids 2>/dev/null || true
+    for _ in $(seq 1 200); do
+        local alive=""
+        for pid in $pids; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        [ -z "$alive" ] && return 0
+        sleep 0.1
+    done
+    kill -9 $pids 2>/dev/null || true
+}
+
+stop() {
+    terminate slurmd
+    terminate slurmctld
+    terminate munged
+}
+
+case "${1:-}" in
+    up) need_root; install; configure; start; sinfo ;;
+    down) need_root; stop ;;
+    status) sinfo && scontrol show node "$node" | grep -E 'State|Gres' ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -214,3 +214,24 @@ fn a_cold_family_uses_an_idle_gpu_and_later_jobs_wait_for_its_peak() {
     assert_eq!(runs[2].3, Some(5500));
     assert!(runs[2].1 >= runs[0].2.min(runs[1].2), "{runs:?}");
 }
+
+#[test]
+fn auto_vram_flag_makes_undeclared_jobs_learn_and_leaves_declared_ones_alone() {
+    let env = Env::new(
+        "SEED=1 gpusched simjob --vram 3000 --ramp 0.1 --hold 0.3\n\
+         [after=1] SEED=2 gpusched simjob --vram 3000 --ramp 0.1 --hold 0.3\n\
+         [vram=5000 after=1] SEED=3 gpusched simjob --vram 3000 --ramp 0.1 --hold 0.3\n",
+    );
+    let out = env.run(&["--sim", "1", "--poll", "0.05", "--auto-vram"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let declared = |no| env.job_events(no, "started")[0]["vram_mib"].as_u64();
+    assert_eq!(declared(1), None, "cold start");
+    assert_eq!(declared(2), Some(3301), "learned from job 1: 3000 + 10 %, rounded up");
+    assert_eq!(declared(3), Some(5000), "its own declaration wins");
+    // Without the flag the same undeclared line stays undeclared.
+    let plain = Env::new(
+        "SEED=1 gpusched simjob --vram 3000 --hold 0.2\n[after=1] SEED=2 gpusched simjob --vram 3000 --hold 0.2\n",
+    );
+    assert_eq!(plain.run(&["--sim", "1", "--poll", "0.05"]).code, 0);
+    assert_eq!(plain.job_events(2, "started")[0]["vram_mib"], Value::Null);
+}

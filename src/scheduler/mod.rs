@@ -72,6 +72,8 @@ pub struct Scheduler {
     /// The waiting and finished part of the status document, which changes
     /// only when the journal or the queue does.
     queue_view: Option<QueueView>,
+    /// When the queue view was last rebuilt, and how long that took.
+    queue_view_cost: Option<(Instant, std::time::Duration)>,
     /// Exit records whose outcome is journaled, to remove in a batch.
     spent_records: Vec<PathBuf>,
     /// When the status files were last written.

@@ -126,6 +126,7 @@ impl Scheduler {
             blocked_first: None,
             reasons_generation: 0,
             queue_view: None,
+            queue_view_cost: None,
             spent_records: Vec::new(),
             status_written: None,
             status_stale: false,

@@ -45,10 +45,13 @@ impl Scheduler {
     /// this log directory's journal (for the jobs of the file) and the
     /// whole `--history` file.
     pub(in crate::scheduler) fn start_learning(&mut self) {
+        if self.learned.active {
+            return;
+        }
         let wanted = self.cfg.auto_vram
             || self.learned.history.is_some()
             || self.jobs.specs.iter().any(|s| s.auto_vram);
-        if self.learned.active || !wanted {
+        if !wanted {
             return;
         }
         self.learned.active = true;

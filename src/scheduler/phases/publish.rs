@@ -61,9 +61,19 @@ impl Scheduler {
             .queue_view
             .as_ref()
             .is_none_or(|v| v.generation != input.generation());
-        if stale {
+        // The rebuild is a pass over every job of the file: with a very
+        // long file, keep it to a tenth of the time (the running jobs are
+        // always current; counts and lists may lag by a moment).
+        let affordable = self.queue_view.is_none()
+            || self.mode.is_stopping()
+            || self
+                .queue_view_cost
+                .is_none_or(|(at, cost)| at.elapsed() >= cost * 10);
+        if stale && affordable {
+            let started = Instant::now();
             let view = doc::queue_view(&input);
             self.queue_view = Some(view);
+            self.queue_view_cost = Some((Instant::now(), started.elapsed()));
         }
         let view = self.queue_view.as_ref().expect("built above");
         doc::status_doc(&input, view)

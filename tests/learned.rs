@@ -226,7 +226,11 @@ fn auto_vram_flag_makes_undeclared_jobs_learn_and_leaves_declared_ones_alone() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let declared = |no| env.job_events(no, "started")[0]["vram_mib"].as_u64();
     assert_eq!(declared(1), None, "cold start");
-    assert_eq!(declared(2), Some(3301), "learned from job 1: 3000 + 10 %, rounded up");
+    assert_eq!(
+        declared(2),
+        Some(3301),
+        "learned from job 1: 3000 + 10 %, rounded up"
+    );
     assert_eq!(declared(3), Some(5000), "its own declaration wins");
     // Without the flag the same undeclared line stays undeclared.
     let plain = Env::new(

@@ -15,23 +15,33 @@ pub fn run(args: &TimelineArgs) -> anyhow::Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| args.log_dir.join("timeline.svg"));
-    let svg = render(&args.log_dir)?;
     if output == Path::new("-") {
         use std::io::Write;
-        std::io::stdout().lock().write_all(svg.as_bytes())?;
+        std::io::stdout()
+            .lock()
+            .write_all(render(&args.log_dir)?.as_bytes())?;
     } else {
-        crate::files::write_atomic_with(
-            &output,
-            svg.as_bytes(),
-            &crate::files::AtomicOptions {
-                mode: Some(crate::files::people_mode()),
-                sync: false,
-            },
-        )
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+        write(&args.log_dir, &output)?;
         println!("timeline written to {}", output.display());
     }
     Ok(0)
+}
+
+/// Draws `log_dir`'s run into `output` (atomically, readable by people).
+///
+/// Errors: the log directory has no readable journal; `output` cannot be
+/// written.
+pub fn write(log_dir: &Path, output: &Path) -> anyhow::Result<()> {
+    let svg = render(log_dir)?;
+    crate::files::write_atomic_with(
+        output,
+        svg.as_bytes(),
+        &crate::files::AtomicOptions {
+            mode: Some(crate::files::people_mode()),
+            sync: false,
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))
 }
 
 /// The SVG of a log directory's run as of now.

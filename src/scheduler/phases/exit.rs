@@ -61,18 +61,7 @@ impl Scheduler {
     /// is a warning, never a different exit.
     fn write_timeline(&self) {
         let path = self.cfg.log_dir.join("timeline.svg");
-        let written = crate::commands::timeline::render(&self.cfg.log_dir).and_then(|svg| {
-            crate::files::write_atomic_with(
-                &path,
-                svg.as_bytes(),
-                &crate::files::AtomicOptions {
-                    mode: Some(crate::files::people_mode()),
-                    sync: false,
-                },
-            )
-            .map_err(anyhow::Error::from)
-        });
-        match written {
+        match crate::commands::timeline::write(&self.cfg.log_dir, &path) {
             Ok(()) => say(&format!("timeline: {}", path.display())),
             Err(e) => report::warn(&format!("cannot draw {}: {e:#}", path.display())),
         }

@@ -127,12 +127,7 @@ impl Scheduler {
         self.record_seen(&new)?;
         self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
         self.jobs.push_specs(new);
-        self.jobs.generation += 1;
-        self.jobs.text_hash = Some(hash_text(text));
-        self.jobs.good_text = Some((text.len(), hash_text(text)));
-        self.dispatch_needed = true;
-        self.sample_now = true;
-        self.start_learning();
+        self.queue_changed(text);
         Ok(true)
     }
 
@@ -218,13 +213,20 @@ impl Scheduler {
         self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
         self.jobs.set_specs(specs);
         self.jobs.after = after;
+        self.queue_changed(text);
+        Ok(())
+    }
+
+    /// After the queue took in `text`: a new generation, and a round of
+    /// sampling and dispatch.
+    fn queue_changed(&mut self, text: &str) {
+        let hash = hash_text(text);
         self.jobs.generation += 1;
-        self.jobs.text_hash = Some(hash_text(text));
-        self.jobs.good_text = Some((text.len(), hash_text(text)));
+        self.jobs.text_hash = Some(hash);
+        self.jobs.good_text = Some((text.len(), hash));
         self.dispatch_needed = true;
         self.sample_now = true;
         self.start_learning();
-        Ok(())
     }
 
     /// Records first sight of the jobs of `specs` the journal does not

@@ -374,3 +374,53 @@ fn the_simulator_fails_an_allocation_past_capacity_like_cuda() {
         "{log}"
     );
 }
+
+#[test]
+fn a_scheduler_killed_and_restarted_books_its_surviving_job_again() {
+    let a = Env::new(
+        "[vram=14000] sh -c 'gpusched simjob --vram 14000 --ramp 0.2 --hold 600 & while [ ! -e release ]; do sleep 0.05; done; kill $!'\n",
+    );
+    let shared = a.path("gpus").display().to_string();
+    let args = [
+        "--sim",
+        "1",
+        "--sim-dir",
+        &shared,
+        "--poll",
+        "0.1",
+        "--watch",
+    ];
+    let first = a.spawn(&args);
+    // Until its scheduler books it again, the orphan is seen only by the
+    // memory it uses: let it reach it.
+    wait_for("a's job to hold its memory", &mut || {
+        status_json(&a)["gpus"][0]["used_mib"].as_u64() == Some(14000)
+    });
+    // SIGKILL: the job lives on (its supervisor keeps it), a's booking
+    // file is left behind, stale.
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = first.finish();
+    let b = Env::new("[vram=14000] echo b > b.txt\n");
+    let sb = b.spawn(&args);
+    // The stale booking does not count, but the job's memory does.
+    wait_for("b's job to wait", &mut || !reason_of(&b, 1).is_empty());
+    assert!(!b.path("b.txt").exists());
+    // a comes back, adopts its job and books it again (b counts it once:
+    // the booking is no larger than what the job already uses).
+    let again = a.spawn(&args);
+    wait_for("b to see a's booking again", &mut || {
+        status_json(&b)["gpus"][0]["booked_by_others"][0]["mib"].as_u64() == Some(14000)
+    });
+    assert_eq!(
+        status_json(&b)["gpus"][0]["external_mib"]
+            .as_u64()
+            .map(|m| m < 16000),
+        Some(true)
+    );
+    assert!(!b.path("b.txt").exists());
+    std::fs::write(a.path("release"), "").unwrap();
+    wait_for("b's job once a's ended", &mut || b.path("b.txt").exists());
+    again.stop();
+    sb.stop();
+    assert_eq!(a.status_of(1).as_deref(), Some("ok"));
+}

@@ -276,13 +276,14 @@ pub fn parse_appended(
         .iter()
         .filter_map(|(s, _)| s.name.as_deref())
         .collect();
+    // A key is 12 hex digits, `#`, then the count.
     for spec in existing {
-        let hash = spec.key.split('#').next().unwrap_or("");
+        let hash = spec.key.get(..12).unwrap_or(&spec.key);
         if let Some(count) = occurrences.get_mut(hash) {
             *count += 1;
         }
         let legacy = spec.legacy_key.as_deref().unwrap_or(&spec.key);
-        if let Some(count) = legacy_occurrences.get_mut(legacy.split('#').next().unwrap_or("")) {
+        if let Some(count) = legacy_occurrences.get_mut(legacy.get(..12).unwrap_or(legacy)) {
             *count += 1;
         }
         if let Some(name) = spec.name.as_deref().filter(|n| wanted_names.contains(n)) {

@@ -69,6 +69,9 @@ pub struct Scheduler {
     reasons_generation: u64,
     /// The GPU loads placement last saw (to skip rounds that cannot differ).
     last_dispatch_loads: Option<Vec<GpuLoad>>,
+    /// Pending jobs as the last dispatch round left them (for "n/N
+    /// dispatched" in a round over appended lines only).
+    pending_at_last_round: usize,
     /// The waiting and finished part of the status document, which changes
     /// only when the journal or the queue does.
     queue_view: Option<QueueView>,

@@ -304,6 +304,9 @@ pub struct JobsFile {
     /// a long sweep. Only ever moves forward, except when a job is retried
     /// or the queue is replaced (then it is reset to 0).
     pub done_prefix: std::cell::Cell<usize>,
+    /// The first line appended since the last dispatch round, when only
+    /// appends happened since (a round then places the new lines only).
+    pub appended_from: Option<usize>,
 }
 
 impl JobsFile {
@@ -325,6 +328,7 @@ impl JobsFile {
 
     /// Adds lines appended to the file, extending the index.
     pub fn push_specs(&mut self, new: Vec<JobSpec>) {
+        self.appended_from.get_or_insert(self.specs.len());
         for spec in new {
             let index = self.specs.len() as u32;
             self.by_key.entry(key_hash(&spec.key)).or_insert(index);
@@ -341,6 +345,7 @@ impl JobsFile {
         }
         self.specs = specs;
         self.done_prefix.set(0);
+        self.appended_from = None;
     }
 }
 

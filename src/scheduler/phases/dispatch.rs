@@ -65,6 +65,11 @@ impl Scheduler {
     /// The pending jobs in priority (file) order, as indices into the specs,
     /// with their requests ([`queue::pending_request`]).
     pub(in crate::scheduler) fn pending(&self) -> impl Iterator<Item = (usize, Request)> + '_ {
+        self.pending_from(0)
+    }
+
+    /// [`Scheduler::pending`] from spec index `start` on.
+    fn pending_from(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
         // Skip the ended head of a long sweep once, not every round.
         let mut first = self.jobs.done_prefix.get();
         while self.jobs.specs.get(first).is_some_and(|s| {
@@ -77,6 +82,7 @@ impl Scheduler {
             first += 1;
         }
         self.jobs.done_prefix.set(first);
+        let first = first.max(start).min(self.jobs.specs.len());
         self.jobs.specs[first..]
             .iter()
             .enumerate()
@@ -103,12 +109,18 @@ impl Scheduler {
                 .checked_add(self.cfg.reserve_after)
                 .is_some_and(|due| now >= due)
         });
-        if !self.dispatch_needed
+        let unchanged = !self.dispatch_needed
             && !reservation_due
-            && self.last_dispatch_loads.as_ref() == Some(&loads)
-        {
-            return Ok(());
-        }
+            && self.last_dispatch_loads.as_ref() == Some(&loads);
+        // Nothing changed but lines appended to the file: under the same
+        // loads every older pending job would wait again (placement only
+        // gets harder as a round starts jobs), so only the new lines need
+        // placing — an append to a million-line file costs a few lines.
+        let mut appended_only = match (unchanged, self.jobs.appended_from.take()) {
+            (true, None) => return Ok(()),
+            (true, Some(from)) => Some(from),
+            (false, _) => None,
+        };
         self.dispatch_needed = false;
         // Decide and book under the ledger's lock, against others'
         // bookings as they are now (SPEC §14); the lock is released when
@@ -117,12 +129,21 @@ impl Scheduler {
             Some(ledger) => {
                 let lock = ledger.lock();
                 ledger.refresh();
-                loads = self.gpu_loads();
+                let before = std::mem::replace(&mut loads, self.gpu_loads());
+                if loads != before {
+                    appended_only = None;
+                }
                 Some(lock)
             }
             None => None,
         };
         self.last_dispatch_loads = Some(loads.clone());
+        if let Some(from) = appended_only
+            && !self.control.paused
+            && self.journal.reservation().is_none()
+        {
+            return self.dispatch_appended(from, loads);
+        }
         if self.control.paused {
             let reasons = self
                 .pending()
@@ -164,16 +185,19 @@ impl Scheduler {
         );
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len();
+        self.pending_at_last_round = requests.len();
         let mut launches = Vec::new();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             match placement {
                 Placement::NotNow => {}
                 Placement::Start(gpus) => {
                     dispatched += 1;
+                    self.pending_at_last_round -= 1;
                     let spec = self.jobs.specs[index].clone();
                     launches.extend(self.launch(spec, *request, gpus, dispatched)?);
                 }
                 Placement::Infeasible(reason) => {
+                    self.pending_at_last_round -= 1;
                     let spec = &self.jobs.specs[index];
                     let (key, command) = (spec.key.clone(), spec.command.clone());
                     let no = self.journal.state(&key).map_or(0, |s| s.no);
@@ -182,6 +206,65 @@ impl Scheduler {
                 }
             }
         }
+        if !launches.is_empty() {
+            self.commit_launches(launches)?;
+            self.publish_bookings();
+        }
+        Ok(())
+    }
+
+    /// A round over the lines appended since the last round only (see
+    /// [`Scheduler::dispatch`]): start those that fit, end infeasible ones,
+    /// and add the reasons of those that wait to the older ones'.
+    ///
+    /// Errors: the journal cannot be written.
+    fn dispatch_appended(&mut self, from: usize, mut loads: Vec<GpuLoad>) -> anyhow::Result<()> {
+        let (indices, requests): (Vec<usize>, Vec<Request>) = self
+            .pending_from(from)
+            .filter(|(index, _)| {
+                matches!(
+                    self.readiness_of(&self.jobs.specs[*index].key),
+                    Readiness::Ready
+                )
+            })
+            .unzip();
+        let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        // The older pending jobs are as the last round left them.
+        self.pending_at_last_round += requests.len();
+        let mut dispatched = self
+            .jobs
+            .specs
+            .len()
+            .saturating_sub(self.pending_at_last_round);
+        let mut launches = Vec::new();
+        let mut reasons = self.wait_reasons.clone();
+        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
+            let key = self.jobs.specs[index].key.clone();
+            match placement {
+                Placement::NotNow => {
+                    if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
+                        reasons.insert(
+                            key,
+                            allocation::wait_reason(request, &loads, &self.cfg.place),
+                        );
+                    }
+                }
+                Placement::Start(gpus) => {
+                    dispatched += 1;
+                    self.pending_at_last_round -= 1;
+                    let spec = self.jobs.specs[index].clone();
+                    launches.extend(self.launch(spec, *request, gpus, dispatched)?);
+                }
+                Placement::Infeasible(reason) => {
+                    self.pending_at_last_round -= 1;
+                    let command = self.jobs.specs[index].command.clone();
+                    let no = self.journal.state(&key).map_or(0, |s| s.no);
+                    self.record_unrun(&key, DoneStatus::Infeasible)?;
+                    say(&format!("✗ job {no} infeasible: {reason}: {command}"));
+                }
+            }
+        }
+        self.set_wait_reasons(reasons);
         if !launches.is_empty() {
             self.commit_launches(launches)?;
             self.publish_bookings();

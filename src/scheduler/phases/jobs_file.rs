@@ -127,7 +127,11 @@ impl Scheduler {
         self.record_seen(&new)?;
         self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
         self.jobs.push_specs(new);
+        // Dispatch places the appended lines (`appended_from`) without a
+        // full round, unless something else asks for one.
+        let needed = self.dispatch_needed;
         self.queue_changed(text);
+        self.dispatch_needed = needed;
         Ok(true)
     }
 

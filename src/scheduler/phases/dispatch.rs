@@ -188,24 +188,48 @@ impl Scheduler {
         self.pending_at_last_round = requests.len();
         let mut launches = Vec::new();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
-            match placement {
-                Placement::NotNow => {}
-                Placement::Start(gpus) => {
-                    dispatched += 1;
-                    self.pending_at_last_round -= 1;
-                    let spec = self.jobs.specs[index].clone();
-                    launches.extend(self.launch(spec, *request, gpus, dispatched)?);
-                }
-                Placement::Infeasible(reason) => {
-                    self.pending_at_last_round -= 1;
-                    let spec = &self.jobs.specs[index];
-                    let (key, command) = (spec.key.clone(), spec.command.clone());
-                    let no = self.journal.state(&key).map_or(0, |s| s.no);
-                    self.record_unrun(&key, DoneStatus::Infeasible)?;
-                    say(&format!("✗ job {no} infeasible: {reason}: {command}"));
-                }
+            if placement != Placement::NotNow {
+                self.apply_placement(index, request, placement, &mut dispatched, &mut launches)?;
             }
         }
+        self.commit_round(launches)
+    }
+
+    /// Applies the placement of a job that does not wait: a start is
+    /// launched (`dispatched` counts it), an infeasible job ends at once.
+    ///
+    /// Errors: the job's log or the journal cannot be written.
+    fn apply_placement(
+        &mut self,
+        index: usize,
+        request: &Request,
+        placement: Placement,
+        dispatched: &mut usize,
+        launches: &mut Vec<super::launch::Launch>,
+    ) -> anyhow::Result<()> {
+        self.pending_at_last_round = self.pending_at_last_round.saturating_sub(1);
+        match placement {
+            Placement::NotNow => {}
+            Placement::Start(gpus) => {
+                *dispatched += 1;
+                let spec = self.jobs.specs[index].clone();
+                launches.extend(self.launch(spec, *request, gpus, *dispatched)?);
+            }
+            Placement::Infeasible(reason) => {
+                let spec = &self.jobs.specs[index];
+                let (key, command) = (spec.key.clone(), spec.command.clone());
+                let no = self.journal.state(&key).map_or(0, |s| s.no);
+                self.record_unrun(&key, DoneStatus::Infeasible)?;
+                say(&format!("✗ job {no} infeasible: {reason}: {command}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Journals and releases a round's launches, then books them.
+    ///
+    /// Errors: the journal cannot be written.
+    fn commit_round(&mut self, launches: Vec<super::launch::Launch>) -> anyhow::Result<()> {
         if !launches.is_empty() {
             self.commit_launches(launches)?;
             self.publish_bookings();
@@ -239,37 +263,15 @@ impl Scheduler {
         let mut launches = Vec::new();
         let mut reasons = self.wait_reasons.clone();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
-            let key = self.jobs.specs[index].key.clone();
-            match placement {
-                Placement::NotNow => {
-                    if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
-                        reasons.insert(
-                            key,
-                            allocation::wait_reason(request, &loads, &self.cfg.place),
-                        );
-                    }
-                }
-                Placement::Start(gpus) => {
-                    dispatched += 1;
-                    self.pending_at_last_round -= 1;
-                    let spec = self.jobs.specs[index].clone();
-                    launches.extend(self.launch(spec, *request, gpus, dispatched)?);
-                }
-                Placement::Infeasible(reason) => {
-                    self.pending_at_last_round -= 1;
-                    let command = self.jobs.specs[index].command.clone();
-                    let no = self.journal.state(&key).map_or(0, |s| s.no);
-                    self.record_unrun(&key, DoneStatus::Infeasible)?;
-                    say(&format!("✗ job {no} infeasible: {reason}: {command}"));
-                }
+            if placement != Placement::NotNow {
+                self.apply_placement(index, request, placement, &mut dispatched, &mut launches)?;
+            } else if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
+                let reason = allocation::wait_reason(request, &loads, &self.cfg.place);
+                reasons.insert(self.jobs.specs[index].key.clone(), reason);
             }
         }
         self.set_wait_reasons(reasons);
-        if !launches.is_empty() {
-            self.commit_launches(launches)?;
-            self.publish_bookings();
-        }
-        Ok(())
+        self.commit_round(launches)
     }
 
     /// The pending jobs that may be placed, as indices into the specs with

@@ -52,6 +52,30 @@ pub struct JobSpec {
     pub family: Option<String>,
 }
 
+impl JobSpec {
+    /// Line `line` running `command` with no attributes: undeclared, one
+    /// GPU, no key yet (keys need the whole file, [`parse_jobs`]).
+    pub fn new(line: usize, command: &str) -> JobSpec {
+        JobSpec {
+            key: String::new(),
+            legacy_key: None,
+            line,
+            command: command.to_string(),
+            vram_mib: None,
+            gpus: 1,
+            timeout_s: None,
+            retries: None,
+            cancel: false,
+            name: None,
+            on_mask: None,
+            after: Vec::new(),
+            preemptible: false,
+            auto_vram: false,
+            family: None,
+        }
+    }
+}
+
 /// A jobs-file line that cannot be parsed. The message names the 1-based line
 /// number, the reason and the line's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -324,23 +348,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
         reason,
         text: trimmed.to_string(),
     };
-    let mut spec = JobSpec {
-        key: String::new(),
-        legacy_key: None,
-        line: line_no,
-        command: String::new(),
-        vram_mib: None,
-        gpus: 1,
-        timeout_s: None,
-        retries: None,
-        cancel: false,
-        name: None,
-        on_mask: None,
-        after: Vec::new(),
-        preemptible: false,
-        auto_vram: false,
-        family: None,
-    };
+    let mut spec = JobSpec::new(line_no, "");
     let command = if let Some(rest) = trimmed.strip_prefix('[') {
         let Some(close) = rest.find(']') else {
             return Err(err("attribute block '[' is never closed with ']'".into()));

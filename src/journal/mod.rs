@@ -171,6 +171,23 @@ pub struct Finished {
     pub gpu_mask: u64,
 }
 
+#[cfg(test)]
+impl Finished {
+    /// A bare outcome with `status`, for tests of rules that read it.
+    pub fn of_status(status: DoneStatus) -> Finished {
+        Finished {
+            status,
+            returncode: None,
+            ts: 0.0,
+            duration_s: 0.0,
+            peak_mib: None,
+            avg_util: None,
+            vram_mib: None,
+            gpu_mask: 0,
+        }
+    }
+}
+
 /// Everything the journal says about one key, kept small: a long journal
 /// holds one of these per job ever seen.
 #[derive(Debug, Clone, PartialEq)]

@@ -268,16 +268,7 @@ mod tests {
     }
 
     fn done(status: DoneStatus) -> Phase {
-        Phase::Done(Box::new(Finished {
-            status,
-            returncode: None,
-            ts: 0.0,
-            duration_s: 0.0,
-            peak_mib: None,
-            avg_util: None,
-            vram_mib: None,
-            gpu_mask: 0,
-        }))
+        Phase::Done(Box::new(Finished::of_status(status)))
     }
 
     #[test]

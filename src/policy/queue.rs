@@ -47,20 +47,10 @@ mod tests {
     fn spec(vram_mib: Option<u64>, cancel: bool) -> JobSpec {
         JobSpec {
             key: "abc#0".into(),
-            legacy_key: None,
-            line: 1,
-            command: "true".into(),
             vram_mib,
             gpus: 2,
-            timeout_s: None,
-            retries: None,
             cancel,
-            name: None,
-            on_mask: None,
-            after: Vec::new(),
-            preemptible: false,
-            auto_vram: false,
-            family: None,
+            ..JobSpec::new(1, "true")
         }
     }
 
@@ -74,16 +64,7 @@ mod tests {
     }
 
     fn done(status: DoneStatus) -> Phase {
-        Phase::Done(Box::new(Finished {
-            status,
-            returncode: None,
-            ts: 0.0,
-            duration_s: 0.0,
-            peak_mib: None,
-            avg_util: None,
-            vram_mib: None,
-            gpu_mask: 0,
-        }))
+        Phase::Done(Box::new(Finished::of_status(status)))
     }
 
     fn started() -> Phase {

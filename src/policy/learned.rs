@@ -197,8 +197,8 @@ impl Families {
         }
     }
 
-    /// The peaks the prediction is built from, newest last (for the
-    /// summary).
+    /// The peaks the prediction is built from, newest last.
+    #[cfg(test)]
     pub fn peaks(&self, family: &str) -> Vec<u64> {
         self.map
             .get(family)

@@ -138,15 +138,6 @@ pub struct Spawning {
     log: std::path::PathBuf,
 }
 
-/// Spawns the supervisor for `request` and waits for its report that the
-/// job is held at the gate.
-///
-/// Errors: this binary cannot be found or started, the log cannot be
-/// opened, or the supervisor could not start the job.
-pub fn spawn(request: &Request) -> std::io::Result<Started> {
-    start(request)?.hello()
-}
-
 /// Starts the supervisor for `request` without waiting for it.
 ///
 /// Errors: this binary cannot be found or started, or the log cannot be

@@ -136,7 +136,8 @@ impl Scheduler {
         let after = scheduler
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
-        scheduler.install_specs(&text, specs, after)?;
+        let text_hash = super::phases::hash_text(&text);
+        scheduler.install_specs(&text, text_hash, specs, after)?;
 
         let snapshot = scheduler.first_snapshot()?;
         say(&format!(

@@ -55,7 +55,7 @@ impl Scheduler {
         self.jobs.unsettled = None;
         self.jobs.stamp = stamp;
         if let Some(tail) = self.appended_part(&text) {
-            match self.append_specs(&text, tail) {
+            match self.append_specs(&text, text_hash, tail) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {} // not a plain append after all: parse it all
                 Err(e) => {
@@ -75,7 +75,7 @@ impl Scheduler {
                         self.jobs.path.display()
                     ));
                 }
-                if let Err(e) = self.install_specs(&text, specs, after) {
+                if let Err(e) = self.install_specs(&text, text_hash, specs, after) {
                     self.jobs.stamp = None; // read it again once writes work
                     return Err(e);
                 }
@@ -106,7 +106,7 @@ impl Scheduler {
     /// (an `after=`, or a bad line whose error the full parse reports).
     ///
     /// Errors: the journal cannot record the new jobs.
-    fn append_specs(&mut self, text: &str, tail: &str) -> anyhow::Result<bool> {
+    fn append_specs(&mut self, text: &str, text_hash: u64, tail: &str) -> anyhow::Result<bool> {
         let first_line = text.len() - tail.len();
         let first_line = text[..first_line].bytes().filter(|&b| b == b'\n').count() + 1;
         let Ok(mut new) = jobspec::parse_appended(&self.jobs.specs, first_line, tail) else {
@@ -130,7 +130,7 @@ impl Scheduler {
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
         let needed = self.dispatch_needed;
-        self.queue_changed(text);
+        self.queue_changed(text.len(), text_hash);
         self.dispatch_needed = needed;
         Ok(true)
     }
@@ -204,6 +204,7 @@ impl Scheduler {
     pub(in crate::scheduler) fn install_specs(
         &mut self,
         text: &str,
+        text_hash: u64,
         specs: Vec<JobSpec>,
         after: HashMap<String, Vec<String>>,
     ) -> anyhow::Result<()> {
@@ -217,17 +218,17 @@ impl Scheduler {
         self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
         self.jobs.set_specs(specs);
         self.jobs.after = after;
-        self.queue_changed(text);
+        self.queue_changed(text.len(), text_hash);
         Ok(())
     }
 
-    /// After the queue took in `text`: a new generation, and a round of
+    /// After the queue took in the text of `text_len` bytes hashed
+    /// `text_hash` ([`hash_text`]): a new generation, and a round of
     /// sampling and dispatch.
-    fn queue_changed(&mut self, text: &str) {
-        let hash = hash_text(text);
+    fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
         self.jobs.generation += 1;
-        self.jobs.text_hash = Some(hash);
-        self.jobs.good_text = Some((text.len(), hash));
+        self.jobs.text_hash = Some(text_hash);
+        self.jobs.good_text = Some((text_len, text_hash));
         self.dispatch_needed = true;
         self.sample_now = true;
         self.start_learning();
@@ -270,7 +271,7 @@ impl Scheduler {
 
 /// A hash of the jobs file's text, to tell a real change from a touch and
 /// an append from an edit (FxHash: a 100 MB file hashes in milliseconds).
-fn hash_text(text: &str) -> u64 {
+pub(in crate::scheduler) fn hash_text(text: &str) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault};
     BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(text)
 }

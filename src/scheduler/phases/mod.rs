@@ -44,3 +44,5 @@ mod requests;
 mod reservations;
 mod sampling;
 mod timeouts;
+
+pub(in crate::scheduler) use jobs_file::hash_text;

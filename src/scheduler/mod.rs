@@ -45,6 +45,8 @@ pub struct Scheduler {
     /// Running attempts by job key.
     running: BTreeMap<String, Running>,
     gpu: GpuState,
+    /// The usage record beside the journal (SPEC §16).
+    usage: crate::timeline::usage::UsageLog,
     wakes: wake::Wakes,
     mode: Mode,
     /// Set when a sample should be taken now rather than at the next poll.

@@ -110,10 +110,8 @@ impl Scheduler {
             },
             journal,
             running: BTreeMap::new(),
-            gpu: GpuState {
-                usage: Some(usage),
-                ..GpuState::default()
-            },
+            gpu: GpuState::default(),
+            usage,
             wakes,
             mode: Mode::Scheduling,
             sample_now: true,

@@ -380,8 +380,6 @@ pub struct GpuState {
     pub external_by_group: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
-    /// The usage record beside the journal (SPEC §16); set at start-up.
-    pub usage: Option<crate::timeline::usage::UsageLog>,
     /// Per-GPU accumulators for the summary.
     pub stats: BTreeMap<u32, GpuStats>,
 }

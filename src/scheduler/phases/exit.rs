@@ -37,8 +37,7 @@ impl Scheduler {
         let ended: Vec<_> = in_file.chain(this_run).collect();
         let code = exit_code(ended.iter().copied());
         let any_failure = ended.iter().any(|(status, _)| status.is_failure());
-        self.queue_view_cost = None; // the summary must be current
-        let mut summary = status::summary(&self.status_doc());
+        let mut summary = status::summary(&self.status_doc_now());
         summary.push_str(&report::learned_summary(&self.learned.this_run));
         let mut out = std::io::stdout().lock();
         let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());

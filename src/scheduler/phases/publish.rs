@@ -35,9 +35,20 @@ impl Scheduler {
         }
     }
 
+    /// The status document with every part current (for the summary).
+    pub(in crate::scheduler) fn status_doc_now(&mut self) -> StatusDoc {
+        self.build_status_doc(true)
+    }
+
     /// The status document of this round; rebuilds the cached queue part
     /// only when the journal or the queue changed.
     pub(in crate::scheduler) fn status_doc(&mut self) -> StatusDoc {
+        self.build_status_doc(false)
+    }
+
+    /// [`Scheduler::status_doc`]; `force` rebuilds a stale queue part
+    /// even when the last rebuild was recent.
+    fn build_status_doc(&mut self, force: bool) -> StatusDoc {
         let input = ViewInput {
             cfg: &self.cfg,
             journal: &self.journal,
@@ -64,7 +75,8 @@ impl Scheduler {
         // The rebuild is a pass over every job of the file: with a very
         // long file, keep it to a tenth of the time (the running jobs are
         // always current; counts and lists may lag by a moment).
-        let affordable = self.queue_view.is_none()
+        let affordable = force
+            || self.queue_view.is_none()
             || self.mode.is_stopping()
             || self
                 .queue_view_cost

@@ -119,9 +119,6 @@ impl Scheduler {
     /// Feeds the usage record (SPEC §16): each running job's MiB per GPU,
     /// and others' MiB per GPU (used less ours).
     fn record_usage(&mut self, snapshot: &GpuSnapshot) {
-        if self.gpu.usage.is_none() {
-            return;
-        }
         let mut series: HashMap<(u32, Option<String>), u64> = HashMap::new();
         let mut ours: HashMap<u32, u64> = HashMap::new();
         for (key, job) in &self.running {
@@ -136,9 +133,7 @@ impl Scheduler {
                 .saturating_sub(ours.get(&gpu.index).copied().unwrap_or(0));
             series.insert((gpu.index, None), others);
         }
-        if let Some(usage) = &mut self.gpu.usage {
-            usage.observe(crate::journal::now_ts(), &series);
-        }
+        self.usage.observe(crate::journal::now_ts(), &series);
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.

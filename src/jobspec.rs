@@ -5,7 +5,6 @@
 
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 
 /// One job as written in the jobs file.
 #[derive(Debug, Clone, PartialEq)]
@@ -218,16 +217,9 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
                 continue;
             }
         };
-        if let Some(name) = &parsed.name {
-            if let Some(first) = names.get(name) {
-                errors.push(ParseError {
-                    line: index + 1,
-                    reason: format!("name '{name}' is already used on line {first}"),
-                    text: raw.trim().to_string(),
-                });
-                continue;
-            }
-            names.insert(name.clone(), index + 1);
+        if let Err(e) = claim_name(&mut names, &parsed, raw) {
+            errors.push(e);
+            continue;
         }
         let (key, legacy_key) = keys_of(&parsed.command, &mut occurrences, &mut legacy_occurrences);
         jobs.push(JobSpec {
@@ -237,6 +229,28 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
         });
     }
     (jobs, errors)
+}
+
+/// Records `spec`'s `name=` as used on its line (`raw` is its text).
+///
+/// Errors: the name is already used on an earlier line (SPEC §12).
+fn claim_name(
+    names: &mut FxHashMap<String, usize>,
+    spec: &JobSpec,
+    raw: &str,
+) -> Result<(), ParseError> {
+    let Some(name) = &spec.name else {
+        return Ok(());
+    };
+    if let Some(first) = names.get(name) {
+        return Err(ParseError {
+            line: spec.line,
+            reason: format!("name '{name}' is already used on line {first}"),
+            text: raw.trim().to_string(),
+        });
+    }
+    names.insert(name.clone(), spec.line);
+    Ok(())
 }
 
 /// The key of the next line running `command` (SPEC §1 "Identity") and,
@@ -295,7 +309,7 @@ pub fn parse_appended(
         .iter()
         .map(|(s, _)| (legacy_command_hash(&s.command), 0))
         .collect();
-    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut names: FxHashMap<String, usize> = FxHashMap::default();
     let wanted_names: std::collections::HashSet<&str> = parsed
         .iter()
         .filter_map(|(s, _)| s.name.as_deref())
@@ -316,16 +330,7 @@ pub fn parse_appended(
     }
     let mut jobs = Vec::with_capacity(parsed.len());
     for (spec, raw) in parsed {
-        if let Some(name) = &spec.name {
-            if let Some(first) = names.get(name) {
-                return Err(ParseError {
-                    line: spec.line,
-                    reason: format!("name '{name}' is already used on line {first}"),
-                    text: raw.trim().to_string(),
-                });
-            }
-            names.insert(name.clone(), spec.line);
-        }
+        claim_name(&mut names, &spec, raw)?;
         let (key, legacy_key) = keys_of(&spec.command, &mut occurrences, &mut legacy_occurrences);
         jobs.push(JobSpec {
             key,

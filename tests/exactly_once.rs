@@ -65,13 +65,7 @@ fn idle_scheduler_uses_no_cpu_after_appends_cancels_and_bad_saves() {
     assert!(cpu < IDLE_CPU_BOUND_S, "after an append: {cpu} CPU-s");
 
     // A cancel through the command.
-    let out = Command::new(bin())
-        .args(["cancel", "1", "--file"])
-        .arg(&env.jobs)
-        .arg("--log-dir")
-        .arg(&env.logs)
-        .output()
-        .unwrap();
+    let out = env.verb(&["cancel", "1", "--file", env.jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     env.write_jobs(&std::fs::read_to_string(&env.jobs).unwrap());
     wait_for("the cancel", &mut || {

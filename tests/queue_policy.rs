@@ -35,23 +35,12 @@ fn on_keeps_a_job_to_its_gpus_and_is_judged_by_them() {
     );
 }
 
-/// `gpusched ARGS… --log-dir LOGS` in the test's directory.
-fn gpusched(env: &Env, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::bin())
-        .args(args)
-        .arg("--log-dir")
-        .arg(&env.logs)
-        .current_dir(env.dir.path())
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn pause_holds_new_jobs_and_resume_lets_them_start() {
     let env = Env::new("sh -c 'while [ ! -e release ]; do sleep 0.05; done'\n");
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
     common::wait_for("job 1 to start", &mut || !env.events("started").is_empty());
-    let out = gpusched(&env, &["pause"]);
+    let out = env.verb(&["pause"]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("queue paused"),
@@ -68,7 +57,7 @@ fn pause_holds_new_jobs_and_resume_lets_them_start() {
     );
     // The running job was not touched.
     assert!(env.job_events(1, "done").is_empty());
-    let out = gpusched(&env, &["resume"]);
+    let out = env.verb(&["resume"]);
     assert!(out.status.success(), "{out:?}");
     common::wait_for("job 2 to run", &mut || env.path("second.txt").exists());
     std::fs::write(env.path("release"), "").unwrap();
@@ -81,7 +70,7 @@ fn drain_closes_a_gpu_and_survives_a_restart() {
     let hold = "sh -c 'echo $CUDA_VISIBLE_DEVICES >> gpus.txt; while [ ! -e release ]; do sleep 0.05; done'";
     let env = Env::new(&format!("{hold}\n{hold}\n"));
     // No scheduler yet: recorded for the next start.
-    let out = gpusched(&env, &["drain", "0"]);
+    let out = env.verb(&["drain", "0"]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("recorded for the next start"),
@@ -105,7 +94,7 @@ fn drain_closes_a_gpu_and_survives_a_restart() {
     common::wait_for("job 1 on GPU 1 again", &mut || {
         std::fs::read_to_string(env.path("gpus.txt")).unwrap_or_default() == "1\n1\n"
     });
-    let out = gpusched(&env, &["undrain", "0"]);
+    let out = env.verb(&["undrain", "0"]);
     assert!(out.status.success(), "{out:?}");
     common::wait_for("job 2 on GPU 0", &mut || {
         std::fs::read_to_string(env.path("gpus.txt"))
@@ -249,7 +238,7 @@ fn preemption_round_trip_the_preempted_job_resumes_and_both_end_ok() {
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert_eq!(env.status_of(2).as_deref(), Some("ok"));
     // The summary says how much run time the preemption cost.
-    let shown = String::from_utf8_lossy(&gpusched(&env, &["status"]).stdout).into_owned();
+    let shown = String::from_utf8_lossy(&env.verb(&["status"]).stdout).into_owned();
     assert!(shown.contains("job 1 was preempted:"), "{shown}");
 }
 

@@ -8,22 +8,10 @@ mod common;
 
 use common::{Env, bin, wait_for};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 /// A job that runs until `release` exists, then counts its run.
 const HOLD: &str = "sh -c 'echo started; while [ ! -e release ]; do sleep 0.05; done; echo run >> runs.txt; echo finished'";
-
-/// `gpusched ARGS…` in the test's directory, with its log directory.
-fn gpusched(env: &Env, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .arg("--log-dir")
-        .arg(&env.logs)
-        .current_dir(env.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -34,7 +22,7 @@ fn log_prints_an_attempt_and_follows_it_to_the_end() {
     let env = Env::new(&format!("echo first attempt; exit 3\n{HOLD}\n"));
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
     wait_for("job 1 to fail", &mut || env.status_of_opt(1).is_some());
-    let out = gpusched(&env, &["log", "1"]);
+    let out = env.verb(&["log", "1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let shown = text(&out.stdout);
     assert!(
@@ -43,10 +31,10 @@ fn log_prints_an_attempt_and_follows_it_to_the_end() {
     );
     assert!(shown.contains("first attempt"), "{shown}");
     // An attempt that does not exist, a job that does not exist.
-    let out = gpusched(&env, &["log", "1", "--attempt", "2"]);
+    let out = env.verb(&["log", "1", "--attempt", "2"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("has no attempt 2"), "{out:?}");
-    let out = gpusched(&env, &["log", "99"]);
+    let out = env.verb(&["log", "99"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no job 99"), "{out:?}");
 
@@ -81,7 +69,7 @@ fn retry_without_a_scheduler_queues_the_job_for_the_next_start() {
     assert_eq!(out.code, 1, "{}", out.stdout);
     std::fs::write(env.path("fixed"), "").unwrap();
     // No --file: the jobs file comes from the scheduler's status.json.
-    let out = gpusched(&env, &["retry", "1"]);
+    let out = env.verb(&["retry", "1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(text(&out.stdout).contains("job 1 queued again"), "{out:?}");
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
@@ -100,7 +88,7 @@ fn retry_with_a_running_scheduler_runs_the_job_again() {
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
     wait_for("job 1 to fail", &mut || env.status_of_opt(1).is_some());
     std::fs::write(env.path("fixed"), "").unwrap();
-    let out = gpusched(&env, &["retry", "1"]);
+    let out = env.verb(&["retry", "1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
         text(&out.stdout).contains(&format!(
@@ -126,7 +114,7 @@ fn retry_is_refused_with_the_fix_for_cancelled_gone_or_unfinished_jobs() {
     let env = Env::new("[cancel] echo never\nfalse\n");
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(env.status_of(1).as_deref(), Some("cancelled"), "{out:?}");
-    let out = gpusched(&env, &["retry", "1"]);
+    let out = env.verb(&["retry", "1"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let message = text(&out.stderr);
     assert!(
@@ -136,7 +124,7 @@ fn retry_is_refused_with_the_fix_for_cancelled_gone_or_unfinished_jobs() {
     assert!(message.contains("line 1 of"), "{message}");
     // The line of job 2 deleted.
     env.write_jobs("[cancel] echo never\n");
-    let out = gpusched(&env, &["retry", "2"]);
+    let out = env.verb(&["retry", "2"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains("no longer in"), "{out:?}");
     assert!(text(&out.stderr).contains("add it back"), "{out:?}");
@@ -234,14 +222,14 @@ fn board_and_status_lines_fit_80_columns() {
         }
     };
     check("status.txt", &env.board());
-    let out = gpusched(&env, &["status"]);
+    let out = env.verb(&["status"]);
     assert!(out.status.success(), "{out:?}");
     let shown = text(&out.stdout);
     check("gpusched status", &shown);
     assert!(shown.contains('…'), "{shown}");
     std::fs::write(env.path("release"), "").unwrap();
     wait_for("job 3 to end", &mut || env.status_of_opt(3).is_some());
-    let all = gpusched(&env, &["status", "--all"]);
+    let all = env.verb(&["status", "--all"]);
     check("gpusched status --all", &text(&all.stdout));
     assert!(text(&all.stdout).contains("3 finished:"), "{all:?}");
     sched.stop();
@@ -345,7 +333,7 @@ fn every_waiting_job_says_why() {
             .all(|g| g["closed"] == true && g["headroom_mib"] == 0),
         "{doc}"
     );
-    let shown = text(&gpusched(&env, &["status"]).stdout);
+    let shown = text(&env.verb(&["status"]).stdout);
     assert!(shown.contains("needs 10752 MiB"), "{shown}");
     std::fs::write(env.path("release"), "").unwrap();
     wait_for("all four to end", &mut || env.status_of_opt(4).is_some());
@@ -357,11 +345,11 @@ fn jobs_can_be_named_in_every_verb() {
     let env = Env::new("[name=train] sh -c 'echo training; [ -e fixed ]'\n");
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 1, "{}", out.stdout);
-    let out = gpusched(&env, &["log", "train"]);
+    let out = env.verb(&["log", "train"]);
     assert!(text(&out.stdout).contains("training"), "{out:?}");
     std::fs::write(env.path("fixed"), "").unwrap();
     env.write_jobs("[name=train] sh -c 'echo training; [ -e fixed ]'\n[name=eval cancel] sh -c 'echo should not run'\n");
-    let out = gpusched(&env, &["retry", "train"]);
+    let out = env.verb(&["retry", "train"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -369,13 +357,7 @@ fn jobs_can_be_named_in_every_verb() {
     assert_eq!(env.status_of(2).as_deref(), Some("cancelled"));
     // cancel by name.
     env.write_jobs("[name=train] sh -c 'echo training; [ -e fixed ]'\n[name=eval] sh -c 'echo should not run'\n[name=later] echo later\n");
-    let out = Command::new(bin())
-        .args(["cancel", "later", "--file"])
-        .arg(&env.jobs)
-        .arg("--log-dir")
-        .arg(&env.logs)
-        .output()
-        .unwrap();
+    let out = env.verb(&["cancel", "later", "--file", env.jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         std::fs::read_to_string(&env.jobs)

@@ -140,6 +140,19 @@ impl Env {
         Sched::from_command(self.command(args))
     }
 
+    /// `gpusched ARGS… --log-dir LOGS` (a verb such as `cancel` or
+    /// `pause`) in the test's directory, run to its end.
+    pub fn verb(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(args)
+            .arg("--log-dir")
+            .arg(&self.logs)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     /// Runs the scheduler to its end (panics past the deadline) and checks
     /// that the jobs file is byte-identical.
     pub fn run(&self, args: &[&str]) -> Output {

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A `seen` event for display number `no`.
+fn seen(no: u32, command: &str) -> Event {
+    Event::Seen {
+        no,
+        command: command.into(),
+    }
+}
+
 fn started(pgid: u32) -> Event {
     Event::Started {
         pgid,
@@ -37,15 +45,7 @@ fn events_round_trip_with_ts_key_and_event() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     let (mut journal, _) = Journal::open(&path).unwrap();
-    journal
-        .append(
-            "k#0",
-            Event::Seen {
-                no: 1,
-                command: "echo".into(),
-            },
-        )
-        .unwrap();
+    journal.append("k#0", seen(1, "echo")).unwrap();
     journal.append("k#0", started(77)).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<serde_json::Value> = text
@@ -74,24 +74,8 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
     let path = dir.path().join("journal.jsonl");
     {
         let (mut journal, _) = Journal::open(&path).unwrap();
-        journal
-            .append(
-                "a#0",
-                Event::Seen {
-                    no: 1,
-                    command: "a".into(),
-                },
-            )
-            .unwrap();
-        journal
-            .append(
-                "b#0",
-                Event::Seen {
-                    no: 2,
-                    command: "b".into(),
-                },
-            )
-            .unwrap();
+        journal.append("a#0", seen(1, "a")).unwrap();
+        journal.append("b#0", seen(2, "b")).unwrap();
         journal.append("a#0", started(10)).unwrap();
         journal
             .append(
@@ -177,15 +161,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     let (mut journal, _) = Journal::open(&path).unwrap();
-    journal
-        .append(
-            "a#0",
-            Event::Seen {
-                no: 1,
-                command: "a".into(),
-            },
-        )
-        .unwrap();
+    journal.append("a#0", seen(1, "a")).unwrap();
     // A retry of a job that has not finished changes nothing.
     journal.append("a#0", Event::Retry {}).unwrap();
     assert_eq!(journal.state("a#0").unwrap().phase, Phase::Waiting);

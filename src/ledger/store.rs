@@ -31,7 +31,8 @@ pub struct Ledger {
     dir: PathBuf,
     own_name: OsString,
     me: BookingFile,
-    last_published: Option<Vec<u8>>,
+    /// Whether our file holds `me` as it is now.
+    published: bool,
     warned: HashSet<OsString>,
     lock_warned: bool,
     users: HashMap<u32, String>,
@@ -67,7 +68,7 @@ impl Ledger {
                 log_dir: log_dir.display().to_string(),
                 bookings: Vec::new(),
             },
-            last_published: None,
+            published: false,
             warned: HashSet::new(),
             lock_warned: false,
             users: HashMap::new(),
@@ -172,11 +173,12 @@ impl Ledger {
     ///
     /// Errors: the directory cannot be written (full, or removed).
     pub fn publish(&mut self, bookings: Vec<super::Booking>) -> std::io::Result<()> {
-        self.me.bookings = bookings;
-        let bytes = serde_json::to_vec(&self.me).map_err(std::io::Error::other)?;
-        if self.last_published.as_ref() == Some(&bytes) {
+        if self.published && self.me.bookings == bookings {
             return Ok(());
         }
+        self.me.bookings = bookings;
+        self.published = false;
+        let bytes = serde_json::to_vec(&self.me).map_err(std::io::Error::other)?;
         files::write_atomic_with(
             &self.dir.join(&self.own_name),
             &bytes,
@@ -185,14 +187,14 @@ impl Ledger {
                 sync: false,
             },
         )?;
-        self.last_published = Some(bytes);
+        self.published = true;
         Ok(())
     }
 
     /// Removes our booking file (a clean exit).
     pub fn withdraw(&mut self) {
         let _ = std::fs::remove_file(self.dir.join(&self.own_name));
-        self.last_published = None;
+        self.published = false;
     }
 
     /// The name of `uid`, cached; the number when it has no name.
@@ -353,7 +355,7 @@ mod tests {
         let victim = root.path().join("victim");
         std::fs::write(&victim, "precious").unwrap();
         std::os::unix::fs::symlink(&victim, &own).unwrap();
-        ledger.last_published = None;
+        ledger.published = false;
         ledger.publish(Vec::new()).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(std::fs::symlink_metadata(&own).unwrap().is_file());

@@ -38,7 +38,10 @@ configure() {
         [ -c "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 195 "$i"
     done
     local cpus mem
-    cpus=$(nproc)
+    # More CPUs than the machine has (config_overrides lets slurmd accept
+    # that), so that a job's CPU is never what keeps it waiting: the tests
+    # are about GPUs and shards.
+    cpus=32
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
     cat > "$conf" <<EOF
 # Written by gpusched's scripts/slurm-test-cluster.sh: a one-node test cluster.
@@ -62,6 +65,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=defer_batch=0
 DependencyParameters=kill_invalid_depend
 ReturnToService=2
+SlurmdParameters=config_overrides
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

@@ -72,6 +72,11 @@ pub enum Command {
     /// Works during a run, after it, and on a copied log directory; also
     /// written to <log-dir>/timeline.svg when a run ends.
     Timeline(TimelineArgs),
+    /// Print the `sbatch` command lines that `--slurm` would run, one per
+    /// job, as a shell script (`gpusched export --slurm jobs.txt | sh`
+    /// submits them by hand): `gpusched export --slurm jobs.txt
+    /// --shard-mib 4096`.
+    Export(ExportArgs),
     /// Print a shell completion script: `gpusched completions bash >
     /// ~/.local/share/bash-completion/completions/gpusched` (zsh: into a
     /// directory on $fpath as `_gpusched`; fish: into
@@ -95,7 +100,7 @@ pub struct RunArgs {
 
     /// GPU indices the scheduler may use, comma-separated (e.g. 0,1,3).
     /// Default: all GPUs.
-    #[arg(long, value_name = "LIST", value_parser = parse_gpu_list)]
+    #[arg(long, value_name = "LIST", value_parser = parse_gpu_list, conflicts_with = "slurm")]
     pub gpus: Option<GpuList>,
 
     /// A GPU whose memory used by others is below this many MiB counts as
@@ -171,7 +176,7 @@ pub struct RunArgs {
 
     /// Use N simulated GPUs of 24000 MiB instead of NVML (no GPU needed).
     /// Jobs are real processes; `gpusched simjob` pretends to use VRAM.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "slurm")]
     pub sim: Option<u32>,
 
     /// Where the simulated GPUs live (with --sim): every simjob reports its
@@ -192,6 +197,62 @@ pub struct RunArgs {
     /// seen only through the memory their jobs already use).
     #[arg(long)]
     pub no_ledger: bool,
+
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
+}
+
+/// Running on a Slurm cluster (SPEC §15), for the scheduler and `export`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SlurmArgs {
+    /// Run the jobs on a Slurm cluster instead of this machine's GPUs:
+    /// each becomes one `sbatch` job (named gpusched-<key>, output to its
+    /// log in --log-dir, which must be on a filesystem the nodes share).
+    /// Slurm places them; gpusched keeps the live jobs file, the journal,
+    /// retries, dependencies and the views. Ctrl-C stops gpusched, not the
+    /// cluster's jobs; the next start picks them up.
+    #[arg(long)]
+    pub slurm: bool,
+
+    /// Slurm partition to submit to (default: the cluster's default).
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub partition: Option<String>,
+
+    /// MiB of GPU memory per Slurm `gres/shard`, as the cluster's admin
+    /// configured it: a one-GPU job declaring vram=E then asks for
+    /// ceil(E / MIB) shards instead of a whole GPU. Without it, every job
+    /// gets whole GPUs.
+    #[arg(long, value_name = "MIB", value_parser = parse_mib, requires = "slurm")]
+    pub shard_mib: Option<u64>,
+
+    /// An extra `sbatch` option for every job, e.g. --sbatch-arg=--account=lab
+    /// (repeat for several).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true, requires = "slurm")]
+    pub sbatch_arg: Vec<String>,
+}
+
+impl SlurmArgs {
+    /// The options of the Slurm launcher.
+    pub fn options(&self) -> crate::launcher::slurm::SlurmOptions {
+        crate::launcher::slurm::SlurmOptions {
+            partition: self.partition.clone(),
+            shard_mib: self.shard_mib,
+            sbatch_args: self.sbatch_arg.clone(),
+        }
+    }
+}
+
+/// Arguments of `gpusched export`.
+#[derive(Debug, Args, Clone)]
+pub struct ExportArgs {
+    /// The jobs file.
+    #[arg(value_name = "JOBS_FILE")]
+    pub jobs_file: PathBuf,
+    /// Where job logs would go (as for the scheduler).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
 }
 
 /// Arguments of `gpusched status`.
@@ -406,7 +467,7 @@ pub fn subcommand_typo(word: &str) -> Option<String> {
         .filter(|c| !c.is_hide_set())
         .map(|c| c.get_name().to_string())
         .map(|name| (strsim::jaro_winkler(word, &name), name))
-        .filter(|(score, _)| *score >= 0.8)
+        .filter(|(score, _)| *score >= 0.88)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, name)| name)
 }

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod history;
 pub mod jobspec;
 pub mod journal;
+pub mod launcher;
 pub mod ledger;
 pub mod lockfile;
 pub mod model;
@@ -52,7 +53,7 @@ pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
 
 /// The GPU backend the command line asks for: `--sim N` simulated GPUs
 /// in `--sim-dir` (else `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`),
-/// or NVML.
+/// none to watch with `--slurm` (the cluster's GPUs are Slurm's), or NVML.
 /// Returns it with the simulator's directory, if any.
 ///
 /// Errors: NVML missing or failing ([`error::Error::Gpu`]); the sim
@@ -61,6 +62,9 @@ pub fn open_backend(
     args: &cli::RunArgs,
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
     let log_dir = scheduler::absolute(&args.log_dir);
+    if args.slurm.slurm {
+        return Ok((Box::new(launcher::ClusterGpus), None));
+    }
     Ok(match args.sim {
         Some(count) => {
             let dir = match (&args.sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {

@@ -37,6 +37,7 @@ fn main() {
             },
         ),
         Some(Command::Timeline(args)) => gpusched::commands::timeline::run(args),
+        Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man) => gpusched::commands::completions::man(),
         None => gpusched::run(&cli.run),

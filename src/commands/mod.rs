@@ -5,6 +5,7 @@ pub mod add;
 pub mod cancel;
 pub mod completions;
 pub mod control;
+pub mod export;
 pub mod index;
 pub mod log;
 pub mod retry;

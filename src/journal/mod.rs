@@ -47,6 +47,10 @@ pub enum Event {
         /// Byte offset in the job's log where this attempt's output starts.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_offset: Option<u64>,
+        /// The Slurm job id, when the attempt runs on a cluster (SPEC §15;
+        /// `pgid` is then 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slurm_job_id: Option<u64>,
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (SPEC §6).
     Oom {
@@ -86,6 +90,10 @@ pub enum Event {
         avg_util: Option<f64>,
         /// Wall-clock run time in seconds (0 when it never ran).
         duration_s: f64,
+        /// Slurm's final state of the attempt (`COMPLETED`, `FAILED`,
+        /// `TIMEOUT`, …), when it ran on a cluster (SPEC §15).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slurm_state: Option<String>,
     },
 }
 
@@ -131,6 +139,8 @@ pub struct StartedInfo {
     pub supervisor: Option<ProcessId>,
     /// Where this attempt's output starts in its log (bytes).
     pub log_offset: Option<u64>,
+    /// Its Slurm job id, when it runs on a cluster (SPEC §15).
+    pub slurm_job_id: Option<u64>,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
     /// started by this scheduler, which keeps it elsewhere.
@@ -528,6 +538,7 @@ impl Journal {
                 boot_id,
                 supervisor,
                 log_offset,
+                slurm_job_id,
             } => Fold::Started {
                 attempt: *attempt,
                 info: Box::new(StartedInfo {
@@ -539,6 +550,7 @@ impl Journal {
                     boot_id: boot_id.clone(),
                     supervisor: *supervisor,
                     log_offset: *log_offset,
+                    slurm_job_id: *slurm_job_id,
                     command: None,
                 }),
             },
@@ -559,6 +571,7 @@ impl Journal {
                 peak_mib,
                 avg_util,
                 duration_s,
+                ..
             } => Fold::Done(Finished {
                 status: *status,
                 returncode: *returncode,
@@ -704,6 +717,7 @@ struct RawRecord<'a> {
     boot_id: Option<&'a str>,
     supervisor: Option<ProcessId>,
     log_offset: Option<u64>,
+    slurm_job_id: Option<u64>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
     status: Option<DoneStatus>,
@@ -730,6 +744,7 @@ impl RawRecord<'_> {
                     boot_id: self.boot_id.map(str::to_string),
                     supervisor: self.supervisor,
                     log_offset: self.log_offset,
+                    slurm_job_id: self.slurm_job_id,
                     command: None,
                 }),
             },

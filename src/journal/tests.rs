@@ -23,7 +23,40 @@ fn started(pgid: u32) -> Event {
             start_ticks: 41,
         }),
         log_offset: Some(100),
+        slurm_job_id: None,
     }
+}
+
+#[test]
+fn a_slurm_job_id_and_state_survive_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    journal.append("k", seen(1, "true")).unwrap();
+    journal
+        .append(
+            "k",
+            Event::Started {
+                pgid: 0,
+                gpus: vec![],
+                attempt: 1,
+                vram_mib: Some(4096),
+                start_ticks: None,
+                boot_id: None,
+                supervisor: None,
+                log_offset: Some(0),
+                slurm_job_id: Some(77),
+            },
+        )
+        .unwrap();
+    drop(journal);
+    let (journal, _) = Journal::open(&path).unwrap();
+    match &journal.state("k").unwrap().phase {
+        Phase::Started(info) => assert_eq!(info.slurm_job_id, Some(77)),
+        other => panic!("not started: {other:?}"),
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"slurm_job_id\":77"), "{text}");
 }
 
 #[test]
@@ -96,6 +129,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
                     peak_mib: BTreeMap::from([("0".into(), Some(100)), ("1".into(), None)]),
                     avg_util: None,
                     duration_s: 1.5,
+                    slurm_state: None,
                 },
             )
             .unwrap();
@@ -190,6 +224,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
                 peak_mib: BTreeMap::new(),
                 avg_util: None,
                 duration_s: 1.0,
+                slurm_state: Some("FAILED".into()),
             },
         )
         .unwrap();

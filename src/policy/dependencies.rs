@@ -165,12 +165,15 @@ pub enum Readiness {
 
 /// The afterok rule for one job whose dependencies are `deps`. `state_of`
 /// gives the journal's fold of a key; `running` and `in_file` whether an
-/// attempt of it runs now and whether its line is in the jobs file.
+/// attempt of it runs now and whether its line is in the jobs file;
+/// `handed_over` whether it runs on a cluster that enforces the rule
+/// itself (Slurm's `afterok`, SPEC §15), so the job may be submitted now.
 pub fn readiness<'a>(
     deps: &[String],
     state_of: impl Fn(&str) -> Option<&'a KeyState>,
     running: impl Fn(&str) -> bool,
     in_file: impl Fn(&str) -> bool,
+    handed_over: impl Fn(&str) -> bool,
 ) -> Readiness {
     let mut waiting = None;
     for key in deps {
@@ -185,6 +188,7 @@ pub fn readiness<'a>(
                     why: done.status.as_str().to_string(),
                 };
             }
+            _ if handed_over(key) => {}
             _ if running(key) => {
                 waiting.get_or_insert(Readiness::Waiting {
                     no: state.no,
@@ -279,16 +283,19 @@ mod tests {
             ("running", state(3, Phase::Waiting)),
             ("pending", state(4, Phase::Waiting)),
             ("gone", state(5, Phase::Waiting)),
+            ("cluster", state(6, Phase::Waiting)),
         ]);
         let check = |deps: &[&str]| {
             let deps: Vec<String> = deps.iter().map(|d| d.to_string()).collect();
             readiness(
                 &deps,
                 |k| states.get(k),
-                |k| k == "running",
+                |k| k == "running" || k == "cluster",
                 |k| k != "gone",
+                |k| k == "cluster",
             )
         };
+        assert_eq!(check(&["ok", "cluster"]), Readiness::Ready);
         assert_eq!(check(&[]), Readiness::Ready);
         assert_eq!(check(&["ok"]), Readiness::Ready);
         assert_eq!(

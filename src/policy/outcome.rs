@@ -91,6 +91,23 @@ pub struct AttemptEnd<'a> {
     pub declared_mib: Option<u64>,
     /// Its highest per-GPU peak (MiB), if measured.
     pub peak_mib: Option<u64>,
+    /// What whoever ran it said beyond the exit (SPEC §15), if anything.
+    pub verdict: Option<Verdict>,
+}
+
+/// What a launcher says about an ended attempt that no exit code carries
+/// (SPEC §15: Slurm's own states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Ended by the cluster (NODE_FAIL, the host's OUT_OF_MEMORY, …):
+    /// `failed`.
+    Failed,
+    /// Cancelled because an `after=` dependency can never end ok:
+    /// `dependency_failed`.
+    DependencyFailed,
+    /// Cancelled by the cluster for a dependency that runs again (an OOM
+    /// retry): pending again, submitted anew.
+    Requeue,
 }
 
 /// What to record for an ended attempt.
@@ -128,6 +145,12 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
         Some(KillReason::Cancel) => return Outcome::Done(DoneStatus::Cancelled),
         Some(KillReason::Timeout) => return Outcome::Done(DoneStatus::Timeout),
         Some(KillReason::Preempt) => return Outcome::Preempted,
+        None => {}
+    }
+    match end.verdict {
+        Some(Verdict::Failed) => return Outcome::Done(DoneStatus::Failed),
+        Some(Verdict::DependencyFailed) => return Outcome::Done(DoneStatus::DependencyFailed),
+        Some(Verdict::Requeue) => return Outcome::Interrupted,
         None => {}
     }
     let Some(exit) = end.exit else {
@@ -198,7 +221,29 @@ mod tests {
             oom_retries_allowed: 2,
             declared_mib: Some(4000),
             peak_mib: Some(4500),
+            verdict: None,
         }
+    }
+
+    #[test]
+    fn launcher_verdicts_come_after_kills_and_before_exits() {
+        let with = |verdict, kill| AttemptEnd {
+            verdict: Some(verdict),
+            ..end(Some(Exit::Code(0)), kill, OOM_LOG, 0)
+        };
+        assert_eq!(
+            decide(&with(Verdict::Failed, None)),
+            Outcome::Done(DoneStatus::Failed)
+        );
+        assert_eq!(
+            decide(&with(Verdict::DependencyFailed, None)),
+            Outcome::Done(DoneStatus::DependencyFailed)
+        );
+        assert_eq!(decide(&with(Verdict::Requeue, None)), Outcome::Interrupted);
+        assert_eq!(
+            decide(&with(Verdict::Failed, Some(KillReason::Cancel))),
+            Outcome::Done(DoneStatus::Cancelled)
+        );
     }
 
     #[test]

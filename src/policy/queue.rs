@@ -77,6 +77,7 @@ mod tests {
             boot_id: None,
             supervisor: None,
             log_offset: None,
+            slurm_job_id: None,
             command: None,
         }))
     }

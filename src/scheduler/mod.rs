@@ -31,6 +31,8 @@ pub struct Scheduler {
     /// The log directory's lock, held for the scheduler's life.
     _lock: crate::lockfile::SchedulerLock,
     backend: Box<dyn GpuBackend>,
+    /// Where attempts run: local processes or a Slurm cluster (SPEC §15).
+    launcher: crate::launcher::Launcher,
     /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
     sim_dir: Option<PathBuf>,
     /// The ledger shared with other schedulers (SPEC §14); `None` with

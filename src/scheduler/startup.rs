@@ -9,6 +9,7 @@ use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
 use crate::control::Control;
 use crate::error::Error;
+use crate::launcher::{Cluster, Launcher};
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
@@ -59,6 +60,11 @@ impl Scheduler {
         }
 
         let (backend, sim_dir) = open_backend(args)?;
+        let launcher = if args.slurm.slurm {
+            Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
+        } else {
+            Launcher::Local
+        };
         std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
             Error::io(
                 format!("cannot create log directory {}", cfg.log_dir.display()),
@@ -98,6 +104,7 @@ impl Scheduler {
             control,
             _lock: lock,
             backend,
+            launcher,
             sim_dir,
             ledger,
             ledger_failing: false,
@@ -147,6 +154,7 @@ impl Scheduler {
         ));
         scheduler.cfg.place.drained_mask = scheduler.control.drained_mask();
         scheduler.report_control();
+        scheduler.adopt_unjournaled_submissions()?;
         scheduler.adopt_orphans()?;
         scheduler.report_resume();
         // The first round works from this snapshot rather than asking the
@@ -167,7 +175,7 @@ impl Scheduler {
             .backend
             .snapshot()
             .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
-        if snapshot.gpus.is_empty() {
+        if snapshot.gpus.is_empty() && self.launcher.places_jobs() {
             return Err(Error::Gpu(
                 "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
             )
@@ -309,7 +317,8 @@ fn open_ledger(
     sim_dir: Option<&std::path::Path>,
     log_dir: &std::path::Path,
 ) -> anyhow::Result<Option<crate::ledger::store::Ledger>> {
-    if args.no_ledger {
+    // On a cluster, Slurm keeps the books.
+    if args.no_ledger || args.slurm.slurm {
         return Ok(None);
     }
     let dir = match (&args.ledger, sim_dir) {

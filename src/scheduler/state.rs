@@ -93,6 +93,8 @@ pub enum Proc {
         /// Its supervisor, when the journal names one.
         supervisor: Option<ProcessId>,
     },
+    /// A batch job on a Slurm cluster (SPEC §15).
+    Slurm(crate::launcher::ClusterJob),
 }
 
 impl Proc {
@@ -101,7 +103,66 @@ impl Proc {
         match self {
             Proc::Supervised { reaped, .. } => reaped.is_some(),
             Proc::Adopted { identity, .. } => !identity.is_alive(),
+            Proc::Slurm(job) => job.ending.is_some(),
         }
+    }
+
+    /// Whether the attempt is known to have ended and waits to be
+    /// completed: a reaped supervisor, or a Slurm job Slurm says ended.
+    pub fn ended(&self) -> bool {
+        match self {
+            Proc::Supervised { reaped, .. } => reaped.is_some(),
+            Proc::Adopted { .. } => false,
+            Proc::Slurm(job) => job.ending.is_some(),
+        }
+    }
+
+    /// Whether the attempt keeps running when the scheduler stops: a Slurm
+    /// job does (SPEC §15), and the next start picks it up.
+    pub fn outlives_scheduler(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
+    }
+
+    /// What is known of how the attempt ended (`kill`: why we stopped it):
+    /// a supervisor's exit record or exit code, or Slurm's word.
+    pub fn end_facts(
+        &self,
+        record: &std::path::Path,
+        kill: Option<KillReason>,
+    ) -> crate::launcher::EndFacts {
+        let exit = match self {
+            Proc::Supervised { reaped, .. } => reaped.flatten(),
+            // Its supervisor's record, if the attempt ended.
+            Proc::Adopted { .. } => {
+                crate::process::supervisor::ExitRecord::read(record).and_then(|r| r.exit())
+            }
+            Proc::Slurm(job) => return job.facts(kill),
+        };
+        crate::launcher::EndFacts {
+            exit,
+            kill,
+            ..Default::default()
+        }
+    }
+
+    /// The cluster's last word on a Slurm job, once it ended.
+    pub fn final_state(&self) -> Option<&str> {
+        match self {
+            Proc::Slurm(job) => job.final_state.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether jobs that run `after=` this one may start now, held by
+    /// whoever runs it until it ends ok (Slurm's `afterok`, SPEC §15).
+    pub fn holds_dependents(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
+    }
+
+    /// Whether whoever runs the attempt enforces `timeout=` itself (Slurm's
+    /// `--time`), so the loop must not.
+    pub fn times_itself_out(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
     }
 }
 
@@ -140,8 +201,20 @@ impl Usage {
 pub struct Kill {
     /// The strongest reason asked for so far.
     pub reason: KillReason,
-    /// The signals sent and the SIGKILL deadline.
-    pub termination: Termination,
+    /// The signals sent and the SIGKILL deadline; `None` for a Slurm job,
+    /// which Slurm stops (`scancel`).
+    pub termination: Option<Termination>,
+}
+
+impl Kill {
+    /// Whether nothing of the attempt's process group is left (always, for
+    /// a job Slurm stops: its end is the cluster's to report).
+    pub fn group_gone(&mut self, now: Instant) -> bool {
+        self.termination.as_mut().is_none_or(|t| {
+            t.poll(now);
+            t.group_gone(now)
+        })
+    }
 }
 
 /// One running attempt. Everything about it lives here.
@@ -196,9 +269,16 @@ impl Running {
         }
         match kill_step(self.kill.as_ref().map(|k| k.reason), reason) {
             KillStep::Begin => {
+                let termination = match &mut self.proc {
+                    Proc::Slurm(job) => {
+                        job.cancel();
+                        None
+                    }
+                    _ => Some(Termination::start(self.pgid, process::KILL_GRACE, now)),
+                };
                 self.kill = Some(Kill {
                     reason,
-                    termination: Termination::start(self.pgid, process::KILL_GRACE, now),
+                    termination,
                 });
                 true
             }
@@ -217,8 +297,16 @@ impl Running {
     /// only when the journal recorded the leader's start time and boot id.
     pub fn may_signal(&self) -> bool {
         match &self.proc {
-            Proc::Supervised { .. } => true,
+            Proc::Supervised { .. } | Proc::Slurm(_) => true,
             Proc::Adopted { identity, .. } => identity.is_verifiable(),
+        }
+    }
+
+    /// What runs it, for messages: `process group 123` or `Slurm job 45`.
+    pub fn handle_text(&self) -> String {
+        match &self.proc {
+            Proc::Slurm(job) => format!("Slurm job {}", job.id),
+            _ => format!("process group {}", self.pgid),
         }
     }
 
@@ -227,10 +315,11 @@ impl Running {
         self.kill.as_ref().map(|k| k.reason)
     }
 
-    /// What identifies its process group.
-    pub fn identity(&self) -> &GroupIdentity {
+    /// What identifies its process group; `None` for a Slurm job.
+    pub fn identity(&self) -> Option<&GroupIdentity> {
         match &self.proc {
-            Proc::Supervised { identity, .. } | Proc::Adopted { identity, .. } => identity,
+            Proc::Supervised { identity, .. } | Proc::Adopted { identity, .. } => Some(identity),
+            Proc::Slurm(_) => None,
         }
     }
 }

@@ -102,9 +102,14 @@ impl Scheduler {
     /// The next moment the loop must run even if nothing wakes it.
     fn next_deadline(&self, now: Instant) -> Instant {
         let mut deadline = self.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
+        if !self.running.is_empty()
+            && let Some(poll) = self.launcher.next_poll()
+        {
+            deadline = deadline.min(poll);
+        }
         for job in self.running.values() {
-            if let Some(kill) = &job.kill {
-                deadline = deadline.min(kill.termination.next_wake(now));
+            if let Some(termination) = job.kill.as_ref().and_then(|k| k.termination.as_ref()) {
+                deadline = deadline.min(termination.next_wake(now));
             }
             if let Some(t) = job.timeout_at {
                 deadline = deadline.min(t);
@@ -185,12 +190,23 @@ impl Scheduler {
                 say(&format!("{name} again: killing every running job now"));
                 self.mode = Mode::Stopping { hurried: true };
                 for job in self.running.values_mut() {
-                    if let Some(kill) = &mut job.kill {
-                        kill.termination.hurry();
+                    if let Some(termination) =
+                        job.kill.as_mut().and_then(|k| k.termination.as_mut())
+                    {
+                        termination.hurry();
                     }
                 }
             }
             _ => {
+                // A cluster's jobs are not ours to stop (SPEC §15).
+                let before = self.running.len();
+                self.running.retain(|_, job| !job.proc.outlives_scheduler());
+                if self.running.len() < before {
+                    say(&format!(
+                        "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
+                        before - self.running.len()
+                    ));
+                }
                 say(&format!(
                     "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
                     self.running.len(),

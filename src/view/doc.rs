@@ -231,6 +231,10 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
     job.note = match (&run.proc, run.kill_reason()) {
         (_, Some(reason)) => Some(format!("stopping: {}", reason.as_str())),
         (Proc::Adopted { .. }, None) => Some(orphan_note(run.pgid)),
+        (Proc::Slurm(_), None) => Some(match run.attempt {
+            1 => run.handle_text(),
+            n => format!("{}, attempt {n}", run.handle_text()),
+        }),
         _ if run.attempt > 1 => Some(format!("attempt {}", run.attempt)),
         _ => None,
     };

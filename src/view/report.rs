@@ -88,6 +88,10 @@ pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
 
 /// A job's log file name (SPEC §3): `job007_gpu0-1.log`.
 pub fn log_name(no: u32, gpus: &[u32]) -> String {
+    if gpus.is_empty() {
+        // On a Slurm cluster (SPEC §15) the GPUs are not known at submission.
+        return format!("job{no:03}.log");
+    }
     format!("job{no:03}_gpu{}.log", gpu_ids(gpus, "-"))
 }
 
@@ -116,6 +120,9 @@ pub fn peaks_text(peaks: &BTreeMap<u32, Option<u64>>) -> String {
         .iter()
         .map(|(gpu, peak)| format!("GPU{gpu} {}", mib(*peak)))
         .collect();
+    if parts.is_empty() {
+        return "peak not measured".to_string();
+    }
     format!("peak {}", parts.join(", "))
 }
 
@@ -149,17 +156,24 @@ pub struct CompletionLine<'a> {
 /// undeclared job would have needed), and the log of a failed job.
 pub fn completion_line(c: &CompletionLine) -> String {
     let mut line = format!(
-        "{} job {} {} in {} ({}), {}, util {} ({} GPU sample{})",
+        "{} job {} {} in {} ({})",
         c.status.mark(),
         c.no,
         c.status.as_str(),
         human_duration(c.duration_s),
         c.exit_text,
-        peaks_text(c.peaks),
-        c.avg_util.map_or("n/a".to_string(), |u| format!("{u:.0}%")),
-        c.samples,
-        if c.samples == 1 { "" } else { "s" },
     );
+    // A job on a Slurm cluster ran on no GPU of ours: nothing was measured.
+    if !c.peaks.is_empty() {
+        let _ = write!(
+            line,
+            ", {}, util {} ({} GPU sample{})",
+            peaks_text(c.peaks),
+            c.avg_util.map_or("n/a".to_string(), |u| format!("{u:.0}%")),
+            c.samples,
+            if c.samples == 1 { "" } else { "s" },
+        );
+    }
     let peak = c.peaks.values().copied().max().flatten();
     match (c.vram_mib, peak) {
         (Some(_), _) => {

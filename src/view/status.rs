@@ -523,7 +523,10 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
             gpu.name.clone(),
         ]);
     }
-    out.push_str(&table(&gpu_rows, width));
+    // On a Slurm cluster there are no GPUs of ours to report.
+    if !doc.gpus.is_empty() {
+        out.push_str(&table(&gpu_rows, width));
+    }
     out
 }
 

@@ -25,8 +25,9 @@ impl Scheduler {
             if let Some(job) = self.running.get_mut(&key) {
                 if job.begin_kill(KillReason::Cancel, now) {
                     say(&format!(
-                        "job {} cancelled: stopping process group {}",
-                        job.no, job.pgid
+                        "job {} cancelled: stopping {}",
+                        job.no,
+                        job.handle_text()
                     ));
                 }
                 continue;

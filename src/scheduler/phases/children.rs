@@ -1,4 +1,6 @@
-//! Phase 2, children: reaps supervisors of our jobs that exited (a
+//! Phase 2, children: asks the launcher for the state of a cluster's jobs
+//! ([`crate::launcher::Launcher::poll`]), and reaps supervisors of our
+//! local jobs that exited (a
 //! supervisor exits right after the job's shell, once it has written the
 //! exit record). A job not being killed ends at once; one being killed ends
 //! in [`super::kills`] once its whole group is gone. A supervisor that died
@@ -18,6 +20,9 @@ impl Scheduler {
     ///
     /// Errors: waiting on a child fails, or the journal cannot be written.
     pub(in crate::scheduler) fn reap_children(&mut self) -> anyhow::Result<()> {
+        // A cluster's jobs are asked for (at most every --poll).
+        self.launcher
+            .poll(&mut self.running, std::time::Instant::now());
         for job in self.running.values_mut() {
             let Proc::Supervised {
                 supervisor,
@@ -52,16 +57,7 @@ impl Scheduler {
         let ended: Vec<String> = self
             .running
             .iter()
-            .filter(|(_, j)| {
-                j.kill.is_none()
-                    && matches!(
-                        j.proc,
-                        Proc::Supervised {
-                            reaped: Some(_),
-                            ..
-                        }
-                    )
-            })
+            .filter(|(_, j)| j.kill.is_none() && j.proc.ended())
             .map(|(k, _)| k.clone())
             .collect();
         for key in ended {

@@ -5,10 +5,11 @@
 use crate::files;
 use crate::journal::Event;
 use crate::model::DoneStatus;
-use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome};
-use crate::process::supervisor::ExitRecord;
+use crate::launcher::EndFacts;
+use crate::policy::dependencies::Readiness;
+use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Ended, Proc, Running};
+use crate::scheduler::state::{Ended, Running};
 use crate::view::report::{self, CompletionLine, say, warn};
 use std::collections::BTreeMap;
 
@@ -27,16 +28,21 @@ impl Scheduler {
         self.sample_now = true;
         self.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
-        let exit = match &job.proc {
-            Proc::Supervised { reaped, .. } => reaped.flatten(),
-            // Its supervisor's record, if the attempt ended.
-            Proc::Adopted { .. } => ExitRecord::read(&job.exit_record).and_then(|r| r.exit()),
-        };
+        let mut facts = job.proc.end_facts(&job.exit_record, job.kill_reason());
+        if facts.verdict == Some(Verdict::DependencyFailed)
+            && !matches!(self.readiness_of(key), Readiness::Failed { .. })
+        {
+            // Its dependency failed but runs again (an OOM retry): submit
+            // this one again after the new attempt.
+            facts.verdict = Some(Verdict::Requeue);
+        }
+        let exit = facts.exit;
         let log_tail = files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES);
         let state = self.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
-            kill: job.kill_reason(),
+            kill: facts.kill,
+            verdict: facts.verdict,
             log_tail: &log_tail,
             oom_retries_used: state.map_or(0, |s| s.oom_attempts),
             oom_retries_allowed: self
@@ -47,7 +53,7 @@ impl Scheduler {
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
         });
-        match self.apply_outcome(key, &job, decision, exit, duration_s) {
+        match self.apply_outcome(key, &job, decision, &facts, duration_s) {
             Ok(()) => Ok(()),
             // Stopping: the next start adopts or re-runs it anyway.
             Err(e) if decision == Outcome::StoppedWithScheduler => {
@@ -72,9 +78,10 @@ impl Scheduler {
         key: &str,
         job: &Running,
         decision: Outcome,
-        exit: Option<Exit>,
+        facts: &EndFacts,
         duration_s: f64,
     ) -> anyhow::Result<()> {
+        let exit = facts.exit;
         let peaks: BTreeMap<u32, Option<u64>> = job
             .gpus
             .iter()
@@ -102,10 +109,17 @@ impl Scheduler {
             }
             Outcome::Interrupted => {
                 self.journal.append(key, Event::Interrupted {})?;
-                say(&format!(
-                    "job {} from a previous scheduler ended (process group {} is gone); its outcome is unknown, so it runs again",
-                    job.no, job.pgid
-                ));
+                if facts.verdict == Some(Verdict::Requeue) {
+                    say(&format!(
+                        "↻ job {}: Slurm cancelled it with its failed dependency, which runs again; it is submitted again after it",
+                        job.no
+                    ));
+                } else {
+                    say(&format!(
+                        "job {} from a previous scheduler ended (process group {} is gone); its outcome is unknown, so it runs again",
+                        job.no, job.pgid
+                    ));
+                }
             }
             Outcome::OomRetry {
                 attempts,
@@ -135,7 +149,17 @@ impl Scheduler {
             Outcome::Done(status) => {
                 let returncode = exit.map(Exit::returncode);
                 let avg_util = job.usage.avg_util();
-                self.record_done(key, status, returncode, &peaks, avg_util, duration_s)?;
+                self.record_done(
+                    key,
+                    Done {
+                        status,
+                        returncode,
+                        peaks: &peaks,
+                        avg_util,
+                        duration_s,
+                        slurm_state: job.proc.final_state(),
+                    },
+                )?;
                 if status == DoneStatus::Ok {
                     self.learn_from_ok(key, job.usage.peak_max_mib());
                 }
@@ -143,7 +167,9 @@ impl Scheduler {
                     no: job.no,
                     status,
                     duration_s,
-                    exit_text: exit.map_or("exit status unknown".into(), Exit::describe),
+                    exit_text: facts.words.clone().unwrap_or_else(|| {
+                        exit.map_or("exit status unknown".into(), Exit::describe)
+                    }),
                     peaks: &peaks,
                     avg_util,
                     samples: job.usage.samples,
@@ -181,27 +207,39 @@ impl Scheduler {
         key: &str,
         status: DoneStatus,
     ) -> anyhow::Result<()> {
-        self.record_done(key, status, None, &BTreeMap::new(), None, 0.0)
+        self.record_done(
+            key,
+            Done {
+                status,
+                returncode: None,
+                peaks: &BTreeMap::new(),
+                avg_util: None,
+                duration_s: 0.0,
+                slurm_state: None,
+            },
+        )
     }
 
     /// Journals `done` for job `key` and counts it for this run.
-    fn record_done(
-        &mut self,
-        key: &str,
-        status: DoneStatus,
-        returncode: Option<i32>,
-        peaks: &BTreeMap<u32, Option<u64>>,
-        avg_util: Option<f64>,
-        duration_s: f64,
-    ) -> anyhow::Result<()> {
+    fn record_done(&mut self, key: &str, done: Done) -> anyhow::Result<()> {
+        let Done {
+            status,
+            returncode,
+            ..
+        } = done;
         self.journal.append(
             key,
             Event::Done {
                 status,
                 returncode,
-                peak_mib: peaks.iter().map(|(g, p)| (g.to_string(), *p)).collect(),
-                avg_util: avg_util.map(|u| (u * 10.0).round() / 10.0),
-                duration_s: (duration_s * 1000.0).round() / 1000.0,
+                peak_mib: done
+                    .peaks
+                    .iter()
+                    .map(|(g, p)| (g.to_string(), *p))
+                    .collect(),
+                avg_util: done.avg_util.map(|u| (u * 10.0).round() / 10.0),
+                duration_s: (done.duration_s * 1000.0).round() / 1000.0,
+                slurm_state: done.slurm_state.map(str::to_string),
             },
         )?;
         self.ended_this_run
@@ -209,4 +247,19 @@ impl Scheduler {
         self.dispatch_needed = true;
         Ok(())
     }
+}
+
+/// What [`Scheduler::record_done`] journals.
+struct Done<'a> {
+    status: DoneStatus,
+    /// Exit code (128 + signal), if it ran.
+    returncode: Option<i32>,
+    /// Peak MiB per GPU index.
+    peaks: &'a BTreeMap<u32, Option<u64>>,
+    /// Mean utilization, percent.
+    avg_util: Option<f64>,
+    /// Run time (seconds).
+    duration_s: f64,
+    /// Slurm's final state (SPEC §15).
+    slurm_state: Option<&'a str>,
 }

@@ -23,8 +23,25 @@ impl Scheduler {
                 |k| self.journal.state(k),
                 |k| self.running.contains_key(k),
                 |k| self.jobs.deps_in_file.contains(k),
+                |k| self.running.get(k).is_some_and(|j| j.proc.holds_dependents()),
             ),
         }
+    }
+
+    /// The Slurm job ids of job `key`'s dependencies that run on the
+    /// cluster now, for its `--dependency=afterok` (SPEC §15); empty when
+    /// they are all done (always, for local jobs).
+    pub(in crate::scheduler) fn submitted_dependencies(&self, key: &str) -> Vec<u64> {
+        self.jobs
+            .after
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|dep| match &self.journal.state(dep)?.phase {
+                Phase::Started(info) => info.slurm_job_id,
+                _ => None,
+            })
+            .collect()
     }
 
     /// Ends pending jobs whose dependency failed.

@@ -102,6 +102,9 @@ impl Scheduler {
         if self.mode != Mode::Scheduling || self.gpu.snapshot.is_none() {
             return Ok(());
         }
+        if !self.launcher.places_jobs() {
+            return self.submit_ready();
+        }
         let mut loads = self.gpu_loads();
         let now = Instant::now();
         let reservation_due = self.blocked_first.as_ref().is_some_and(|(_, since)| {
@@ -145,12 +148,7 @@ impl Scheduler {
             return self.dispatch_appended(from, loads);
         }
         if self.control.paused {
-            let reasons = self
-                .pending()
-                .take(crate::view::status::JSON_LIST_LIMIT)
-                .map(|(index, _)| (self.jobs.specs[index].key.clone(), WaitReason::Paused))
-                .collect();
-            self.set_wait_reasons(reasons);
+            self.wait_paused();
             return Ok(());
         }
         let (indices, requests, held) = self.ready_requests();
@@ -193,6 +191,17 @@ impl Scheduler {
             }
         }
         self.commit_round(launches)
+    }
+
+    /// While the queue is paused (`gpusched pause`, SPEC §12), the first
+    /// pending jobs wait for that reason.
+    pub(in crate::scheduler) fn wait_paused(&mut self) {
+        let reasons = self
+            .pending()
+            .take(crate::view::status::JSON_LIST_LIMIT)
+            .map(|(index, _)| (self.jobs.specs[index].key.clone(), WaitReason::Paused))
+            .collect();
+        self.set_wait_reasons(reasons);
     }
 
     /// Applies the placement of a job that does not wait: a start is
@@ -277,7 +286,7 @@ impl Scheduler {
     /// The pending jobs that may be placed, as indices into the specs with
     /// their requests; jobs still waiting for an `after=` dependency are
     /// held back, with their reason.
-    fn ready_requests(&self) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
+    pub(in crate::scheduler) fn ready_requests(&self) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
         let mut held: Vec<(String, WaitReason)> = Vec::new();
         let (indices, requests) = self
             .pending()
@@ -346,7 +355,7 @@ impl Scheduler {
     }
 
     /// Replaces the wait reasons, bumping their generation when they change.
-    fn set_wait_reasons(&mut self, reasons: HashMap<String, WaitReason>) {
+    pub(in crate::scheduler) fn set_wait_reasons(&mut self, reasons: HashMap<String, WaitReason>) {
         if reasons != self.wait_reasons {
             self.wait_reasons = reasons;
             self.reasons_generation += 1;

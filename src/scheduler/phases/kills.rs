@@ -17,8 +17,7 @@ impl Scheduler {
             let Some(kill) = &mut job.kill else {
                 continue;
             };
-            kill.termination.poll(now);
-            if job.proc.leader_gone() && kill.termination.group_gone(now) {
+            if kill.group_gone(now) && job.proc.leader_gone() {
                 ended.push(key.clone());
             }
         }

@@ -13,9 +13,10 @@ use crate::jobspec::JobSpec;
 use crate::journal::{Event, Record, now_ts};
 use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
-use crate::process::{self, GroupIdentity, supervisor};
+use crate::launcher::{Attempt, Starting};
+use crate::process::{self, Pgid};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Proc, Running, Usage};
+use crate::scheduler::state::{Running, Usage};
 use crate::view::report::{self, say, warn};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ pub(in crate::scheduler) struct Launch {
     vram_text: String,
     learned: Option<(String, Prediction)>,
     /// Taken by [`Scheduler::commit_launches`].
-    spawning: Option<supervisor::Spawning>,
+    spawning: Option<Starting>,
 }
 
 impl Scheduler {
@@ -72,23 +73,25 @@ impl Scheduler {
         );
         let log_offset = files::append_to(&log_path, header.as_bytes())
             .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
-        let exit_record = supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
+        let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
         let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
         let mut env = self.job_env(&spec, no, attempt, &gpus);
         if preempted {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
-        let spawning = match supervisor::start(&supervisor::Request {
-            command: &spec.command,
+        let spawning = match self.launcher.start(&Attempt {
+            spec: &spec,
+            attempt,
+            vram_mib: request.vram_mib,
             env,
             log: &log_path,
             record: &exit_record,
-            key: &spec.key,
-            attempt,
+            after: self.submitted_dependencies(&spec.key),
         }) {
             Ok(spawning) => spawning,
+            Err(e) if self.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
             Err(e) => {
-                warn(&format!("cannot start job {no}: {e}"));
+                warn(&format!("cannot start job {no}: {e:#}"));
                 self.record_unrun(&spec.key, DoneStatus::Failed)?;
                 return Ok(None);
             }
@@ -123,7 +126,7 @@ impl Scheduler {
             let Some(spawning) = launch.spawning.take() else {
                 continue;
             };
-            match spawning.hello() {
+            match spawning.ready() {
                 Ok(started) => ready.push((launch, started)),
                 Err(e) => {
                     warn(&format!("cannot start job {}: {e}", launch.no));
@@ -135,19 +138,23 @@ impl Scheduler {
         let ts = now_ts();
         let records: Vec<Record> = ready
             .iter()
-            .map(|(launch, started)| Record {
-                ts,
-                key: launch.spec.key.clone(),
-                event: Event::Started {
-                    pgid: started.pgid.0,
-                    gpus: launch.gpus.clone(),
-                    attempt: launch.attempt,
-                    vram_mib: launch.request.vram_mib,
-                    start_ticks: started.start_ticks,
-                    boot_id: boot_id.clone(),
-                    supervisor: started.supervisor_id,
-                    log_offset: Some(launch.log_offset),
-                },
+            .map(|(launch, started)| {
+                let handle = started.handle();
+                Record {
+                    ts,
+                    key: launch.spec.key.clone(),
+                    event: Event::Started {
+                        pgid: handle.pgid,
+                        gpus: launch.gpus.clone(),
+                        attempt: launch.attempt,
+                        vram_mib: launch.request.vram_mib,
+                        start_ticks: handle.start_ticks,
+                        boot_id: handle.slurm_job_id.is_none().then(|| boot_id.clone()).flatten(),
+                        supervisor: handle.supervisor,
+                        log_offset: Some(launch.log_offset),
+                        slurm_job_id: handle.slurm_job_id,
+                    },
+                }
             })
             .collect();
         if let Err(e) = self.journal.append_all(&records) {
@@ -156,23 +163,29 @@ impl Scheduler {
             }
             return Err(e);
         }
+        let mut to_release = Vec::new();
         for (launch, mut started_job) in ready {
             let started = Instant::now();
-            if let Err(e) = started_job.release() {
-                warn(&format!(
+            match started_job.release() {
+                Ok(id) => to_release.extend(id),
+                Err(e) => warn(&format!(
                     "job {}'s supervisor is gone before the start: {e}",
                     launch.no
-                ));
+                )),
             }
             self.dispatched_this_run += 1;
             if let Some((family, p)) = &launch.learned {
                 let entry = self.learned.this_run.entry(family.clone()).or_default();
                 entry.0 = entry.0.max(p.mib);
             }
+            let handle = started_job.handle();
+            let place = match handle.slurm_job_id {
+                Some(id) => format!("submitted to Slurm as job {id}"),
+                None => format!("started on GPU {}", report::gpu_ids(&launch.gpus, ",")),
+            };
             say(&format!(
-                "▶ job {} started on GPU {} ({}/{} dispatched, {}{}): {}",
+                "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
                 launch.no,
-                report::gpu_ids(&launch.gpus, ","),
                 launch.dispatched,
                 self.jobs.specs.len(),
                 launch.vram_text,
@@ -183,11 +196,9 @@ impl Scheduler {
                 },
                 launch.spec.command
             ));
-            let identity = GroupIdentity {
-                pgid: started_job.pgid,
-                start_ticks: started_job.start_ticks,
-                boot_id: boot_id.clone(),
-            };
+            let pgid = Pgid(handle.pgid);
+            let proc = started_job.into_proc(boot_id.clone());
+            let timeout_s = launch.spec.timeout_s.filter(|_| !proc.times_itself_out());
             self.running.insert(
                 launch.spec.key.clone(),
                 Running {
@@ -196,20 +207,14 @@ impl Scheduler {
                     gpus: launch.gpus,
                     vram_mib: launch.request.vram_mib,
                     attempt: launch.attempt,
-                    pgid: identity.pgid,
+                    pgid,
                     started,
                     log_path: launch.log_path,
                     log_offset: launch.log_offset,
                     exit_record: launch.exit_record,
-                    proc: Proc::Supervised {
-                        supervisor: started_job.supervisor,
-                        identity,
-                        reaped: None,
-                    },
+                    proc,
                     usage: Usage::default(),
-                    timeout_at: launch
-                        .spec
-                        .timeout_s
+                    timeout_at: timeout_s
                         .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
                     kill: None,
                     progress: None,
@@ -217,6 +222,11 @@ impl Scheduler {
                     unrecorded: false,
                 },
             );
+        }
+        if let Err(e) = self.launcher.release_all(&to_release) {
+            warn(&format!(
+                "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
+            ));
         }
         Ok(())
     }
@@ -243,11 +253,16 @@ impl Scheduler {
                     .map(|g| g.uuid.clone())
             })
             .collect();
-        let mut env = vec![
-            (
+        let mut env = Vec::new();
+        // On a cluster the GPUs are Slurm's to pick (and its to announce).
+        if !gpus.is_empty() {
+            env.push((
                 "CUDA_VISIBLE_DEVICES".to_string(),
                 report::gpu_ids(gpus, ","),
-            ),
+            ));
+            env.push(("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")));
+        }
+        env.extend([
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
             ("GPUSCHED_JOB".to_string(), no.to_string()),
             ("GPUSCHED_KEY".to_string(), spec.key.clone()),
@@ -256,8 +271,7 @@ impl Scheduler {
                 "GPUSCHED_LOG_DIR".to_string(),
                 self.cfg.log_dir.display().to_string(),
             ),
-            ("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")),
-        ];
+        ]);
         if let Some(dir) = &self.sim_dir {
             env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
             // So that `gpusched simjob` in a job runs this very binary.

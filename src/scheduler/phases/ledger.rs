@@ -80,7 +80,9 @@ impl Scheduler {
         };
         let mut out = Vec::new();
         for job in self.running.values() {
-            let identity = job.identity();
+            let Some(identity) = job.identity() else {
+                continue;
+            };
             let Some(start_ticks) = identity.start_ticks else {
                 continue;
             };

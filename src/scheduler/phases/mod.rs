@@ -14,7 +14,8 @@
 //! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
 //!    §3), with [`reservations`] against starvation and [`preemption`]
 //!    for the first blocked job (SPEC §12), deciding and booking under the
-//!    [`ledger`]'s lock (SPEC §14).
+//!    [`ledger`]'s lock (SPEC §14); on a Slurm cluster [`submit`] hands
+//!    every ready job to Slurm instead (SPEC §15).
 //! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7),
 //!    and our bookings in the [`ledger`] (SPEC §14).
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
@@ -43,6 +44,7 @@ mod publish;
 mod requests;
 mod reservations;
 mod sampling;
+mod submit;
 mod timeouts;
 
 pub(in crate::scheduler) use jobs_file::hash_text;

@@ -9,6 +9,7 @@
 //! record) ends adopted attempts that finished.
 
 use crate::journal::{Event, KeyState, Phase, StartedInfo, now_ts};
+use crate::launcher::{ClusterJob, slurm};
 use crate::process::supervisor::{self, ExitRecord};
 use crate::process::{self, GroupIdentity, Pgid};
 use crate::scheduler::Scheduler;
@@ -34,6 +35,14 @@ impl Scheduler {
                 continue;
             };
             let running = self.adopted(&key, &state, info);
+            if let Some(id) = info.slurm_job_id {
+                say(&format!(
+                    "job {} was submitted to Slurm by a previous scheduler (Slurm job {id}); following it, not submitting it again",
+                    state.no
+                ));
+                self.running.insert(key, running);
+                continue;
+            }
             // Liveness first: a supervisor writes its record before it exits.
             let alive = adopted_alive(&running);
             if let Some(record) = ExitRecord::read(&running.exit_record) {
@@ -72,6 +81,56 @@ impl Scheduler {
         Ok(())
     }
 
+    /// On a cluster (SPEC §15 "Exactly once"): our Slurm jobs whose id
+    /// never reached the journal (a scheduler killed between `sbatch` and
+    /// its journal write leaves one, held) are found by their job name and
+    /// output path and taken as the job's attempt — journaled, then
+    /// released — instead of being submitted a second time.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn adopt_unjournaled_submissions(&mut self) -> anyhow::Result<()> {
+        let Some(found) = self.launcher.unjournaled(&self.cfg.log_dir) else {
+            return Ok(());
+        };
+        let mut release = Vec::new();
+        for job in found {
+            let key = &job.name[slurm::NAME_PREFIX.len()..];
+            let Some(state) = self.journal.state(key) else {
+                continue;
+            };
+            let (no, attempt) = (state.no, state.attempts + 1);
+            if !matches!(state.phase, Phase::Waiting) || self.jobs.spec(key).is_none() {
+                continue;
+            }
+            let gpus: Vec<u32> = Vec::new();
+            self.journal.append(
+                key,
+                Event::Started {
+                    pgid: 0,
+                    gpus,
+                    attempt,
+                    vram_mib: None,
+                    start_ticks: None,
+                    boot_id: None,
+                    supervisor: None,
+                    log_offset: None,
+                    slurm_job_id: Some(job.id),
+                },
+            )?;
+            say(&format!(
+                "job {no} was submitted to Slurm by a previous scheduler that did not journal it (Slurm job {}); taking it as attempt {attempt}, not submitting it again",
+                job.id
+            ));
+            if job.held() {
+                release.push(job.id);
+            }
+        }
+        if let Err(e) = self.launcher.release_all(&release) {
+            warn(&format!("cannot release Slurm job(s) {release:?}: {e:#}"));
+        }
+        Ok(())
+    }
+
     /// The running attempt for a job the journal says was started by a
     /// previous scheduler: its start time from the journal, its timeout
     /// counted from then.
@@ -84,9 +143,19 @@ impl Scheduler {
         let elapsed_s = (now_ts() - info.ts).max(0.0);
         let now = Instant::now();
         let spec = self.jobs.spec(key);
-        let timeout_at = spec.and_then(|s| s.timeout_s).and_then(|t| {
-            now.checked_add(Duration::try_from_secs_f64((t - elapsed_s).max(0.0)).ok()?)
-        });
+        let proc = match info.slurm_job_id {
+            Some(id) => Proc::Slurm(ClusterJob::new(id)),
+            None => Proc::Adopted {
+                identity: identity.clone(),
+                supervisor: info.supervisor,
+            },
+        };
+        let timeout_at = spec
+            .and_then(|s| s.timeout_s)
+            .filter(|_| !proc.times_itself_out())
+            .and_then(|t| {
+                now.checked_add(Duration::try_from_secs_f64((t - elapsed_s).max(0.0)).ok()?)
+            });
         Running {
             no: state.no,
             command: info
@@ -108,10 +177,7 @@ impl Scheduler {
                 .join(report::log_name(state.no, &info.gpus)),
             log_offset: info.log_offset.unwrap_or(0),
             exit_record: supervisor::record_path(&self.cfg.log_dir, key, state.attempts),
-            proc: Proc::Adopted {
-                identity,
-                supervisor: info.supervisor,
-            },
+            proc,
             usage: Usage::default(),
             timeout_at,
             kill: None,
@@ -149,5 +215,6 @@ fn adopted_alive(job: &Running) -> bool {
             supervisor,
         } => identity.is_alive() || supervisor.as_ref().is_some_and(process::is_running),
         Proc::Supervised { reaped, .. } => reaped.is_none(),
+        Proc::Slurm(job) => job.ending.is_none(),
     }
 }

@@ -1,0 +1,41 @@
+//! Phase 7 on a cluster (SPEC §15): Slurm places the jobs, so instead of
+//! [`super::dispatch`]'s placement every ready pending job is submitted,
+//! in file order — a job whose `after=` dependencies are submitted but not
+//! done goes with `--dependency=afterok` on them. Submissions pause after a
+//! failed `sbatch` (the job stays pending) and while the queue is paused.
+
+use crate::scheduler::Scheduler;
+use std::time::Instant;
+
+impl Scheduler {
+    /// Submits every ready pending job; records why the others wait.
+    ///
+    /// Errors: a job's log or the journal cannot be written.
+    pub(in crate::scheduler) fn submit_ready(&mut self) -> anyhow::Result<()> {
+        if self.control.paused {
+            self.wait_paused();
+            return Ok(());
+        }
+        if !self.launcher.may_start(Instant::now()) {
+            return Ok(());
+        }
+        let (indices, requests, held) = self.ready_requests();
+        self.set_wait_reasons(held.into_iter().collect());
+        let mut dispatched = self.jobs.specs.len() - requests.len();
+        self.pending_at_last_round = requests.len();
+        let mut launches = Vec::new();
+        for (index, request) in indices.into_iter().zip(requests) {
+            if !self.launcher.may_start(Instant::now()) {
+                break; // sbatch failed: the rest wait for the next poll
+            }
+            dispatched += 1;
+            self.pending_at_last_round -= 1;
+            let spec = self.jobs.specs[index].clone();
+            launches.extend(self.launch(spec, request, Vec::new(), dispatched)?);
+        }
+        if !launches.is_empty() {
+            self.commit_launches(launches)?;
+        }
+        Ok(())
+    }
+}

@@ -227,7 +227,12 @@ pub struct SlurmArgs {
 
     /// An extra `sbatch` option for every job, e.g. --sbatch-arg=--account=lab
     /// (repeat for several).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true, requires = "slurm")]
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        requires = "slurm"
+    )]
     pub sbatch_arg: Vec<String>,
 }
 

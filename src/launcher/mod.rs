@@ -263,9 +263,7 @@ impl Launcher {
             }
         }
         if let Err(e) = cluster.slurm.release(&held) {
-            crate::view::report::warn(&format!(
-                "cannot release held Slurm job(s) {held:?}: {e:#}"
-            ));
+            crate::view::report::warn(&format!("cannot release held Slurm job(s) {held:?}: {e:#}"));
         }
         true
     }
@@ -352,9 +350,7 @@ impl Ready {
             Ready::Local(started) => started.abandon(),
             Ready::Slurm(id) => {
                 if let Err(e) = slurm::cancel(id) {
-                    crate::view::report::warn(&format!(
-                        "cannot cancel held Slurm job {id}: {e:#}"
-                    ));
+                    crate::view::report::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
                 }
             }
         }

@@ -97,7 +97,14 @@ pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
     }
     // A requeued job starts again from the top: only for jobs that say
     // they can take it (exactly once otherwise, SPEC §11).
-    args.push(if sub.preemptible { "--requeue" } else { "--no-requeue" }.to_string());
+    args.push(
+        if sub.preemptible {
+            "--requeue"
+        } else {
+            "--no-requeue"
+        }
+        .to_string(),
+    );
     args.extend(opts.sbatch_args.iter().cloned());
     args
 }
@@ -251,10 +258,12 @@ impl Slurm {
     /// Errors: [`Error::Usage`] (exit 2) naming the command that failed and
     /// its message.
     pub fn connect(options: SlurmOptions, workdir: PathBuf) -> anyhow::Result<Slurm> {
-        for args in [&["sbatch", "--version"][..], &["squeue", "--me", "-h", "-o", "%i"]] {
-            run(args, None).map_err(|e| {
-                Error::Usage(format!("--slurm: `{}` failed: {e}", args.join(" ")))
-            })?;
+        for args in [
+            &["sbatch", "--version"][..],
+            &["squeue", "--me", "-h", "-o", "%i"],
+        ] {
+            run(args, None)
+                .map_err(|e| Error::Usage(format!("--slurm: `{}` failed: {e}", args.join(" "))))?;
         }
         Ok(Slurm { options, workdir })
     }
@@ -321,7 +330,9 @@ impl Slurm {
         )?;
         Ok(parse_squeue(&out)
             .into_iter()
-            .filter(|j| j.name.starts_with(NAME_PREFIX) && Path::new(&j.stdout).starts_with(log_dir))
+            .filter(|j| {
+                j.name.starts_with(NAME_PREFIX) && Path::new(&j.stdout).starts_with(log_dir)
+            })
             .collect())
     }
 }
@@ -473,12 +484,26 @@ mod tests {
             reason: "None".into(),
             ..jobs[0].clone()
         };
-        assert_eq!(ending(&with("COMPLETED", 0)), Some(Ending::Exit(Exit::Code(0))));
-        assert_eq!(ending(&with("FAILED", 9)), Some(Ending::Exit(Exit::Signal(9))));
+        assert_eq!(
+            ending(&with("COMPLETED", 0)),
+            Some(Ending::Exit(Exit::Code(0)))
+        );
+        assert_eq!(
+            ending(&with("FAILED", 9)),
+            Some(Ending::Exit(Exit::Signal(9)))
+        );
         assert_eq!(ending(&with("TIMEOUT", 15)), Some(Ending::Timeout));
         assert_eq!(ending(&with("CANCELLED", 15)), Some(Ending::Cancelled));
-        assert!(matches!(ending(&with("NODE_FAIL", 0)), Some(Ending::Failed(w)) if w.contains("NODE_FAIL")));
-        for live in ["RUNNING", "COMPLETING", "REQUEUED", "CONFIGURING", "SUSPENDED"] {
+        assert!(
+            matches!(ending(&with("NODE_FAIL", 0)), Some(Ending::Failed(w)) if w.contains("NODE_FAIL"))
+        );
+        for live in [
+            "RUNNING",
+            "COMPLETING",
+            "REQUEUED",
+            "CONFIGURING",
+            "SUSPENDED",
+        ] {
             assert_eq!(ending(&with(live, 0)), None, "{live}");
         }
     }

@@ -326,13 +326,22 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
         } => {
             let unit = if gpus.len() > 1 { "MiB/GPU" } else { "MiB" };
             let declared = vram_mib.map_or(String::new(), |v| format!(" of {v}"));
-            let details = format!(
-                "GPU {:<5} {:>6}  {}{declared} {unit}, peak {}",
-                gpu_ids(gpus, ","),
-                human_duration(*elapsed_s),
-                mib_or_na(*current_mib),
-                mib_or_na(*peak_mib),
-            );
+            let details = if gpus.is_empty() {
+                // On a Slurm cluster: where and how much is Slurm's to know.
+                format!(
+                    "Slurm     {:>6}  {}",
+                    human_duration(*elapsed_s),
+                    vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB declared")),
+                )
+            } else {
+                format!(
+                    "GPU {:<5} {:>6}  {}{declared} {unit}, peak {}",
+                    gpu_ids(gpus, ","),
+                    human_duration(*elapsed_s),
+                    mib_or_na(*current_mib),
+                    mib_or_na(*peak_mib),
+                )
+            };
             let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
             let mut line = fit_line(&prefix, &row.command, width);
             // Notes (adopted, stopping, progress) go on a line of their own.

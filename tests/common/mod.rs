@@ -269,8 +269,13 @@ impl Sched {
     }
 
     /// Waits for the scheduler to exit (panics past the deadline, killing it).
-    pub fn finish(mut self) -> Output {
-        let deadline = Instant::now() + DEADLINE * 2;
+    pub fn finish(self) -> Output {
+        self.finish_within(DEADLINE * 2)
+    }
+
+    /// [`Sched::finish`] with a deadline of `limit`.
+    pub fn finish_within(mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;

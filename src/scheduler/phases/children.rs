@@ -1,8 +1,7 @@
 //! Phase 2, children: asks the launcher for the state of a cluster's jobs
 //! ([`crate::launcher::Launcher::poll`]), and reaps supervisors of our
-//! local jobs that exited (a
-//! supervisor exits right after the job's shell, once it has written the
-//! exit record). A job not being killed ends at once; one being killed ends
+//! local jobs that exited (a supervisor exits right after the job's shell,
+//! once it has written the exit record). A job not being killed ends at once; one being killed ends
 //! in [`super::kills`] once its whole group is gone. A supervisor that died
 //! while its job still runs hands the job over to adoption, so the job is
 //! never taken for ended while it may run.

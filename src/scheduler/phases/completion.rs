@@ -4,8 +4,8 @@
 
 use crate::files;
 use crate::journal::Event;
-use crate::model::DoneStatus;
 use crate::launcher::EndFacts;
+use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
 use crate::scheduler::Scheduler;
@@ -223,9 +223,7 @@ impl Scheduler {
     /// Journals `done` for job `key` and counts it for this run.
     fn record_done(&mut self, key: &str, done: Done) -> anyhow::Result<()> {
         let Done {
-            status,
-            returncode,
-            ..
+            status, returncode, ..
         } = done;
         self.journal.append(
             key,

@@ -23,7 +23,11 @@ impl Scheduler {
                 |k| self.journal.state(k),
                 |k| self.running.contains_key(k),
                 |k| self.jobs.deps_in_file.contains(k),
-                |k| self.running.get(k).is_some_and(|j| j.proc.holds_dependents()),
+                |k| {
+                    self.running
+                        .get(k)
+                        .is_some_and(|j| j.proc.holds_dependents())
+                },
             ),
         }
     }

@@ -152,6 +152,7 @@ impl Scheduler {
             return Ok(());
         }
         let (indices, requests, held) = self.ready_requests();
+        let held_back = held.len();
         if requests.is_empty() {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
@@ -182,7 +183,7 @@ impl Scheduler {
             held,
         );
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - requests.len();
+        let mut dispatched = self.jobs.specs.len() - requests.len() - held_back;
         self.pending_at_last_round = requests.len();
         let mut launches = Vec::new();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
@@ -286,7 +287,9 @@ impl Scheduler {
     /// The pending jobs that may be placed, as indices into the specs with
     /// their requests; jobs still waiting for an `after=` dependency are
     /// held back, with their reason.
-    pub(in crate::scheduler) fn ready_requests(&self) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
+    pub(in crate::scheduler) fn ready_requests(
+        &self,
+    ) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
         let mut held: Vec<(String, WaitReason)> = Vec::new();
         let (indices, requests) = self
             .pending()

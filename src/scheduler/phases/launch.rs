@@ -11,9 +11,9 @@ use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
 use crate::journal::{Event, Record, now_ts};
+use crate::launcher::{Attempt, Starting};
 use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
-use crate::launcher::{Attempt, Starting};
 use crate::process::{self, Pgid};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Running, Usage};
@@ -66,8 +66,12 @@ impl Scheduler {
             (None, None) => "undeclared".to_string(),
         };
         let header = format!(
-            "==== gpusched: job {no} attempt {attempt} on GPU {} at {} ({vram_text}): {}\n",
-            report::gpu_ids(&gpus, ","),
+            "==== gpusched: job {no} attempt {attempt} {} at {} ({vram_text}): {}\n",
+            if gpus.is_empty() {
+                "submitted to Slurm".to_string()
+            } else {
+                format!("on GPU {}", report::gpu_ids(&gpus, ","))
+            },
             report::date_time(now_ts()),
             spec.command
         );
@@ -149,7 +153,11 @@ impl Scheduler {
                         attempt: launch.attempt,
                         vram_mib: launch.request.vram_mib,
                         start_ticks: handle.start_ticks,
-                        boot_id: handle.slurm_job_id.is_none().then(|| boot_id.clone()).flatten(),
+                        boot_id: handle
+                            .slurm_job_id
+                            .is_none()
+                            .then(|| boot_id.clone())
+                            .flatten(),
                         supervisor: handle.supervisor,
                         log_offset: Some(launch.log_offset),
                         slurm_job_id: handle.slurm_job_id,

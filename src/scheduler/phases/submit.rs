@@ -20,8 +20,9 @@ impl Scheduler {
             return Ok(());
         }
         let (indices, requests, held) = self.ready_requests();
+        // Jobs of the file that are running or done, for "n/N dispatched".
+        let mut dispatched = self.jobs.specs.len() - requests.len() - held.len();
         self.set_wait_reasons(held.into_iter().collect());
-        let mut dispatched = self.jobs.specs.len() - requests.len();
         self.pending_at_last_round = requests.len();
         let mut launches = Vec::new();
         for (index, request) in indices.into_iter().zip(requests) {

@@ -1,0 +1,396 @@
+//! `--slurm` against a real Slurm cluster (SPEC §15): the one-node cluster
+//! of `scripts/slurm-test-cluster.sh` (4 GPUs of type `fake`, 16 shards of
+//! 4096 MiB). `.ci/run` starts it and sets GPUSCHED_SLURM_REQUIRED=1, so
+//! there a missing cluster fails these tests; elsewhere they say SKIPPED.
+
+mod common;
+
+use common::{Env, wait_for_within};
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+/// Slurm's pace (a poll a second, a scheduler cycle, a minute-rounded
+/// `--time`) on a loaded machine.
+const SLURM_DEADLINE: Duration = Duration::from_secs(150);
+
+/// Whether a cluster answers; says SKIPPED when not (and panics when the
+/// CI asked for one).
+fn cluster_up() -> bool {
+    let up = Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| ["idle", "mixed", "allocated"].contains(&l.trim()))
+        });
+    if !up {
+        assert!(
+            std::env::var_os("GPUSCHED_SLURM_REQUIRED").is_none(),
+            "GPUSCHED_SLURM_REQUIRED is set but no Slurm cluster answers (scripts/slurm-test-cluster.sh up)"
+        );
+        eprintln!(
+            "SKIPPED: no Slurm cluster answers `sinfo`; start one as root with `scripts/slurm-test-cluster.sh up`"
+        );
+    }
+    up
+}
+
+/// The scheduler's options for the test cluster.
+const SLURM: [&str; 5] = ["--slurm", "--shard-mib", "4096", "--poll", "1"];
+
+/// Slurm's jobs named `gpusched-<key>` whose output goes to `env`'s log
+/// directory: (id, state).
+fn slurm_jobs_of(env: &Env, key: &str) -> Vec<(u64, String)> {
+    let out = Command::new("squeue")
+        .args(["-h", "--states=all", "-n", &format!("gpusched-{key}")])
+        .args(["-O", "JobID:|,State:|,StdOut:"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '|');
+            let id = f.next()?.trim().parse().ok()?;
+            let state = f.next()?.trim().to_string();
+            let stdout = f.next()?.trim();
+            stdout
+                .starts_with(env.logs.to_str().unwrap())
+                .then_some((id, state))
+        })
+        .collect()
+}
+
+/// What Slurm was asked for: the `TresPerNode=` of `scontrol show job`.
+fn tres_of(id: u64) -> String {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "-o", &id.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("TresPerNode="))
+        .unwrap_or_else(|| panic!("no TresPerNode for job {id}: {text}"))
+        .to_string()
+}
+
+/// The Slurm job ids journaled for job `no`, attempt by attempt.
+fn slurm_ids(env: &Env, no: u64) -> Vec<u64> {
+    env.job_events(no, "started")
+        .iter()
+        .map(|e| {
+            e["slurm_job_id"]
+                .as_u64()
+                .expect("started has slurm_job_id")
+        })
+        .collect()
+}
+
+fn last_done(env: &Env, no: u64) -> Value {
+    env.job_events(no, "done").pop().expect("done")
+}
+
+fn log_of(env: &Env, no: u64) -> String {
+    std::fs::read_to_string(env.logs.join(format!("job{no:03}.log"))).unwrap_or_default()
+}
+
+#[test]
+fn whole_gpu_multi_gpu_and_shard_jobs_see_their_devices_and_exit_codes_land() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new(
+        "[vram=6G] echo \"devices=$CUDA_VISIBLE_DEVICES job=$GPUSCHED_JOB\"\n\
+         [gpus=2] echo \"devices=$CUDA_VISIBLE_DEVICES\"\n\
+         echo \"devices=$CUDA_VISIBLE_DEVICES\"\n\
+         echo oops; exit 7\n",
+    );
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    assert_eq!(out.code, 7, "the one failed job's exit code: {out:?}");
+    for no in 1..=3 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "{out:?}");
+    }
+    let devices = |no| {
+        let log = log_of(&env, no);
+        let line = log
+            .lines()
+            .find_map(|l| l.strip_prefix("devices="))
+            .unwrap_or_else(|| panic!("no devices line in job {no}'s log: {log}"))
+            .to_string();
+        line.split_whitespace().next().unwrap_or("").to_string()
+    };
+    // One GPU for the shard job and the whole-GPU job, two for gpus=2.
+    assert_eq!(devices(1).split(',').count(), 1, "{}", devices(1));
+    assert!(
+        log_of(&env, 1).contains("job=1"),
+        "GPUSCHED_* reach the job"
+    );
+    assert_eq!(devices(2).split(',').count(), 2, "{}", devices(2));
+    assert_eq!(devices(3).split(',').count(), 1, "{}", devices(3));
+    // What was asked of Slurm: 6 GiB in 4 GiB shards → 2; gpus=2; a GPU.
+    assert_eq!(tres_of(slurm_ids(&env, 1)[0]), "gres:shard:2");
+    assert_eq!(tres_of(slurm_ids(&env, 2)[0]), "gres:gpu:2");
+    assert_eq!(tres_of(slurm_ids(&env, 3)[0]), "gres:gpu:1");
+    // The failure's exit code and Slurm's word are in the journal.
+    let done = last_done(&env, 4);
+    assert_eq!(done["status"], "failed");
+    assert_eq!(done["returncode"], 7);
+    assert_eq!(done["slurm_state"], "FAILED");
+    assert_eq!(last_done(&env, 1)["slurm_state"], "COMPLETED");
+    // Each job is one Slurm job, named by its key.
+    for no in 1..=4 {
+        let jobs = slurm_jobs_of(&env, &env.key_of(no));
+        assert_eq!(
+            jobs.iter().map(|j| j.0).collect::<Vec<_>>(),
+            slurm_ids(&env, no)
+        );
+    }
+}
+
+#[test]
+fn after_runs_in_order_and_a_failed_dependency_ends_dependency_failed() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new(
+        "[name=first vram=1G] sleep 2; date +%s%N > first.end\n\
+         [after=first vram=1G] date +%s%N > second.start\n\
+         [name=bad vram=1G] exit 3\n\
+         [after=bad vram=1G] touch never-runs\n",
+    );
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{out:?}");
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"), "{out:?}");
+    let read = |name: &str| -> u128 {
+        std::fs::read_to_string(env.path(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        read("first.end") <= read("second.start"),
+        "the dependent started before its dependency ended"
+    );
+    assert_eq!(env.status_of(3).as_deref(), Some("failed"));
+    assert_eq!(
+        env.status_of(4).as_deref(),
+        Some("dependency_failed"),
+        "{out:?}"
+    );
+    assert!(!env.path("never-runs").exists());
+}
+
+#[test]
+fn cancel_ends_a_running_job_through_scancel() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new("[vram=1G] echo running; sleep 300\n");
+    let sched = env.spawn(&SLURM);
+    wait_for_within("the job to run", SLURM_DEADLINE, &mut || {
+        log_of(&env, 1).contains("running")
+    });
+    let out = env.verb(&["cancel", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = sched.finish_within(SLURM_DEADLINE);
+    let done = last_done(&env, 1);
+    assert_eq!(done["status"], "cancelled", "{out:?}");
+    assert_eq!(done["slurm_state"], "CANCELLED");
+    assert!(done["duration_s"].as_f64().unwrap() < 120.0);
+    assert!(out.stdout.contains("stopping Slurm job"), "{}", out.stdout);
+    let id = slurm_ids(&env, 1)[0];
+    assert_eq!(
+        slurm_jobs_of(&env, &env.key_of(1)),
+        [(id, "CANCELLED".into())]
+    );
+}
+
+#[test]
+fn an_oom_in_the_log_resubmits_with_a_bigger_request() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new(
+        "[vram=4G retries=1] if [ \"$GPUSCHED_ATTEMPT\" = 1 ]; then echo 'torch.OutOfMemoryError: CUDA out of memory'; exit 1; fi; echo fine\n",
+    );
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{out:?}");
+    let oom = env.job_events(1, "oom");
+    assert_eq!(oom.len(), 1, "{out:?}");
+    assert_eq!(oom[0]["next_vram"], 5120);
+    let ids = slurm_ids(&env, 1);
+    assert_eq!(ids.len(), 2);
+    // 4096 MiB is one 4 GiB shard; 5120 MiB needs two.
+    assert_eq!(tres_of(ids[0]), "gres:shard:1");
+    assert_eq!(tres_of(ids[1]), "gres:shard:2");
+}
+
+#[test]
+fn a_scheduler_killed_mid_run_and_restarted_submits_nothing_twice() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new(
+        "[vram=1G] sleep 4; echo one\n\
+         [vram=1G] sleep 4; echo two\n\
+         [vram=1G] sleep 6; echo three\n\
+         [vram=1G] echo quick\n",
+    );
+    let sched = env.spawn(&SLURM);
+    wait_for_within("every job to be submitted", SLURM_DEADLINE, &mut || {
+        env.events("started").len() == 4
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish_within(SLURM_DEADLINE);
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("following it, not submitting it again"),
+        "{}",
+        out.stdout
+    );
+    for no in 1..=4 {
+        assert_eq!(
+            env.status_of(no).as_deref(),
+            Some("ok"),
+            "job {no}: {out:?}"
+        );
+        assert_eq!(slurm_ids(&env, no).len(), 1, "job {no} started twice");
+        let jobs = slurm_jobs_of(&env, &env.key_of(no));
+        assert_eq!(jobs.len(), 1, "job {no} submitted twice: {jobs:?}");
+        assert_eq!(jobs[0].1, "COMPLETED");
+    }
+    assert_eq!(env.events("done").len(), 4, "every outcome recorded once");
+}
+
+#[test]
+fn a_held_submission_missing_from_the_journal_is_taken_by_its_name() {
+    if !cluster_up() {
+        return;
+    }
+    // A first run, paused, records the job as seen and submits nothing.
+    let env = Env::new("[vram=1G] echo adopted\n");
+    assert!(env.verb(&["pause"]).status.success());
+    let sched = env.spawn(&SLURM);
+    env.wait_for("the job to be seen", || !env.events("seen").is_empty());
+    let _ = sched.stop();
+    assert!(env.events("started").is_empty());
+    // What a scheduler killed between sbatch and its journal write leaves:
+    // a held job named after the key, writing to the job's log.
+    let key = env.key_of(1);
+    let out = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--hold",
+            &format!("--job-name=gpusched-{key}"),
+        ])
+        .arg(format!(
+            "--output={}",
+            env.logs.join("job001.log").display()
+        ))
+        .arg("--gres=shard:1")
+        .arg("--wrap=echo adopted")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(env.verb(&["resume"]).status.success());
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{out:?}");
+    assert_eq!(
+        slurm_ids(&env, 1),
+        [id],
+        "the held job was taken, not a new one"
+    );
+    assert_eq!(slurm_jobs_of(&env, &key).len(), 1);
+    assert!(log_of(&env, 1).contains("adopted"));
+}
+
+#[test]
+fn a_timeout_is_slurms_time_limit() {
+    if !cluster_up() {
+        return;
+    }
+    // Slurm counts whole minutes: timeout=5 becomes --time=1.
+    let env = Env::new("[vram=1G timeout=5] echo running; sleep 300\n");
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    let done = last_done(&env, 1);
+    assert_eq!(done["status"], "timeout", "{out:?}");
+    assert_eq!(done["slurm_state"], "TIMEOUT");
+    let run = done["duration_s"].as_f64().unwrap();
+    assert!((55.0..140.0).contains(&run), "ran {run}s");
+}
+
+#[test]
+fn slurm_missing_is_a_clear_error_at_start() {
+    let env = Env::new("echo hi\n");
+    let empty = tempfile::tempdir().unwrap();
+    let out = env
+        .command(&["--slurm"])
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sbatch --version") && err.contains("cannot run sbatch"),
+        "{err}"
+    );
+    assert!(env.events("started").is_empty());
+}
+
+#[test]
+fn export_prints_a_script_that_submits_in_order() {
+    let env = Env::new(
+        "[name=prep vram=6G] python prep.py\n\
+         [after=prep gpus=2 timeout=90 preemptible] python train.py --lr 0.1\n\
+         [cancel] echo skipped\n",
+    );
+    let out = Command::new(common::bin())
+        .args(["export", "--slurm", "jobs.txt", "--shard-mib", "4096"])
+        .args(["--sbatch-arg=--account=lab", "--log-dir", "logs"])
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
+    assert_eq!(lines.len(), 2, "{script}");
+    assert!(lines[0].starts_with("j1=$(sbatch --parsable"), "{script}");
+    assert!(lines[0].contains("--gres=shard:2"), "{script}");
+    assert!(lines[1].contains("--gres=gpu:2") && lines[1].contains("--time=2"));
+    assert!(lines[1].contains("--requeue") && lines[1].contains("--account=lab"));
+    assert!(lines[1].contains("--dependency=afterok:$j1"), "{script}");
+    assert!(script.contains("# job 3 carries `cancel`"), "{script}");
+    // Run it against a stand-in sbatch that records its arguments.
+    let bin = env.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("sbatch");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nn=$(($(cat n 2>/dev/null || echo 100) + 1)); echo $n > n\nprintf '%s\\n' \"$*\" >> calls\necho $n\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let run = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("PATH", path)
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let calls = std::fs::read_to_string(env.path("calls")).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls.len(), 2);
+    assert!(calls[1].contains("--dependency=afterok:101"), "{calls:?}");
+    assert!(
+        calls[1].contains("--wrap=python train.py --lr 0.1"),
+        "{calls:?}"
+    );
+}

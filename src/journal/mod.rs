@@ -230,7 +230,12 @@ pub struct KeyState {
 pub struct Journal {
     path: PathBuf,
     file: File,
-    states: FxHashMap<String, KeyState>,
+    /// Every key's state, by a dense id given in the order keys were
+    /// first seen (file order): scans over the queue read them in order
+    /// instead of hashing every key.
+    states: Vec<KeyState>,
+    /// Each key's id in `states`.
+    ids: FxHashMap<String, u32>,
     next_no: u32,
     generation: u64,
     /// The reservation in force (SPEC §12): the job's key and its GPUs.
@@ -362,7 +367,8 @@ impl Journal {
                 .read(true)
                 .open(path)
                 .map_err(|e| anyhow::anyhow!("cannot open journal {}: {e}", path.display()))?,
-            states: FxHashMap::default(),
+            states: Vec::new(),
+            ids: FxHashMap::default(),
             next_no: 1,
             generation: 0,
             reservation: None,
@@ -372,7 +378,7 @@ impl Journal {
         // Roughly one job per 300 bytes of journal: reserve so that growing
         // the map never moves every entry.
         let len = reader.metadata().map_or(0, |m| m.len());
-        journal.states.reserve((len / 300) as usize);
+        journal.reserve((len / 300) as usize);
         // A reader thread reads and parses while this one folds, in file
         // order: on a long journal each takes about half the work.
         let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Batch>>(4);
@@ -410,8 +416,7 @@ impl Journal {
         }
         // Orphans need their command; read back their `seen` lines only.
         let orphans: Vec<(String, u64)> = journal
-            .states
-            .iter()
+            .states()
             .filter(|(_, state)| matches!(state.phase, Phase::Started(_)))
             .map(|(key, state)| (key.clone(), state.seen_offset))
             .collect();
@@ -419,7 +424,7 @@ impl Journal {
             let command = read_line_at(&mut reader, offset)
                 .and_then(|line| serde_json::from_slice::<SeenCommand>(&line).ok())
                 .map(|seen| seen.command);
-            if let Some(Phase::Started(info)) = journal.states.get_mut(&key).map(|s| &mut s.phase) {
+            if let Some(Phase::Started(info)) = journal.state_mut(&key).map(|s| &mut s.phase) {
                 info.command = command;
             }
         }
@@ -430,11 +435,11 @@ impl Journal {
     fn fold_parsed(&mut self, key: String, ts: f64, step: Fold, offset: u64) {
         if let Fold::Seen { no } = step {
             self.next_no = self.next_no.max(no + 1);
-            self.states.entry(key).or_insert_with(|| {
+            if !self.ids.contains_key(&key) {
                 let mut state = KeyState::new(no, ts);
                 state.seen_offset = offset;
-                state
-            });
+                self.insert(key, state);
+            }
             return;
         }
         self.apply(&key, ts, step);
@@ -447,12 +452,40 @@ impl Journal {
 
     /// What the journal says about `key`, if it has seen it.
     pub fn state(&self, key: &str) -> Option<&KeyState> {
-        self.states.get(key)
+        self.ids.get(key).map(|&id| &self.states[id as usize])
+    }
+
+    /// The id of `key`'s state, if the journal has seen it: stable for the
+    /// journal's life (keys are never forgotten), for [`Journal::state_at`].
+    pub fn id_of(&self, key: &str) -> Option<u32> {
+        self.ids.get(key).copied()
+    }
+
+    /// The state with id `id` (from [`Journal::id_of`]).
+    ///
+    /// Panics: an id this journal did not give.
+    pub fn state_at(&self, id: u32) -> &KeyState {
+        &self.states[id as usize]
     }
 
     /// Every key the journal knows, with its state.
     pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
-        self.states.iter()
+        self.ids
+            .iter()
+            .map(|(key, &id)| (key, &self.states[id as usize]))
+    }
+
+    fn state_mut(&mut self, key: &str) -> Option<&mut KeyState> {
+        let id = *self.ids.get(key)?;
+        Some(&mut self.states[id as usize])
+    }
+
+    /// Adds a key never seen before; returns its state.
+    fn insert(&mut self, key: String, state: KeyState) -> &mut KeyState {
+        let id = u32::try_from(self.states.len()).expect("fewer than 2^32 jobs");
+        self.ids.insert(key, id);
+        self.states.push(state);
+        &mut self.states[id as usize]
     }
 
     /// Makes room for `additional` more jobs at once, so that recording a
@@ -460,6 +493,7 @@ impl Journal {
     /// (each step briefly holds the old and the new table).
     pub fn reserve(&mut self, additional: usize) {
         self.states.reserve(additional);
+        self.ids.reserve(additional);
     }
 
     /// Counts appends: equal generations mean no event was added in
@@ -590,8 +624,8 @@ impl Journal {
     fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
             self.next_no = self.next_no.max(no + 1);
-            if !self.states.contains_key(key) {
-                self.states.insert(key.to_string(), KeyState::new(no, ts));
+            if !self.ids.contains_key(key) {
+                self.insert(key.to_string(), KeyState::new(no, ts));
             }
             return;
         }
@@ -606,18 +640,18 @@ impl Journal {
             }
             _ => {}
         }
-        let state = match self.states.get_mut(key) {
-            Some(state) => state,
+        let id = match self.ids.get(key) {
+            Some(&id) => id as usize,
             None => {
                 // An event for a key never seen (a hand-edited journal): give
                 // it a number so it is still accounted for.
                 let no = self.next_no;
                 self.next_no += 1;
-                self.states
-                    .entry(key.to_string())
-                    .or_insert(KeyState::new(no, ts))
+                self.insert(key.to_string(), KeyState::new(no, ts));
+                self.states.len() - 1
             }
         };
+        let state = &mut self.states[id];
         match step {
             Fold::Seen { .. } => {}
             Fold::Started { attempt, info } => {

@@ -99,6 +99,7 @@ impl Scheduler {
                 by_key: Default::default(),
                 done_prefix: Default::default(),
                 appended_from: None,
+                state_ids: Vec::new(),
             },
             cfg,
             control,

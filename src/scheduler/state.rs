@@ -396,7 +396,14 @@ pub struct JobsFile {
     /// The first line appended since the last dispatch round, when only
     /// appends happened since (a round then places the new lines only).
     pub appended_from: Option<usize>,
+    /// Each spec's journal state id ([`crate::journal::Journal::id_of`]),
+    /// filled in on first use ([`NO_STATE`] until then): a scan of the
+    /// queue then reads the states in order instead of hashing every key.
+    pub state_ids: Vec<std::cell::Cell<u32>>,
 }
+
+/// A [`JobsFile::state_ids`] entry not looked up yet.
+pub const NO_STATE: u32 = u32::MAX;
 
 impl JobsFile {
     /// The line of job `key`, if it is in the file.
@@ -422,6 +429,7 @@ impl JobsFile {
             let index = self.specs.len() as u32;
             self.by_key.entry(key_hash(&spec.key)).or_insert(index);
             self.specs.push(spec);
+            self.state_ids.push(std::cell::Cell::new(NO_STATE));
         }
     }
 
@@ -432,6 +440,7 @@ impl JobsFile {
         for (i, spec) in specs.iter().enumerate() {
             self.by_key.entry(key_hash(&spec.key)).or_insert(i as u32);
         }
+        self.state_ids = vec![std::cell::Cell::new(NO_STATE); specs.len()];
         self.specs = specs;
         self.done_prefix.set(0);
         self.appended_from = None;

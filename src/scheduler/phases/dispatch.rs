@@ -72,13 +72,13 @@ impl Scheduler {
     fn pending_from(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
         // Skip the ended head of a long sweep once, not every round.
         let mut first = self.jobs.done_prefix.get();
-        while self.jobs.specs.get(first).is_some_and(|s| {
-            !self.running.contains_key(&s.key)
-                && self
-                    .journal
-                    .state(&s.key)
-                    .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
-        }) {
+        // A job whose outcome is journaled is not running (an attempt
+        // leaves `running` before its outcome is journaled).
+        while first < self.jobs.specs.len()
+            && self
+                .state_of_spec(first)
+                .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
+        {
             first += 1;
         }
         self.jobs.done_prefix.set(first);
@@ -88,11 +88,28 @@ impl Scheduler {
             .enumerate()
             .map(move |(i, spec)| (i + first, spec))
             .filter_map(|(index, spec)| {
-                let state = self.journal.state(&spec.key);
-                let request =
-                    queue::pending_request(spec, state, self.running.contains_key(&spec.key))?;
+                let state = self.state_of_spec(index);
+                // Likewise a waiting job is never running: no lookup of
+                // every pending key in `running`.
+                let request = queue::pending_request(spec, state, false)?;
+                debug_assert!(!self.running.contains_key(&spec.key));
                 Some((index, self.with_learned(spec, state, request)))
             })
+    }
+
+    /// The journal's state of the job on line `index` of the specs,
+    /// through its cached state id.
+    fn state_of_spec(&self, index: usize) -> Option<&crate::journal::KeyState> {
+        let cell = &self.jobs.state_ids[index];
+        let id = match cell.get() {
+            crate::scheduler::state::NO_STATE => {
+                let id = self.journal.id_of(&self.jobs.specs[index].key)?;
+                cell.set(id);
+                id
+            }
+            id => id,
+        };
+        Some(self.journal.state_at(id))
     }
 
     /// Places pending jobs and starts those that fit; ends infeasible ones.

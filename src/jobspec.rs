@@ -147,25 +147,27 @@ pub fn normalise_command(command: &str) -> String {
 /// The per-command part of the identity key: the first 12 hex digits of
 /// SHA-256 of the normalised command ([`normalise_command`]).
 pub fn command_hash(command: &str) -> String {
-    hash_hex(&normalise_command(command))
+    format!("{:012x}", hash48(&normalise_command(command)))
 }
 
 /// The per-command part of a key under the older rule: SHA-256 of the
 /// trimmed text only.
 pub fn legacy_command_hash(command: &str) -> String {
-    hash_hex(command.trim())
+    format!("{:012x}", hash48(command.trim()))
 }
 
-/// The first 12 hex digits of SHA-256 of `text`.
-fn hash_hex(text: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+/// The first 48 bits of SHA-256 of `text`: the number a key's 12 hex
+/// digits spell (occurrences are counted by it, without a string each).
+fn hash48(text: &str) -> u64 {
     let digest = Sha256::digest(text.as_bytes());
-    let mut hex = String::with_capacity(16);
-    for byte in digest.iter().take(6) {
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 15)]));
-    }
-    hex
+    digest[..6]
+        .iter()
+        .fold(0, |acc, byte| (acc << 8) | u64::from(*byte))
+}
+
+/// The hash part of a key (its first 12 hex digits) as a number.
+fn key_hash48(key: &str) -> Option<u64> {
+    u64::from_str_radix(key.get(..12)?, 16).ok()
 }
 
 /// The jobs file's bytes as text. A line that is not valid UTF-8 is an
@@ -205,8 +207,8 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
 pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
-    let mut occurrences: FxHashMap<String, u32> = FxHashMap::default();
-    let mut legacy_occurrences: FxHashMap<String, u32> = FxHashMap::default();
+    let mut occurrences: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut legacy_occurrences: FxHashMap<u64, u32> = FxHashMap::default();
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
     for (index, raw) in text.lines().enumerate() {
         let parsed = match parse_line(raw, index + 1) {
@@ -258,24 +260,28 @@ fn claim_name(
 /// `occurrences` and `legacy_occurrences` (by command hash).
 fn keys_of(
     command: &str,
-    occurrences: &mut FxHashMap<String, u32>,
-    legacy_occurrences: &mut FxHashMap<String, u32>,
+    occurrences: &mut FxHashMap<u64, u32>,
+    legacy_occurrences: &mut FxHashMap<u64, u32>,
 ) -> (String, Option<String>) {
     let normalised = normalise_command(command);
-    let hash = hash_hex(&normalised);
+    let hash = hash48(&normalised);
     // Most commands are already in normal form: one SHA-256, not two.
     let legacy_hash = if normalised == command.trim() {
-        hash.clone()
+        hash
     } else {
-        legacy_command_hash(command)
+        hash48(command.trim())
     };
-    let count = occurrences.entry(hash.clone()).or_insert(0);
-    let key = format!("{hash}#{count}");
-    *count += 1;
-    let legacy_count = legacy_occurrences.entry(legacy_hash.clone()).or_insert(0);
-    let legacy_key = format!("{legacy_hash}#{legacy_count}");
-    *legacy_count += 1;
-    (key.clone(), (legacy_key != key).then_some(legacy_key))
+    let bump = |counts: &mut FxHashMap<u64, u32>, hash| {
+        let count = counts.entry(hash).or_insert(0);
+        *count += 1;
+        *count - 1
+    };
+    let count = bump(occurrences, hash);
+    let legacy_count = bump(legacy_occurrences, legacy_hash);
+    let key = format!("{hash:012x}#{count}");
+    let legacy_key = ((legacy_hash, legacy_count) != (hash, count))
+        .then(|| format!("{legacy_hash:012x}#{legacy_count}"));
+    (key, legacy_key)
 }
 
 /// Parses lines appended to a jobs file whose earlier part parsed into
@@ -301,13 +307,13 @@ pub fn parse_appended(
         return Ok(Vec::new());
     }
     // Counts of the earlier lines, for the hashes the new lines use only.
-    let mut occurrences: FxHashMap<String, u32> = parsed
+    let mut occurrences: FxHashMap<u64, u32> = parsed
         .iter()
-        .map(|(s, _)| (command_hash(&s.command), 0))
+        .map(|(s, _)| (hash48(&normalise_command(&s.command)), 0))
         .collect();
-    let mut legacy_occurrences: FxHashMap<String, u32> = parsed
+    let mut legacy_occurrences: FxHashMap<u64, u32> = parsed
         .iter()
-        .map(|(s, _)| (legacy_command_hash(&s.command), 0))
+        .map(|(s, _)| (hash48(s.command.trim()), 0))
         .collect();
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
     let wanted_names: std::collections::HashSet<&str> = parsed
@@ -316,12 +322,11 @@ pub fn parse_appended(
         .collect();
     // A key is 12 hex digits, `#`, then the count.
     for spec in existing {
-        let hash = spec.key.get(..12).unwrap_or(&spec.key);
-        if let Some(count) = occurrences.get_mut(hash) {
+        if let Some(count) = key_hash48(&spec.key).and_then(|h| occurrences.get_mut(&h)) {
             *count += 1;
         }
         let legacy = spec.legacy_key.as_deref().unwrap_or(&spec.key);
-        if let Some(count) = legacy_occurrences.get_mut(legacy.get(..12).unwrap_or(legacy)) {
+        if let Some(count) = key_hash48(legacy).and_then(|h| legacy_occurrences.get_mut(&h)) {
             *count += 1;
         }
         if let Some(name) = spec.name.as_deref().filter(|n| wanted_names.contains(n)) {

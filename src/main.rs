@@ -6,12 +6,6 @@ use gpusched::commands::control;
 use gpusched::control::ControlChange;
 use std::io::Write;
 
-/// mimalloc instead of the system allocator: a million-line jobs file is
-/// millions of small strings and table entries, where glibc's malloc spent
-/// a third of the start-up consolidating and unlinking free chunks.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let mut argv = std::env::args_os();
     if argv.nth(1).is_some_and(|a| a == SUPERVISE) {

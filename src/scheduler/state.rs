@@ -422,6 +422,25 @@ impl JobsFile {
         }
     }
 
+    /// The journal's state of the job on line `index` of `specs`, through
+    /// its cached state id (no hashing of its key after the first use).
+    pub fn state_of<'j>(
+        &self,
+        index: usize,
+        journal: &'j crate::journal::Journal,
+    ) -> Option<&'j crate::journal::KeyState> {
+        let cell = &self.state_ids[index];
+        let id = match cell.get() {
+            NO_STATE => {
+                let id = journal.id_of(&self.specs[index].key)?;
+                cell.set(id);
+                id
+            }
+            id => id,
+        };
+        Some(journal.state_at(id))
+    }
+
     /// Adds lines appended to the file, extending the index.
     pub fn push_specs(&mut self, new: Vec<JobSpec>) {
         self.appended_from.get_or_insert(self.specs.len());

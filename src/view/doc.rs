@@ -107,12 +107,14 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
     };
     let mut last_finished = std::collections::VecDeque::new();
     for (index, spec) in input.jobs.specs.iter().enumerate() {
-        if input.running.contains_key(&spec.key) {
-            continue;
-        }
-        let Some(state) = input.journal.state(&spec.key) else {
+        let Some(state) = input.jobs.state_of(index, input.journal) else {
             continue;
         };
+        // Only a started job can be running (an attempt enters `running`
+        // after its `started` event): no lookup of every waiting key.
+        if matches!(state.phase, Phase::Started(_)) && input.running.contains_key(&spec.key) {
+            continue;
+        }
         let job_state = queue::job_state(state, false);
         if job_state.is_terminal() {
             if last_finished.len() == status::JSON_LIST_LIMIT {
@@ -127,7 +129,7 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
     }
     for index in last_finished {
         let spec = &input.jobs.specs[index];
-        if let Some(state) = input.journal.state(&spec.key) {
+        if let Some(state) = input.jobs.state_of(index, input.journal) {
             view.finished
                 .push(job_status(input, &spec.key, Some(spec), state));
         }

@@ -76,7 +76,8 @@ impl Scheduler {
         // leaves `running` before its outcome is journaled).
         while first < self.jobs.specs.len()
             && self
-                .state_of_spec(first)
+                .jobs
+                .state_of(first, &self.journal)
                 .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
         {
             first += 1;
@@ -88,28 +89,13 @@ impl Scheduler {
             .enumerate()
             .map(move |(i, spec)| (i + first, spec))
             .filter_map(|(index, spec)| {
-                let state = self.state_of_spec(index);
+                let state = self.jobs.state_of(index, &self.journal);
                 // Likewise a waiting job is never running: no lookup of
                 // every pending key in `running`.
                 let request = queue::pending_request(spec, state, false)?;
                 debug_assert!(!self.running.contains_key(&spec.key));
                 Some((index, self.with_learned(spec, state, request)))
             })
-    }
-
-    /// The journal's state of the job on line `index` of the specs,
-    /// through its cached state id.
-    fn state_of_spec(&self, index: usize) -> Option<&crate::journal::KeyState> {
-        let cell = &self.jobs.state_ids[index];
-        let id = match cell.get() {
-            crate::scheduler::state::NO_STATE => {
-                let id = self.journal.id_of(&self.jobs.specs[index].key)?;
-                cell.set(id);
-                id
-            }
-            id => id,
-        };
-        Some(self.journal.state_at(id))
     }
 
     /// Places pending jobs and starts those that fit; ends infeasible ones.

@@ -51,6 +51,9 @@ pub struct Cluster {
     pub submit_paused_until: Option<Instant>,
     /// The last `sbatch` failure warned about (each distinct one once).
     pub last_submit_error: Option<String>,
+    /// Set after a failed `sbatch`: it may have reached the controller
+    /// anyway, so our jobs are listed by name before the next submission.
+    pub recheck: bool,
 }
 
 /// One attempt to start.
@@ -175,7 +178,21 @@ impl Launcher {
             cluster.last_submit_error = Some(text);
         }
         cluster.submit_paused_until = Some(now + cluster.interval);
+        cluster.recheck = true;
         true
+    }
+
+    /// Whether a failed `sbatch` asks for our jobs to be listed by name
+    /// before the next submission.
+    pub fn recheck_due(&self) -> bool {
+        matches!(self, Launcher::Slurm(cluster) if cluster.recheck)
+    }
+
+    /// The listing after a failed `sbatch` was done.
+    pub fn recheck_done(&mut self) {
+        if let Launcher::Slurm(cluster) = self {
+            cluster.recheck = false;
+        }
     }
 
     /// The next moment a cluster is due to be asked, if any.
@@ -510,6 +527,7 @@ impl Cluster {
             failing: false,
             submit_paused_until: None,
             last_submit_error: None,
+            recheck: false,
         })
     }
 }

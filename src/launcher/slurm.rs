@@ -22,6 +22,7 @@ use crate::policy::outcome::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The prefix of every job name we submit; the rest is the job's key.
 pub const NAME_PREFIX: &str = "gpusched-";
@@ -350,8 +351,14 @@ fn run(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     run_with(Command::new(args[0]).args(&args[1..]), stdin)
 }
 
+/// How long one Slurm command may take. Slurm's clients retry on their
+/// own while the controller does not answer; the loop must not wait for
+/// that (a poll or a submission that times out is warned and tried again).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Runs `command`, feeding it `stdin`; its standard output, or an error
-/// with its first line of complaint.
+/// with its first line of complaint (or saying it timed out after
+/// [`COMMAND_TIMEOUT`], and was killed).
 fn run_with(command: &mut Command, stdin: Option<&str>) -> anyhow::Result<String> {
     let program = command.get_program().to_string_lossy().into_owned();
     let mut child = command
@@ -367,13 +374,40 @@ fn run_with(command: &mut Command, stdin: Option<&str>) -> anyhow::Result<String
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())?;
     }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    // Drained by threads, so a long answer never blocks the command.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "{program} did not answer within {} s (is the Slurm controller up?)",
+                COMMAND_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    if !status.success() {
         let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        anyhow::bail!("{program} exited with {}: {}", out.status, first.trim());
+        anyhow::bail!("{program} exited with {status}: {}", first.trim());
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -155,7 +155,8 @@ impl Scheduler {
         ));
         scheduler.cfg.place.drained_mask = scheduler.control.drained_mask();
         scheduler.report_control();
-        scheduler.adopt_unjournaled_submissions()?;
+        // Whatever it takes is followed by the orphans just below.
+        let _ = scheduler.adopt_unjournaled_submissions()?;
         scheduler.adopt_orphans()?;
         scheduler.report_resume();
         // The first round works from this snapshot rather than asking the

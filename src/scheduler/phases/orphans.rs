@@ -82,17 +82,22 @@ impl Scheduler {
     }
 
     /// On a cluster (SPEC §15 "Exactly once"): our Slurm jobs whose id
-    /// never reached the journal (a scheduler killed between `sbatch` and
-    /// its journal write leaves one, held) are found by their job name and
-    /// output path and taken as the job's attempt — journaled, then
-    /// released — instead of being submitted a second time.
+    /// never reached the journal are found by their job name and output
+    /// path and taken as the job's attempt — journaled, then released —
+    /// instead of being submitted a second time. A scheduler killed between
+    /// `sbatch` and its journal write leaves one (held), and so can an
+    /// `sbatch` that timed out after the controller took the job. Returns
+    /// the keys journaled, or `None` when Slurm could not be asked.
     ///
     /// Errors: the journal cannot be written.
-    pub(in crate::scheduler) fn adopt_unjournaled_submissions(&mut self) -> anyhow::Result<()> {
+    pub(in crate::scheduler) fn adopt_unjournaled_submissions(
+        &mut self,
+    ) -> anyhow::Result<Option<Vec<String>>> {
         let Some(found) = self.launcher.unjournaled(&self.cfg.log_dir) else {
-            return Ok(());
+            return Ok(None);
         };
         let mut release = Vec::new();
+        let mut taken = Vec::new();
         for job in found {
             let key = &job.name[slurm::NAME_PREFIX.len()..];
             let Some(state) = self.journal.state(key) else {
@@ -124,9 +129,33 @@ impl Scheduler {
             if job.held() {
                 release.push(job.id);
             }
+            taken.push(key.to_string());
         }
         if let Err(e) = self.launcher.release_all(&release) {
             warn(&format!("cannot release Slurm job(s) {release:?}: {e:#}"));
+        }
+        Ok(Some(taken))
+    }
+
+    /// During a run, after an `sbatch` failed: once Slurm answers, takes
+    /// any submission that reached the controller anyway, and follows it.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn recheck_submissions(&mut self) -> anyhow::Result<()> {
+        if !self.launcher.recheck_due() {
+            return Ok(());
+        }
+        let Some(taken) = self.adopt_unjournaled_submissions()? else {
+            return Ok(());
+        };
+        self.launcher.recheck_done();
+        for key in taken {
+            if let Some(state) = self.journal.state(&key).cloned()
+                && let Phase::Started(info) = &state.phase
+            {
+                let running = self.adopted(&key, &state, info);
+                self.running.insert(key, running);
+            }
         }
         Ok(())
     }

@@ -19,6 +19,7 @@ impl Scheduler {
         if !self.launcher.may_start(Instant::now()) {
             return Ok(());
         }
+        self.recheck_submissions()?;
         let (indices, requests, held) = self.ready_requests();
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.jobs.specs.len() - requests.len() - held.len();

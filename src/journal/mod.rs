@@ -526,12 +526,57 @@ impl Journal {
             serde_json::to_writer(&mut buf, record)?;
             buf.push(b'\n');
         }
+        self.write_batch(&buf)?;
+        for record in records {
+            self.fold(record);
+        }
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Appends `seen` events for new jobs (key, display number, command) at
+    /// `ts` with one write and one fsync, as [`Journal::append_all`] would,
+    /// without building a [`Record`] (and copying its strings) per job:
+    /// a million-line file is recorded at start.
+    ///
+    /// Errors: as for [`Journal::append_all`].
+    pub fn append_seen(&mut self, ts: f64, jobs: &[(&str, u32, &str)]) -> anyhow::Result<()> {
+        #[derive(Serialize)]
+        struct SeenLine<'a> {
+            ts: f64,
+            key: &'a str,
+            event: &'static str,
+            no: u32,
+            command: &'a str,
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(jobs.len() * 128);
+        for &(key, no, command) in jobs {
+            let line = SeenLine {
+                ts,
+                key,
+                event: "seen",
+                no,
+                command,
+            };
+            serde_json::to_writer(&mut buf, &line)?;
+            buf.push(b'\n');
+        }
+        self.write_batch(&buf)?;
+        for &(key, no, _) in jobs {
+            self.apply(key, ts, Fold::Seen { no });
+        }
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Writes whole lines and fsyncs them; on failure cuts off what part
+    /// of them was written.
+    fn write_batch(&mut self, buf: &[u8]) -> anyhow::Result<()> {
         let len_before = self.file.metadata().map(|m| m.len());
-        if let Err(e) = self
-            .file
-            .write_all(&buf)
-            .and_then(|_| self.file.sync_data())
-        {
+        if let Err(e) = self.file.write_all(buf).and_then(|_| self.file.sync_data()) {
             // A full disk may have taken part of the batch: cut it off, so
             // the next append starts on a line of its own.
             if let Ok(len) = len_before {
@@ -543,10 +588,6 @@ impl Journal {
             )
             .into());
         }
-        for record in records {
-            self.fold(record);
-        }
-        self.generation += 1;
         Ok(())
     }
 

@@ -277,3 +277,39 @@ fn long_journal_across_blocks_with_a_huge_line_and_a_torn_end() {
     }
     assert!(std::fs::read_to_string(&path).unwrap().ends_with("\"do\n"));
 }
+
+#[test]
+fn append_seen_writes_what_append_all_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    journal
+        .append_seen(12.5, &[("a#0", 1, "echo \"a\"\tb"), ("b#0", 2, "true")])
+        .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let records: Vec<Record> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        records,
+        [
+            Record {
+                ts: 12.5,
+                key: "a#0".into(),
+                event: seen(1, "echo \"a\"\tb"),
+            },
+            Record {
+                ts: 12.5,
+                key: "b#0".into(),
+                event: seen(2, "true"),
+            },
+        ]
+    );
+    assert_eq!(journal.state("b#0").map(|s| s.no), Some(2));
+    assert_eq!(journal.next_no(), 3);
+    drop(journal);
+    let (journal, replay) = Journal::open(&path).unwrap();
+    assert_eq!(replay.events, 2);
+    assert_eq!(journal.state("a#0").map(|s| s.seen_ts), Some(12.5));
+}

@@ -4,7 +4,7 @@
 //! that may have caught a save mid-write is believed only once it settled.
 
 use crate::jobspec::{self, JobSpec};
-use crate::journal::{Event, Record, now_ts};
+use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{FileStamp, Unsettled};
@@ -250,21 +250,14 @@ impl Scheduler {
         // In chunks, so that a file of a million new lines never holds a
         // million records in memory at once.
         for chunk in new.chunks(SEEN_BATCH) {
-            let seen: Vec<Record> = chunk
+            let seen: Vec<(&str, u32, &str)> = chunk
                 .iter()
                 .map(|s| {
                     next_no += 1;
-                    Record {
-                        ts,
-                        key: s.key.clone(),
-                        event: Event::Seen {
-                            no: next_no - 1,
-                            command: s.command.clone(),
-                        },
-                    }
+                    (s.key.as_str(), next_no - 1, s.command.as_str())
                 })
                 .collect();
-            self.journal.append_all(&seen)?;
+            self.journal.append_seen(ts, &seen)?;
         }
         Ok(())
     }

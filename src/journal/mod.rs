@@ -461,6 +461,11 @@ impl Journal {
         self.ids.get(key).copied()
     }
 
+    /// How many keys the journal knows; the next new key gets this id.
+    pub fn key_count(&self) -> u32 {
+        self.states.len() as u32
+    }
+
     /// The state with id `id` (from [`Journal::id_of`]).
     ///
     /// Panics: an id this journal did not give.

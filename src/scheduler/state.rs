@@ -441,25 +441,31 @@ impl JobsFile {
         Some(journal.state_at(id))
     }
 
-    /// Adds lines appended to the file, extending the index.
-    pub fn push_specs(&mut self, new: Vec<JobSpec>) {
+    /// Adds lines appended to the file, extending the index; `ids` are
+    /// their journal state ids ([`NO_STATE`] where unknown).
+    pub fn push_specs(&mut self, new: Vec<JobSpec>, ids: Vec<u32>) {
         self.appended_from.get_or_insert(self.specs.len());
+        let mut ids = ids.into_iter();
         for spec in new {
             let index = self.specs.len() as u32;
             self.by_key.entry(key_hash(&spec.key)).or_insert(index);
             self.specs.push(spec);
-            self.state_ids.push(std::cell::Cell::new(NO_STATE));
+            let id = ids.next().unwrap_or(NO_STATE);
+            self.state_ids.push(std::cell::Cell::new(id));
         }
     }
 
-    /// Replaces the specs and rebuilds the index.
-    pub fn set_specs(&mut self, specs: Vec<JobSpec>) {
+    /// Replaces the specs and rebuilds the index; `ids` are their journal
+    /// state ids ([`NO_STATE`] where unknown).
+    pub fn set_specs(&mut self, specs: Vec<JobSpec>, ids: Vec<u32>) {
         self.by_key.clear();
         self.by_key.reserve(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             self.by_key.entry(key_hash(&spec.key)).or_insert(i as u32);
         }
-        self.state_ids = vec![std::cell::Cell::new(NO_STATE); specs.len()];
+        self.state_ids = (0..specs.len())
+            .map(|i| std::cell::Cell::new(ids.get(i).copied().unwrap_or(NO_STATE)))
+            .collect();
         self.specs = specs;
         self.done_prefix.set(0);
         self.appended_from = None;

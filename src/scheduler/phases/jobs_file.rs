@@ -7,6 +7,7 @@ use crate::jobspec::{self, JobSpec};
 use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
+use crate::scheduler::state::NO_STATE;
 use crate::scheduler::state::{FileStamp, Unsettled};
 use crate::scheduler::wake::SETTLE;
 use crate::view::report::{say, warn};
@@ -124,9 +125,9 @@ impl Scheduler {
                 self.jobs.path.display()
             ));
         }
-        self.record_seen(&new)?;
+        let ids = self.record_seen(&new)?;
         self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
-        self.jobs.push_specs(new);
+        self.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
         let needed = self.dispatch_needed;
@@ -208,7 +209,7 @@ impl Scheduler {
         specs: Vec<JobSpec>,
         after: HashMap<String, Vec<String>>,
     ) -> anyhow::Result<()> {
-        self.record_seen(&specs)?;
+        let ids = self.record_seen(&specs)?;
         let deps: std::collections::HashSet<&String> = after.values().flatten().collect();
         self.jobs.deps_in_file = specs
             .iter()
@@ -216,7 +217,7 @@ impl Scheduler {
             .map(|s| s.key.clone())
             .collect();
         self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
-        self.jobs.set_specs(specs);
+        self.jobs.set_specs(specs, ids);
         self.jobs.after = after;
         self.queue_changed(text.len(), text_hash);
         Ok(())
@@ -236,17 +237,25 @@ impl Scheduler {
 
     /// Records first sight of the jobs of `specs` the journal does not
     /// know yet: one batch of `seen` events per [`SEEN_BATCH`] jobs, one
-    /// fsync each.
+    /// fsync each. Returns every spec's journal state id, in order (for
+    /// [`crate::scheduler::state::JobsFile::state_ids`]).
     ///
     /// Errors: the journal cannot be written.
-    fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<()> {
+    fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<Vec<u32>> {
         let mut next_no = self.journal.next_no();
         let ts = now_ts();
+        let mut ids: Vec<u32> = specs
+            .iter()
+            .map(|s| self.journal.id_of(&s.key).unwrap_or(NO_STATE))
+            .collect();
         let new: Vec<&JobSpec> = specs
             .iter()
-            .filter(|s| self.journal.state(&s.key).is_none())
+            .zip(&ids)
+            .filter(|(_, id)| **id == NO_STATE)
+            .map(|(s, _)| s)
             .collect();
         self.journal.reserve(new.len());
+        let first_id = self.journal.key_count();
         // In chunks, so that a file of a million new lines never holds a
         // million records in memory at once.
         for chunk in new.chunks(SEEN_BATCH) {
@@ -259,7 +268,17 @@ impl Scheduler {
                 .collect();
             self.journal.append_seen(ts, &seen)?;
         }
-        Ok(())
+        // The new keys got the next ids, in order (the keys of a file are
+        // distinct and were unknown to the journal).
+        let mut next_id = first_id;
+        for (id, spec) in ids.iter_mut().zip(specs) {
+            if *id == NO_STATE {
+                *id = next_id;
+                next_id += 1;
+                debug_assert_eq!(self.journal.id_of(&spec.key), Some(*id));
+            }
+        }
+        Ok(ids)
     }
 }
 

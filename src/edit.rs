@@ -226,7 +226,7 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
             })?;
             specs
                 .iter()
-                .find(|s| s.key == key || s.legacy_key.as_deref() == Some(key.as_str()))
+                .find(|s| s.key == key || s.legacy_key().map(String::as_str) == Some(key.as_str()))
                 .ok_or_else(|| {
                     Error::Usage(format!(
                         "job {no} ({key}) has no line in {} any more",
@@ -234,23 +234,16 @@ pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(S
                     ))
                 })?
         }
-        Target::Key(name)
-            if specs
-                .iter()
-                .any(|s| s.name.as_deref() == Some(name.as_str())) =>
-        {
-            specs
-                .iter()
-                .find(|s| s.name.as_deref() == Some(name.as_str()))
-                .expect("found above")
-        }
+        Target::Key(name) if specs.iter().any(|s| s.name() == Some(name.as_str())) => specs
+            .iter()
+            .find(|s| s.name() == Some(name.as_str()))
+            .expect("found above"),
         Target::Key(prefix) => {
             let matches: Vec<&JobSpec> = specs
                 .iter()
                 .filter(|s| {
                     s.key.starts_with(prefix.as_str())
-                        || s.legacy_key
-                            .as_deref()
+                        || s.legacy_key()
                             .is_some_and(|k| k.starts_with(prefix.as_str()))
                 })
                 .collect();

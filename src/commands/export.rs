@@ -64,7 +64,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             command: &spec.command,
             gpus: spec.gpus,
             vram_mib: spec.vram_mib,
-            timeout_s: spec.timeout_s,
+            timeout_s: spec.timeout_s(),
             preemptible: spec.preemptible,
             after: &[],
             log: &log,

@@ -198,11 +198,10 @@ impl JobIndex {
         {
             return Ok(job);
         }
-        if let Some(spec) = specs.iter().find(|s| s.name.as_deref() == Some(reference))
-            && let Some(job) = self
-                .jobs
-                .iter()
-                .find(|j| j.key == spec.key || spec.legacy_key.as_deref() == Some(j.key.as_str()))
+        if let Some(spec) = specs.iter().find(|s| s.name() == Some(reference))
+            && let Some(job) = self.jobs.iter().find(|j| {
+                j.key == spec.key || spec.legacy_key().map(String::as_str) == Some(j.key.as_str())
+            })
         {
             return Ok(job);
         }

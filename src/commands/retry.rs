@@ -61,7 +61,9 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
         }
         let spec = specs
             .iter()
-            .find(|s| s.key == job.key || s.legacy_key.as_deref() == Some(job.key.as_str()))
+            .find(|s| {
+                s.key == job.key || s.legacy_key().map(String::as_str) == Some(job.key.as_str())
+            })
             .ok_or_else(|| {
                 Error::Usage(format!(
                     "job {}'s line is no longer in {}: add it back (`{}`), then retry",

@@ -6,16 +6,15 @@
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
-/// One job as written in the jobs file.
+/// One job as written in the jobs file. The attributes most lines do not
+/// have live in [`Rare`], boxed, so a million-line sweep keeps about 90
+/// bytes per line here instead of over 200.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
     /// Identity key: 12 hex digits of SHA-256 of the normalised command
     /// ([`normalise_command`]), `#`, then the occurrence count of that
     /// normalised command earlier in the file (SPEC §1 "Identity").
     pub key: String,
-    /// The key under the older rule (trimmed text only), when it differs:
-    /// a journal written with that rule still knows the job by it.
-    pub legacy_key: Option<String>,
     /// 1-based line number in the jobs file.
     pub line: usize,
     /// The command, trimmed, run by `/bin/sh -c`.
@@ -24,13 +23,29 @@ pub struct JobSpec {
     pub vram_mib: Option<u64>,
     /// Number of distinct GPUs (`gpus=`), at least 1.
     pub gpus: u32,
+    /// The bare `cancel` flag (SPEC §6).
+    pub cancel: bool,
+    /// The bare `preemptible` flag: a blocked job above it in the file may
+    /// stop it and requeue it (SPEC §12).
+    pub preemptible: bool,
+    /// `vram=auto`: the declaration is learned from the family's history
+    /// (SPEC §17).
+    pub auto_vram: bool,
+    /// The rarer attributes; `None` when the line has none of them.
+    pub rare: Option<Box<Rare>>,
+}
+
+/// The attributes of a job line that most lines do not have.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Rare {
+    /// The key under the older rule (trimmed text only), when it differs:
+    /// a journal written with that rule still knows the job by it.
+    pub legacy_key: Option<String>,
     /// Wall-clock limit in seconds (`timeout=`), opt-in.
     pub timeout_s: Option<f64>,
     /// Automatic re-runs after a CUDA OOM (`retries=`); `None` means the
     /// scheduler's `--oom-retries` default applies.
     pub retries: Option<u32>,
-    /// The bare `cancel` flag (SPEC §6).
-    pub cancel: bool,
     /// `name=`: a name to refer to the job by (SPEC §12), unique in the
     /// file, of `[A-Za-z0-9_.-]`.
     pub name: Option<String>,
@@ -40,12 +55,6 @@ pub struct JobSpec {
     /// `after=REF,…`: jobs that must end `ok` before this one starts, as
     /// written (names, display numbers or key prefixes; SPEC §12).
     pub after: Vec<String>,
-    /// The bare `preemptible` flag: a blocked job above it in the file may
-    /// stop it and requeue it (SPEC §12).
-    pub preemptible: bool,
-    /// `vram=auto`: the declaration is learned from the family's history
-    /// (SPEC §17).
-    pub auto_vram: bool,
     /// `family=NAME`: the family it learns with, instead of its command's
     /// (SPEC §17).
     pub family: Option<String>,
@@ -57,21 +66,55 @@ impl JobSpec {
     pub fn new(line: usize, command: &str) -> JobSpec {
         JobSpec {
             key: String::new(),
-            legacy_key: None,
             line,
             command: command.to_string(),
             vram_mib: None,
             gpus: 1,
-            timeout_s: None,
-            retries: None,
             cancel: false,
-            name: None,
-            on_mask: None,
-            after: Vec::new(),
             preemptible: false,
             auto_vram: false,
-            family: None,
+            rare: None,
         }
+    }
+
+    /// The rarer attributes, created empty on first use (for the parser).
+    pub fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The key under the older rule, when it differs ([`Rare::legacy_key`]).
+    pub fn legacy_key(&self) -> Option<&String> {
+        self.rare.as_ref()?.legacy_key.as_ref()
+    }
+
+    /// `timeout=` in seconds ([`Rare::timeout_s`]).
+    pub fn timeout_s(&self) -> Option<f64> {
+        self.rare.as_ref()?.timeout_s
+    }
+
+    /// `retries=` ([`Rare::retries`]).
+    pub fn retries(&self) -> Option<u32> {
+        self.rare.as_ref()?.retries
+    }
+
+    /// `name=` ([`Rare::name`]).
+    pub fn name(&self) -> Option<&str> {
+        self.rare.as_ref()?.name.as_deref()
+    }
+
+    /// `on=` as a GPU bit mask ([`Rare::on_mask`]).
+    pub fn on_mask(&self) -> Option<u64> {
+        self.rare.as_ref()?.on_mask
+    }
+
+    /// `after=` references as written ([`Rare::after`]).
+    pub fn after(&self) -> &[String] {
+        self.rare.as_ref().map_or(&[], |r| &r.after)
+    }
+
+    /// `family=` ([`Rare::family`]).
+    pub fn family(&self) -> Option<&str> {
+        self.rare.as_ref()?.family.as_deref()
     }
 }
 
@@ -224,13 +267,18 @@ pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
             continue;
         }
         let (key, legacy_key) = keys_of(&parsed.command, &mut occurrences, &mut legacy_occurrences);
-        jobs.push(JobSpec {
-            key,
-            legacy_key,
-            ..parsed
-        });
+        jobs.push(with_keys(parsed, key, legacy_key));
     }
     (jobs, errors)
+}
+
+/// `spec` with its identity keys set.
+fn with_keys(mut spec: JobSpec, key: String, legacy_key: Option<String>) -> JobSpec {
+    spec.key = key;
+    if legacy_key.is_some() {
+        spec.rare_mut().legacy_key = legacy_key;
+    }
+    spec
 }
 
 /// Records `spec`'s `name=` as used on its line (`raw` is its text).
@@ -241,7 +289,7 @@ fn claim_name(
     spec: &JobSpec,
     raw: &str,
 ) -> Result<(), ParseError> {
-    let Some(name) = &spec.name else {
+    let Some(name) = spec.name() else {
         return Ok(());
     };
     if let Some(first) = names.get(name) {
@@ -251,7 +299,7 @@ fn claim_name(
             text: raw.trim().to_string(),
         });
     }
-    names.insert(name.clone(), spec.line);
+    names.insert(name.to_string(), spec.line);
     Ok(())
 }
 
@@ -316,20 +364,18 @@ pub fn parse_appended(
         .map(|(s, _)| (hash48(s.command.trim()), 0))
         .collect();
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
-    let wanted_names: std::collections::HashSet<&str> = parsed
-        .iter()
-        .filter_map(|(s, _)| s.name.as_deref())
-        .collect();
+    let wanted_names: std::collections::HashSet<&str> =
+        parsed.iter().filter_map(|(s, _)| s.name()).collect();
     // A key is 12 hex digits, `#`, then the count.
     for spec in existing {
         if let Some(count) = key_hash48(&spec.key).and_then(|h| occurrences.get_mut(&h)) {
             *count += 1;
         }
-        let legacy = spec.legacy_key.as_deref().unwrap_or(&spec.key);
+        let legacy = spec.legacy_key().unwrap_or(&spec.key);
         if let Some(count) = key_hash48(legacy).and_then(|h| legacy_occurrences.get_mut(&h)) {
             *count += 1;
         }
-        if let Some(name) = spec.name.as_deref().filter(|n| wanted_names.contains(n)) {
+        if let Some(name) = spec.name().filter(|n| wanted_names.contains(n)) {
             names.insert(name.to_string(), spec.line);
         }
     }
@@ -337,11 +383,7 @@ pub fn parse_appended(
     for (spec, raw) in parsed {
         claim_name(&mut names, &spec, raw)?;
         let (key, legacy_key) = keys_of(&spec.command, &mut occurrences, &mut legacy_occurrences);
-        jobs.push(JobSpec {
-            key,
-            legacy_key,
-            ..spec
-        });
+        jobs.push(with_keys(spec, key, legacy_key));
     }
     Ok(jobs)
 }
@@ -408,10 +450,10 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                     )
                 })?;
         }
-        "timeout" => spec.timeout_s = Some(parse_duration_s(&need(value)?)?),
+        "timeout" => spec.rare_mut().timeout_s = Some(parse_duration_s(&need(value)?)?),
         "retries" => {
             let v = need(value)?;
-            spec.retries =
+            spec.rare_mut().retries =
                 Some(v.parse::<u32>().map_err(|_| {
                     format!("bad retries value '{v}': expected a whole number ≥ 0")
                 })?);
@@ -438,7 +480,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                 }
                 mask |= 1u64 << index;
             }
-            spec.on_mask = Some(mask);
+            spec.rare_mut().on_mask = Some(mask);
         }
         "preemptible" => {
             if value.is_some() {
@@ -454,7 +496,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                     "bad after value '{v}': expected names, job numbers or key prefixes, like after=train,3"
                 ));
             }
-            spec.after = refs;
+            spec.rare_mut().after = refs;
         }
         "name" => {
             let v = need(value)?;
@@ -467,7 +509,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                     "bad name '{v}': use letters, digits, '_', '.' and '-' (not only digits)"
                 ));
             }
-            spec.name = Some(v);
+            spec.rare_mut().name = Some(v);
         }
         "family" => {
             let v = need(value)?;
@@ -480,7 +522,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                     "bad family '{v}': use up to 64 letters, digits, '_', '.' and '-'"
                 ));
             }
-            spec.family = Some(v);
+            spec.rare_mut().family = Some(v);
         }
         other => {
             return Err(format!(

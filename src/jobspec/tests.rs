@@ -24,8 +24,8 @@ fn plain_command_has_defaults() {
     assert_eq!(job.command, "python train.py --lr 3e-4");
     assert_eq!(job.vram_mib, None);
     assert_eq!(job.gpus, 1);
-    assert_eq!(job.timeout_s, None);
-    assert_eq!(job.retries, None);
+    assert_eq!(job.timeout_s(), None);
+    assert_eq!(job.retries(), None);
     assert!(!job.cancel);
 }
 
@@ -34,8 +34,8 @@ fn all_attributes() {
     let job = one("[vram=18G gpus=2 timeout=15m retries=3 cancel] python a.py");
     assert_eq!(job.vram_mib, Some(18 * 1024));
     assert_eq!(job.gpus, 2);
-    assert_eq!(job.timeout_s, Some(900.0));
-    assert_eq!(job.retries, Some(3));
+    assert_eq!(job.timeout_s(), Some(900.0));
+    assert_eq!(job.retries(), Some(3));
     assert!(job.cancel);
     assert_eq!(job.command, "python a.py");
 }
@@ -203,14 +203,14 @@ fn legacy_keys_name_the_older_rule_when_it_differs() {
     assert_eq!(jobs[0].key, format!("{new}#0"));
     assert_eq!(jobs[1].key, format!("{new}#1"));
     assert_eq!(
-        jobs[0].legacy_key,
+        jobs[0].legacy_key().cloned(),
         Some(format!("{}#0", legacy_command_hash("echo a # one")))
     );
     assert_eq!(
-        jobs[1].legacy_key,
+        jobs[1].legacy_key().cloned(),
         Some(format!("{}#0", legacy_command_hash("echo  a")))
     );
-    assert_eq!(jobs[2].legacy_key, None, "same under both rules");
+    assert_eq!(jobs[2].legacy_key().cloned(), None, "same under both rules");
 }
 
 #[test]
@@ -230,7 +230,7 @@ fn huge_numbers_are_parse_errors() {
         assert_eq!(e.text, line);
     }
     assert_eq!(one("[vram=1048576G] x").vram_mib, Some(MAX_VRAM_MIB));
-    assert_eq!(one("[timeout=3650d] x").timeout_s, Some(MAX_TIMEOUT_S));
+    assert_eq!(one("[timeout=3650d] x").timeout_s(), Some(MAX_TIMEOUT_S));
 }
 
 #[test]
@@ -244,9 +244,9 @@ fn non_utf8_names_the_line() {
 
 #[test]
 fn on_lists_gpus() {
-    assert_eq!(one("[on=0,2] x").on_mask, Some(0b101));
-    assert_eq!(one("[on=63] x").on_mask, Some(1 << 63));
-    assert_eq!(one("x").on_mask, None);
+    assert_eq!(one("[on=0,2] x").on_mask(), Some(0b101));
+    assert_eq!(one("[on=63] x").on_mask(), Some(1 << 63));
+    assert_eq!(one("x").on_mask(), None);
     for bad in [
         "[on=] x",
         "[on=64] x",
@@ -261,8 +261,8 @@ fn on_lists_gpus() {
 #[test]
 fn names_are_checked_and_unique() {
     let jobs = parse_jobs("[name=train-1.b] python t.py\n[vram=1G name=eval_2] e\n").unwrap();
-    assert_eq!(jobs[0].name.as_deref(), Some("train-1.b"));
-    assert_eq!(jobs[1].name.as_deref(), Some("eval_2"));
+    assert_eq!(jobs[0].name(), Some("train-1.b"));
+    assert_eq!(jobs[1].name(), Some("eval_2"));
     let e = error("[name=a] x\n\n[name=a] y\n");
     assert_eq!(e.line, 3);
     assert!(e.reason.contains("already used on line 1"), "{e}");
@@ -295,9 +295,9 @@ fn learned_declarations_and_families() {
     let job = one("[vram=auto family=bert-base] python t.py --seed 3");
     assert!(job.auto_vram);
     assert_eq!(job.vram_mib, None);
-    assert_eq!(job.family.as_deref(), Some("bert-base"));
+    assert_eq!(job.family(), Some("bert-base"));
     let plain = one("[vram=8G] python t.py");
-    assert!(!plain.auto_vram && plain.family.is_none());
+    assert!(!plain.auto_vram && plain.family().is_none());
     for bad in [
         "[family=a/b] x",
         "[family=] x",

@@ -130,7 +130,7 @@ impl Launcher {
                     command: &attempt.spec.command,
                     gpus: attempt.spec.gpus,
                     vram_mib: attempt.vram_mib,
-                    timeout_s: attempt.spec.timeout_s,
+                    timeout_s: attempt.spec.timeout_s(),
                     preemptible: attempt.spec.preemptible,
                     after: &attempt.after,
                     log: attempt.log,

@@ -24,14 +24,14 @@ pub fn resolve(
     known: &KnownJobs,
 ) -> Result<HashMap<String, Vec<String>>, ParseError> {
     let mut after: HashMap<String, Vec<String>> = HashMap::new();
-    for spec in specs.iter().filter(|s| !s.after.is_empty()) {
+    for spec in specs.iter().filter(|s| !s.after().is_empty()) {
         let error = |reason: String| ParseError {
             line: spec.line,
             reason,
-            text: format!("after={}", spec.after.join(",")),
+            text: format!("after={}", spec.after().join(",")),
         };
         let mut keys = Vec::new();
-        for reference in &spec.after {
+        for reference in spec.after() {
             let key = resolve_one(reference, specs, known).map_err(&error)?;
             if key == spec.key {
                 return Err(error(format!(
@@ -57,7 +57,7 @@ pub fn resolve(
                     .collect::<Vec<_>>()
                     .join(" → ")
             ),
-            text: format!("after={}", first.after.join(",")),
+            text: format!("after={}", first.after().join(",")),
         });
     }
     Ok(after)
@@ -65,7 +65,7 @@ pub fn resolve(
 
 /// One reference to a key.
 fn resolve_one(reference: &str, specs: &[JobSpec], known: &KnownJobs) -> Result<String, String> {
-    if let Some(spec) = specs.iter().find(|s| s.name.as_deref() == Some(reference)) {
+    if let Some(spec) = specs.iter().find(|s| s.name() == Some(reference)) {
         return Ok(spec.key.clone());
     }
     if let Ok(no) = reference.parse::<u32>() {
@@ -136,7 +136,9 @@ fn describe(key: &str, specs: &[JobSpec]) -> String {
         .iter()
         .find(|s| s.key == key)
         .map_or(key.to_string(), |s| {
-            s.name.clone().unwrap_or_else(|| s.command.clone())
+            s.name()
+                .map(str::to_string)
+                .unwrap_or_else(|| s.command.clone())
         })
 }
 

@@ -20,7 +20,7 @@ pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) 
     matches!(state.phase, Phase::Waiting).then(|| Request {
         vram_mib: spec.vram_mib.max(state.next_vram),
         gpus: spec.gpus,
-        on_mask: spec.on_mask,
+        on_mask: spec.on_mask(),
     })
 }
 

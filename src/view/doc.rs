@@ -175,7 +175,7 @@ pub fn job_status(
     } else if job.state.is_waiting() {
         job.reason = input.wait_reasons.get(key).map(ToString::to_string);
         if let Some(spec) = spec.filter(|s| input.cfg.is_auto(s)) {
-            let family = learned::family_of(&spec.command, spec.family.as_deref());
+            let family = learned::family_of(&spec.command, spec.family());
             let prediction = input
                 .learned
                 .families

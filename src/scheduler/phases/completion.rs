@@ -48,7 +48,7 @@ impl Scheduler {
             oom_retries_allowed: self
                 .jobs
                 .spec(key)
-                .and_then(|s| s.retries)
+                .and_then(|s| s.retries())
                 .unwrap_or(self.cfg.oom_retries),
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
@@ -135,7 +135,7 @@ impl Scheduler {
                 let allowed = self
                     .jobs
                     .spec(key)
-                    .and_then(|s| s.retries)
+                    .and_then(|s| s.retries())
                     .unwrap_or(self.cfg.oom_retries);
                 warn(&format!(
                     "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",

@@ -113,7 +113,7 @@ impl Scheduler {
         let Ok(mut new) = jobspec::parse_appended(&self.jobs.specs, first_line, tail) else {
             return Ok(false);
         };
-        if new.iter().any(|s| !s.after.is_empty()) || self.jobs.legacy_keys_in_use {
+        if new.iter().any(|s| !s.after().is_empty()) || self.jobs.legacy_keys_in_use {
             return Ok(false);
         }
         if self.resolve_after(&mut new).is_err() {
@@ -126,7 +126,7 @@ impl Scheduler {
             ));
         }
         let ids = self.record_seen(&new)?;
-        self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
+        self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key() == Some(&s.key));
         self.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
@@ -171,14 +171,14 @@ impl Scheduler {
         specs: &mut [JobSpec],
     ) -> Result<HashMap<String, Vec<String>>, jobspec::ParseError> {
         for spec in specs.iter_mut() {
-            if let Some(legacy) = &spec.legacy_key
+            if let Some(legacy) = spec.legacy_key().cloned()
                 && self.journal.state(&spec.key).is_none()
-                && self.journal.state(legacy).is_some()
+                && self.journal.state(&legacy).is_some()
             {
-                spec.key = legacy.clone();
+                spec.key = legacy;
             }
         }
-        if specs.iter().all(|s| s.after.is_empty()) {
+        if specs.iter().all(|s| s.after().is_empty()) {
             return Ok(HashMap::new());
         }
         // Numbers: the journal's, and those new lines are about to get.
@@ -216,7 +216,7 @@ impl Scheduler {
             .filter(|s| deps.contains(&s.key))
             .map(|s| s.key.clone())
             .collect();
-        self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key.as_ref() == Some(&s.key));
+        self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key() == Some(&s.key));
         self.jobs.set_specs(specs, ids);
         self.jobs.after = after;
         self.queue_changed(text.len(), text_hash);

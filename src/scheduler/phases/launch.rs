@@ -206,7 +206,7 @@ impl Scheduler {
             ));
             let pgid = Pgid(handle.pgid);
             let proc = started_job.into_proc(boot_id.clone());
-            let timeout_s = launch.spec.timeout_s.filter(|_| !proc.times_itself_out());
+            let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
             self.running.insert(
                 launch.spec.key.clone(),
                 Running {

@@ -19,7 +19,7 @@ impl Scheduler {
         if !self.cfg.is_auto(spec) {
             return None;
         }
-        let family = family_of(&spec.command, spec.family.as_deref());
+        let family = family_of(&spec.command, spec.family());
         let prediction = self
             .learned
             .families
@@ -64,7 +64,7 @@ impl Scheduler {
                 && done.status == DoneStatus::Ok
                 && let Some(peak) = done.peak_mib
             {
-                let family = family_of(&spec.command, spec.family.as_deref());
+                let family = family_of(&spec.command, spec.family());
                 let who = format!("{log_dir}:{}", spec.key);
                 self.learned.families.record_ok(&family, &who, peak);
             }
@@ -105,7 +105,7 @@ impl Scheduler {
         if !self.cfg.is_auto(spec) {
             return;
         }
-        let family = family_of(&spec.command, spec.family.as_deref());
+        let family = family_of(&spec.command, spec.family());
         self.learned.families.raise(&family, next, Raise::Oom);
         self.learned.generation += 1;
         self.dispatch_needed = true;
@@ -120,7 +120,7 @@ impl Scheduler {
         let Some(spec) = self.jobs.spec(key) else {
             return;
         };
-        let family = family_of(&spec.command, spec.family.as_deref());
+        let family = family_of(&spec.command, spec.family());
         let auto = self.cfg.is_auto(spec);
         let who = format!("{}:{key}", self.cfg.log_dir.display());
         self.learned.families.record_ok(&family, &who, peak);

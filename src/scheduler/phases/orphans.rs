@@ -180,7 +180,7 @@ impl Scheduler {
             },
         };
         let timeout_at = spec
-            .and_then(|s| s.timeout_s)
+            .and_then(|s| s.timeout_s())
             .filter(|_| !proc.times_itself_out())
             .and_then(|t| {
                 now.checked_add(Duration::try_from_secs_f64((t - elapsed_s).max(0.0)).ok()?)

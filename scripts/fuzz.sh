@@ -18,7 +18,14 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(jobs_file journal_replay)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 cd fuzz
-cargo fuzz build --sanitizer none >/dev/null 2>&1
+build_log="$(mktemp)"
+if ! cargo fuzz build --sanitizer none >"$build_log" 2>&1; then
+    echo "fuzz: the fuzz targets do not build:" >&2
+    tail -n 40 "$build_log" >&2
+    rm -f "$build_log"
+    exit 1
+fi
+rm -f "$build_log"
 status=0
 for target in "${targets[@]}"; do
     mkdir -p "corpus/$target" "artifacts/$target"

@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         if let Some(vram) = job.vram_mib {
             assert!((1..=gpusched::jobspec::MAX_VRAM_MIB).contains(&vram));
         }
-        if let Some(t) = job.timeout_s {
+        if let Some(t) = job.timeout_s() {
             assert!(t > 0.0 && t <= gpusched::jobspec::MAX_TIMEOUT_S);
         }
         // Normalising is idempotent, and a trailing comment added after a

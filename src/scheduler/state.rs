@@ -397,12 +397,14 @@ pub struct JobsFile {
     /// appends happened since (a round then places the new lines only).
     pub appended_from: Option<usize>,
     /// Each spec's journal state id ([`crate::journal::Journal::id_of`]),
-    /// filled in on first use ([`NO_STATE`] until then): a scan of the
-    /// queue then reads the states in order instead of hashing every key.
-    pub state_ids: Vec<std::cell::Cell<u32>>,
+    /// given with the specs (every line is journaled `seen` before it is
+    /// installed): a scan of the queue reads the states in order instead of
+    /// hashing every key.
+    pub state_ids: Vec<u32>,
 }
 
-/// A [`JobsFile::state_ids`] entry not looked up yet.
+/// A state id that is not known ([`JobsFile::state_of`] then looks the key
+/// up).
 pub const NO_STATE: u32 = u32::MAX;
 
 impl JobsFile {
@@ -423,49 +425,41 @@ impl JobsFile {
     }
 
     /// The journal's state of the job on line `index` of `specs`, through
-    /// its cached state id (no hashing of its key after the first use).
+    /// its state id (no hashing of its key).
     pub fn state_of<'j>(
         &self,
         index: usize,
         journal: &'j crate::journal::Journal,
     ) -> Option<&'j crate::journal::KeyState> {
-        let cell = &self.state_ids[index];
-        let id = match cell.get() {
-            NO_STATE => {
-                let id = journal.id_of(&self.specs[index].key)?;
-                cell.set(id);
-                id
-            }
-            id => id,
-        };
-        Some(journal.state_at(id))
+        match self.state_ids[index] {
+            NO_STATE => journal.state(&self.specs[index].key),
+            id => Some(journal.state_at(id)),
+        }
     }
 
     /// Adds lines appended to the file, extending the index; `ids` are
-    /// their journal state ids ([`NO_STATE`] where unknown).
+    /// their journal state ids, one per line.
     pub fn push_specs(&mut self, new: Vec<JobSpec>, ids: Vec<u32>) {
+        debug_assert_eq!(new.len(), ids.len());
         self.appended_from.get_or_insert(self.specs.len());
-        let mut ids = ids.into_iter();
         for spec in new {
             let index = self.specs.len() as u32;
             self.by_key.entry(key_hash(&spec.key)).or_insert(index);
             self.specs.push(spec);
-            let id = ids.next().unwrap_or(NO_STATE);
-            self.state_ids.push(std::cell::Cell::new(id));
         }
+        self.state_ids.extend(ids);
     }
 
     /// Replaces the specs and rebuilds the index; `ids` are their journal
-    /// state ids ([`NO_STATE`] where unknown).
+    /// state ids, one per line.
     pub fn set_specs(&mut self, specs: Vec<JobSpec>, ids: Vec<u32>) {
+        debug_assert_eq!(specs.len(), ids.len());
         self.by_key.clear();
         self.by_key.reserve(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             self.by_key.entry(key_hash(&spec.key)).or_insert(i as u32);
         }
-        self.state_ids = (0..specs.len())
-            .map(|i| std::cell::Cell::new(ids.get(i).copied().unwrap_or(NO_STATE)))
-            .collect();
+        self.state_ids = ids;
         self.specs = specs;
         self.done_prefix.set(0);
         self.appended_from = None;

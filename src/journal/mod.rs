@@ -241,6 +241,11 @@ pub struct Journal {
     generation: u64,
     /// The reservation in force (SPEC §12): the job's key and its GPUs.
     reservation: Option<(String, Vec<u32>)>,
+    /// Set between [`Journal::defer_sync`] and [`Journal::sync`]: appends
+    /// are written but not yet fsynced.
+    sync_deferred: bool,
+    /// Whether something was written since the last fsync.
+    unsynced: bool,
 }
 
 /// What [`Journal::open`] found while reading an existing journal.
@@ -279,6 +284,8 @@ impl Journal {
             next_no: 1,
             generation: 0,
             reservation: None,
+            sync_deferred: false,
+            unsynced: false,
         };
         let mut replay = Replay::default();
         let mut reader = File::open(path)?;
@@ -484,11 +491,49 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes whole lines and fsyncs them; on failure cuts off what part
-    /// of them was written.
+    /// Group commit: appends from now on are written and folded at once
+    /// but fsynced together by the next [`Journal::sync`]. Until then an
+    /// append is not durable: the caller must not act on it outside this
+    /// process (a supervisor's `ack`) before `sync` succeeds.
+    pub fn defer_sync(&mut self) {
+        self.sync_deferred = true;
+    }
+
+    /// Ends a group commit: one fsync for everything appended since
+    /// [`Journal::defer_sync`].
+    ///
+    /// Errors: the fsync fails; the appends are then in the fold and
+    /// probably in the file, but not known to be durable.
+    pub fn sync(&mut self) -> anyhow::Result<()> {
+        self.sync_deferred = false;
+        if !std::mem::take(&mut self.unsynced) {
+            return Ok(());
+        }
+        self.file.sync_data().map_err(|e| {
+            crate::error::Error::io(format!("cannot sync journal {}", self.path.display()), e)
+                .into()
+        })
+    }
+
+    /// Whether appends wait for [`Journal::sync`] to be durable.
+    pub fn sync_deferred(&self) -> bool {
+        self.sync_deferred
+    }
+
+    /// Writes whole lines and fsyncs them (unless a group commit defers
+    /// that); on failure cuts off what part of them was written.
     fn write_batch(&mut self, buf: &[u8]) -> anyhow::Result<()> {
         let len_before = self.file.metadata().map(|m| m.len());
-        if let Err(e) = self.file.write_all(buf).and_then(|_| self.file.sync_data()) {
+        let sync_now = !self.sync_deferred;
+        let written = self.file.write_all(buf).and_then(|_| {
+            if sync_now {
+                self.file.sync_data()
+            } else {
+                self.unsynced = true;
+                Ok(())
+            }
+        });
+        if let Err(e) = written {
             // A full disk may have taken part of the batch: cut it off, so
             // the next append starts on a line of its own.
             if let Ok(len) = len_before {

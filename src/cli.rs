@@ -433,29 +433,15 @@ pub struct SimjobArgs {
     pub util: u32,
 }
 
-/// Arguments of the internal `gpusched __supervise` (SPEC §11): started by
-/// the scheduler, never by people. Parsed on its own, before the user's
+/// Arguments of the internal `gpusched __supervise` (SPEC §11): the
+/// scheduler's supervisor, started by the scheduler, never by people. It
+/// takes no arguments (its requests come on its stdin, see
+/// [`crate::process::supervisor`]). Parsed on its own, before the user's
 /// command line ([`SUPERVISE`]), so it appears in no help, completion or
 /// man page.
 #[derive(Debug, Parser, Clone)]
 #[command(name = "gpusched __supervise", no_binary_name = true)]
-pub struct SuperviseArgs {
-    /// The job's key (copied into the exit record).
-    #[arg(long)]
-    pub key: String,
-    /// The attempt number (copied into the exit record).
-    #[arg(long)]
-    pub attempt: u32,
-    /// Where to write the exit record.
-    #[arg(long)]
-    pub record: PathBuf,
-    /// The job's log.
-    #[arg(long)]
-    pub log: PathBuf,
-    /// The shell command.
-    #[arg(last = true, required = true)]
-    pub command: String,
-}
+pub struct SuperviseArgs {}
 
 /// The first argument that makes `gpusched` a job's supervisor.
 pub const SUPERVISE: &str = "__supervise";
@@ -568,22 +554,9 @@ mod tests {
     }
 
     #[test]
-    fn supervise_args_take_the_command_whole() {
-        let args = SuperviseArgs::try_parse_from([
-            "--key",
-            "k#0",
-            "--attempt",
-            "2",
-            "--record",
-            "r.json",
-            "--log",
-            "l.log",
-            "--",
-            "echo 'a  b' --x",
-        ])
-        .unwrap();
-        assert_eq!((args.key.as_str(), args.attempt), ("k#0", 2));
-        assert_eq!(args.command, "echo 'a  b' --x");
+    fn the_supervisor_takes_no_arguments() {
+        assert!(SuperviseArgs::try_parse_from(Vec::<String>::new()).is_ok());
+        assert!(SuperviseArgs::try_parse_from(["--key", "k#0"]).is_err());
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {

@@ -134,6 +134,14 @@ fn job_that_finished_while_no_scheduler_ran_is_recorded_not_rerun() {
     wait_for("the exit record", &mut || {
         std::fs::read_dir(&exits).is_ok_and(|mut d| d.next().is_some())
     });
+    // Its last job recorded, the orphaned supervisor exits.
+    let supervisor = env.events("started")[0]["supervisor"]["pid"]
+        .as_i64()
+        .unwrap();
+    wait_for("the orphaned supervisor to exit", &mut || {
+        std::fs::read_to_string(format!("/proc/{supervisor}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    });
 
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 3, "{}", out.stdout);
@@ -150,6 +158,67 @@ fn job_that_finished_while_no_scheduler_ran_is_recorded_not_rerun() {
         std::fs::read_to_string(env.path("runs.txt")).unwrap(),
         "run\n"
     );
+}
+
+/// One supervisor runs all of a scheduler's jobs. Killed, it takes no job
+/// with it: its jobs run on, watched by their process group and never
+/// started again while they run, and the next job gets a new supervisor.
+#[test]
+fn a_killed_supervisor_leaves_its_jobs_running_and_watched() {
+    let job = format!("[vram=100M] {}\n", held_job(0));
+    let env = Env::new(&format!("{job}{job}"));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("both jobs to start", &mut || {
+        env.events("started").len() == 2
+    });
+    let started = env.events("started");
+    let supervisor = started[0]["supervisor"]["pid"].as_i64().unwrap();
+    assert_eq!(
+        started[1]["supervisor"]["pid"], supervisor,
+        "one supervisor"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor as i32),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the scheduler to notice", &mut || {
+        sched
+            .stdout()
+            .matches("supervisor ended before the job")
+            .count()
+            == 2
+    });
+    for event in &started {
+        let members = common::live_group_members(event["pgid"].as_i64().unwrap());
+        assert!(!members.is_empty(), "job {event} was killed with it");
+    }
+    env.append_jobs("[vram=100M] echo third\n");
+    wait_for("the third job to end ok", &mut || {
+        env.status_of_opt(3).as_deref() == Some("ok")
+    });
+    let third = env.job_events(3, "started");
+    assert_ne!(
+        third[0]["supervisor"]["pid"], supervisor,
+        "a new supervisor"
+    );
+    assert_eq!(env.events("started").len(), 3, "nothing started twice");
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+}
+
+/// A sweep's outcomes are taken from the supervisor, not from files: after
+/// a clean run no exit record is left behind (nor was one needed).
+#[test]
+fn a_clean_run_leaves_no_exit_records() {
+    let jobs: String = (0..20).map(|i| format!("[vram=100M] true {i}\n")).collect();
+    let env = Env::new(&jobs);
+    let out = env.run(&["--sim", "2"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(env.events("done").len(), 20);
+    let records = std::fs::read_dir(env.logs.join("exits")).map_or(0, |d| d.count());
+    assert_eq!(records, 0);
 }
 
 #[test]

@@ -3,15 +3,16 @@
 //! processes under supervisors (the default) or batch jobs on a Slurm
 //! cluster (`--slurm`). The loop's phases see only this interface:
 //!
-//! * **start**: [`Launcher::start`] → [`Starting`] → [`Starting::ready`]
+//! * **start**: [`Launcher::start`] → [`Starting`] → [`Launcher::ready`]
 //!   gives a [`Ready`] attempt held at its gate (a local job at the
 //!   supervisor's gate, a Slurm job held); the phase journals `started`
 //!   with [`Ready::handle`] (a process group or a Slurm job id) and then
-//!   calls [`Ready::release`], or [`Ready::abandon`] when the journal
-//!   refused the event;
+//!   calls [`Launcher::release`], or [`Launcher::abandon`] when the
+//!   journal refused the event;
 //! * **poll**: [`Launcher::poll`] brings the state of running attempts up
-//!   to date, and [`crate::scheduler::state::Proc`] answers whether one
-//!   ended and how;
+//!   to date (locally, [`Launcher::take_ended`] gives the supervisor's
+//!   reports, and [`Launcher::ack`] answers them once journaled), and
+//!   [`crate::scheduler::state::Proc`] answers whether one ended and how;
 //! * **cancel**: [`crate::scheduler::state::Running::begin_kill`] signals a
 //!   process group or asks Slurm to cancel.
 //!
@@ -31,10 +32,30 @@ use std::time::{Duration, Instant};
 
 /// Where attempts run.
 pub enum Launcher {
-    /// Local processes, each under a supervisor (SPEC §3, §11).
-    Local,
+    /// Local processes under the scheduler's supervisor (SPEC §3, §11).
+    Local(Local),
     /// Batch jobs on a Slurm cluster (SPEC §15).
     Slurm(Box<Cluster>),
+}
+
+/// The local launcher's state: the supervisor, started with the first job
+/// (and again if it dies).
+pub struct Local {
+    supervisor: Option<supervisor::Supervisor>,
+    /// Where the supervisor's own complaints go
+    /// (`<log_dir>/supervisor.log`).
+    log: std::path::PathBuf,
+}
+
+impl Local {
+    /// No supervisor yet; its complaints will go to
+    /// `<log_dir>/supervisor.log`.
+    pub fn new(log_dir: &Path) -> Local {
+        Local {
+            supervisor: None,
+            log: log_dir.join("supervisor.log"),
+        }
+    }
 }
 
 /// The Slurm launcher's state: the connection and the poll clock.
@@ -76,8 +97,8 @@ pub struct Attempt<'a> {
 
 /// An attempt whose start was asked for and not yet confirmed.
 pub enum Starting {
-    /// Its supervisor is starting.
-    Local(supervisor::Spawning),
+    /// Asked of the supervisor, with this id.
+    Local(u64),
     /// Submitted held, with this Slurm job id.
     Slurm(u64),
 }
@@ -85,7 +106,14 @@ pub enum Starting {
 /// An attempt held at its gate, ready to be journaled and released.
 pub enum Ready {
     /// The job waits at its supervisor's gate.
-    Local(supervisor::Started),
+    Local {
+        /// Its id with the supervisor.
+        id: u64,
+        /// Its process.
+        job: supervisor::AtGate,
+        /// The supervisor.
+        supervisor: Option<crate::journal::ProcessId>,
+    },
     /// The Slurm job is held.
     Slurm(u64),
 }
@@ -107,22 +135,26 @@ impl Launcher {
     /// Whether gpusched places jobs on GPUs itself (SPEC §2); Slurm places
     /// its jobs, so every ready job is submitted.
     pub fn places_jobs(&self) -> bool {
-        matches!(self, Launcher::Local)
+        matches!(self, Launcher::Local(_))
     }
 
     /// Starts `attempt` held at its gate.
     ///
     /// Errors: the supervisor cannot be started; `sbatch` fails.
-    pub fn start(&self, attempt: &Attempt) -> anyhow::Result<Starting> {
+    pub fn start(&mut self, attempt: &Attempt) -> anyhow::Result<Starting> {
         match self {
-            Launcher::Local => Ok(Starting::Local(supervisor::start(&supervisor::Request {
-                command: &attempt.spec.command,
-                env: attempt.env.clone(),
-                log: attempt.log,
-                record: attempt.record,
-                key: &attempt.spec.key,
-                attempt: attempt.attempt,
-            })?)),
+            Launcher::Local(local) => {
+                let request = supervisor::Request {
+                    command: attempt.spec.command.clone(),
+                    env: attempt.env.clone(),
+                    log: attempt.log.to_path_buf(),
+                    record: attempt.record.to_path_buf(),
+                    key: attempt.spec.key.clone(),
+                    attempt: attempt.attempt,
+                };
+                let id = local.supervisor()?.start(request)?;
+                Ok(Starting::Local(id))
+            }
             Launcher::Slurm(cluster) => {
                 let workdir = &cluster.slurm.workdir;
                 let sub = slurm::Submission {
@@ -155,7 +187,7 @@ impl Launcher {
     /// cluster not until a poll interval after a failed `sbatch`.
     pub fn may_start(&self, now: Instant) -> bool {
         match self {
-            Launcher::Local => true,
+            Launcher::Local(_) => true,
             Launcher::Slurm(cluster) => cluster.submit_paused_until.is_none_or(|t| now >= t),
         }
     }
@@ -198,7 +230,7 @@ impl Launcher {
     /// The next moment a cluster is due to be asked, if any.
     pub fn next_poll(&self) -> Option<Instant> {
         match self {
-            Launcher::Local => None,
+            Launcher::Local(_) => None,
             Launcher::Slurm(cluster) => Some(
                 cluster
                     .last_poll
@@ -312,21 +344,114 @@ impl Launcher {
     /// Errors: `scontrol release` fails; the next poll tries again.
     pub fn release_all(&self, ids: &[u64]) -> anyhow::Result<()> {
         match self {
-            Launcher::Local => Ok(()),
+            Launcher::Local(_) => Ok(()),
             Launcher::Slurm(cluster) => cluster.slurm.release(ids),
+        }
+    }
+
+    /// Waits until the attempt is held at its gate.
+    ///
+    /// Errors: the supervisor could not start the job.
+    pub fn ready(&mut self, starting: Starting) -> std::io::Result<Ready> {
+        match (self, starting) {
+            (Launcher::Local(local), Starting::Local(id)) => {
+                let supervisor = local.running()?;
+                let job = supervisor.wait_at_gate(id)?;
+                Ok(Ready::Local {
+                    id,
+                    job,
+                    supervisor: supervisor.process(),
+                })
+            }
+            (_, Starting::Slurm(id)) => Ok(Ready::Slurm(id)),
+            (_, Starting::Local(_)) => Err(std::io::Error::other("not a local launcher")),
+        }
+    }
+
+    /// Lets a local job run at once; returns the Slurm job id to release
+    /// with the round's others ([`Launcher::release_all`]).
+    ///
+    /// Errors: the supervisor is gone.
+    pub fn release(&mut self, ready: &Ready) -> std::io::Result<Option<u64>> {
+        match (self, ready) {
+            (Launcher::Local(local), Ready::Local { id, .. }) => {
+                local.running()?.go(*id).map(|()| None)
+            }
+            (_, Ready::Slurm(id)) => Ok(Some(*id)),
+            (_, Ready::Local { .. }) => Err(std::io::Error::other("not a local launcher")),
+        }
+    }
+
+    /// Gives up on the attempt before it ran (its `started` event could
+    /// not be journaled).
+    pub fn abandon(&mut self, ready: Ready) {
+        match (self, ready) {
+            (Launcher::Local(local), Ready::Local { id, .. }) => {
+                if let Ok(supervisor) = local.running() {
+                    supervisor.abandon(id);
+                }
+            }
+            (_, Ready::Slurm(id)) => {
+                if let Err(e) = slurm::cancel(id) {
+                    crate::view::report::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
+                }
+            }
+            (_, Ready::Local { .. }) => {}
+        }
+    }
+
+    /// The local jobs whose end the supervisor reported since the last
+    /// call (their id and record), read without blocking, and whether the
+    /// supervisor died (its jobs are then without one).
+    pub fn take_ended(&mut self) -> (Vec<(u64, supervisor::ExitRecord)>, bool) {
+        match self {
+            Launcher::Local(Local {
+                supervisor: Some(supervisor),
+                ..
+            }) => (supervisor.take_ended(), supervisor.is_closed()),
+            _ => (Vec::new(), false),
+        }
+    }
+
+    /// Local job `id`'s outcome is durable in the journal: its supervisor
+    /// needs to write no exit record.
+    pub fn ack(&mut self, id: u64) {
+        if let Launcher::Local(Local {
+            supervisor: Some(supervisor),
+            ..
+        }) = self
+        {
+            supervisor.ack(id);
+        }
+    }
+
+    /// The local supervisor, when one runs (its replies are watched).
+    pub fn supervisor(&self) -> Option<&supervisor::Supervisor> {
+        match self {
+            Launcher::Local(Local { supervisor, .. }) => supervisor.as_ref(),
+            Launcher::Slurm(_) => None,
         }
     }
 }
 
-impl Starting {
-    /// Waits until the attempt is held at its gate.
+impl Local {
+    /// The running supervisor, started now if there is none or it died.
     ///
-    /// Errors: the supervisor could not start the job.
-    pub fn ready(self) -> std::io::Result<Ready> {
-        match self {
-            Starting::Local(spawning) => spawning.hello().map(Ready::Local),
-            Starting::Slurm(id) => Ok(Ready::Slurm(id)),
+    /// Errors: it cannot be started.
+    fn supervisor(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
+        if self.supervisor.as_ref().is_none_or(|s| s.is_closed()) {
+            self.supervisor = Some(supervisor::Supervisor::spawn(&self.log)?);
         }
+        self.running()
+    }
+
+    /// The supervisor started earlier.
+    ///
+    /// Errors: none was started.
+    fn running(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
+        self.supervisor
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no supervisor runs"))
     }
 }
 
@@ -334,10 +459,12 @@ impl Ready {
     /// What the `started` event records.
     pub fn handle(&self) -> Handle {
         match self {
-            Ready::Local(started) => Handle {
-                pgid: started.pgid.0,
-                start_ticks: started.start_ticks,
-                supervisor: started.supervisor_id,
+            Ready::Local {
+                job, supervisor, ..
+            } => Handle {
+                pgid: job.pid,
+                start_ticks: job.start_ticks,
+                supervisor: *supervisor,
                 slurm_job_id: None,
             },
             Ready::Slurm(id) => Handle {
@@ -349,40 +476,16 @@ impl Ready {
         }
     }
 
-    /// Lets a local job run at once; returns the Slurm job id to release
-    /// with the round's others ([`Launcher::release_all`]).
-    ///
-    /// Errors: the supervisor is gone.
-    pub fn release(&mut self) -> std::io::Result<Option<u64>> {
-        match self {
-            Ready::Local(started) => started.release().map(|()| None),
-            Ready::Slurm(id) => Ok(Some(*id)),
-        }
-    }
-
-    /// Gives up on the attempt before it ran (its `started` event could
-    /// not be journaled).
-    pub fn abandon(self) {
-        match self {
-            Ready::Local(started) => started.abandon(),
-            Ready::Slurm(id) => {
-                if let Err(e) = slurm::cancel(id) {
-                    crate::view::report::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
-                }
-            }
-        }
-    }
-
     /// The process behind the released attempt.
     pub fn into_proc(self, boot_id: Option<String>) -> Proc {
         match self {
-            Ready::Local(started) => Proc::Supervised {
+            Ready::Local { id, job, .. } => Proc::Supervised {
+                id,
                 identity: GroupIdentity {
-                    pgid: started.pgid,
-                    start_ticks: started.start_ticks,
+                    pgid: crate::process::Pgid(job.pid),
+                    start_ticks: job.start_ticks,
                     boot_id,
                 },
-                supervisor: started.supervisor,
                 reaped: None,
             },
             Ready::Slurm(id) => Proc::Slurm(ClusterJob::new(id)),

@@ -83,6 +83,9 @@ pub struct Scheduler {
     queue_view_cost: Option<(Instant, std::time::Duration)>,
     /// Exit records whose outcome is journaled, to remove in a batch.
     spent_records: Vec<PathBuf>,
+    /// Supervised attempts whose outcome is journaled but waits for the
+    /// group commit's fsync before the supervisor hears `ack`.
+    unacked: Vec<u64>,
     /// When the status files were last written.
     status_written: Option<Instant>,
     /// Set when a round did not write them; the loop then wakes to write

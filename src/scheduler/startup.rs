@@ -63,7 +63,7 @@ impl Scheduler {
         let launcher = if args.slurm.slurm {
             Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
         } else {
-            Launcher::Local
+            Launcher::Local(crate::launcher::Local::new(&cfg.log_dir))
         };
         std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
             Error::io(
@@ -136,6 +136,7 @@ impl Scheduler {
             queue_view: None,
             queue_view_cost: None,
             spent_records: Vec::new(),
+            unacked: Vec::new(),
             status_written: None,
             status_stale: false,
         };

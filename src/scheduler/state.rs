@@ -14,7 +14,6 @@ use crate::process::{self, GroupIdentity, Pgid, Termination};
 use crate::progress::Progress;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Settings of one run, from the command line (SPEC §8).
@@ -75,14 +74,14 @@ impl Config {
 
 /// The process behind a running attempt.
 pub enum Proc {
-    /// Started by this scheduler: its supervisor is our child (SPEC §11).
+    /// Started by this scheduler under its supervisor (SPEC §11).
     Supervised {
-        /// The supervisor process.
-        supervisor: Child,
+        /// The attempt's id with the supervisor.
+        id: u64,
         /// The job's process group, for when the supervisor dies first.
         identity: GroupIdentity,
-        /// Set once the supervisor has been reaped (the job's shell has
-        /// exited): how the job ended, `None` when that is unknown.
+        /// Set once the supervisor reported that the job's shell exited:
+        /// how the job ended, `None` when that is unknown.
         reaped: Option<Option<Exit>>,
     },
     /// A live attempt left by a previous scheduler (SPEC §5 "Orphans"), or
@@ -142,6 +141,16 @@ impl Proc {
             exit,
             kill,
             ..Default::default()
+        }
+    }
+
+    /// The attempt's id with our supervisor, which waits for an `ack` of
+    /// its reported end (else it writes an exit record); `None` for an
+    /// attempt whose record, if any, is on disk.
+    pub fn supervised_id(&self) -> Option<u64> {
+        match self {
+            Proc::Supervised { id, .. } => Some(*id),
+            _ => None,
         }
     }
 

@@ -38,6 +38,9 @@ pub enum Wake {
     ExitRecord,
     /// A command left a request in `<log_dir>/requests` (`gpusched retry`).
     Request,
+    /// The supervisor reported (a job's end), or died
+    /// (see [`crate::process::supervisor`]).
+    Report,
 }
 
 /// The loop's wake sources.
@@ -49,6 +52,61 @@ pub struct Wakes {
     watching_exit_records: bool,
     /// Set when the watch could not be set up: check the file this often.
     file_poll: Option<Duration>,
+    /// The supervisor's replies; `None` when they cannot be watched (they
+    /// are then read every tick, and the loop wakes at least every
+    /// [`IO_RETRY`] while jobs run).
+    reports: Option<ReportWatch>,
+    /// The pid of the supervisor whose replies are watched.
+    watched_supervisor: Option<u32>,
+}
+
+/// Watches the supervisor's replies (an epoll set, read by a thread that
+/// turns readiness into [`Wake::Report`]s). Edge-triggered: new replies
+/// wake the loop once, never while they only wait to be read.
+struct ReportWatch {
+    epoll: std::sync::Arc<nix::sys::epoll::Epoll>,
+}
+
+impl ReportWatch {
+    /// Creates the epoll set and its thread.
+    ///
+    /// Errors: epoll or the thread cannot be created.
+    fn start(tx: Sender<Wake>) -> anyhow::Result<ReportWatch> {
+        use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollTimeout};
+        let epoll = std::sync::Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);
+        let watched = epoll.clone();
+        std::thread::Builder::new()
+            .name("reports".into())
+            .spawn(move || {
+                let mut events = [EpollEvent::empty(); 64];
+                loop {
+                    let n = match watched.wait(&mut events, EpollTimeout::NONE) {
+                        Ok(n) => n,
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Err(_) => return,
+                    };
+                    if n > 0 && tx.send(Wake::Report).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(ReportWatch { epoll })
+    }
+
+    /// Wakes the loop when `fd` has something to read or closes (the
+    /// watch ends by itself when the descriptor is closed).
+    ///
+    /// Errors: the descriptor cannot be added.
+    fn watch(&self, fd: std::os::fd::BorrowedFd<'_>) -> nix::Result<()> {
+        use nix::sys::epoll::{EpollEvent, EpollFlags};
+        self.epoll.add(
+            fd,
+            EpollEvent::new(
+                EpollFlags::EPOLLIN | EpollFlags::EPOLLET | EpollFlags::EPOLLRDHUP,
+                0,
+            ),
+        )
+    }
 }
 
 impl Wakes {
@@ -60,6 +118,15 @@ impl Wakes {
     pub fn set_up(jobs_path: &Path, log_dir: &Path) -> anyhow::Result<Wakes> {
         let (tx, rx) = channel();
         spawn_signal_thread(tx.clone())?;
+        let reports = match ReportWatch::start(tx.clone()) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::debug!(
+                    "supervisors' reports are not watched ({e:#}); they write exit records"
+                );
+                None
+            }
+        };
         let (watcher, file_poll) = match watch_jobs_file(jobs_path, log_dir, tx) {
             Ok(w) => (Some(w), None),
             Err(e) => {
@@ -76,7 +143,31 @@ impl Wakes {
             watcher,
             watching_exit_records: false,
             file_poll,
+            reports,
+            watched_supervisor: None,
         })
+    }
+
+    /// Wakes the loop on the replies of `supervisor` (a new one replaces
+    /// the watch of one that died). Without a watch, the loop wakes every
+    /// [`IO_RETRY`] while jobs run, and reads replies then.
+    pub fn watch_supervisor(&mut self, supervisor: &crate::process::supervisor::Supervisor) {
+        let pid = supervisor.process().map(|p| p.pid);
+        if pid.is_none() || self.watched_supervisor == pid {
+            return;
+        }
+        let watched = self.reports.as_ref().map(|w| w.watch(supervisor.fd()));
+        match watched {
+            Some(Ok(())) => self.watched_supervisor = pid,
+            Some(Err(e)) => {
+                warn(&format!(
+                    "cannot watch the supervisor's replies ({e}); jobs' ends are checked every {}s",
+                    IO_RETRY.as_secs()
+                ));
+                self.reports = None;
+            }
+            None => {}
+        }
     }
 
     /// Also wakes the loop when a supervisor writes an exit record in
@@ -120,7 +211,9 @@ impl Scheduler {
         {
             deadline = deadline.min(due.max(now));
         }
-        if matches!(self.mode, Mode::PausedOnIo { .. }) {
+        if matches!(self.mode, Mode::PausedOnIo { .. })
+            || (self.wakes.reports.is_none() && !self.running.is_empty())
+        {
             deadline = deadline.min(now + IO_RETRY);
         }
         if let Some(every) = self.wakes.file_poll {
@@ -162,6 +255,7 @@ impl Scheduler {
                 Wake::Signal(signal) => self.on_stop_signal(signal),
                 Wake::FileChanged => self.jobs.stamp = None,
                 Wake::Request => self.requests_due = true,
+                Wake::Report => self.sample_now = true,
             }
         }
     }

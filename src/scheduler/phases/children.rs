@@ -1,55 +1,54 @@
 //! Phase 2, children: asks the launcher for the state of a cluster's jobs
-//! ([`crate::launcher::Launcher::poll`]), and reaps supervisors of our
-//! local jobs that exited (a supervisor exits right after the job's shell,
-//! once it has written the exit record). A job not being killed ends at once; one being killed ends
-//! in [`super::kills`] once its whole group is gone. A supervisor that died
-//! while its job still runs hands the job over to adoption, so the job is
-//! never taken for ended while it may run.
+//! ([`crate::launcher::Launcher::poll`]) and for the ends our supervisor
+//! reported ([`crate::launcher::Launcher::take_ended`]). A job not being
+//! killed ends at once; one being killed ends in [`super::kills`] once its
+//! whole group is gone. If the supervisor died, its jobs that had not
+//! ended are handed over to adoption, so a job is never taken for ended
+//! while it may run. The round's outcomes are journaled with one fsync,
+//! and only then does the supervisor hear that it needs no exit records.
 
-use crate::policy::outcome::Exit;
-use crate::process::supervisor::{ExitRecord, NEVER_RAN};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::Proc;
 use crate::view::report::warn;
-use std::path::Path;
-use std::process::ExitStatus;
 
 impl Scheduler {
-    /// Reaps exited supervisors and ends the attempts not being killed.
+    /// Takes the reported ends and completes the attempts not being killed.
     ///
-    /// Errors: waiting on a child fails, or the journal cannot be written.
+    /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn reap_children(&mut self) -> anyhow::Result<()> {
         // A cluster's jobs are asked for (at most every --poll).
         self.launcher
             .poll(&mut self.running, std::time::Instant::now());
-        for job in self.running.values_mut() {
-            let Proc::Supervised {
-                supervisor,
-                identity,
-                reaped,
-            } = &mut job.proc
-            else {
-                continue;
-            };
-            if reaped.is_some() {
-                continue;
+        let (reports, supervisor_died) = self.launcher.take_ended();
+        for (id, record) in reports {
+            match self.running.get_mut(&record.key).map(|job| &mut job.proc) {
+                Some(Proc::Supervised {
+                    id: running,
+                    reaped,
+                    ..
+                }) if *running == id => *reaped = Some(record.exit()),
+                // Not ours to wait for any more: it needs no record.
+                _ => self.launcher.ack(id),
             }
-            let Some(status) = supervisor.try_wait()? else {
-                continue;
-            };
-            let exit = exit_of(&job.exit_record, &status);
-            if exit.is_none() && identity.is_alive() {
-                warn(&format!(
-                    "job {}'s supervisor ended before the job (process group {}); watching the group instead",
-                    job.no, job.pgid
-                ));
-                job.proc = Proc::Adopted {
-                    identity: identity.clone(),
-                    supervisor: None,
-                };
-                continue;
+        }
+        if supervisor_died {
+            for job in self.running.values_mut() {
+                if let Proc::Supervised {
+                    identity,
+                    reaped: None,
+                    ..
+                } = &job.proc
+                {
+                    warn(&format!(
+                        "job {}'s supervisor ended before the job (process group {}); watching the group instead",
+                        job.no, job.pgid
+                    ));
+                    job.proc = Proc::Adopted {
+                        identity: identity.clone(),
+                        supervisor: None,
+                    };
+                }
             }
-            *reaped = Some(exit);
         }
         // Every reaped attempt not being killed ends now, including one
         // whose outcome could not be journaled in an earlier round.
@@ -59,22 +58,17 @@ impl Scheduler {
             .filter(|(_, j)| j.kill.is_none() && j.proc.ended())
             .map(|(k, _)| k.clone())
             .collect();
-        for key in ended {
-            self.complete_attempt(&key)?;
+        // One fsync for the round's outcomes (group commit); the supervisor
+        // hears `ack` only once it succeeded, else it writes exit records.
+        self.journal.defer_sync();
+        let completed = ended.iter().try_for_each(|key| self.complete_attempt(key));
+        let synced = self.journal.sync();
+        let unacked = std::mem::take(&mut self.unacked);
+        if synced.is_ok() {
+            for id in unacked {
+                self.launcher.ack(id);
+            }
         }
-        Ok(())
-    }
-}
-
-/// How a supervised job ended: its exit record, else the exit code its
-/// supervisor passed on (when the record could not be written); `None`
-/// when the supervisor was killed or the job never ran.
-fn exit_of(record: &Path, supervisor: &ExitStatus) -> Option<Exit> {
-    if let Some(exit) = ExitRecord::read(record).and_then(|r| r.exit()) {
-        return Some(exit);
-    }
-    match supervisor.code() {
-        Some(NEVER_RAN) | None => None,
-        Some(code) => Some(Exit::Code(code)),
+        completed.and(synced)
     }
 }

@@ -37,7 +37,12 @@ impl Scheduler {
             facts.verdict = Some(Verdict::Requeue);
         }
         let exit = facts.exit;
-        let log_tail = files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES);
+        // The log's tail only matters for a failure (the OOM rule).
+        let log_tail = if exit == Some(Exit::Code(0)) {
+            String::new()
+        } else {
+            files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES)
+        };
         let state = self.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
@@ -54,7 +59,26 @@ impl Scheduler {
             peak_mib: job.usage.peak_max_mib(),
         });
         match self.apply_outcome(key, &job, decision, &facts, duration_s) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                match job.proc.supervised_id() {
+                    // Acknowledged with the group commit's fsync: the
+                    // supervisor writes no exit record.
+                    Some(id) if self.journal.sync_deferred() => self.unacked.push(id),
+                    Some(id) => self.launcher.ack(id),
+                    None => {
+                        // The journal has the outcome now; the record has
+                        // served. Records are removed in batches, not one
+                        // per job: on disk file systems a stream of
+                        // deletions makes every later file creation (each
+                        // job's log) slower, more so the longer the sweep.
+                        self.spent_records.push(job.exit_record);
+                        if self.spent_records.len() >= SPENT_RECORDS_BATCH {
+                            self.remove_spent_records();
+                        }
+                    }
+                }
+                Ok(())
+            }
             // Stopping: the next start adopts or re-runs it anyway.
             Err(e) if decision == Outcome::StoppedWithScheduler => {
                 warn(&format!(
@@ -178,14 +202,6 @@ impl Scheduler {
                     log: Some(&job.log_path),
                 }));
             }
-        }
-        // The journal has the outcome now; the record has served. Records
-        // are removed in batches, not one per job: on disk file systems a
-        // stream of deletions makes every later file creation (each job's
-        // log) slower, more so the longer the sweep.
-        self.spent_records.push(job.exit_record.clone());
-        if self.spent_records.len() >= SPENT_RECORDS_BATCH {
-            self.remove_spent_records();
         }
         Ok(())
     }

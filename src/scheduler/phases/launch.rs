@@ -77,12 +77,14 @@ impl Scheduler {
         );
         let log_offset = files::append_to(&log_path, header.as_bytes())
             .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
+        // No stale record can be there: start-up removed every record but
+        // those of adopted attempts (`remove_stale_exit_records`).
         let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
-        let _ = std::fs::remove_file(&exit_record); // a stale one from a --fresh run
         let mut env = self.job_env(&spec, no, attempt, &gpus);
         if preempted {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
+        let after = self.submitted_dependencies(&spec.key);
         let spawning = match self.launcher.start(&Attempt {
             spec: &spec,
             attempt,
@@ -90,7 +92,7 @@ impl Scheduler {
             env,
             log: &log_path,
             record: &exit_record,
-            after: self.submitted_dependencies(&spec.key),
+            after,
         }) {
             Ok(spawning) => spawning,
             Err(e) if self.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
@@ -130,7 +132,7 @@ impl Scheduler {
             let Some(spawning) = launch.spawning.take() else {
                 continue;
             };
-            match spawning.ready() {
+            match self.launcher.ready(spawning) {
                 Ok(started) => ready.push((launch, started)),
                 Err(e) => {
                     warn(&format!("cannot start job {}: {e}", launch.no));
@@ -167,14 +169,17 @@ impl Scheduler {
             .collect();
         if let Err(e) = self.journal.append_all(&records) {
             for (_, started) in ready {
-                started.abandon();
+                self.launcher.abandon(started);
             }
             return Err(e);
         }
+        if let Some(supervisor) = self.launcher.supervisor() {
+            self.wakes.watch_supervisor(supervisor);
+        }
         let mut to_release = Vec::new();
-        for (launch, mut started_job) in ready {
+        for (launch, started_job) in ready {
             let started = Instant::now();
-            match started_job.release() {
+            match self.launcher.release(&started_job) {
                 Ok(id) => to_release.extend(id),
                 Err(e) => warn(&format!(
                     "job {}'s supervisor is gone before the start: {e}",

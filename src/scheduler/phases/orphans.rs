@@ -78,7 +78,37 @@ impl Scheduler {
                 self.cfg.log_dir.join("exits").display()
             ));
         }
+        self.remove_stale_exit_records();
         Ok(())
+    }
+
+    /// Removes every exit record that is not the record of a running
+    /// attempt's (adopted jobs' records may still come). What is left is
+    /// served (its outcome is journaled) or stale (a journal removed by
+    /// hand restarts attempt numbers), and a stale `<key>.<attempt>.json`
+    /// must never pass for the outcome of a new attempt of that number.
+    fn remove_stale_exit_records(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.cfg.log_dir.join("exits")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some((key, attempt)) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.rsplit_once('.'))
+            else {
+                continue;
+            };
+            let current = self
+                .running
+                .get(key)
+                .is_some_and(|job| attempt.parse::<u32>().is_ok_and(|a| a == job.attempt));
+            if !current {
+                self.spent_records.push(entry.path());
+            }
+        }
+        self.remove_spent_records();
     }
 
     /// On a cluster (SPEC §15 "Exactly once"): our Slurm jobs whose id

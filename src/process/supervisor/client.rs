@@ -1,0 +1,202 @@
+//! The scheduler's end of its supervisor (module doc of [`super`]): starts
+//! the process, writes requests, and reads its replies — blocking while a
+//! round waits for its jobs to reach their gates, without blocking when the
+//! loop collects ended jobs.
+
+use super::{ExitRecord, FromSupervisor, Request, ToSupervisor};
+use crate::journal::ProcessId;
+use rustc_hash::FxHashMap;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// A job at its gate, as the supervisor reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtGate {
+    /// The job's pid (= its process group).
+    pub pid: u32,
+    /// Field 22 of its `/proc/<pid>/stat`.
+    pub start_ticks: Option<u64>,
+}
+
+/// A running supervisor process and what it said that was not yet taken.
+pub struct Supervisor {
+    child: Child,
+    to: ChildStdin,
+    from: ChildStdout,
+    /// Its pid and start time (recorded in `started` events).
+    process: Option<ProcessId>,
+    /// Reply bytes not yet a whole line.
+    input: Vec<u8>,
+    next_id: u64,
+    /// Answers to starts, by id.
+    at_gate: FxHashMap<u64, Result<AtGate, String>>,
+    /// Ends reported and not yet taken.
+    ended: Vec<(u64, ExitRecord)>,
+    /// Set once its stdout reached end of file: it died.
+    closed: bool,
+}
+
+impl Supervisor {
+    /// Starts the supervisor: this binary as `__supervise`, the leader of
+    /// a process group of its own, with pipes on its stdin and stdout and
+    /// its stderr appended to `log` (never the scheduler's own stderr: it
+    /// outlives the scheduler, and must not hold a terminal or a pipe that
+    /// someone reads to its end).
+    ///
+    /// Errors: this binary cannot be found or started, or `log` opened.
+    pub fn spawn(log: &std::path::Path) -> std::io::Result<Supervisor> {
+        let exe = std::env::current_exe()?;
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let mut command = Command::new(exe);
+        command
+            .arg(crate::cli::SUPERVISE)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        // Its own process group, so a Ctrl-C meant for the scheduler never
+        // reaches it (each job gets a session of its own from it).
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn()?;
+        let to = child.stdin.take().expect("piped");
+        let from = child.stdout.take().expect("piped");
+        super::set_nonblocking(from.as_raw_fd());
+        let process = crate::process::read_stat(child.id()).map(|s| ProcessId {
+            pid: child.id(),
+            start_ticks: s.start_ticks,
+        });
+        Ok(Supervisor {
+            child,
+            to,
+            from,
+            process,
+            input: Vec::new(),
+            next_id: 1,
+            at_gate: FxHashMap::default(),
+            ended: Vec::new(),
+            closed: false,
+        })
+    }
+
+    /// Its pid and start time.
+    pub fn process(&self) -> Option<ProcessId> {
+        self.process
+    }
+
+    /// The descriptor its replies arrive on (readable when one is there).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.from.as_fd()
+    }
+
+    /// Whether it died (its replies ended).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Asks for a job at its gate; the answer comes with
+    /// [`Supervisor::wait_at_gate`]. Returns the attempt's id.
+    ///
+    /// Errors: the supervisor is gone.
+    pub fn start(&mut self, job: Request) -> std::io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&ToSupervisor::Start { id, job })?;
+        Ok(id)
+    }
+
+    /// Waits until the job `id` is at its gate.
+    ///
+    /// Errors: the supervisor could not start it, or died.
+    pub fn wait_at_gate(&mut self, id: u64) -> std::io::Result<AtGate> {
+        loop {
+            if let Some(answer) = self.at_gate.remove(&id) {
+                return answer.map_err(std::io::Error::other);
+            }
+            if self.closed {
+                return Err(std::io::Error::other("the supervisor is gone"));
+            }
+            let mut fds = [nix::poll::PollFd::new(
+                self.from.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.read();
+        }
+    }
+
+    /// Lets job `id` run (its `started` event is journaled).
+    ///
+    /// Errors: the supervisor is gone (the job then never runs).
+    pub fn go(&mut self, id: u64) -> std::io::Result<()> {
+        self.send(&ToSupervisor::Go(id))
+    }
+
+    /// Gives up on job `id` at its gate: it is killed there, never ran.
+    pub fn abandon(&mut self, id: u64) {
+        let _ = self.send(&ToSupervisor::Abandon(id));
+    }
+
+    /// Job `id`'s outcome is durable in the journal: no record is needed.
+    pub fn ack(&mut self, id: u64) {
+        let _ = self.send(&ToSupervisor::Ack(id));
+    }
+
+    /// The ends reported since the last call, read without blocking.
+    pub fn take_ended(&mut self) -> Vec<(u64, ExitRecord)> {
+        self.read();
+        std::mem::take(&mut self.ended)
+    }
+
+    fn send(&mut self, request: &ToSupervisor) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(request)?;
+        line.push(b'\n');
+        self.to.write_all(&line)
+    }
+
+    /// Reads every reply that arrived, without blocking.
+    fn read(&mut self) {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match nix::unistd::read(self.from.as_fd(), &mut buf) {
+                Ok(0) => {
+                    self.closed = true;
+                    let _ = self.child.try_wait();
+                    break;
+                }
+                Ok(n) => self.input.extend_from_slice(&buf[..n]),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(_) => {
+                    self.closed = true;
+                    break;
+                }
+            }
+        }
+        let mut start = 0;
+        while let Some(end) = memchr::memchr(b'\n', &self.input[start..]) {
+            let line = &self.input[start..start + end];
+            start += end + 1;
+            match serde_json::from_slice::<FromSupervisor>(line) {
+                Ok(FromSupervisor::Started {
+                    id,
+                    pid,
+                    start_ticks,
+                }) => {
+                    self.at_gate.insert(id, Ok(AtGate { pid, start_ticks }));
+                }
+                Ok(FromSupervisor::Refused { id, error }) => {
+                    self.at_gate.insert(id, Err(error));
+                }
+                Ok(FromSupervisor::Ended { id, record }) => self.ended.push((id, record)),
+                Err(e) => tracing::warn!("garbled line from the supervisor: {e}"),
+            }
+        }
+        self.input.drain(..start);
+    }
+}

@@ -1,0 +1,367 @@
+//! The supervisor process (`gpusched __supervise`, module doc of
+//! [`super`]): one single-threaded loop over its stdin (the scheduler's
+//! requests), a signalfd for SIGCHLD (its jobs' ends) and, while replies
+//! wait, its stdout. It never blocks on the scheduler: replies are queued
+//! and written as the pipe takes them, so a busy scheduler that writes a
+//! round of starts cannot deadlock with it.
+
+use super::gate::{GatedJob, Prepared};
+use super::{ExitRecord, FromSupervisor, ToSupervisor};
+use crate::journal::now_ts;
+use crate::policy::outcome::Exit;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use rustc_hash::FxHashMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How often a record that could not be written is tried again.
+const RECORD_RETRY: Duration = Duration::from_secs(1);
+
+/// How many times a record is tried before the supervisor gives up on it
+/// (an hour of a full or read-only log directory).
+const RECORD_TRIES: u32 = 3600;
+
+/// One job of this supervisor.
+struct Job {
+    process: GatedJob,
+    key: String,
+    attempt: u32,
+    record: PathBuf,
+    /// The job's log, for complaints about its record.
+    log: std::fs::File,
+    /// Set once its shell exited and the end was reported: waits for the
+    /// scheduler's `ack`.
+    ended: Option<ExitRecord>,
+}
+
+/// A record that could not be written yet.
+struct PendingRecord {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    log: std::fs::File,
+    tries: u32,
+}
+
+/// The supervisor's state.
+struct Supervisor {
+    /// The environment jobs start from (the scheduler's, at our start).
+    base_env: Vec<(OsString, OsString)>,
+    jobs: FxHashMap<u64, Job>,
+    by_pid: FxHashMap<u32, u64>,
+    /// Whether the scheduler still listens (stdin open, stdout writable).
+    scheduler: bool,
+    /// Replies not yet taken by the stdout pipe.
+    out: Vec<u8>,
+    /// Requests read but not yet a whole line.
+    input: Vec<u8>,
+    pending_records: Vec<PendingRecord>,
+}
+
+/// Runs the supervisor until no scheduler listens and its last job ended;
+/// returns its exit code (0).
+///
+/// Errors: the signalfd or the poll cannot be set up.
+pub fn run(_args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()?;
+    let children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    super::set_nonblocking(std::io::stdout().as_raw_fd());
+    let mut me = Supervisor {
+        base_env: std::env::vars_os().collect(),
+        jobs: FxHashMap::default(),
+        by_pid: FxHashMap::default(),
+        scheduler: true,
+        out: Vec::new(),
+        input: Vec::new(),
+        pending_records: Vec::new(),
+    };
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    loop {
+        if !me.scheduler && me.jobs.is_empty() && me.pending_records.is_empty() {
+            return Ok(0);
+        }
+        let timeout = if me.pending_records.is_empty() {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::try_from(RECORD_RETRY).unwrap_or(PollTimeout::MAX)
+        };
+        let (requests, ended, writable) = {
+            let mut fds = vec![PollFd::new(children.as_fd(), PollFlags::POLLIN)];
+            if me.scheduler {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+                if !me.out.is_empty() {
+                    fds.push(PollFd::new(stdout.as_fd(), PollFlags::POLLOUT));
+                }
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let ready = |i: usize| {
+                fds.get(i)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|r| !r.is_empty())
+            };
+            (ready(1), ready(0), ready(2))
+        };
+        if requests {
+            me.read_requests();
+        }
+        if ended {
+            while let Ok(Some(_)) = children.read_signal() {}
+            me.reap();
+        }
+        if writable || !me.out.is_empty() {
+            me.flush();
+        }
+        me.retry_records();
+    }
+}
+
+impl Supervisor {
+    /// Reads what the scheduler sent and acts on each whole line; end of
+    /// file means it is gone.
+    fn read_requests(&mut self) {
+        let mut buf = [0u8; 16 * 1024];
+        match nix::unistd::read(std::io::stdin().as_fd(), &mut buf) {
+            Ok(0) => return self.scheduler_gone(),
+            Ok(n) => self.input.extend_from_slice(&buf[..n]),
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return,
+            Err(_) => return self.scheduler_gone(),
+        }
+        let mut start = 0;
+        while let Some(end) = memchr::memchr(b'\n', &self.input[start..]) {
+            let line = self.input[start..start + end].to_vec();
+            start += end + 1;
+            match serde_json::from_slice::<ToSupervisor>(&line) {
+                Ok(request) => self.handle(request),
+                Err(e) => eprintln!("gpusched supervisor: ignoring a garbled request ({e})"),
+            }
+        }
+        self.input.drain(..start);
+    }
+
+    fn handle(&mut self, request: ToSupervisor) {
+        match request {
+            ToSupervisor::Start { id, job } => {
+                let reply = match self.start(id, job) {
+                    Ok((pid, start_ticks)) => FromSupervisor::Started {
+                        id,
+                        pid,
+                        start_ticks,
+                    },
+                    Err(e) => FromSupervisor::Refused {
+                        id,
+                        error: e.to_string(),
+                    },
+                };
+                self.reply(&reply);
+            }
+            ToSupervisor::Go(id) => {
+                if let Some(job) = self.jobs.get_mut(&id)
+                    && let Err(e) = job.process.go()
+                {
+                    let _ = writeln!(job.log, "gpusched supervisor: cannot start the job: {e}");
+                }
+            }
+            ToSupervisor::Abandon(id) => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.process.abandon();
+                }
+            }
+            ToSupervisor::Ack(id) => {
+                if self.jobs.get(&id).is_some_and(|j| j.ended.is_some())
+                    && let Some(job) = self.jobs.remove(&id)
+                {
+                    self.by_pid.remove(&job.process.pid);
+                }
+            }
+        }
+    }
+
+    /// Forks a job at its gate; returns its pid and start time.
+    fn start(&mut self, id: u64, job: super::Request) -> std::io::Result<(u32, Option<u64>)> {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&job.log)?;
+        let prepared = Prepared::new(&job.command, &self.base_env, &job.env)?;
+        let process = GatedJob::spawn(&prepared, &log)?;
+        let pid = process.pid;
+        let start_ticks = crate::process::read_stat(pid).map(|s| s.start_ticks);
+        self.by_pid.insert(pid, id);
+        self.jobs.insert(
+            id,
+            Job {
+                process,
+                key: job.key,
+                attempt: job.attempt,
+                record: job.record,
+                log,
+                ended: None,
+            },
+        );
+        Ok((pid, start_ticks))
+    }
+
+    /// Reaps every job that exited: one abandoned at its gate is forgotten;
+    /// one that ran is reported, or recorded when no scheduler listens.
+    fn reap(&mut self) {
+        loop {
+            let (pid, exit) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
+                Ok(WaitStatus::Signaled(pid, signal, _)) => (pid, Exit::Signal(signal as i32)),
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => return,
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+            };
+            let Some(id) = self.by_pid.get(&(pid.as_raw() as u32)).copied() else {
+                continue;
+            };
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            if !job.process.released() {
+                // Killed or abandoned at its gate: it ran nothing.
+                self.by_pid.remove(&job.process.pid);
+                self.jobs.remove(&id);
+                continue;
+            }
+            let record = ExitRecord {
+                key: job.key.clone(),
+                attempt: job.attempt,
+                pgid: job.process.pid,
+                code: match exit {
+                    Exit::Code(code) => Some(code),
+                    Exit::Signal(_) => None,
+                },
+                signal: match exit {
+                    Exit::Signal(signal) => Some(signal),
+                    Exit::Code(_) => None,
+                },
+                ended: now_ts(),
+            };
+            if self.scheduler {
+                job.ended = Some(record.clone());
+                self.reply(&FromSupervisor::Ended { id, record });
+            } else {
+                self.record(id, &record);
+            }
+        }
+    }
+
+    /// Queues a reply and tries to write it at once.
+    fn reply(&mut self, reply: &FromSupervisor) {
+        if !self.scheduler {
+            return;
+        }
+        if serde_json::to_writer(&mut self.out, reply).is_ok() {
+            self.out.push(b'\n');
+        }
+        self.flush();
+    }
+
+    /// Writes queued replies as far as the pipe takes them.
+    fn flush(&mut self) {
+        while self.scheduler && !self.out.is_empty() {
+            // Straight to the descriptor: std's stdout buffers lines.
+            match nix::unistd::write(std::io::stdout().as_fd(), &self.out) {
+                Ok(0) => return self.scheduler_gone(),
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return self.scheduler_gone(),
+            }
+        }
+    }
+
+    /// No scheduler listens any more: jobs at their gate never run, and
+    /// every end not acknowledged is recorded (now, or when it comes).
+    fn scheduler_gone(&mut self) {
+        if !self.scheduler {
+            return;
+        }
+        self.scheduler = false;
+        self.out.clear();
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.process.abandon();
+            if let Some(record) = job.ended.clone() {
+                self.record(id, &record);
+            }
+        }
+    }
+
+    /// Writes a job's exit record (queued for retries when that fails) and
+    /// forgets the job.
+    fn record(&mut self, id: u64, record: &ExitRecord) {
+        let Some(job) = self.jobs.remove(&id) else {
+            return;
+        };
+        self.by_pid.remove(&job.process.pid);
+        let Ok(bytes) = serde_json::to_vec(record) else {
+            return;
+        };
+        let mut pending = PendingRecord {
+            path: job.record,
+            bytes,
+            log: job.log,
+            tries: 0,
+        };
+        if !write_record(&mut pending) {
+            self.pending_records.push(pending);
+        }
+    }
+
+    /// Tries the records that could not be written again, at most once
+    /// per [`RECORD_RETRY`].
+    fn retry_records(&mut self) {
+        self.pending_records.retain_mut(|p| !write_record(p));
+    }
+}
+
+/// Tries to write a record atomically; `true` when it is written or given
+/// up on (said in the job's log).
+fn write_record(pending: &mut PendingRecord) -> bool {
+    let result = pending
+        .path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| {
+            crate::files::write_atomic_with(
+                &pending.path,
+                &pending.bytes,
+                &crate::files::AtomicOptions {
+                    mode: None,
+                    sync: true,
+                },
+            )
+        });
+    pending.tries += 1;
+    match result {
+        Ok(()) => true,
+        Err(e) if pending.tries >= RECORD_TRIES => {
+            let _ = writeln!(
+                pending.log,
+                "gpusched supervisor: cannot write exit record {}: {e}",
+                pending.path.display()
+            );
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,167 @@
+//! Supervised jobs (SPEC §11 "Exit records"). The scheduler's jobs run under
+//! one supervisor — this same binary, re-executed once per scheduler as the
+//! hidden subcommand `__supervise` (HOUSE habit 14) — that outlives the
+//! scheduler. It speaks JSON lines on its stdin and stdout:
+//!
+//! 1. The scheduler starts the supervisor as the leader of a process group
+//!    of its own (so the terminal's Ctrl-C never reaches it).
+//! 2. For each attempt the scheduler sends [`ToSupervisor::Start`]; the
+//!    supervisor forks the job as the leader of a new session, held at a
+//!    gate before it execs `/bin/sh -c CMD`, and answers
+//!    [`FromSupervisor::Started`] with the job's pid and start time.
+//! 3. The scheduler journals `started` (fsynced) and only then sends
+//!    [`ToSupervisor::Go`]: the job runs. If the scheduler dies before
+//!    that, the supervisor's stdin reaches end-of-file and the job is
+//!    killed at its gate, having run nothing — so a job never runs without
+//!    its `started` event, and the next scheduler runs it again.
+//! 4. When the job's shell exits, the supervisor reports
+//!    [`FromSupervisor::Ended`] with its [`ExitRecord`]. The scheduler
+//!    journals the outcome (fsynced) and answers [`ToSupervisor::Ack`].
+//! 5. A job whose end no scheduler acknowledged — the scheduler died, or
+//!    stopped, before or after the report — gets its record written
+//!    atomically to `<log_dir>/exits/<key>.<attempt>.json`, so its outcome
+//!    is never lost; a restarted scheduler reads it. Once no scheduler
+//!    listens and its last job ended, the supervisor exits.
+//!
+//! One supervisor for many jobs means a job's start costs one `fork` of a
+//! small process and the `exec` of its shell, not the start of a second
+//! copy of this binary, and a job that ends writes no file when the
+//! scheduler takes its outcome. The supervisor sits outside every job's
+//! process group, so killing a job never kills its record-keeper.
+
+mod client;
+mod daemon;
+mod gate;
+
+pub use client::{AtGate, Supervisor};
+pub use daemon::run;
+
+use crate::policy::outcome::Exit;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The exit code of a job held at its gate that was never let go (its
+/// start was abandoned).
+pub const NEVER_RAN: i32 = 125;
+
+/// How a supervised job ended, as its supervisor reports it and, when no
+/// scheduler took it, records it in `<log_dir>/exits/<key>.<attempt>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The job's key.
+    pub key: String,
+    /// The attempt (1-based).
+    pub attempt: u32,
+    /// The job's process group.
+    pub pgid: u32,
+    /// Its exit code, or `null` when killed by a signal.
+    pub code: Option<i32>,
+    /// The signal that killed it, or `null`.
+    pub signal: Option<i32>,
+    /// When it ended (Unix seconds).
+    pub ended: f64,
+}
+
+impl ExitRecord {
+    /// How the job ended; `None` for a record that says neither.
+    pub fn exit(&self) -> Option<Exit> {
+        self.code
+            .map(Exit::Code)
+            .or_else(|| self.signal.map(Exit::Signal))
+    }
+
+    /// Reads the record at `path`; `None` when it is missing or garbled.
+    pub fn read(path: &Path) -> Option<ExitRecord> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+}
+
+/// Where the exit record of attempt `attempt` of job `key` is written.
+pub fn record_path(log_dir: &Path, key: &str, attempt: u32) -> PathBuf {
+    log_dir.join("exits").join(format!("{key}.{attempt}.json"))
+}
+
+/// How to start one supervised attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The shell command, run by `/bin/sh -c`.
+    pub command: String,
+    /// Extra environment for the job (the supervisor's own, inherited from
+    /// the scheduler that started it, is the base).
+    pub env: Vec<(String, String)>,
+    /// The job's log: its stdout and stderr (and the supervisor's
+    /// complaints about it) are appended to it.
+    pub log: PathBuf,
+    /// Where the supervisor writes the exit record if no scheduler takes
+    /// the job's end.
+    pub record: PathBuf,
+    /// The job's key, copied into the record.
+    pub key: String,
+    /// 1-based attempt number, copied into the record.
+    pub attempt: u32,
+}
+
+/// A line from the scheduler to the supervisor. `id` numbers the attempts
+/// of one supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToSupervisor {
+    /// Start a job at its gate.
+    Start {
+        /// The attempt's number with this supervisor.
+        id: u64,
+        /// What to run.
+        job: Request,
+    },
+    /// Let the job run (its `started` event is journaled).
+    Go(u64),
+    /// Give up on a job held at its gate: it is killed there, never ran.
+    Abandon(u64),
+    /// The job's outcome is journaled: no exit record is needed.
+    Ack(u64),
+}
+
+/// A line from the supervisor to the scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FromSupervisor {
+    /// The job waits at its gate.
+    Started {
+        /// The attempt's number with this supervisor.
+        id: u64,
+        /// The job's pid, which is its process group.
+        pid: u32,
+        /// Field 22 of the job's `/proc/<pid>/stat`.
+        start_ticks: Option<u64>,
+    },
+    /// The job could not be started (a fork failed, the log cannot be
+    /// opened, the command holds a NUL byte).
+    Refused {
+        /// The attempt's number with this supervisor.
+        id: u64,
+        /// Why, in words.
+        error: String,
+    },
+    /// The job's shell exited.
+    Ended {
+        /// The attempt's number with this supervisor.
+        id: u64,
+        /// How.
+        record: ExitRecord,
+    },
+}
+
+/// Sets O_NONBLOCK on a descriptor this process holds (the ends of the
+/// scheduler–supervisor pipes that must never block their reader).
+fn set_nonblocking(fd: i32) {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor this process holds.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

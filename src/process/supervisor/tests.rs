@@ -1,0 +1,110 @@
+use super::gate::{GatedJob, Prepared};
+use super::*;
+use std::ffi::OsString;
+
+#[test]
+fn exit_records_round_trip_and_say_how_the_job_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = record_path(dir.path(), "abc#0", 2);
+    assert!(path.ends_with("exits/abc#0.2.json"));
+    assert_eq!(ExitRecord::read(&path), None, "missing");
+    let record = ExitRecord {
+        key: "abc#0".into(),
+        attempt: 2,
+        pgid: 42,
+        code: None,
+        signal: Some(9),
+        ended: 1.0e9,
+    };
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+    let read = ExitRecord::read(&path).unwrap();
+    assert_eq!(read, record);
+    assert_eq!(read.exit(), Some(Exit::Signal(9)));
+    let code = ExitRecord {
+        code: Some(3),
+        signal: None,
+        ..record
+    };
+    assert_eq!(code.exit(), Some(Exit::Code(3)));
+    std::fs::write(&path, b"{\"key\": \"torn").unwrap();
+    assert_eq!(ExitRecord::read(&path), None, "garbled");
+}
+
+#[test]
+fn requests_and_replies_are_one_json_line_each() {
+    let start = ToSupervisor::Start {
+        id: 7,
+        job: Request {
+            command: "echo 'a\nb'".into(),
+            env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,1".into())],
+            log: "logs/job007.log".into(),
+            record: "logs/exits/k#0.1.json".into(),
+            key: "k#0".into(),
+            attempt: 1,
+        },
+    };
+    for request in [start, ToSupervisor::Go(7), ToSupervisor::Ack(7)] {
+        let line = serde_json::to_string(&request).unwrap();
+        assert!(!line.contains('\n'), "{line}");
+        assert_eq!(
+            serde_json::from_str::<ToSupervisor>(&line).unwrap(),
+            request
+        );
+    }
+    let line = serde_json::to_string(&FromSupervisor::Started {
+        id: 7,
+        pid: 99,
+        start_ticks: Some(5),
+    })
+    .unwrap();
+    assert_eq!(line, r#"{"started":{"id":7,"pid":99,"start_ticks":5}}"#);
+}
+
+#[test]
+fn the_job_environment_overlays_the_supervisors() {
+    let base: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), "/bin".into()),
+        ("CUDA_VISIBLE_DEVICES".into(), "7".into()),
+    ];
+    let prepared = Prepared::new(
+        "echo \"$CUDA_VISIBLE_DEVICES $PATH\"",
+        &base,
+        &[("CUDA_VISIBLE_DEVICES".into(), "0".into())],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("job.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut job = GatedJob::spawn(&prepared, &log).unwrap();
+    job.go().unwrap();
+    assert!(job.released());
+    let status = wait(job.pid);
+    assert_eq!(status, 0);
+    assert_eq!(std::fs::read_to_string(&log_path).unwrap(), "0 /bin\n");
+    assert!(
+        Prepared::new("a\0b", &base, &[]).is_err(),
+        "NUL in the command"
+    );
+}
+
+#[test]
+fn an_abandoned_job_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let prepared = Prepared::new(&format!("touch {}", marker.display()), &[], &[]).unwrap();
+    let log = std::fs::File::create(dir.path().join("job.log")).unwrap();
+    let mut job = GatedJob::spawn(&prepared, &log).unwrap();
+    job.abandon();
+    assert!(!job.released());
+    assert_ne!(wait(job.pid), 0);
+    assert!(!marker.exists(), "the command ran");
+}
+
+/// Waits for a child of this test process; its wait status.
+fn wait(pid: u32) -> i32 {
+    let mut status = 0;
+    // SAFETY: waitpid writes only into `status`.
+    unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+    status
+}

@@ -51,6 +51,10 @@ impl Scheduler {
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         let mut specs = jobspec::parse_jobs(&text)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
+        // The text is not kept: a million-line file is 40 MB, and the
+        // journal is opened next.
+        let (text_len, text_hash) = (text.len(), super::phases::hash_text(&text));
+        drop(text);
         if specs.is_empty() && !cfg.watch {
             return Err(Error::JobsFile(format!(
                 "{} has no jobs (add one command per line, or use --watch to wait for lines)",
@@ -143,8 +147,7 @@ impl Scheduler {
         let after = scheduler
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
-        let text_hash = super::phases::hash_text(&text);
-        scheduler.install_specs(&text, text_hash, specs, after)?;
+        scheduler.install_specs(text_len, text_hash, specs, after)?;
 
         let snapshot = scheduler.first_snapshot()?;
         say(&format!(

@@ -76,7 +76,7 @@ impl Scheduler {
                         self.jobs.path.display()
                     ));
                 }
-                if let Err(e) = self.install_specs(&text, text_hash, specs, after) {
+                if let Err(e) = self.install_specs(text.len(), text_hash, specs, after) {
                     self.jobs.stamp = None; // read it again once writes work
                     return Err(e);
                 }
@@ -185,7 +185,7 @@ impl Scheduler {
         let mut known: KnownJobs = self
             .journal
             .states()
-            .map(|(key, state)| (state.no, key.clone()))
+            .map(|(key, state)| (state.no, key.to_string()))
             .collect();
         let mut next_no = self.journal.next_no();
         for spec in specs.iter() {
@@ -197,14 +197,15 @@ impl Scheduler {
         dependencies::resolve(specs, &known)
     }
 
-    /// Makes `specs` (with their resolved `after=` keys) the queue and
-    /// records first sight of new jobs (one batch of `seen` events per 512
-    /// jobs, one fsync each).
+    /// Makes `specs` (with their resolved `after=` keys), parsed from a
+    /// text of `text_len` bytes hashed `text_hash`, the queue and records
+    /// first sight of new jobs (one batch of `seen` events per
+    /// [`SEEN_BATCH`] jobs, one fsync each).
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn install_specs(
         &mut self,
-        text: &str,
+        text_len: usize,
         text_hash: u64,
         specs: Vec<JobSpec>,
         after: HashMap<String, Vec<String>>,
@@ -219,7 +220,7 @@ impl Scheduler {
         self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key() == Some(&s.key));
         self.jobs.set_specs(specs, ids);
         self.jobs.after = after;
-        self.queue_changed(text.len(), text_hash);
+        self.queue_changed(text_len, text_hash);
         Ok(())
     }
 

@@ -5,7 +5,6 @@
 //! memory and only appended to, so no round re-reads it.
 
 use read::{Batch, Parsed, SeenCommand, read_and_parse, read_line_at};
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -235,8 +234,8 @@ pub struct Journal {
     /// first seen (file order): scans over the queue read them in order
     /// instead of hashing every key.
     states: Vec<KeyState>,
-    /// Each key's id in `states`.
-    ids: FxHashMap<String, u32>,
+    /// Each key's id in `states`, and the key of each id.
+    keys: keys::Keys,
     next_no: u32,
     generation: u64,
     /// The reservation in force (SPEC §12): the job's key and its GPUs.
@@ -280,7 +279,7 @@ impl Journal {
                 .open(path)
                 .map_err(|e| anyhow::anyhow!("cannot open journal {}: {e}", path.display()))?,
             states: Vec::new(),
-            ids: FxHashMap::default(),
+            keys: keys::Keys::default(),
             next_no: 1,
             generation: 0,
             reservation: None,
@@ -332,7 +331,7 @@ impl Journal {
         let orphans: Vec<(String, u64)> = journal
             .states()
             .filter(|(_, state)| matches!(state.phase, Phase::Started(_)))
-            .map(|(key, state)| (key.clone(), state.seen_offset))
+            .map(|(key, state)| (key.to_string(), state.seen_offset))
             .collect();
         for (key, offset) in orphans {
             let command = read_line_at(&mut reader, offset)
@@ -349,10 +348,10 @@ impl Journal {
     fn fold_parsed(&mut self, key: String, ts: f64, step: Fold, offset: u64) {
         if let Fold::Seen { no } = step {
             self.next_no = self.next_no.max(no + 1);
-            if !self.ids.contains_key(&key) {
+            if self.keys.get(&key).is_none() {
                 let mut state = KeyState::new(no, ts);
                 state.seen_offset = offset;
-                self.insert(key, state);
+                self.insert(&key, state);
             }
             return;
         }
@@ -366,13 +365,13 @@ impl Journal {
 
     /// What the journal says about `key`, if it has seen it.
     pub fn state(&self, key: &str) -> Option<&KeyState> {
-        self.ids.get(key).map(|&id| &self.states[id as usize])
+        self.keys.get(key).map(|id| &self.states[id as usize])
     }
 
     /// The id of `key`'s state, if the journal has seen it: stable for the
     /// journal's life (keys are never forgotten), for [`Journal::state_at`].
     pub fn id_of(&self, key: &str) -> Option<u32> {
-        self.ids.get(key).copied()
+        self.keys.get(key)
     }
 
     /// How many keys the journal knows; the next new key gets this id.
@@ -387,22 +386,22 @@ impl Journal {
         &self.states[id as usize]
     }
 
-    /// Every key the journal knows, with its state.
-    pub fn states(&self) -> impl Iterator<Item = (&String, &KeyState)> {
-        self.ids
+    /// Every key the journal knows, with its state, in the order the keys
+    /// were first seen.
+    pub fn states(&self) -> impl Iterator<Item = (&str, &KeyState)> {
+        self.keys
             .iter()
-            .map(|(key, &id)| (key, &self.states[id as usize]))
+            .map(|(id, key)| (key, &self.states[id as usize]))
     }
 
     fn state_mut(&mut self, key: &str) -> Option<&mut KeyState> {
-        let id = *self.ids.get(key)?;
+        let id = self.keys.get(key)?;
         Some(&mut self.states[id as usize])
     }
 
     /// Adds a key never seen before; returns its state.
-    fn insert(&mut self, key: String, state: KeyState) -> &mut KeyState {
-        let id = u32::try_from(self.states.len()).expect("fewer than 2^32 jobs");
-        self.ids.insert(key, id);
+    fn insert(&mut self, key: &str, state: KeyState) -> &mut KeyState {
+        let id = self.keys.insert(key);
         self.states.push(state);
         &mut self.states[id as usize]
     }
@@ -412,7 +411,7 @@ impl Journal {
     /// (each step briefly holds the old and the new table).
     pub fn reserve(&mut self, additional: usize) {
         self.states.reserve(additional);
-        self.ids.reserve(additional);
+        self.keys.reserve(additional);
     }
 
     /// Counts appends: equal generations mean no event was added in
@@ -622,8 +621,8 @@ impl Journal {
     fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
             self.next_no = self.next_no.max(no + 1);
-            if !self.ids.contains_key(key) {
-                self.insert(key.to_string(), KeyState::new(no, ts));
+            if self.keys.get(key).is_none() {
+                self.insert(key, KeyState::new(no, ts));
             }
             return;
         }
@@ -638,14 +637,14 @@ impl Journal {
             }
             _ => {}
         }
-        let id = match self.ids.get(key) {
-            Some(&id) => id as usize,
+        let id = match self.keys.get(key) {
+            Some(id) => id as usize,
             None => {
                 // An event for a key never seen (a hand-edited journal): give
                 // it a number so it is still accounted for.
                 let no = self.next_no;
                 self.next_no += 1;
-                self.insert(key.to_string(), KeyState::new(no, ts));
+                self.insert(key, KeyState::new(no, ts));
                 self.states.len() - 1
             }
         };
@@ -730,6 +729,7 @@ enum Fold {
     Done(Finished),
 }
 
+mod keys;
 mod read;
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ impl Scheduler {
             .journal
             .states()
             .filter(|(_, s)| matches!(s.phase, Phase::Started(_)))
-            .map(|(k, s)| (k.clone(), s.clone()))
+            .map(|(k, s)| (k.to_string(), s.clone()))
             .collect();
         let mut adopted_any = false;
         for (key, state) in started {

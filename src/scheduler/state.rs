@@ -394,9 +394,9 @@ pub struct JobsFile {
     /// The dependencies (of `after`) whose line is in the file, so the
     /// afterok rule needs no scan of the specs.
     pub deps_in_file: std::collections::HashSet<String>,
-    /// Index in `specs` by a 64-bit hash of the key (12 bytes per job, not
-    /// a copy of every key): every job's completion looks its line up.
-    pub by_key: rustc_hash::FxHashMap<u64, u32>,
+    /// Indices in `specs`, found by the hash of their key (4 bytes a job,
+    /// no copy of any key): every job's completion looks its line up.
+    pub by_key: hashbrown::HashTable<u32>,
     /// The specs before this index are known to have ended (`done` in the
     /// journal), so the pending scan starts here instead of at the top of
     /// a long sweep. Only ever moves forward, except when a job is retried
@@ -424,13 +424,11 @@ impl JobsFile {
 
     /// The index in `specs` of job `key`'s line, if it is in the file.
     pub fn index_of(&self, key: &str) -> Option<usize> {
-        match self.by_key.get(&key_hash(key)) {
-            Some(&i) if self.specs.get(i as usize).is_some_and(|s| s.key == key) => {
-                Some(i as usize)
-            }
-            // A hash collision (or an index not built): look the slow way.
-            _ => self.specs.iter().position(|s| s.key == key),
-        }
+        self.by_key
+            .find(key_hash(key), |&i| {
+                self.specs.get(i as usize).is_some_and(|s| s.key == key)
+            })
+            .map(|&i| i as usize)
     }
 
     /// The journal's state of the job on line `index` of `specs`, through
@@ -451,11 +449,9 @@ impl JobsFile {
     pub fn push_specs(&mut self, new: Vec<JobSpec>, ids: Vec<u32>) {
         debug_assert_eq!(new.len(), ids.len());
         self.appended_from.get_or_insert(self.specs.len());
-        for spec in new {
-            let index = self.specs.len() as u32;
-            self.by_key.entry(key_hash(&spec.key)).or_insert(index);
-            self.specs.push(spec);
-        }
+        let from = self.specs.len();
+        self.specs.extend(new);
+        self.index_from(from);
         self.state_ids.extend(ids);
     }
 
@@ -464,21 +460,34 @@ impl JobsFile {
     pub fn set_specs(&mut self, specs: Vec<JobSpec>, ids: Vec<u32>) {
         debug_assert_eq!(specs.len(), ids.len());
         self.by_key.clear();
-        self.by_key.reserve(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
-            self.by_key.entry(key_hash(&spec.key)).or_insert(i as u32);
-        }
         self.state_ids = ids;
         self.specs = specs;
+        self.index_from(0);
         self.done_prefix.set(0);
         self.appended_from = None;
     }
+
+    /// Adds `specs[from..]` to the index (a key already there keeps its
+    /// first line).
+    fn index_from(&mut self, from: usize) {
+        let JobsFile { specs, by_key, .. } = self;
+        by_key.reserve(specs.len() - from, |&i| key_hash(&specs[i as usize].key));
+        for (i, spec) in specs.iter().enumerate().skip(from) {
+            let hash = key_hash(&spec.key);
+            if by_key
+                .find(hash, |&j| specs[j as usize].key == spec.key)
+                .is_none()
+            {
+                by_key.insert_unique(hash, i as u32, |&j| key_hash(&specs[j as usize].key));
+            }
+        }
+    }
 }
 
-/// The 64-bit hash [`JobsFile::by_key`] is keyed by.
+/// The hash [`JobsFile::by_key`] finds a key's line by.
 fn key_hash(key: &str) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(key)
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(key)
 }
 
 /// What the summary says about a GPU over the run.

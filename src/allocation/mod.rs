@@ -239,44 +239,80 @@ pub fn plan_with_reservation(
     opts: &PlaceOptions,
     reservation: Option<&Reservation>,
 ) -> Vec<Placement> {
-    let others = PlaceOptions {
-        drained_mask: opts.drained_mask | reservation.map_or(0, |r| r.gpu_mask),
-        ..opts.clone()
-    };
-    let mut blocked: std::collections::HashSet<Request> = std::collections::HashSet::new();
+    let mut planner = Planner::new(gpus, opts, reservation.map(|r| r.gpu_mask));
     requests
         .iter()
         .enumerate()
         .map(|(index, request)| {
-            let reserved = reservation.is_some_and(|r| r.request_index == index);
-            if !reserved && blocked.contains(request) {
-                return Placement::NotNow;
-            }
-            let placement = if reserved {
-                place(request, gpus, opts)
-            } else {
-                place(request, gpus, &others)
-            };
-            match &placement {
-                Placement::Start(chosen) => {
-                    blocked.clear();
-                    for gpu in gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
-                        gpu.occupants.push(Occupant {
-                            declared_mib: request.vram_mib,
-                            peak_mib: None,
-                            current_mib: None,
-                        });
-                    }
-                }
-                Placement::NotNow if !reserved => {
-                    blocked.insert(*request);
-                }
-                Placement::NotNow => {}
-                Placement::Infeasible(_) => {}
-            }
-            placement
+            planner.next(
+                request,
+                reservation.is_some_and(|r| r.request_index == index),
+            )
         })
         .collect()
+}
+
+/// [`plan_with_reservation`] one request at a time, in queue order, so
+/// that a round over a long queue need not hold a placement per job.
+pub struct Planner<'a> {
+    gpus: &'a mut [GpuLoad],
+    /// What the reserved job sees.
+    opts: &'a PlaceOptions,
+    /// What every other job sees: the reserved GPUs closed.
+    others: PlaceOptions,
+    /// Requests that did not fit since the last start: an equal one
+    /// cannot fit either (the loads only grew).
+    blocked: std::collections::HashSet<Request>,
+}
+
+impl<'a> Planner<'a> {
+    /// A round over `gpus`; `reserved_mask` (bit i = GPU i) is closed to
+    /// every job but the reserved one.
+    pub fn new(
+        gpus: &'a mut [GpuLoad],
+        opts: &'a PlaceOptions,
+        reserved_mask: Option<u64>,
+    ) -> Self {
+        Planner {
+            gpus,
+            opts,
+            others: PlaceOptions {
+                drained_mask: opts.drained_mask | reserved_mask.unwrap_or(0),
+                ..opts.clone()
+            },
+            blocked: std::collections::HashSet::new(),
+        }
+    }
+
+    /// Places the next request of the queue (`reserved`: it is the job
+    /// the reservation is for) and books a start on the loads.
+    pub fn next(&mut self, request: &Request, reserved: bool) -> Placement {
+        if !reserved && self.blocked.contains(request) {
+            return Placement::NotNow;
+        }
+        let placement = if reserved {
+            place(request, self.gpus, self.opts)
+        } else {
+            place(request, self.gpus, &self.others)
+        };
+        match &placement {
+            Placement::Start(chosen) => {
+                self.blocked.clear();
+                for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
+                    gpu.occupants.push(Occupant {
+                        declared_mib: request.vram_mib,
+                        peak_mib: None,
+                        current_mib: None,
+                    });
+                }
+            }
+            Placement::NotNow if !reserved => {
+                self.blocked.insert(*request);
+            }
+            Placement::NotNow | Placement::Infeasible(_) => {}
+        }
+        placement
+    }
 }
 
 /// The GPUs `request` will fit on once our running jobs there end

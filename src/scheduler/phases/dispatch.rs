@@ -4,7 +4,9 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
-use crate::allocation::{self, GpuLoad, Occupant, Placement, Request, Reservation, WaitReason};
+use crate::allocation::{
+    self, GpuLoad, Occupant, Placement, Planner, Request, Reservation, WaitReason,
+};
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::queue;
@@ -154,20 +156,20 @@ impl Scheduler {
             self.wait_paused();
             return Ok(());
         }
-        let (indices, requests, held) = self.ready_requests();
+        let before = loads.clone();
+        let Round {
+            indices,
+            requests,
+            placements,
+            ready,
+            held,
+            reservation,
+        } = self.plan_round(&mut loads);
         let held_back = held.len();
-        if requests.is_empty() {
+        if ready == 0 {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
         }
-        let reservation = self.reservation_in_force(&indices);
-        let before = loads.clone();
-        let placements = allocation::plan_with_reservation(
-            &requests,
-            &mut loads,
-            &self.cfg.place,
-            reservation.as_ref().map(|(r, _)| r),
-        );
         self.guard_against_starvation(
             &indices,
             &requests,
@@ -186,8 +188,8 @@ impl Scheduler {
             held,
         );
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - requests.len() - held_back;
-        self.pending_at_last_round = requests.len();
+        let mut dispatched = self.jobs.specs.len() - ready - held_back;
+        self.pending_at_last_round = ready;
         let mut launches = Vec::new();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
             if placement != Placement::NotNow {
@@ -312,21 +314,63 @@ impl Scheduler {
         (indices, requests, held)
     }
 
-    /// The journal's reservation, as the plan takes it, if its job is
-    /// still waiting in the file; with the job's display number.
-    fn reservation_in_force(&self, indices: &[usize]) -> Option<(Reservation, u32)> {
-        let (key, gpus) = self.journal.reservation()?;
-        let request_index = indices
-            .iter()
-            .position(|&i| self.jobs.specs[i].key == *key)?;
-        let no = self.journal.state(key).map_or(0, |s| s.no);
-        Some((
-            Reservation {
-                request_index,
-                gpu_mask: crate::model::gpu_mask(gpus),
-            },
-            no,
-        ))
+    /// One placement round over the ready jobs in queue order, streamed
+    /// through a [`Planner`]: it keeps every job that starts or is
+    /// infeasible, the reserved job, and the first jobs that wait (as many
+    /// as the views list: all that the starvation guard, preemption and
+    /// the wait reasons look at), and only counts the others. A round
+    /// over a million waiting lines thus holds a few hundred placements,
+    /// not a million (about 80 MB).
+    fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
+        // The journal's reservation applies if its job is ready now.
+        let reserved = self.journal.reservation().and_then(|(key, gpus)| {
+            let index = self.jobs.index_of(key)?;
+            let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
+            let ready = pending && self.readiness_of(key) == Readiness::Ready;
+            let no = self.journal.state(key).map_or(0, |s| s.no);
+            ready.then(|| (index, crate::model::gpu_mask(gpus), no))
+        });
+        let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
+        let mut round = Round::default();
+        let mut waiting_kept = 0;
+        for (index, request) in self.pending() {
+            let key = &self.jobs.specs[index].key;
+            match self.readiness_of(key) {
+                Readiness::Ready => {}
+                Readiness::Waiting { no, state } => {
+                    round
+                        .held
+                        .push((key.clone(), WaitReason::After { no, state }));
+                    continue;
+                }
+                // Ended by the dependencies phase this very tick.
+                Readiness::Failed { .. } => continue,
+            }
+            round.ready += 1;
+            let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
+            let placement = planner.next(&request, is_reserved);
+            let waits = placement == Placement::NotNow;
+            if waits && !is_reserved {
+                if waiting_kept == crate::view::status::JSON_LIST_LIMIT {
+                    continue;
+                }
+                waiting_kept += 1;
+            }
+            if let Some((_, gpu_mask, no)) = reserved.filter(|_| is_reserved) {
+                let request_index = round.indices.len();
+                round.reservation = Some((
+                    Reservation {
+                        request_index,
+                        gpu_mask,
+                    },
+                    no,
+                ));
+            }
+            round.indices.push(index);
+            round.requests.push(request);
+            round.placements.push(placement);
+        }
+        round
     }
 
     /// Why the jobs that did not start wait, against the GPUs as this round
@@ -367,4 +411,20 @@ impl Scheduler {
             self.reasons_generation += 1;
         }
     }
+}
+
+/// What [`Scheduler::plan_round`] keeps of a round: parallel lists of the
+/// jobs it kept (spec index, request, placement), in queue order.
+#[derive(Default)]
+struct Round {
+    indices: Vec<usize>,
+    requests: Vec<Request>,
+    placements: Vec<Placement>,
+    /// Ready jobs placed this round, kept or not.
+    ready: usize,
+    /// Jobs held back by `after=`, with why.
+    held: Vec<(String, WaitReason)>,
+    /// The reservation in force, as `requests` index it, with its job's
+    /// display number.
+    reservation: Option<(Reservation, u32)>,
 }

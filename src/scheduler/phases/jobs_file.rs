@@ -3,6 +3,7 @@
 //! keeps the last good queue, with one warning per distinct problem; a read
 //! that may have caught a save mid-write is believed only once it settled.
 
+use super::file_digest;
 use crate::jobspec::{self, JobSpec};
 use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
@@ -22,6 +23,45 @@ impl Scheduler {
         let stamp = FileStamp::of(&self.jobs.path);
         if stamp.is_some() && stamp == self.jobs.stamp {
             return Ok(());
+        }
+        // First a streamed read that keeps only what was appended: the
+        // common edit, and the whole of a save that changed nothing.
+        let known = self.jobs.good_text.map_or(0, |(len, _)| len);
+        let digest = match file_digest::digest(&self.jobs.path, known) {
+            Ok(digest) => digest,
+            Err(e) => {
+                self.jobs.stamp = stamp;
+                self.warn_file_problem(format!(
+                    "cannot read {} ({e}); keeping the last good queue, running jobs are unaffected",
+                    self.jobs.path.display()
+                ));
+                return Ok(());
+            }
+        };
+        if self.jobs.text_hash == Some(digest.hash) {
+            self.jobs.stamp = stamp;
+            self.jobs.unsettled = None;
+            return Ok(());
+        }
+        if digest.unfinished && !self.settled(stamp) {
+            return Ok(());
+        }
+        self.jobs.unsettled = None;
+        self.jobs.stamp = stamp;
+        let good_hash = self.jobs.good_text.map(|(_, hash)| hash);
+        if let Some(after) = digest.after_known
+            && Some(after.prefix_hash) == good_hash
+            && after.prefix_ends_line
+            && let Ok(tail) = jobspec::decode(after.tail)
+        {
+            match self.append_specs(digest.len, digest.hash, after.prefix_lines + 1, &tail) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {} // not a plain append after all: parse it all
+                Err(e) => {
+                    self.jobs.stamp = None; // read it again once writes work
+                    return Err(e);
+                }
+            }
         }
         let text = match std::fs::read(&self.jobs.path) {
             Ok(bytes) => match jobspec::decode(bytes) {
@@ -45,25 +85,10 @@ impl Scheduler {
             }
         };
         let text_hash = hash_text(&text);
-        if self.jobs.text_hash == Some(text_hash) {
-            self.jobs.stamp = stamp;
-            self.jobs.unsettled = None;
+        if text_hash != digest.hash && !text.ends_with('\n') && !self.settled(stamp) {
+            // Changed since the digest, and caught mid-save this time.
+            self.jobs.stamp = None;
             return Ok(());
-        }
-        if (text.is_empty() || !text.ends_with('\n')) && !self.settled(stamp) {
-            return Ok(());
-        }
-        self.jobs.unsettled = None;
-        self.jobs.stamp = stamp;
-        if let Some(tail) = self.appended_part(&text) {
-            match self.append_specs(&text, text_hash, tail) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {} // not a plain append after all: parse it all
-                Err(e) => {
-                    self.jobs.stamp = None; // read it again once writes work
-                    return Err(e);
-                }
-            }
         }
         match jobspec::parse_jobs(&text).and_then(|mut specs| {
             let after = self.resolve_after(&mut specs)?;
@@ -92,24 +117,22 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The lines added at the end of the jobs file, when the new text is
-    /// the last good text plus whole lines: the common edit (`echo … >>
-    /// jobs.txt`, `gpusched add`), which then costs a parse of the new
-    /// lines only, however long the file.
-    fn appended_part<'t>(&self, text: &'t str) -> Option<&'t str> {
-        let (len, hash) = self.jobs.good_text?;
-        let old = text.get(..len)?;
-        (text.len() > len && old.ends_with('\n') && hash_text(old) == hash).then(|| &text[len..])
-    }
-
-    /// Takes in lines appended to the file (see [`Self::appended_part`]).
-    /// Returns `false`, changing nothing, when they need the whole file
-    /// (an `after=`, or a bad line whose error the full parse reports).
+    /// Takes in `tail`, whole lines appended to the last good text from
+    /// line `first_line` on: the common edit (`echo … >> jobs.txt`,
+    /// `gpusched add`), which then costs a parse of the new lines only,
+    /// however long the file; the file is now `text_len` bytes hashed
+    /// `text_hash`. Returns `false`, changing nothing, when they need the
+    /// whole file (an `after=`, or a bad line whose error the full parse
+    /// reports).
     ///
     /// Errors: the journal cannot record the new jobs.
-    fn append_specs(&mut self, text: &str, text_hash: u64, tail: &str) -> anyhow::Result<bool> {
-        let first_line = text.len() - tail.len();
-        let first_line = text[..first_line].bytes().filter(|&b| b == b'\n').count() + 1;
+    fn append_specs(
+        &mut self,
+        text_len: usize,
+        text_hash: u64,
+        first_line: usize,
+        tail: &str,
+    ) -> anyhow::Result<bool> {
         let Ok(mut new) = jobspec::parse_appended(&self.jobs.specs, first_line, tail) else {
             return Ok(false);
         };
@@ -131,7 +154,7 @@ impl Scheduler {
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
         let needed = self.dispatch_needed;
-        self.queue_changed(text.len(), text_hash);
+        self.queue_changed(text_len, text_hash);
         self.dispatch_needed = needed;
         Ok(true)
     }
@@ -289,8 +312,8 @@ impl Scheduler {
 const SEEN_BATCH: usize = 4_096;
 
 /// A hash of the jobs file's text, to tell a real change from a touch and
-/// an append from an edit (FxHash: a 100 MB file hashes in milliseconds).
+/// an append from an edit ([`file_digest::TextHash`], the same as a
+/// streamed read gives: a 100 MB file hashes in milliseconds).
 pub(in crate::scheduler) fn hash_text(text: &str) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(text)
+    file_digest::TextHash::of(text)
 }

@@ -32,6 +32,7 @@ mod completion;
 mod dependencies;
 mod dispatch;
 mod exit;
+mod file_digest;
 mod io;
 mod jobs_file;
 mod kills;

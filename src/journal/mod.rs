@@ -198,8 +198,8 @@ impl Finished {
     }
 }
 
-/// Everything the journal says about one key, kept small: a long journal
-/// holds one of these per job ever seen.
+/// Everything the journal says about one key, kept small (72 bytes): a
+/// long journal holds one of these per job ever seen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyState {
     /// Display number.
@@ -209,14 +209,16 @@ pub struct KeyState {
     pub seen_offset: u64,
     /// When the job was first seen, i.e. queued (Unix seconds).
     pub seen_ts: f64,
-    /// When its first attempt started (Unix seconds).
-    pub first_started_ts: Option<f64>,
+    /// When its first attempt started (Unix seconds); NaN before that
+    /// (read it with [`KeyState::first_started_ts`]).
+    first_started: f64,
     /// Attempts started so far.
     pub attempts: u32,
     /// OOM attempts so far.
     pub oom_attempts: u32,
-    /// Declaration (MiB per GPU) for the next attempt after an OOM.
-    pub next_vram: Option<u64>,
+    /// Declaration (MiB per GPU) for the next attempt after an OOM (read
+    /// it with [`KeyState::next_vram`]; 32 bits of MiB are 4 PiB).
+    next_vram: Option<u32>,
     /// Whether its last attempt was preempted (the next one gets
     /// `GPUSCHED_PREEMPTED=1`).
     pub preempted: bool,
@@ -654,7 +656,9 @@ impl Journal {
             Fold::Started { attempt, info } => {
                 state.attempts = state.attempts.max(attempt);
                 state.preempted = false;
-                state.first_started_ts.get_or_insert(info.ts);
+                if state.first_started.is_nan() {
+                    state.first_started = info.ts;
+                }
                 state.phase = Phase::Started(info);
             }
             Fold::Oom {
@@ -662,7 +666,7 @@ impl Journal {
                 next_vram,
             } => {
                 state.oom_attempts = attempts;
-                state.next_vram = next_vram;
+                state.set_next_vram(next_vram);
                 state.phase = Phase::Waiting;
             }
             Fold::Interrupted => state.phase = Phase::Waiting,
@@ -698,7 +702,7 @@ impl KeyState {
             no,
             seen_offset: u64::MAX,
             seen_ts,
-            first_started_ts: None,
+            first_started: f64::NAN,
             attempts: 0,
             oom_attempts: 0,
             next_vram: None,
@@ -706,6 +710,22 @@ impl KeyState {
             preempted_s: 0.0,
             phase: Phase::Waiting,
         }
+    }
+
+    /// When its first attempt started (Unix seconds), if one did.
+    pub fn first_started_ts(&self) -> Option<f64> {
+        (!self.first_started.is_nan()).then_some(self.first_started)
+    }
+
+    /// Declaration (MiB per GPU) for the next attempt after an OOM.
+    pub fn next_vram(&self) -> Option<u64> {
+        self.next_vram.map(u64::from)
+    }
+
+    /// Sets the declaration for the next attempt (MiB per GPU; saturates
+    /// at 4 PiB).
+    pub fn set_next_vram(&mut self, mib: Option<u64>) {
+        self.next_vram = mib.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
     }
 }
 

@@ -141,7 +141,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
     assert_eq!(a.no, 1);
     assert_eq!(a.attempts, 1);
     assert_eq!(a.oom_attempts, 1);
-    assert_eq!(a.next_vram, Some(10000));
+    assert_eq!(a.next_vram(), Some(10000));
     assert_eq!(a.phase, Phase::Waiting);
     let b = journal.state("b#0").unwrap();
     match &b.phase {
@@ -236,7 +236,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
         assert_eq!(state.phase, Phase::Waiting);
         assert_eq!(state.attempts, 1, "attempts keep counting");
         assert_eq!(state.oom_attempts, 0, "OOM retries start over");
-        assert_eq!(state.next_vram, Some(10000), "the learned bump is kept");
+        assert_eq!(state.next_vram(), Some(10000), "the learned bump is kept");
     }
 }
 
@@ -312,4 +312,18 @@ fn append_seen_writes_what_append_all_would() {
     let (journal, replay) = Journal::open(&path).unwrap();
     assert_eq!(replay.events, 2);
     assert_eq!(journal.state("a#0").map(|s| s.seen_ts), Some(12.5));
+}
+
+/// A million-line queue holds a million of these: the size is a budget.
+#[test]
+fn a_key_state_stays_small() {
+    assert!(
+        std::mem::size_of::<KeyState>() <= 72,
+        "{}",
+        std::mem::size_of::<KeyState>()
+    );
+    let mut state = KeyState::new(1, 0.0);
+    assert_eq!(state.first_started_ts(), None);
+    state.set_next_vram(Some(u64::MAX));
+    assert_eq!(state.next_vram(), Some(u64::from(u32::MAX)), "saturates");
 }

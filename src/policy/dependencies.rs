@@ -267,10 +267,9 @@ mod tests {
     }
 
     fn state(no: u32, phase: Phase) -> KeyState {
-        KeyState {
-            phase,
-            ..KeyState::new(no, 0.0)
-        }
+        let mut state = KeyState::new(no, 0.0);
+        state.phase = phase;
+        state
     }
 
     fn done(status: DoneStatus) -> Phase {

@@ -18,7 +18,7 @@ pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) 
     }
     let state = state?;
     matches!(state.phase, Phase::Waiting).then(|| Request {
-        vram_mib: spec.vram_mib.max(state.next_vram),
+        vram_mib: spec.vram_mib.max(state.next_vram()),
         gpus: spec.gpus,
         on_mask: spec.on_mask(),
     })
@@ -55,12 +55,11 @@ mod tests {
     }
 
     fn state(phase: Phase, next_vram: Option<u64>, oom_attempts: u32) -> KeyState {
-        KeyState {
-            oom_attempts,
-            next_vram,
-            phase,
-            ..KeyState::new(1, 0.0)
-        }
+        let mut state = KeyState::new(1, 0.0);
+        state.oom_attempts = oom_attempts;
+        state.phase = phase;
+        state.set_next_vram(next_vram);
+        state
     }
 
     fn done(status: DoneStatus) -> Phase {

@@ -152,13 +152,13 @@ pub fn job_status(
         command: spec.map(|s| s.command.clone()).unwrap_or_default(),
         gpus: Vec::new(),
         gpus_wanted: spec.map_or(1, |s| s.gpus),
-        vram_mib: spec.and_then(|s| s.vram_mib).max(state.next_vram),
+        vram_mib: spec.and_then(|s| s.vram_mib).max(state.next_vram()),
         current_mib: BTreeMap::new(),
         peak_mib: BTreeMap::new(),
         attempt: state.attempts,
         oom_attempts: state.oom_attempts,
         queued: Some(state.seen_ts),
-        started: state.first_started_ts,
+        started: state.first_started_ts(),
         finished: None,
         returncode: None,
         duration_s: None,
@@ -180,7 +180,7 @@ pub fn job_status(
                 .learned
                 .families
                 .predict(&family, input.cfg.place.spike_buffer);
-            job.vram_mib = prediction.mib.max(state.next_vram);
+            job.vram_mib = prediction.mib.max(state.next_vram());
             job.vram_source = Some(prediction.to_string());
         }
     } else if let Phase::Done(done) = &state.phase {

@@ -36,7 +36,7 @@ impl Scheduler {
         mut request: Request,
     ) -> Request {
         if let Some((_, prediction)) = self.prediction(spec) {
-            request.vram_mib = prediction.mib.max(state.and_then(|s| s.next_vram));
+            request.vram_mib = prediction.mib.max(state.and_then(|s| s.next_vram()));
         }
         request
     }

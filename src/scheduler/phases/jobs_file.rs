@@ -30,11 +30,7 @@ impl Scheduler {
         let digest = match file_digest::digest(&self.jobs.path, known) {
             Ok(digest) => digest,
             Err(e) => {
-                self.jobs.stamp = stamp;
-                self.warn_file_problem(format!(
-                    "cannot read {} ({e}); keeping the last good queue, running jobs are unaffected",
-                    self.jobs.path.display()
-                ));
+                self.unreadable(stamp, &e);
                 return Ok(());
             }
         };
@@ -76,11 +72,7 @@ impl Scheduler {
                 }
             },
             Err(e) => {
-                self.jobs.stamp = stamp;
-                self.warn_file_problem(format!(
-                    "cannot read {} ({e}); keeping the last good queue, running jobs are unaffected",
-                    self.jobs.path.display()
-                ));
+                self.unreadable(stamp, &e);
                 return Ok(());
             }
         };
@@ -115,6 +107,16 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// The jobs file could not be read: the last good queue stays, with one
+    /// warning per distinct problem.
+    fn unreadable(&mut self, stamp: Option<FileStamp>, error: &std::io::Error) {
+        self.jobs.stamp = stamp;
+        self.warn_file_problem(format!(
+            "cannot read {} ({error}); keeping the last good queue, running jobs are unaffected",
+            self.jobs.path.display()
+        ));
     }
 
     /// Takes in `tail`, whole lines appended to the last good text from

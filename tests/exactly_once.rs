@@ -208,6 +208,119 @@ fn a_killed_supervisor_leaves_its_jobs_running_and_watched() {
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
 
+/// The supervisor on its own (its stdin and stdout are the scheduler's
+/// line to it): a job let go is reported, and recorded when no `ack`
+/// comes; a job still at its gate when the scheduler is gone is killed
+/// there, having run nothing, and recorded as never run. Then the
+/// supervisor exits.
+#[test]
+fn the_supervisor_records_what_no_scheduler_took() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut supervisor = Command::new(bin())
+        .arg("__supervise")
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let record = |id: u64| dir.path().join(format!("exits/k{id}.1.json"));
+    let start = |id: u64, command: &str| {
+        json!({"start": {"id": id, "job": {
+            "command": command, "env": [], "log": dir.path().join("job.log"),
+            "record": record(id), "key": format!("k{id}"), "attempt": 1,
+        }}})
+    };
+    let mut to = supervisor.stdin.take().unwrap();
+    let mut from = std::io::BufReader::new(supervisor.stdout.take().unwrap());
+    let mut reply = || {
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    writeln!(to, "{}\n{}", start(1, "touch ran"), start(2, "exit 3")).unwrap();
+    assert_eq!(reply()["started"]["id"], 1);
+    assert_eq!(reply()["started"]["id"], 2);
+    writeln!(to, "{}", json!({"go": 2})).unwrap();
+    let ended = reply();
+    assert_eq!(ended["ended"]["id"], 2, "{ended}");
+    assert_eq!(ended["ended"]["record"]["code"], 3);
+    drop(to); // the scheduler is gone: no ack, no go
+    wait_for("the supervisor to exit", &mut || {
+        supervisor.try_wait().unwrap().is_some()
+    });
+    let two: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record(2)).unwrap()).unwrap();
+    assert_eq!(
+        (two["code"].clone(), two.get("never_ran")),
+        (json!(3), None)
+    );
+    let one: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record(1)).unwrap()).unwrap();
+    assert_eq!(one["never_ran"], true, "{one}");
+    assert!(!dir.path().join("ran").exists(), "the gated job ran");
+}
+
+/// A `started` event whose job was killed at its gate (the scheduler died
+/// between journaling the start and letting it go): the supervisor's
+/// never-run record makes the next scheduler run it again at once.
+#[test]
+fn a_start_never_let_go_runs_again_at_the_next_start() {
+    let command = "echo run >> runs.txt";
+    let env = Env::new(&format!("{command}\n"));
+    let key = gpusched::jobspec::parse_jobs(command).unwrap()[0]
+        .key
+        .clone();
+    std::fs::create_dir_all(env.logs.join("exits")).unwrap();
+    let seen = json!({"ts": 1.0e9, "key": key, "event": "seen", "no": 1, "command": command});
+    // A verifiable group that is gone (pid 2^22 - 1 is above this
+    // machine's pid_max or unused), under a supervisor that still runs
+    // other jobs (this test process stands in for it): without the record
+    // the job would wait for that supervisor to exit.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let started = json!({"ts": 1.0e9, "key": key, "event": "started", "pgid": 4_194_303,
+        "gpus": [0], "attempt": 1, "vram_mib": null, "start_ticks": 1,
+        "boot_id": std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim(),
+        "supervisor": {"pid": std::process::id(), "start_ticks": ticks}, "log_offset": 0});
+    std::fs::write(
+        env.logs.join("journal.jsonl"),
+        format!("{seen}\n{started}\n"),
+    )
+    .unwrap();
+    let record = json!({"key": key, "attempt": 1, "pgid": 4_194_303, "code": null,
+        "signal": null, "ended": 1.0e9, "never_ran": true});
+    std::fs::write(
+        env.logs.join(format!("exits/{key}.1.json")),
+        record.to_string(),
+    )
+    .unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("was still at its gate when the previous scheduler stopped"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.job_events(1, "interrupted").len(), 1);
+    assert_eq!(env.job_events(1, "started").len(), 2);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(
+        std::fs::read_to_string(env.path("runs.txt")).unwrap(),
+        "run\n"
+    );
+    assert!(
+        !env.logs.join(format!("exits/{key}.1.json")).exists(),
+        "the served record is removed"
+    );
+}
+
 /// A sweep's outcomes are taken from the supervisor, not from files: after
 /// a clean run no exit record is left behind (nor was one needed).
 #[test]

@@ -236,20 +236,7 @@ impl Supervisor {
                 self.jobs.remove(&id);
                 continue;
             }
-            let record = ExitRecord {
-                key: job.key.clone(),
-                attempt: job.attempt,
-                pgid: job.process.pid,
-                code: match exit {
-                    Exit::Code(code) => Some(code),
-                    Exit::Signal(_) => None,
-                },
-                signal: match exit {
-                    Exit::Signal(signal) => Some(signal),
-                    Exit::Code(_) => None,
-                },
-                ended: now_ts(),
-            };
+            let record = record_of(job, Some(exit));
             if self.scheduler {
                 job.ended = Some(record.clone());
                 self.reply(&FromSupervisor::Ended { id, record });
@@ -299,8 +286,11 @@ impl Supervisor {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
-            job.process.abandon();
-            if let Some(record) = job.ended.clone() {
+            if !job.process.released() {
+                job.process.abandon();
+                let record = record_of(job, None);
+                self.record(id, &record);
+            } else if let Some(record) = job.ended.clone() {
                 self.record(id, &record);
             }
         }
@@ -331,6 +321,25 @@ impl Supervisor {
     /// per [`RECORD_RETRY`].
     fn retry_records(&mut self) {
         self.pending_records.retain_mut(|p| !write_record(p));
+    }
+}
+
+/// The record of `job`: how it ended, or (`None`) that it never ran.
+fn record_of(job: &Job, exit: Option<Exit>) -> ExitRecord {
+    ExitRecord {
+        key: job.key.clone(),
+        attempt: job.attempt,
+        pgid: job.process.pid,
+        code: match exit {
+            Some(Exit::Code(code)) => Some(code),
+            _ => None,
+        },
+        signal: match exit {
+            Some(Exit::Signal(signal)) => Some(signal),
+            _ => None,
+        },
+        ended: now_ts(),
+        never_ran: exit.is_none(),
     }
 }
 

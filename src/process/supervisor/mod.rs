@@ -20,7 +20,10 @@
 //! 5. A job whose end no scheduler acknowledged — the scheduler died, or
 //!    stopped, before or after the report — gets its record written
 //!    atomically to `<log_dir>/exits/<key>.<attempt>.json`, so its outcome
-//!    is never lost; a restarted scheduler reads it. Once no scheduler
+//!    is never lost; a restarted scheduler reads it. A job still at its
+//!    gate then is killed there and recorded as never run (its `started`
+//!    may be journaled: the next scheduler runs it again at once instead
+//!    of waiting for this supervisor's other jobs). Once no scheduler
 //!    listens and its last job ended, the supervisor exits.
 //!
 //! One supervisor for many jobs means a job's start costs one `fork` of a
@@ -60,11 +63,19 @@ pub struct ExitRecord {
     pub signal: Option<i32>,
     /// When it ended (Unix seconds).
     pub ended: f64,
+    /// Set when the job was killed at its gate because no scheduler was
+    /// left to let it go: it ran nothing, and runs again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never_ran: bool,
 }
 
 impl ExitRecord {
-    /// How the job ended; `None` for a record that says neither.
+    /// How the job ended; `None` for a record that says neither, or says
+    /// it never ran.
     pub fn exit(&self) -> Option<Exit> {
+        if self.never_ran {
+            return None;
+        }
         self.code
             .map(Exit::Code)
             .or_else(|| self.signal.map(Exit::Signal))

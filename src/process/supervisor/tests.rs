@@ -15,6 +15,7 @@ fn exit_records_round_trip_and_say_how_the_job_ended() {
         code: None,
         signal: Some(9),
         ended: 1.0e9,
+        never_ran: false,
     };
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
@@ -29,6 +30,20 @@ fn exit_records_round_trip_and_say_how_the_job_ended() {
     assert_eq!(code.exit(), Some(Exit::Code(3)));
     std::fs::write(&path, b"{\"key\": \"torn").unwrap();
     assert_eq!(ExitRecord::read(&path), None, "garbled");
+    let never = ExitRecord {
+        never_ran: true,
+        ..code
+    };
+    assert_eq!(never.exit(), None, "a job killed at its gate has no exit");
+    let line = serde_json::to_string(&ExitRecord {
+        never_ran: false,
+        ..never
+    })
+    .unwrap();
+    assert!(
+        !line.contains("never_ran"),
+        "older readers see the same record"
+    );
 }
 
 #[test]

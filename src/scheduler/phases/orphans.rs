@@ -45,7 +45,14 @@ impl Scheduler {
             }
             // Liveness first: a supervisor writes its record before it exits.
             let alive = adopted_alive(&running);
-            if let Some(record) = ExitRecord::read(&running.exit_record) {
+            let record = ExitRecord::read(&running.exit_record);
+            if record.as_ref().is_some_and(|r| r.never_ran) {
+                self.journal.append(&key, Event::Interrupted {})?;
+                say(&format!(
+                    "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
+                    state.no
+                ));
+            } else if let Some(record) = record {
                 say(&format!(
                     "job {} ended while no scheduler ran ({}); recording its outcome",
                     state.no,

@@ -45,6 +45,14 @@ pub struct Local {
     /// Where the supervisor's own complaints go
     /// (`<log_dir>/supervisor.log`).
     log: std::path::PathBuf,
+    /// The next attempt's id; ids are unique over all supervisors.
+    next_id: u64,
+    /// The first id given to the current supervisor: lower ids belong to
+    /// one that died.
+    first_id: u64,
+    /// Set when a dead supervisor was replaced and the loop has not yet
+    /// been told (its jobs are then without one).
+    replaced: bool,
 }
 
 impl Local {
@@ -54,6 +62,9 @@ impl Local {
         Local {
             supervisor: None,
             log: log_dir.join("supervisor.log"),
+            next_id: 1,
+            first_id: 1,
+            replaced: false,
         }
     }
 }
@@ -152,7 +163,12 @@ impl Launcher {
                     key: attempt.spec.key.clone(),
                     attempt: attempt.attempt,
                 };
-                let id = local.supervisor()?.start(request)?;
+                let id = local.next_id;
+                local.next_id += 1;
+                // A supervisor found dead is replaced, once.
+                if local.supervisor()?.start(id, request.clone()).is_err() {
+                    local.supervisor()?.start(id, request)?;
+                }
                 Ok(Starting::Local(id))
             }
             Launcher::Slurm(cluster) => {
@@ -355,7 +371,7 @@ impl Launcher {
     pub fn ready(&mut self, starting: Starting) -> std::io::Result<Ready> {
         match (self, starting) {
             (Launcher::Local(local), Starting::Local(id)) => {
-                let supervisor = local.running()?;
+                let supervisor = local.owner(id)?;
                 let job = supervisor.wait_at_gate(id)?;
                 Ok(Ready::Local {
                     id,
@@ -375,7 +391,7 @@ impl Launcher {
     pub fn release(&mut self, ready: &Ready) -> std::io::Result<Option<u64>> {
         match (self, ready) {
             (Launcher::Local(local), Ready::Local { id, .. }) => {
-                local.running()?.go(*id).map(|()| None)
+                local.owner(*id)?.go(*id).map(|()| None)
             }
             (_, Ready::Slurm(id)) => Ok(Some(*id)),
             (_, Ready::Local { .. }) => Err(std::io::Error::other("not a local launcher")),
@@ -387,7 +403,7 @@ impl Launcher {
     pub fn abandon(&mut self, ready: Ready) {
         match (self, ready) {
             (Launcher::Local(local), Ready::Local { id, .. }) => {
-                if let Ok(supervisor) = local.running() {
+                if let Ok(supervisor) = local.owner(id) {
                     supervisor.abandon(id);
                 }
             }
@@ -401,25 +417,29 @@ impl Launcher {
     }
 
     /// The local jobs whose end the supervisor reported since the last
-    /// call (their id and record), read without blocking, and whether the
-    /// supervisor died (its jobs are then without one).
-    pub fn take_ended(&mut self) -> (Vec<(u64, supervisor::ExitRecord)>, bool) {
-        match self {
-            Launcher::Local(Local {
-                supervisor: Some(supervisor),
-                ..
-            }) => (supervisor.take_ended(), supervisor.is_closed()),
-            _ => (Vec::new(), false),
+    /// call (their id and record), read without blocking; and, when a
+    /// supervisor died, the id below which jobs were its (they are now
+    /// without one).
+    pub fn take_ended(&mut self) -> (Vec<(u64, supervisor::ExitRecord)>, Option<u64>) {
+        let Launcher::Local(local) = self else {
+            return (Vec::new(), None);
+        };
+        let replaced = std::mem::take(&mut local.replaced).then_some(local.first_id);
+        match &mut local.supervisor {
+            Some(supervisor) => {
+                let ended = supervisor.take_ended();
+                let dead = supervisor.is_closed().then_some(u64::MAX).or(replaced);
+                (ended, dead)
+            }
+            None => (Vec::new(), replaced),
         }
     }
 
     /// Local job `id`'s outcome is durable in the journal: its supervisor
     /// needs to write no exit record.
     pub fn ack(&mut self, id: u64) {
-        if let Launcher::Local(Local {
-            supervisor: Some(supervisor),
-            ..
-        }) = self
+        if let Launcher::Local(local) = self
+            && let Ok(supervisor) = local.owner(id)
         {
             supervisor.ack(id);
         }
@@ -439,19 +459,30 @@ impl Local {
     ///
     /// Errors: it cannot be started.
     fn supervisor(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
-        if self.supervisor.as_ref().is_none_or(|s| s.is_closed()) {
-            self.supervisor = Some(supervisor::Supervisor::spawn(&self.log)?);
+        match &self.supervisor {
+            Some(running) if !running.is_closed() => {}
+            previous => {
+                self.replaced |= previous.is_some();
+                self.first_id = self.next_id - 1;
+                self.supervisor = Some(supervisor::Supervisor::spawn(&self.log)?);
+            }
         }
-        self.running()
-    }
-
-    /// The supervisor started earlier.
-    ///
-    /// Errors: none was started.
-    fn running(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
         self.supervisor
             .as_mut()
             .ok_or_else(|| std::io::Error::other("no supervisor runs"))
+    }
+
+    /// The supervisor that runs job `id`.
+    ///
+    /// Errors ([`std::io::ErrorKind::BrokenPipe`]): that supervisor died.
+    fn owner(&mut self, id: u64) -> std::io::Result<&mut supervisor::Supervisor> {
+        match &mut self.supervisor {
+            Some(supervisor) if id >= self.first_id => Ok(supervisor),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the supervisor is gone",
+            )),
+        }
     }
 }
 

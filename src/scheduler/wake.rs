@@ -121,9 +121,10 @@ impl Wakes {
         let reports = match ReportWatch::start(tx.clone()) {
             Ok(watch) => Some(watch),
             Err(e) => {
-                tracing::debug!(
-                    "supervisors' reports are not watched ({e:#}); they write exit records"
-                );
+                warn(&format!(
+                    "cannot watch the supervisor's replies ({e:#}); jobs' ends are checked every {}s",
+                    IO_RETRY.as_secs()
+                ));
                 None
             }
         };
@@ -152,8 +153,8 @@ impl Wakes {
     /// the watch of one that died). Without a watch, the loop wakes every
     /// [`IO_RETRY`] while jobs run, and reads replies then.
     pub fn watch_supervisor(&mut self, supervisor: &crate::process::supervisor::Supervisor) {
-        let pid = supervisor.process().map(|p| p.pid);
-        if pid.is_none() || self.watched_supervisor == pid {
+        let pid = Some(supervisor.pid());
+        if self.watched_supervisor == pid {
             return;
         }
         let watched = self.reports.as_ref().map(|w| w.watch(supervisor.fd()));

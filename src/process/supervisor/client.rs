@@ -28,7 +28,6 @@ pub struct Supervisor {
     process: Option<ProcessId>,
     /// Reply bytes not yet a whole line.
     input: Vec<u8>,
-    next_id: u64,
     /// Answers to starts, by id.
     at_gate: FxHashMap<u64, Result<AtGate, String>>,
     /// Ends reported and not yet taken.
@@ -74,7 +73,6 @@ impl Supervisor {
             from,
             process,
             input: Vec::new(),
-            next_id: 1,
             at_gate: FxHashMap::default(),
             ended: Vec::new(),
             closed: false,
@@ -84,6 +82,11 @@ impl Supervisor {
     /// Its pid and start time.
     pub fn process(&self) -> Option<ProcessId> {
         self.process
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The descriptor its replies arrive on (readable when one is there).
@@ -96,27 +99,31 @@ impl Supervisor {
         self.closed
     }
 
-    /// Asks for a job at its gate; the answer comes with
-    /// [`Supervisor::wait_at_gate`]. Returns the attempt's id.
+    /// Asks for job `id` (unique for the scheduler's life) at its gate;
+    /// the answer comes with [`Supervisor::wait_at_gate`].
     ///
-    /// Errors: the supervisor is gone.
-    pub fn start(&mut self, job: Request) -> std::io::Result<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&ToSupervisor::Start { id, job })?;
-        Ok(id)
+    /// Errors: the supervisor is gone (it is then taken as closed).
+    pub fn start(&mut self, id: u64, job: Request) -> std::io::Result<()> {
+        self.send(&ToSupervisor::Start { id, job })
+            .inspect_err(|_| {
+                self.closed = true;
+            })
     }
 
     /// Waits until the job `id` is at its gate.
     ///
-    /// Errors: the supervisor could not start it, or died.
+    /// Errors: the supervisor could not start it; or it died
+    /// ([`std::io::ErrorKind::BrokenPipe`]: the job ran nothing).
     pub fn wait_at_gate(&mut self, id: u64) -> std::io::Result<AtGate> {
         loop {
             if let Some(answer) = self.at_gate.remove(&id) {
                 return answer.map_err(std::io::Error::other);
             }
             if self.closed {
-                return Err(std::io::Error::other("the supervisor is gone"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the supervisor is gone",
+                ));
             }
             let mut fds = [nix::poll::PollFd::new(
                 self.from.as_fd(),

@@ -19,7 +19,7 @@ impl Scheduler {
         // A cluster's jobs are asked for (at most every --poll).
         self.launcher
             .poll(&mut self.running, std::time::Instant::now());
-        let (reports, supervisor_died) = self.launcher.take_ended();
+        let (reports, died_below) = self.launcher.take_ended();
         for (id, record) in reports {
             match self.running.get_mut(&record.key).map(|job| &mut job.proc) {
                 Some(Proc::Supervised {
@@ -31,13 +31,14 @@ impl Scheduler {
                 _ => self.launcher.ack(id),
             }
         }
-        if supervisor_died {
+        if let Some(below) = died_below {
             for job in self.running.values_mut() {
                 if let Proc::Supervised {
+                    id,
                     identity,
                     reaped: None,
-                    ..
                 } = &job.proc
+                    && *id < below
                 {
                     warn(&format!(
                         "job {}'s supervisor ended before the job (process group {}); watching the group instead",

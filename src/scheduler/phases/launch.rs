@@ -134,6 +134,15 @@ impl Scheduler {
             };
             match self.launcher.ready(spawning) {
                 Ok(started) => ready.push((launch, started)),
+                // The supervisor died with the job at its gate, where it
+                // ran nothing: it stays pending for a new supervisor.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    warn(&format!(
+                        "job {} was not started ({e}); it stays pending",
+                        launch.no
+                    ));
+                    self.dispatch_needed = true;
+                }
                 Err(e) => {
                     warn(&format!("cannot start job {}: {e}", launch.no));
                     self.record_unrun(&launch.spec.key, DoneStatus::Failed)?;

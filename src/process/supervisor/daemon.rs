@@ -33,8 +33,9 @@ struct Job {
     key: String,
     attempt: u32,
     record: PathBuf,
-    /// The job's log, for complaints about its record.
-    log: std::fs::File,
+    /// The job's log, for complaints about it (opened only then: a
+    /// descriptor per running job would bound how many can run).
+    log: PathBuf,
     /// Set once its shell exited and the end was reported: waits for the
     /// scheduler's `ack`.
     ended: Option<ExitRecord>,
@@ -44,7 +45,7 @@ struct Job {
 struct PendingRecord {
     path: PathBuf,
     bytes: Vec<u8>,
-    log: std::fs::File,
+    log: PathBuf,
     tries: u32,
 }
 
@@ -169,7 +170,7 @@ impl Supervisor {
                 if let Some(job) = self.jobs.get_mut(&id)
                     && let Err(e) = job.process.go()
                 {
-                    let _ = writeln!(job.log, "gpusched supervisor: cannot start the job: {e}");
+                    complain(&job.log, &format!("cannot start the job: {e}"));
                 }
             }
             ToSupervisor::Abandon(id) => {
@@ -189,12 +190,13 @@ impl Supervisor {
 
     /// Forks a job at its gate; returns its pid and start time.
     fn start(&mut self, id: u64, job: super::Request) -> std::io::Result<(u32, Option<u64>)> {
-        let log = std::fs::File::options()
+        let log_file = std::fs::File::options()
             .create(true)
             .append(true)
             .open(&job.log)?;
         let prepared = Prepared::new(&job.command, &self.base_env, &job.env)?;
-        let process = GatedJob::spawn(&prepared, &log)?;
+        let process = GatedJob::spawn(&prepared, &log_file)?;
+        drop(log_file);
         let pid = process.pid;
         let start_ticks = crate::process::read_stat(pid).map(|s| s.start_ticks);
         self.by_pid.insert(pid, id);
@@ -205,7 +207,7 @@ impl Supervisor {
                 key: job.key,
                 attempt: job.attempt,
                 record: job.record,
-                log,
+                log: job.log,
                 ended: None,
             },
         );
@@ -324,6 +326,13 @@ impl Supervisor {
     }
 }
 
+/// Appends a complaint about a job to its log (if that can be written).
+fn complain(log: &std::path::Path, what: &str) {
+    if let Ok(mut file) = std::fs::File::options().append(true).open(log) {
+        let _ = writeln!(file, "gpusched supervisor: {what}");
+    }
+}
+
 /// The record of `job`: how it ended, or (`None`) that it never ran.
 fn record_of(job: &Job, exit: Option<Exit>) -> ExitRecord {
     ExitRecord {
@@ -364,10 +373,9 @@ fn write_record(pending: &mut PendingRecord) -> bool {
     match result {
         Ok(()) => true,
         Err(e) if pending.tries >= RECORD_TRIES => {
-            let _ = writeln!(
-                pending.log,
-                "gpusched supervisor: cannot write exit record {}: {e}",
-                pending.path.display()
+            complain(
+                &pending.log,
+                &format!("cannot write exit record {}: {e}", pending.path.display()),
             );
             true
         }

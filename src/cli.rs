@@ -443,7 +443,7 @@ pub struct SimjobArgs {
 #[command(name = "gpusched __supervise", no_binary_name = true)]
 pub struct SuperviseArgs {}
 
-/// The first argument that makes `gpusched` a job's supervisor.
+/// The first argument that makes `gpusched` the scheduler's supervisor.
 pub const SUPERVISE: &str = "__supervise";
 
 /// For a jobs-file argument that names no file: the subcommand it looks

@@ -178,31 +178,11 @@ impl RawRecord<'_> {
     }
 }
 
-/// A `gpus` list, kept inline (no allocation) for the common few GPUs.
+/// A `gpus` list, kept inline (no allocation) for the common few GPUs
+/// (smallvec's own `Deserialize`).
+#[derive(Deserialize)]
+#[serde(transparent)]
 struct GpuList(smallvec::SmallVec<[u32; 8]>);
-
-impl<'de> Deserialize<'de> for GpuList {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = GpuList;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a list of GPU indices")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<GpuList, A::Error> {
-                let mut gpus = smallvec::SmallVec::new();
-                while let Some(gpu) = seq.next_element::<u32>()? {
-                    gpus.push(gpu);
-                }
-                Ok(GpuList(gpus))
-            }
-        }
-        deserializer.deserialize_seq(Visitor)
-    }
-}
 
 /// The `command` of a `seen` line, read back for orphans.
 #[derive(Deserialize)]

@@ -17,7 +17,10 @@ pub struct Keys {
     table: HashTable<u32>,
 }
 
-fn hash(key: &str) -> u64 {
+/// The hash a job key is found by in a [`HashTable`] of ids (the
+/// journal's keys here, the jobs file's lines in
+/// [`crate::scheduler::state::JobsFile`]).
+pub fn hash(key: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 

@@ -749,7 +749,7 @@ enum Fold {
     Done(Finished),
 }
 
-mod keys;
+pub(crate) mod keys;
 mod read;
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use crate::gpu::GpuSnapshot;
 use crate::gpu::attribution::ExternalPeaks;
 use crate::jobspec::JobSpec;
 use crate::journal::ProcessId;
+use crate::journal::keys::hash as key_hash;
 use crate::model::DoneStatus;
 use crate::policy::kill::{KillReason, KillStep, kill_step};
 use crate::policy::outcome::Exit;
@@ -482,12 +483,6 @@ impl JobsFile {
             }
         }
     }
-}
-
-/// The hash [`JobsFile::by_key`] finds a key's line by.
-fn key_hash(key: &str) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(key)
 }
 
 /// What the summary says about a GPU over the run.

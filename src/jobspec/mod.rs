@@ -437,6 +437,10 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             _ => Err(format!("attribute '{name}' needs a value ({name}=...)")),
         }
     };
+    let bare = |value: Option<&str>| match value {
+        Some(_) => Err(format!("'{name}' is a bare flag and takes no value")),
+        None => Ok(true),
+    };
     match name {
         "vram" if value == Some("auto") => spec.auto_vram = true,
         "vram" => spec.vram_mib = Some(parse_vram_mib(&need(value)?)?),
@@ -458,12 +462,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                     format!("bad retries value '{v}': expected a whole number ≥ 0")
                 })?);
         }
-        "cancel" => {
-            if value.is_some() {
-                return Err("'cancel' is a bare flag and takes no value".into());
-            }
-            spec.cancel = true;
-        }
+        "cancel" => spec.cancel = bare(value)?,
         "on" => {
             let v = need(value)?;
             let mut mask = 0u64;
@@ -482,12 +481,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.rare_mut().on_mask = Some(mask);
         }
-        "preemptible" => {
-            if value.is_some() {
-                return Err("'preemptible' is a bare flag and takes no value".into());
-            }
-            spec.preemptible = true;
-        }
+        "preemptible" => spec.preemptible = bare(value)?,
         "after" => {
             let v = need(value)?;
             let refs: Vec<String> = v.split(',').map(str::to_string).collect();

@@ -295,23 +295,29 @@ impl Scheduler {
     pub(in crate::scheduler) fn ready_requests(
         &self,
     ) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
-        let mut held: Vec<(String, WaitReason)> = Vec::new();
-        let (indices, requests) = self
-            .pending()
-            .filter(|(index, _)| {
-                let key = &self.jobs.specs[*index].key;
-                match self.readiness_of(key) {
-                    Readiness::Ready => true,
-                    Readiness::Waiting { no, state } => {
-                        held.push((key.clone(), WaitReason::After { no, state }));
-                        false
-                    }
-                    // Ended by the dependencies phase this very tick.
-                    Readiness::Failed { .. } => false,
-                }
-            })
-            .unzip();
+        let mut held = Vec::new();
+        let (indices, requests) = self.ready(&mut held).unzip();
         (indices, requests, held)
+    }
+
+    /// The pending jobs that may be placed, in queue order; those still
+    /// waiting for an `after=` dependency go to `held`, with their reason.
+    fn ready<'a>(
+        &'a self,
+        held: &'a mut Vec<(String, WaitReason)>,
+    ) -> impl Iterator<Item = (usize, Request)> + 'a {
+        self.pending().filter(move |(index, _)| {
+            let key = &self.jobs.specs[*index].key;
+            match self.readiness_of(key) {
+                Readiness::Ready => true,
+                Readiness::Waiting { no, state } => {
+                    held.push((key.clone(), WaitReason::After { no, state }));
+                    false
+                }
+                // Ended by the dependencies phase this very tick.
+                Readiness::Failed { .. } => false,
+            }
+        })
     }
 
     /// One placement round over the ready jobs in queue order, streamed
@@ -333,19 +339,7 @@ impl Scheduler {
         let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
         let mut round = Round::default();
         let mut waiting_kept = 0;
-        for (index, request) in self.pending() {
-            let key = &self.jobs.specs[index].key;
-            match self.readiness_of(key) {
-                Readiness::Ready => {}
-                Readiness::Waiting { no, state } => {
-                    round
-                        .held
-                        .push((key.clone(), WaitReason::After { no, state }));
-                    continue;
-                }
-                // Ended by the dependencies phase this very tick.
-                Readiness::Failed { .. } => continue,
-            }
+        for (index, request) in self.ready(&mut round.held) {
             round.ready += 1;
             let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
             let placement = planner.next(&request, is_reserved);

@@ -26,8 +26,8 @@ pub struct Supervisor {
     from: ChildStdout,
     /// Its pid and start time (recorded in `started` events).
     process: Option<ProcessId>,
-    /// Reply bytes not yet a whole line.
-    input: Vec<u8>,
+    /// Replies read but not yet a whole line.
+    input: super::Lines,
     /// Answers to starts, by id.
     at_gate: FxHashMap<u64, Result<AtGate, String>>,
     /// Ends reported and not yet taken.
@@ -72,7 +72,7 @@ impl Supervisor {
             to,
             from,
             process,
-            input: Vec::new(),
+            input: super::Lines::default(),
             at_gate: FxHashMap::default(),
             ended: Vec::new(),
             closed: false,
@@ -168,28 +168,12 @@ impl Supervisor {
 
     /// Reads every reply that arrived, without blocking.
     fn read(&mut self) {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match nix::unistd::read(self.from.as_fd(), &mut buf) {
-                Ok(0) => {
-                    self.closed = true;
-                    let _ = self.child.try_wait();
-                    break;
-                }
-                Ok(n) => self.input.extend_from_slice(&buf[..n]),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(nix::errno::Errno::EAGAIN) => break,
-                Err(_) => {
-                    self.closed = true;
-                    break;
-                }
-            }
+        if !self.input.fill(self.from.as_fd()) {
+            self.closed = true;
+            let _ = self.child.try_wait();
         }
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &self.input[start..]) {
-            let line = &self.input[start..start + end];
-            start += end + 1;
-            match serde_json::from_slice::<FromSupervisor>(line) {
+        for reply in self.input.take::<FromSupervisor>() {
+            match reply {
                 Ok(FromSupervisor::Started {
                     id,
                     pid,
@@ -204,6 +188,5 @@ impl Supervisor {
                 Err(e) => tracing::warn!("garbled line from the supervisor: {e}"),
             }
         }
-        self.input.drain(..start);
     }
 }

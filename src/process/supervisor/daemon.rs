@@ -60,7 +60,7 @@ struct Supervisor {
     /// Replies not yet taken by the stdout pipe.
     out: Vec<u8>,
     /// Requests read but not yet a whole line.
-    input: Vec<u8>,
+    input: super::Lines,
     pending_records: Vec<PendingRecord>,
 }
 
@@ -73,6 +73,7 @@ pub fn run(_args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
     mask.add(Signal::SIGCHLD);
     mask.thread_block()?;
     let children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    super::set_nonblocking(std::io::stdin().as_raw_fd());
     super::set_nonblocking(std::io::stdout().as_raw_fd());
     let mut me = Supervisor {
         base_env: std::env::vars_os().collect(),
@@ -80,7 +81,7 @@ pub fn run(_args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
         by_pid: FxHashMap::default(),
         scheduler: true,
         out: Vec::new(),
-        input: Vec::new(),
+        input: super::Lines::default(),
         pending_records: Vec::new(),
     };
     let stdin = std::io::stdin();
@@ -131,23 +132,18 @@ impl Supervisor {
     /// Reads what the scheduler sent and acts on each whole line; end of
     /// file means it is gone.
     fn read_requests(&mut self) {
-        let mut buf = [0u8; 16 * 1024];
-        match nix::unistd::read(std::io::stdin().as_fd(), &mut buf) {
-            Ok(0) => return self.scheduler_gone(),
-            Ok(n) => self.input.extend_from_slice(&buf[..n]),
-            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return,
-            Err(_) => return self.scheduler_gone(),
-        }
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &self.input[start..]) {
-            let line = self.input[start..start + end].to_vec();
-            start += end + 1;
-            match serde_json::from_slice::<ToSupervisor>(&line) {
+        let open = self.input.fill(std::io::stdin().as_fd());
+        // What came before the end of file still counts (a `go` written
+        // just before the scheduler died was journaled first).
+        for request in self.input.take::<ToSupervisor>() {
+            match request {
                 Ok(request) => self.handle(request),
                 Err(e) => eprintln!("gpusched supervisor: ignoring a garbled request ({e})"),
             }
         }
-        self.input.drain(..start);
+        if !open {
+            self.scheduler_gone();
+        }
     }
 
     fn handle(&mut self, request: ToSupervisor) {

@@ -162,6 +162,44 @@ pub enum FromSupervisor {
     },
 }
 
+/// JSON lines arriving on a non-blocking pipe (either end of the
+/// scheduler–supervisor line): the bytes read so far, taken line by line.
+#[derive(Default)]
+struct Lines {
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    /// Reads everything the non-blocking `fd` holds now; `false` once it
+    /// reached end of file or failed (the other side is gone). What was
+    /// read before that is still there to take.
+    fn fill(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> bool {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match nix::unistd::read(fd, &mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The whole lines read so far, each decoded (a garbled one as its
+    /// error); a partial last line stays for the next read.
+    fn take<T: serde::de::DeserializeOwned>(&mut self) -> Vec<Result<T, serde_json::Error>> {
+        let mut messages = Vec::new();
+        let mut start = 0;
+        while let Some(end) = memchr::memchr(b'\n', &self.buf[start..]) {
+            messages.push(serde_json::from_slice(&self.buf[start..start + end]));
+            start += end + 1;
+        }
+        self.buf.drain(..start);
+        messages
+    }
+}
+
 /// Sets O_NONBLOCK on a descriptor this process holds (the ends of the
 /// scheduler–supervisor pipes that must never block their reader).
 fn set_nonblocking(fd: i32) {

@@ -123,3 +123,23 @@ fn wait(pid: u32) -> i32 {
     unsafe { libc::waitpid(pid as i32, &mut status, 0) };
     status
 }
+
+#[test]
+fn lines_keep_a_partial_line_for_the_next_read_and_see_the_end() {
+    use std::os::fd::AsFd;
+    let (read, write) = nix::unistd::pipe().unwrap();
+    set_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&read));
+    let mut lines = Lines::default();
+    nix::unistd::write(&write, b"{\"go\":1}\nnot json\n{\"ack\"").unwrap();
+    assert!(lines.fill(read.as_fd()), "still open");
+    let taken = lines.take::<ToSupervisor>();
+    assert_eq!(taken.len(), 2);
+    assert_eq!(*taken[0].as_ref().unwrap(), ToSupervisor::Go(1));
+    assert!(taken[1].is_err(), "a garbled line is its error");
+    nix::unistd::write(&write, b":1}\n").unwrap();
+    drop(write);
+    assert!(!lines.fill(read.as_fd()), "the end of file is seen");
+    let taken = lines.take::<ToSupervisor>();
+    assert_eq!(*taken[0].as_ref().unwrap(), ToSupervisor::Ack(1));
+    assert!(lines.take::<ToSupervisor>().is_empty());
+}

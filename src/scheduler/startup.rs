@@ -53,7 +53,7 @@ impl Scheduler {
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         // The text is not kept: a million-line file is 40 MB, and the
         // journal is opened next.
-        let (text_len, text_hash) = (text.len(), super::phases::hash_text(&text));
+        let (text_len, text_hash) = (text.len(), super::phases::TextHash::of(&text));
         drop(text);
         if specs.is_empty() && !cfg.watch {
             return Err(Error::JobsFile(format!(

@@ -7,9 +7,11 @@
 use std::io::Read;
 use std::path::Path;
 
-/// A 64-bit hash of a byte stream that gives the same value however the
-/// stream is split into writes, so a prefix's hash can be taken on the
-/// way: FxHash's mixing over 8-byte words, then the length.
+/// The jobs file's hash, to tell a real change from a touch and an append
+/// from an edit: 64 bits of a byte stream that give the same value however
+/// the stream is split into writes, so a prefix's hash can be taken on the
+/// way (FxHash's mixing over 8-byte words, then the length; a 100 MB file
+/// hashes in milliseconds).
 #[derive(Clone, Default)]
 pub struct TextHash {
     state: u64,

@@ -3,7 +3,7 @@
 //! keeps the last good queue, with one warning per distinct problem; a read
 //! that may have caught a save mid-write is believed only once it settled.
 
-use super::file_digest;
+use super::file_digest::{self, TextHash};
 use crate::jobspec::{self, JobSpec};
 use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
@@ -76,7 +76,7 @@ impl Scheduler {
                 return Ok(());
             }
         };
-        let text_hash = hash_text(&text);
+        let text_hash = TextHash::of(&text);
         if text_hash != digest.hash && !text.ends_with('\n') && !self.settled(stamp) {
             // Changed since the digest, and caught mid-save this time.
             self.jobs.stamp = None;
@@ -250,7 +250,7 @@ impl Scheduler {
     }
 
     /// After the queue took in the text of `text_len` bytes hashed
-    /// `text_hash` ([`hash_text`]): a new generation, and a round of
+    /// `text_hash` ([`TextHash::of`]): a new generation, and a round of
     /// sampling and dispatch.
     fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
         self.jobs.generation += 1;
@@ -312,10 +312,3 @@ impl Scheduler {
 /// recorded with 245 fsyncs, not 2,000, while a batch's records (about
 /// 1 MB) stay small beside a small queue's memory.
 const SEEN_BATCH: usize = 4_096;
-
-/// A hash of the jobs file's text, to tell a real change from a touch and
-/// an append from an edit ([`file_digest::TextHash`], the same as a
-/// streamed read gives: a 100 MB file hashes in milliseconds).
-pub(in crate::scheduler) fn hash_text(text: &str) -> u64 {
-    file_digest::TextHash::of(text)
-}

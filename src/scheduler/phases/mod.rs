@@ -48,4 +48,4 @@ mod sampling;
 mod submit;
 mod timeouts;
 
-pub(in crate::scheduler) use jobs_file::hash_text;
+pub(in crate::scheduler) use file_digest::TextHash;

@@ -175,13 +175,18 @@ impl Supervisor {
                 }
             }
             ToSupervisor::Ack(id) => {
-                if self.jobs.get(&id).is_some_and(|j| j.ended.is_some())
-                    && let Some(job) = self.jobs.remove(&id)
-                {
-                    self.by_pid.remove(&job.process.pid);
+                if self.jobs.get(&id).is_some_and(|j| j.ended.is_some()) {
+                    self.forget(id);
                 }
             }
         }
+    }
+
+    /// Drops job `id` from both maps; returns it.
+    fn forget(&mut self, id: u64) -> Option<Job> {
+        let job = self.jobs.remove(&id)?;
+        self.by_pid.remove(&job.process.pid);
+        Some(job)
     }
 
     /// Forks a job at its gate; returns its pid and start time.
@@ -230,8 +235,7 @@ impl Supervisor {
             };
             if !job.process.released() {
                 // Killed or abandoned at its gate: it ran nothing.
-                self.by_pid.remove(&job.process.pid);
-                self.jobs.remove(&id);
+                self.forget(id);
                 continue;
             }
             let record = record_of(job, Some(exit));
@@ -297,10 +301,9 @@ impl Supervisor {
     /// Writes a job's exit record (queued for retries when that fails) and
     /// forgets the job.
     fn record(&mut self, id: u64, record: &ExitRecord) {
-        let Some(job) = self.jobs.remove(&id) else {
+        let Some(job) = self.forget(id) else {
             return;
         };
-        self.by_pid.remove(&job.process.pid);
         let Ok(bytes) = serde_json::to_vec(record) else {
             return;
         };

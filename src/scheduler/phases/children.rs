@@ -27,8 +27,10 @@ impl Scheduler {
                     reaped,
                     ..
                 }) if *running == id => *reaped = Some(record.exit()),
-                // Not ours to wait for any more: it needs no record.
-                _ => self.launcher.ack(id),
+                // No attempt waits for it (none should): without an ack the
+                // supervisor keeps it and records it once we are gone, so
+                // an outcome the journal did not take is never dropped.
+                _ => {}
             }
         }
         if let Some(below) = died_below {

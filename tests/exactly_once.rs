@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Env, bin, wait_for};
+use common::{Env, bin, journal_with_orphan, wait_for};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -268,31 +268,12 @@ fn the_supervisor_records_what_no_scheduler_took() {
 fn a_start_never_let_go_runs_again_at_the_next_start() {
     let command = "echo run >> runs.txt";
     let env = Env::new(&format!("{command}\n"));
-    let key = gpusched::jobspec::parse_jobs(command).unwrap()[0]
-        .key
-        .clone();
-    std::fs::create_dir_all(env.logs.join("exits")).unwrap();
-    let seen = json!({"ts": 1.0e9, "key": key, "event": "seen", "no": 1, "command": command});
     // A verifiable group that is gone (pid 2^22 - 1 is above this
     // machine's pid_max or unused), under a supervisor that still runs
     // other jobs (this test process stands in for it): without the record
     // the job would wait for that supervisor to exit.
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let ticks: u64 = stat[stat.rfind(')').unwrap() + 1..]
-        .split_whitespace()
-        .nth(19)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let started = json!({"ts": 1.0e9, "key": key, "event": "started", "pgid": 4_194_303,
-        "gpus": [0], "attempt": 1, "vram_mib": null, "start_ticks": 1,
-        "boot_id": std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim(),
-        "supervisor": {"pid": std::process::id(), "start_ticks": ticks}, "log_offset": 0});
-    std::fs::write(
-        env.logs.join("journal.jsonl"),
-        format!("{seen}\n{started}\n"),
-    )
-    .unwrap();
+    let key = journal_with_orphan(&env, command, 4_194_303, Some(1), Some(std::process::id()));
+    std::fs::create_dir_all(env.logs.join("exits")).unwrap();
     let record = json!({"key": key, "attempt": 1, "pgid": 4_194_303, "code": null,
         "signal": null, "ended": 1.0e9, "never_ran": true});
     std::fs::write(

@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{Env, live_group_members, wait_for};
+use common::{Env, journal_with_orphan, live_group_members, start_ticks, wait_for};
 use nix::sys::signal::Signal;
-use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -229,39 +228,6 @@ fn second_ctrl_c_skips_the_grace() {
     assert!(live_group_members(pgid).is_empty());
 }
 
-/// Start time (field 22 of /proc/PID/stat) of a process.
-fn start_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 1..];
-    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
-}
-
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-/// Writes a journal in which job `command` was started by a previous
-/// scheduler as process group `pgid`.
-fn journal_with_orphan(env: &Env, command: &str, pgid: u32, ticks: Option<u64>) {
-    let key = &gpusched::jobspec::parse_jobs(command).unwrap()[0].key;
-    std::fs::create_dir_all(&env.logs).unwrap();
-    let mut started = json!({"ts": 1.0e9, "key": key, "event": "started", "pgid": pgid,
-        "gpus": [0], "attempt": 1, "vram_mib": 20000});
-    if let Some(ticks) = ticks {
-        started["start_ticks"] = json!(ticks);
-        started["boot_id"] = json!(boot_id());
-    }
-    let seen = json!({"ts": 1.0e9, "key": key, "event": "seen", "no": 1, "command": command});
-    std::fs::write(
-        env.logs.join("journal.jsonl"),
-        format!("{seen}\n{started}\n"),
-    )
-    .unwrap();
-}
-
 /// A process in its own process group, as a job of a dead scheduler.
 fn orphan_process(env: &Env, script: &str) -> std::process::Child {
     Command::new("sh")
@@ -284,6 +250,7 @@ fn live_orphan_blocks_redispatch_and_holds_its_gpu() {
         orphan_cmd,
         orphan.id(),
         Some(start_ticks(orphan.id())),
+        None,
     );
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
     wait_for("the orphan notice", &mut || {
@@ -321,7 +288,7 @@ fn dead_orphan_is_requeued() {
     let mut gone = Command::new("true").process_group(0).spawn().unwrap();
     let pid = gone.id();
     gone.wait().unwrap();
-    journal_with_orphan(&env, "echo rerun > rerun.txt", pid, Some(12345));
+    journal_with_orphan(&env, "echo rerun > rerun.txt", pid, Some(12345), None);
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(
@@ -346,6 +313,7 @@ fn reused_pgid_with_another_start_time_is_dead_and_never_signalled() {
         "echo rerun > rerun.txt",
         unrelated.id(),
         Some(ticks.saturating_sub(7)),
+        None,
     );
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -364,7 +332,7 @@ fn old_journal_without_start_ticks_is_judged_by_pgid() {
     let orphan_cmd = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
     let env = Env::new(&format!("{orphan_cmd}\n"));
     let mut orphan = orphan_process(&env, orphan_cmd);
-    journal_with_orphan(&env, orphan_cmd, orphan.id(), None);
+    journal_with_orphan(&env, orphan_cmd, orphan.id(), None, None);
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
     wait_for("the orphan notice", &mut || {
         sched

@@ -346,3 +346,52 @@ pub fn live_group_members(pgid: i64) -> Vec<i32> {
     }
     pids
 }
+
+/// Start time (field 22 of /proc/PID/stat) of a process.
+pub fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+/// This boot's id.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Writes a journal in which job `command` (job 1) was started by a
+/// previous scheduler as process group `pgid` (with its start time, and
+/// the boot id, when `ticks` is given), under the supervisor with pid
+/// `supervisor` if given. Returns the job's key.
+pub fn journal_with_orphan(
+    env: &Env,
+    command: &str,
+    pgid: u32,
+    ticks: Option<u64>,
+    supervisor: Option<u32>,
+) -> String {
+    let key = gpusched::jobspec::parse_jobs(command).unwrap()[0]
+        .key
+        .clone();
+    std::fs::create_dir_all(&env.logs).unwrap();
+    let mut started = serde_json::json!({"ts": 1.0e9, "key": key, "event": "started",
+        "pgid": pgid, "gpus": [0], "attempt": 1, "vram_mib": 20000});
+    if let Some(ticks) = ticks {
+        started["start_ticks"] = serde_json::json!(ticks);
+        started["boot_id"] = serde_json::json!(boot_id());
+    }
+    if let Some(pid) = supervisor {
+        started["supervisor"] = serde_json::json!({"pid": pid, "start_ticks": start_ticks(pid)});
+    }
+    let seen =
+        serde_json::json!({"ts": 1.0e9, "key": key, "event": "seen", "no": 1, "command": command});
+    std::fs::write(
+        env.logs.join("journal.jsonl"),
+        format!("{seen}\n{started}\n"),
+    )
+    .unwrap();
+    key
+}

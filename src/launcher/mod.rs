@@ -152,12 +152,12 @@ impl Launcher {
     /// Starts `attempt` held at its gate.
     ///
     /// Errors: the supervisor cannot be started; `sbatch` fails.
-    pub fn start(&mut self, attempt: &Attempt) -> anyhow::Result<Starting> {
+    pub fn start(&mut self, attempt: Attempt) -> anyhow::Result<Starting> {
         match self {
             Launcher::Local(local) => {
                 let request = supervisor::Request {
                     command: attempt.spec.command.clone(),
-                    env: attempt.env.clone(),
+                    env: attempt.env,
                     log: attempt.log.to_path_buf(),
                     record: attempt.record.to_path_buf(),
                     key: attempt.spec.key.clone(),
@@ -166,8 +166,8 @@ impl Launcher {
                 let id = local.next_id;
                 local.next_id += 1;
                 // A supervisor found dead is replaced, once.
-                if local.supervisor()?.start(id, request.clone()).is_err() {
-                    local.supervisor()?.start(id, request)?;
+                if local.supervisor()?.start(id, &request).is_err() {
+                    local.supervisor()?.start(id, &request)?;
                 }
                 Ok(Starting::Local(id))
             }

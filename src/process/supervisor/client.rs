@@ -103,11 +103,10 @@ impl Supervisor {
     /// the answer comes with [`Supervisor::wait_at_gate`].
     ///
     /// Errors: the supervisor is gone (it is then taken as closed).
-    pub fn start(&mut self, id: u64, job: Request) -> std::io::Result<()> {
-        self.send(&ToSupervisor::Start { id, job })
-            .inspect_err(|_| {
-                self.closed = true;
-            })
+    pub fn start(&mut self, id: u64, job: &Request) -> std::io::Result<()> {
+        self.send(&StartLine::Start { id, job }).inspect_err(|_| {
+            self.closed = true;
+        })
     }
 
     /// Waits until the job `id` is at its gate.
@@ -160,7 +159,7 @@ impl Supervisor {
         std::mem::take(&mut self.ended)
     }
 
-    fn send(&mut self, request: &ToSupervisor) -> std::io::Result<()> {
+    fn send(&mut self, request: &impl serde::Serialize) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(request)?;
         line.push(b'\n');
         self.to.write_all(&line)
@@ -189,4 +188,12 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// [`ToSupervisor::Start`] written from a borrowed request: the same line,
+/// without a copy of the request per start.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum StartLine<'a> {
+    Start { id: u64, job: &'a Request },
 }

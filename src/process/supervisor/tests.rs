@@ -59,6 +59,14 @@ fn requests_and_replies_are_one_json_line_each() {
             attempt: 1,
         },
     };
+    if let ToSupervisor::Start { id, job } = &start {
+        let borrowed = super::client::StartLine::Start { id: *id, job };
+        assert_eq!(
+            serde_json::to_string(&borrowed).unwrap(),
+            serde_json::to_string(&start).unwrap(),
+            "a start written from a borrowed request is the same line"
+        );
+    }
     for request in [start, ToSupervisor::Go(7), ToSupervisor::Ack(7)] {
         let line = serde_json::to_string(&request).unwrap();
         assert!(!line.contains('\n'), "{line}");

@@ -85,7 +85,7 @@ impl Scheduler {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
         let after = self.submitted_dependencies(&spec.key);
-        let spawning = match self.launcher.start(&Attempt {
+        let spawning = match self.launcher.start(Attempt {
             spec: &spec,
             attempt,
             vram_mib: request.vram_mib,

@@ -67,7 +67,6 @@ fn idle_scheduler_uses_no_cpu_after_appends_cancels_and_bad_saves() {
     // A cancel through the command.
     let out = env.verb(&["cancel", "1", "--file", env.jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
-    env.write_jobs(&std::fs::read_to_string(&env.jobs).unwrap());
     wait_for("the cancel", &mut || {
         env.status_of(1).as_deref() == Some("cancelled")
     });

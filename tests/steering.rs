@@ -224,7 +224,7 @@ fn cancel_by_number_and_by_key_on_pending_and_running_jobs() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("marked"),
+        text(&out.stdout).contains("job 2 cancelled (scheduler pid"),
         "{}",
         text(&out.stdout)
     );
@@ -246,11 +246,9 @@ fn cancel_by_number_and_by_key_on_pending_and_running_jobs() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_for("job 1 cancelled", &mut || env.status_of_opt(1).is_some());
     assert_eq!(env.status_of(1).as_deref(), Some("cancelled"));
-    let file = std::fs::read_to_string(&env.jobs).unwrap();
-    assert_eq!(
-        file,
-        format!("[vram=20G cancel] {HOLD}\n[vram=20G cancel] echo never > never.txt\n")
-    );
+    // The jobs file is never rewritten: the cancels are journal events.
+    env.assert_jobs_untouched();
+    assert_eq!(env.events("cancel").len(), 2);
     assert!(!env.path("never.txt").exists());
     // Unknown and ambiguous targets are refused.
     let out = gpusched(
@@ -263,7 +261,12 @@ fn cancel_by_number_and_by_key_on_pending_and_running_jobs() {
         "{}",
         text(&out.stderr)
     );
-    env.write_jobs(&file);
+    // Retry undoes a cancel, as for any finished job.
+    let out = gpusched(&env, &["retry", "2", "--log-dir", "logs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_for("job 2 ran after its retry", &mut || {
+        env.path("never.txt").exists()
+    });
     sched.stop();
 }
 

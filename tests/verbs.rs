@@ -359,9 +359,19 @@ fn jobs_can_be_named_in_every_verb() {
     env.write_jobs("[name=train] sh -c 'echo training; [ -e fixed ]'\n[name=eval] sh -c 'echo should not run'\n[name=later] echo later\n");
     let out = env.verb(&["cancel", "later", "--file", env.jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
+    env.assert_jobs_untouched();
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(
-        std::fs::read_to_string(&env.jobs)
-            .unwrap()
-            .contains("[name=later cancel] echo later")
+        out.stdout.contains("cancelled before it started"),
+        "{}",
+        out.stdout
     );
+    let later = env
+        .journal()
+        .into_iter()
+        .find(|r| r["event"] == "seen" && r["command"] == "echo later")
+        .expect("the cancelled line is journaled as seen");
+    let no = later["no"].as_u64().unwrap();
+    assert_eq!(env.status_of(no).as_deref(), Some("cancelled"));
 }

@@ -5,7 +5,7 @@
 //! directory's lock and records it in `<log_dir>/control.json` for the
 //! next start. Running jobs are never touched.
 
-use super::retry::requests_dir;
+use super::request::requests_dir;
 use crate::control::{Control, ControlChange, control_path};
 use crate::error::Error;
 use crate::lockfile::{self, SchedulerLock};

@@ -193,10 +193,15 @@ impl JobIndex {
     /// Errors: as [`JobIndex::resolve`].
     pub fn resolve_in(&self, reference: &str, specs: &[JobSpec]) -> Result<&IndexedJob, Error> {
         let reference = reference.trim();
-        if let Ok(no) = reference.parse::<u32>()
-            && let Some(job) = self.jobs.iter().find(|j| j.no == no)
-        {
-            return Ok(job);
+        // A bare number is a job number, never a key prefix (key `995b…`
+        // is not job 99).
+        if let Ok(no) = reference.trim_start_matches("job").trim().parse::<u32>() {
+            return self.jobs.iter().find(|j| j.no == no).ok_or_else(|| {
+                Error::Usage(format!(
+                    "no job {no}: the journal knows jobs 1 to {} (see `gpusched status`)",
+                    self.jobs.iter().map(|j| j.no).max().unwrap_or(0)
+                ))
+            });
         }
         if let Some(spec) = specs.iter().find(|s| s.name() == Some(reference))
             && let Some(job) = self.jobs.iter().find(|j| {

@@ -8,6 +8,7 @@ pub mod control;
 pub mod export;
 pub mod index;
 pub mod log;
+pub mod request;
 pub mod retry;
 pub mod status;
 pub mod stop;

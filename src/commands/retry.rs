@@ -5,29 +5,11 @@
 //! `<log_dir>/requests/` and the scheduler journals it; with none, the
 //! command takes the log directory's lock and journals it itself.
 
-use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file};
+use super::index::{JobIndex, LastWord, find_jobs_file};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
 use crate::cli::RetryArgs;
 use crate::error::Error;
 use crate::jobspec;
-use crate::journal::{Event, Journal};
-use crate::lockfile::{self, SchedulerLock};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// How long to wait for a running scheduler to take the request.
-const PICKUP_WAIT: Duration = Duration::from_secs(10);
-
-/// A retry request for a running scheduler.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct RetryRequest {
-    /// The job's key.
-    pub retry: String,
-}
-
-/// The directory where commands leave requests for the scheduler.
-pub fn requests_dir(log_dir: &Path) -> PathBuf {
-    log_dir.join("requests")
-}
 
 /// Queues the named finished jobs again.
 ///
@@ -83,58 +65,34 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
         }
         chosen.push(job);
     }
-    let scheduler = match SchedulerLock::acquire(&args.log_dir) {
-        Ok(lock) => {
-            let (mut journal, _) = Journal::open(&args.log_dir.join("journal.jsonl"))?;
-            for job in &chosen {
-                journal.append(&job.key, Event::Retry {})?;
-                println!(
-                    "job {} queued again; it runs as attempt {} when a scheduler starts on {}",
+    let requests: Vec<JobRequest> = chosen
+        .iter()
+        .map(|job| JobRequest::Retry(job.key.clone()))
+        .collect();
+    let mut code = 0;
+    for (job, delivery) in chosen.iter().zip(deliver(&args.log_dir, &requests, &[])?) {
+        match delivery {
+            Delivery::Journaled => println!(
+                "job {} queued again; it runs as attempt {} when a scheduler starts on {}",
+                job.no,
+                job.attempts.len() + 1,
+                file.display()
+            ),
+            Delivery::Taken(pid) => println!(
+                "job {} queued again (scheduler pid {})",
+                job.no,
+                pid.map_or("?".to_string(), |p| p.to_string())
+            ),
+            Delivery::NotTaken(pid) => {
+                eprintln!(
+                    "gpusched: asked the scheduler (pid {}) to retry job {}; it has not done so within {} s (see its output)",
+                    pid.map_or("?".to_string(), |p| p.to_string()),
                     job.no,
-                    job.attempts.len() + 1,
-                    file.display()
+                    PICKUP_WAIT.as_secs()
                 );
+                code = 1;
             }
-            drop(lock);
-            return Ok(0);
         }
-        Err(Error::AlreadyRunning(_)) => lockfile::holder(&args.log_dir),
-        Err(e) => return Err(e.into()),
-    };
-    let pid = scheduler.map_or("?".to_string(), |p| p.to_string());
-    let dir = requests_dir(&args.log_dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    let mut tail = JournalTail::new(&args.log_dir);
-    for job in &chosen {
-        let request = serde_json::to_vec(&RetryRequest {
-            retry: job.key.clone(),
-        })?;
-        let path = dir.join(format!("retry-{}-{}.json", job.key, std::process::id()));
-        crate::files::write_atomic(&path, &request)
-            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     }
-    let deadline = Instant::now() + PICKUP_WAIT;
-    let mut waiting: Vec<_> = chosen.iter().collect();
-    while !waiting.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        let news = tail.records();
-        waiting.retain(|job| {
-            let taken = news
-                .iter()
-                .any(|r| r["key"] == job.key.as_str() && r["event"] == "retry");
-            if taken {
-                println!("job {} queued again (scheduler pid {pid})", job.no);
-            }
-            !taken
-        });
-    }
-    for job in &waiting {
-        eprintln!(
-            "gpusched: asked the scheduler (pid {pid}) to retry job {}; it has not done so within {} s (see its output)",
-            job.no,
-            PICKUP_WAIT.as_secs()
-        );
-    }
-    Ok(if waiting.is_empty() { 0 } else { 1 })
+    Ok(code)
 }

@@ -62,8 +62,15 @@ pub enum Event {
     /// The attempt died with a previous scheduler; the job is pending again.
     Interrupted {},
     /// `gpusched retry`: a finished job is queued again as a new attempt
-    /// with the same key; its OOM retries start over (SPEC §13).
+    /// with the same key; its OOM retries start over (SPEC §13). It also
+    /// withdraws an earlier `cancel`.
     Retry {},
+    /// `gpusched cancel`: the job is to be stopped if it runs and never
+    /// started otherwise; it then ends `cancelled` (docs/BEHAVIOUR.md
+    /// "Cancel"). Written by the running scheduler on request, or by the
+    /// command itself under the log directory's lock when none runs, so
+    /// the user's jobs file is never rewritten.
+    Cancel {},
     /// The attempt was stopped for a blocked job above it (SPEC §12): the
     /// job is pending again; not a failure, no retry used.
     Preempted {
@@ -222,6 +229,9 @@ pub struct KeyState {
     /// Whether its last attempt was preempted (the next one gets
     /// `GPUSCHED_PREEMPTED=1`).
     pub preempted: bool,
+    /// Whether `gpusched cancel` asked for it to be cancelled (and no
+    /// `retry` withdrew that): stopped if it runs, never started.
+    pub cancel_requested: bool,
     /// Run time lost to preemption over all attempts (seconds).
     pub preempted_s: f64,
     /// Where the job stands.
@@ -596,6 +606,7 @@ impl Journal {
             },
             Event::Interrupted {} => Fold::Interrupted,
             Event::Retry {} => Fold::Retry,
+            Event::Cancel {} => Fold::Cancel,
             Event::Preempted { duration_s } => Fold::Preempted(*duration_s),
             Event::Reserved { gpus } => Fold::Reserved(gpus.clone()),
             Event::Done {
@@ -677,9 +688,15 @@ impl Journal {
                 state.preempted_s += duration_s;
             }
             Fold::Retry => {
+                state.cancel_requested = false;
                 if matches!(state.phase, Phase::Done(_)) {
                     state.phase = Phase::Waiting;
                     state.oom_attempts = 0;
+                }
+            }
+            Fold::Cancel => {
+                if !matches!(state.phase, Phase::Done(_)) {
+                    state.cancel_requested = true;
                 }
             }
             Fold::Done(finished) => {
@@ -707,6 +724,7 @@ impl KeyState {
             oom_attempts: 0,
             next_vram: None,
             preempted: false,
+            cancel_requested: false,
             preempted_s: 0.0,
             phase: Phase::Waiting,
         }
@@ -744,6 +762,7 @@ enum Fold {
     },
     Interrupted,
     Retry,
+    Cancel,
     Preempted(f64),
     Reserved(Vec<u32>),
     Done(Finished),

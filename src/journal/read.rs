@@ -161,6 +161,7 @@ impl RawRecord<'_> {
             },
             "interrupted" => Fold::Interrupted,
             "retry" => Fold::Retry,
+            "cancel" => Fold::Cancel,
             "preempted" => Fold::Preempted(self.duration_s.unwrap_or(0.0)),
             "reserved" => Fold::Reserved(self.gpus.as_ref()?.0.to_vec()),
             "done" => Fold::Done(Finished {

@@ -1,7 +1,10 @@
-//! Where attempts run (SPEC §3, §15): the one seam between the loop and
-//! the things that run jobs. [`Launcher`] is chosen once, at start: local
-//! processes under supervisors (the default) or batch jobs on a Slurm
-//! cluster (`--slurm`). The loop's phases see only this interface:
+//! Where attempts run (docs/BEHAVIOUR.md "Running a job", "Slurm"): the one
+//! seam between the loop and the things that run jobs. [`Launcher`] is
+//! chosen once, at start: local processes under the scheduler's supervisor
+//! ([`local`], the default) or batch jobs on a Slurm cluster ([`cluster`],
+//! `--slurm`). The launcher owns what runs an attempt ([`Proc`]), what is
+//! known of its end ([`EndFacts`]) and the kill path ([`Launcher::signal`]);
+//! the loop's phases see only this interface:
 //!
 //! * **start**: [`Launcher::start`] → [`Starting`] → [`Launcher::ready`]
 //!   gives a [`Ready`] attempt held at its gate (a local job at the
@@ -9,83 +12,42 @@
 //!   with [`Ready::handle`] (a process group or a Slurm job id) and then
 //!   calls [`Launcher::release`], or [`Launcher::abandon`] when the
 //!   journal refused the event;
-//! * **poll**: [`Launcher::poll`] brings the state of running attempts up
-//!   to date (locally, [`Launcher::take_ended`] gives the supervisor's
-//!   reports, and [`Launcher::ack`] answers them once journaled), and
-//!   [`crate::scheduler::state::Proc`] answers whether one ended and how;
-//! * **cancel**: [`crate::scheduler::state::Running::begin_kill`] signals a
-//!   process group or asks Slurm to cancel.
+//! * **poll**: [`Launcher::poll`] brings a cluster's attempts up to date;
+//!   locally [`Launcher::take_ended`] gives the supervisor's reports (a
+//!   dead supervisor's last reports included), and [`Launcher::ack`]
+//!   answers them once journaled; [`Proc`] answers whether one ended and
+//!   how;
+//! * **kill**: [`Launcher::signal`] delivers a signal through whoever
+//!   reaps the job — the supervisor, which reaps every exited job before
+//!   it signals, so an end that came first keeps its real outcome —, to
+//!   an adopted group only after its identity is checked again, or asks
+//!   Slurm to cancel.
 //!
 //! Whether gpusched places jobs on GPUs itself ([`Launcher::places_jobs`])
 //! is the launcher's to say: Slurm does its own placement.
 
+pub mod cluster;
+mod local;
 pub mod slurm;
+
+pub use cluster::{Cluster, ClusterGpus, ClusterJob};
+pub use local::Local;
 
 use crate::jobspec::JobSpec;
 use crate::policy::kill::KillReason;
 use crate::policy::outcome::{Exit, Verdict};
-use crate::process::{GroupIdentity, supervisor};
-use crate::scheduler::state::{Proc, Running};
-use std::collections::BTreeMap;
+use crate::process::supervisor::{self, ExitRecord};
+use crate::process::{GroupIdentity, ProcTable};
+use nix::sys::signal::Signal;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Where attempts run.
 pub enum Launcher {
-    /// Local processes under the scheduler's supervisor (SPEC §3, §11).
-    Local(Local),
-    /// Batch jobs on a Slurm cluster (SPEC §15).
+    /// Local processes under the scheduler's supervisor.
+    Local(Box<Local>),
+    /// Batch jobs on a Slurm cluster.
     Slurm(Box<Cluster>),
-}
-
-/// The local launcher's state: the supervisor, started with the first job
-/// (and again if it dies).
-pub struct Local {
-    supervisor: Option<supervisor::Supervisor>,
-    /// Where the supervisor's own complaints go
-    /// (`<log_dir>/supervisor.log`).
-    log: std::path::PathBuf,
-    /// The next attempt's id; ids are unique over all supervisors.
-    next_id: u64,
-    /// The first id given to the current supervisor: lower ids belong to
-    /// one that died.
-    first_id: u64,
-    /// Set when a dead supervisor was replaced and the loop has not yet
-    /// been told (its jobs are then without one).
-    replaced: bool,
-}
-
-impl Local {
-    /// No supervisor yet; its complaints will go to
-    /// `<log_dir>/supervisor.log`.
-    pub fn new(log_dir: &Path) -> Local {
-        Local {
-            supervisor: None,
-            log: log_dir.join("supervisor.log"),
-            next_id: 1,
-            first_id: 1,
-            replaced: false,
-        }
-    }
-}
-
-/// The Slurm launcher's state: the connection and the poll clock.
-pub struct Cluster {
-    /// The commands and options.
-    pub slurm: slurm::Slurm,
-    /// How often the cluster is asked (`--poll`, at least 1 s).
-    pub interval: Duration,
-    /// When it was last asked.
-    pub last_poll: Option<Instant>,
-    /// Whether the last query failed (warned once per streak).
-    pub failing: bool,
-    /// After a failed `sbatch`: no submission before this moment.
-    pub submit_paused_until: Option<Instant>,
-    /// The last `sbatch` failure warned about (each distinct one once).
-    pub last_submit_error: Option<String>,
-    /// Set after a failed `sbatch`: it may have reached the controller
-    /// anyway, so our jobs are listed by name before the next submission.
-    pub recheck: bool,
 }
 
 /// One attempt to start.
@@ -142,9 +104,49 @@ pub struct Handle {
     pub slurm_job_id: Option<u64>,
 }
 
+/// The process behind a running attempt.
+pub enum Proc {
+    /// Started by this scheduler under its supervisor.
+    Supervised {
+        /// The attempt's id with the supervisor.
+        id: u64,
+        /// The job's process group, for when the supervisor dies first.
+        identity: GroupIdentity,
+        /// Set once the supervisor reported that the job's shell exited
+        /// (or that it was killed at its gate and never ran).
+        ended: Option<ExitRecord>,
+    },
+    /// A live attempt left by a previous scheduler, or one whose
+    /// supervisor died before the job did.
+    Adopted {
+        /// What identifies its process group beyond the number.
+        identity: GroupIdentity,
+        /// Its supervisor, when the journal names one.
+        supervisor: Option<crate::journal::ProcessId>,
+    },
+    /// A batch job on a Slurm cluster.
+    Slurm(ClusterJob),
+}
+
+/// What is known of how an attempt ended, for
+/// [`crate::policy::outcome::decide`].
+#[derive(Debug, Clone, Default)]
+pub struct EndFacts {
+    /// How its process ended, if known.
+    pub exit: Option<Exit>,
+    /// Why it was stopped — only when the kill reached it while it ran
+    /// (an end that came first keeps its real outcome).
+    pub kill: Option<KillReason>,
+    /// The launcher's verdict beyond the exit.
+    pub verdict: Option<Verdict>,
+    /// Words for the completion line instead of the exit's
+    /// (`Slurm NODE_FAIL`, why the shell could not start).
+    pub words: Option<String>,
+}
+
 impl Launcher {
-    /// Whether gpusched places jobs on GPUs itself (SPEC §2); Slurm places
-    /// its jobs, so every ready job is submitted.
+    /// Whether gpusched places jobs on GPUs itself; Slurm places its jobs,
+    /// so every ready job is submitted.
     pub fn places_jobs(&self) -> bool {
         matches!(self, Launcher::Local(_))
     }
@@ -154,48 +156,8 @@ impl Launcher {
     /// Errors: the supervisor cannot be started; `sbatch` fails.
     pub fn start(&mut self, attempt: Attempt) -> anyhow::Result<Starting> {
         match self {
-            Launcher::Local(local) => {
-                let request = supervisor::Request {
-                    command: attempt.spec.command.clone(),
-                    env: attempt.env,
-                    log: attempt.log.to_path_buf(),
-                    record: attempt.record.to_path_buf(),
-                    key: attempt.spec.key.clone(),
-                    attempt: attempt.attempt,
-                };
-                let id = local.next_id;
-                local.next_id += 1;
-                // A supervisor found dead is replaced, once.
-                if local.supervisor()?.start(id, &request).is_err() {
-                    local.supervisor()?.start(id, &request)?;
-                }
-                Ok(Starting::Local(id))
-            }
-            Launcher::Slurm(cluster) => {
-                let workdir = &cluster.slurm.workdir;
-                let sub = slurm::Submission {
-                    key: &attempt.spec.key,
-                    command: &attempt.spec.command,
-                    gpus: attempt.spec.gpus,
-                    vram_mib: attempt.vram_mib,
-                    timeout_s: attempt.spec.timeout_s(),
-                    preemptible: attempt.spec.preemptible,
-                    after: &attempt.after,
-                    log: attempt.log,
-                    workdir,
-                };
-                let script = slurm::batch_script(
-                    &attempt.spec.command,
-                    &attempt.spec.key,
-                    attempt.attempt,
-                    attempt.record,
-                );
-                Ok(Starting::Slurm(cluster.slurm.submit(
-                    &sub,
-                    &script,
-                    &attempt.env,
-                )?))
-            }
+            Launcher::Local(local) => Ok(Starting::Local(local.start(attempt)?)),
+            Launcher::Slurm(cluster) => Ok(Starting::Slurm(cluster.start(attempt)?)),
         }
     }
 
@@ -210,24 +172,12 @@ impl Launcher {
 
     /// Takes a failed start. Locally the job ends `failed` (returns
     /// `false`: its supervisor cannot run). On a cluster it stays pending
-    /// and submission pauses for one poll interval (returns `true`); each
-    /// distinct `sbatch` failure is warned once (SPEC §15: warnings and a
-    /// pause of submission, never a lost job).
+    /// and submission pauses for one poll interval (returns `true`).
     pub fn keep_pending_after(&mut self, error: &anyhow::Error, now: Instant) -> bool {
-        let Launcher::Slurm(cluster) = self else {
-            return false;
-        };
-        let text = format!("{error:#}");
-        if cluster.last_submit_error.as_ref() != Some(&text) {
-            crate::view::report::warn(&format!(
-                "cannot submit to Slurm ({text}); the job stays pending and submission pauses for {:.0}s",
-                cluster.interval.as_secs_f64()
-            ));
-            cluster.last_submit_error = Some(text);
+        match self {
+            Launcher::Local(_) => false,
+            Launcher::Slurm(cluster) => cluster.keep_pending_after(error, now),
         }
-        cluster.submit_paused_until = Some(now + cluster.interval);
-        cluster.recheck = true;
-        true
     }
 
     /// Whether a failed `sbatch` asks for our jobs to be listed by name
@@ -247,111 +197,27 @@ impl Launcher {
     pub fn next_poll(&self) -> Option<Instant> {
         match self {
             Launcher::Local(_) => None,
-            Launcher::Slurm(cluster) => Some(
-                cluster
-                    .last_poll
-                    .map_or_else(Instant::now, |t| t + cluster.interval),
-            ),
+            Launcher::Slurm(cluster) => Some(cluster.next_poll()),
         }
     }
 
-    /// Brings the state of the running attempts up to date: a Slurm
-    /// cluster is asked at most every `--poll` (and never faster than once
-    /// a second); local attempts are reaped by the children phase.
-    /// Journaled Slurm jobs still held (a release that failed) are
-    /// released. Returns whether the cluster was asked.
-    ///
-    /// Errors: none; a failed query is warned once per streak and the
-    /// attempts keep their last state.
-    pub fn poll(&mut self, running: &mut BTreeMap<String, Running>, now: Instant) -> bool {
-        let Launcher::Slurm(cluster) = self else {
-            return false;
-        };
-        if cluster
-            .last_poll
-            .is_some_and(|last| now.duration_since(last) < cluster.interval)
-        {
-            return false;
+    /// Brings the state of running attempts up to date: a Slurm cluster is
+    /// asked at most every `--poll`; local attempts are reaped by the
+    /// supervisor ([`Launcher::take_ended`]). Returns whether the cluster
+    /// was asked.
+    pub fn poll<'a>(&mut self, procs: impl Iterator<Item = &'a mut Proc>, now: Instant) -> bool {
+        match self {
+            Launcher::Local(_) => false,
+            Launcher::Slurm(cluster) => cluster.poll(procs, now),
         }
-        cluster.last_poll = Some(now);
-        let ids: Vec<u64> = running
-            .values()
-            .filter_map(|j| match &j.proc {
-                Proc::Slurm(job) if job.ending.is_none() => Some(job.id),
-                _ => None,
-            })
-            .collect();
-        if ids.is_empty() {
-            return false;
-        }
-        let states = match cluster.slurm.query(&ids) {
-            Ok(states) => {
-                if cluster.failing {
-                    crate::view::report::say("Slurm answers again");
-                    cluster.failing = false;
-                }
-                states
-            }
-            Err(e) => {
-                if !cluster.failing {
-                    crate::view::report::warn(&format!(
-                        "cannot ask Slurm for the state of {} job(s) ({e:#}); they are kept as running and asked again every --poll",
-                        ids.len()
-                    ));
-                    cluster.failing = true;
-                }
-                return true;
-            }
-        };
-        let by_id: BTreeMap<u64, &slurm::JobState> = states.iter().map(|s| (s.id, s)).collect();
-        let mut held = Vec::new();
-        for job in running.values_mut() {
-            let record = job.exit_record.clone();
-            let Proc::Slurm(cluster_job) = &mut job.proc else {
-                continue;
-            };
-            if cluster_job.ending.is_some() {
-                continue;
-            }
-            match by_id.get(&cluster_job.id) {
-                Some(state) => {
-                    cluster_job.missing = 0;
-                    if state.held() {
-                        held.push(cluster_job.id);
-                    }
-                    cluster_job.ending = slurm::ending(state);
-                    if cluster_job.ending.is_some() {
-                        cluster_job.final_state = Some(state.state.clone());
-                    }
-                }
-                None => cluster_job.forgotten(&record),
-            }
-        }
-        if let Err(e) = cluster.slurm.release(&held) {
-            crate::view::report::warn(&format!("cannot release held Slurm job(s) {held:?}: {e:#}"));
-        }
-        true
     }
 
-    /// Our live Slurm jobs with output under `log_dir` (to find
-    /// submissions whose id never reached the journal); `None` for local
+    /// Our live Slurm jobs with output under `log_dir`; `None` for local
     /// jobs, or when Slurm cannot be asked (warned).
     pub fn unjournaled(&self, log_dir: &Path) -> Option<Vec<slurm::JobState>> {
-        let Launcher::Slurm(cluster) = self else {
-            return None;
-        };
-        match cluster.slurm.ours(log_dir) {
-            Ok(jobs) => Some(
-                jobs.into_iter()
-                    .filter(|j| slurm::ending(j).is_none())
-                    .collect(),
-            ),
-            Err(e) => {
-                crate::view::report::warn(&format!(
-                    "cannot list our Slurm jobs ({e:#}); a submission not yet journaled would be missed"
-                ));
-                None
-            }
+        match self {
+            Launcher::Local(_) => None,
+            Launcher::Slurm(cluster) => cluster.unjournaled(log_dir),
         }
     }
 
@@ -370,15 +236,7 @@ impl Launcher {
     /// Errors: the supervisor could not start the job.
     pub fn ready(&mut self, starting: Starting) -> std::io::Result<Ready> {
         match (self, starting) {
-            (Launcher::Local(local), Starting::Local(id)) => {
-                let supervisor = local.owner(id)?;
-                let job = supervisor.wait_at_gate(id)?;
-                Ok(Ready::Local {
-                    id,
-                    job,
-                    supervisor: supervisor.process(),
-                })
-            }
+            (Launcher::Local(local), Starting::Local(id)) => local.ready(id),
             (_, Starting::Slurm(id)) => Ok(Ready::Slurm(id)),
             (_, Starting::Local(_)) => Err(std::io::Error::other("not a local launcher")),
         }
@@ -390,9 +248,7 @@ impl Launcher {
     /// Errors: the supervisor is gone.
     pub fn release(&mut self, ready: &Ready) -> std::io::Result<Option<u64>> {
         match (self, ready) {
-            (Launcher::Local(local), Ready::Local { id, .. }) => {
-                local.owner(*id)?.go(*id).map(|()| None)
-            }
+            (Launcher::Local(local), Ready::Local { id, .. }) => local.go(*id).map(|()| None),
             (_, Ready::Slurm(id)) => Ok(Some(*id)),
             (_, Ready::Local { .. }) => Err(std::io::Error::other("not a local launcher")),
         }
@@ -402,11 +258,7 @@ impl Launcher {
     /// not be journaled).
     pub fn abandon(&mut self, ready: Ready) {
         match (self, ready) {
-            (Launcher::Local(local), Ready::Local { id, .. }) => {
-                if let Ok(supervisor) = local.owner(id) {
-                    supervisor.abandon(id);
-                }
-            }
+            (Launcher::Local(local), Ready::Local { id, .. }) => local.abandon(id),
             (_, Ready::Slurm(id)) => {
                 if let Err(e) = slurm::cancel(id) {
                     crate::view::report::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
@@ -417,71 +269,67 @@ impl Launcher {
     }
 
     /// The local jobs whose end the supervisor reported since the last
-    /// call (their id and record), read without blocking; and, when a
-    /// supervisor died, the id below which jobs were its (they are now
-    /// without one).
-    pub fn take_ended(&mut self) -> (Vec<(u64, supervisor::ExitRecord)>, Option<u64>) {
-        let Launcher::Local(local) = self else {
-            return (Vec::new(), None);
-        };
-        let replaced = std::mem::take(&mut local.replaced).then_some(local.first_id);
-        match &mut local.supervisor {
-            Some(supervisor) => {
-                let ended = supervisor.take_ended();
-                let dead = supervisor.is_closed().then_some(u64::MAX).or(replaced);
-                (ended, dead)
-            }
-            None => (Vec::new(), replaced),
+    /// call (their id and record; a dead supervisor's last reports come
+    /// first), read without blocking; and, when a supervisor died, the id
+    /// below which jobs were its (they are now without one).
+    pub fn take_ended(&mut self) -> (Vec<(u64, ExitRecord)>, Option<u64>) {
+        match self {
+            Launcher::Local(local) => local.take_ended(),
+            Launcher::Slurm(_) => (Vec::new(), None),
         }
     }
 
     /// Local job `id`'s outcome is durable in the journal: its supervisor
     /// needs to write no exit record.
     pub fn ack(&mut self, id: u64) {
-        if let Launcher::Local(local) = self
-            && let Ok(supervisor) = local.owner(id)
-        {
-            supervisor.ack(id);
+        if let Launcher::Local(local) = self {
+            local.ack(id);
         }
     }
 
     /// The local supervisor, when one runs (its replies are watched).
     pub fn supervisor(&self) -> Option<&supervisor::Supervisor> {
         match self {
-            Launcher::Local(Local { supervisor, .. }) => supervisor.as_ref(),
+            Launcher::Local(local) => local.current(),
             Launcher::Slurm(_) => None,
         }
     }
-}
 
-impl Local {
-    /// The running supervisor, started now if there is none or it died.
+    /// Delivers `signal` to a running attempt, through whoever knows
+    /// whether the job already ended (docs/BEHAVIOUR.md "An end beats a
+    /// kill"):
     ///
-    /// Errors: it cannot be started.
-    fn supervisor(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
-        match &self.supervisor {
-            Some(running) if !running.is_closed() => {}
-            previous => {
-                self.replaced |= previous.is_some();
-                self.first_id = self.next_id - 1;
-                self.supervisor = Some(supervisor::Supervisor::spawn(&self.log)?);
+    /// * a supervised job: the supervisor signals its group unless its
+    ///   shell already exited; once its end was reported, only a SIGKILL
+    ///   sweep of members left in its session is sent, after checking
+    ///   them again;
+    /// * an adopted job (or a supervised one whose supervisor is gone):
+    ///   its group, after its leader's identity is checked again, so a pid
+    ///   reused since the last sample is never signalled;
+    /// * a Slurm job: `scancel` (once; Slurm stops it).
+    ///
+    /// Returns whether a signal or a request went out.
+    pub fn signal(&mut self, proc: &mut Proc, signal: Signal) -> bool {
+        match proc {
+            Proc::Supervised {
+                id,
+                identity,
+                ended,
+            } => {
+                if ended.is_some() {
+                    return signal == Signal::SIGKILL
+                        && crate::process::signal_verified(identity, signal);
+                }
+                let Launcher::Local(local) = self else {
+                    return false;
+                };
+                local.signal(*id, signal) || crate::process::signal_verified(identity, signal)
             }
-        }
-        self.supervisor
-            .as_mut()
-            .ok_or_else(|| std::io::Error::other("no supervisor runs"))
-    }
-
-    /// The supervisor that runs job `id`.
-    ///
-    /// Errors ([`std::io::ErrorKind::BrokenPipe`]): that supervisor died.
-    fn owner(&mut self, id: u64) -> std::io::Result<&mut supervisor::Supervisor> {
-        match &mut self.supervisor {
-            Some(supervisor) if id >= self.first_id => Ok(supervisor),
-            _ => Err(std::io::Error::new(
-                std::io::ErrorKind::BrokenPipe,
-                "the supervisor is gone",
-            )),
+            Proc::Adopted { identity, .. } => crate::process::signal_verified(identity, signal),
+            Proc::Slurm(job) => {
+                job.cancel();
+                true
+            }
         }
     }
 }
@@ -507,8 +355,9 @@ impl Ready {
         }
     }
 
-    /// The process behind the released attempt.
-    pub fn into_proc(self, boot_id: Option<String>) -> Proc {
+    /// The process behind the released attempt; `record` is where its
+    /// exit record would be written.
+    pub fn into_proc(self, boot_id: Option<String>, record: &Path) -> Proc {
         match self {
             Ready::Local { id, job, .. } => Proc::Supervised {
                 id,
@@ -517,151 +366,147 @@ impl Ready {
                     start_ticks: job.start_ticks,
                     boot_id,
                 },
-                reaped: None,
+                ended: None,
             },
-            Ready::Slurm(id) => Proc::Slurm(ClusterJob::new(id)),
+            Ready::Slurm(id) => Proc::Slurm(ClusterJob::new(id, record)),
         }
     }
 }
 
-/// An attempt running (or waiting) on the cluster.
-#[derive(Debug)]
-pub struct ClusterJob {
-    /// Its Slurm job id.
-    pub id: u64,
-    /// How it ended, once Slurm says so.
-    pub ending: Option<slurm::Ending>,
-    /// Polls in a row that did not list it.
-    missing: u8,
-    /// Whether `scancel` was sent.
-    pub cancelled: bool,
-    /// Slurm's last word on it (`COMPLETED`, `FAILED`, …), once it ended.
-    pub final_state: Option<String>,
-}
-
-/// What is known of how an attempt ended, for
-/// [`crate::policy::outcome::decide`].
-#[derive(Debug, Clone, Default)]
-pub struct EndFacts {
-    /// How its process ended, if known.
-    pub exit: Option<Exit>,
-    /// Why it was stopped, if it was (ours, or the cluster's).
-    pub kill: Option<KillReason>,
-    /// The launcher's verdict beyond the exit.
-    pub verdict: Option<Verdict>,
-    /// Words for the completion line instead of the exit's
-    /// (`Slurm NODE_FAIL`).
-    pub words: Option<String>,
-}
-
-/// Polls without a job in `squeue`'s answer before it is taken as
-/// forgotten by the controller.
-const MISSING_POLLS: u8 = 3;
-
-impl ClusterJob {
-    /// A job just submitted (or adopted from the journal).
-    pub fn new(id: u64) -> ClusterJob {
-        ClusterJob {
-            id,
-            ending: None,
-            missing: 0,
-            cancelled: false,
-            final_state: None,
+impl Proc {
+    /// Whether the job's shell is known to have exited (`table`: this
+    /// round's read of `/proc`, for an adopted group).
+    pub fn leader_gone(&self, table: &ProcTable) -> bool {
+        match self {
+            Proc::Supervised { ended, .. } => ended.is_some(),
+            Proc::Adopted { identity, .. } => !table.group_alive(identity),
+            Proc::Slurm(job) => job.ending.is_some(),
         }
     }
 
-    /// How it ended, in the words of [`crate::policy::outcome`]: Slurm's
-    /// TIMEOUT is a timeout, CANCELLED a cancel (ours — `kill` — or
-    /// anyone's), a dependency never satisfied is `dependency_failed`, the
-    /// cluster's own failures are `failed` with Slurm's words.
-    pub fn facts(&self, kill: Option<KillReason>) -> EndFacts {
-        let mut facts = EndFacts {
+    /// Whether the attempt is known to have ended and waits to be
+    /// completed: a supervisor's report, or a Slurm job Slurm says ended.
+    pub fn ended(&self) -> bool {
+        match self {
+            Proc::Supervised { ended, .. } => ended.is_some(),
+            Proc::Adopted { .. } => false,
+            Proc::Slurm(job) => job.ending.is_some(),
+        }
+    }
+
+    /// Whether the supervisor reported an end that no kill of ours reached
+    /// (the job exited on its own first, or never ran): it completes at
+    /// once with its real outcome, whatever kill was under way.
+    pub fn ended_before_kill(&self) -> bool {
+        matches!(self, Proc::Supervised { ended: Some(record), .. } if !record.killed)
+    }
+
+    /// Whether the attempt keeps running when the scheduler stops: a Slurm
+    /// job does, and the next start picks it up.
+    pub fn outlives_scheduler(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
+    }
+
+    /// What is known of how the attempt ended. `kill` is why we stopped it
+    /// and when the first signal went out (Unix seconds); it counts only
+    /// if it reached the job while it ran: the supervisor says so, and an
+    /// adopted job's record must have ended after that moment. A record
+    /// that says a kill of an earlier scheduler reached it, with no kill
+    /// of ours, makes it `interrupted` (it runs again).
+    pub fn end_facts(&self, record: &Path, kill: Option<(KillReason, f64)>) -> EndFacts {
+        let reason = kill.map(|(reason, _)| reason);
+        match self {
+            Proc::Supervised { ended, .. } => match ended {
+                Some(r) => facts_of_record(r, reason.filter(|_| r.killed || r.never_ran)),
+                None => EndFacts {
+                    kill: reason,
+                    ..EndFacts::default()
+                },
+            },
+            Proc::Adopted { .. } => match ExitRecord::read(record) {
+                Some(r) => {
+                    let reached = r.killed || kill.is_some_and(|(_, at)| r.ended >= at);
+                    let reason = match (reason, r.killed) {
+                        (Some(reason), _) if reached || r.never_ran => Some(reason),
+                        (None, true) => Some(KillReason::Shutdown),
+                        _ => None,
+                    };
+                    facts_of_record(&r, reason)
+                }
+                None => EndFacts {
+                    kill: reason,
+                    ..EndFacts::default()
+                },
+            },
+            Proc::Slurm(job) => job.facts(reason),
+        }
+    }
+
+    /// The attempt's id with our supervisor, which waits for an `ack` of
+    /// its reported end (else it writes an exit record); `None` for an
+    /// attempt whose record, if any, is on disk.
+    pub fn supervised_id(&self) -> Option<u64> {
+        match self {
+            Proc::Supervised { id, .. } => Some(*id),
+            _ => None,
+        }
+    }
+
+    /// The cluster's last word on a Slurm job, once it ended.
+    pub fn final_state(&self) -> Option<&str> {
+        match self {
+            Proc::Slurm(job) => job.final_state.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether jobs that run `after=` this one may start now, held by
+    /// whoever runs it until it ends ok (Slurm's `afterok`).
+    pub fn holds_dependents(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
+    }
+
+    /// Whether whoever runs the attempt enforces `timeout=` itself (Slurm's
+    /// `--time`), so the loop must not.
+    pub fn times_itself_out(&self) -> bool {
+        matches!(self, Proc::Slurm(_))
+    }
+
+    /// What identifies its process group; `None` for a Slurm job.
+    pub fn identity(&self) -> Option<&GroupIdentity> {
+        match self {
+            Proc::Supervised { identity, .. } | Proc::Adopted { identity, .. } => Some(identity),
+            Proc::Slurm(_) => None,
+        }
+    }
+
+    /// Whether its process group is ours beyond doubt (docs/BEHAVIOUR.md
+    /// "Signals only for our own"): always for one we started; for an
+    /// adopted one only when the journal recorded the leader's start time
+    /// and boot id.
+    pub fn may_signal(&self) -> bool {
+        match self {
+            Proc::Supervised { .. } | Proc::Slurm(_) => true,
+            Proc::Adopted { identity, .. } => identity.is_verifiable(),
+        }
+    }
+}
+
+/// The facts a supervisor's record gives: the exit, a kill that counts
+/// (`kill`, decided by the caller), why the shell could not start; a job
+/// that never ran has no exit (it runs again, unless a cancel stopped it).
+fn facts_of_record(record: &ExitRecord, kill: Option<KillReason>) -> EndFacts {
+    if record.never_ran {
+        return EndFacts {
             kill,
+            words: Some("it was stopped at its gate and ran nothing".into()),
             ..EndFacts::default()
         };
-        match &self.ending {
-            None => {}
-            Some(slurm::Ending::Exit(exit)) => facts.exit = Some(*exit),
-            Some(slurm::Ending::Timeout) => {
-                facts.kill = Some(KillReason::Timeout);
-                facts.words = Some("Slurm TIMEOUT: its --time was reached".into());
-            }
-            Some(slurm::Ending::Cancelled) => {
-                facts.kill = Some(kill.unwrap_or(KillReason::Cancel));
-                facts.words = Some("Slurm CANCELLED".into());
-            }
-            Some(slurm::Ending::DependencyNeverSatisfied) => {
-                facts.verdict = Some(Verdict::DependencyFailed);
-                facts.words = Some("an after= dependency never ended ok".into());
-            }
-            Some(slurm::Ending::Failed(words)) => {
-                facts.verdict = Some(Verdict::Failed);
-                facts.words = Some(words.clone());
-            }
-        }
-        facts
     }
-
-    /// A poll that did not list the job: after [`MISSING_POLLS`] of them it
-    /// ended with what its exit record says, or as failed.
-    fn forgotten(&mut self, record: &Path) {
-        self.missing += 1;
-        if self.missing < MISSING_POLLS {
-            return;
-        }
-        self.ending = Some(
-            match supervisor::ExitRecord::read(record).and_then(|r| r.exit()) {
-                Some(exit) => slurm::Ending::Exit(exit),
-                None => slurm::Ending::Failed(format!(
-                    "Slurm no longer knows job {} and it left no exit record",
-                    self.id
-                )),
-            },
-        );
-    }
-
-    /// Asks Slurm to cancel the job (once).
-    pub fn cancel(&mut self) {
-        if self.cancelled {
-            return;
-        }
-        self.cancelled = true;
-        if let Err(e) = slurm::cancel(self.id) {
-            crate::view::report::warn(&format!("cannot cancel Slurm job {}: {e:#}", self.id));
-        }
-    }
-}
-
-/// The GPU backend of a scheduler whose jobs run on a Slurm cluster: the
-/// machine gpusched runs on (often a login node) has no GPUs to watch.
-pub struct ClusterGpus;
-
-impl crate::gpu::GpuBackend for ClusterGpus {
-    fn snapshot(&mut self) -> anyhow::Result<crate::gpu::GpuSnapshot> {
-        Ok(crate::gpu::GpuSnapshot::default())
-    }
-
-    fn describe(&self) -> String {
-        "a Slurm cluster (--slurm)".to_string()
-    }
-}
-
-impl Cluster {
-    /// Connects to the cluster (SPEC §15), to be asked every `poll` (at
-    /// least once a second).
-    ///
-    /// Errors: [`crate::error::Error::Usage`] (exit 2) when the Slurm
-    /// commands are missing or the controller does not answer.
-    pub fn connect(options: slurm::SlurmOptions, poll: Duration) -> anyhow::Result<Cluster> {
-        let workdir = std::env::current_dir()?;
-        Ok(Cluster {
-            slurm: slurm::Slurm::connect(options, workdir)?,
-            interval: poll.max(Duration::from_secs(1)),
-            last_poll: None,
-            failing: false,
-            submit_paused_until: None,
-            last_submit_error: None,
-            recheck: false,
-        })
+    EndFacts {
+        exit: record.exit(),
+        kill,
+        verdict: None,
+        words: record.start_error.clone(),
     }
 }

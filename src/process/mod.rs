@@ -114,6 +114,15 @@ impl GroupIdentity {
         self.pgid.0 > 1 && self.start_ticks.is_some() && self.boot_id.is_some()
     }
 
+    /// Whether the group was started in this boot (an identity without a
+    /// boot id is taken as this boot's).
+    pub fn same_boot(&self) -> bool {
+        match (&self.boot_id, boot_id()) {
+            (Some(then), Some(now)) => *then == now,
+            _ => true,
+        }
+    }
+
     /// Whether the process group this identity names still has a live
     /// member. A group from another boot is dead; a leader with another
     /// start time is an unrelated process that reused the pid; when the
@@ -124,9 +133,7 @@ impl GroupIdentity {
             // Not a job's group (our own, or init's): never waited for.
             return false;
         }
-        if let (Some(then), Some(now)) = (&self.boot_id, boot_id())
-            && *then != now
-        {
+        if !self.same_boot() {
             return false;
         }
         let Some(ticks) = self.start_ticks else {
@@ -181,47 +188,46 @@ pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
     !matches!(kill(Pid::from_raw(-target), signal), Err(Errno::ESRCH))
 }
 
-/// A kill in progress (SPEC §3): SIGTERM to the group at once, SIGKILL to
-/// the group when the grace expires, and a final SIGKILL sweep once the
-/// leader has exited so that no descendant outlives the job. Driven by the
-/// scheduler's loop through [`Termination::poll`], so that one slow group
-/// never blocks the others.
+/// The timing of a kill (docs/BEHAVIOUR.md "Stopping jobs"): SIGTERM at
+/// once, SIGKILL when the grace expires (or at once after a second
+/// Ctrl-C), and a SIGKILL sweep of whatever is left of the group after its
+/// leader ended. Pure: it says which signal is due; the launcher delivers
+/// it through whoever reaps the job ([`crate::launcher::Launcher::signal`]),
+/// so that an end that came first is never taken for the kill's result.
 #[derive(Debug, Clone)]
 pub struct Termination {
-    pgid: Pgid,
     sigkill_at: Instant,
     sigkill_sent: bool,
 }
 
 impl Termination {
-    /// Sends SIGTERM to the group now; SIGKILL follows after `grace`.
-    pub fn start(pgid: Pgid, grace: Duration, now: Instant) -> Self {
-        signal_group(pgid, Signal::SIGTERM);
+    /// A kill whose SIGTERM the caller sends now; SIGKILL is due after
+    /// `grace`.
+    pub fn start(grace: Duration, now: Instant) -> Self {
         Termination {
-            pgid,
             sigkill_at: now + grace,
             sigkill_sent: false,
         }
     }
 
-    /// Skips the rest of the grace: SIGKILL now (a second Ctrl-C).
-    pub fn hurry(&mut self) {
-        self.sigkill_at = Instant::now();
-        self.escalate();
+    /// Skips the rest of the grace (a second Ctrl-C): SIGKILL is due now.
+    pub fn hurry(&mut self, now: Instant) {
+        self.sigkill_at = self.sigkill_at.min(now);
     }
 
-    /// Sends SIGKILL if the grace has expired. Call whenever the loop wakes.
-    pub fn poll(&mut self, now: Instant) {
-        if now >= self.sigkill_at {
-            self.escalate();
-        }
-    }
-
-    fn escalate(&mut self) {
-        if !self.sigkill_sent {
-            signal_group(self.pgid, Signal::SIGKILL);
+    /// SIGKILL once the grace has expired (once); `None` otherwise.
+    #[must_use]
+    pub fn due(&mut self, now: Instant) -> Option<Signal> {
+        if now >= self.sigkill_at && !self.sigkill_sent {
             self.sigkill_sent = true;
+            return Some(Signal::SIGKILL);
         }
+        None
+    }
+
+    /// Whether SIGKILL was sent (leftovers of the group are then swept).
+    pub fn sigkill_sent(&self) -> bool {
+        self.sigkill_sent
     }
 
     /// When the loop must wake next for this kill: at the SIGKILL deadline,
@@ -233,21 +239,76 @@ impl Termination {
             self.sigkill_at.min(now + Duration::from_millis(50))
         }
     }
+}
 
-    /// Called after the leader has been reaped: true once nothing of the
-    /// group is left. Until the grace expires, members get time to exit on
-    /// the SIGTERM; after it, the group is swept with SIGKILL.
-    pub fn group_gone(&mut self, now: Instant) -> bool {
-        self.poll(now);
-        if live_members(self.pgid).is_empty() {
-            return true;
+/// One read of `/proc`: every live (non-zombie) process with its stat
+/// fields. A round that checks many groups (the kills phase, adopted
+/// jobs) reads it once and asks it about each group, instead of reading
+/// `/proc` once per group.
+#[derive(Debug, Default)]
+pub struct ProcTable {
+    processes: Vec<(u32, ProcStat)>,
+}
+
+impl ProcTable {
+    /// Reads `/proc` now.
+    pub fn scan() -> ProcTable {
+        ProcTable {
+            processes: live_processes().collect(),
         }
-        if self.sigkill_sent {
-            // Final sweep: anything still there (a late fork) gets SIGKILL.
-            signal_group(self.pgid, Signal::SIGKILL);
-        }
-        false
     }
+
+    /// Whether the group `identity` names still has a live member that is
+    /// provably the job's: the leader itself (same start time), or, once
+    /// it is gone, a member of the leader's session that started no
+    /// earlier than it. Same rule as [`GroupIdentity::is_alive`].
+    pub fn group_alive(&self, identity: &GroupIdentity) -> bool {
+        if identity.pgid.0 <= 1 || !identity.same_boot() {
+            return false;
+        }
+        let pgid = identity.pgid.0;
+        let Some(ticks) = identity.start_ticks else {
+            return self.processes.iter().any(|(_, s)| s.pgrp == pgid);
+        };
+        if let Some((_, leader)) = self.processes.iter().find(|(pid, _)| *pid == pgid) {
+            if leader.pgrp == pgid {
+                return leader.start_ticks == ticks;
+            }
+            if leader.start_ticks != ticks {
+                return false;
+            }
+        }
+        self.processes
+            .iter()
+            .any(|(_, s)| s.pgrp == pgid && s.session == pgid && s.start_ticks >= ticks)
+    }
+}
+
+/// Sends `signal` to the group `identity` names, after checking again that
+/// the group is the job's (SPEC-level rule, docs/BEHAVIOUR.md "Signals
+/// only for our own"): the identity must be verifiable, and the leader
+/// alive with its recorded start time — or, once the leader is gone, a
+/// member of its session started no earlier than it must remain. A pid
+/// reused since the last sample is therefore never signalled. Returns
+/// whether the signal was sent.
+pub fn signal_verified(identity: &GroupIdentity, signal: Signal) -> bool {
+    if !identity.is_verifiable() || !identity.same_boot() {
+        return false;
+    }
+    let Some(ticks) = identity.start_ticks else {
+        return false;
+    };
+    let ours = match read_stat(identity.pgid.0) {
+        // The leader (or its zombie) with the recorded start time.
+        Some(leader) if leader.start_ticks == ticks => true,
+        // Another process holds the pid: not our group's leader.
+        Some(leader) if leader.pgrp == identity.pgid.0 => false,
+        // The leader is gone: only its own session's members count.
+        _ => live_processes().any(|(_, s)| {
+            s.pgrp == identity.pgid.0 && s.session == identity.pgid.0 && s.start_ticks >= ticks
+        }),
+    };
+    ours && signal_group(identity.pgid, signal)
 }
 
 #[cfg(test)]
@@ -366,7 +427,28 @@ mod tests {
     }
 
     #[test]
-    fn termination_kills_a_group_that_ignores_sigterm() {
+    fn termination_says_when_sigkill_is_due_and_only_once() {
+        let now = Instant::now();
+        let mut term = Termination::start(Duration::from_secs(10), now);
+        assert_eq!(term.due(now), None);
+        assert_eq!(term.due(now + Duration::from_secs(9)), None);
+        assert!(!term.sigkill_sent());
+        assert_eq!(
+            term.due(now + Duration::from_secs(10)),
+            Some(Signal::SIGKILL)
+        );
+        assert!(term.sigkill_sent());
+        assert_eq!(term.due(now + Duration::from_secs(11)), None, "once");
+        let mut hurried = Termination::start(Duration::from_secs(10), now);
+        hurried.hurry(now + Duration::from_secs(1));
+        assert_eq!(
+            hurried.due(now + Duration::from_secs(1)),
+            Some(Signal::SIGKILL)
+        );
+    }
+
+    #[test]
+    fn a_verified_kill_reaches_a_group_that_ignores_sigterm_and_the_table_sees_it_go() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("job.log");
         let mut spawned = spawn(&SpawnRequest {
@@ -375,24 +457,35 @@ mod tests {
             log: &log,
         })
         .unwrap();
-        // Wait until both sleeps exist.
+        let identity = GroupIdentity {
+            pgid: spawned.pgid,
+            start_ticks: spawned.start_ticks,
+            boot_id: boot_id(),
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while live_members(spawned.pgid).len() < 3 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(live_members(spawned.pgid).len(), 3);
-        let mut term = Termination::start(spawned.pgid, Duration::from_millis(300), Instant::now());
+        assert!(ProcTable::scan().group_alive(&identity));
+        // Another start time is another process: never signalled.
+        let reused = GroupIdentity {
+            start_ticks: spawned.start_ticks.map(|t| t + 1),
+            ..identity.clone()
+        };
+        assert!(!signal_verified(&reused, Signal::SIGKILL));
+        assert!(!ProcTable::scan().group_alive(&reused));
+        assert!(signal_verified(&identity, Signal::SIGTERM));
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(live_members(spawned.pgid).len(), 3, "TERM is ignored");
+        assert!(signal_verified(&identity, Signal::SIGKILL));
+        spawned.child.wait().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            term.poll(Instant::now());
-            if let Some(_status) = spawned.child.try_wait().unwrap()
-                && term.group_gone(Instant::now())
-            {
-                break;
-            }
+        while ProcTable::scan().group_alive(&identity) {
             assert!(Instant::now() < deadline, "group survived its kill");
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(live_members(spawned.pgid).is_empty());
+        assert!(!signal_verified(&identity, Signal::SIGKILL), "gone");
     }
 }

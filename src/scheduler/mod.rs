@@ -55,6 +55,9 @@ pub struct Scheduler {
     sample_now: bool,
     /// Set when `<log_dir>/requests` may hold a request (`gpusched retry`).
     requests_due: bool,
+    /// Jobs `gpusched cancel` journaled as cancelled and not yet ended
+    /// (from the journal at start, then from requests).
+    cancel_requests: Vec<String>,
     /// Set when the queue or the GPUs changed since the last dispatch.
     dispatch_needed: bool,
     /// Keys that ended during this run, with their outcome.

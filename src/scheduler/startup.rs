@@ -67,7 +67,7 @@ impl Scheduler {
         let launcher = if args.slurm.slurm {
             Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
         } else {
-            Launcher::Local(crate::launcher::Local::new(&cfg.log_dir))
+            Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
         };
         std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
             Error::io(
@@ -78,6 +78,11 @@ impl Scheduler {
         // Before anything in the directory is touched (SPEC §11).
         let lock = SchedulerLock::acquire(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;
+        let cancel_requests: Vec<String> = journal
+            .states()
+            .filter(|(_, s)| s.cancel_requested)
+            .map(|(k, _)| k.to_string())
+            .collect();
         let (control, problem) = Control::load(&cfg.log_dir);
         if let Some(problem) = problem {
             warn(&problem);
@@ -128,6 +133,7 @@ impl Scheduler {
             mode: Mode::Scheduling,
             sample_now: true,
             requests_due: true,
+            cancel_requests,
             dispatch_needed: true,
             ended_this_run: HashMap::new(),
             dispatched_this_run: 0,
@@ -268,10 +274,16 @@ fn config(args: &RunArgs) -> Config {
 }
 
 /// Opens the journal (removing it first with `--fresh`) and replays it,
-/// warning once about torn or garbled lines (SPEC §5).
+/// warning once about torn or garbled lines (docs/BEHAVIOUR.md "The
+/// journal").
+///
+/// Errors: [`Error::Usage`] (exit 2) when `--fresh` would start a second
+/// copy of a job of the old journal that may still run
+/// ([`refuse_fresh_over_live_jobs`]); the journal cannot be opened.
 fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
     let journal_path = cfg.log_dir.join("journal.jsonl");
     if fresh && journal_path.exists() {
+        refuse_fresh_over_live_jobs(&journal_path)?;
         std::fs::remove_file(&journal_path)
             .map_err(|e| Error::io(format!("cannot remove {}", journal_path.display()), e))?;
         say(&format!(
@@ -309,6 +321,54 @@ fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
         ));
     }
     Ok(journal)
+}
+
+/// `--fresh` never doubles a live job (docs/BEHAVIOUR.md "Exactly once"):
+/// if an attempt of the journal about to be removed may still run — its
+/// process group or its supervisor is alive, or it was submitted to Slurm
+/// — the start is refused, naming each such job and what to do.
+///
+/// Errors: [`Error::Usage`] naming the live jobs; the journal cannot be
+/// read.
+fn refuse_fresh_over_live_jobs(journal_path: &std::path::Path) -> anyhow::Result<()> {
+    use crate::journal::Phase;
+    use crate::process::{GroupIdentity, Pgid, ProcTable};
+    let (journal, _) = Journal::open(journal_path)?;
+    let table = ProcTable::scan();
+    let live: Vec<String> = journal
+        .states()
+        .filter_map(|(_, state)| {
+            let Phase::Started(info) = &state.phase else {
+                return None;
+            };
+            if let Some(id) = info.slurm_job_id {
+                return Some(format!("job {} (Slurm job {id})", state.no));
+            }
+            let identity = GroupIdentity {
+                pgid: Pgid(info.pgid),
+                start_ticks: info.start_ticks,
+                boot_id: info.boot_id.clone(),
+            };
+            let alive = table.group_alive(&identity)
+                || info
+                    .supervisor
+                    .as_ref()
+                    .is_some_and(crate::process::is_running);
+            alive.then(|| format!("job {} (process group {})", state.no, info.pgid))
+        })
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--fresh would start a second copy of {} still running from a previous scheduler of {}; start without --fresh to adopt {}, or wait for {} to end (or stop {}) first",
+        live.join(", "),
+        journal_path.parent().unwrap_or(journal_path).display(),
+        if live.len() == 1 { "it" } else { "them" },
+        if live.len() == 1 { "it" } else { "them" },
+        if live.len() == 1 { "it" } else { "them" },
+    ))
+    .into())
 }
 
 /// The ledger this scheduler books in (SPEC §14): `--ledger DIR`, else the

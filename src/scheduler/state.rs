@@ -6,11 +6,10 @@ use crate::allocation::PlaceOptions;
 use crate::gpu::GpuSnapshot;
 use crate::gpu::attribution::ExternalPeaks;
 use crate::jobspec::JobSpec;
-use crate::journal::ProcessId;
 use crate::journal::keys::hash as key_hash;
+pub use crate::launcher::Proc;
 use crate::model::DoneStatus;
 use crate::policy::kill::{KillReason, KillStep, kill_step};
-use crate::policy::outcome::Exit;
 use crate::process::{self, GroupIdentity, Pgid, Termination};
 use crate::progress::Progress;
 use std::collections::{BTreeMap, HashMap};
@@ -73,109 +72,6 @@ impl Config {
     }
 }
 
-/// The process behind a running attempt.
-pub enum Proc {
-    /// Started by this scheduler under its supervisor (SPEC §11).
-    Supervised {
-        /// The attempt's id with the supervisor.
-        id: u64,
-        /// The job's process group, for when the supervisor dies first.
-        identity: GroupIdentity,
-        /// Set once the supervisor reported that the job's shell exited:
-        /// how the job ended, `None` when that is unknown.
-        reaped: Option<Option<Exit>>,
-    },
-    /// A live attempt left by a previous scheduler (SPEC §5 "Orphans"), or
-    /// one whose supervisor died before the job did.
-    Adopted {
-        /// What identifies its process group beyond the number.
-        identity: GroupIdentity,
-        /// Its supervisor, when the journal names one.
-        supervisor: Option<ProcessId>,
-    },
-    /// A batch job on a Slurm cluster (SPEC §15).
-    Slurm(crate::launcher::ClusterJob),
-}
-
-impl Proc {
-    /// Whether the job's shell is known to have exited.
-    pub fn leader_gone(&self) -> bool {
-        match self {
-            Proc::Supervised { reaped, .. } => reaped.is_some(),
-            Proc::Adopted { identity, .. } => !identity.is_alive(),
-            Proc::Slurm(job) => job.ending.is_some(),
-        }
-    }
-
-    /// Whether the attempt is known to have ended and waits to be
-    /// completed: a reaped supervisor, or a Slurm job Slurm says ended.
-    pub fn ended(&self) -> bool {
-        match self {
-            Proc::Supervised { reaped, .. } => reaped.is_some(),
-            Proc::Adopted { .. } => false,
-            Proc::Slurm(job) => job.ending.is_some(),
-        }
-    }
-
-    /// Whether the attempt keeps running when the scheduler stops: a Slurm
-    /// job does (SPEC §15), and the next start picks it up.
-    pub fn outlives_scheduler(&self) -> bool {
-        matches!(self, Proc::Slurm(_))
-    }
-
-    /// What is known of how the attempt ended (`kill`: why we stopped it):
-    /// a supervisor's exit record or exit code, or Slurm's word.
-    pub fn end_facts(
-        &self,
-        record: &std::path::Path,
-        kill: Option<KillReason>,
-    ) -> crate::launcher::EndFacts {
-        let exit = match self {
-            Proc::Supervised { reaped, .. } => reaped.flatten(),
-            // Its supervisor's record, if the attempt ended.
-            Proc::Adopted { .. } => {
-                crate::process::supervisor::ExitRecord::read(record).and_then(|r| r.exit())
-            }
-            Proc::Slurm(job) => return job.facts(kill),
-        };
-        crate::launcher::EndFacts {
-            exit,
-            kill,
-            ..Default::default()
-        }
-    }
-
-    /// The attempt's id with our supervisor, which waits for an `ack` of
-    /// its reported end (else it writes an exit record); `None` for an
-    /// attempt whose record, if any, is on disk.
-    pub fn supervised_id(&self) -> Option<u64> {
-        match self {
-            Proc::Supervised { id, .. } => Some(*id),
-            _ => None,
-        }
-    }
-
-    /// The cluster's last word on a Slurm job, once it ended.
-    pub fn final_state(&self) -> Option<&str> {
-        match self {
-            Proc::Slurm(job) => job.final_state.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// Whether jobs that run `after=` this one may start now, held by
-    /// whoever runs it until it ends ok (Slurm's `afterok`, SPEC §15).
-    pub fn holds_dependents(&self) -> bool {
-        matches!(self, Proc::Slurm(_))
-    }
-
-    /// Whether whoever runs the attempt enforces `timeout=` itself (Slurm's
-    /// `--time`), so the loop must not.
-    pub fn times_itself_out(&self) -> bool {
-        matches!(self, Proc::Slurm(_))
-    }
-}
-
 /// VRAM and utilization observed for one running attempt (SPEC §4).
 #[derive(Default)]
 pub struct Usage {
@@ -207,24 +103,17 @@ impl Usage {
     }
 }
 
-/// A kill under way: why, and the SIGTERM → grace → SIGKILL progress.
+/// A kill under way: why, when it began, and the SIGTERM → grace →
+/// SIGKILL progress.
 pub struct Kill {
     /// The strongest reason asked for so far.
     pub reason: KillReason,
-    /// The signals sent and the SIGKILL deadline; `None` for a Slurm job,
-    /// which Slurm stops (`scancel`).
+    /// When the first signal went out (Unix seconds): an adopted job whose
+    /// record says it ended before this was not reached by the kill.
+    pub signalled_at: f64,
+    /// The SIGKILL deadline; `None` for a Slurm job, which Slurm stops
+    /// (`scancel`).
     pub termination: Option<Termination>,
-}
-
-impl Kill {
-    /// Whether nothing of the attempt's process group is left (always, for
-    /// a job Slurm stops: its end is the cluster's to report).
-    pub fn group_gone(&mut self, now: Instant) -> bool {
-        self.termination.as_mut().is_none_or(|t| {
-            t.poll(now);
-            t.group_gone(now)
-        })
-    }
 }
 
 /// One running attempt. Everything about it lives here.
@@ -270,24 +159,31 @@ pub struct Running {
 
 impl Running {
     /// Asks for this attempt to be killed for `reason` (HOUSE habit 12):
-    /// the first request sends SIGTERM to the group and starts the grace; a
-    /// stronger reason later only replaces the reason. Returns whether
-    /// anything changed (so the caller says so once).
-    pub fn begin_kill(&mut self, reason: KillReason, now: Instant) -> bool {
-        if !self.may_signal() {
+    /// the first request sends SIGTERM through `launcher` (which knows
+    /// whether the job already ended, docs/BEHAVIOUR.md "An end beats a
+    /// kill") and starts the grace; a stronger reason later only replaces
+    /// the reason. Returns whether anything changed (so the caller says so
+    /// once).
+    pub fn begin_kill(
+        &mut self,
+        reason: KillReason,
+        now: Instant,
+        launcher: &mut crate::launcher::Launcher,
+    ) -> bool {
+        if !self.proc.may_signal() {
             return false;
         }
         match kill_step(self.kill.as_ref().map(|k| k.reason), reason) {
             KillStep::Begin => {
-                let termination = match &mut self.proc {
-                    Proc::Slurm(job) => {
-                        job.cancel();
-                        None
-                    }
-                    _ => Some(Termination::start(self.pgid, process::KILL_GRACE, now)),
+                let termination = match &self.proc {
+                    Proc::Slurm(_) => None,
+                    _ => Some(Termination::start(process::KILL_GRACE, now)),
                 };
+                let signalled_at = crate::journal::now_ts();
+                launcher.signal(&mut self.proc, nix::sys::signal::Signal::SIGTERM);
                 self.kill = Some(Kill {
                     reason,
+                    signalled_at,
                     termination,
                 });
                 true
@@ -302,14 +198,10 @@ impl Running {
         }
     }
 
-    /// Whether its process group is ours beyond doubt (SPEC §11 "Signals
-    /// only for our own"): always for one we started; for an adopted one
-    /// only when the journal recorded the leader's start time and boot id.
+    /// Whether its process group is ours beyond doubt
+    /// ([`Proc::may_signal`]).
     pub fn may_signal(&self) -> bool {
-        match &self.proc {
-            Proc::Supervised { .. } | Proc::Slurm(_) => true,
-            Proc::Adopted { identity, .. } => identity.is_verifiable(),
-        }
+        self.proc.may_signal()
     }
 
     /// What runs it, for messages: `process group 123` or `Slurm job 45`.
@@ -327,10 +219,33 @@ impl Running {
 
     /// What identifies its process group; `None` for a Slurm job.
     pub fn identity(&self) -> Option<&GroupIdentity> {
-        match &self.proc {
-            Proc::Supervised { identity, .. } | Proc::Adopted { identity, .. } => Some(identity),
-            Proc::Slurm(_) => None,
+        self.proc.identity()
+    }
+
+    /// Whether its end is known, or as known as it will get: its leader
+    /// ended ([`Proc::leader_gone`]); for an adopted job also its
+    /// supervisor wrote its record or is gone (it writes the record right
+    /// after it reaps the job, and the record may show that the job ended
+    /// before a kill of ours reached it).
+    pub fn settled(&self, table: &process::ProcTable) -> bool {
+        if !self.proc.leader_gone(table) {
+            return false;
         }
+        match &self.proc {
+            Proc::Adopted { supervisor, .. } => {
+                self.exit_record.exists() || !supervisor.as_ref().is_some_and(process::is_running)
+            }
+            _ => true,
+        }
+    }
+
+    /// What is known of how it ended ([`Proc::end_facts`] with this
+    /// attempt's kill).
+    pub fn end_facts(&self) -> crate::launcher::EndFacts {
+        self.proc.end_facts(
+            &self.exit_record,
+            self.kill.as_ref().map(|k| (k.reason, k.signalled_at)),
+        )
     }
 }
 
@@ -532,10 +447,16 @@ pub enum Mode {
         /// What failed, with the path and the error.
         reason: String,
     },
-    /// Ctrl-C or SIGTERM: stopping every running job, then exit 130.
+    /// Ctrl-C, SIGTERM or `gpusched stop`: stopping every running job,
+    /// then exit 130.
     Stopping {
         /// Whether a second signal asked to skip the grace.
         hurried: bool,
+        /// The scheduler exits by then whatever is still in flight (the
+        /// grace plus a second after the first signal): an attempt whose
+        /// end was not reported yet is left to the next start, which
+        /// reads its supervisor's exit record.
+        give_up_at: Instant,
     },
 }
 

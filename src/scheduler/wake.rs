@@ -223,6 +223,9 @@ impl Scheduler {
         if let Some(due) = self.status_deadline() {
             deadline = deadline.min(due.max(now));
         }
+        if let Mode::Stopping { give_up_at, .. } = self.mode {
+            deadline = deadline.min(give_up_at.max(now));
+        }
         if let Some(unsettled) = self.jobs.unsettled {
             deadline =
                 deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));
@@ -271,8 +274,11 @@ impl Scheduler {
         ));
     }
 
-    /// SIGINT / SIGTERM (SPEC §7): the first stops every running group
-    /// (SIGTERM, SIGKILL after the grace); the second skips the grace.
+    /// SIGINT / SIGTERM (docs/BEHAVIOUR.md "Stopping"): the first stops
+    /// every running group through the launcher (SIGTERM, SIGKILL after
+    /// the grace; a job that already exited keeps its real outcome); the
+    /// second kills them all at once and ends the scheduler within a
+    /// second ([`Scheduler::stop_now`]).
     fn on_stop_signal(&mut self, signal: i32) {
         let name = if signal == signal_hook::consts::SIGINT {
             "Ctrl-C"
@@ -280,52 +286,64 @@ impl Scheduler {
             "SIGTERM"
         };
         let now = Instant::now();
-        match self.mode {
-            Mode::Stopping { .. } => {
-                say(&format!("{name} again: killing every running job now"));
-                self.mode = Mode::Stopping { hurried: true };
-                for job in self.running.values_mut() {
-                    if let Some(termination) =
-                        job.kill.as_mut().and_then(|k| k.termination.as_mut())
-                    {
-                        termination.hurry();
-                    }
+        if let Mode::Stopping { give_up_at, .. } = self.mode {
+            say(&format!("{name} again: killing every running job now"));
+            self.mode = Mode::Stopping {
+                hurried: true,
+                give_up_at: give_up_at.min(now + HURRIED_STOP),
+            };
+            for job in self.running.values_mut() {
+                if let Some(termination) = job.kill.as_mut().and_then(|k| k.termination.as_mut()) {
+                    termination.hurry(now);
                 }
             }
-            _ => {
-                // A cluster's jobs are not ours to stop (SPEC §15).
-                let before = self.running.len();
-                self.running.retain(|_, job| !job.proc.outlives_scheduler());
-                if self.running.len() < before {
-                    say(&format!(
-                        "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
-                        before - self.running.len()
-                    ));
-                }
+            return;
+        }
+        // Ends already reported are taken first: their real outcome is
+        // recorded, and they are not signalled.
+        self.take_reports();
+        // A cluster's jobs are not ours to stop.
+        let before = self.running.len();
+        self.running.retain(|_, job| !job.proc.outlives_scheduler());
+        if self.running.len() < before {
+            say(&format!(
+                "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
+                before - self.running.len()
+            ));
+        }
+        say(&format!(
+            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
+            self.running.len(),
+            process::KILL_GRACE.as_secs()
+        ));
+        self.mode = Mode::Stopping {
+            hurried: false,
+            give_up_at: now + process::KILL_GRACE + STOP_MARGIN,
+        };
+        // An adopted group we cannot verify is never signalled: leave it
+        // running; the next start adopts it.
+        self.running.retain(|_, job| {
+            if !job.may_signal() {
                 say(&format!(
-                    "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
-                    self.running.len(),
-                    process::KILL_GRACE.as_secs()
+                    "job {} (process group {}) cannot be verified as ours; leaving it running",
+                    job.no, job.pgid
                 ));
-                self.mode = Mode::Stopping { hurried: false };
-                for job in self.running.values_mut() {
-                    let _ = job.begin_kill(KillReason::Shutdown, now);
-                }
-                // An adopted group we cannot verify is never signalled
-                // (SPEC §11): leave it running; the next start adopts it.
-                self.running.retain(|_, job| {
-                    if !job.may_signal() {
-                        say(&format!(
-                            "job {} (process group {}) cannot be verified as ours; leaving it running",
-                            job.no, job.pgid
-                        ));
-                    }
-                    job.may_signal()
-                });
             }
+            job.may_signal()
+        });
+        for job in self.running.values_mut() {
+            let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.launcher);
         }
     }
 }
+
+/// How long after the grace a stopping scheduler waits for the last
+/// reports before it exits anyway.
+pub const STOP_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long after a second Ctrl-C the scheduler waits for the reports of
+/// the jobs it just killed before it exits anyway.
+pub const HURRIED_STOP: Duration = Duration::from_secs(1);
 
 /// Forwards SIGINT, SIGTERM, SIGCHLD and SIGHUP to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.
@@ -359,7 +377,7 @@ fn watch_jobs_file(
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let name = absolute_path.file_name().map(|n| n.to_os_string());
     let exits = log_dir.join("exits");
-    let requests = crate::commands::retry::requests_dir(log_dir);
+    let requests = crate::commands::request::requests_dir(log_dir);
     std::fs::create_dir_all(&requests)?;
     let requests_for_events = requests.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {

@@ -148,6 +148,20 @@ impl Supervisor {
         let _ = self.send(&ToSupervisor::Abandon(id));
     }
 
+    /// Asks for `signal` to be delivered to job `id`'s group unless the
+    /// job already exited ([`ToSupervisor::Signal`]).
+    ///
+    /// Errors: the supervisor is gone (it is then taken as closed).
+    pub fn signal(&mut self, id: u64, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
+        self.send(&ToSupervisor::Signal {
+            id,
+            signal: signal as i32,
+        })
+        .inspect_err(|_| {
+            self.closed = true;
+        })
+    }
+
     /// Job `id`'s outcome is durable in the journal: no record is needed.
     pub fn ack(&mut self, id: u64) {
         let _ = self.send(&ToSupervisor::Ack(id));

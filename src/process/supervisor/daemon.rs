@@ -39,6 +39,9 @@ struct Job {
     /// Set once its shell exited and the end was reported: waits for the
     /// scheduler's `ack`.
     ended: Option<ExitRecord>,
+    /// Set when a signal the scheduler asked for was sent to the job's
+    /// group while its shell ran (copied into its record).
+    killed: bool,
 }
 
 /// A record that could not be written yet.
@@ -179,13 +182,43 @@ impl Supervisor {
                     self.forget(id);
                 }
             }
+            ToSupervisor::Signal { id, signal } => self.signal(id, signal),
         }
     }
 
-    /// Drops job `id` from both maps; returns it.
+    /// Delivers `signal` to job `id`'s group, unless its shell already
+    /// exited: every exited job is reaped first, so an end that came
+    /// before the kill is reported as the job's own (`killed` unset). A
+    /// job at its gate is killed there and reported as never run.
+    fn signal(&mut self, id: u64, signal: i32) {
+        self.reap();
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if job.ended.is_some() {
+            return;
+        }
+        if !job.process.released() {
+            job.process.abandon();
+            return;
+        }
+        let Ok(signal) = nix::sys::signal::Signal::try_from(signal) else {
+            return;
+        };
+        // The shell has not been reaped, so its pid (= the group) is still
+        // this job's: no reuse is possible before `waitpid`.
+        if crate::process::signal_group(crate::process::Pgid(job.process.pid), signal) {
+            job.killed = true;
+        }
+    }
+
+    /// Drops job `id`; its pid entry goes too unless the pid already
+    /// belongs to a newer job (it is freed when the shell is reaped).
     fn forget(&mut self, id: u64) -> Option<Job> {
         let job = self.jobs.remove(&id)?;
-        self.by_pid.remove(&job.process.pid);
+        if self.by_pid.get(&job.process.pid) == Some(&id) {
+            self.by_pid.remove(&job.process.pid);
+        }
         Some(job)
     }
 
@@ -210,6 +243,7 @@ impl Supervisor {
                 record: job.record,
                 log: job.log,
                 ended: None,
+                killed: false,
             },
         );
         Ok((pid, start_ticks))
@@ -227,18 +261,28 @@ impl Supervisor {
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => return,
             };
-            let Some(id) = self.by_pid.get(&(pid.as_raw() as u32)).copied() else {
+            // The pid is free from now on: a new job may get it.
+            let Some(id) = self.by_pid.remove(&(pid.as_raw() as u32)) else {
                 continue;
             };
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
             if !job.process.released() {
-                // Killed or abandoned at its gate: it ran nothing.
-                self.forget(id);
+                // Killed or abandoned at its gate: it ran nothing. A
+                // scheduler that listens hears so (its `started` may be
+                // journaled); else the record says it.
+                let record = record_of(job, None, None);
+                if self.scheduler {
+                    job.ended = Some(record.clone());
+                    self.reply(&FromSupervisor::Ended { id, record });
+                } else {
+                    self.record(id, &record);
+                }
                 continue;
             }
-            let record = record_of(job, Some(exit));
+            let start_error = job.process.start_error();
+            let record = record_of(job, Some(exit), start_error);
             if self.scheduler {
                 job.ended = Some(record.clone());
                 self.reply(&FromSupervisor::Ended { id, record });
@@ -290,7 +334,7 @@ impl Supervisor {
             };
             if !job.process.released() {
                 job.process.abandon();
-                let record = record_of(job, None);
+                let record = record_of(job, None, None);
                 self.record(id, &record);
             } else if let Some(record) = job.ended.clone() {
                 self.record(id, &record);
@@ -332,8 +376,9 @@ fn complain(log: &std::path::Path, what: &str) {
     }
 }
 
-/// The record of `job`: how it ended, or (`None`) that it never ran.
-fn record_of(job: &Job, exit: Option<Exit>) -> ExitRecord {
+/// The record of `job`: how it ended, or (`None`) that it never ran, and
+/// why its shell could not be started if it could not.
+fn record_of(job: &Job, exit: Option<Exit>, start_error: Option<String>) -> ExitRecord {
     ExitRecord {
         key: job.key.clone(),
         attempt: job.attempt,
@@ -348,6 +393,8 @@ fn record_of(job: &Job, exit: Option<Exit>) -> ExitRecord {
         },
         ended: now_ts(),
         never_ran: exit.is_none(),
+        killed: job.killed && exit.is_some(),
+        start_error,
     }
 }
 

@@ -67,6 +67,16 @@ pub struct ExitRecord {
     /// left to let it go: it ran nothing, and runs again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub never_ran: bool,
+    /// Set when a signal the scheduler asked for ([`ToSupervisor::Signal`])
+    /// reached the job while its shell still ran. Unset, the job ended on
+    /// its own before any kill reached it, and its exit is its real outcome
+    /// whatever the scheduler had decided (docs/BEHAVIOUR.md "An end beats
+    /// a kill").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub killed: bool,
+    /// Why the job's shell could not be started (`exec` failed), in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_error: Option<String>,
 }
 
 impl ExitRecord {
@@ -130,6 +140,16 @@ pub enum ToSupervisor {
     Abandon(u64),
     /// The job's outcome is journaled: no exit record is needed.
     Ack(u64),
+    /// Deliver a signal to the job's process group — unless its shell has
+    /// already exited, in which case the end stands and nothing is sent
+    /// (the supervisor reaps every exited job before it signals). A job
+    /// still at its gate is killed there instead: it never ran.
+    Signal {
+        /// The attempt's number with this supervisor.
+        id: u64,
+        /// The signal number (15 SIGTERM, 9 SIGKILL).
+        signal: i32,
+    },
 }
 
 /// A line from the supervisor to the scheduler.

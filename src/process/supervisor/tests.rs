@@ -16,6 +16,8 @@ fn exit_records_round_trip_and_say_how_the_job_ended() {
         signal: Some(9),
         ended: 1.0e9,
         never_ran: false,
+        killed: false,
+        start_error: None,
     };
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();

@@ -14,16 +14,24 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn apply_cancels(&mut self, now: Instant) -> anyhow::Result<()> {
-        let cancelled: Vec<String> = self
+        // Flagged lines, and jobs `gpusched cancel` journaled (whose line
+        // may be anywhere in the file, or gone).
+        let mut cancelled: Vec<String> = self
             .jobs
             .specs
             .iter()
             .filter(|s| s.cancel)
             .map(|s| s.key.clone())
             .collect();
+        self.cancel_requests.retain(|key| {
+            self.journal
+                .state(key)
+                .is_some_and(|s| s.cancel_requested && !matches!(s.phase, Phase::Done(_)))
+        });
+        cancelled.extend(self.cancel_requests.iter().cloned());
         for key in cancelled {
             if let Some(job) = self.running.get_mut(&key) {
-                if job.begin_kill(KillReason::Cancel, now) {
+                if job.begin_kill(KillReason::Cancel, now, &mut self.launcher) {
                     say(&format!(
                         "job {} cancelled: stopping {}",
                         job.no,

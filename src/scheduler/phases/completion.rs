@@ -28,7 +28,7 @@ impl Scheduler {
         self.sample_now = true;
         self.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
-        let mut facts = job.proc.end_facts(&job.exit_record, job.kill_reason());
+        let mut facts = job.end_facts();
         if facts.verdict == Some(Verdict::DependencyFailed)
             && !matches!(self.readiness_of(key), Readiness::Failed { .. })
         {

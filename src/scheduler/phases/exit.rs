@@ -6,18 +6,27 @@ use crate::journal::Phase;
 use crate::journal::now_ts;
 use crate::policy::exit_code::exit_code;
 use crate::scheduler::Scheduler;
+use crate::scheduler::state::Mode;
 use crate::view::report::{self, say};
 use crate::view::status;
 
 impl Scheduler {
     /// The exit code once the run is over, or `None` to keep going.
     pub(in crate::scheduler) fn exit_code_if_done(&mut self) -> Option<i32> {
-        if self.mode.is_stopping() {
-            if self.running.is_empty() {
-                self.write_timeline();
-                return Some(130);
+        if let Mode::Stopping { give_up_at, .. } = self.mode {
+            if !self.running.is_empty() && std::time::Instant::now() < give_up_at {
+                return None;
             }
-            return None;
+            if !self.running.is_empty() {
+                let left: Vec<String> = self.running.values().map(|j| j.no.to_string()).collect();
+                report::warn(&format!(
+                    "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
+                    left.len(),
+                    left.join(", ")
+                ));
+            }
+            self.write_timeline();
+            return Some(130);
         }
         if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
             return None;

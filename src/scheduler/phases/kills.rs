@@ -1,9 +1,12 @@
-//! Phase 3, kills in progress (SPEC §3): SIGKILL to groups whose grace has
-//! expired, and the end of killed attempts once the leader is reaped and
-//! nothing of the group is left (the final sweep lives in
-//! [`crate::process::Termination`]).
+//! Phase 3, kills in progress (docs/BEHAVIOUR.md "Stopping jobs"): SIGKILL
+//! through the launcher to groups whose grace has expired, and the end of
+//! killed attempts once their leader ended and nothing of the group is
+//! left (whatever is left after the leader gets a SIGKILL sweep). One read
+//! of `/proc` serves every group of the round.
 
+use crate::process::ProcTable;
 use crate::scheduler::Scheduler;
+use nix::sys::signal::Signal;
 use std::time::Instant;
 
 impl Scheduler {
@@ -12,18 +15,35 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn drive_kills(&mut self, now: Instant) -> anyhow::Result<()> {
-        let mut ended = Vec::new();
-        for (key, job) in &mut self.running {
+        if self.running.values().all(|j| j.kill.is_none()) {
+            return Ok(());
+        }
+        for job in self.running.values_mut() {
             let Some(kill) = &mut job.kill else {
                 continue;
             };
-            if kill.group_gone(now) && job.proc.leader_gone() {
-                ended.push(key.clone());
+            if let Some(signal) = kill.termination.as_mut().and_then(|t| t.due(now)) {
+                self.launcher.signal(&mut job.proc, signal);
             }
         }
-        for key in ended {
-            self.complete_attempt(&key)?;
+        let table = ProcTable::scan();
+        let mut ended = Vec::new();
+        for (key, job) in &mut self.running {
+            let Some(kill) = &job.kill else {
+                continue;
+            };
+            if !job.settled(&table) {
+                continue;
+            }
+            let group_alive = job.identity().is_some_and(|id| table.group_alive(id));
+            if !group_alive {
+                ended.push(key.clone());
+            } else if kill.termination.as_ref().is_some_and(|t| t.sigkill_sent()) {
+                // Final sweep: what is left of the group after its leader
+                // (a late fork) gets SIGKILL.
+                self.launcher.signal(&mut job.proc, Signal::SIGKILL);
+            }
         }
-        Ok(())
+        self.complete_all(&ended)
     }
 }

@@ -219,7 +219,7 @@ impl Scheduler {
                 launch.spec.command
             ));
             let pgid = Pgid(handle.pgid);
-            let proc = started_job.into_proc(boot_id.clone());
+            let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
             let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
             self.running.insert(
                 launch.spec.key.clone(),

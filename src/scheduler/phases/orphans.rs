@@ -11,7 +11,7 @@
 use crate::journal::{Event, KeyState, Phase, StartedInfo, now_ts};
 use crate::launcher::{ClusterJob, slurm};
 use crate::process::supervisor::{self, ExitRecord};
-use crate::process::{self, GroupIdentity, Pgid};
+use crate::process::{self, GroupIdentity, Pgid, ProcTable};
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Proc, Running, Usage};
 use crate::view::report::{self, say, warn};
@@ -44,7 +44,7 @@ impl Scheduler {
                 continue;
             }
             // Liveness first: a supervisor writes its record before it exits.
-            let alive = adopted_alive(&running);
+            let alive = adopted_alive(&running, &ProcTable::scan());
             let record = ExitRecord::read(&running.exit_record);
             if record.as_ref().is_some_and(|r| r.never_ran) {
                 self.journal.append(&key, Event::Interrupted {})?;
@@ -209,8 +209,9 @@ impl Scheduler {
         let elapsed_s = (now_ts() - info.ts).max(0.0);
         let now = Instant::now();
         let spec = self.jobs.spec(key);
+        let exit_record = supervisor::record_path(&self.cfg.log_dir, key, state.attempts);
         let proc = match info.slurm_job_id {
-            Some(id) => Proc::Slurm(ClusterJob::new(id)),
+            Some(id) => Proc::Slurm(ClusterJob::new(id, &exit_record)),
             None => Proc::Adopted {
                 identity: identity.clone(),
                 supervisor: info.supervisor,
@@ -242,7 +243,7 @@ impl Scheduler {
                 .log_dir
                 .join(report::log_name(state.no, &info.gpus)),
             log_offset: info.log_offset.unwrap_or(0),
-            exit_record: supervisor::record_path(&self.cfg.log_dir, key, state.attempts),
+            exit_record,
             proc,
             usage: Usage::default(),
             timeout_at,
@@ -258,29 +259,34 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn complete_ended_orphans(&mut self) -> anyhow::Result<()> {
+        if !self
+            .running
+            .values()
+            .any(|j| matches!(j.proc, Proc::Adopted { .. }))
+        {
+            return Ok(());
+        }
+        let table = ProcTable::scan();
         let ended: Vec<String> = self
             .running
             .iter()
             .filter(|(_, j)| j.kill.is_none() && matches!(j.proc, Proc::Adopted { .. }))
-            .filter(|(_, j)| !adopted_alive(j) || j.exit_record.exists())
+            .filter(|(_, j)| j.settled(&table))
             .map(|(k, _)| k.clone())
             .collect();
-        for key in ended {
-            self.complete_attempt(&key)?;
-        }
-        Ok(())
+        self.complete_all(&ended)
     }
 }
 
 /// Whether an adopted attempt may still run: its process group or its
 /// supervisor is alive.
-fn adopted_alive(job: &Running) -> bool {
+fn adopted_alive(job: &Running, table: &ProcTable) -> bool {
     match &job.proc {
         Proc::Adopted {
             identity,
             supervisor,
-        } => identity.is_alive() || supervisor.as_ref().is_some_and(process::is_running),
-        Proc::Supervised { reaped, .. } => reaped.is_none(),
+        } => table.group_alive(identity) || supervisor.as_ref().is_some_and(process::is_running),
+        Proc::Supervised { ended, .. } => ended.is_none(),
         Proc::Slurm(job) => job.ending.is_none(),
     }
 }

@@ -72,7 +72,7 @@ impl Scheduler {
             .map_or(0, |s| s.no);
         for id in victims {
             if let Some(job) = self.running.get_mut(&keys[id])
-                && job.begin_kill(KillReason::Preempt, now)
+                && job.begin_kill(KillReason::Preempt, now, &mut self.launcher)
             {
                 say(&format!(
                     "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",

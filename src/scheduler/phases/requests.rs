@@ -1,12 +1,14 @@
 //! Requests from commands (SPEC §12, §13): `gpusched pause`, `resume`,
 //! `drain` and `undrain` leave a [`ControlChange`], applied and kept in
 //! `<log_dir>/control.json`; `gpusched retry` leaves
-//! `<log_dir>/requests/retry-<key>-<pid>.json` for a running scheduler,
-//! which checks it (the job finished; its line is in the file without
-//! `cancel`), journals `retry` so the job is pending again, and removes
-//! the request. A request that no longer holds is dropped with a warning.
+//! `<log_dir>/requests/retry-<key>-….json` for a running scheduler, which
+//! checks it (the job finished; its line is in the file without `cancel`),
+//! journals `retry` so the job is pending again, and removes the request;
+//! `gpusched cancel` leaves `cancel-<key>-….json`, journaled as `cancel`
+//! and applied by the cancels phase. A request that no longer holds is
+//! dropped with a warning.
 
-use crate::commands::retry::{RetryRequest, requests_dir};
+use crate::commands::request::{JobRequest, requests_dir};
 use crate::control::ControlChange;
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
@@ -33,8 +35,11 @@ impl Scheduler {
         paths.sort();
         for path in paths {
             let bytes = std::fs::read(&path).unwrap_or_default();
-            let applied = if let Ok(request) = serde_json::from_slice::<RetryRequest>(&bytes) {
-                self.retry(&request.retry)
+            let applied = if let Ok(request) = serde_json::from_slice::<JobRequest>(&bytes) {
+                match &request {
+                    JobRequest::Retry(key) => self.retry(key),
+                    JobRequest::Cancel(key) => self.cancel(key),
+                }
             } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
                 self.change_control(&change)
             } else {
@@ -70,6 +75,24 @@ impl Scheduler {
         self.dispatch_needed = true;
         self.last_dispatch_loads = None;
         say(&said);
+        Ok(())
+    }
+
+    /// Cancels job `key` (`gpusched cancel`): journals `cancel`; the
+    /// cancels phase of this same tick stops it or ends it unrun.
+    ///
+    /// Errors: the journal cannot be written (the request stays).
+    fn cancel(&mut self, key: &str) -> anyhow::Result<()> {
+        let Some(state) = self.journal.state(key) else {
+            warn(&format!("gpusched cancel: no job with key {key}; ignored"));
+            return Ok(());
+        };
+        if matches!(state.phase, Phase::Done(_)) {
+            return Ok(());
+        }
+        self.journal.append(key, Event::Cancel {})?;
+        self.cancel_requests.push(key.to_string());
+        self.dispatch_needed = true;
         Ok(())
     }
 

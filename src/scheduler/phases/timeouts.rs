@@ -14,7 +14,7 @@ impl Scheduler {
         for job in self.running.values_mut() {
             if job.kill.is_none()
                 && job.timeout_at.is_some_and(|t| now >= t)
-                && job.begin_kill(KillReason::Timeout, now)
+                && job.begin_kill(KillReason::Timeout, now, &mut self.launcher)
             {
                 warn(&format!(
                     "job {} reached its timeout after {}: SIGTERM to its process group {}, SIGKILL in {}s",

@@ -1,0 +1,149 @@
+//! How verbs change a job's state without writing the user's jobs file
+//! (docs/BEHAVIOUR.md "Cancel", "Retry"): with a scheduler running on the
+//! log directory, the change is a request file in `<log_dir>/requests/`
+//! that the scheduler checks, journals and removes; with none, the command
+//! takes the log directory's lock — the one a scheduler holds for its whole
+//! life — and journals the event itself, so the two can never race.
+
+use super::index::JournalTail;
+use crate::error::Error;
+use crate::journal::{Event, Journal};
+use crate::lockfile::{self, SchedulerLock};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long to wait for a running scheduler to take a request.
+pub const PICKUP_WAIT: Duration = Duration::from_secs(10);
+
+/// A request for a running scheduler, one JSON object per file:
+/// `{"retry": KEY}` or `{"cancel": KEY}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobRequest {
+    /// Queue the finished job with this key again.
+    Retry(String),
+    /// Cancel the job with this key.
+    Cancel(String),
+}
+
+impl JobRequest {
+    /// The job's key.
+    pub fn key(&self) -> &str {
+        match self {
+            JobRequest::Retry(key) | JobRequest::Cancel(key) => key,
+        }
+    }
+
+    /// The journal event the request becomes.
+    pub fn event(&self) -> Event {
+        match self {
+            JobRequest::Retry(_) => Event::Retry {},
+            JobRequest::Cancel(_) => Event::Cancel {},
+        }
+    }
+
+    /// The event's name in the journal (`retry`, `cancel`).
+    fn event_name(&self) -> &'static str {
+        match self {
+            JobRequest::Retry(_) => "retry",
+            JobRequest::Cancel(_) => "cancel",
+        }
+    }
+
+    /// The verb's name in file names and messages.
+    fn verb(&self) -> &'static str {
+        self.event_name()
+    }
+}
+
+/// The directory where commands leave requests for the scheduler.
+pub fn requests_dir(log_dir: &Path) -> PathBuf {
+    log_dir.join("requests")
+}
+
+/// What became of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// No scheduler runs: the command journaled it under the lock.
+    Journaled,
+    /// The running scheduler (this pid, if known) journaled it.
+    Taken(Option<u32>),
+    /// The running scheduler did not journal it within [`PICKUP_WAIT`]
+    /// (it may still; the request file stays for it).
+    NotTaken(Option<u32>),
+}
+
+/// Journals each request itself when no scheduler runs on `log_dir`, else
+/// leaves them for the running scheduler and waits (up to [`PICKUP_WAIT`])
+/// until it journaled each. Returns what became of each, in order.
+/// `unseen` gives the command of a job whose line no scheduler has read
+/// yet (key, command): it is journaled `seen` first, with the next number.
+///
+/// Errors: [`Error::Usage`] for a log directory that does not exist (it is
+/// never created here); I/O errors on the journal or the requests.
+pub fn deliver(
+    log_dir: &Path,
+    requests: &[JobRequest],
+    unseen: &[(&str, &str)],
+) -> anyhow::Result<Vec<Delivery>> {
+    if !log_dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "no log directory {}: is --log-dir right? (nothing was changed)",
+            log_dir.display()
+        ))
+        .into());
+    }
+    let pid = match SchedulerLock::acquire(log_dir) {
+        Ok(lock) => {
+            let (mut journal, _) = Journal::open(&log_dir.join("journal.jsonl"))?;
+            for request in requests {
+                if journal.state(request.key()).is_none()
+                    && let Some((key, command)) = unseen.iter().find(|(k, _)| *k == request.key())
+                {
+                    let no = journal.next_no();
+                    journal.append_seen(crate::journal::now_ts(), &[(key, no, command)])?;
+                }
+                journal.append(request.key(), request.event())?;
+            }
+            drop(lock);
+            return Ok(vec![Delivery::Journaled; requests.len()]);
+        }
+        Err(Error::AlreadyRunning(_)) => lockfile::holder(log_dir),
+        Err(e) => return Err(e.into()),
+    };
+    let dir = requests_dir(log_dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let mut tail = JournalTail::new(log_dir);
+    for (i, request) in requests.iter().enumerate() {
+        let path = dir.join(format!(
+            "{}-{}-{}-{i}.json",
+            request.verb(),
+            request.key(),
+            std::process::id()
+        ));
+        crate::files::write_atomic(&path, &serde_json::to_vec(request)?)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    }
+    let mut taken = vec![false; requests.len()];
+    let deadline = Instant::now() + PICKUP_WAIT;
+    while taken.iter().any(|t| !t) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let news = tail.records();
+        for (request, taken) in requests.iter().zip(&mut taken) {
+            *taken |= news
+                .iter()
+                .any(|r| r["key"] == request.key() && r["event"] == request.event_name());
+        }
+    }
+    Ok(taken
+        .into_iter()
+        .map(|t| {
+            if t {
+                Delivery::Taken(pid)
+            } else {
+                Delivery::NotTaken(pid)
+            }
+        })
+        .collect())
+}

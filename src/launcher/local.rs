@@ -1,0 +1,161 @@
+//! The local launcher (docs/BEHAVIOUR.md "Exactly once"): the scheduler's
+//! one supervisor, started with the first job and replaced if it dies.
+//! Attempt ids are unique over supervisors, so a report is never taken for
+//! another supervisor's job; the reports a dead supervisor left in its
+//! pipe are read before it is replaced, so no end it saw is lost.
+
+use super::{Attempt, Ready};
+use crate::process::supervisor::{self, ExitRecord};
+use nix::sys::signal::Signal;
+use std::path::{Path, PathBuf};
+
+/// The local launcher's state.
+pub struct Local {
+    supervisor: Option<supervisor::Supervisor>,
+    /// Where the supervisor's own complaints go
+    /// (`<log_dir>/supervisor.log`).
+    log: PathBuf,
+    /// The next attempt's id; ids are unique over all supervisors.
+    next_id: u64,
+    /// The first id given to the current supervisor: lower ids belong to
+    /// one that died.
+    first_id: u64,
+    /// Set when a dead supervisor was replaced and the loop has not yet
+    /// been told (its jobs are then without one).
+    replaced: bool,
+    /// Ends a dead supervisor reported before it went, read from its pipe
+    /// when it was replaced and not yet taken.
+    stranded: Vec<(u64, ExitRecord)>,
+}
+
+impl Local {
+    /// No supervisor yet; its complaints will go to
+    /// `<log_dir>/supervisor.log`.
+    pub fn new(log_dir: &Path) -> Local {
+        Local {
+            supervisor: None,
+            log: log_dir.join("supervisor.log"),
+            next_id: 1,
+            first_id: 1,
+            replaced: false,
+            stranded: Vec::new(),
+        }
+    }
+
+    /// Asks the supervisor for `attempt` at its gate; returns its id.
+    ///
+    /// Errors: no supervisor can be started.
+    pub(super) fn start(&mut self, attempt: Attempt) -> std::io::Result<u64> {
+        let request = supervisor::Request {
+            command: attempt.spec.command.clone(),
+            env: attempt.env,
+            log: attempt.log.to_path_buf(),
+            record: attempt.record.to_path_buf(),
+            key: attempt.spec.key.clone(),
+            attempt: attempt.attempt,
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        // A supervisor found dead is replaced, once.
+        if self.running()?.start(id, &request).is_err() {
+            self.running()?.start(id, &request)?;
+        }
+        Ok(id)
+    }
+
+    /// Waits until job `id` is at its gate.
+    ///
+    /// Errors: the supervisor could not start it, or died.
+    pub(super) fn ready(&mut self, id: u64) -> std::io::Result<Ready> {
+        let supervisor = self.owner(id)?;
+        let job = supervisor.wait_at_gate(id)?;
+        Ok(Ready::Local {
+            id,
+            job,
+            supervisor: supervisor.process(),
+        })
+    }
+
+    /// Lets job `id` run.
+    ///
+    /// Errors: its supervisor is gone.
+    pub(super) fn go(&mut self, id: u64) -> std::io::Result<()> {
+        self.owner(id)?.go(id)
+    }
+
+    /// Gives up on job `id` at its gate.
+    pub(super) fn abandon(&mut self, id: u64) {
+        if let Ok(supervisor) = self.owner(id) {
+            supervisor.abandon(id);
+        }
+    }
+
+    /// Asks job `id`'s supervisor to deliver `signal`; `false` when that
+    /// supervisor is gone.
+    pub(super) fn signal(&mut self, id: u64, signal: Signal) -> bool {
+        self.owner(id)
+            .and_then(|supervisor| supervisor.signal(id, signal))
+            .is_ok()
+    }
+
+    /// Job `id`'s outcome is journaled.
+    pub(super) fn ack(&mut self, id: u64) {
+        if let Ok(supervisor) = self.owner(id) {
+            supervisor.ack(id);
+        }
+    }
+
+    /// The reported ends (a dead supervisor's first) and, when one died,
+    /// the id below which jobs were its.
+    pub(super) fn take_ended(&mut self) -> (Vec<(u64, ExitRecord)>, Option<u64>) {
+        let replaced = std::mem::take(&mut self.replaced).then_some(self.first_id);
+        let mut ended = std::mem::take(&mut self.stranded);
+        let dead = match &mut self.supervisor {
+            Some(supervisor) => {
+                ended.extend(supervisor.take_ended());
+                supervisor.is_closed().then_some(u64::MAX).or(replaced)
+            }
+            None => replaced,
+        };
+        (ended, dead)
+    }
+
+    /// The supervisor, when one was started.
+    pub(super) fn current(&self) -> Option<&supervisor::Supervisor> {
+        self.supervisor.as_ref()
+    }
+
+    /// The running supervisor, started now if there is none or it died
+    /// (the dead one's last reports are kept first).
+    ///
+    /// Errors: it cannot be started.
+    fn running(&mut self) -> std::io::Result<&mut supervisor::Supervisor> {
+        match &mut self.supervisor {
+            Some(running) if !running.is_closed() => {}
+            previous => {
+                if let Some(dead) = previous {
+                    self.stranded.extend(dead.take_ended());
+                    self.replaced = true;
+                }
+                self.first_id = self.next_id - 1;
+                self.supervisor = Some(supervisor::Supervisor::spawn(&self.log)?);
+            }
+        }
+        self.supervisor
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no supervisor runs"))
+    }
+
+    /// The supervisor that runs job `id`.
+    ///
+    /// Errors ([`std::io::ErrorKind::BrokenPipe`]): that supervisor died.
+    fn owner(&mut self, id: u64) -> std::io::Result<&mut supervisor::Supervisor> {
+        match &mut self.supervisor {
+            Some(supervisor) if id >= self.first_id => Ok(supervisor),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the supervisor is gone",
+            )),
+        }
+    }
+}

@@ -71,13 +71,14 @@ stop_time() {
     done
 }
 
-reruns() {
-    local dir signals=0 hung=0 pid t
+# One queue of 600 jobs under Ctrl-Cs until it is done or $1 Ctrl-Cs were
+# sent; prints "SIGNALS HUNG RERUN NEVER".
+storm() {
+    local left=$1 dir signals=0 hung=0 pid t
     dir=$(mktemp -d)
     make_jobs "$dir"
     : >"$dir/signals"
-    echo "== Ctrl-C storm over 600 short jobs ($rounds Ctrl-Cs at most)"
-    while [ "$signals" -lt "$rounds" ]; do
+    while [ "$signals" -lt "$left" ]; do
         "$BIN" "$dir/jobs.txt" --sim 4 --log-dir "$dir/logs" --poll 0.2 >>"$dir/out" 2>&1 &
         pid=$!
         sleep "0.$((RANDOM % 9 + 1))"
@@ -105,18 +106,34 @@ for line in open(marks):
     n, what, ts = parts[0], parts[1], int(parts[2])
     (ends if what == "end" else starts).setdefault(n, []).append(ts)
 # A job re-ran after finishing if it started again after an end that came
-# at least 2 ms before some Ctrl-C.
+# at least 2 ms before the Ctrl-C that stopped its attempt's round (the
+# first Ctrl-C after that attempt's start).
 rerun = 0
 for n, e in ends.items():
     first_end = min(e)
-    if any(s > first_end for s in starts.get(n, [])) and any(first_end + 2_000_000 <= t for t in sig):
+    st = starts.get(n, [])
+    began = max((s for s in st if s < first_end), default=None)
+    stop = min((t for t in sig if began is not None and t > began), default=None)
+    if any(s > first_end for s in st) and stop is not None and first_end + 2_000_000 <= stop:
         rerun += 1
-never = [n for n in map(str, range(1, 601)) if n not in ends]
-print(f"Ctrl-Cs: {count}, hung: {hung}, finished jobs run again: {rerun} "
-      f"({100 * rerun / max(count, 1):.1f} per 100 Ctrl-Cs), jobs never finished: {len(never)}")
+never = sum(1 for n in map(str, range(1, 601)) if n not in ends)
+print(count, hung, rerun, never)
 EOF
     pkill -9 -f "$dir" 2>/dev/null || true
     rm -rf "$dir"
+}
+
+reruns() {
+    local total=0 hung=0 rerun=0 never=0 queues=0 s h r n
+    echo "== Ctrl-C storms over queues of 600 short jobs ($rounds Ctrl-Cs)"
+    while [ "$total" -lt "$rounds" ]; do
+        read -r s h r n < <(storm $((rounds - total)))
+        total=$((total + s)) hung=$((hung + h)) rerun=$((rerun + r)) never=$((never + n))
+        queues=$((queues + 1))
+        echo "queue $queues: $s Ctrl-Cs, $h hung, $r finished jobs run again, $n never finished"
+    done
+    awk -v c="$total" -v h="$hung" -v r="$rerun" -v n="$never" 'BEGIN {
+        printf "Ctrl-Cs: %d, hung: %d, finished jobs run again: %d (%.1f per 100 Ctrl-Cs), jobs never finished: %d\n", c, h, r, 100 * r / (c > 0 ? c : 1), n }'
 }
 
 appends() {

@@ -85,13 +85,25 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 ///
 /// Errors: the file cannot be opened or written.
 pub fn append_to(path: &Path, bytes: &[u8]) -> std::io::Result<u64> {
-    let mut file = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(path)?;
+    let mut file = open_append(path)?;
     let offset = file.seek(SeekFrom::End(0))?;
     file.write_all(bytes)?;
     Ok(offset)
+}
+
+/// Opens `path` for appending, creating it if needed, without following a
+/// symbolic link: a link planted where a log goes (in a shared directory)
+/// is refused with `ELOOP` instead of written through (docs/BEHAVIOUR.md
+/// "Files in shared directories").
+///
+/// Errors: the file cannot be opened, or is a symbolic link.
+pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::File::options()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// The last `limit` bytes of the file written since byte `from`, decoded
@@ -147,4 +159,44 @@ mod tests {
             "no temp left"
         );
     }
+}
+
+/// Refuses a directory gpusched would write into that someone else could
+/// redirect (docs/BEHAVIOUR.md "Files in shared directories"): one owned
+/// by another user, or writable by others without the sticky bit.
+/// `what` names it in the message (`log directory`).
+///
+/// Errors: [`crate::error::Error::Usage`] (exit 2) naming the owner and
+/// the mode, and the fix; [`crate::error::Error::Io`] when it cannot be
+/// read.
+pub fn check_own_dir(dir: &Path, what: &str) -> Result<(), crate::error::Error> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| crate::error::Error::io(format!("cannot read {what} {}", dir.display()), e))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me {
+        return Err(crate::error::Error::Usage(format!(
+            "{what} {} belongs to {} (mode {mode:04o}), not to you ({}): its owner could redirect what gpusched writes there; use a --log-dir of your own",
+            dir.display(),
+            user_name(meta.uid()),
+            user_name(me)
+        )));
+    }
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(crate::error::Error::Usage(format!(
+            "{what} {} is writable by everyone (mode {mode:04o}) without the sticky bit: anyone could replace its files; `chmod o-w {}` it, or use another --log-dir",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The name of user `uid`, or the number when it has none.
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }

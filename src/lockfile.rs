@@ -83,15 +83,22 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
     None
 }
 
-/// Opens (creating) the lock file, readable by everyone.
+/// Opens (creating) the lock file, readable by everyone (0644 whatever
+/// the umask), never through a symbolic link.
 fn open(path: &Path) -> Result<File, Error> {
-    File::options()
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = File::options()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    // Only the owner may change the mode; another user's file stays as is.
+    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
+    Ok(file)
 }
 
 #[cfg(test)]

@@ -142,6 +142,9 @@ pub struct EndFacts {
     /// Words for the completion line instead of the exit's
     /// (`Slurm NODE_FAIL`, why the shell could not start).
     pub words: Option<String>,
+    /// Why the job's shell could not be started, when it could not (also
+    /// written to the job's log).
+    pub start_error: Option<String>,
 }
 
 impl Launcher {
@@ -508,5 +511,6 @@ fn facts_of_record(record: &ExitRecord, kill: Option<KillReason>) -> EndFacts {
         kill,
         verdict: None,
         words: record.start_error.clone(),
+        start_error: record.start_error.clone(),
     }
 }

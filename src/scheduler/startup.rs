@@ -75,6 +75,7 @@ impl Scheduler {
                 e,
             )
         })?;
+        crate::files::check_own_dir(&cfg.log_dir, "log directory")?;
         // Before anything in the directory is touched (SPEC §11).
         let lock = SchedulerLock::acquire(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;

@@ -224,10 +224,7 @@ impl Supervisor {
 
     /// Forks a job at its gate; returns its pid and start time.
     fn start(&mut self, id: u64, job: super::Request) -> std::io::Result<(u32, Option<u64>)> {
-        let log_file = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(&job.log)?;
+        let log_file = crate::files::open_append(&job.log)?;
         let prepared = Prepared::new(&job.command, &self.base_env, &job.env)?;
         let process = GatedJob::spawn(&prepared, &log_file)?;
         drop(log_file);
@@ -371,7 +368,7 @@ impl Supervisor {
 
 /// Appends a complaint about a job to its log (if that can be written).
 fn complain(log: &std::path::Path, what: &str) {
-    if let Ok(mut file) = std::fs::File::options().append(true).open(log) {
+    if let Ok(mut file) = crate::files::open_append(log) {
         let _ = writeln!(file, "gpusched supervisor: {what}");
     }
 }

@@ -37,6 +37,9 @@ impl Scheduler {
             facts.verdict = Some(Verdict::Requeue);
         }
         let exit = facts.exit;
+        if let Some(error) = &facts.start_error {
+            let _ = files::append_to(&job.log_path, format!("gpusched: {error}\n").as_bytes());
+        }
         // The log's tail only matters for a failure (the OOM rule).
         let log_tail = if exit == Some(Exit::Code(0)) {
             String::new()

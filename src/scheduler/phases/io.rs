@@ -35,7 +35,8 @@ impl Scheduler {
             return;
         }
         let probe = self.cfg.log_dir.join(PROBE);
-        let written = std::fs::File::create(&probe)
+        // A new file only: never through a link planted at its name.
+        let written = std::fs::File::create_new(&probe)
             .and_then(|mut f| f.write_all(b"probe\n").and_then(|_| f.sync_data()));
         let _ = std::fs::remove_file(&probe);
         if written.is_ok() {

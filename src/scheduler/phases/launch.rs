@@ -75,8 +75,24 @@ impl Scheduler {
             report::date_time(now_ts()),
             spec.command
         );
-        let log_offset = files::append_to(&log_path, header.as_bytes())
-            .map_err(|e| Error::io(format!("cannot write job log {}", log_path.display()), e))?;
+        let log_offset = match files::append_to(&log_path, header.as_bytes()) {
+            Ok(offset) => offset,
+            // A link planted where the log goes: this job fails, nothing
+            // is written through it, and the rest of the queue goes on.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                warn(&format!(
+                    "job {no} not started: its log {} is a symbolic link, and gpusched never writes through one (remove it)",
+                    log_path.display()
+                ));
+                self.record_unrun(&spec.key, DoneStatus::Failed)?;
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(
+                    Error::io(format!("cannot write job log {}", log_path.display()), e).into(),
+                );
+            }
+        };
         // No stale record can be there: start-up removed every record but
         // those of adopted attempts (`remove_stale_exit_records`).
         let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);

@@ -123,44 +123,6 @@ pub fn read_tail(path: &Path, from: u64, limit: u64) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tail_reads_only_this_attempt() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        std::fs::write(&path, "CUDA out of memory\n").unwrap();
-        let offset = append_to(&path, b"attempt 2\nfine\n").unwrap();
-        assert_eq!(read_tail(&path, offset, 16 * 1024), "attempt 2\nfine\n");
-        assert!(read_tail(&path, 0, 16 * 1024).contains("CUDA out of memory"));
-        assert_eq!(read_tail(&path, 0, 5), "fine\n");
-        assert_eq!(read_tail(&dir.path().join("missing"), 0, 5), "");
-    }
-
-    #[test]
-    fn atomic_write_replaces_and_keeps_a_given_mode() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        write_atomic(&path, b"one").unwrap();
-        let options = AtomicOptions {
-            mode: Some(std::fs::Permissions::from_mode(0o640)),
-            sync: true,
-        };
-        write_atomic_with(&path, b"two", &options).unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o640);
-        assert_eq!(
-            std::fs::read_dir(dir.path()).unwrap().count(),
-            1,
-            "no temp left"
-        );
-    }
-}
-
 /// Refuses a directory gpusched would write into that someone else could
 /// redirect (docs/BEHAVIOUR.md "Files in shared directories"): one owned
 /// by another user, or writable by others without the sticky bit.
@@ -199,4 +161,42 @@ pub fn user_name(uid: u32) -> String {
         .ok()
         .flatten()
         .map_or_else(|| format!("uid {uid}"), |u| u.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_reads_only_this_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, "CUDA out of memory\n").unwrap();
+        let offset = append_to(&path, b"attempt 2\nfine\n").unwrap();
+        assert_eq!(read_tail(&path, offset, 16 * 1024), "attempt 2\nfine\n");
+        assert!(read_tail(&path, 0, 16 * 1024).contains("CUDA out of memory"));
+        assert_eq!(read_tail(&path, 0, 5), "fine\n");
+        assert_eq!(read_tail(&dir.path().join("missing"), 0, 5), "");
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_keeps_a_given_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_atomic(&path, b"one").unwrap();
+        let options = AtomicOptions {
+            mode: Some(std::fs::Permissions::from_mode(0o640)),
+            sync: true,
+        };
+        write_atomic_with(&path, b"two", &options).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp left"
+        );
+    }
 }

@@ -145,7 +145,7 @@ appends() {
     local pid=$!
     sleep 1
     echo "== 2000 appends racing cancels"
-    (for i in $(seq 1 2000); do echo "[vram=100M] true # appended $i" >>"$dir/jobs.txt"; done) &
+    (for i in $(seq 1 2000); do echo "[vram=100M] true # appended $i" >>"$dir/jobs.txt"; sleep 0.002; done) &
     local appender=$!
     n=0
     while kill -0 "$appender" 2>/dev/null; do

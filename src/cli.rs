@@ -42,8 +42,9 @@ pub enum Command {
     /// Append one job to the jobs file, quoting its words for the shell:
     /// `gpusched add --vram 8G -- python train.py --name "run 1"`.
     Add(AddArgs),
-    /// Cancel a job by display number or key: adds the `cancel` flag to its
-    /// line, so a running scheduler stops it (or never starts it).
+    /// Cancel a job by number, name or key: a running scheduler stops it
+    /// (SIGTERM, SIGKILL after 10 s) or never starts it. The jobs file is
+    /// not touched (the cancel is journaled); `gpusched retry` undoes it.
     Cancel(CancelArgs),
     /// Print a job's output (its last attempt, or --attempt K), whichever
     /// GPUs it ran on; -f follows it until the attempt ends.
@@ -84,6 +85,11 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff): `gpusched man > ~/.local/share/man/man1/gpusched.1`.
     Man,
+    /// Set up the ledger shared by everyone's schedulers on this box:
+    /// `sudo gpusched ledger init` makes /dev/shm/gpusched belong to root
+    /// with mode 1777, so nobody but root can remove another user's
+    /// bookings.
+    Ledger(LedgerArgs),
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
@@ -406,6 +412,27 @@ pub struct StopArgs {
     /// Seconds to wait for it to exit (it gives its jobs a 10 s grace).
     #[arg(long, value_name = "SEC", default_value_t = 30.0, value_parser = parse_poll)]
     pub timeout: f64,
+}
+
+/// Arguments of `gpusched ledger`.
+#[derive(Debug, Args, Clone)]
+pub struct LedgerArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: LedgerAction,
+}
+
+/// `gpusched ledger` actions.
+#[derive(Debug, Subcommand, Clone)]
+pub enum LedgerAction {
+    /// Create (or fix) the shared ledger directory as root: owned by root,
+    /// mode 1777. Run once per boot, or install the systemd-tmpfiles rule
+    /// it prints.
+    Init {
+        /// The ledger directory.
+        #[arg(long, value_name = "DIR", default_value = "/dev/shm/gpusched")]
+        ledger: PathBuf,
+    },
 }
 
 /// Arguments of `gpusched simjob` (SPEC §9).

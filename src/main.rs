@@ -40,6 +40,14 @@ fn main() {
         Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man) => gpusched::commands::completions::man(),
+        Some(Command::Ledger(args)) => match &args.action {
+            gpusched::cli::LedgerAction::Init { ledger } => gpusched::ledger::store::init(ledger)
+                .map(|said| {
+                    println!("{said}");
+                    0
+                })
+                .map_err(Into::into),
+        },
         None => gpusched::run(&cli.run),
     };
     finish(result);

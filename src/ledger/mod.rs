@@ -6,8 +6,19 @@
 //! `<ledger>/<uid>.<pid>.json`, and reads everyone else's each round.
 //! Another scheduler's booking counts as external use on its GPU: the
 //! larger of the booking and what the GPU shows for that booking's process
-//! group. Deciding and booking a start happen under an exclusive `flock` on
-//! `<ledger>/lock` ([`store::Ledger::lock`]).
+//! group.
+//!
+//! A round decides and publishes under an exclusive `flock` on
+//! `<ledger>/lock` ([`store::Ledger::lock`]) and lets go of it before any
+//! job starts: the round's starts are published first as `starting`
+//! bookings (no process group yet), trusted while their scheduler lives
+//! and for at most [`STARTING_TRUST_MS`]. Every booking carries the moment
+//! it was first published (`since_ms`); after publishing, a round reads
+//! the ledger again and withdraws its starts on any GPU where a booking it
+//! did not see when deciding was published before its own ([`conflicts`]).
+//! So even schedulers that decide without the lock (a holder that never
+//! lets go) never book the same hole twice: of two overlapping decisions,
+//! the later publisher always sees the earlier one and yields.
 //!
 //! This module holds the pure rules: the file format, the limits a file
 //! must keep to, which bookings are trusted, and the MiB a GPU must keep
@@ -48,7 +59,20 @@ pub struct Booking {
     /// The job as its owner's views name it (display number), for ours.
     #[serde(default)]
     pub job: String,
+    /// When the booking was first published (Unix milliseconds); 0 in
+    /// files of older schedulers. A running job's booking keeps the moment
+    /// of its `starting` booking.
+    #[serde(default)]
+    pub since_ms: u64,
+    /// Booked for a job being started: its process group is not known yet
+    /// (`pgid` and `start_ticks` are 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub starting: bool,
 }
+
+/// How long a `starting` booking is trusted (ms): a start takes
+/// milliseconds, so an older one is a scheduler stuck or lying.
+pub const STARTING_TRUST_MS: u64 = 60_000;
 
 /// One scheduler's booking file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +151,7 @@ pub fn parse(bytes: &[u8]) -> Result<BookingFile, Rejection> {
             b.mib
         )));
     }
-    if file.bookings.iter().any(|b| b.pgid <= 1) {
+    if file.bookings.iter().any(|b| b.pgid <= 1 && !b.starting) {
         return Err(Rejection::Malformed(
             "a booking of process group 0 or 1".into(),
         ));
@@ -149,16 +173,20 @@ pub trait Processes {
 pub struct Foreign {
     /// The booking file's owner.
     pub uid: u32,
+    /// The pid of the scheduler that published it.
+    pub pid: u32,
     /// Their user name (from the uid), for the views.
     pub user: String,
     /// The booking.
     pub booking: Booking,
 }
 
-/// The bookings of `file` that count (SPEC §14 "Trust"): the file is
-/// rejected unless its scheduler is alive and runs as `file_uid`, the
-/// file's owner; a booking counts only while its process group's leader is
-/// alive, started when the booking says, and also runs as `file_uid`.
+/// The bookings of `file` that count (docs/BEHAVIOUR.md "Sharing a box"):
+/// the file is rejected unless its scheduler is alive and runs as
+/// `file_uid`, the file's owner; a booking counts only while its process
+/// group's leader is alive, started when the booking says, and also runs
+/// as `file_uid` — or, for a `starting` booking, for
+/// [`STARTING_TRUST_MS`] after it was published (`now_ms`: Unix ms now).
 ///
 /// Errors: [`Rejection::Stale`] or [`Rejection::ForeignOwner`] for the file.
 pub fn trusted(
@@ -166,22 +194,67 @@ pub fn trusted(
     file_uid: u32,
     user: &str,
     procs: &impl Processes,
+    now_ms: u64,
 ) -> Result<Vec<Foreign>, Rejection> {
     match procs.owner(file.pid, file.start_ticks) {
         None => return Err(Rejection::Stale),
         Some(uid) if uid != file_uid => return Err(Rejection::ForeignOwner { file_uid }),
         Some(_) => {}
     }
+    let pid = file.pid;
     Ok(file
         .bookings
         .into_iter()
-        .filter(|b| procs.owner(b.pgid, b.start_ticks) == Some(file_uid))
+        .filter(|b| {
+            if b.starting {
+                b.since_ms <= now_ms.saturating_add(1_000)
+                    && now_ms.saturating_sub(b.since_ms) <= STARTING_TRUST_MS
+            } else {
+                procs.owner(b.pgid, b.start_ticks) == Some(file_uid)
+            }
+        })
         .map(|booking| Foreign {
             uid: file_uid,
+            pid,
             user: user.to_string(),
             booking,
         })
         .collect())
+}
+
+/// What identifies one published decision across reads: the publishing
+/// scheduler, the GPU and the moment it was first published.
+pub type DecisionId = (u32, String, u64);
+
+/// The identity of `f` as a [`DecisionId`].
+pub fn decision_of(f: &Foreign) -> DecisionId {
+    (f.pid, f.booking.gpu_uuid.clone(), f.booking.since_ms)
+}
+
+/// The GPUs (by UUID) on which a round must withdraw its starts: where
+/// another scheduler published a booking that this round did not see when
+/// it decided (`seen`), before this round's own publication (`mine_since`,
+/// Unix ms; a tie goes to the lower (uid, pid), `me`). Of two decisions
+/// that did not see each other, the later publisher always sees the
+/// earlier one, so exactly one of them yields. Bookings of older
+/// schedulers (no `since_ms`) never conflict.
+pub fn conflicts(
+    starting_gpus: &[&str],
+    mine_since: u64,
+    me: (u32, u32),
+    seen: &std::collections::HashSet<DecisionId>,
+    foreign_now: &[Foreign],
+) -> std::collections::BTreeSet<String> {
+    foreign_now
+        .iter()
+        .filter(|f| starting_gpus.contains(&f.booking.gpu_uuid.as_str()))
+        .filter(|f| f.booking.since_ms > 0 && !seen.contains(&decision_of(f)))
+        .filter(|f| {
+            f.booking.since_ms < mine_since
+                || (f.booking.since_ms == mine_since && (f.uid, f.pid) < me)
+        })
+        .map(|f| f.booking.gpu_uuid.clone())
+        .collect()
 }
 
 /// MiB each GPU (by index) must keep free for others' bookings beyond what

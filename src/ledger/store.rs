@@ -1,7 +1,10 @@
-//! The ledger directory on disk (SPEC §14): creating it safely (mode 1777,
-//! never through a symbolic link), publishing our own booking file
-//! atomically, reading everyone else's under the trust rules, and the
-//! exclusive lock that makes decide-and-book atomic across schedulers.
+//! The ledger directory on disk (docs/BEHAVIOUR.md "Sharing a box"):
+//! creating it safely (never through a symbolic link; shared only when
+//! root owns it), publishing our own booking file atomically and again
+//! when it vanishes, reading everyone else's under the trust rules, and
+//! the exclusive lock that makes decide-and-book atomic across schedulers
+//! (mode 0644 whatever the umask, and taken again when the file at its
+//! path was replaced while we waited).
 
 use super::{BookingFile, Foreign, MAX_FILE_BYTES, Processes, Rejection};
 use crate::error::Error;
@@ -54,8 +57,13 @@ impl Ledger {
     /// Errors: [`Error::Usage`] when `dir` is a symbolic link or not a
     /// directory; [`Error::Io`] when it cannot be created or written.
     pub fn open(dir: &Path, log_dir: &Path) -> Result<Ledger, Error> {
+        Ledger::open_as(dir, log_dir, std::process::id())
+    }
+
+    /// [`Ledger::open`] for the scheduler with process `pid` (this one;
+    /// tests play several schedulers in one process).
+    fn open_as(dir: &Path, log_dir: &Path, pid: u32) -> Result<Ledger, Error> {
         prepare_dir(dir)?;
-        let pid = std::process::id();
         let start_ticks = crate::process::read_stat(pid).map_or(0, |s| s.start_ticks);
         let uid = nix::unistd::getuid().as_raw();
         let mut ledger = Ledger {
@@ -91,6 +99,11 @@ impl Ledger {
         &self.dir
     }
 
+    /// Our booking file's name in it (`<uid>.<pid>.json`).
+    pub fn own_name(&self) -> &std::ffi::OsStr {
+        &self.own_name
+    }
+
     /// Takes the exclusive ledger lock, waiting up to two seconds; after
     /// that, warns once and goes on without it (placement then relies on
     /// the bookings already published).
@@ -102,6 +115,15 @@ impl Ledger {
         let deadline = Instant::now() + LOCK_PATIENCE;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                // The file was removed or replaced while we waited: a lock
+                // on it excludes nobody. Take the one at the path now.
+                Ok(held) if !is_file_at(&held, &path) && Instant::now() < deadline => {
+                    drop(held);
+                    match open_lock_file(&path) {
+                        Some(again) => file = again,
+                        None => return LedgerLock { _held: None },
+                    }
+                }
                 Ok(held) => return LedgerLock { _held: Some(held) },
                 Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
                     file = back;
@@ -145,7 +167,7 @@ impl Ledger {
             let path = entry.path();
             let result = read_booking_file(&path).and_then(|(file, uid)| {
                 let user = self.user_name(uid);
-                super::trusted(file, uid, &user, &ProcFs).inspect_err(|r| {
+                super::trusted(file, uid, &user, &ProcFs, now_ms()).inspect_err(|r| {
                     // Ours, left by a scheduler killed with SIGKILL: tidy up.
                     if *r == Rejection::Stale && uid == me {
                         let _ = std::fs::remove_file(&path);
@@ -167,13 +189,20 @@ impl Ledger {
         self.foreign = foreign;
     }
 
-    /// Replaces our booking file with `bookings` when they changed; the
-    /// file is written beside the others and renamed into place, so no
-    /// path in the directory can redirect the write.
+    /// The decisions of others this scheduler saw at its last
+    /// [`Ledger::refresh`] (for [`super::conflicts`]).
+    pub fn seen(&self) -> HashSet<super::DecisionId> {
+        self.foreign.iter().map(super::decision_of).collect()
+    }
+
+    /// Replaces our booking file with `bookings` when they changed, or
+    /// when it vanished (a cleaner, someone's `rm`): it is written again
+    /// at once. The file is written beside the others and renamed into
+    /// place, so no path in the directory can redirect the write.
     ///
     /// Errors: the directory cannot be written (full, or removed).
     pub fn publish(&mut self, bookings: Vec<super::Booking>) -> std::io::Result<()> {
-        if self.published && self.me.bookings == bookings {
+        if self.published && self.me.bookings == bookings && self.own_file_intact() {
             return Ok(());
         }
         self.me.bookings = bookings;
@@ -189,6 +218,13 @@ impl Ledger {
         )?;
         self.published = true;
         Ok(())
+    }
+
+    /// Whether our booking file is still the one we wrote: a regular file
+    /// of ours at its path.
+    fn own_file_intact(&self) -> bool {
+        std::fs::symlink_metadata(self.dir.join(&self.own_name))
+            .is_ok_and(|m| m.is_file() && m.uid() == nix::unistd::geteuid().as_raw())
     }
 
     /// Removes our booking file (a clean exit).
@@ -219,8 +255,21 @@ impl Drop for Ledger {
     }
 }
 
-/// Creates the ledger directory (sticky and world-writable, like `/tmp`),
-/// or checks the existing one is a real directory.
+/// The `systemd-tmpfiles` line that keeps the default ledger directory
+/// as it must be across reboots.
+pub const TMPFILES_LINE: &str = "d /dev/shm/gpusched 1777 root root -";
+
+/// Creates the ledger directory, or checks the existing one (docs/
+/// BEHAVIOUR.md "Sharing a box"). In a sticky directory its owner can
+/// still delete anyone's files, so a shared ledger must be owned by root
+/// (made by `gpusched ledger init`, or the [`TMPFILES_LINE`]); a directory
+/// of our own is a private ledger. Made by root it is shared (mode 1777);
+/// made by another user it is private (0755: others can read it, and are
+/// refused if they try to book in it).
+///
+/// Errors: [`Error::Usage`] when `dir` is a symbolic link, not a
+/// directory, owned by another user than root or us, or writable by others
+/// without the sticky bit; [`Error::Io`] when it cannot be created.
 fn prepare_dir(dir: &Path) -> Result<(), Error> {
     let refuse = |what: &str| {
         Error::Usage(format!(
@@ -231,7 +280,7 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => return Err(refuse("a symbolic link")),
         Ok(meta) if !meta.is_dir() => return Err(refuse("not a directory")),
-        Ok(_) => return Ok(()),
+        Ok(meta) => return check_owner(dir, &meta),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
             return Err(Error::io(format!("cannot look at {}", dir.display()), e));
@@ -241,8 +290,13 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
         std::fs::create_dir_all(parent)
             .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
     }
+    let mode = if nix::unistd::geteuid().is_root() {
+        0o1777
+    } else {
+        0o755
+    };
     match std::fs::create_dir(dir) {
-        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
             .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e)),
         // Another scheduler created it a moment ago.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
@@ -250,11 +304,101 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
     }
 }
 
-/// Opens the lock file without following a symbolic link, creating it
-/// (mode 0644: a shared `flock` needs only read access) if missing.
+/// Accepts a ledger directory owned by root or by us, never writable by
+/// others without the sticky bit.
+fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> Result<(), Error> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} belongs to {} (mode {mode:04o}), who could delete everyone's bookings in it; a shared ledger must belong to root: ask root to run `gpusched ledger init --ledger {}` (or install the systemd-tmpfiles rule `{TMPFILES_LINE}`), or use a private --ledger DIR of your own, or --no-ledger",
+            dir.display(),
+            crate::files::user_name(meta.uid()),
+            dir.display()
+        )));
+    }
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} is writable by everyone (mode {mode:04o}) without the sticky bit, so anyone could delete anyone's bookings; as root, `chmod 1777 {}` (or `gpusched ledger init --ledger {}`)",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `gpusched ledger init` (as root): makes `dir` the shared ledger it must
+/// be — a real directory owned by root, mode 1777 — creating it or fixing
+/// an existing one. Returns what was done, in words.
+///
+/// Errors: [`Error::Usage`] when not run as root, or `dir` is a symbolic
+/// link or not a directory; [`Error::Io`] when it cannot be changed.
+pub fn init(dir: &Path) -> Result<String, Error> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Error::Usage(format!(
+            "gpusched ledger init must run as root (it makes {} belong to root); try `sudo gpusched ledger init`",
+            dir.display()
+        )));
+    }
+    let created = match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() || !meta.is_dir() => {
+            return Err(Error::Usage(format!(
+                "{} exists and is not a directory; remove it first",
+                dir.display()
+            )));
+        }
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+            true
+        }
+        Err(e) => return Err(Error::io(format!("cannot look at {}", dir.display()), e)),
+    };
+    nix::unistd::chown(
+        dir,
+        Some(nix::unistd::Uid::from_raw(0)),
+        Some(nix::unistd::Gid::from_raw(0)),
+    )
+    .map_err(|e| {
+        Error::io(
+            format!("cannot make {} belong to root", dir.display()),
+            e.into(),
+        )
+    })?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+        .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
+    Ok(format!(
+        "{} {}: owned by root, mode 1777 (sticky, everyone can book); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf: d {} 1777 root root -",
+        if created { "created" } else { "fixed" },
+        dir.display(),
+        dir.display()
+    ))
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether the locked descriptor is still the file at `path` (same device
+/// and inode).
+fn is_file_at(held: &Flock<File>, path: &Path) -> bool {
+    let (Ok(open), Ok(now)) = (held.metadata(), std::fs::symlink_metadata(path)) else {
+        return false;
+    };
+    open.dev() == now.dev() && open.ino() == now.ino()
+}
+
+/// Opens the lock file without following a symbolic link, creating it if
+/// missing with mode 0644 whatever the umask (a `flock` needs only read
+/// access, so everyone can lock a file its creator made).
 fn open_lock_file(path: &Path) -> Option<File> {
     let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    File::options()
+    let file = File::options()
         .read(true)
         .write(true)
         .create(true)
@@ -263,7 +407,14 @@ fn open_lock_file(path: &Path) -> Option<File> {
         .custom_flags(nofollow)
         .open(path)
         .or_else(|_| File::options().read(true).custom_flags(nofollow).open(path))
-        .ok()
+        .ok()?;
+    if file
+        .metadata()
+        .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o444 != 0o444)
+    {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    Some(file)
 }
 
 /// Reads one booking file without following links or blocking on a FIFO,
@@ -396,5 +547,57 @@ mod tests {
         drop(held);
         let file = open_lock_file(&dir.join("lock")).unwrap();
         assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok());
+    }
+
+    /// Two schedulers decide at the same moment without the lock (neither
+    /// sees the other's booking when deciding) and book the same GPU:
+    /// after publishing, the later publisher sees the earlier one and
+    /// yields; the earlier keeps its start, whatever it reads.
+    #[test]
+    fn of_two_blind_decisions_on_one_gpu_exactly_one_yields() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ledger");
+        // Two live processes stand in for the two schedulers.
+        let mut procs: Vec<std::process::Child> = (0..2)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut a = Ledger::open_as(&dir, root.path(), procs[0].id()).unwrap();
+        let mut b = Ledger::open_as(&dir, root.path(), procs[1].id()).unwrap();
+        a.refresh();
+        b.refresh();
+        let (seen_a, seen_b) = (a.seen(), b.seen());
+        let starting = |since_ms| super::super::Booking {
+            gpu_uuid: "GPU-a".into(),
+            mib: 14000,
+            pgid: 0,
+            start_ticks: 0,
+            job: "1".into(),
+            since_ms,
+            starting: true,
+        };
+        let now = now_ms();
+        a.publish(vec![starting(now)]).unwrap();
+        b.publish(vec![starting(now + 1)]).unwrap();
+        let me = |l: &Ledger| (nix::unistd::getuid().as_raw(), l.me.pid);
+        a.refresh();
+        b.refresh();
+        let lost_a = super::super::conflicts(&["GPU-a"], now, me(&a), &seen_a, &a.foreign);
+        let lost_b = super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, &b.foreign);
+        assert!(lost_a.is_empty(), "the earlier publisher keeps its start");
+        assert_eq!(lost_b.into_iter().collect::<Vec<_>>(), ["GPU-a"]);
+        // Had b seen a's booking when deciding, there would be no conflict.
+        let seen_b = b.seen();
+        assert!(
+            super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, &b.foreign).is_empty()
+        );
+        for p in &mut procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
     }
 }

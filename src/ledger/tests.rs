@@ -19,6 +19,8 @@ fn booking(gpu: &str, mib: u64, pgid: u32, start_ticks: u64) -> Booking {
         pgid,
         start_ticks,
         job: "1".into(),
+        since_ms: 0,
+        starting: false,
     }
 }
 
@@ -71,6 +73,9 @@ fn a_file_round_trips_and_limits_are_enforced() {
     }
 }
 
+/// "Now" for the trust rules (Unix ms).
+const NOW: u64 = 1_800_000_000_000;
+
 #[test]
 fn trust_rules() {
     let bob = 1001;
@@ -86,27 +91,28 @@ fn trust_rules() {
         booking("GPU-a", 1000, 400, 12), // pgid reused by another process
         booking("GPU-a", 1000, 500, 1),  // group gone
     ];
-    let got = trusted(file(100, 5, bookings.clone()), bob, "bob", &procs).unwrap();
+    let got = trusted(file(100, 5, bookings.clone()), bob, "bob", &procs, NOW).unwrap();
     assert_eq!(
         got,
         vec![Foreign {
             uid: bob,
+            pid: 100,
             user: "bob".into(),
             booking: bookings[0].clone()
         }]
     );
     // The scheduler is dead, or its pid was reused (same pid, other start).
     assert_eq!(
-        trusted(file(100, 6, bookings.clone()), bob, "bob", &procs),
+        trusted(file(100, 6, bookings.clone()), bob, "bob", &procs, NOW),
         Err(Rejection::Stale)
     );
     assert_eq!(
-        trusted(file(999, 5, bookings.clone()), bob, "bob", &procs),
+        trusted(file(999, 5, bookings.clone()), bob, "bob", &procs, NOW),
         Err(Rejection::Stale)
     );
     // A file owned by mallory naming bob's scheduler and jobs.
     assert_eq!(
-        trusted(file(100, 5, bookings), 1002, "mallory", &procs),
+        trusted(file(100, 5, bookings), 1002, "mallory", &procs, NOW),
         Err(Rejection::ForeignOwner { file_uid: 1002 })
     );
 }
@@ -115,6 +121,7 @@ fn trust_rules() {
 fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     let foreign = |gpu: &str, mib, pgid| Foreign {
         uid: 1001,
+        pid: 100,
         user: "bob".into(),
         booking: booking(gpu, mib, pgid, 1),
     };
@@ -132,4 +139,78 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     assert_eq!(extra, BTreeMap::from([(0, 10000), (1, 5000)]));
     assert_eq!(per_user(&all, "GPU-a"), vec![("bob".to_string(), 16000, 2)]);
     assert!(per_user(&all, "GPU-c").is_empty());
+}
+
+#[test]
+fn a_starting_booking_counts_while_its_scheduler_lives_and_briefly() {
+    let bob = 1001;
+    let procs = Table(vec![(100, 5, bob)]);
+    let starting = |since_ms| Booking {
+        since_ms,
+        starting: true,
+        ..booking("GPU-a", 8000, 0, 0)
+    };
+    let bookings = vec![
+        starting(NOW - 500),                   // counts
+        starting(NOW - STARTING_TRUST_MS - 1), // a start never takes that long
+        starting(NOW + 60_000),                // from the future
+    ];
+    let file = file(100, 5, bookings.clone());
+    let bytes = serde_json::to_vec(&file).unwrap();
+    assert_eq!(
+        parse(&bytes).unwrap(),
+        file,
+        "process group 0 is allowed while starting"
+    );
+    let got = trusted(file.clone(), bob, "bob", &procs, NOW).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].booking, bookings[0]);
+    // Its scheduler gone: nothing of it counts.
+    assert_eq!(
+        trusted(
+            BookingFile {
+                start_ticks: 6,
+                ..file
+            },
+            bob,
+            "bob",
+            &procs,
+            NOW
+        ),
+        Err(Rejection::Stale)
+    );
+}
+
+#[test]
+fn of_two_decisions_that_did_not_see_each_other_the_later_publisher_yields() {
+    let f = |uid, pid, gpu: &str, since_ms| Foreign {
+        uid,
+        pid,
+        user: format!("u{uid}"),
+        booking: Booking {
+            since_ms,
+            starting: true,
+            ..booking(gpu, 8000, 0, 0)
+        },
+    };
+    let early = f(1001, 100, "GPU-a", NOW - 10);
+    let other_gpu = f(1001, 101, "GPU-b", NOW - 10);
+    let late = f(1002, 200, "GPU-a", NOW + 10);
+    let old_format = f(1003, 300, "GPU-a", 0);
+    let seen = std::collections::HashSet::new();
+    let all = vec![early.clone(), other_gpu, late, old_format];
+    // We published at NOW on GPU-a: the earlier unseen one wins.
+    assert_eq!(
+        conflicts(&["GPU-a"], NOW, (1000, 50), &seen, &all),
+        std::collections::BTreeSet::from(["GPU-a".to_string()])
+    );
+    // One we saw when deciding is accounted for.
+    let seen_early: std::collections::HashSet<DecisionId> = [decision_of(&early)].into();
+    assert!(conflicts(&["GPU-a"], NOW, (1000, 50), &seen_early, &all).is_empty());
+    // The earlier publisher keeps its start whatever it sees later.
+    assert!(conflicts(&["GPU-a"], NOW - 20, (1000, 50), &seen, &all).is_empty());
+    // A tie goes to the lower (uid, pid), on both sides.
+    let tie = vec![f(1001, 100, "GPU-a", NOW)];
+    assert!(!conflicts(&["GPU-a"], NOW, (1002, 1), &seen, &tie).is_empty());
+    assert!(conflicts(&["GPU-a"], NOW, (1000, 1), &seen, &tie).is_empty());
 }

@@ -40,6 +40,11 @@ pub struct Scheduler {
     ledger: Option<crate::ledger::store::Ledger>,
     /// Set while publishing our bookings fails (warned once per streak).
     ledger_failing: bool,
+    /// The round's starts, booked as `starting` until they run.
+    starting_bookings: Vec<crate::ledger::Booking>,
+    /// When the round's `starting` bookings were published (Unix ms):
+    /// the running jobs' bookings keep it.
+    starting_since_ms: u64,
     /// Families' peaks for `vram=auto` (SPEC §17).
     learned: state::Learned,
     journal: Journal,

@@ -63,6 +63,10 @@ impl Scheduler {
             .into());
         }
 
+        // Before anything (the simulated GPUs' directory) is made in it.
+        if cfg.log_dir.exists() {
+            crate::files::check_own_dir(&cfg.log_dir, "log directory")?;
+        }
         let (backend, sim_dir) = open_backend(args)?;
         let launcher = if args.slurm.slurm {
             Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
@@ -88,8 +92,11 @@ impl Scheduler {
         if let Some(problem) = problem {
             warn(&problem);
         }
-        let wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
+        let mut wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
+        if let Some(ledger) = &ledger {
+            wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string());
+        }
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
 
         let mut scheduler = Scheduler {
@@ -119,6 +126,8 @@ impl Scheduler {
             sim_dir,
             ledger,
             ledger_failing: false,
+            starting_bookings: Vec::new(),
+            starting_since_ms: 0,
             learned: state::Learned {
                 history: match &args.history {
                     Some(path) => Some(crate::history::History::open(&absolute(path))?),

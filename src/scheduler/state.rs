@@ -155,6 +155,9 @@ pub struct Running {
     /// Set when it ended but its outcome could not be journaled yet (the
     /// log directory is full or read-only); retried every round.
     pub unrecorded: bool,
+    /// When its ledger booking was first published (Unix ms; its
+    /// `starting` booking's moment).
+    pub booked_since_ms: u64,
 }
 
 impl Running {

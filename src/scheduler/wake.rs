@@ -41,6 +41,9 @@ pub enum Wake {
     /// The supervisor reported (a job's end), or died
     /// (see [`crate::process::supervisor`]).
     Report,
+    /// Our booking file in the ledger was removed or replaced: the tick
+    /// publishes it again.
+    LedgerFile,
 }
 
 /// The loop's wake sources.
@@ -58,6 +61,10 @@ pub struct Wakes {
     reports: Option<ReportWatch>,
     /// The pid of the supervisor whose replies are watched.
     watched_supervisor: Option<u32>,
+    /// Watches the ledger directory for the removal of our booking file.
+    ledger_watcher: Option<notify::RecommendedWatcher>,
+    /// Where wakes are sent (for watches set up later).
+    tx: Sender<Wake>,
 }
 
 /// Watches the supervisor's replies (an epoll set, read by a thread that
@@ -128,7 +135,7 @@ impl Wakes {
                 None
             }
         };
-        let (watcher, file_poll) = match watch_jobs_file(jobs_path, log_dir, tx) {
+        let (watcher, file_poll) = match watch_jobs_file(jobs_path, log_dir, tx.clone()) {
             Ok(w) => (Some(w), None),
             Err(e) => {
                 warn(&format!(
@@ -146,7 +153,46 @@ impl Wakes {
             file_poll,
             reports,
             watched_supervisor: None,
+            ledger_watcher: None,
+            tx,
         })
+    }
+
+    /// Wakes the loop when `own` (our booking file) in the ledger directory
+    /// `dir` is removed or replaced, so it is published again at once
+    /// (docs/BEHAVIOUR.md "Sharing a box"). Without a watch, it is checked
+    /// at every tick.
+    pub fn watch_ledger(&mut self, dir: &Path, own: std::ffi::OsString) {
+        use notify::Watcher;
+        let tx = self.tx.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else {
+                return;
+            };
+            let ours = event
+                .paths
+                .iter()
+                .any(|p| p.file_name() == Some(own.as_os_str()));
+            let gone = matches!(
+                event.kind,
+                notify::EventKind::Remove(_)
+                    | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+            );
+            if ours && gone {
+                let _ = tx.send(Wake::LedgerFile);
+            }
+        })
+        .and_then(|mut w| {
+            w.watch(dir, notify::RecursiveMode::NonRecursive)
+                .map(|()| w)
+        });
+        match watcher {
+            Ok(w) => self.ledger_watcher = Some(w),
+            Err(e) => warn(&format!(
+                "cannot watch the ledger {} ({e}); a removed booking file is written again at the next tick",
+                dir.display()
+            )),
+        }
     }
 
     /// Wakes the loop on the replies of `supervisor` (a new one replaces
@@ -260,6 +306,7 @@ impl Scheduler {
                 Wake::FileChanged => self.jobs.stamp = None,
                 Wake::Request => self.requests_due = true,
                 Wake::Report => self.sample_now = true,
+                Wake::LedgerFile => {}
             }
         }
     }

@@ -131,17 +131,19 @@ impl Scheduler {
         };
         self.dispatch_needed = false;
         // Decide and book under the ledger's lock, against others'
-        // bookings as they are now (SPEC §14); the lock is released when
-        // this round returns, after our bookings are published.
-        let _ledger_lock = match &mut self.ledger {
+        // bookings as they are now; the lock is let go once the round's
+        // starts are published as `starting` bookings, before any job
+        // starts (`book_starts`).
+        let booking = match &mut self.ledger {
             Some(ledger) => {
                 let lock = ledger.lock();
                 ledger.refresh();
+                let seen = ledger.seen();
                 let before = std::mem::replace(&mut loads, self.gpu_loads());
                 if loads != before {
                     appended_only = None;
                 }
-                Some(lock)
+                Some((lock, seen))
             }
             None => None,
         };
@@ -150,7 +152,7 @@ impl Scheduler {
             && !self.control.paused
             && self.journal.reservation().is_none()
         {
-            return self.dispatch_appended(from, loads);
+            return self.dispatch_appended(from, loads, booking);
         }
         if self.control.paused {
             self.wait_paused();
@@ -170,6 +172,16 @@ impl Scheduler {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
         }
+        // Jobs of the file that are running or done, for "n/N dispatched".
+        let mut dispatched = self.jobs.specs.len() - ready - held_back;
+        self.pending_at_last_round = ready;
+        let mut decided = Decided::default();
+        for ((index, request), placement) in indices.iter().zip(&requests).zip(&placements) {
+            if *placement != Placement::NotNow {
+                self.decide(*index, request, placement, &mut dispatched, &mut decided);
+            }
+        }
+        let starts = self.book_starts(decided.starts, booking);
         self.guard_against_starvation(
             &indices,
             &requests,
@@ -187,16 +199,8 @@ impl Scheduler {
             reservation.as_ref(),
             held,
         );
-        // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - ready - held_back;
-        self.pending_at_last_round = ready;
-        let mut launches = Vec::new();
-        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
-            if placement != Placement::NotNow {
-                self.apply_placement(index, request, placement, &mut dispatched, &mut launches)?;
-            }
-        }
-        self.commit_round(launches)
+        self.end_infeasible(decided.infeasible)?;
+        self.launch_round(starts)
     }
 
     /// While the queue is paused (`gpusched pause`, SPEC §12), the first
@@ -210,46 +214,69 @@ impl Scheduler {
         self.set_wait_reasons(reasons);
     }
 
-    /// Applies the placement of a job that does not wait: a start is
-    /// launched (`dispatched` counts it), an infeasible job ends at once.
-    ///
-    /// Errors: the job's log or the journal cannot be written.
-    fn apply_placement(
+    /// Takes the placement of a job that does not wait: a start to book
+    /// and launch (`dispatched` counts it), or an infeasible job to end.
+    fn decide(
         &mut self,
         index: usize,
         request: &Request,
-        placement: Placement,
+        placement: &Placement,
         dispatched: &mut usize,
-        launches: &mut Vec<super::launch::Launch>,
-    ) -> anyhow::Result<()> {
+        decided: &mut Decided,
+    ) {
         self.pending_at_last_round = self.pending_at_last_round.saturating_sub(1);
         match placement {
             Placement::NotNow => {}
             Placement::Start(gpus) => {
                 *dispatched += 1;
-                let spec = self.jobs.specs[index].clone();
-                launches.extend(self.launch(spec, *request, gpus, *dispatched)?);
+                decided.starts.push(super::booking::Start {
+                    index,
+                    request: *request,
+                    gpus: gpus.clone(),
+                    dispatched: *dispatched,
+                });
             }
-            Placement::Infeasible(reason) => {
-                let spec = &self.jobs.specs[index];
-                let (key, command) = (spec.key.clone(), spec.command.clone());
-                let no = self.journal.state(&key).map_or(0, |s| s.no);
-                self.record_unrun(&key, DoneStatus::Infeasible)?;
-                say(&format!("✗ job {no} infeasible: {reason}: {command}"));
-            }
+            Placement::Infeasible(reason) => decided.infeasible.push((index, reason.clone())),
+        }
+    }
+
+    /// Ends the jobs no GPU can ever hold.
+    ///
+    /// Errors: the journal cannot be written.
+    fn end_infeasible(&mut self, infeasible: Vec<(usize, String)>) -> anyhow::Result<()> {
+        for (index, reason) in infeasible {
+            let spec = &self.jobs.specs[index];
+            let (key, command) = (spec.key.clone(), spec.command.clone());
+            let no = self.journal.state(&key).map_or(0, |s| s.no);
+            self.record_unrun(&key, DoneStatus::Infeasible)?;
+            say(&format!("✗ job {no} infeasible: {reason}: {command}"));
         }
         Ok(())
     }
 
-    /// Journals and releases a round's launches, then books them.
+    /// Launches a round's booked starts, journals and releases them, then
+    /// books them as running.
     ///
-    /// Errors: the journal cannot be written.
-    fn commit_round(&mut self, launches: Vec<super::launch::Launch>) -> anyhow::Result<()> {
-        if !launches.is_empty() {
-            self.commit_launches(launches)?;
-            self.publish_bookings();
+    /// Errors: the job's log or the journal cannot be written.
+    fn launch_round(&mut self, starts: Vec<super::booking::Start>) -> anyhow::Result<()> {
+        let mut launches = Vec::new();
+        let mut result = Ok(());
+        for start in starts {
+            let spec = self.jobs.specs[start.index].clone();
+            match self.launch(spec, start.request, start.gpus, start.dispatched) {
+                Ok(launch) => launches.extend(launch),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(())
+        if !launches.is_empty() {
+            result = result.and(self.commit_launches(launches));
+        }
+        self.starting_bookings.clear();
+        self.publish_bookings();
+        result
     }
 
     /// A round over the lines appended since the last round only (see
@@ -257,7 +284,12 @@ impl Scheduler {
     /// and add the reasons of those that wait to the older ones'.
     ///
     /// Errors: the journal cannot be written.
-    fn dispatch_appended(&mut self, from: usize, mut loads: Vec<GpuLoad>) -> anyhow::Result<()> {
+    fn dispatch_appended(
+        &mut self,
+        from: usize,
+        mut loads: Vec<GpuLoad>,
+        booking: Option<super::booking::Held>,
+    ) -> anyhow::Result<()> {
         let (indices, requests): (Vec<usize>, Vec<Request>) = self
             .pending_from(from)
             .filter(|(index, _)| {
@@ -275,18 +307,20 @@ impl Scheduler {
             .specs
             .len()
             .saturating_sub(self.pending_at_last_round);
-        let mut launches = Vec::new();
+        let mut decided = Decided::default();
         let mut reasons = self.wait_reasons.clone();
-        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(placements) {
-            if placement != Placement::NotNow {
-                self.apply_placement(index, request, placement, &mut dispatched, &mut launches)?;
+        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(&placements) {
+            if *placement != Placement::NotNow {
+                self.decide(index, request, placement, &mut dispatched, &mut decided);
             } else if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
                 let reason = allocation::wait_reason(request, &loads, &self.cfg.place);
                 reasons.insert(self.jobs.specs[index].key.clone(), reason);
             }
         }
+        let starts = self.book_starts(decided.starts, booking);
         self.set_wait_reasons(reasons);
-        self.commit_round(launches)
+        self.end_infeasible(decided.infeasible)?;
+        self.launch_round(starts)
     }
 
     /// The pending jobs that may be placed, as indices into the specs with
@@ -421,4 +455,13 @@ struct Round {
     /// The reservation in force, as `requests` index it, with its job's
     /// display number.
     reservation: Option<(Reservation, u32)>,
+}
+
+/// What a round decided for the jobs that do not wait.
+#[derive(Default)]
+struct Decided {
+    /// Starts to book and launch.
+    starts: Vec<super::booking::Start>,
+    /// Jobs no GPU can hold (spec index, why).
+    infeasible: Vec<(usize, String)>,
 }

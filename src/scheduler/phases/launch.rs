@@ -77,11 +77,12 @@ impl Scheduler {
         );
         let log_offset = match files::append_to(&log_path, header.as_bytes()) {
             Ok(offset) => offset,
-            // A link planted where the log goes: this job fails, nothing
-            // is written through it, and the rest of the queue goes on.
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            // A link or a file planted where the log goes (in a shared
+            // log directory): this job fails, nothing is written through
+            // it, and the rest of the queue goes on.
+            Err(e) if let Some(why) = planted(&log_path, &e) => {
                 warn(&format!(
-                    "job {no} not started: its log {} is a symbolic link, and gpusched never writes through one (remove it)",
+                    "job {no} not started: its log {} {why} (remove it)",
                     log_path.display()
                 ));
                 self.record_unrun(&spec.key, DoneStatus::Failed)?;
@@ -258,6 +259,11 @@ impl Scheduler {
                     progress: None,
                     learned: launch.learned,
                     unrecorded: false,
+                    booked_since_ms: if self.starting_since_ms > 0 {
+                        self.starting_since_ms
+                    } else {
+                        crate::ledger::store::now_ms()
+                    },
                 },
             );
         }
@@ -327,4 +333,21 @@ impl Scheduler {
         }
         env
     }
+}
+
+/// Why a job's log that could not be opened is not ours to write: a
+/// symbolic link, or a file of another user; `None` for other failures
+/// (a full or read-only disk, which pause dispatch instead).
+fn planted(log: &Path, error: &std::io::Error) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(log).ok()?;
+    if meta.file_type().is_symlink() || error.raw_os_error() == Some(libc::ELOOP) {
+        return Some("is a symbolic link, and gpusched never writes through one".into());
+    }
+    (meta.uid() != nix::unistd::geteuid().as_raw()).then(|| {
+        format!(
+            "belongs to {}, and gpusched writes only its own files",
+            crate::files::user_name(meta.uid())
+        )
+    })
 }

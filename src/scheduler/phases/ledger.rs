@@ -4,7 +4,6 @@
 //! own running jobs' budgets are published after every round that changed
 //! them, and withdrawn when the scheduler exits.
 
-use crate::allocation::{self, Occupant};
 use crate::ledger::{self, Booking};
 use crate::scheduler::Scheduler;
 use crate::view::report::warn;
@@ -90,26 +89,24 @@ impl Scheduler {
                 let Some(gpu) = snapshot.gpus.iter().find(|g| g.index == index) else {
                     continue;
                 };
-                let mib = match job.vram_mib {
-                    None => gpu.total_mib,
-                    Some(_) => allocation::budget_mib(
-                        &Occupant {
-                            declared_mib: job.vram_mib,
-                            peak_mib: job.usage.peak_mib.get(&index).copied(),
-                            current_mib: job.usage.current_mib.get(&index).copied(),
-                        },
-                        self.cfg.place.spike_buffer,
-                    ),
-                };
+                let mib = self.budget_on(
+                    gpu.total_mib,
+                    job.vram_mib,
+                    job.usage.peak_mib.get(&index).copied(),
+                    job.usage.current_mib.get(&index).copied(),
+                );
                 out.push(Booking {
                     gpu_uuid: gpu.uuid.clone(),
                     mib,
                     pgid: identity.pgid.0,
                     start_ticks,
                     job: job.no.to_string(),
+                    since_ms: job.booked_since_ms,
+                    starting: false,
                 });
             }
         }
+        out.extend(self.starting_bookings.iter().cloned());
         out
     }
 }

@@ -26,6 +26,7 @@
 //! that failed writes can be written again; a phase whose write fails
 //! pauses dispatch through it.
 
+mod booking;
 mod cancels;
 mod children;
 mod completion;

@@ -251,6 +251,7 @@ impl Scheduler {
             progress: None,
             learned: None,
             unrecorded: false,
+            booked_since_ms: (info.ts * 1000.0) as u64,
         }
     }
 

@@ -1,0 +1,348 @@
+//! Shared directories between real users (docs/BEHAVIOUR.md "Sharing a
+//! box", "Files in shared directories"): a ledger or log directory owned
+//! by someone else is refused, a removed booking is published again, a
+//! hostile holder of the ledger's lock cannot make two schedulers book the
+//! same memory, and links planted in a log directory write nothing
+//! through.
+//!
+//! These tests need root, to create test users and act as them (CI runs
+//! as root). Without root each says so and does nothing; with
+//! `GPUSCHED_USERS_REQUIRED=1` (set by `.ci/run`) that is a failure.
+
+mod common;
+
+use common::{Env, Sched, wait_for, wait_for_within};
+use serde_json::Value;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// A real user of the machine for tests, created if missing; `None` (and
+/// a line saying why) without root.
+fn test_user(name: &str) -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        let why = "skipped: the shared-directory tests need root to create test users";
+        assert!(
+            std::env::var_os("GPUSCHED_USERS_REQUIRED").is_none(),
+            "{why} (GPUSCHED_USERS_REQUIRED is set)"
+        );
+        eprintln!("{why}");
+        return None;
+    }
+    if nix::unistd::User::from_name(name).ok().flatten().is_none() {
+        let out = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ])
+            .output()
+            .expect("useradd runs");
+        // Another test may have created it a moment ago.
+        assert!(
+            out.status.success() || String::from_utf8_lossy(&out.stderr).contains("exists"),
+            "useradd {name}: {out:?}"
+        );
+    }
+    let user = nix::unistd::User::from_name(name).unwrap().unwrap();
+    Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+fn chown(path: &Path, (uid, gid): (u32, u32)) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// An Env whose directory other users may enter (the temp dir is 0700).
+fn open_env(jobs: &str) -> Env {
+    let env = Env::new(jobs);
+    chmod(env.dir.path(), 0o755);
+    env
+}
+
+#[test]
+fn a_ledger_owned_by_another_user_is_refused_naming_owner_and_fix() {
+    let Some(mallory) = test_user("gpusched-t-mal") else {
+        return;
+    };
+    let env = open_env("[vram=1000] echo ran > ran.txt\n");
+    let ledger = env.path("ledger");
+    std::fs::create_dir(&ledger).unwrap();
+    chmod(&ledger, 0o1777);
+    chown(&ledger, mallory);
+    let arg = ledger.display().to_string();
+    let out = env.run(&["--sim", "1", "--ledger", &arg]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("belongs to gpusched-t-mal (mode 1777)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("gpusched ledger init"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran.txt").exists());
+    // World-writable without the sticky bit: anyone could delete bookings.
+    chown(&ledger, (0, 0));
+    chmod(&ledger, 0o777);
+    let out = env.run(&["--sim", "1", "--ledger", &arg]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("without the sticky bit"),
+        "{}",
+        out.stderr
+    );
+    // `gpusched ledger init` makes it right; then it is used.
+    chown(&ledger, mallory);
+    let init = Command::new(common::bin())
+        .args(["ledger", "init", "--ledger", &arg])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let meta = std::fs::metadata(&ledger).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o1777));
+    let out = env.run(&["--sim", "1", "--ledger", &arg]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(env.path("ran.txt").exists());
+    // An ordinary user may not run init.
+    let init = Command::new(common::bin())
+        .args(["ledger", "init", "--ledger", &arg])
+        .uid(mallory.0)
+        .gid(mallory.1)
+        .output()
+        .unwrap();
+    assert_eq!(init.status.code(), Some(2), "{init:?}");
+}
+
+#[test]
+fn a_log_directory_owned_by_another_user_is_refused() {
+    let Some(mallory) = test_user("gpusched-t-mal") else {
+        return;
+    };
+    let env = open_env("echo ran > ran.txt\n");
+    std::fs::create_dir(&env.logs).unwrap();
+    chown(&env.logs, mallory);
+    chmod(&env.logs, 0o755);
+    let out = env.run(&["--sim", "1"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("belongs to gpusched-t-mal (mode 0755)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran.txt").exists());
+    // Ours, but writable by everyone without the sticky bit.
+    chown(&env.logs, (0, 0));
+    chmod(&env.logs, 0o777);
+    let out = env.run(&["--sim", "1"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("mode 0777"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("without the sticky bit"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        std::fs::read_dir(&env.logs).unwrap().next().is_none(),
+        "nothing was written there"
+    );
+}
+
+/// Another user plants links where a job's log and the probe go, in a
+/// sticky shared log directory: nothing is written through them, the job
+/// whose log is a link fails saying so, and the others run.
+#[test]
+fn links_planted_in_a_log_directory_write_nothing_through() {
+    let Some(mallory) = test_user("gpusched-t-mal") else {
+        return;
+    };
+    let env = open_env("echo one\necho two\n");
+    std::fs::create_dir(&env.logs).unwrap();
+    chmod(&env.logs, 0o1777);
+    let victim = env.path("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    for name in ["job001_gpu0.log", ".gpusched-write-probe"] {
+        let status = Command::new("ln")
+            .arg("-s")
+            .arg(&victim)
+            .arg(env.logs.join(name))
+            .uid(mallory.0)
+            .gid(mallory.1)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(
+        out.stdout
+            .contains("is a symbolic link, and gpusched never writes through one"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(1).as_deref(), Some("failed"));
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+    // A planted lock link: refused, nothing truncated.
+    std::fs::remove_file(env.logs.join("lock")).unwrap();
+    let status = Command::new("ln")
+        .arg("-s")
+        .arg(&victim)
+        .arg(env.logs.join("lock"))
+        .uid(mallory.0)
+        .gid(mallory.1)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = env.run(&["--sim", "1"]);
+    assert_ne!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("lock"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+/// A root-owned shared ledger, as `gpusched ledger init` makes it.
+fn shared_ledger(env: &Env) -> std::path::PathBuf {
+    let ledger = env.path("ledger");
+    let init = Command::new(common::bin())
+        .args(["ledger", "init", "--ledger"])
+        .arg(&ledger)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    ledger
+}
+
+fn booking_files(ledger: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(ledger)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn bookings(path: &Path) -> Vec<Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["bookings"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// A booking file removed behind the scheduler's back (a cleaner, a
+/// hand) is written again within a second or two.
+#[test]
+fn a_removed_booking_is_published_again() {
+    let Some(bob) = test_user("gpusched-t-bob") else {
+        return;
+    };
+    let env = open_env("[vram=3000] sleep 60\n");
+    let ledger = shared_ledger(&env);
+    chown(env.dir.path(), bob);
+    let arg = ledger.display().to_string();
+    let mut cmd = env.command(&["--sim", "1", "--poll", "30", "--ledger", &arg]);
+    cmd.uid(bob.0).gid(bob.1);
+    let sched = Sched::from_command(cmd);
+    wait_for("bob's booking", &mut || {
+        booking_files(&ledger)
+            .iter()
+            .any(|p| bookings(p).iter().any(|b| b["pgid"].as_u64() > Some(1)))
+    });
+    let file = booking_files(&ledger).pop().unwrap();
+    assert_eq!(std::fs::metadata(&file).unwrap().uid(), bob.0);
+    let before = bookings(&file);
+    // Nobody but root can remove it in a root-owned sticky ledger.
+    let rm = Command::new("rm")
+        .arg("-f")
+        .arg(&file)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!rm.status.success(), "nobody removed bob's booking");
+    std::fs::remove_file(&file).unwrap();
+    // --poll 30: only the ledger watch can bring it back this soon.
+    wait_for_within(
+        "the booking written again",
+        Duration::from_secs(3),
+        &mut || bookings(&file) == before,
+    );
+    drop(sched);
+}
+
+/// A hostile user holds the ledger's lock forever: both schedulers decide
+/// without it, and still never start jobs into the same memory (the later
+/// publisher of two overlapping decisions yields).
+#[test]
+fn a_hostile_lock_holder_cannot_cause_a_double_booking() {
+    let Some(mallory) = test_user("gpusched-t-mal") else {
+        return;
+    };
+    let a = open_env("");
+    let b = open_env("");
+    let ledger = shared_ledger(&a);
+    let lock = ledger.join("lock");
+    std::fs::write(&lock, "").unwrap();
+    chmod(&lock, 0o644);
+    let mut holder = Command::new("flock")
+        .arg("--shared")
+        .arg(&lock)
+        .args(["sleep", "120"])
+        .uid(mallory.0)
+        .gid(mallory.1)
+        .spawn()
+        .unwrap();
+    let go = a.path("go");
+    let jobs = format!(
+        "[vram=14000] sh -c 'while [ ! -e {} ]; do sleep 0.01; done; exec gpusched simjob --vram 14000 --ramp 0.5 --hold 0.3'\n",
+        go.display()
+    )
+    .repeat(2);
+    a.write_jobs(&jobs);
+    b.write_jobs(&jobs);
+    let shared = a.path("gpus").display().to_string();
+    let arg = ledger.display().to_string();
+    let args = [
+        "--sim",
+        "1",
+        "--sim-dir",
+        &shared,
+        "--poll",
+        "0.1",
+        "--ledger",
+        &arg,
+    ];
+    let sa = a.spawn(&args);
+    let sb = b.spawn(&args);
+    let started = |env: &Env| env.events("started").len();
+    wait_for("a first start", &mut || started(&a) + started(&b) >= 1);
+    // Both have decided (each waited out the lock); let the jobs go.
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::write(&go, "").unwrap();
+    let (out_a, out_b) = (sa.finish(), sb.finish());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // Never two at once on the one GPU: the simulated GPU fails an
+    // allocation past its capacity as CUDA does, so a double booking would
+    // show as an OOM. Each job ran once, and ok.
+    for (env, out) in [(&a, &out_a), (&b, &out_b)] {
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("deciding without it"), "{}", out.stdout);
+        assert_eq!(env.events("oom").len(), 0, "{}", out.stdout);
+        assert_eq!(env.events("started").len(), 2, "{}", out.stdout);
+        for no in 1..=2 {
+            assert_eq!(env.status_of(no).as_deref(), Some("ok"), "{}", out.stdout);
+        }
+    }
+}

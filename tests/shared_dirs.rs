@@ -31,7 +31,10 @@ fn test_user(name: &str) -> Option<(u32, u32)> {
         eprintln!("{why}");
         return None;
     }
-    if nix::unistd::User::from_name(name).ok().flatten().is_none() {
+    // Tests run in parallel: another may be adding a user (useradd then
+    // cannot lock /etc/passwd for a moment) or have added this one.
+    let mut tries = 0;
+    while nix::unistd::User::from_name(name).ok().flatten().is_none() {
         let out = Command::new("useradd")
             .args([
                 "--system",
@@ -42,11 +45,14 @@ fn test_user(name: &str) -> Option<(u32, u32)> {
             ])
             .output()
             .expect("useradd runs");
-        // Another test may have created it a moment ago.
+        tries += 1;
         assert!(
-            out.status.success() || String::from_utf8_lossy(&out.stderr).contains("exists"),
+            out.status.success() || tries < 100,
             "useradd {name}: {out:?}"
         );
+        if !out.status.success() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     let user = nix::unistd::User::from_name(name).unwrap().unwrap();
     Some((user.uid.as_raw(), user.gid.as_raw()))

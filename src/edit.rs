@@ -1,8 +1,8 @@
-//! `gpusched add` and `gpusched cancel`: the user's tools for editing the
-//! user's jobs file (the scheduler itself never writes it, SPEC §5). Both
-//! take an exclusive `flock` on the file so that they never interleave with
-//! each other; `add` appends (as `echo … >> jobs.txt` does), `cancel`
-//! rewrites through a temp file and `rename`, keeping the file's mode.
+//! `gpusched add`: the one verb that writes the user's jobs file (the
+//! scheduler itself never does). It only appends, as `echo … >> jobs.txt`
+//! does, under an exclusive `flock` so that two `add`s never interleave;
+//! an append never loses another's concurrent append. (`gpusched cancel`
+//! journals instead of editing the file: docs/BEHAVIOUR.md "Cancel".)
 
 use crate::error::Error;
 use crate::jobspec::{self, JobSpec};
@@ -141,173 +141,6 @@ pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
     Ok((key, line))
 }
 
-/// What `gpusched cancel` names: a display number or a key (or a unique
-/// prefix of one).
-pub enum Target {
-    /// `job 7`.
-    Number(u32),
-    /// `a1b2c3d4e5f6#0`, or a prefix such as `a1b2c3`.
-    Key(String),
-}
-
-impl Target {
-    /// Reads `7` as a number, anything else as a key or key prefix.
-    pub fn parse(text: &str) -> Target {
-        match text.trim().trim_start_matches("job").trim().parse::<u32>() {
-            Ok(no) => Target::Number(no),
-            Err(_) => Target::Key(text.trim().to_string()),
-        }
-    }
-}
-
-/// The key the journal gave display number `no`, read without changing the
-/// journal.
-fn key_of_number(journal: &Path, no: u32) -> anyhow::Result<Option<String>> {
-    let file = match File::open(journal) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", journal.display())),
-    };
-    for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
-        let Ok(line) = line else { continue };
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if value["event"] == "seen" && value["no"] == no {
-            return Ok(value["key"].as_str().map(str::to_string));
-        }
-    }
-    Ok(None)
-}
-
-/// The line text with the `cancel` flag added to its attribute block.
-fn with_cancel(line: &str) -> String {
-    let indent = &line[..line.len() - line.trim_start().len()];
-    let trimmed = line.trim_start();
-    match trimmed
-        .strip_prefix('[')
-        .and_then(|rest| rest.find(']').map(|close| (rest, close)))
-    {
-        Some((rest, close)) => {
-            let block = rest[..close].trim();
-            let sep = if block.is_empty() { "" } else { " " };
-            format!("{indent}[{block}{sep}cancel]{}", &rest[close + 1..])
-        }
-        None => format!("{indent}[cancel] {trimmed}"),
-    }
-}
-
-/// Adds the `cancel` flag to the line of the job `target` names (SPEC §6),
-/// atomically (temp file + rename, keeping the file's mode). Returns the
-/// job's key and a message for the user.
-///
-/// Errors ([`Error::Usage`]): the file does not parse, the job is not in it,
-/// or a key prefix matches several jobs.
-pub fn cancel(path: &Path, log_dir: &Path, target: &Target) -> anyhow::Result<(String, String)> {
-    let mut file = lock(path, false)?;
-    let mut raw = Vec::new();
-    file.read_to_end(&mut raw)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let text =
-        jobspec::decode(raw).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
-    let specs = jobspec::parse_jobs(&text).map_err(|e| {
-        Error::JobsFile(format!(
-            "{}: {e} — fix it first, so the job can be found",
-            path.display()
-        ))
-    })?;
-    let spec: &JobSpec = match target {
-        Target::Number(no) => {
-            let key = key_of_number(&log_dir.join("journal.jsonl"), *no)?.ok_or_else(|| {
-                Error::Usage(format!(
-                    "no job {no} in {} (is --log-dir right?)",
-                    log_dir.join("journal.jsonl").display()
-                ))
-            })?;
-            specs
-                .iter()
-                .find(|s| s.key == key || s.legacy_key().map(String::as_str) == Some(key.as_str()))
-                .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "job {no} ({key}) has no line in {} any more",
-                        path.display()
-                    ))
-                })?
-        }
-        Target::Key(name) if specs.iter().any(|s| s.name() == Some(name.as_str())) => specs
-            .iter()
-            .find(|s| s.name() == Some(name.as_str()))
-            .expect("found above"),
-        Target::Key(prefix) => {
-            let matches: Vec<&JobSpec> = specs
-                .iter()
-                .filter(|s| {
-                    s.key.starts_with(prefix.as_str())
-                        || s.legacy_key()
-                            .is_some_and(|k| k.starts_with(prefix.as_str()))
-                })
-                .collect();
-            match matches.as_slice() {
-                [one] => one,
-                [] => {
-                    return Err(Error::Usage(format!(
-                        "no job with key {prefix} in {}",
-                        path.display()
-                    ))
-                    .into());
-                }
-                many => {
-                    return Err(Error::Usage(format!(
-                        "{prefix} is ambiguous in {}: it matches {} (lines {})",
-                        path.display(),
-                        many.iter()
-                            .map(|s| s.key.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        many.iter()
-                            .map(|s| s.line.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                    .into());
-                }
-            }
-        }
-    };
-    if spec.cancel {
-        return Ok((
-            spec.key.clone(),
-            format!(
-                "{} (line {}) already has the cancel flag",
-                spec.key, spec.line
-            ),
-        ));
-    }
-    let mut out = String::with_capacity(text.len() + 9);
-    for (i, chunk) in text.split_inclusive('\n').enumerate() {
-        if i + 1 == spec.line {
-            let body = chunk.trim_end_matches(['\n', '\r']);
-            out.push_str(&with_cancel(body));
-            out.push_str(&chunk[body.len()..]);
-        } else {
-            out.push_str(chunk);
-        }
-    }
-    let options = crate::files::AtomicOptions {
-        mode: Some(file.metadata()?.permissions()),
-        sync: true,
-    };
-    crate::files::write_atomic_with(path, out.as_bytes(), &options)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok((
-        spec.key.clone(),
-        format!(
-            "marked {} (line {}) with cancel: a running scheduler stops it if it runs and never starts it otherwise",
-            spec.key, spec.line
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,16 +219,6 @@ mod tests {
     }
 
     #[test]
-    fn cancel_flag_goes_into_the_block() {
-        assert_eq!(with_cancel("python a.py"), "[cancel] python a.py");
-        assert_eq!(
-            with_cancel("  [vram=8G] python a.py"),
-            "  [vram=8G cancel] python a.py"
-        );
-        assert_eq!(with_cancel("[] python a.py"), "[cancel] python a.py");
-    }
-
-    #[test]
     fn add_appends_with_a_final_newline_and_counts_occurrences() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jobs.txt");
@@ -409,43 +232,5 @@ mod tests {
         );
         let parsed = jobspec::parse_jobs(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(parsed[1].key, key);
-    }
-
-    #[test]
-    fn cancel_by_key_prefix_keeps_mode_and_other_lines() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("jobs.txt");
-        std::fs::write(&path, "# header\r\necho a\n[vram=1G] echo b\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let key = jobspec::parse_jobs("[vram=1G] echo b").unwrap()[0]
-            .key
-            .clone();
-        cancel(&path, dir.path(), &Target::Key(key[..8].to_string())).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "# header\r\necho a\n[vram=1G cancel] echo b\n"
-        );
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o640
-        );
-        let again = cancel(&path, dir.path(), &Target::Key(key.clone())).unwrap();
-        assert!(again.1.contains("already"));
-        let missing = cancel(&path, dir.path(), &Target::Key("ffffffff".into())).unwrap_err();
-        assert!(missing.to_string().contains("no job with key"), "{missing}");
-        let none = cancel(&path, dir.path(), &Target::Number(3)).unwrap_err();
-        assert!(none.to_string().contains("no job 3"), "{none}");
-    }
-
-    #[test]
-    fn ambiguous_prefix_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("jobs.txt");
-        std::fs::write(&path, "echo a\necho a\n").unwrap();
-        let hash = jobspec::command_hash("echo a");
-        let err = cancel(&path, dir.path(), &Target::Key(hash)).unwrap_err();
-        assert!(err.to_string().contains("ambiguous"), "{err}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "echo a\necho a\n");
     }
 }

@@ -63,8 +63,10 @@ impl GpuBackend for SimBackend {
                 let Some(info) = gpus.get_mut(index as usize) else {
                     continue;
                 };
-                info.used_mib = (info.used_mib + mib).min(info.total_mib);
-                let util = info.util_percent.unwrap_or(0) + report.util;
+                // Reports are files anyone in the sim dir can write: a
+                // huge number must not overflow.
+                info.used_mib = info.used_mib.saturating_add(*mib).min(info.total_mib);
+                let util = info.util_percent.unwrap_or(0).saturating_add(report.util);
                 info.util_percent = Some(util.min(100));
                 processes.push(GpuProcess {
                     pid: report.pid,
@@ -154,6 +156,17 @@ mod tests {
             serde_json::to_string(&report).unwrap(),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn huge_reports_saturate_at_the_gpus_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        write_report(dir.path(), me, &[(0, u64::MAX)], u32::MAX);
+        let mut sim = SimBackend::new(1, dir.path()).unwrap();
+        let snap = sim.snapshot().unwrap();
+        assert_eq!(snap.gpus[0].used_mib, SIM_TOTAL_MIB);
+        assert_eq!(snap.gpus[0].util_percent, Some(100));
     }
 
     #[test]

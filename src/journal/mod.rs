@@ -359,7 +359,7 @@ impl Journal {
     /// Folds one parsed journal line, remembering where a `seen` line was.
     fn fold_parsed(&mut self, key: String, ts: f64, step: Fold, offset: u64) {
         if let Fold::Seen { no } = step {
-            self.next_no = self.next_no.max(no + 1);
+            self.next_no = self.next_no.max(no.saturating_add(1));
             if self.keys.get(&key).is_none() {
                 let mut state = KeyState::new(no, ts);
                 state.seen_offset = offset;
@@ -633,7 +633,7 @@ impl Journal {
     /// The one place where events change a key's state.
     fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
-            self.next_no = self.next_no.max(no + 1);
+            self.next_no = self.next_no.max(no.saturating_add(1));
             if self.keys.get(key).is_none() {
                 self.insert(key, KeyState::new(no, ts));
             }
@@ -656,7 +656,7 @@ impl Journal {
                 // An event for a key never seen (a hand-edited journal): give
                 // it a number so it is still accounted for.
                 let no = self.next_no;
-                self.next_no += 1;
+                self.next_no = self.next_no.saturating_add(1);
                 self.insert(key, KeyState::new(no, ts));
                 self.states.len() - 1
             }

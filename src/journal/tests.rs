@@ -327,3 +327,21 @@ fn a_key_state_stays_small() {
     state.set_next_vram(Some(u64::MAX));
     assert_eq!(state.next_vram(), Some(u64::from(u32::MAX)), "saturates");
 }
+
+/// A journal edited by hand (or garbled) with the largest display number
+/// opens without overflowing, and a key never seen still gets a number.
+#[test]
+fn the_largest_display_number_saturates_instead_of_overflowing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    std::fs::write(
+        &path,
+        "{\"ts\":1.0,\"key\":\"a#0\",\"event\":\"seen\",\"no\":4294967295,\"command\":\"x\"}\n\
+         {\"ts\":2.0,\"key\":\"b#0\",\"event\":\"interrupted\"}\n",
+    )
+    .unwrap();
+    let (journal, _) = Journal::open(&path).unwrap();
+    assert_eq!(journal.state("a#0").unwrap().no, u32::MAX);
+    assert_eq!(journal.state("b#0").unwrap().no, u32::MAX);
+    assert_eq!(journal.next_no(), u32::MAX);
+}

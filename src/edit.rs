@@ -5,7 +5,7 @@
 //! journals instead of editing the file: docs/BEHAVIOUR.md "Cancel".)
 
 use crate::error::Error;
-use crate::jobspec::{self, JobSpec};
+use crate::jobspec;
 use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;

@@ -69,7 +69,16 @@ fn pause_holds_new_jobs_and_resume_lets_them_start() {
 fn drain_closes_a_gpu_and_survives_a_restart() {
     let hold = "sh -c 'echo $CUDA_VISIBLE_DEVICES >> gpus.txt; while [ ! -e release ]; do sleep 0.05; done'";
     let env = Env::new(&format!("{hold}\n{hold}\n"));
+    // A log directory that does not exist is a typo: refused, not made.
+    let out = env.verb(&["drain", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no log directory"),
+        "{out:?}"
+    );
+    assert!(!env.logs.exists());
     // No scheduler yet: recorded for the next start.
+    std::fs::create_dir(&env.logs).unwrap();
     let out = env.verb(&["drain", "0"]);
     assert!(out.status.success(), "{out:?}");
     assert!(

@@ -273,6 +273,7 @@ fn a_held_submission_missing_from_the_journal_is_taken_by_its_name() {
     }
     // A first run, paused, records the job as seen and submits nothing.
     let env = Env::new("[vram=1G] echo adopted\n");
+    std::fs::create_dir_all(&env.logs).unwrap();
     assert!(env.verb(&["pause"]).status.success());
     let sched = env.spawn(&SLURM);
     env.wait_for("the job to be seen", || !env.events("seen").is_empty());

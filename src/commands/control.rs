@@ -17,10 +17,17 @@ const PICKUP_WAIT: Duration = Duration::from_secs(10);
 
 /// Applies `change` to the queue of the scheduler with `log_dir`.
 ///
-/// Errors: the log directory cannot be written.
+/// Errors: [`Error::Usage`] for a log directory that does not exist (a
+/// typo must not create one and report success; nothing is created);
+/// the log directory cannot be written.
 pub fn run(log_dir: &Path, change: ControlChange) -> anyhow::Result<i32> {
-    std::fs::create_dir_all(log_dir)
-        .map_err(|e| Error::io(format!("cannot create {}", log_dir.display()), e))?;
+    if !log_dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
+            log_dir.display()
+        ))
+        .into());
+    }
     match SchedulerLock::acquire(log_dir) {
         Ok(lock) => {
             let (mut control, problem) = Control::load(log_dir);

@@ -1,0 +1,276 @@
+//! Machine-readable state, one document per file: the [`StatusDoc`] and
+//! `<log_dir>/status.json` (schema `docs/status.schema.json`, described in
+//! the README) here, `<log_dir>/metrics.prom` in [`metrics`] (Prometheus
+//! text exposition, for node_exporter's textfile collector), both
+//! rewritten atomically every round from one [`StatusDoc`]; the
+//! end-of-run summary in [`summary`]. The `gpusched status` screen is
+//! [`crate::view::screen`].
+
+mod metrics;
+mod summary;
+
+pub(crate) use summary::table;
+pub use summary::{summary, summary_within};
+
+use crate::model::{DoneStatus, JobState, SchedulerState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The `schema` field of `status.json`; bumped on incompatible changes.
+pub const SCHEMA: &str = "gpusched-status/1";
+
+/// Jobs of each kind (waiting, finished) listed in `status.json`; the
+/// `counts` object always covers every job.
+pub const JSON_LIST_LIMIT: usize = 200;
+
+/// The whole of `status.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusDoc {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// When this document was written (Unix seconds).
+    pub updated: f64,
+    /// The scheduler process.
+    pub scheduler: SchedulerStatus,
+    /// Number of jobs per state, over every job of the jobs file.
+    pub counts: BTreeMap<String, usize>,
+    /// Jobs finished during this scheduler's life, per status (for
+    /// Prometheus counters).
+    pub finished_this_run: BTreeMap<String, u64>,
+    /// Every GPU the scheduler may use, by index.
+    pub gpus: Vec<GpuStatus>,
+    /// Running jobs, then waiting ones (the first [`JSON_LIST_LIMIT`] in
+    /// queue order), then finished ones (the last [`JSON_LIST_LIMIT`]).
+    pub jobs: Vec<JobStatus>,
+}
+
+/// The scheduler process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerStatus {
+    /// Its pid (to tell whether it still runs).
+    pub pid: u32,
+    /// gpusched version.
+    pub version: String,
+    /// When it started (Unix seconds).
+    pub started: f64,
+    /// `--poll` in seconds.
+    pub poll_s: f64,
+    /// `sim` or `nvml`.
+    pub backend: String,
+    /// E.g. `2 simulated GPUs of 24000 MiB`.
+    pub backend_detail: String,
+    /// `running` (dispatching), `draining` (no job left to start; waiting for
+    /// running ones), `paused-by-errors` (GPU queries failing), `stopping`
+    /// (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or `finished`
+    /// (queue drained, exited).
+    pub state: SchedulerState,
+    /// Why dispatching is paused by errors, when it is.
+    pub paused_reason: Option<String>,
+    /// Whether `gpusched pause` holds new dispatch (SPEC §12).
+    #[serde(default)]
+    pub queue_paused: bool,
+    /// GPUs `gpusched drain` closed to new jobs.
+    #[serde(default)]
+    pub drained: Vec<u32>,
+    /// The reservation against starvation in force (SPEC §12), if any.
+    #[serde(default)]
+    pub reservation: Option<ReservationStatus>,
+    /// The jobs file.
+    pub jobs_file: String,
+    /// The log directory.
+    pub log_dir: String,
+    /// Whether `--watch` is on.
+    pub watch: bool,
+}
+
+/// GPUs held for one blocked job (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReservationStatus {
+    /// The job's display number.
+    pub job: u32,
+    /// The GPU indices held for it.
+    pub gpus: Vec<u32>,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Total memory (MiB).
+    pub total_mib: u64,
+    /// Used by anyone (MiB).
+    pub used_mib: u64,
+    /// Effective external usage (MiB), SPEC §2.
+    pub external_mib: u64,
+    /// Room for a new declared job, before the margin (MiB), SPEC §2; 0
+    /// when the GPU is closed to new jobs.
+    pub headroom_mib: u64,
+    /// Closed to new jobs: one of our undeclared jobs holds it, or
+    /// `--exclusive` and one of our jobs runs on it (SPEC §2, §12).
+    #[serde(default)]
+    pub closed: bool,
+    /// Drained by `gpusched drain`: no new job starts on it (SPEC §12).
+    #[serde(default)]
+    pub drained: bool,
+    /// Device utilization, percent; null when not reported.
+    pub util_percent: Option<u32>,
+    /// Display numbers of our jobs on it.
+    pub jobs: Vec<u32>,
+    /// Fraction of this run's samples in which a job of ours was on it.
+    pub busy_fraction: Option<f64>,
+    /// Mean memory in use over this run's samples (MiB).
+    pub mean_used_mib: Option<f64>,
+    /// Memory other schedulers on this box booked on it, per user (SPEC
+    /// §14); empty without a ledger.
+    #[serde(default)]
+    pub booked_by_others: Vec<OtherBooking>,
+}
+
+impl JobStatus {
+    /// What the views print under a waiting or running job: where an
+    /// `auto` declaration comes from, and why it waits (SPEC §12, §17).
+    pub fn explanation(&self) -> Option<String> {
+        match (&self.vram_source, &self.reason) {
+            (Some(source), Some(reason)) => Some(format!("{source}; {reason}")),
+            (Some(text), None) | (None, Some(text)) => Some(text.clone()),
+            (None, None) => None,
+        }
+    }
+}
+
+/// What one other user's scheduler booked on one GPU (SPEC §14).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OtherBooking {
+    /// Their user name (or `uid N`).
+    pub user: String,
+    /// MiB booked, the budgets of their running jobs on this GPU.
+    pub mib: u64,
+    /// How many of their jobs.
+    pub jobs: usize,
+}
+
+/// One job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// Display number.
+    pub no: u32,
+    /// Identity key.
+    pub key: String,
+    /// `running`, `pending`, `retry_wait`, or a terminal status (`ok`,
+    /// `failed`, `failed_oom`, `timeout`, `cancelled`, `infeasible`,
+    /// `dependency_failed`).
+    pub state: JobState,
+    /// The command.
+    pub command: String,
+    /// GPU indices of the current or last attempt (empty if never run).
+    pub gpus: Vec<u32>,
+    /// GPUs the job asks for (`gpus=`).
+    pub gpus_wanted: u32,
+    /// Declaration per GPU (MiB) of the current or next attempt.
+    pub vram_mib: Option<u64>,
+    /// MiB in use now per GPU index (running jobs).
+    pub current_mib: BTreeMap<String, u64>,
+    /// Peak MiB per GPU index; null where never measured. For finished
+    /// jobs, one entry `"max"`.
+    pub peak_mib: BTreeMap<String, Option<u64>>,
+    /// Attempts started so far.
+    pub attempt: u32,
+    /// Attempts that ended in a CUDA OOM so far.
+    pub oom_attempts: u32,
+    /// When queued (first seen), Unix seconds.
+    pub queued: Option<f64>,
+    /// When its first attempt started.
+    pub started: Option<f64>,
+    /// When it ended.
+    pub finished: Option<f64>,
+    /// Exit code, once ended (null if it never ran).
+    pub returncode: Option<i32>,
+    /// Run time of the current or last attempt, seconds.
+    pub duration_s: Option<f64>,
+    /// Mean device utilization, percent.
+    pub avg_util: Option<f64>,
+    /// Its log file.
+    pub log: Option<String>,
+    /// Progress read from its log (running jobs).
+    pub progress: Option<ProgressStatus>,
+    /// Extra words: `from a previous scheduler, pgid 123`, `stopping:
+    /// timeout`, `attempt 2`.
+    pub note: Option<String>,
+    /// Why a waiting job waits (SPEC §12), e.g. `needs 14848 MiB on 1 GPU;
+    /// most free: GPU 1 9664 MiB`; `null` for other jobs.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Run time lost to preemption over all attempts, seconds (SPEC §12);
+    /// `null` when never preempted.
+    #[serde(default)]
+    pub preempted_s: Option<f64>,
+    /// For a `vram=auto` job that is waiting or running: where its
+    /// declaration comes from, e.g. `auto 6.4G from 5 runs` (SPEC §17).
+    #[serde(default)]
+    pub vram_source: Option<String>,
+}
+
+/// Progress of a running job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressStatus {
+    /// 0–100.
+    pub percent: f64,
+    /// The marker as printed: `450/1000`, `epoch 3/10`, `45%`.
+    pub label: String,
+    /// Seconds left at the rate observed so far.
+    pub eta_s: Option<f64>,
+}
+
+impl StatusDoc {
+    /// Writes `status.json` and `metrics.prom` into `log_dir`, each
+    /// atomically, readable as the umask allows (SPEC §13). Errors: the directory is not writable.
+    pub fn write(&self, log_dir: &Path) -> std::io::Result<()> {
+        let mut json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        json.push(b'\n');
+        crate::files::write_for_people(&log_dir.join("status.json"), &json)?;
+        crate::files::write_for_people(&log_dir.join("metrics.prom"), self.metrics().as_bytes())
+    }
+}
+
+/// The terminal states: the words of [`DoneStatus::ALL`].
+pub const TERMINAL_STATES: [&str; 7] = {
+    let mut words = [""; 7];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = DoneStatus::ALL[i].as_str();
+        i += 1;
+    }
+    words
+};
+
+/// Every state a job can be in, as `counts` keys: the live states, then
+/// the terminal ones.
+pub const JOB_STATES: [&str; 10] = {
+    let mut words = [
+        "running",
+        "pending",
+        "retry_wait",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+    ];
+    let mut i = 0;
+    while i < TERMINAL_STATES.len() {
+        words[3 + i] = TERMINAL_STATES[i];
+        i += 1;
+    }
+    words
+};
+
+#[cfg(test)]
+mod tests;

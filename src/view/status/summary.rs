@@ -1,0 +1,118 @@
+//! The end-of-run summary: the status document's finished jobs and GPUs
+//! as a table for the terminal.
+
+use super::{JobStatus, StatusDoc};
+use crate::view::report::{self, human_duration};
+use std::fmt::Write as _;
+
+/// The end-of-run summary: one line per finished job (queue wait, run time,
+/// GPU-hours, peak vs declared, mean utilization, status) and one per GPU
+/// (busy fraction of the run, mean VRAM occupancy).
+pub fn summary(doc: &StatusDoc) -> String {
+    summary_within(doc, report::LINE_WIDTH)
+}
+
+/// [`summary`] with lines of at most `width` characters.
+pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
+    let mut out = String::new();
+    let finished: Vec<&JobStatus> = doc.jobs.iter().filter(|j| j.state.is_terminal()).collect();
+    let mut rows = vec![[
+        "JOB".to_string(),
+        "STATUS".into(),
+        "WAIT".into(),
+        "RUN".into(),
+        "GPU-H".into(),
+        "PEAK/DECLARED".into(),
+        "UTIL".into(),
+        "COMMAND".into(),
+    ]];
+    for job in &finished {
+        let peak = job.peak_mib.values().copied().max().flatten();
+        let gpus = job.gpus.len().max(1) as f64;
+        rows.push([
+            job.no.to_string(),
+            job.state.as_str().to_string(),
+            match (job.queued, job.started) {
+                (Some(q), Some(s)) => human_duration(s - q),
+                _ => "-".into(),
+            },
+            job.duration_s
+                .filter(|_| job.started.is_some())
+                .map_or("-".into(), human_duration),
+            job.duration_s
+                .filter(|_| job.started.is_some())
+                .map_or("-".into(), |d| format!("{:.3}", d * gpus / 3600.0)),
+            format!(
+                "{} / {}",
+                peak.map_or("n/a".into(), |p| format!("{p}")),
+                job.vram_mib.map_or("-".into(), |v| format!("{v} MiB"))
+            ),
+            job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
+            job.command.clone(),
+        ]);
+    }
+    let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
+    out.push_str(&table(&rows, width));
+    for job in doc.jobs.iter().filter(|j| j.preempted_s.is_some()) {
+        let _ = writeln!(
+            out,
+            "{}",
+            report::shorten(
+                &format!(
+                    "job {} was preempted: {} of run time redone",
+                    job.no,
+                    human_duration(job.preempted_s.unwrap_or(0.0))
+                ),
+                width
+            )
+        );
+    }
+    let mut gpu_rows = vec![[
+        "GPU".to_string(),
+        "BUSY".into(),
+        "MEAN VRAM".into(),
+        "NAME".into(),
+    ]];
+    for gpu in &doc.gpus {
+        gpu_rows.push([
+            gpu.index.to_string(),
+            gpu.busy_fraction
+                .map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
+            gpu.mean_used_mib
+                .map_or("-".into(), |m| format!("{m:.0} / {} MiB", gpu.total_mib)),
+            gpu.name.clone(),
+        ]);
+    }
+    // On a Slurm cluster there are no GPUs of ours to report.
+    if !doc.gpus.is_empty() {
+        out.push_str(&table(&gpu_rows, width));
+    }
+    out
+}
+
+/// Left-aligned columns separated by two spaces; the last column (the
+/// command) is cut with `…` so every line fits `width` characters.
+pub(crate) fn table<const N: usize>(rows: &[[String; N]], width: usize) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let used: usize = widths[..N - 1].iter().map(|w| w + 2).sum();
+    let last = width.saturating_sub(used).max(12);
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                line.push_str(&report::shorten(cell, last));
+            } else {
+                let _ = write!(line, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(&report::shorten(line.trim_end(), width));
+        out.push('\n');
+    }
+    out
+}

@@ -23,21 +23,7 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 /// Errors: `CUDA_VISIBLE_DEVICES` or `GPUSCHED_SIM_DIR` missing or malformed,
 /// or the report file cannot be written.
 pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES")
-        .context("CUDA_VISIBLE_DEVICES is not set: run simjob as a job of `gpusched --sim N`")?;
-    let gpus: Vec<String> = visible
-        .split(',')
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<u32>()
-                .map(|i| i.to_string())
-                .map_err(|_| anyhow::anyhow!("CUDA_VISIBLE_DEVICES has '{s}', not a GPU index"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    if gpus.is_empty() {
-        bail!("CUDA_VISIBLE_DEVICES is empty: no GPU to use");
-    }
+    let gpus = visible_gpus()?;
     let dir = PathBuf::from(
         std::env::var_os("GPUSCHED_SIM_DIR")
             .context("GPUSCHED_SIM_DIR is not set: run simjob as a job of `gpusched --sim N`")?,
@@ -125,6 +111,30 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
         return Ok(1);
     }
     Ok(i32::from(args.exit_code))
+}
+
+/// The GPU indices of `CUDA_VISIBLE_DEVICES`, as the sim reports name
+/// them.
+///
+/// Errors: the variable is missing, empty, or holds something else than
+/// GPU indices.
+fn visible_gpus() -> anyhow::Result<Vec<String>> {
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES")
+        .context("CUDA_VISIBLE_DEVICES is not set: run simjob as a job of `gpusched --sim N`")?;
+    let gpus: Vec<String> = visible
+        .split(',')
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u32>()
+                .map(|i| i.to_string())
+                .map_err(|_| anyhow::anyhow!("CUDA_VISIBLE_DEVICES has '{s}', not a GPU index"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if gpus.is_empty() {
+        bail!("CUDA_VISIBLE_DEVICES is empty: no GPU to use");
+    }
+    Ok(gpus)
 }
 
 /// How the fake job's loop ended.

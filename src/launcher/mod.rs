@@ -77,6 +77,7 @@ pub enum Starting {
 }
 
 /// An attempt held at its gate, ready to be journaled and released.
+#[derive(Debug, Clone, Copy)]
 pub enum Ready {
     /// The job waits at its supervisor's gate.
     Local {

@@ -40,28 +40,7 @@ impl Scheduler {
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
 
-        // The jobs file must be readable and valid to start (SPEC §7: exit 2).
-        let bytes = std::fs::read(&jobs_path).map_err(|e| {
-            Error::JobsFile(format!(
-                "cannot read jobs file {}: {e}",
-                jobs_path.display()
-            ))
-        })?;
-        let text = jobspec::decode(bytes)
-            .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
-        let mut specs = jobspec::parse_jobs(&text)
-            .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
-        // The text is not kept: a million-line file is 40 MB, and the
-        // journal is opened next.
-        let (text_len, text_hash) = (text.len(), super::phases::TextHash::of(&text));
-        drop(text);
-        if specs.is_empty() && !cfg.watch {
-            return Err(Error::JobsFile(format!(
-                "{} has no jobs (add one command per line, or use --watch to wait for lines)",
-                jobs_path.display()
-            ))
-            .into());
-        }
+        let (mut specs, text_len, text_hash) = read_first_jobs_file(&jobs_path, cfg.watch)?;
 
         // Before anything (the simulated GPUs' directory) is made in it.
         if cfg.log_dir.exists() {
@@ -73,15 +52,7 @@ impl Scheduler {
         } else {
             Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
         };
-        std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
-            Error::io(
-                format!("cannot create log directory {}", cfg.log_dir.display()),
-                e,
-            )
-        })?;
-        crate::files::check_own_dir(&cfg.log_dir, "log directory")?;
-        // Before anything in the directory is touched (SPEC §11).
-        let lock = SchedulerLock::acquire(&cfg.log_dir)?;
+        let lock = prepare_log_dir(&cfg.log_dir)?;
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -100,24 +71,8 @@ impl Scheduler {
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
 
         let mut scheduler = Scheduler {
-            jobs: JobsFile {
-                // Absolute, so commands run elsewhere find it in status.json.
-                path: absolute(&jobs_path),
-                specs: Vec::new(),
-                text_hash: None,
-                good_text: None,
-                legacy_keys_in_use: false,
-                last_error: None,
-                stamp: FileStamp::of(&jobs_path),
-                unsettled: None,
-                generation: 0,
-                after: HashMap::new(),
-                deps_in_file: Default::default(),
-                by_key: Default::default(),
-                done_prefix: Default::default(),
-                appended_from: None,
-                state_ids: Vec::new(),
-            },
+            // Absolute, so commands run elsewhere find it in status.json.
+            jobs: JobsFile::new(absolute(&jobs_path), FileStamp::of(&jobs_path)),
             cfg,
             control,
             _lock: lock,
@@ -164,27 +119,36 @@ impl Scheduler {
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
+        scheduler.take_over(&jobs_path)?;
+        Ok(scheduler)
+    }
 
-        let snapshot = scheduler.first_snapshot()?;
+    /// After the jobs file is installed: the first GPU snapshot, what
+    /// `pause` and `drain` left, and the attempts of an earlier scheduler.
+    ///
+    /// Errors: the GPUs cannot be read (exit 2); the journal cannot be
+    /// written.
+    fn take_over(&mut self, jobs_path: &std::path::Path) -> anyhow::Result<()> {
+        let snapshot = self.first_snapshot()?;
         say(&format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
             env!("CARGO_PKG_VERSION"),
-            scheduler.backend.describe(),
+            self.backend.describe(),
             jobs_path.display(),
-            scheduler.cfg.log_dir.display()
+            self.cfg.log_dir.display()
         ));
-        scheduler.cfg.place.drained_mask = scheduler.control.drained_mask();
-        scheduler.report_control();
+        self.cfg.place.drained_mask = self.control.drained_mask();
+        self.report_control();
         // Whatever it takes is followed by the orphans just below.
-        let _ = scheduler.adopt_unjournaled_submissions()?;
-        scheduler.adopt_orphans()?;
-        scheduler.report_resume();
+        let _ = self.adopt_unjournaled_submissions()?;
+        self.adopt_orphans()?;
+        self.report_resume();
         // The first round works from this snapshot rather than asking the
         // GPUs again; taken in after the orphans, so their memory is theirs.
-        scheduler.record_snapshot(snapshot);
-        scheduler.gpu.last_sample = Some(Instant::now());
-        scheduler.sample_now = false;
-        Ok(scheduler)
+        self.record_snapshot(snapshot);
+        self.gpu.last_sample = Some(Instant::now());
+        self.sample_now = false;
+        Ok(())
     }
 
     /// The first GPU snapshot, which must work: it tells us the GPUs
@@ -281,6 +245,51 @@ fn config(args: &RunArgs) -> Config {
         reserve_after: Duration::from_secs_f64(args.reserve_after),
         auto_vram: args.auto_vram,
     }
+}
+
+/// Creates the log directory if needed, checks that it is ours
+/// (docs/BEHAVIOUR.md "Files in shared directories") and takes its lock
+/// before anything in it is touched.
+///
+/// Errors: it cannot be created; it belongs to another user or is
+/// writable by all without the sticky bit (exit 2); another scheduler
+/// holds it (exit 2).
+fn prepare_log_dir(log_dir: &std::path::Path) -> anyhow::Result<SchedulerLock> {
+    std::fs::create_dir_all(log_dir).map_err(|e| {
+        Error::io(
+            format!("cannot create log directory {}", log_dir.display()),
+            e,
+        )
+    })?;
+    crate::files::check_own_dir(log_dir, "log directory")?;
+    Ok(SchedulerLock::acquire(log_dir)?)
+}
+
+/// Reads and parses the jobs file at start: it must be readable and valid
+/// (exit 2 otherwise), and hold a job unless `watch`. Returns the jobs and
+/// the text's length and hash; the text itself is not kept (a
+/// million-line file is 40 MB, and the journal is opened next).
+///
+/// Errors: [`Error::JobsFile`] naming the file, and the line for a bad one.
+fn read_first_jobs_file(
+    path: &std::path::Path,
+    watch: bool,
+) -> anyhow::Result<(Vec<crate::jobspec::JobSpec>, usize, u64)> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", path.display())))?;
+    let text =
+        jobspec::decode(bytes).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
+    let specs = jobspec::parse_jobs(&text)
+        .map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
+    let (text_len, text_hash) = (text.len(), super::phases::TextHash::of(&text));
+    if specs.is_empty() && !watch {
+        return Err(Error::JobsFile(format!(
+            "{} has no jobs (add one command per line, or use --watch to wait for lines)",
+            path.display()
+        ))
+        .into());
+    }
+    Ok((specs, text_len, text_hash))
 }
 
 /// Opens the journal (removing it first with `--fresh`) and replays it,

@@ -336,6 +336,28 @@ pub struct JobsFile {
 pub const NO_STATE: u32 = u32::MAX;
 
 impl JobsFile {
+    /// The jobs file at `path` (absolute), not read yet; `stamp` is its
+    /// state on disk now.
+    pub fn new(path: PathBuf, stamp: Option<FileStamp>) -> JobsFile {
+        JobsFile {
+            path,
+            specs: Vec::new(),
+            text_hash: None,
+            good_text: None,
+            legacy_keys_in_use: false,
+            last_error: None,
+            stamp,
+            unsettled: None,
+            generation: 0,
+            after: HashMap::new(),
+            deps_in_file: Default::default(),
+            by_key: Default::default(),
+            done_prefix: Default::default(),
+            appended_from: None,
+            state_ids: Vec::new(),
+        }
+    }
+
     /// The line of job `key`, if it is in the file.
     pub fn spec(&self, key: &str) -> Option<&JobSpec> {
         self.index_of(key).map(|i| &self.specs[i])

@@ -160,6 +160,24 @@ struct Line<'a> {
     peak_mib: Option<HashMap<Cow<'a, str>, Option<u64>>>,
 }
 
+impl Attempt {
+    /// The attempt a `started` line opens, of job `no` running `command`;
+    /// running until a later line ends it.
+    fn started(line: &Line, no: u32, command: String) -> Attempt {
+        Attempt {
+            no,
+            command,
+            attempt: line.attempt.unwrap_or(1),
+            gpus: line.gpus.clone().unwrap_or_default(),
+            start: line.ts,
+            end: line.ts,
+            outcome: Outcome::Running,
+            vram_mib: line.vram_mib,
+            peak_mib: None,
+        }
+    }
+}
+
 /// Builds a run from the journal's lines (bytes of `journal.jsonl`, torn
 /// lines skipped), the usage samples, the GPUs' sizes when known (MiB),
 /// and the time the records were read (Unix seconds).
@@ -201,20 +219,7 @@ pub fn build(
                 // A start after a start: the scheduler died in between.
                 close(&mut open, Outcome::Interrupted, None, &mut run);
                 let (no, command) = jobs.get(key).cloned().unwrap_or_default();
-                open.insert(
-                    key.to_string(),
-                    Attempt {
-                        no,
-                        command,
-                        attempt: line.attempt.unwrap_or(1),
-                        gpus: line.gpus.clone().unwrap_or_default(),
-                        start: line.ts,
-                        end: line.ts,
-                        outcome: Outcome::Running,
-                        vram_mib: line.vram_mib,
-                        peak_mib: None,
-                    },
-                );
+                open.insert(key.to_string(), Attempt::started(&line, no, command));
             }
             "oom" | "preempted" => {
                 let (kind, outcome) = if line.event == "oom" {
@@ -261,6 +266,15 @@ pub fn build(
     run.attempts
         .sort_by(|a, b| a.start.total_cmp(&b.start).then(a.no.cmp(&b.no)));
     curves(&mut run, samples);
+    frame(&mut run, samples, now);
+    run
+}
+
+/// Sets the run's time span (its first start or sample to its last end or
+/// sample; `now` when it has none) and the GPUs' sizes: every GPU seen
+/// gets a lane, and one of unknown size the most memory ever seen in use
+/// there.
+fn frame(run: &mut Run, samples: &[usage::Sample], now: f64) {
     let seen_gpus: Vec<u32> = run
         .attempts
         .iter()
@@ -287,7 +301,6 @@ pub fn build(
         };
         *total = (peak(&run.ours) + peak(&run.others)).max(1);
     }
-    run
 }
 
 /// Our jobs' summed memory and others' memory per GPU, as step curves.

@@ -108,7 +108,6 @@ impl Scheduler {
         facts: &EndFacts,
         duration_s: f64,
     ) -> anyhow::Result<()> {
-        let exit = facts.exit;
         let peaks: BTreeMap<u32, Option<u64>> = job
             .gpus
             .iter()
@@ -141,6 +140,8 @@ impl Scheduler {
                         "↻ job {}: Slurm cancelled it with its failed dependency, which runs again; it is submitted again after it",
                         job.no
                     ));
+                } else if let Some(words) = &facts.words {
+                    say(&format!("job {}: {words}; it runs again", job.no));
                 } else {
                     say(&format!(
                         "job {} from a previous scheduler ended (process group {} is gone); its outcome is unknown, so it runs again",
@@ -151,61 +152,93 @@ impl Scheduler {
             Outcome::OomRetry {
                 attempts,
                 next_vram_mib,
-            } => {
-                self.journal.append(
-                    key,
-                    Event::Oom {
-                        attempts,
-                        next_vram: next_vram_mib,
-                    },
-                )?;
-                let allowed = self
-                    .jobs
-                    .spec(key)
-                    .and_then(|s| s.retries())
-                    .unwrap_or(self.cfg.oom_retries);
-                warn(&format!(
-                    "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",
-                    job.no,
-                    report::human_duration(duration_s),
-                    report::peaks_text(&peaks),
-                    next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
-                ));
-                self.learn_from_oom(key, next_vram_mib);
-            }
+            } => self.record_oom_retry(key, job, attempts, next_vram_mib, &peaks, duration_s)?,
             Outcome::Done(status) => {
-                let returncode = exit.map(Exit::returncode);
-                let avg_util = job.usage.avg_util();
-                self.record_done(
-                    key,
-                    Done {
-                        status,
-                        returncode,
-                        peaks: &peaks,
-                        avg_util,
-                        duration_s,
-                        slurm_state: job.proc.final_state(),
-                    },
-                )?;
-                if status == DoneStatus::Ok {
-                    self.learn_from_ok(key, job.usage.peak_max_mib());
-                }
-                say(&report::completion_line(&CompletionLine {
-                    no: job.no,
-                    status,
-                    duration_s,
-                    exit_text: facts.words.clone().unwrap_or_else(|| {
-                        exit.map_or("exit status unknown".into(), Exit::describe)
-                    }),
-                    peaks: &peaks,
-                    avg_util,
-                    samples: job.usage.samples,
-                    vram_mib: job.vram_mib,
-                    tolerance: self.cfg.tolerance,
-                    log: Some(&job.log_path),
-                }));
+                self.record_finished(key, job, status, facts, &peaks, duration_s)?;
             }
         }
+        Ok(())
+    }
+
+    /// Journals and says a CUDA OOM that is retried with `next_vram_mib`.
+    ///
+    /// Errors: the journal cannot be written.
+    fn record_oom_retry(
+        &mut self,
+        key: &str,
+        job: &Running,
+        attempts: u32,
+        next_vram_mib: Option<u64>,
+        peaks: &BTreeMap<u32, Option<u64>>,
+        duration_s: f64,
+    ) -> anyhow::Result<()> {
+        self.journal.append(
+            key,
+            Event::Oom {
+                attempts,
+                next_vram: next_vram_mib,
+            },
+        )?;
+        let allowed = self
+            .jobs
+            .spec(key)
+            .and_then(|s| s.retries())
+            .unwrap_or(self.cfg.oom_retries);
+        warn(&format!(
+            "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",
+            job.no,
+            report::human_duration(duration_s),
+            report::peaks_text(peaks),
+            next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
+        ));
+        self.learn_from_oom(key, next_vram_mib);
+        Ok(())
+    }
+
+    /// Journals and says an attempt that ended for good with `status`.
+    ///
+    /// Errors: the journal cannot be written.
+    fn record_finished(
+        &mut self,
+        key: &str,
+        job: &Running,
+        status: DoneStatus,
+        facts: &EndFacts,
+        peaks: &BTreeMap<u32, Option<u64>>,
+        duration_s: f64,
+    ) -> anyhow::Result<()> {
+        let exit = facts.exit;
+        let returncode = exit.map(Exit::returncode);
+        let avg_util = job.usage.avg_util();
+        self.record_done(
+            key,
+            Done {
+                status,
+                returncode,
+                peaks,
+                avg_util,
+                duration_s,
+                slurm_state: job.proc.final_state(),
+            },
+        )?;
+        if status == DoneStatus::Ok {
+            self.learn_from_ok(key, job.usage.peak_max_mib());
+        }
+        say(&report::completion_line(&CompletionLine {
+            no: job.no,
+            status,
+            duration_s,
+            exit_text: facts
+                .words
+                .clone()
+                .unwrap_or_else(|| exit.map_or("exit status unknown".into(), Exit::describe)),
+            peaks,
+            avg_util,
+            samples: job.usage.samples,
+            vram_mib: job.vram_mib,
+            tolerance: self.cfg.tolerance,
+            log: Some(&job.log_path),
+        }));
         Ok(())
     }
 

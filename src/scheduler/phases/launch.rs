@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
 use crate::journal::{Event, Record, now_ts};
-use crate::launcher::{Attempt, Starting};
+use crate::launcher::{Attempt, Ready, Starting};
 use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
 use crate::process::{self, Pgid};
@@ -144,6 +144,30 @@ impl Scheduler {
         &mut self,
         launches: Vec<Launch>,
     ) -> anyhow::Result<()> {
+        let ready = self.wait_at_gates(launches)?;
+        let boot_id = process::boot_id();
+        self.journal_starts(&ready, &boot_id)?;
+        if let Some(supervisor) = self.launcher.supervisor() {
+            self.wakes.watch_supervisor(supervisor);
+        }
+        let mut to_release = Vec::new();
+        for (launch, started_job) in ready {
+            self.release(launch, started_job, &boot_id, &mut to_release);
+        }
+        if let Err(e) = self.launcher.release_all(&to_release) {
+            warn(&format!(
+                "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits until each launched job is held at its gate; a job whose
+    /// supervisor died stays pending, one that could not be started ends
+    /// `failed` (with the reason in its log).
+    ///
+    /// Errors: the journal cannot be written.
+    fn wait_at_gates(&mut self, launches: Vec<Launch>) -> anyhow::Result<Vec<(Launch, Ready)>> {
         let mut ready = Vec::with_capacity(launches.len());
         for mut launch in launches {
             let Some(spawning) = launch.spawning.take() else {
@@ -162,11 +186,27 @@ impl Scheduler {
                 }
                 Err(e) => {
                     warn(&format!("cannot start job {}: {e}", launch.no));
+                    let _ = files::append_to(
+                        &launch.log_path,
+                        format!("gpusched: cannot start the job: {e}\n").as_bytes(),
+                    );
                     self.record_unrun(&launch.spec.key, DoneStatus::Failed)?;
                 }
             }
         }
-        let boot_id = process::boot_id();
+        Ok(ready)
+    }
+
+    /// Journals the `started` events of a round's jobs held at their
+    /// gates, with one fsync; if that fails every one is abandoned there
+    /// (it never ran).
+    ///
+    /// Errors: the journal cannot be written.
+    fn journal_starts(
+        &mut self,
+        ready: &[(Launch, Ready)],
+        boot_id: &Option<String>,
+    ) -> anyhow::Result<()> {
         let ts = now_ts();
         let records: Vec<Record> = ready
             .iter()
@@ -194,85 +234,86 @@ impl Scheduler {
             })
             .collect();
         if let Err(e) = self.journal.append_all(&records) {
+            // The jobs stay at their gates: abandon them there.
             for (_, started) in ready {
-                self.launcher.abandon(started);
+                self.launcher.abandon(*started);
             }
             return Err(e);
         }
-        if let Some(supervisor) = self.launcher.supervisor() {
-            self.wakes.watch_supervisor(supervisor);
-        }
-        let mut to_release = Vec::new();
-        for (launch, started_job) in ready {
-            let started = Instant::now();
-            match self.launcher.release(&started_job) {
-                Ok(id) => to_release.extend(id),
-                Err(e) => warn(&format!(
-                    "job {}'s supervisor is gone before the start: {e}",
-                    launch.no
-                )),
-            }
-            self.dispatched_this_run += 1;
-            if let Some((family, p)) = &launch.learned {
-                let entry = self.learned.this_run.entry(family.clone()).or_default();
-                entry.0 = entry.0.max(p.mib);
-            }
-            let handle = started_job.handle();
-            let place = match handle.slurm_job_id {
-                Some(id) => format!("submitted to Slurm as job {id}"),
-                None => format!("started on GPU {}", report::gpu_ids(&launch.gpus, ",")),
-            };
-            say(&format!(
-                "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
-                launch.no,
-                launch.dispatched,
-                self.jobs.specs.len(),
-                launch.vram_text,
-                if launch.attempt > 1 {
-                    format!(", attempt {}", launch.attempt)
-                } else {
-                    String::new()
-                },
-                launch.spec.command
-            ));
-            let pgid = Pgid(handle.pgid);
-            let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
-            let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
-            self.running.insert(
-                launch.spec.key.clone(),
-                Running {
-                    no: launch.no,
-                    command: launch.spec.command.clone(),
-                    gpus: launch.gpus,
-                    vram_mib: launch.request.vram_mib,
-                    attempt: launch.attempt,
-                    pgid,
-                    started,
-                    log_path: launch.log_path,
-                    log_offset: launch.log_offset,
-                    exit_record: launch.exit_record,
-                    proc,
-                    usage: Usage::default(),
-                    timeout_at: timeout_s
-                        .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
-                    kill: None,
-                    progress: None,
-                    learned: launch.learned,
-                    unrecorded: false,
-                    booked_since_ms: if self.starting_since_ms > 0 {
-                        self.starting_since_ms
-                    } else {
-                        crate::ledger::store::now_ms()
-                    },
-                },
-            );
-        }
-        if let Err(e) = self.launcher.release_all(&to_release) {
-            warn(&format!(
-                "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
-            ));
-        }
         Ok(())
+    }
+
+    /// Lets one journaled job run, says so, and takes it as running (a
+    /// Slurm job's id goes to `to_release`, released with the round's).
+    fn release(
+        &mut self,
+        launch: Launch,
+        started_job: Ready,
+        boot_id: &Option<String>,
+        to_release: &mut Vec<u64>,
+    ) {
+        let started = Instant::now();
+        match self.launcher.release(&started_job) {
+            Ok(id) => to_release.extend(id),
+            Err(e) => warn(&format!(
+                "job {}'s supervisor is gone before the start: {e}",
+                launch.no
+            )),
+        }
+        self.dispatched_this_run += 1;
+        if let Some((family, p)) = &launch.learned {
+            let entry = self.learned.this_run.entry(family.clone()).or_default();
+            entry.0 = entry.0.max(p.mib);
+        }
+        let handle = started_job.handle();
+        let place = match handle.slurm_job_id {
+            Some(id) => format!("submitted to Slurm as job {id}"),
+            None => format!("started on GPU {}", report::gpu_ids(&launch.gpus, ",")),
+        };
+        say(&format!(
+            "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
+            launch.no,
+            launch.dispatched,
+            self.jobs.specs.len(),
+            launch.vram_text,
+            if launch.attempt > 1 {
+                format!(", attempt {}", launch.attempt)
+            } else {
+                String::new()
+            },
+            launch.spec.command
+        ));
+        let pgid = Pgid(handle.pgid);
+        let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
+        let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
+        self.running.insert(
+            launch.spec.key.clone(),
+            Running {
+                no: launch.no,
+                command: launch.spec.command.clone(),
+                gpus: launch.gpus,
+                vram_mib: launch.request.vram_mib,
+                attempt: launch.attempt,
+                pgid,
+                started,
+                log_path: launch.log_path,
+                log_offset: launch.log_offset,
+                exit_record: launch.exit_record,
+                proc,
+                usage: Usage::default(),
+                timeout_at: timeout_s
+                    .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
+                kill: None,
+                progress: None,
+                learned: launch.learned,
+                unrecorded: false,
+                booked_since_ms: if self.starting_since_ms > 0 {
+                    self.starting_since_ms
+                } else {
+                    crate::ledger::store::now_ms()
+                },
+            },
+        );
     }
 
     /// A job's environment (SPEC §3): `CUDA_VISIBLE_DEVICES`,

@@ -154,18 +154,8 @@ impl History {
 
 /// The entries of complete lines, and how many lines were skipped.
 fn parse(bytes: &[u8]) -> (Vec<Entry>, usize) {
-    let mut entries = Vec::new();
-    let mut bad = 0;
-    for line in bytes.split(|&b| b == b'\n') {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<Entry>(line) {
-            Ok(entry) => entries.push(entry),
-            Err(_) => bad += 1,
-        }
-    }
-    (entries, bad)
+    let parsed = crate::jsonl::parse(bytes);
+    (parsed.records, parsed.skipped)
 }
 
 #[cfg(test)]

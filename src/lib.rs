@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod history;
 pub mod jobspec;
 pub mod journal;
+pub mod jsonl;
 pub mod launcher;
 pub mod ledger;
 pub mod lockfile;

@@ -92,10 +92,7 @@ impl JobIndex {
     /// Folds journal lines into jobs.
     pub fn parse(text: &[u8]) -> JobIndex {
         let mut by_key: HashMap<String, IndexedJob> = HashMap::new();
-        for line in text.split(|&b| b == b'\n') {
-            let Ok(record) = serde_json::from_slice::<Value>(line) else {
-                continue;
-            };
+        for record in crate::jsonl::parse::<Value>(text).records {
             let (Some(key), Some(event)) = (record["key"].as_str(), record["event"].as_str())
             else {
                 continue;
@@ -264,10 +261,7 @@ impl JournalTail {
             return Vec::new();
         };
         self.position += end as u64 + 1;
-        bytes[..end]
-            .split(|&b| b == b'\n')
-            .filter_map(|line| serde_json::from_slice(line).ok())
-            .collect()
+        crate::jsonl::parse(&bytes[..end]).records
     }
 }
 

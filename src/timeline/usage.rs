@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Longest time (seconds) between two samples of one series.
@@ -141,26 +141,8 @@ fn push(out: &mut Vec<u8>, ts: f64, (gpu, key): &(u32, Option<String>), mib: u64
 /// Every sample of a log directory's record (older part first), skipping
 /// torn or garbled lines; with how many were skipped.
 pub fn read(log_dir: &Path) -> (Vec<Sample>, usize) {
-    let mut samples = Vec::new();
-    let mut bad = 0;
-    for path in [rotated_path(log_dir), path(log_dir)] {
-        let Ok(file) = File::open(&path) else {
-            continue;
-        };
-        for line in std::io::BufReader::new(file).split(b'\n') {
-            let Ok(line) = line else {
-                break;
-            };
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice::<Sample>(&line) {
-                Ok(sample) => samples.push(sample),
-                Err(_) => bad += 1,
-            }
-        }
-    }
-    (samples, bad)
+    let parsed = crate::jsonl::read_all(&[&rotated_path(log_dir), &path(log_dir)]);
+    (parsed.records, parsed.skipped)
 }
 
 #[cfg(test)]

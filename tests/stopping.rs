@@ -15,12 +15,15 @@ use std::time::{Duration, Instant};
 
 /// `n` short jobs; each writes `<i> start <ns>` and `<i> end <ns>` to
 /// `marks` (nanoseconds since the epoch, as `date +%s%N` prints them).
+/// The end mark is the job's last act: the shell becomes `date` (`exec`),
+/// which takes the time, writes it and exits, so a job whose end mark is
+/// older than a kill had exited before that kill.
 fn marked_jobs(n: usize, dir: &std::path::Path) -> String {
     let marks = dir.join("marks");
     (1..=n)
         .map(|i| {
             format!(
-                "[vram=100M] echo {i} start $(date +%s%N) >> {m}; sleep 0.{}; echo {i} end $(date +%s%N) >> {m}\n",
+                "[vram=100M] echo {i} start $(date +%s%N) >> {m}; sleep 0.{}; exec date '+{i} end %s%N' >> {m}\n",
                 i % 4 + 1,
                 m = marks.display()
             )
@@ -72,16 +75,17 @@ fn attempts_without_an_end(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// The stop under load: hundreds of jobs starting and running, then one
-/// Ctrl-C (or `gpusched stop`). The scheduler ends within the grace plus
-/// a second (10 + 1 s; generous slack for a loaded machine), and every
-/// attempt has an end in the journal.
+/// The stop under load: 600 jobs, the stop asked for the moment the first
+/// round's starts are journaled — while hundreds of jobs are being let go
+/// from their gates, starting and running. The scheduler ends within the
+/// grace plus a second (10 + 1 s; generous slack for a loaded machine),
+/// and every attempt has an end in the journal.
 fn stop_under_load(stop: impl FnOnce(&Env, &Sched)) {
     let env = Env::new("");
-    env.write_jobs(&marked_jobs(400, env.dir.path()));
+    env.write_jobs(&marked_jobs(600, env.dir.path()));
     let sched = env.spawn(&["--sim", "4", "--poll", "0.2"]);
-    wait_for("a hundred jobs running", &mut || {
-        read_marks(&env).len() >= 100
+    wait_for("the first round's starts", &mut || {
+        !env.events("started").is_empty()
     });
     let asked = Instant::now();
     stop(&env, &sched);
@@ -101,6 +105,11 @@ fn stop_under_load(stop: impl FnOnce(&Env, &Sched)) {
     );
     let started = env.events("started").len();
     assert!(started >= 100, "{started} started");
+    assert!(
+        out.stdout.contains("stopping ") && out.stdout.contains(" running job(s)"),
+        "{}",
+        out.stdout
+    );
     // Nothing of ours runs on.
     let pids: Vec<i64> = env
         .events("started")
@@ -165,17 +174,18 @@ fn a_second_ctrl_c_ends_the_scheduler_at_once() {
 #[test]
 fn no_job_that_finished_before_a_ctrl_c_runs_again() {
     let env = Env::new("");
-    env.write_jobs(&marked_jobs(300, env.dir.path()));
+    env.write_jobs(&marked_jobs(600, env.dir.path()));
     let mut signals = Vec::new();
     let mut outputs = Vec::new();
-    for round in 0..6u64 {
+    for round in 0..8u64 {
         let started_before = env.events("started").len();
         let sched = env.spawn(&["--sim", "4", "--poll", "0.2"]);
         // Its signal handlers are set up before its first start.
         wait_for("this round's first start", &mut || {
             env.events("started").len() > started_before || !sched.child_is_running()
         });
-        std::thread::sleep(Duration::from_millis(50 + 120 * round));
+        // Into the flood of ends: the round's jobs run 0.1 to 0.4 s.
+        std::thread::sleep(Duration::from_millis(150 + 50 * (round % 6)));
         if !sched.child_is_running() {
             sched.finish();
             break;
@@ -195,11 +205,12 @@ fn no_job_that_finished_before_a_ctrl_c_runs_again() {
     let out = env.run(&["--sim", "4", "--poll", "0.2"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     let marks = read_marks(&env);
-    assert_eq!(marks.len(), 300);
-    // 100 ms: the shell takes its last timestamp, writes it and exits; on
-    // a loaded machine that can take a while, and a kill that reached it
-    // in between rightly runs it again.
-    let margin = 100_000_000;
+    assert_eq!(marks.len(), 600);
+    // Half a second: between its end mark and its exit a job is one
+    // process returning from write(2), but with hundreds of jobs starting
+    // on two cores (and other tests beside this one) it can wait that long
+    // to run, and a kill that reached it in between rightly runs it again.
+    let margin = 500_000_000;
     for (no, (starts, ends)) in &marks {
         assert!(!ends.is_empty(), "job {no} never finished");
         let first_end = *ends.iter().min().unwrap();

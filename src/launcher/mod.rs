@@ -515,3 +515,6 @@ fn facts_of_record(record: &ExitRecord, kill: Option<KillReason>) -> EndFacts {
         start_error: record.start_error.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Env, bin, journal_with_orphan, wait_for};
+use common::{Env, bin, journal_with_orphan, spawn_supervisor, wait_for};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -216,13 +216,7 @@ fn a_killed_supervisor_leaves_its_jobs_running_and_watched() {
 fn the_supervisor_records_what_no_scheduler_took() {
     use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
-    let mut supervisor = Command::new(bin())
-        .arg("__supervise")
-        .current_dir(dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut supervisor, mut to, mut from) = spawn_supervisor(dir.path());
     let record = |id: u64| dir.path().join(format!("exits/k{id}.1.json"));
     let start = |id: u64, command: &str| {
         json!({"start": {"id": id, "job": {
@@ -230,8 +224,6 @@ fn the_supervisor_records_what_no_scheduler_took() {
             "record": record(id), "key": format!("k{id}"), "attempt": 1,
         }}})
     };
-    let mut to = supervisor.stdin.take().unwrap();
-    let mut from = std::io::BufReader::new(supervisor.stdout.take().unwrap());
     let mut reply = || {
         let mut line = String::new();
         from.read_line(&mut line).unwrap();

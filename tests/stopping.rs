@@ -264,13 +264,7 @@ fn no_job_that_finished_before_a_ctrl_c_runs_again() {
 fn the_supervisor_reaps_before_it_signals() {
     use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
-    let mut supervisor = Command::new(bin())
-        .arg("__supervise")
-        .current_dir(dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut supervisor, mut to, mut from) = spawn_supervisor(dir.path());
     let spid = nix::unistd::Pid::from_raw(supervisor.id() as i32);
     let start = |id: u64, command: &str| {
         json!({"start": {"id": id, "job": {
@@ -279,8 +273,6 @@ fn the_supervisor_reaps_before_it_signals() {
             "key": format!("k{id}"), "attempt": 1,
         }}})
     };
-    let mut to = supervisor.stdin.take().unwrap();
-    let mut from = std::io::BufReader::new(supervisor.stdout.take().unwrap());
     let mut reply = || {
         let mut line = String::new();
         from.read_line(&mut line).unwrap();

@@ -169,16 +169,21 @@ impl Wakes {
             let Ok(event) = event else {
                 return;
             };
-            let ours = event
-                .paths
-                .iter()
-                .any(|p| p.file_name() == Some(own.as_os_str()));
-            let gone = matches!(
-                event.kind,
-                notify::EventKind::Remove(_)
-                    | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
-            );
-            if ours && gone {
+            use notify::EventKind;
+            use notify::event::{ModifyKind, RenameMode};
+            let is_own = |p: &PathBuf| p.file_name() == Some(own.as_os_str());
+            // Our own publication renames a new file *to* our name: not a
+            // reason to wake. Removing it, or renaming it away, is.
+            let gone = match event.kind {
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+                    event.paths.iter().any(is_own)
+                }
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                    event.paths.first().is_some_and(is_own)
+                }
+                _ => false,
+            };
+            if gone {
                 let _ = tx.send(Wake::LedgerFile);
             }
         })

@@ -395,3 +395,25 @@ pub fn journal_with_orphan(
     .unwrap();
     key
 }
+
+/// `gpusched __supervise` on its own in `dir`, as the scheduler starts it:
+/// the process, its stdin (the scheduler's requests) and its stdout (the
+/// replies, read line by line).
+pub fn spawn_supervisor(
+    dir: &std::path::Path,
+) -> (
+    Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut supervisor = Command::new(bin())
+        .arg("__supervise")
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let to = supervisor.stdin.take().unwrap();
+    let from = std::io::BufReader::new(supervisor.stdout.take().unwrap());
+    (supervisor, to, from)
+}

@@ -30,6 +30,10 @@ impl Scheduler {
             .map(|(k, s)| (k.to_string(), s.clone()))
             .collect();
         let mut adopted_any = false;
+        // One read of /proc for every orphan.
+        let table = (!started.is_empty())
+            .then(ProcTable::scan)
+            .unwrap_or_default();
         for (key, state) in started {
             let Phase::Started(info) = &state.phase else {
                 continue;
@@ -44,7 +48,7 @@ impl Scheduler {
                 continue;
             }
             // Liveness first: a supervisor writes its record before it exits.
-            let alive = adopted_alive(&running, &ProcTable::scan());
+            let alive = adopted_alive(&running, &table);
             let record = ExitRecord::read(&running.exit_record);
             if record.as_ref().is_some_and(|r| r.never_ran) {
                 self.journal.append(&key, Event::Interrupted {})?;

@@ -490,6 +490,27 @@ pub fn subcommand_typo(word: &str) -> Option<String> {
         .map(|(_, name)| name)
 }
 
+/// The error for a first argument that names no file but looks like a
+/// mistyped subcommand (`gpusched cancle 3`), whatever follows it; `None`
+/// when it is a file, or like no subcommand.
+pub fn typo_error(first: &std::ffi::OsStr) -> Option<crate::error::Error> {
+    use clap::CommandFactory;
+    let word = first.to_str()?;
+    // A subcommand itself (hidden ones too), an option, or a file.
+    if word.starts_with('-')
+        || word == SUPERVISE
+        || Cli::command().find_subcommand(word).is_some()
+        || std::path::Path::new(first).exists()
+    {
+        return None;
+    }
+    let name = subcommand_typo(word)?;
+    Some(crate::error::Error::Usage(format!(
+        "no command or jobs file named '{}': did you mean `gpusched {name}`? (see `gpusched --help`)",
+        first.to_string_lossy()
+    )))
+}
+
 /// A validated `--gpus` list: distinct indices, ascending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuList(pub Vec<u32>);
@@ -668,6 +689,15 @@ mod tests {
         assert_eq!(subcommand_typo("stauts").as_deref(), Some("status"));
         assert_eq!(subcommand_typo("cancle").as_deref(), Some("cancel"));
         assert_eq!(subcommand_typo("jobs.txt"), None);
+        for exact in [
+            "simjob", "status", "cancel", "ledger", "man", "--help", "-v",
+        ] {
+            assert!(
+                typo_error(std::ffi::OsStr::new(exact)).is_none(),
+                "{exact} is no typo"
+            );
+        }
+        assert!(typo_error(std::ffi::OsStr::new("cancle")).is_some());
         assert_eq!(subcommand_typo("experiments"), None);
         assert_eq!(
             subcommand_typo("__supervis"),

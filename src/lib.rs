@@ -39,15 +39,12 @@ use gpu::GpuBackend;
 /// Errors: [`error::Error`] (exit 2) for what the user must fix first;
 /// anything else is a failure of the machine (exit 1).
 pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
-    if let Some(path) = &args.jobs_file
-        && !path.exists()
-        && let Some(name) = path.to_str().and_then(cli::subcommand_typo)
+    if let Some(error) = args
+        .jobs_file
+        .as_ref()
+        .and_then(|path| cli::typo_error(path.as_os_str()))
     {
-        return Err(error::Error::Usage(format!(
-            "no command or jobs file named '{}': did you mean `gpusched {name}`? (see `gpusched --help`)",
-            path.display()
-        ))
-        .into());
+        return Err(error.into());
     }
     scheduler::run(args, open_backend)
 }

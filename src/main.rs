@@ -12,6 +12,14 @@ fn main() {
         let args = SuperviseArgs::parse_from(argv);
         finish(gpusched::process::supervisor::run(&args));
     }
+    // `gpusched cancle 3`: clap would take `cancle` for the jobs file and
+    // complain about `3`; say what was meant instead.
+    if let Some(error) = std::env::args_os()
+        .nth(1)
+        .and_then(|first| gpusched::cli::typo_error(&first))
+    {
+        finish(Err(error.into()));
+    }
     let cli = Cli::parse();
     gpusched::init_tracing();
     let result = match &cli.command {

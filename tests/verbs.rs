@@ -278,6 +278,13 @@ fn typos_and_usage_errors_exit_2() {
         text(&out.stderr).contains("did you mean `gpusched status`?"),
         "{out:?}"
     );
+    // A typo with arguments after it is still a typo, not a jobs file.
+    let out = run(&["cancle", "3"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("did you mean `gpusched cancel`?"),
+        "{out:?}"
+    );
     for args in [
         &["add"][..],
         &["cancel"],

@@ -10,20 +10,13 @@
 use super::index::{JobIndex, LastWord, find_jobs_file, specs_of};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
 use crate::cli::CancelArgs;
-use crate::error::Error;
 
 /// Cancels the job `args.job` names.
 ///
 /// Errors: [`Error::Usage`] for an unknown job or a log directory that does
 /// not exist; I/O errors on the log directory.
 pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
-    if !args.log_dir.is_dir() {
-        return Err(Error::Usage(format!(
-            "no log directory {}: is --log-dir right? (nothing was changed)",
-            args.log_dir.display()
-        ))
-        .into());
-    }
+    super::request::require_log_dir(&args.log_dir)?;
     let index = JobIndex::read(&args.log_dir)?;
     let specs = match &args.file {
         Some(file) => specs_of(file),

@@ -21,13 +21,7 @@ const PICKUP_WAIT: Duration = Duration::from_secs(10);
 /// typo must not create one and report success; nothing is created);
 /// the log directory cannot be written.
 pub fn run(log_dir: &Path, change: ControlChange) -> anyhow::Result<i32> {
-    if !log_dir.is_dir() {
-        return Err(Error::Usage(format!(
-            "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
-            log_dir.display()
-        ))
-        .into());
-    }
+    super::request::require_log_dir(log_dir)?;
     match SchedulerLock::acquire(log_dir) {
         Ok(lock) => {
             let (mut control, problem) = Control::load(log_dir);

@@ -56,6 +56,21 @@ impl JobRequest {
     }
 }
 
+/// Refuses a log directory that does not exist: a verb that changes a
+/// scheduler's state never creates one (a typo in `--log-dir` must not
+/// report success).
+///
+/// Errors: [`Error::Usage`] naming the directory.
+pub fn require_log_dir(log_dir: &Path) -> Result<(), Error> {
+    if log_dir.is_dir() {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
+        log_dir.display()
+    )))
+}
+
 /// The directory where commands leave requests for the scheduler.
 pub fn requests_dir(log_dir: &Path) -> PathBuf {
     log_dir.join("requests")
@@ -86,13 +101,7 @@ pub fn deliver(
     requests: &[JobRequest],
     unseen: &[(&str, &str)],
 ) -> anyhow::Result<Vec<Delivery>> {
-    if !log_dir.is_dir() {
-        return Err(Error::Usage(format!(
-            "no log directory {}: is --log-dir right? (nothing was changed)",
-            log_dir.display()
-        ))
-        .into());
-    }
+    require_log_dir(log_dir)?;
     let pid = match SchedulerLock::acquire(log_dir) {
         Ok(lock) => {
             let (mut journal, _) = Journal::open(&log_dir.join("journal.jsonl"))?;

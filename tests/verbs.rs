@@ -315,7 +315,10 @@ fn every_waiting_job_says_why() {
             || board.contains("needs 10752 MiB on 1 GPU; most free: GPU 1 0 MiB (closed)")
     });
     let board = env.board();
-    assert!(board.contains("needs 2560 MiB on 2 GPUs"), "{board}");
+    assert!(
+        board.contains("needs 2560 MiB on each of 2 GPUs; no GPU has room"),
+        "{board}"
+    );
     assert!(board.contains("headroom 0 MiB (closed)"), "{board}");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())

@@ -389,8 +389,10 @@ pub enum WaitReason {
         need_mib: u64,
         /// GPUs it needs.
         gpus: u32,
-        /// The allowed GPU with the most room for it: (index, headroom
-        /// MiB, 0 when closed to new jobs).
+        /// Allowed GPUs that have room for it now, by index.
+        room: Vec<u32>,
+        /// The allowed GPU without room that comes closest: (index,
+        /// headroom MiB, 0 when closed to new jobs).
         most_free: Option<(u32, u64)>,
     },
 }
@@ -433,17 +435,40 @@ impl std::fmt::Display for WaitReason {
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
             WaitReason::Headroom {
                 need_mib,
-                gpus,
+                gpus: 1,
                 most_free,
+                ..
             } => {
-                write!(
-                    f,
-                    "needs {need_mib} MiB on {gpus} GPU{}",
-                    if *gpus == 1 { "" } else { "s" }
-                )?;
+                write!(f, "needs {need_mib} MiB on 1 GPU")?;
                 match most_free {
                     Some((index, 0)) => write!(f, "; most free: GPU {index} 0 MiB (closed)"),
                     Some((index, mib)) => write!(f, "; most free: GPU {index} {mib} MiB"),
+                    None => Ok(()),
+                }
+            }
+            WaitReason::Headroom {
+                need_mib,
+                gpus,
+                room,
+                most_free,
+            } => {
+                write!(f, "needs {need_mib} MiB on each of {gpus} GPUs; ")?;
+                let list = room
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                match room.len() {
+                    0 => write!(f, "no GPU has room")?,
+                    1 => write!(f, "1 GPU has room (GPU {list})")?,
+                    n => write!(f, "{n} GPUs have room (GPU {list})")?,
+                }
+                match most_free {
+                    Some((index, 0)) => write!(f, "; GPU {index} is closed to new jobs"),
+                    Some((index, mib)) if room.is_empty() => {
+                        write!(f, "; most free: GPU {index} {mib} MiB")
+                    }
+                    Some((index, mib)) => write!(f, "; next best: GPU {index} {mib} MiB"),
                     None => Ok(()),
                 }
             }
@@ -515,15 +540,23 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
     }
     match request.vram_mib {
         None => WaitReason::IdleGpu { gpus: wanted },
-        Some(vram) => WaitReason::Headroom {
-            need_mib: vram.saturating_add(opts.margin_mib),
-            gpus: wanted,
-            most_free: gpus
+        Some(vram) => {
+            let need_mib = vram.saturating_add(opts.margin_mib);
+            type Rooms = Vec<(u32, u64)>;
+            let (room, short): (Rooms, Rooms) = gpus
                 .iter()
                 .filter(|g| request.may_use(g.index) && !is_drained(g.index, opts))
                 .map(|g| (g.index, open_headroom_mib(g, opts)))
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))),
-        },
+                .partition(|&(_, mib)| mib >= need_mib);
+            WaitReason::Headroom {
+                need_mib,
+                gpus: wanted,
+                room: room.into_iter().map(|(index, _)| index).collect(),
+                most_free: short
+                    .into_iter()
+                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))),
+            }
+        }
     }
 }
 

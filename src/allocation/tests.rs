@@ -405,6 +405,23 @@ fn wait_reasons_say_what_is_missing() {
         reason.to_string(),
         "needs 14848 MiB on 1 GPU; most free: GPU 1 9664 MiB"
     );
+    // Two GPUs wanted, one with room: how many have room, and which one
+    // comes closest of the rest (never "most free: the one with room").
+    let pair = Request {
+        vram_mib: Some(16384),
+        gpus: 2,
+        on_mask: None,
+    };
+    let gpus2 = [busy(0, 0), busy(1, 14336)];
+    assert_eq!(
+        wait_reason(&pair, &gpus2, &opts).to_string(),
+        "needs 16896 MiB on each of 2 GPUs; 1 GPU has room (GPU 0); next best: GPU 1 9664 MiB"
+    );
+    let gpus2 = [busy(0, 10000), busy(1, 14336)];
+    assert_eq!(
+        wait_reason(&pair, &gpus2, &opts).to_string(),
+        "needs 16896 MiB on each of 2 GPUs; no GPU has room; most free: GPU 0 14000 MiB"
+    );
     // A GPU held by an undeclared job shows 0, closed, not its free MiB.
     assert_eq!(open_headroom_mib(&gpus[0], &opts), 0);
     assert_eq!(

@@ -26,8 +26,14 @@ pub struct Attempt {
 /// A job's last word in the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LastWord {
-    /// Seen, requeued (`oom`, `interrupted`, `retry`): waiting.
+    /// Seen, never started: waiting.
     Waiting,
+    /// Its last attempt ended and the job waits to run again: the event
+    /// that said so (`oom`, `interrupted`, `preempted`, `retry`).
+    Requeued {
+        /// The journal event.
+        event: String,
+    },
     /// `started`, with no outcome yet.
     Started,
     /// `done`.
@@ -138,7 +144,14 @@ impl JobIndex {
                         duration_s: record["duration_s"].as_f64().unwrap_or(0.0),
                     }
                 }
-                _ => job.last = LastWord::Waiting,
+                "oom" | "interrupted" | "preempted" | "retry" => {
+                    job.last = LastWord::Requeued {
+                        event: event.to_string(),
+                    }
+                }
+                // Requests and reservations (`cancel`, `reserved`) are
+                // not outcomes.
+                _ => {}
             }
         }
         let mut jobs: Vec<IndexedJob> = by_key.into_values().collect();

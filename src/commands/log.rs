@@ -1,6 +1,7 @@
 //! `gpusched log JOB [-f] [--attempt K]` (SPEC §13): prints a job's output
 //! for one attempt (the last by default) from its log file, whichever GPUs
-//! it ran on; with `-f`, follows it until the attempt ends.
+//! it ran on; with `-f`, follows it until the attempt ends, then prints a
+//! line with its outcome and exits 0 only when it ended `ok`.
 
 use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
 use crate::cli::LogArgs;
@@ -12,7 +13,8 @@ use std::time::Duration;
 /// How often `-f` looks for new output and for the attempt's end.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
-/// Prints the log of the attempt asked for; follows it with `-f`.
+/// Prints the log of the attempt asked for; follows it with `-f`, ending
+/// with an outcome line (exit 1 when the attempt did not end `ok`).
 ///
 /// Errors: [`Error::Usage`] for an unknown job or attempt, or a job that
 /// has not started; I/O errors reading the log.
@@ -54,27 +56,117 @@ pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     let mut section = Section::new(job.no, start);
     section.copy_new(&mut file, &mut out)?;
-    let latest = job.attempts.last() == Some(attempt);
-    if !args.follow || !latest || job.last != LastWord::Started {
+    if !args.follow {
         return Ok(0);
     }
+    let (no, number, key) = (job.no, attempt.attempt, job.key.clone());
+    if job.attempts.last() != Some(attempt) {
+        println!(
+            "==== gpusched: job {no} attempt {number} ended; attempt {} followed (gpusched log {no} -f)",
+            number + 1
+        );
+        return Ok(1);
+    }
+    if job.last == LastWord::Started {
+        follow(args, &key, number, &mut file, &mut section, &mut out)?;
+    }
+    let last = outcome(&args.log_dir, &key);
+    let (line, code) = end_line(&last);
+    writeln!(out, "==== gpusched: job {no} attempt {number} {line}")?;
+    out.flush()?;
+    Ok(code)
+}
+
+/// How long `-f` waits, once the attempt's process has ended, for the
+/// scheduler to journal its outcome.
+const OUTCOME_WAIT: Duration = Duration::from_secs(30);
+
+/// Prints the attempt's new output until it ends: its exit record
+/// appears, the journal records an outcome for it, or a later attempt's
+/// header follows in the file.
+fn follow(
+    args: &LogArgs,
+    key: &str,
+    attempt: u32,
+    file: &mut std::fs::File,
+    section: &mut Section,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let mut journal = JournalTail::new(&args.log_dir);
-    let record = supervisor::record_path(&args.log_dir, &job.key, attempt.attempt);
+    let record = supervisor::record_path(&args.log_dir, key, attempt);
     while !section.ended {
         std::thread::sleep(FOLLOW_POLL);
-        // Its attempt ended, was requeued, or another began.
         let ended = record.exists()
             || journal
                 .records()
                 .iter()
-                .any(|r| r["key"] == job.key.as_str());
-        section.copy_new(&mut file, &mut out)?;
+                .any(|r| r["key"] == key && is_outcome(r["event"].as_str().unwrap_or("")));
+        section.copy_new(file, out)?;
         if ended {
-            section.copy_new(&mut file, &mut out)?;
+            section.copy_new(file, out)?;
             break;
         }
     }
-    Ok(0)
+    Ok(())
+}
+
+/// Whether a journal event ends an attempt (a `cancel` request does not).
+fn is_outcome(event: &str) -> bool {
+    matches!(event, "done" | "oom" | "interrupted" | "preempted")
+}
+
+/// The journal's last word on the job `key`, waiting up to
+/// [`OUTCOME_WAIT`] while a running scheduler has not recorded the end
+/// of the attempt yet.
+fn outcome(log_dir: &std::path::Path, key: &str) -> LastWord {
+    let deadline = std::time::Instant::now() + OUTCOME_WAIT;
+    loop {
+        let last = JobIndex::read(log_dir)
+            .ok()
+            .and_then(|index| index.jobs.into_iter().find(|j| j.key == key))
+            .map_or(LastWord::Started, |j| j.last);
+        let waiting = last == LastWord::Started
+            && crate::lockfile::holder(log_dir).is_some()
+            && std::time::Instant::now() < deadline;
+        if !waiting {
+            return last;
+        }
+        std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+/// The end line `-f` prints after the output (after "job N attempt K"),
+/// and the exit status: 0 only for an attempt that ended `ok`.
+fn end_line(last: &LastWord) -> (String, i32) {
+    match last {
+        LastWord::Done {
+            status,
+            returncode,
+            duration_s,
+            ..
+        } => {
+            let exit = returncode.map_or(String::new(), |c| format!(" (exit {c})"));
+            let text = format!(
+                "ended {status}{exit} after {}",
+                crate::view::report::human_duration(*duration_s)
+            );
+            (text, i32::from(status != "ok"))
+        }
+        LastWord::Requeued { event } => {
+            let why = match event.as_str() {
+                "oom" => "ran out of CUDA memory; queued again with a bigger declaration",
+                "preempted" => "was preempted; queued again",
+                "interrupted" => "was interrupted when its scheduler stopped; queued again",
+                _ => "ended; queued again",
+            };
+            (why.to_string(), 1)
+        }
+        LastWord::Started => (
+            "ended, but no scheduler has recorded its outcome yet (it is recorded when one runs on this log directory)".to_string(),
+            1,
+        ),
+        LastWord::Waiting => ("ended; the job waits to run again".to_string(), 1),
+    }
 }
 
 /// One attempt's part of a log file: from its header to the next header

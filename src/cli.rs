@@ -9,7 +9,8 @@ use std::path::PathBuf;
 ///
 /// Runs the shell commands of JOBS_FILE (one per line), packing each onto a
 /// GPU with enough free memory as soon as one opens up. A line may start
-/// with attributes: `[vram=18G gpus=2 timeout=2h retries=1] python train.py`.
+/// with attributes: `[vram=18G gpus=2 timeout=2h retries=1] python train.py`
+/// (all ten are listed at the end of --help).
 /// Progress goes to the terminal and to <log-dir>/status.txt; each job's
 /// output to <log-dir>/jobNNN_gpuN.log; the journal <log-dir>/journal.jsonl
 /// lets a restarted scheduler resume where it stopped.
@@ -21,7 +22,7 @@ use std::path::PathBuf;
     version,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    after_help = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C."
+    after_help = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C or gpusched stop. More, with every jobs-file attribute: --help."
 )]
 pub struct Cli {
     /// Scheduler options.
@@ -31,6 +32,66 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
+
+/// The jobs-file attributes, as `--help` and the man page list them:
+/// (attribute as written, what it does). The parser's list is
+/// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
+pub const ATTRIBUTE_HELP: [(&str, &str); 10] = [
+    (
+        "vram=SIZE",
+        "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
+    ),
+    ("gpus=N", "number of distinct GPUs (default 1)"),
+    (
+        "timeout=DURATION",
+        "wall-clock limit: 90, 90s, 15m, 2h, 1.5d",
+    ),
+    (
+        "retries=N",
+        "re-runs after a CUDA OOM, each with 25% more VRAM",
+    ),
+    (
+        "name=NAME",
+        "a name for after=, log, cancel and the views; unique",
+    ),
+    (
+        "after=JOB,...",
+        "start once these ended ok: names, job numbers, key prefixes",
+    ),
+    ("on=GPU,...", "the only GPUs the job may use: on=0,2"),
+    (
+        "family=NAME",
+        "whose runs a vram=auto job learns from (default: by command)",
+    ),
+    (
+        "preemptible",
+        "a blocked job above it may stop it and queue it again",
+    ),
+    ("cancel", "stop it if running; never start it if waiting"),
+];
+
+/// The command line with what the derive cannot say: the attribute list
+/// at the end of `--help`. Parse with this, and render the man page and
+/// completions from it.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let width = ATTRIBUTE_HELP
+        .iter()
+        .map(|(a, _)| a.len())
+        .max()
+        .unwrap_or(0);
+    let mut text =
+        String::from("Jobs-file attributes, in one [...] block at the start of a line:\n");
+    for (attribute, meaning) in ATTRIBUTE_HELP {
+        text.push_str(&format!("  {attribute:<width$}  {meaning}\n"));
+    }
+    text.push('\n');
+    text.push_str(EXIT_STATUS);
+    Cli::command().after_long_help(text)
+}
+
+/// The exit statuses of the scheduler (docs/BEHAVIOUR.md "Exit status").
+pub const EXIT_STATUS: &str = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C or gpusched stop.";
 
 /// Helper commands next to the scheduler itself.
 #[derive(Debug, Subcommand)]
@@ -83,8 +144,9 @@ pub enum Command {
     /// directory on $fpath as `_gpusched`; fish: into
     /// ~/.config/fish/completions/gpusched.fish).
     Completions(CompletionsArgs),
-    /// Print the man page (roff): `gpusched man > ~/.local/share/man/man1/gpusched.1`.
-    Man,
+    /// Print the man page (roff), or install it beside this binary with
+    /// `gpusched man --install` (then `man gpusched`).
+    Man(ManArgs),
     /// Set up the ledger shared by everyone's schedulers on this box:
     /// `sudo gpusched ledger init` makes /dev/shm/gpusched belong to root
     /// with mode 1777, so nobody but root can remove another user's
@@ -317,6 +379,18 @@ pub struct AddArgs {
     /// Re-runs after a CUDA out-of-memory failure.
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
+    /// A name to refer to the job by (in after=, cancel, log, status):
+    /// letters, digits, '_', '.', '-'; unique in the file.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Start only after these jobs ended ok: names, job numbers or key
+    /// prefixes, comma-separated or the option repeated.
+    #[arg(long, value_name = "JOB", value_delimiter = ',')]
+    pub after: Vec<String>,
+    /// The job may be stopped and queued again for a job above it in the
+    /// file that cannot start otherwise.
+    #[arg(long)]
+    pub preemptible: bool,
     /// The command and its arguments (after `--` if they start with `-`).
     #[arg(
         value_name = "COMMAND",
@@ -412,6 +486,21 @@ pub struct StopArgs {
     /// Seconds to wait for it to exit (it gives its jobs a 10 s grace).
     #[arg(long, value_name = "SEC", default_value_t = 30.0, value_parser = parse_poll)]
     pub timeout: f64,
+    /// Leave the running jobs running: the scheduler exits at once, and
+    /// the next start on this log directory adopts them and records how
+    /// they end (once).
+    #[arg(long)]
+    pub keep_jobs: bool,
+}
+
+/// Arguments of `gpusched man`.
+#[derive(Debug, Args, Clone)]
+pub struct ManArgs {
+    /// Write the page to PREFIX/share/man/man1/gpusched.1 for this binary
+    /// in PREFIX/bin (~/.cargo/share/man/man1 after `cargo install`), where
+    /// `man gpusched` finds it while PREFIX/bin is on the PATH.
+    #[arg(long)]
+    pub install: bool,
 }
 
 /// Arguments of `gpusched ledger`.
@@ -704,6 +793,14 @@ mod tests {
             None,
             "internal commands are never suggested"
         );
+    }
+
+    #[test]
+    fn the_help_lists_the_attributes_the_parser_knows() {
+        assert_eq!(ATTRIBUTE_HELP.len(), crate::jobspec::ATTRIBUTES.len());
+        for ((shown, _), known) in ATTRIBUTE_HELP.iter().zip(crate::jobspec::ATTRIBUTES) {
+            assert!(shown.starts_with(known), "{shown} is not {known}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `gpusched`: parse the command line, run, map the outcome to an exit code.
 
-use clap::Parser;
+use clap::{FromArgMatches, Parser};
 use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs};
 use gpusched::commands::control;
 use gpusched::control::ControlChange;
@@ -20,7 +20,10 @@ fn main() {
     {
         finish(Err(error.into()));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&gpusched::cli::command().get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     gpusched::init_tracing();
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
@@ -47,7 +50,7 @@ fn main() {
         Some(Command::Timeline(args)) => gpusched::commands::timeline::run(args),
         Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
-        Some(Command::Man) => gpusched::commands::completions::man(),
+        Some(Command::Man(args)) => gpusched::commands::completions::man(args),
         Some(Command::Ledger(args)) => match &args.action {
             gpusched::cli::LedgerAction::Init { ledger } => gpusched::ledger::store::init(ledger)
                 .map(|said| {

@@ -1,7 +1,8 @@
 //! `gpusched stop` (SPEC §7, §11): stops the scheduler running on a log
 //! directory as Ctrl-C would — SIGTERM to it, which stops every running
 //! job's group (SIGKILL after the grace) and exits — and waits until it
-//! has let go of the directory's lock.
+//! has let go of the directory's lock. With `--keep-jobs` (SIGUSR1) it
+//! exits at once and leaves its jobs running, for the next start to adopt.
 
 use crate::cli::StopArgs;
 use crate::lockfile;
@@ -29,12 +30,24 @@ pub fn run(args: &StopArgs) -> anyhow::Result<i32> {
             lockfile::lock_path(&args.log_dir).display()
         )
     })?;
-    kill(Pid::from_raw(target), Signal::SIGTERM)
+    let signal = if args.keep_jobs {
+        Signal::SIGUSR1
+    } else {
+        Signal::SIGTERM
+    };
+    kill(Pid::from_raw(target), signal)
         .map_err(|e| anyhow::anyhow!("cannot signal gpusched pid {pid}: {e}"))?;
-    println!(
-        "sent SIGTERM to gpusched pid {pid}; it stops its running jobs (SIGKILL after {} s) and exits",
-        crate::process::KILL_GRACE.as_secs()
-    );
+    if args.keep_jobs {
+        println!(
+            "asked gpusched pid {pid} to exit and leave its running jobs running; the next start on {} adopts them",
+            args.log_dir.display()
+        );
+    } else {
+        println!(
+            "sent SIGTERM to gpusched pid {pid}; it stops its running jobs (SIGKILL after {} s) and exits",
+            crate::process::KILL_GRACE.as_secs()
+        );
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
     while lockfile::holder(&args.log_dir).is_some() {
         if Instant::now() >= deadline {

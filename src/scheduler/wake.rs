@@ -245,6 +245,9 @@ impl Scheduler {
     /// The next moment the loop must run even if nothing wakes it.
     fn next_deadline(&self, now: Instant) -> Instant {
         let mut deadline = self.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
+        if let Some(early) = self.next_early_sample() {
+            deadline = deadline.min(early);
+        }
         if !self.running.is_empty()
             && let Some(poll) = self.launcher.next_poll()
         {
@@ -272,6 +275,9 @@ impl Scheduler {
             deadline = deadline.min(now + every);
         }
         if let Some(due) = self.status_deadline() {
+            deadline = deadline.min(due.max(now));
+        }
+        if let Some(due) = self.status_refresh_due() {
             deadline = deadline.min(due.max(now));
         }
         if let Mode::Stopping { give_up_at, .. } = self.mode {
@@ -307,6 +313,7 @@ impl Scheduler {
                     self.sample_now = true;
                 }
                 Wake::Signal(signal_hook::consts::SIGHUP) => self.on_hangup(),
+                Wake::Signal(signal_hook::consts::SIGUSR1) => self.on_keep_jobs(),
                 Wake::Signal(signal) => self.on_stop_signal(signal),
                 Wake::FileChanged => self.jobs.stamp = None,
                 Wake::Request => self.requests_due = true,
@@ -324,6 +331,30 @@ impl Scheduler {
             "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
             self.cfg.log_dir.display()
         ));
+    }
+
+    /// SIGUSR1, from `gpusched stop --keep-jobs` (docs/BEHAVIOUR.md
+    /// "Stopping"): exit at once without touching the running jobs. Ends
+    /// already reported are recorded first; the others run on under their
+    /// supervisor, which writes each one's exit record, and the next start
+    /// on this log directory adopts them and records their outcomes once.
+    fn on_keep_jobs(&mut self) {
+        if self.mode.is_stopping() {
+            return;
+        }
+        self.take_reports();
+        let left = self.running.len();
+        say(&format!(
+            "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
+            self.cfg.log_dir.display()
+        ));
+        // Forgotten here, not ended: the journal says they started, and
+        // their supervisor outlives us.
+        self.running.clear();
+        self.mode = Mode::Stopping {
+            hurried: false,
+            give_up_at: Instant::now(),
+        };
     }
 
     /// SIGINT / SIGTERM (docs/BEHAVIOUR.md "Stopping"): the first stops
@@ -397,11 +428,12 @@ pub const STOP_MARGIN: Duration = Duration::from_secs(1);
 /// the jobs it just killed before it exits anyway.
 pub const HURRIED_STOP: Duration = Duration::from_secs(1);
 
-/// Forwards SIGINT, SIGTERM, SIGCHLD and SIGHUP to the loop. The handlers (from
+/// Forwards SIGINT, SIGTERM, SIGCHLD, SIGHUP and SIGUSR1 to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.
 fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP])?;
+    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

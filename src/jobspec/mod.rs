@@ -429,6 +429,37 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
     Ok(Some(spec))
 }
 
+/// The attributes a line's `[...]` block may hold, as the help lists them
+/// (docs/BEHAVIOUR.md "Jobs file").
+pub const ATTRIBUTES: [&str; 10] = [
+    "vram=",
+    "gpus=",
+    "timeout=",
+    "retries=",
+    "name=",
+    "after=",
+    "on=",
+    "family=",
+    "preemptible",
+    "cancel",
+];
+
+/// For a command that begins with what looks like attributes written
+/// without their brackets (`vram=4G python x.py`, which the shell reads as
+/// a variable assignment, declaring nothing): the block it was meant to
+/// be, `[vram=4G]`. `None` for any other command.
+pub fn unbracketed_attributes(command: &str) -> Option<String> {
+    let words: Vec<&str> = command
+        .split_whitespace()
+        .take_while(|word| {
+            word.split_once('=').is_some_and(|(name, value)| {
+                !value.is_empty() && ATTRIBUTES.iter().any(|a| a.strip_suffix('=') == Some(name))
+            })
+        })
+        .collect();
+    (!words.is_empty()).then(|| format!("[{}]", words.join(" ")))
+}
+
 /// Applies one `name=value` (or bare flag) to `spec`; the error is the reason.
 fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Result<(), String> {
     let need = |value: Option<&str>| -> Result<String, String> {
@@ -520,7 +551,8 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
         other => {
             return Err(format!(
-                "unknown attribute '{other}' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, family=, preemptible, cancel)"
+                "unknown attribute '{other}' (known: {})",
+                ATTRIBUTES.join(", ")
             ));
         }
     }

@@ -280,6 +280,7 @@ impl Scheduler {
             .filter(|(_, id)| **id == NO_STATE)
             .map(|(s, _)| s)
             .collect();
+        warn_unbracketed(&self.jobs.path, &new);
         self.journal.reserve(new.len());
         let first_id = self.journal.key_count();
         // In chunks, so that a file of a million new lines never holds a
@@ -306,6 +307,45 @@ impl Scheduler {
         }
         Ok(ids)
     }
+}
+
+/// Warns about new lines that begin with attributes written without
+/// their brackets (`vram=4G python x.py` runs with nothing declared: the
+/// shell takes `vram=4G` for a variable); the first few by line, then a
+/// count.
+fn warn_unbracketed(path: &std::path::Path, new: &[&JobSpec]) {
+    const SHOWN: usize = 3;
+    let suspects: Vec<(&JobSpec, String)> = new
+        .iter()
+        .filter_map(|s| Some((*s, jobspec::unbracketed_attributes(&s.command)?)))
+        .collect();
+    for (spec, block) in suspects.iter().take(SHOWN) {
+        let rest = skip_words(&spec.command, block.split_whitespace().count());
+        warn(&format!(
+            "{} line {}: `{}` has no brackets, so the shell takes it for a variable and nothing is declared; did you mean `{block} {}`?",
+            path.display(),
+            spec.line,
+            &block[1..block.len() - 1],
+            rest,
+        ));
+    }
+    if suspects.len() > SHOWN {
+        warn(&format!(
+            "{} more lines of {} begin with attributes outside brackets",
+            suspects.len() - SHOWN,
+            path.display()
+        ));
+    }
+}
+
+/// `text` without its first `n` whitespace-separated words.
+fn skip_words(text: &str, n: usize) -> &str {
+    let mut rest = text;
+    for _ in 0..n {
+        rest = rest.trim_start();
+        rest = &rest[rest.find(char::is_whitespace).unwrap_or(rest.len())..];
+    }
+    rest.trim_start()
 }
 
 /// `seen` events journaled per write and fsync: a million-line file is

@@ -6,6 +6,7 @@
 
 use crate::error::Error;
 use crate::jobspec;
+use crate::policy::dependencies::{self, KnownJobs};
 use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
@@ -24,6 +25,12 @@ pub struct NewJob {
     pub timeout: Option<String>,
     /// `retries=`.
     pub retries: Option<u32>,
+    /// `name=` (validated).
+    pub name: Option<String>,
+    /// `after=`: names, display numbers or key prefixes.
+    pub after: Vec<String>,
+    /// `preemptible`.
+    pub preemptible: bool,
     /// The command's words; each is shell-quoted as needed.
     pub argv: Vec<String>,
 }
@@ -66,6 +73,15 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
     if let Some(retries) = job.retries {
         attributes.push(format!("retries={retries}"));
     }
+    if let Some(name) = &job.name {
+        attributes.push(format!("name={name}"));
+    }
+    if !job.after.is_empty() {
+        attributes.push(format!("after={}", job.after.join(",")));
+    }
+    if job.preemptible {
+        attributes.push("preemptible".into());
+    }
     let line = if attributes.is_empty() {
         command.clone()
     } else {
@@ -107,7 +123,12 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
 /// Appends `job` to the jobs file at `path` (created if missing) under an
 /// exclusive lock, adding a missing final newline first. Returns the new
 /// job's key and its line.
-pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
+///
+/// Errors: the file does not parse as it is ([`Error::JobsFile`]), or the
+/// new line would not (a name the file uses, an `after=` that resolves to
+/// nothing given the journal's jobs `known`) ([`Error::Usage`]); nothing is
+/// appended then.
+pub fn add(path: &Path, job: &NewJob, known: &KnownJobs) -> anyhow::Result<(String, String)> {
     let line = job_line(job)?;
     let mut file = lock(path, true)?;
     let mut raw = Vec::new();
@@ -116,6 +137,15 @@ pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     let text =
         jobspec::decode(raw).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
+    // A line behind a broken one would wait, unseen, until the file is
+    // fixed: refuse, naming what to fix.
+    if let Err(e) = jobspec::parse_jobs(&text) {
+        return Err(Error::JobsFile(format!(
+            "{}: {e}\nnothing added: a scheduler ignores every edit until that line is fixed",
+            path.display()
+        ))
+        .into());
+    }
     let mut bytes = Vec::new();
     if !text.is_empty() && !text.ends_with('\n') {
         bytes.push(b'\n');
@@ -123,8 +153,12 @@ pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
     bytes.extend_from_slice(line.as_bytes());
     bytes.push(b'\n');
     // The new job's key is what the parser gives the last line of the file
-    // as it will be.
-    let (specs, errors) = jobspec::parse_jobs_lenient(&(text + std::str::from_utf8(&bytes)?));
+    // as it will be; a name the file already uses is refused here.
+    let specs = jobspec::parse_jobs(&(text + std::str::from_utf8(&bytes)?))
+        .map_err(|e| Error::Usage(format!("{}: nothing added: {e}", path.display())))?;
+    if !job.after.is_empty() {
+        check_after(&specs, known)?;
+    }
     let key = specs
         .last()
         .map(|s| s.key.clone())
@@ -132,13 +166,25 @@ pub fn add(path: &Path, job: &NewJob) -> anyhow::Result<(String, String)> {
     file.write_all(&bytes)
         .and_then(|_| file.sync_data())
         .with_context(|| format!("cannot append to {}", path.display()))?;
-    if let Some(e) = errors.first() {
-        eprintln!(
-            "gpusched: note: {} has an error ({e}); a running scheduler keeps its last good queue until it is fixed",
-            path.display()
-        );
-    }
     Ok((key, line))
+}
+
+/// Refuses an `after=` of the new line (the last of `specs`) that a
+/// scheduler could not resolve: a reference to nothing, to several jobs,
+/// or a cycle. `known` maps the journal's display numbers to keys.
+fn check_after(specs: &[jobspec::JobSpec], known: &KnownJobs) -> Result<(), Error> {
+    let mut known = known.clone();
+    let mut next_no = known.keys().max().map_or(1, |n| n + 1);
+    let numbered: std::collections::HashSet<String> = known.values().cloned().collect();
+    for spec in specs {
+        if !numbered.contains(&spec.key) {
+            known.insert(next_no, spec.key.clone());
+            next_no += 1;
+        }
+    }
+    dependencies::resolve(specs, &known)
+        .map(|_| ())
+        .map_err(|e| Error::Usage(format!("nothing added: {e}")))
 }
 
 #[cfg(test)]
@@ -223,7 +269,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jobs.txt");
         std::fs::write(&path, "echo hi").unwrap();
-        let (key, line) = add(&path, &argv(&["echo", "hi"])).unwrap();
+        let (key, line) = add(&path, &argv(&["echo", "hi"]), &KnownJobs::new()).unwrap();
         assert_eq!(line, "echo hi");
         assert!(key.ends_with("#1"), "{key}");
         assert_eq!(

@@ -2,10 +2,11 @@
 //! the jobs file the scheduler runs, and reports the job's number once a
 //! running scheduler has seen it.
 
-use super::index::{JournalTail, find_jobs_file};
+use super::index::{JobIndex, JournalTail, find_jobs_file};
 use crate::cli::AddArgs;
 use crate::edit;
 use crate::lockfile;
+use crate::policy::dependencies::KnownJobs;
 use std::time::{Duration, Instant};
 
 /// How long to wait for a running scheduler to see the new line.
@@ -26,10 +27,21 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
         gpus: args.gpus,
         timeout: args.timeout.clone(),
         retries: args.retries,
+        name: args.name.clone(),
+        after: args.after.clone(),
+        preemptible: args.preemptible,
         argv: args.command.clone(),
     };
     let mut tail = JournalTail::new(&args.log_dir);
-    let (key, line) = edit::add(&file, &job)?;
+    // Jobs the journal numbered, for an --after given by number.
+    let known: KnownJobs = if job.after.is_empty() {
+        KnownJobs::new()
+    } else {
+        JobIndex::read(&args.log_dir)
+            .map(|index| index.jobs.iter().map(|j| (j.no, j.key.clone())).collect())
+            .unwrap_or_default()
+    };
+    let (key, line) = edit::add(&file, &job, &known)?;
     println!("{key}");
     eprintln!("added to {}: {line}", file.display());
     let Some(pid) = lockfile::holder(&args.log_dir) else {

@@ -8,9 +8,7 @@ use crate::view::status::{self, JobStatus, StatusDoc};
 
 /// What the board says besides the document.
 #[derive(Debug, Default)]
-pub struct BoardNotes<'a> {
-    /// The jobs file's current problem, if any.
-    pub jobs_file_problem: Option<&'a str>,
+pub struct BoardNotes {
     /// `Some(false)` while stopping with jobs still running, `Some(true)`
     /// once stopped; `None` when no stop was asked for.
     pub stopping_done: Option<bool>,
@@ -81,7 +79,7 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
         header.extend(wrap(&format!("PAUSED: {reason}"), width));
     }
     header.extend(control_lines(doc, width));
-    if let Some(error) = notes.jobs_file_problem {
+    if let Some(error) = &doc.scheduler.jobs_file_problem {
         header.extend(wrap(&format!("jobs file problem: {error}"), width));
     }
     match notes.stopping_done {
@@ -241,7 +239,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
     };
     BoardRow {
         no: job.no,
-        command: job.command.clone(),
+        command: job.shown_command(),
         state,
     }
 }
@@ -285,6 +283,7 @@ mod tests {
             key: "k#0".into(),
             state: JobState::Done(DoneStatus::Timeout),
             command: "sleep 9".into(),
+            name: None,
             gpus: vec![0],
             gpus_wanted: 1,
             vram_mib: None,

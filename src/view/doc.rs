@@ -150,6 +150,7 @@ pub fn job_status(
         key: key.to_string(),
         state: queue::job_state(state, false),
         command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+        name: spec.and_then(|s| s.name().map(str::to_string)),
         gpus: Vec::new(),
         gpus_wanted: spec.map_or(1, |s| s.gpus),
         vram_mib: spec.and_then(|s| s.vram_mib).max(state.next_vram()),
@@ -280,6 +281,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             backend_detail: input.backend_detail.clone(),
             state: input.state,
             paused_reason: input.paused_reason.map(str::to_string),
+            jobs_file_problem: input.jobs.last_error.clone(),
             queue_paused: input.control.paused,
             drained: input.control.drained.iter().copied().collect(),
             reservation: input.journal.reservation().and_then(|(key, gpus)| {

@@ -103,6 +103,13 @@ pub fn render(
             let _ = writeln!(out, "{}", paint(colour, "31", &line));
         }
     }
+    if let Some(problem) = &doc.scheduler.jobs_file_problem {
+        let text =
+            format!("jobs file problem (edit ignored, the last good queue runs on): {problem}");
+        for line in crate::view::board::wrap(&text, width) {
+            let _ = writeln!(out, "{}", paint(colour, "31", &line));
+        }
+    }
     for line in crate::view::board::control_lines(doc, width) {
         let _ = writeln!(out, "{}", paint(colour, "33", &line));
     }
@@ -199,7 +206,7 @@ fn render_finished(
                     job.duration_s
                         .filter(|_| job.started.is_some())
                         .map_or("-".into(), human_duration),
-                    job.command.clone(),
+                    job.shown_command(),
                 ]);
             }
             done.len() - skip
@@ -268,6 +275,6 @@ fn job_row(job: &JobStatus, age_s: f64) -> [String; 9] {
         ),
         elapsed,
         progress,
-        job.command.clone(),
+        job.shown_command(),
     ]
 }

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// The shortest time between two writes of the status files.
 pub(in crate::scheduler) const STATUS_EVERY: Duration = Duration::from_millis(200);
 
+/// The longest the status files go unwritten while jobs run.
+const STATUS_REFRESH: Duration = Duration::from_secs(1);
+
 impl Scheduler {
     /// The scheduler's state word for `status.json`.
     pub(in crate::scheduler) fn scheduler_state(&self) -> SchedulerState {
@@ -100,6 +103,16 @@ impl Scheduler {
             .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY)
     }
 
+    /// While jobs run, when the status files are written again even if
+    /// nothing woke the loop: run times and ages in the views stay within
+    /// [`STATUS_REFRESH`] of the truth whatever `--poll`.
+    pub(in crate::scheduler) fn status_refresh_due(&self) -> Option<Instant> {
+        if self.running.is_empty() {
+            return None;
+        }
+        self.status_written.map(|t| t + STATUS_REFRESH)
+    }
+
     /// When status files a round skipped must be written at the latest.
     pub(in crate::scheduler) fn status_deadline(&self) -> Option<Instant> {
         self.status_written
@@ -124,7 +137,6 @@ impl Scheduler {
             self.pause_on_io_error(&error.into());
         }
         let notes = BoardNotes {
-            jobs_file_problem: self.jobs.last_error.as_deref(),
             stopping_done: self.mode.is_stopping().then_some(self.running.is_empty()),
         };
         let text = board::render(&doc, &notes);

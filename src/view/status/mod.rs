@@ -67,6 +67,11 @@ pub struct SchedulerStatus {
     pub state: SchedulerState,
     /// Why dispatching is paused by errors, when it is.
     pub paused_reason: Option<String>,
+    /// Why the jobs file's latest edit was ignored (`line 7: unknown
+    /// attribute 'vrma': [vrma=4G] …`), while it does not parse or cannot
+    /// be read; the last good queue runs on meanwhile.
+    #[serde(default)]
+    pub jobs_file_problem: Option<String>,
     /// Whether `gpusched pause` holds new dispatch (SPEC §12).
     #[serde(default)]
     pub queue_paused: bool,
@@ -133,6 +138,15 @@ pub struct GpuStatus {
 }
 
 impl JobStatus {
+    /// The command as the views list it: after its `name=` when it has
+    /// one (`prep: python prep.py`).
+    pub fn shown_command(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name}: {}", self.command),
+            None => self.command.clone(),
+        }
+    }
+
     /// What the views print under a waiting or running job: where an
     /// `auto` declaration comes from, and why it waits (SPEC §12, §17).
     pub fn explanation(&self) -> Option<String> {
@@ -168,6 +182,9 @@ pub struct JobStatus {
     pub state: JobState,
     /// The command.
     pub command: String,
+    /// Its `name=`, if the line gives one (docs/BEHAVIOUR.md "Jobs file").
+    #[serde(default)]
+    pub name: Option<String>,
     /// GPU indices of the current or last attempt (empty if never run).
     pub gpus: Vec<u32>,
     /// GPUs the job asks for (`gpus=`).

@@ -48,7 +48,7 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
                 job.vram_mib.map_or("-".into(), |v| format!("{v} MiB"))
             ),
             job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
-            job.command.clone(),
+            job.shown_command(),
         ]);
     }
     let _ = writeln!(out, "summary of {} finished job(s):", finished.len());

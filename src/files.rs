@@ -163,6 +163,16 @@ pub fn user_name(uid: u32) -> String {
         .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }
 
+/// An I/O error as a reason in a sentence: `Permission denied`, without
+/// the `(os error 13)` the standard library adds.
+pub fn io_reason(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.find(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

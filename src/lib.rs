@@ -31,7 +31,6 @@ pub mod view;
 
 pub use error::exit_code_for;
 
-use anyhow::Context;
 use gpu::GpuBackend;
 
 /// Runs the scheduler for `args` and returns its exit code (SPEC §7).
@@ -70,7 +69,7 @@ pub fn open_backend(
                 (None, Some(dir)) => scheduler::absolute(std::path::Path::new(&dir)),
                 (None, None) => log_dir.join("sim"),
             };
-            let sim = gpu::sim::SimBackend::new(count, &dir).context("cannot set up --sim")?;
+            let sim = gpu::sim::SimBackend::new(count, &dir)?;
             (Box::new(sim), Some(dir))
         }
         None => (Box::new(gpu::nvml::NvmlBackend::open()?), None),

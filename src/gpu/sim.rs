@@ -32,9 +32,16 @@ pub struct SimBackend {
 impl SimBackend {
     /// A backend of `count` GPUs reading reports from `dir` (created if
     /// missing; stale reports of dead processes are cleared on first read).
+    ///
+    /// Errors: [`crate::error::Error::Usage`] when `dir` cannot be created.
     pub fn new(count: u32, dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create sim directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            crate::error::Error::Usage(format!(
+                "cannot create the simulated GPUs' directory {}: {}; choose one you can write with --sim-dir DIR",
+                dir.display(),
+                crate::files::io_reason(&e)
+            ))
+        })?;
         Ok(SimBackend {
             count,
             dir: dir.to_path_buf(),

@@ -43,9 +43,8 @@ impl Scheduler {
         let (mut specs, text_len, text_hash) = read_first_jobs_file(&jobs_path, cfg.watch)?;
 
         // Before anything (the simulated GPUs' directory) is made in it.
-        if cfg.log_dir.exists() {
-            crate::files::check_own_dir(&cfg.log_dir, "log directory")?;
-        }
+        create_log_dir(&cfg.log_dir)?;
+        let last_jobs_file = last_jobs_file(&cfg.log_dir);
         let (backend, sim_dir) = open_backend(args)?;
         let launcher = if args.slurm.slurm {
             Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
@@ -119,16 +118,22 @@ impl Scheduler {
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
-        scheduler.take_over(&jobs_path)?;
+        scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
         Ok(scheduler)
     }
 
-    /// After the jobs file is installed: the first GPU snapshot, what
-    /// `pause` and `drain` left, and the attempts of an earlier scheduler.
+    /// After the jobs file is installed: the first GPU snapshot, a word
+    /// when the log directory last served another jobs file
+    /// (`last_jobs_file`), what `pause` and `drain` left, and the attempts
+    /// of an earlier scheduler.
     ///
     /// Errors: the GPUs cannot be read (exit 2); the journal cannot be
     /// written.
-    fn take_over(&mut self, jobs_path: &std::path::Path) -> anyhow::Result<()> {
+    fn take_over(
+        &mut self,
+        jobs_path: &std::path::Path,
+        last_jobs_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<()> {
         let snapshot = self.first_snapshot()?;
         say(&format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
@@ -137,6 +142,9 @@ impl Scheduler {
             jobs_path.display(),
             self.cfg.log_dir.display()
         ));
+        if let Some(last) = last_jobs_file {
+            self.warn_other_jobs_file(last);
+        }
         self.cfg.place.drained_mask = self.control.drained_mask();
         self.report_control();
         // Whatever it takes is followed by the orphans just below.
@@ -149,6 +157,27 @@ impl Scheduler {
         self.gpu.last_sample = Some(Instant::now());
         self.sample_now = false;
         Ok(())
+    }
+
+    /// Warns when the log directory was last used with another jobs file
+    /// (`last`): its journal's jobs count for this file too, so a line
+    /// whose command already ran there is taken as done.
+    fn warn_other_jobs_file(&self, last: &std::path::Path) {
+        let same = |a: &std::path::Path, b: &std::path::Path| {
+            a == b
+                || std::fs::canonicalize(a)
+                    .ok()
+                    .zip(std::fs::canonicalize(b).ok())
+                    .is_some_and(|(a, b)| a == b)
+        };
+        if same(last, &self.jobs.path) {
+            return;
+        }
+        warn(&format!(
+            "log directory {} was last used with another jobs file, {}: jobs whose command finished there count as finished here too; give this file its own log directory with --log-dir DIR",
+            self.cfg.log_dir.display(),
+            last.display()
+        ));
     }
 
     /// The first GPU snapshot, which must work: it tells us the GPUs
@@ -247,21 +276,49 @@ fn config(args: &RunArgs) -> Config {
     }
 }
 
-/// Creates the log directory if needed, checks that it is ours
-/// (docs/BEHAVIOUR.md "Files in shared directories") and takes its lock
-/// before anything in it is touched.
+/// Creates the log directory if needed and checks that it is ours
+/// (docs/BEHAVIOUR.md "Files in shared directories"), before anything is
+/// made in it.
 ///
-/// Errors: it cannot be created; it belongs to another user or is
-/// writable by all without the sticky bit (exit 2); another scheduler
-/// holds it (exit 2).
-fn prepare_log_dir(log_dir: &std::path::Path) -> anyhow::Result<SchedulerLock> {
+/// Errors (exit 2, naming the directory once): it cannot be created or
+/// written in; it belongs to another user or is writable by all without
+/// the sticky bit.
+fn create_log_dir(log_dir: &std::path::Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(log_dir).map_err(|e| {
-        Error::io(
-            format!("cannot create log directory {}", log_dir.display()),
-            e,
-        )
+        Error::Usage(format!(
+            "cannot create log directory {}: {}; choose one you can write with --log-dir DIR",
+            log_dir.display(),
+            crate::files::io_reason(&e)
+        ))
     })?;
     crate::files::check_own_dir(log_dir, "log directory")?;
+    nix::unistd::access(
+        log_dir,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .map_err(|e| {
+        Error::Usage(format!(
+            "cannot write in log directory {}: {}; choose one you can write with --log-dir DIR",
+            log_dir.display(),
+            e.desc()
+        ))
+    })?;
+    Ok(())
+}
+
+/// The jobs file the last scheduler on `log_dir` ran, from its
+/// `status.json`; `None` when there was none or it cannot be read.
+fn last_jobs_file(log_dir: &std::path::Path) -> Option<PathBuf> {
+    let bytes = std::fs::read(log_dir.join("status.json")).ok()?;
+    let doc: crate::view::status::StatusDoc = serde_json::from_slice(&bytes).ok()?;
+    Some(PathBuf::from(doc.scheduler.jobs_file))
+}
+
+/// Takes the log directory's lock before anything in it is touched.
+///
+/// Errors: another scheduler holds it (exit 2); the directory is not
+/// writable (exit 2).
+fn prepare_log_dir(log_dir: &std::path::Path) -> anyhow::Result<SchedulerLock> {
     Ok(SchedulerLock::acquire(log_dir)?)
 }
 

@@ -273,3 +273,46 @@ fn failing_device_mid_run_pauses_dispatch_but_spares_running_jobs() {
     );
     sched.stop();
 }
+
+#[test]
+fn a_new_job_is_sampled_at_once_and_the_views_stay_fresh_whatever_poll() {
+    // --poll 60: without samples soon after a start, the job's memory
+    // would show only a minute later, and status.json would age as long.
+    let nvml = Nvml::new(
+        "[vram=5000] echo \"proc 1 $$ 3000\" >> \"$FAKE_NVML_STATE\"; while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "60", "--gpus", "1"]);
+    let env = &nvml.env;
+    let status = || -> serde_json::Value {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    };
+    common::wait_for_within(
+        "the new job's memory in status.json, long before --poll",
+        std::time::Duration::from_secs(20),
+        &mut || {
+            status()["jobs"]
+                .as_array()
+                .and_then(|jobs| jobs.iter().find(|j| j["no"] == 1))
+                .is_some_and(|j| j["current_mib"]["1"] == 3000)
+        },
+    );
+    // While it runs, status.json is written again every second or so.
+    let mut seen = std::collections::BTreeSet::new();
+    common::wait_for_within(
+        "three fresh status.json writes while nothing happens",
+        std::time::Duration::from_secs(20),
+        &mut || {
+            if let Some(updated) = status()["updated"].as_f64() {
+                seen.insert(updated.to_bits());
+            }
+            seen.len() >= 4
+        },
+    );
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+}

@@ -443,6 +443,9 @@ pub struct GpuState {
     pub snapshot: Option<GpuSnapshot>,
     /// When the last query was made.
     pub last_sample: Option<Instant>,
+    /// Samples due soon after jobs started, whatever `--poll` (so a new
+    /// job's memory shows from its first seconds), oldest first.
+    pub early_samples: std::collections::VecDeque<Instant>,
     /// Peaks of other people's processes (SPEC §2).
     pub external_peaks: ExternalPeaks,
     /// MiB in use now per (GPU index, process group) among processes that

@@ -80,8 +80,12 @@ impl Outcome {
 pub struct Attempt {
     /// The job's display number.
     pub no: u32,
+    /// The job's identity key.
+    pub key: String,
     /// The command.
     pub command: String,
+    /// Its `name=` in the jobs file, when the file still gives it one.
+    pub name: Option<String>,
     /// 1-based attempt number.
     pub attempt: u32,
     /// GPU indices it held.
@@ -166,7 +170,9 @@ impl Attempt {
     fn started(line: &Line, no: u32, command: String) -> Attempt {
         Attempt {
             no,
+            key: line.key.to_string(),
             command,
+            name: None,
             attempt: line.attempt.unwrap_or(1),
             gpus: line.gpus.clone().unwrap_or_default(),
             start: line.ts,
@@ -345,12 +351,40 @@ pub fn from_log_dir(log_dir: &Path, now: f64) -> anyhow::Result<Run> {
         .split(b'\n')
         .map_while(Result::ok);
     let (samples, _) = usage::read(log_dir);
-    let sizes = std::fs::read(log_dir.join("status.json"))
+    let status = std::fs::read(log_dir.join("status.json"))
         .ok()
-        .and_then(|b| serde_json::from_slice::<crate::view::status::StatusDoc>(&b).ok())
+        .and_then(|b| serde_json::from_slice::<crate::view::status::StatusDoc>(&b).ok());
+    let sizes = status
+        .as_ref()
         .map(|doc| doc.gpus.iter().map(|g| (g.index, g.total_mib)).collect())
         .unwrap_or_default();
-    Ok(build(lines, &samples, &sizes, now))
+    let mut run = build(lines, &samples, &sizes, now);
+    if let Some(doc) = &status {
+        name_attempts(&mut run, Path::new(&doc.scheduler.jobs_file));
+    }
+    Ok(run)
+}
+
+/// Gives the attempts of `run` the `name=` their line has in the jobs file
+/// at `jobs_file` now (the journal records commands, not names). A file
+/// that is gone or has bad lines names what it can.
+fn name_attempts(run: &mut Run, jobs_file: &Path) {
+    let Some(text) = std::fs::read(jobs_file)
+        .ok()
+        .and_then(|b| crate::jobspec::decode(b).ok())
+    else {
+        return;
+    };
+    let (specs, _) = crate::jobspec::parse_jobs_lenient(&text);
+    let by_key: HashMap<&str, &str> = specs
+        .iter()
+        .filter_map(|s| Some((s.key.as_str(), s.name()?)))
+        .collect();
+    for attempt in &mut run.attempts {
+        if let Some(name) = by_key.get(attempt.key.as_str()) {
+            attempt.name = Some((*name).to_string());
+        }
+    }
 }
 
 #[cfg(test)]

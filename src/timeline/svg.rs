@@ -56,11 +56,11 @@ pub fn render(run: &Run, options: &Options) -> String {
         let height = CHART + row_count as f64 * ROW + 4.0;
         let _ = write!(
             lanes,
-            r#"<g class="lane" data-gpu="{gpu}" data-y0="{y:.1}" data-y1="{:.1}"><rect class="lane-bg" x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{height:.1}"/><text class="lane-label" x="8" y="{:.1}">GPU {gpu}</text><text class="lane-size" x="8" y="{:.1}">{total} MiB</text>"#,
+            r#"<g class="lane" data-gpu="{gpu}" data-y0="{y:.1}" data-y1="{:.1}"><rect class="lane-bg" x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{height:.1}"/><text class="lane-label" x="8" y="{:.1}">GPU {gpu}</text>"#,
             y + height,
-            y + 16.0,
-            y + 30.0,
+            y + CHART + 14.0,
         );
+        scale(&mut lanes, total, y);
         memory(&mut lanes, run, gpu, total, y, &x, plot);
         bars(&mut lanes, &attempts, &rows, y + CHART + 2.0, &x, gpu);
         markers(&mut lanes, run, gpu, y, y + height, &x);
@@ -74,7 +74,7 @@ pub fn render(run: &Run, options: &Options) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif" font-size="11">
 <title>gpusched timeline</title>
 <style>
-.lane-bg{{fill:#fafafa;stroke:#ddd}} .lane-label{{font-weight:bold}} .lane-size{{fill:#666}}
+.lane-bg{{fill:#fafafa;stroke:#ddd}} .lane-label{{font-weight:bold}} .lane-size{{fill:#666;font-size:10px}} .grid{{stroke:#e4e4e4}}
 .ours{{fill:#42a5f5;fill-opacity:.55}} .others{{fill:#9e9e9e;fill-opacity:.6}} .capacity{{stroke:#555;stroke-dasharray:4 3;fill:none}}
 .bar rect{{stroke:#fff;stroke-width:.5}} .bar text{{fill:#fff;font-size:10px}}
 .ok rect,rect.ok{{fill:#43a047}} .failed rect,rect.failed{{fill:#e53935}} .oom rect,rect.oom{{fill:#8e24aa}} .timeout rect,rect.timeout{{fill:#fb8c00}}
@@ -126,6 +126,32 @@ fn legend(out: &mut String, options: &Options) {
     );
 }
 
+/// The memory axis of one lane's chart: its capacity, half of it and 0
+/// MiB, right-aligned in the left margin beside the chart, with light
+/// grid lines across it.
+fn scale(out: &mut String, total: u64, top: f64) {
+    for (mib, label) in [
+        (total, format!("{total} MiB")),
+        (total / 2, (total / 2).to_string()),
+        (0, "0".to_string()),
+    ] {
+        let y = chart_y(mib, total, top);
+        let _ = write!(
+            out,
+            r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/><text class="lane-size" x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#,
+            WIDTH - RIGHT,
+            LEFT - 4.0,
+            y + 4.0,
+        );
+    }
+}
+
+/// The height on a lane's chart (px) of `mib` MiB on a GPU of `total`
+/// MiB whose lane begins at `top`.
+fn chart_y(mib: u64, total: u64, top: f64) -> f64 {
+    top + CHART - (mib.min(total) as f64 / total.max(1) as f64) * (CHART - 4.0)
+}
+
 /// The memory chart of one lane: others stacked on ours, and capacity.
 fn memory(
     out: &mut String,
@@ -142,8 +168,7 @@ fn memory(
     let columns = plot.ceil() as usize + 1;
     let ours_px = per_pixel(ours, columns, x);
     let others_px = per_pixel(others, columns, x);
-    let scale =
-        |mib: u64| top + CHART - (mib.min(total) as f64 / total.max(1) as f64) * (CHART - 4.0);
+    let scale = |mib: u64| chart_y(mib, total, top);
     let base = top + CHART;
     let mut ours_points = format!("{LEFT:.1},{base:.1}");
     let mut stack_points = String::new();
@@ -262,7 +287,7 @@ fn bars(
                 r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
                 x0 + 3.0,
                 y + ROW - 5.0,
-                attempt.no
+                escape(&bar_label(attempt, x1 - x0))
             );
         }
         out.push_str("</g>");
@@ -283,6 +308,30 @@ fn bars(
     }
 }
 
+/// The text inside a bar `width` px wide: its job number, and its
+/// `name=` (or the command's first word) as far as it fits at about 6.5 px
+/// a character.
+fn bar_label(a: &Attempt, width: f64) -> String {
+    let fits = ((width - 6.0) / 6.5).max(0.0) as usize;
+    let number = a.no.to_string();
+    let words = a.name.clone().unwrap_or_else(|| {
+        a.command
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    });
+    let full = format!("{number} {words}");
+    if full.chars().count() <= fits {
+        return full;
+    }
+    if fits > number.len() + 2 {
+        let kept: String = words.chars().take(fits - number.len() - 2).collect();
+        return format!("{number} {kept}…");
+    }
+    number
+}
+
 /// The tooltip of a bar: job, command, GPUs, status, duration, peak vs
 /// declared.
 fn tooltip(a: &Attempt, gpu: u32) -> String {
@@ -291,8 +340,9 @@ fn tooltip(a: &Attempt, gpu: u32) -> String {
         .vram_mib
         .map_or("undeclared".to_string(), |v| format!("{v} MiB declared"));
     format!(
-        "job {} attempt {} on GPU {} (this lane: GPU {gpu})\n{}\n{} after {}; peak {peak} / {declared}",
+        "job {}{} attempt {} on GPU {} (this lane: GPU {gpu})\n{}\n{} after {}; peak {peak} / {declared}",
         a.no,
+        a.name.as_ref().map_or(String::new(), |n| format!(" ({n})")),
         a.attempt,
         a.gpus
             .iter()

@@ -265,6 +265,7 @@ impl Scheduler {
             let entry = self.learned.this_run.entry(family.clone()).or_default();
             entry.0 = entry.0.max(p.mib);
         }
+        self.sample_soon_after(started);
         let handle = started_job.handle();
         let place = match handle.slurm_job_id {
             Some(id) => format!("submitted to Slurm as job {id}"),

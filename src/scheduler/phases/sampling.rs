@@ -14,7 +14,15 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::state::{Mode, Running};
 use crate::view::report::{say, warn};
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// When after a job's start it is sampled, whatever `--poll`: its first
+/// allocations show within a second, and the board and the timeline do
+/// not wait a whole poll for a new job's memory.
+const EARLY_SAMPLES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+
+/// Early samples closer than this to one already asked for are shared.
+const EARLY_SAMPLE_SLACK: Duration = Duration::from_millis(250);
 
 /// Failed GPU queries in a row after which dispatch pauses (SPEC §10).
 const MAX_GPU_FAILURES: u32 = 5;
@@ -26,13 +34,40 @@ const PROGRESS_TAIL_BYTES: u64 = 8 * 1024;
 const VERBOSE_STEP_MIB: u64 = 256;
 
 impl Scheduler {
-    /// Whether a GPU sample is due now.
+    /// Whether a GPU sample is due now: `--poll` passed, something asked
+    /// for one, or a job started a moment ago ([`EARLY_SAMPLES`]).
     pub(in crate::scheduler) fn sample_due(&self, now: Instant) -> bool {
         self.sample_now
+            || self.gpu.early_samples.front().is_some_and(|&t| t <= now)
             || self
                 .gpu
                 .last_sample
                 .is_none_or(|t| now >= t + self.cfg.poll)
+    }
+
+    /// Asks for the samples of [`EARLY_SAMPLES`] after a job started at
+    /// `started`. Starts in the same moment share them.
+    pub(in crate::scheduler) fn sample_soon_after(&mut self, started: Instant) {
+        for after in EARLY_SAMPLES {
+            let due = started + after;
+            if self.cfg.poll <= after {
+                continue; // --poll samples as soon anyway
+            }
+            let near = |t: Instant| {
+                due.saturating_duration_since(t) < EARLY_SAMPLE_SLACK
+                    && t.saturating_duration_since(due) < EARLY_SAMPLE_SLACK
+            };
+            if !self.gpu.early_samples.iter().any(|&t| near(t)) {
+                self.gpu.early_samples.push_back(due);
+            }
+        }
+        let queued = self.gpu.early_samples.make_contiguous();
+        queued.sort_unstable();
+    }
+
+    /// The next early sample's moment, if one is due.
+    pub(in crate::scheduler) fn next_early_sample(&self) -> Option<Instant> {
+        self.gpu.early_samples.front().copied()
     }
 
     /// Asks the backend for a snapshot and takes it in; a failed query is
@@ -40,6 +75,9 @@ impl Scheduler {
     pub(in crate::scheduler) fn sample_gpus(&mut self, now: Instant) {
         self.sample_now = false;
         self.gpu.last_sample = Some(now);
+        while self.gpu.early_samples.front().is_some_and(|&t| t <= now) {
+            self.gpu.early_samples.pop_front();
+        }
         let query_started = Instant::now();
         let result = self.backend.snapshot();
         tracing::debug!(

@@ -248,7 +248,7 @@ fn a_log_directory_that_cannot_be_made_is_named_once_with_exit_2() {
 #[test]
 fn log_follow_ends_with_the_outcome_and_its_exit_status() {
     let env = Env::new(&format!(
-        "sh -c 'while [ ! -e release ]; do sleep 0.05; done; echo bad; exit 4'\n{HOLD}\n"
+        "sh -c 'while [ ! -e release ]; do sleep 0.05; done; echo bad; exit 4'\n{HOLD}\necho third\n"
     ));
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
     wait_for("both to start", &mut || started(&env, 2));
@@ -261,7 +261,8 @@ fn log_follow_ends_with_the_outcome_and_its_exit_status() {
             .spawn()
             .unwrap()
     };
-    let (failing, fine) = (follow("1"), follow("2"));
+    // Job 3 waits for an idle GPU: -f waits for it to start.
+    let (failing, fine, waiting) = (follow("1"), follow("2"), follow("3"));
     std::fs::write(env.path("release"), "").unwrap();
     let out = failing.wait_with_output().unwrap();
     let shown = text(&out.stdout);
@@ -280,6 +281,13 @@ fn log_follow_ends_with_the_outcome_and_its_exit_status() {
     assert!(
         text(&out.stdout).contains("==== gpusched: job 2 attempt 1 ended ok (exit 0)"),
         "{out:?}"
+    );
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("third\n") && shown.contains("==== gpusched: job 3 attempt 1 ended ok"),
+        "{shown}"
     );
     // Following a job that already ended says how, at once.
     let out = env.verb(&["log", "1", "-f"]);
@@ -307,7 +315,7 @@ fn a_multi_gpu_wait_says_how_many_gpus_have_room() {
         reason.starts_with("needs")
     });
     assert!(
-        reason.contains("on each of 2 GPUs; 1 GPU has room (GPU 1); next best: GPU 0"),
+        reason.contains("× 2 GPUs; GPU 1 has room, GPU 0 only "),
         "{reason}"
     );
     std::fs::write(env.path("release"), "").unwrap();

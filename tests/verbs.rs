@@ -1,4 +1,4 @@
-//! Black-box tests of the everyday verbs (SPEC §13): `log` (with `-f`),
+//! Black-box tests of the everyday verbs (docs/BEHAVIOUR.md "Everyday verbs"): `log` (with `-f`),
 //! `retry` with and without a running scheduler and its refusals, how
 //! subcommands find the scheduler's jobs file, file modes under the umask,
 //! 80-column lines, completions and the man page, the typo hint, and exit
@@ -316,7 +316,7 @@ fn every_waiting_job_says_why() {
     });
     let board = env.board();
     assert!(
-        board.contains("needs 2560 MiB on each of 2 GPUs; no GPU has room"),
+        board.contains("needs 2560 MiB × 2 GPUs; none has room"),
         "{board}"
     );
     assert!(board.contains("headroom 0 MiB (closed)"), "{board}");

@@ -1,9 +1,9 @@
-//! Placement (SPEC §2): one pure function from (job, GPU loads, options) to
+//! Placement (docs/BEHAVIOUR.md "Placement"): one pure function from (job, GPU loads, options) to
 //! GPU indices or "not now". No clock, no files, no processes: the scheduler
 //! builds [`GpuLoad`]s from its latest snapshot and running jobs, and this
 //! module decides. Most of the scheduler's rules are tested here.
 
-/// Options of placement, from the command line (SPEC §8).
+/// Options of placement, from the command line (docs/BEHAVIOUR.md "Command line").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlaceOptions {
     /// Below this effective external usage (MiB) a GPU counts as idle.
@@ -15,7 +15,7 @@ pub struct PlaceOptions {
     /// At most one of our jobs per GPU.
     pub exclusive: bool,
     /// GPUs drained by `gpusched drain` (bit i = GPU i): closed to new
-    /// jobs, but still counted by the infeasible rule (SPEC §12).
+    /// jobs, but still counted by the infeasible rule (docs/BEHAVIOUR.md "Queue policy").
     pub drained_mask: u64,
 }
 
@@ -60,7 +60,7 @@ pub struct GpuLoad {
     /// Our jobs on this GPU.
     pub occupants: Vec<Occupant>,
     /// MiB other schedulers booked on this GPU in the ledger beyond what
-    /// their jobs already use here (SPEC §14); counted as external use.
+    /// their jobs already use here (docs/BEHAVIOUR.md "Sharing a box"); counted as external use.
     pub booked_mib: u64,
     /// The users behind [`GpuLoad::booked_mib`], for wait reasons.
     pub booked_by: Vec<String>,
@@ -73,7 +73,7 @@ pub enum Placement {
     Start(Vec<u32>),
     /// Does not fit now; try again later (later jobs may backfill).
     NotNow,
-    /// Could not start even if every allowed GPU were empty (SPEC §2
+    /// Could not start even if every allowed GPU were empty (docs/BEHAVIOUR.md "Placement"
     /// "Infeasible"); the reason is for the user.
     Infeasible(String),
 }
@@ -86,7 +86,7 @@ pub struct Request {
     /// Number of distinct GPUs, ≥ 1.
     pub gpus: u32,
     /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
-    /// `None` for any allowed GPU (SPEC §12).
+    /// `None` for any allowed GPU (docs/BEHAVIOUR.md "Queue policy").
     pub on_mask: Option<u64>,
 }
 
@@ -103,7 +103,7 @@ pub fn buffered_mib(value: u64, buffer: f64) -> u64 {
     (value as f64 * (1.0 + buffer)).ceil() as u64
 }
 
-/// The memory (MiB) our job holds on a GPU for placement (SPEC §2 "Budget"):
+/// The memory (MiB) our job holds on a GPU for placement (docs/BEHAVIOUR.md "Budget"):
 /// its declaration while its observed peak stays within it, else the peak
 /// with the spike buffer; never less than its current usage. A job that has
 /// just started and shows no memory yet holds its full declaration. An
@@ -118,10 +118,10 @@ pub fn budget_mib(occupant: &Occupant, spike_buffer: f64) -> u64 {
     held.max(current)
 }
 
-/// Effective external usage (MiB) of a GPU (SPEC §2): the larger of the
+/// Effective external usage (MiB) of a GPU (docs/BEHAVIOUR.md "Placement"): the larger of the
 /// instantaneous usage not attributed to our jobs and the buffered Σ of the
 /// external processes' observed peaks, plus what other schedulers booked
-/// and do not use yet (SPEC §14). Memory of ours that could not be
+/// and do not use yet (docs/BEHAVIOUR.md "Sharing a box"). Memory of ours that could not be
 /// attributed (unknown per-process memory) counts as external, which only
 /// ever makes placement more careful.
 pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
@@ -136,7 +136,7 @@ pub fn effective_external_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
         .saturating_add(gpu.booked_mib)
 }
 
-/// Effective headroom (MiB) for a new declared job (SPEC §2): total −
+/// Effective headroom (MiB) for a new declared job (docs/BEHAVIOUR.md "Placement"): total −
 /// effective external − Σ budgets of our jobs, floored at zero.
 pub fn headroom_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
     let budgets: u64 = gpu
@@ -150,7 +150,7 @@ pub fn headroom_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
 }
 
 /// Whether the GPU is fully idle: no job of ours and effective external
-/// usage below the idle threshold (SPEC §2 "Undeclared job").
+/// usage below the idle threshold (docs/BEHAVIOUR.md "Undeclared job").
 pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
     gpu.occupants.is_empty()
         && effective_external_mib(gpu, opts.spike_buffer) < opts.idle_threshold_mib
@@ -158,7 +158,7 @@ pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
 
 /// Decides where `request` may start now. `gpus` are the allowed GPUs only.
 ///
-/// Rules (SPEC §2): an undeclared job needs idle GPUs, lowest index first; a
+/// Rules (docs/BEHAVIOUR.md "Placement"): an undeclared job needs idle GPUs, lowest index first; a
 /// declared job of E MiB needs headroom ≥ E + margin on each GPU, chosen
 /// best-fit (smallest sufficient headroom, ties by index); a GPU running an
 /// undeclared job of ours is closed; `exclusive` allows one of our jobs per
@@ -208,7 +208,7 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
     Placement::Start(chosen)
 }
 
-/// Places a whole queue in priority order (SPEC §2 "Order"): file order is
+/// Places a whole queue in priority order (docs/BEHAVIOUR.md "Order"): file order is
 /// the priority, a job that does not fit now is skipped and later jobs may
 /// start (backfill). Each job started in this round is added to `gpus` as an
 /// occupant holding its full declaration, so the next job sees it. Returns
@@ -221,7 +221,7 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
     plan_with_reservation(requests, gpus, opts, None)
 }
 
-/// A reservation against starvation (SPEC §12): the GPUs held for one
+/// A reservation against starvation (docs/BEHAVIOUR.md "Queue policy"): the GPUs held for one
 /// pending job; no other job starts on them until it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
@@ -344,7 +344,7 @@ pub fn reservation_gpus(
 
 /// Why `request` could never start on these GPUs even if all were empty, or
 /// `None` if it could.
-/// Why a pending job that placement answered "not now" waits (SPEC §12
+/// Why a pending job that placement answered "not now" waits (docs/BEHAVIOUR.md "Queue policy"
 /// "Why it waits"): a value, rendered for people by its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
@@ -365,7 +365,7 @@ pub enum WaitReason {
         state: &'static str,
     },
     /// It would start but for memory other users' schedulers booked
-    /// (SPEC §14).
+    /// (docs/BEHAVIOUR.md "Sharing a box").
     Booked {
         /// The GPUs it would use.
         gpus: Vec<u32>,
@@ -452,23 +452,23 @@ impl std::fmt::Display for WaitReason {
                 room,
                 most_free,
             } => {
-                write!(f, "needs {need_mib} MiB on each of {gpus} GPUs; ")?;
+                write!(f, "needs {need_mib} MiB × {gpus} GPUs; ")?;
                 let list = room
                     .iter()
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", ");
                 match room.len() {
-                    0 => write!(f, "no GPU has room")?,
-                    1 => write!(f, "1 GPU has room (GPU {list})")?,
-                    n => write!(f, "{n} GPUs have room (GPU {list})")?,
+                    0 => write!(f, "none has room")?,
+                    1 => write!(f, "GPU {list} has room")?,
+                    n => write!(f, "{n} have room (GPU {list})")?,
                 }
                 match most_free {
-                    Some((index, 0)) => write!(f, "; GPU {index} is closed to new jobs"),
+                    Some((index, 0)) => write!(f, ", GPU {index} is closed"),
                     Some((index, mib)) if room.is_empty() => {
                         write!(f, "; most free: GPU {index} {mib} MiB")
                     }
-                    Some((index, mib)) => write!(f, "; next best: GPU {index} {mib} MiB"),
+                    Some((index, mib)) => write!(f, ", GPU {index} only {mib} MiB"),
                     None => Ok(()),
                 }
             }
@@ -482,7 +482,7 @@ pub fn is_drained(index: u32, opts: &PlaceOptions) -> bool {
 }
 
 /// Whether a GPU is closed to new jobs: one of our undeclared jobs holds
-/// it (SPEC §2), or `--exclusive` and one of our jobs is on it.
+/// it (docs/BEHAVIOUR.md "Placement"), or `--exclusive` and one of our jobs is on it.
 pub fn is_closed(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
     gpu.occupants.iter().any(|o| o.declared_mib.is_none())
         || (opts.exclusive && !gpu.occupants.is_empty())

@@ -415,12 +415,12 @@ fn wait_reasons_say_what_is_missing() {
     let gpus2 = [busy(0, 0), busy(1, 14336)];
     assert_eq!(
         wait_reason(&pair, &gpus2, &opts).to_string(),
-        "needs 16896 MiB on each of 2 GPUs; 1 GPU has room (GPU 0); next best: GPU 1 9664 MiB"
+        "needs 16896 MiB × 2 GPUs; GPU 0 has room, GPU 1 only 9664 MiB"
     );
     let gpus2 = [busy(0, 10000), busy(1, 14336)];
     assert_eq!(
         wait_reason(&pair, &gpus2, &opts).to_string(),
-        "needs 16896 MiB on each of 2 GPUs; no GPU has room; most free: GPU 0 14000 MiB"
+        "needs 16896 MiB × 2 GPUs; none has room; most free: GPU 0 14000 MiB"
     );
     // A GPU held by an undeclared job shows 0, closed, not its free MiB.
     assert_eq!(open_headroom_mib(&gpus[0], &opts), 0);

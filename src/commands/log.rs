@@ -1,9 +1,9 @@
-//! `gpusched log JOB [-f] [--attempt K]` (SPEC §13): prints a job's output
+//! `gpusched log JOB [-f] [--attempt K]` (docs/BEHAVIOUR.md "Everyday verbs"): prints a job's output
 //! for one attempt (the last by default) from its log file, whichever GPUs
 //! it ran on; with `-f`, follows it until the attempt ends, then prints a
 //! line with its outcome and exits 0 only when it ended `ok`.
 
-use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
+use super::index::{IndexedJob, JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
 use crate::cli::LogArgs;
 use crate::error::Error;
 use crate::process::supervisor;
@@ -16,14 +16,25 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// Prints the log of the attempt asked for; follows it with `-f`, ending
 /// with an outcome line (exit 1 when the attempt did not end `ok`).
 ///
-/// Errors: [`Error::Usage`] for an unknown job or attempt, or a job that
-/// has not started; I/O errors reading the log.
+/// Errors: [`Error::Usage`] for an unknown job or attempt, or (without
+/// `-f`) a job that has not started; I/O errors reading the log.
 pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
     let index = JobIndex::read(&args.log_dir)?;
     let specs = find_jobs_file(&args.log_dir)
         .map(|file| specs_of(&file))
         .unwrap_or_default();
-    let job = index.resolve_in(&args.job, &specs)?;
+    let mut job = index.resolve_in(&args.job, &specs)?.clone();
+    if args.follow && args.attempt.is_none() && job.attempts.is_empty() {
+        match wait_for_start(&args.log_dir, job) {
+            Waited::Started(started) => job = started,
+            Waited::Ended(ended) => {
+                let (line, code) = end_line(&ended.last);
+                println!("==== gpusched: job {} {line}", ended.no);
+                return Ok(code);
+            }
+        }
+    }
+    let job = &job;
     let attempt = match args.attempt {
         Some(k) => job
             .attempts
@@ -75,6 +86,39 @@ pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
     writeln!(out, "==== gpusched: job {no} attempt {number} {line}")?;
     out.flush()?;
     Ok(code)
+}
+
+/// What became of a job `-f` waited for.
+enum Waited {
+    /// Its first attempt started.
+    Started(IndexedJob),
+    /// It ended without running (cancelled, infeasible, a failed
+    /// dependency).
+    Ended(IndexedJob),
+}
+
+/// Waits, for `log -f`, until `job` (not started yet) starts or ends
+/// without running; says on stderr that it waits.
+fn wait_for_start(log_dir: &std::path::Path, job: IndexedJob) -> Waited {
+    eprintln!(
+        "job {} has not started yet; following it once it does (Ctrl-C to give up)",
+        job.no
+    );
+    loop {
+        std::thread::sleep(FOLLOW_POLL);
+        let Some(now) = JobIndex::read(log_dir)
+            .ok()
+            .and_then(|index| index.jobs.into_iter().find(|j| j.key == job.key))
+        else {
+            continue;
+        };
+        if !now.attempts.is_empty() {
+            return Waited::Started(now);
+        }
+        if matches!(now.last, LastWord::Done { .. }) {
+            return Waited::Ended(now);
+        }
+    }
 }
 
 /// How long `-f` waits, once the attempt's process has ended, for the

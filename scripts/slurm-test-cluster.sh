@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster for gpusched's Slurm tests (SPEC §15), from
+# A real one-node Slurm cluster for gpusched's Slurm tests (docs/BEHAVIOUR.md "Slurm"), from
 # Debian's packages, started as root without systemd.
 #
 #   scripts/slurm-test-cluster.sh up     # install (if needed), configure, start

@@ -1,4 +1,4 @@
-//! The command line (SPEC §8): every flag with its unit, default and edge
+//! The command line (docs/BEHAVIOUR.md "Command line"): every flag with its unit, default and edge
 //! cases, validated here so that the rest of the program gets sane values.
 //! A bad flag or value is a usage error: clap prints it and exits 2.
 
@@ -270,7 +270,7 @@ pub struct RunArgs {
     pub slurm: SlurmArgs,
 }
 
-/// Running on a Slurm cluster (SPEC §15), for the scheduler and `export`.
+/// Running on a Slurm cluster (docs/BEHAVIOUR.md "Slurm"), for the scheduler and `export`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct SlurmArgs {
     /// Run the jobs on a Slurm cluster instead of this machine's GPUs:
@@ -334,7 +334,7 @@ pub struct StatusArgs {
     /// The scheduler's log directory.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,
-    /// Print status.json as it is (schema in the README).
+    /// Print status.json as it is (schema: docs/status.schema.json).
     #[arg(long)]
     pub json: bool,
     /// List every finished job (from the journal), not only the 10 latest.
@@ -524,7 +524,7 @@ pub enum LedgerAction {
     },
 }
 
-/// Arguments of `gpusched simjob` (SPEC §9).
+/// Arguments of `gpusched simjob` (docs/BEHAVIOUR.md "Simulation").
 #[derive(Debug, Args, Clone)]
 pub struct SimjobArgs {
     /// Simulated VRAM to reach on each GPU, in MiB.
@@ -549,7 +549,7 @@ pub struct SimjobArgs {
     pub util: u32,
 }
 
-/// Arguments of the internal `gpusched __supervise` (SPEC §11): the
+/// Arguments of the internal `gpusched __supervise` (docs/BEHAVIOUR.md "Exactly once"): the
 /// scheduler's supervisor, started by the scheduler, never by people. It
 /// takes no arguments (its requests come on its stdin, see
 /// [`crate::process::supervisor`]). Parsed on its own, before the user's

@@ -1,4 +1,4 @@
-//! Queue control that outlives the scheduler (SPEC §12 "Pause and drain"):
+//! Queue control that outlives the scheduler (docs/BEHAVIOUR.md "Pause and drain"):
 //! whether new dispatch is paused (`gpusched pause` / `resume`) and which
 //! GPUs are drained (`gpusched drain` / `undrain`). Kept in
 //! `<log_dir>/control.json`, written atomically by the scheduler (or, when

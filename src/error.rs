@@ -1,5 +1,5 @@
 //! One error type for what ends a command, and one exit-code table
-//! (SPEC §7, §8, §13). Modules return [`Error`] for what the user must fix,
+//! (docs/BEHAVIOUR.md "Board and terminal", "Command line", "Everyday verbs"). Modules return [`Error`] for what the user must fix,
 //! wrapped in `anyhow` with context at the edges; [`exit_code_for`] is the
 //! only place that turns an error into an exit status.
 
@@ -17,7 +17,7 @@ pub enum Error {
     /// index that does not exist. Exit 2.
     #[error("{0}")]
     Gpu(String),
-    /// Another scheduler already runs on this log directory (SPEC §11). Exit 2.
+    /// Another scheduler already runs on this log directory (docs/BEHAVIOUR.md "Exactly once"). Exit 2.
     #[error("{0}")]
     AlreadyRunning(String),
     /// A file operation failed; `doing` says what was being done and on
@@ -32,7 +32,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// The exit status for this error (SPEC §7: 2 for usage and start-up
+    /// The exit status for this error (docs/BEHAVIOUR.md "Board and terminal": 2 for usage and start-up
     /// problems the user must fix, 1 for failures of the machine).
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -43,7 +43,7 @@ pub fn write_atomic_with(
 }
 
 /// The permission bits for files people read (status.txt, status.json,
-/// metrics.prom; SPEC §13): 0666 less the process's umask, as a plain
+/// metrics.prom; docs/BEHAVIOUR.md "Everyday verbs"): 0666 less the process's umask, as a plain
 /// `open` would create them. The umask is read once (reading it means
 /// setting it, so it is done before any thread creates files).
 pub fn people_mode() -> std::fs::Permissions {

@@ -1,4 +1,4 @@
-//! The `--history FILE` of learned declarations (SPEC §17 "History"): one
+//! The `--history FILE` of learned declarations (docs/BEHAVIOUR.md "History"): one
 //! JSON line per ok run with a measured peak, which several log
 //! directories (and schedulers) may share. Appends happen under an
 //! exclusive `flock` on `FILE.lock`; torn or garbled lines are skipped; the

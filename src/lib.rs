@@ -3,7 +3,7 @@
 //! through one tick: jobs file → [`jobspec`], GPU state → [`gpu`], placement
 //! → [`allocation`], rules → [`policy`], processes → [`process`], durable
 //! state → [`journal`], the loop → [`scheduler`], what the user reads →
-//! [`view`]. `docs/ARCHITECTURE.md` maps each SPEC rule to its file.
+//! [`view`]. `docs/ARCHITECTURE.md` maps each behaviour of docs/BEHAVIOUR.md to its file.
 
 pub mod allocation;
 pub mod cli;
@@ -33,7 +33,7 @@ pub use error::exit_code_for;
 
 use gpu::GpuBackend;
 
-/// Runs the scheduler for `args` and returns its exit code (SPEC §7).
+/// Runs the scheduler for `args` and returns its exit code (docs/BEHAVIOUR.md "Board and terminal").
 ///
 /// Errors: [`error::Error`] (exit 2) for what the user must fix first;
 /// anything else is a failure of the machine (exit 1).

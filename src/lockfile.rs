@@ -1,4 +1,4 @@
-//! One scheduler per log directory (SPEC §11): the scheduler holds an
+//! One scheduler per log directory (docs/BEHAVIOUR.md "Exactly once"): the scheduler holds an
 //! exclusive `flock` on `<log_dir>/lock` for its whole life, with its pid
 //! written in the file. A second scheduler on the same directory is
 //! refused, naming the first's pid; `gpusched stop` finds the scheduler to

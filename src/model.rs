@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a job ended (SPEC §5 `done.status`).
+/// How a job ended (docs/BEHAVIOUR.md "The live queue" `done.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DoneStatus {
@@ -22,7 +22,7 @@ pub enum DoneStatus {
     Cancelled,
     /// Could never start on the allowed GPUs.
     Infeasible,
-    /// A job it runs `after=` ended in anything but `ok` (SPEC §12).
+    /// A job it runs `after=` ended in anything but `ok` (docs/BEHAVIOUR.md "Queue policy").
     DependencyFailed,
 }
 
@@ -56,7 +56,7 @@ impl DoneStatus {
         DoneStatus::ALL.into_iter().find(|s| s.as_str() == word)
     }
 
-    /// The board's mark (SPEC §7): `✓` ok, `⊘` cancelled, `✗` the rest.
+    /// The board's mark (docs/BEHAVIOUR.md "Board and terminal"): `✓` ok, `⊘` cancelled, `✗` the rest.
     pub fn mark(self) -> char {
         match self {
             DoneStatus::Ok => '✓',
@@ -66,7 +66,7 @@ impl DoneStatus {
     }
 
     /// Whether this outcome makes the scheduler's exit code non-zero
-    /// (SPEC §7: only ok and cancelled do not).
+    /// (docs/BEHAVIOUR.md "Board and terminal": only ok and cancelled do not).
     pub fn is_failure(self) -> bool {
         !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
     }
@@ -98,7 +98,7 @@ pub enum JobState {
     Running,
     /// In the queue, never started or requeued.
     Pending,
-    /// Requeued after a CUDA OOM, waiting for its next attempt (SPEC §6).
+    /// Requeued after a CUDA OOM, waiting for its next attempt (docs/BEHAVIOUR.md "Out of memory and timeouts").
     RetryWait,
     /// Ended for good.
     Done(DoneStatus),

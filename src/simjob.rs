@@ -1,4 +1,4 @@
-//! `gpusched simjob` (SPEC §9): a fake GPU job for `--sim` mode. It ramps
+//! `gpusched simjob` (docs/BEHAVIOUR.md "Simulation"): a fake GPU job for `--sim` mode. It ramps
 //! its simulated VRAM from 0 to `--vram` MiB over `--ramp` seconds on each
 //! GPU of `CUDA_VISIBLE_DEVICES`, holds it `--hold` seconds, and exits with
 //! `--exit-code`, atomically rewriting `$GPUSCHED_SIM_DIR/<pid>.json` every
@@ -143,7 +143,7 @@ enum Ending {
     Done,
     /// SIGTERM or SIGINT.
     Signalled,
-    /// The next step of its ramp did not fit on `gpu` (SPEC §9).
+    /// The next step of its ramp did not fit on `gpu` (docs/BEHAVIOUR.md "Simulation").
     OutOfMemory {
         gpu: String,
         asked: u64,

@@ -1,4 +1,4 @@
-//! The chaos test (SPEC §11): about 30 short jobs run while the scheduler
+//! The chaos test (docs/BEHAVIOUR.md "Exactly once"): about 30 short jobs run while the scheduler
 //! is killed with SIGKILL at random moments, at least 20 times, and
 //! restarted each time. Every job must complete exactly once, with its
 //! real exit code, and the whole run must take at most 1.3× an

@@ -1,4 +1,4 @@
-//! Black-box tests of SPEC §11 "Exactly once": no crash, edit, signal or
+//! Black-box tests of docs/BEHAVIOUR.md "Exactly once": no crash, edit, signal or
 //! bad input makes a job run twice, get lost, or the scheduler spin.
 //! Supervised exit records, one scheduler per log directory, `gpusched
 //! stop`, SIGHUP, a full or read-only log directory (root only), identity
@@ -41,7 +41,7 @@ fn idle_cpu(pid: i32, window: Duration) -> f64 {
     cpu_seconds(pid) - before
 }
 
-/// SPEC §11: < 0.05 CPU-s per 10 s when idle. The bound here is four
+/// docs/BEHAVIOUR.md "Exactly once": < 0.05 CPU-s per 10 s when idle. The bound here is four
 /// times that over a 5 s window, so a loaded machine does not make it
 /// flaky; the busy loop this guards against burned about 3.5 CPU-s there.
 const IDLE_CPU_BOUND_S: f64 = 0.1;

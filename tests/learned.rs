@@ -1,4 +1,4 @@
-//! Learned declarations (SPEC §17): a `vram=auto` sweep packs itself from
+//! Learned declarations (docs/BEHAVIOUR.md "Learned VRAM"): a `vram=auto` sweep packs itself from
 //! its first run's peak, `family=` groups different commands, `--history`
 //! carries peaks between log directories, an OOM raises the prediction,
 //! and a cold family may use an idle GPU.

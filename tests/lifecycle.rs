@@ -1,4 +1,4 @@
-//! Black-box tests of the job lifecycle (SPEC §3, §5 orphans, §6, §7): OOM
+//! Black-box tests of the job lifecycle (docs/BEHAVIOUR.md "Running a job", "Orphans", "Out of memory and timeouts", "Board and terminal"): OOM
 //! retries, timeouts, cancel, killing whole process groups, the
 //! scheduler's own signals, and orphans of a previous scheduler. Real
 //! processes, `--sim` GPUs.

@@ -1,4 +1,4 @@
-//! The NVML backend (SPEC §10) against a fake `libnvidia-ml.so.1` built
+//! The NVML backend (docs/BEHAVIOUR.md "NVML") against a fake `libnvidia-ml.so.1` built
 //! from `tests/fake_nvml/fake_nvml.c` with the system C compiler. The fake
 //! answers from a state file the tests rewrite while the scheduler runs.
 
@@ -55,7 +55,7 @@ impl Nvml {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = self.env.command(args);
-        // The test's own ledger, not the box's shared one (SPEC §14).
+        // The test's own ledger, not the box's shared one (docs/BEHAVIOUR.md "Sharing a box").
         cmd.arg("--ledger")
             .arg(self.env.path("ledger"))
             .env("LD_LIBRARY_PATH", fake_nvml_dir())

@@ -1,4 +1,4 @@
-//! Property tests of the pure placement (SPEC §2), over random GPU loads
+//! Property tests of the pure placement (docs/BEHAVIOUR.md "Placement"), over random GPU loads
 //! and queues:
 //!
 //! * a GPU never gets more declared budget than its headroom: after a
@@ -34,7 +34,7 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
             prop_oneof![Just(0u64), 0u64..30_000],
             prop_oneof![Just(0u64), 0u64..10_000],
             prop_oneof![Just(Vec::new()), prop::collection::vec(occupant(), 0..3)],
-            // Memory other schedulers booked in the ledger (SPEC §14).
+            // Memory other schedulers booked in the ledger (docs/BEHAVIOUR.md "Sharing a box").
             prop_oneof![Just(0u64), 0u64..20_000],
         ),
         1..8,

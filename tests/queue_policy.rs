@@ -1,4 +1,4 @@
-//! Black-box tests of the queue policy (SPEC §12) implemented so far:
+//! Black-box tests of the queue policy (docs/BEHAVIOUR.md "Queue policy") implemented so far:
 //! `on=` allow-lists, and the reasons waiting jobs give.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The README matches the program (SPEC §13): every example command in it
+//! The README matches the program (docs/BEHAVIOUR.md "Everyday verbs"): every example command in it
 //! is one the command line accepts, its error sample is what the program
 //! prints, and its status-board sample fits 80 columns. Fails when an
 //! example stops working.
@@ -103,4 +103,109 @@ fn the_board_sample_fits_80_columns() {
             "{line:?}"
         );
     }
+}
+
+/// Every tracked text file that may cite the behaviour reference.
+fn sources() -> Vec<(String, String)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new("git")
+        .args([
+            "ls-files",
+            "src",
+            "tests",
+            "docs",
+            "scripts",
+            "benches",
+            "README.md",
+        ])
+        .current_dir(root)
+        .output();
+    let listed = match out {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        _ => {
+            eprintln!("git is not available; the citations were not checked");
+            return Vec::new();
+        }
+    };
+    listed
+        .lines()
+        .filter_map(|path| {
+            let text = std::fs::read_to_string(format!("{root}/{path}")).ok()?;
+            Some((path.to_string(), text))
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_is_a_first_day_read_and_cites_the_repositorys_own_reference() {
+    let readme = readme();
+    let lines = readme.lines().count();
+    assert!(
+        lines < 450,
+        "README.md has {lines} lines; move detail to docs/"
+    );
+    assert!(
+        readme.contains("cargo install --locked --path ."),
+        "no install step"
+    );
+    // The behaviour reference is in the repository: nothing cites a
+    // document that is not.
+    let foreign = ["SPEC", " §"].concat();
+    for (path, text) in sources() {
+        assert!(
+            !text.contains(&foreign),
+            "{path} cites a SPEC section; cite docs/BEHAVIOUR.md instead"
+        );
+    }
+}
+
+#[test]
+fn every_cited_behaviour_section_exists() {
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/BEHAVIOUR.md")).unwrap();
+    let headings: Vec<&str> = reference
+        .lines()
+        .filter_map(|l| l.strip_prefix("## ").or_else(|| l.strip_prefix("### ")))
+        .collect();
+    let mut cited = 0;
+    for (path, text) in sources()
+        .into_iter()
+        .filter(|(path, _)| path != "tests/readme.rs")
+    {
+        // A citation may run over comment lines: join them first.
+        let joined: String = text
+            .lines()
+            .map(|l| {
+                let l = l.trim_start();
+                l.strip_prefix("//!")
+                    .or_else(|| l.strip_prefix("///"))
+                    .or_else(|| l.strip_prefix("//"))
+                    .unwrap_or(l)
+                    .trim()
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (at, _) in joined.match_indices("BEHAVIOUR.md \"") {
+            let mut rest = &joined[at + "BEHAVIOUR.md ".len()..];
+            // "A", "B" and "C" — every quoted name of the list.
+            while let Some(after_quote) = rest.strip_prefix('"') {
+                let Some(end) = after_quote.find('"') else {
+                    break;
+                };
+                let name = &after_quote[..end];
+                cited += 1;
+                assert!(
+                    headings.contains(&name),
+                    "{path} cites docs/BEHAVIOUR.md \"{name}\", which has no such section"
+                );
+                rest = after_quote[end + 1..]
+                    .trim_start_matches([',', ' '])
+                    .trim_start_matches("and ");
+            }
+        }
+    }
+    assert!(
+        cited > 100 || sources().is_empty(),
+        "only {cited} citations found"
+    );
 }

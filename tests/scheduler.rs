@@ -1,4 +1,4 @@
-//! Black-box tests of the main job (SPEC §1–5, §7–9): the real binary in
+//! Black-box tests of the main job (docs/BEHAVIOUR.md "Jobs file", "Placement", "Running a job", "Monitoring", "The live queue", "Board and terminal", "Command line", "Simulation"): the real binary in
 //! `--sim` mode on temp jobs files, asserting on the journal, the status
 //! board, the jobs file staying byte-identical, and exit codes.
 

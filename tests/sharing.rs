@@ -1,4 +1,4 @@
-//! Sharing a box (SPEC §14, §9): two schedulers on the same simulated GPU
+//! Sharing a box (docs/BEHAVIOUR.md "Sharing a box", "Simulation"): two schedulers on the same simulated GPU
 //! with and without the ledger, the trust rules against dead, garbage and
 //! foreign-owned booking files, and the simulator's physical limit.
 
@@ -10,12 +10,12 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
 
-/// The first simulated GPU's UUID (SPEC §9).
+/// The first simulated GPU's UUID (docs/BEHAVIOUR.md "Simulation").
 const SIM_GPU0: &str = "GPU-5157-0000-0000-0000-000000000000";
 
 /// Three 14 GB jobs that each ramp over a second, held back until `go`
 /// exists, so that two schedulers' first jobs are started before either
-/// uses any memory: the race of SPEC §14, every time.
+/// uses any memory: the race of docs/BEHAVIOUR.md "Sharing a box", every time.
 fn three_big_jobs(go: &Path) -> String {
     let line = format!(
         "[vram=14000] sh -c 'while [ ! -e {} ]; do sleep 0.01; done; exec gpusched simjob --vram 14000 --ramp 1 --hold 0.3'\n",

@@ -1,4 +1,4 @@
-//! `--slurm` against a real Slurm cluster (SPEC §15): the one-node cluster
+//! `--slurm` against a real Slurm cluster (docs/BEHAVIOUR.md "Slurm"): the one-node cluster
 //! of `scripts/slurm-test-cluster.sh` (4 GPUs of type `fake`, 16 shards of
 //! 4096 MiB). `.ci/run` starts it and sets GPUSCHED_SLURM_REQUIRED=1, so
 //! there a missing cluster fails these tests; elsewhere they say SKIPPED.

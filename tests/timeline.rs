@@ -1,4 +1,4 @@
-//! The timeline (SPEC §16): a real run in `--sim` drawn as SVG, checked as
+//! The timeline (docs/BEHAVIOUR.md "Timeline"): a real run in `--sim` drawn as SVG, checked as
 //! XML (lanes, one bar per attempt with the right colour class and title,
 //! memory curves inside their lanes) and rasterised to check that every
 //! lane draws; drawn again during a run and from a copied log directory.

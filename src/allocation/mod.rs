@@ -73,8 +73,7 @@ pub enum Placement {
     Start(Vec<u32>),
     /// Does not fit now; try again later (later jobs may backfill).
     NotNow,
-    /// Could not start even if every allowed GPU were empty (docs/BEHAVIOUR.md "Placement"
-    /// "Infeasible"); the reason is for the user.
+    /// Could not start even if every allowed GPU were empty (docs/BEHAVIOUR.md "Order"); the reason is for the user.
     Infeasible(String),
 }
 
@@ -344,8 +343,7 @@ pub fn reservation_gpus(
 
 /// Why `request` could never start on these GPUs even if all were empty, or
 /// `None` if it could.
-/// Why a pending job that placement answered "not now" waits (docs/BEHAVIOUR.md "Queue policy"
-/// "Why it waits"): a value, rendered for people by its `Display`.
+/// Why a pending job that placement answered "not now" waits (docs/BEHAVIOUR.md "Queue policy"): a value, rendered for people by its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
     /// Dispatch is paused (`gpusched pause`).

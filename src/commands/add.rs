@@ -1,4 +1,4 @@
-//! `gpusched add` (SPEC §13): appends one validated, shell-quoted line to
+//! `gpusched add` (docs/BEHAVIOUR.md "Everyday verbs"): appends one validated, shell-quoted line to
 //! the jobs file the scheduler runs, and reports the job's number once a
 //! running scheduler has seen it.
 

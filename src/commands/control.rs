@@ -1,4 +1,4 @@
-//! `gpusched pause`, `resume`, `drain GPU…`, `undrain GPU…` (SPEC §12):
+//! `gpusched pause`, `resume`, `drain GPU…`, `undrain GPU…` (docs/BEHAVIOUR.md "Queue policy"):
 //! with a scheduler running, the change goes through
 //! `<log_dir>/requests/` and the command waits (up to 10 s) until the
 //! scheduler has it in force; with none, the command takes the log

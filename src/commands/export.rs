@@ -1,4 +1,4 @@
-//! `gpusched export --slurm JOBS` (SPEC §15 "Dry run"): the `sbatch`
+//! `gpusched export --slurm JOBS` (docs/BEHAVIOUR.md "Dry run"): the `sbatch`
 //! command lines `--slurm` would run, one per job, as a shell script that
 //! submits them by hand (`… | sh`). Dependencies use the ids of the
 //! submissions above them (`--dependency=afterok:$j1`); jobs flagged

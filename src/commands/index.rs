@@ -1,4 +1,4 @@
-//! What the everyday verbs need to know about a log directory (SPEC §13):
+//! What the everyday verbs need to know about a log directory (docs/BEHAVIOUR.md "Everyday verbs"):
 //! where the scheduler's jobs file is, and every job the journal knows —
 //! its number, key, command, attempts and outcome — read without writing
 //! anything (another user's log directory may be read-only to us). Jobs
@@ -196,7 +196,7 @@ impl JobIndex {
         self.resolve_in(reference, &[])
     }
 
-    /// Like [`JobIndex::resolve`], also by `name=` (SPEC §12) among the
+    /// Like [`JobIndex::resolve`], also by `name=` (docs/BEHAVIOUR.md "Queue policy") among the
     /// lines of the jobs file `specs`: number first, then name, then key
     /// prefix.
     ///

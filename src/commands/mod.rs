@@ -1,4 +1,4 @@
-//! The subcommands besides the scheduler itself, one file each (SPEC §13).
+//! The subcommands besides the scheduler itself, one file each (docs/BEHAVIOUR.md "Everyday verbs").
 //! Each takes its parsed arguments and returns an exit code.
 
 pub mod add;

@@ -1,4 +1,4 @@
-//! `gpusched retry JOB…` (SPEC §13): puts finished jobs (any terminal
+//! `gpusched retry JOB…` (docs/BEHAVIOUR.md "Everyday verbs"): puts finished jobs (any terminal
 //! status) back in the queue as a new attempt with the same key. Refused,
 //! with the fix, while the job's line carries `cancel` or is gone from the
 //! jobs file. With a scheduler running, the request goes through

@@ -1,4 +1,4 @@
-//! `gpusched status [--all] [--json]` (SPEC §13): renders
+//! `gpusched status [--all] [--json]` (docs/BEHAVIOUR.md "Everyday verbs"): renders
 //! `<log_dir>/status.json` for people — running jobs, waiting ones, then
 //! the 10 latest finished (`--all`: every one, from the journal) — in the
 //! terminal's width (80 columns when not a terminal); `--json` prints the
@@ -49,11 +49,11 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Finished jobs shown without `--all` (SPEC §13).
+/// Finished jobs shown without `--all` (docs/BEHAVIOUR.md "Everyday verbs").
 const LATEST_FINISHED: usize = 10;
 
 /// The width to fit: the terminal's when stdout is one, else `$COLUMNS`,
-/// else 80 (SPEC §13).
+/// else 80 (docs/BEHAVIOUR.md "Everyday verbs").
 fn width() -> usize {
     use std::io::IsTerminal;
     if std::io::stdout().is_terminal() {

@@ -1,4 +1,4 @@
-//! `gpusched stop` (SPEC §7, §11): stops the scheduler running on a log
+//! `gpusched stop` (docs/BEHAVIOUR.md "Board and terminal", "Exactly once"): stops the scheduler running on a log
 //! directory as Ctrl-C would — SIGTERM to it, which stops every running
 //! job's group (SIGKILL after the grace) and exits — and waits until it
 //! has let go of the directory's lock. With `--keep-jobs` (SIGUSR1) it

@@ -1,4 +1,4 @@
-//! `gpusched timeline` (SPEC §16): draws a log directory's run as an SVG.
+//! `gpusched timeline` (docs/BEHAVIOUR.md "Timeline"): draws a log directory's run as an SVG.
 
 use crate::cli::TimelineArgs;
 use crate::journal::now_ts;

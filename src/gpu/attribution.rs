@@ -1,6 +1,6 @@
-//! Attribution (SPEC §4): which GPU process belongs to which of our jobs,
+//! Attribution (docs/BEHAVIOUR.md "Monitoring"): which GPU process belongs to which of our jobs,
 //! through its process group, and the per-process peaks of everyone
-//! else's processes (SPEC §2 "Effective external"). Pure over a
+//! else's processes (docs/BEHAVIOUR.md "Effective external"). Pure over a
 //! pgid-lookup function, so the rules are unit-tested without `/proc`.
 
 use super::GpuProcess;
@@ -63,7 +63,7 @@ pub fn attribute<J: Clone + Eq + Hash>(
 
 /// MiB in use per (GPU index, process group) among `external` processes,
 /// given each pid's group (`group_of`; a pid without one is skipped). This
-/// is what another scheduler's booking is weighed against (SPEC §14).
+/// is what another scheduler's booking is weighed against (docs/BEHAVIOUR.md "Sharing a box").
 pub fn by_group(
     external: &[(GpuPid, Option<u64>)],
     group_of: &HashMap<u32, u32>,
@@ -79,7 +79,7 @@ pub fn by_group(
 }
 
 /// Observed peak (MiB) of each external process; a process is forgotten
-/// when it disappears (SPEC §2).
+/// when it disappears (docs/BEHAVIOUR.md "Placement").
 #[derive(Debug, Default)]
 pub struct ExternalPeaks {
     peaks: HashMap<GpuPid, u64>,

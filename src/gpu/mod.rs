@@ -1,6 +1,6 @@
 //! GPU state as the scheduler sees it: one [`GpuSnapshot`] per sampling
-//! round from a [`GpuBackend`] — the simulator (`--sim`, SPEC §9) or NVML
-//! (SPEC §10). Memory is in MiB everywhere past this module's backends;
+//! round from a [`GpuBackend`] — the simulator (`--sim`, docs/BEHAVIOUR.md "Simulation") or NVML
+//! (docs/BEHAVIOUR.md "NVML"). Memory is in MiB everywhere past this module's backends;
 //! bytes are converted once, at the edge.
 
 pub mod attribution;
@@ -51,7 +51,7 @@ pub struct GpuSnapshot {
 /// A source of GPU snapshots.
 pub trait GpuBackend {
     /// Reads the current state of every GPU. An error is one failed round:
-    /// the scheduler warns and keeps running jobs (SPEC §10).
+    /// the scheduler warns and keeps running jobs (docs/BEHAVIOUR.md "NVML").
     fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot>;
     /// A short description for the start-up line, e.g. `2 simulated GPUs`.
     fn describe(&self) -> String;

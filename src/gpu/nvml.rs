@@ -1,4 +1,4 @@
-//! NVML backend (SPEC §10), through `nvml-wrapper`: NVML is loaded and
+//! NVML backend (docs/BEHAVIOUR.md "NVML"), through `nvml-wrapper`: NVML is loaded and
 //! initialised once per run; each snapshot reads, per device, memory
 //! (`nvmlDeviceGetMemoryInfo_v2`), utilization
 //! (`nvmlDeviceGetUtilizationRates`) and compute processes

@@ -1,4 +1,4 @@
-//! Simulated GPUs for `--sim N` (SPEC §9). Each job process that pretends to
+//! Simulated GPUs for `--sim N` (docs/BEHAVIOUR.md "Simulation"). Each job process that pretends to
 //! use a GPU (see `gpusched simjob`) keeps a report file
 //! `<sim dir>/<pid>.json` up to date; a snapshot sums those reports per GPU.
 //! A report whose pid is dead is dropped (and removed).
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Memory of each simulated GPU (MiB), SPEC §9.
+/// Memory of each simulated GPU (MiB), docs/BEHAVIOUR.md "Simulation".
 pub const SIM_TOTAL_MIB: u64 = 24000;
 
 /// What a simulated process reports about itself, in `<pid>.json`.
@@ -128,7 +128,7 @@ pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
     Ok(reports)
 }
 
-/// The physical limit of a simulated GPU (SPEC §9): whether raising
+/// The physical limit of a simulated GPU (docs/BEHAVIOUR.md "Simulation"): whether raising
 /// process `pid`'s use to `mib` on each of `gpus` fits beside every other
 /// process's current use (`reports`). Returns the first GPU it does not fit
 /// on, with the MiB the others use there.

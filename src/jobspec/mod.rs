@@ -1,4 +1,4 @@
-//! The jobs-file grammar (SPEC §1): one job per line, an optional attribute
+//! The jobs-file grammar (docs/BEHAVIOUR.md "Jobs file"): one job per line, an optional attribute
 //! block `[k=v k=v flag]`, then the shell command. This module turns the
 //! file's text into [`JobSpec`]s with their identity keys, or a
 //! [`ParseError`] that names the line number and the offending text.
@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 pub struct JobSpec {
     /// Identity key: 12 hex digits of SHA-256 of the normalised command
     /// ([`normalise_command`]), `#`, then the occurrence count of that
-    /// normalised command earlier in the file (SPEC §1 "Identity").
+    /// normalised command earlier in the file (docs/BEHAVIOUR.md "Identity").
     pub key: String,
     /// 1-based line number in the jobs file.
     pub line: usize,
@@ -23,13 +23,13 @@ pub struct JobSpec {
     pub vram_mib: Option<u64>,
     /// Number of distinct GPUs (`gpus=`), at least 1.
     pub gpus: u32,
-    /// The bare `cancel` flag (SPEC §6).
+    /// The bare `cancel` flag (docs/BEHAVIOUR.md "Out of memory and timeouts").
     pub cancel: bool,
     /// The bare `preemptible` flag: a blocked job above it in the file may
-    /// stop it and requeue it (SPEC §12).
+    /// stop it and requeue it (docs/BEHAVIOUR.md "Queue policy").
     pub preemptible: bool,
     /// `vram=auto`: the declaration is learned from the family's history
-    /// (SPEC §17).
+    /// (docs/BEHAVIOUR.md "Learned VRAM").
     pub auto_vram: bool,
     /// The rarer attributes; `None` when the line has none of them.
     pub rare: Option<Box<Rare>>,
@@ -46,17 +46,17 @@ pub struct Rare {
     /// Automatic re-runs after a CUDA OOM (`retries=`); `None` means the
     /// scheduler's `--oom-retries` default applies.
     pub retries: Option<u32>,
-    /// `name=`: a name to refer to the job by (SPEC §12), unique in the
+    /// `name=`: a name to refer to the job by (docs/BEHAVIOUR.md "Queue policy"), unique in the
     /// file, of `[A-Za-z0-9_.-]`.
     pub name: Option<String>,
     /// `on=0,2`: the GPU indices (below 64) it may use, as a bit mask (bit
-    /// i = GPU i); `None` for any GPU the scheduler may use (SPEC §12).
+    /// i = GPU i); `None` for any GPU the scheduler may use (docs/BEHAVIOUR.md "Queue policy").
     pub on_mask: Option<u64>,
     /// `after=REF,…`: jobs that must end `ok` before this one starts, as
-    /// written (names, display numbers or key prefixes; SPEC §12).
+    /// written (names, display numbers or key prefixes; docs/BEHAVIOUR.md "Queue policy").
     pub after: Vec<String>,
     /// `family=NAME`: the family it learns with, instead of its command's
-    /// (SPEC §17).
+    /// (docs/BEHAVIOUR.md "Learned VRAM").
     pub family: Option<String>,
 }
 
@@ -141,7 +141,7 @@ pub const MAX_TIMEOUT_S: f64 = 3650.0 * 86400.0;
 /// The most GPUs one job may ask for (`gpus=`).
 pub const MAX_GPUS: u32 = 1024;
 
-/// The command as its identity sees it (SPEC §1): a trailing shell comment
+/// The command as its identity sees it (docs/BEHAVIOUR.md "Jobs file"): a trailing shell comment
 /// (a `#` that begins a word outside quotes, to the end of the line) is
 /// removed, runs of whitespace outside quotes become one space, and the
 /// result is trimmed. Quotes and backslash escapes are kept as written.
@@ -234,7 +234,7 @@ pub fn decode(bytes: Vec<u8>) -> Result<String, ParseError> {
 }
 
 /// Parses a whole jobs file. Blank lines and `#` comments are skipped; the
-/// first bad line aborts the parse with its error (SPEC §1).
+/// first bad line aborts the parse with its error (docs/BEHAVIOUR.md "Jobs file").
 pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
     let (jobs, mut errors) = parse_jobs_lenient(text);
     if errors.is_empty() {
@@ -246,7 +246,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
 
 /// Parses every good line of a jobs file and collects the errors of the
 /// bad ones, in line order. Keys are assigned over the good lines — the one
-/// place the identity rule (SPEC §1 "Identity") is applied.
+/// place the identity rule (docs/BEHAVIOUR.md "Identity") is applied.
 pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
@@ -283,7 +283,7 @@ fn with_keys(mut spec: JobSpec, key: String, legacy_key: Option<String>) -> JobS
 
 /// Records `spec`'s `name=` as used on its line (`raw` is its text).
 ///
-/// Errors: the name is already used on an earlier line (SPEC §12).
+/// Errors: the name is already used on an earlier line (docs/BEHAVIOUR.md "Queue policy").
 fn claim_name(
     names: &mut FxHashMap<String, usize>,
     spec: &JobSpec,
@@ -303,7 +303,7 @@ fn claim_name(
     Ok(())
 }
 
-/// The key of the next line running `command` (SPEC §1 "Identity") and,
+/// The key of the next line running `command` (docs/BEHAVIOUR.md "Identity") and,
 /// when it differs, its key under the older rule, counting occurrences in
 /// `occurrences` and `legacy_occurrences` (by command hash).
 fn keys_of(
@@ -333,7 +333,7 @@ fn keys_of(
 }
 
 /// Parses lines appended to a jobs file whose earlier part parsed into
-/// `existing` (SPEC §5: an append is the common edit, and a long file is
+/// `existing` (docs/BEHAVIOUR.md "The live queue": an append is the common edit, and a long file is
 /// not parsed again for it). `first_line` is the 1-based number of the
 /// first appended line. Keys and names follow the same rules as
 /// [`parse_jobs_lenient`] over the whole file: occurrence counts and name
@@ -571,7 +571,7 @@ fn split_number(text: &str) -> (&str, &str) {
     text.split_at(end)
 }
 
-/// Parses a VRAM amount into MiB (SPEC §1): a bare integer is MiB; units
+/// Parses a VRAM amount into MiB (docs/BEHAVIOUR.md "Jobs file"): a bare integer is MiB; units
 /// `M`/`MB`/`MiB` and `G`/`GB`/`GiB` (case-insensitive, decimals allowed;
 /// G means ×1024). Fractional MiB round up. Zero or negative is an error.
 pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
@@ -599,7 +599,7 @@ pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
     Ok(mib as u64)
 }
 
-/// Parses a duration into seconds (SPEC §1): `90`, `90s`, `15m`, `2h`,
+/// Parses a duration into seconds (docs/BEHAVIOUR.md "Jobs file"): `90`, `90s`, `15m`, `2h`,
 /// `1.5d`. Zero or negative is an error.
 pub fn parse_duration_s(text: &str) -> Result<f64, String> {
     let bad =

@@ -1,4 +1,4 @@
-//! The journal (SPEC §5): `<log_dir>/journal.jsonl`, the scheduler's only
+//! The journal (docs/BEHAVIOUR.md "The live queue"): `<log_dir>/journal.jsonl`, the scheduler's only
 //! durable state. Append-only, one JSON object per line, each append
 //! flushed and fsynced before the scheduler acts on it. On start the file is
 //! folded into one [`KeyState`] per job key; afterwards the fold is kept in
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::model::DoneStatus;
 
-/// One journal event (SPEC §5), tagged by `event`.
+/// One journal event (docs/BEHAVIOUR.md "The live queue"), tagged by `event`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
@@ -40,19 +40,19 @@ pub enum Event {
         /// `/proc/sys/kernel/random/boot_id` at spawn.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_id: Option<String>,
-        /// The attempt's supervisor (SPEC §11), which writes its exit
+        /// The attempt's supervisor (docs/BEHAVIOUR.md "Exactly once"), which writes its exit
         /// record: pid and start time (field 22 of its stat).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         supervisor: Option<ProcessId>,
         /// Byte offset in the job's log where this attempt's output starts.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_offset: Option<u64>,
-        /// The Slurm job id, when the attempt runs on a cluster (SPEC §15;
+        /// The Slurm job id, when the attempt runs on a cluster (docs/BEHAVIOUR.md "Slurm";
         /// `pgid` is then 0).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slurm_job_id: Option<u64>,
     },
-    /// The attempt ended in a CUDA OOM and the job was requeued (SPEC §6).
+    /// The attempt ended in a CUDA OOM and the job was requeued (docs/BEHAVIOUR.md "Out of memory and timeouts").
     Oom {
         /// OOM attempts so far, this one included.
         attempts: u32,
@@ -62,7 +62,7 @@ pub enum Event {
     /// The attempt died with a previous scheduler; the job is pending again.
     Interrupted {},
     /// `gpusched retry`: a finished job is queued again as a new attempt
-    /// with the same key; its OOM retries start over (SPEC §13). It also
+    /// with the same key; its OOM retries start over (docs/BEHAVIOUR.md "Everyday verbs"). It also
     /// withdraws an earlier `cancel`.
     Retry {},
     /// `gpusched cancel`: the job is to be stopped if it runs and never
@@ -71,14 +71,14 @@ pub enum Event {
     /// command itself under the log directory's lock when none runs, so
     /// the user's jobs file is never rewritten.
     Cancel {},
-    /// The attempt was stopped for a blocked job above it (SPEC §12): the
+    /// The attempt was stopped for a blocked job above it (docs/BEHAVIOUR.md "Queue policy"): the
     /// job is pending again; not a failure, no retry used.
     Preempted {
         /// Run time lost with this attempt (seconds).
         duration_s: f64,
     },
     /// The job waited `--reserve-after` blocked: these GPUs are held for
-    /// it until it starts (SPEC §12).
+    /// it until it starts (docs/BEHAVIOUR.md "Queue policy").
     Reserved {
         /// GPU indices held.
         gpus: Vec<u32>,
@@ -98,7 +98,7 @@ pub enum Event {
         /// Wall-clock run time in seconds (0 when it never ran).
         duration_s: f64,
         /// Slurm's final state of the attempt (`COMPLETED`, `FAILED`,
-        /// `TIMEOUT`, …), when it ran on a cluster (SPEC §15).
+        /// `TIMEOUT`, …), when it ran on a cluster (docs/BEHAVIOUR.md "Slurm").
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slurm_state: Option<String>,
     },
@@ -120,7 +120,7 @@ pub struct ProcessId {
 pub struct Record {
     /// Unix time in seconds.
     pub ts: f64,
-    /// The job's key (SPEC §1 "Identity").
+    /// The job's key (docs/BEHAVIOUR.md "Identity").
     pub key: String,
     /// What happened.
     #[serde(flatten)]
@@ -142,11 +142,11 @@ pub struct StartedInfo {
     pub start_ticks: Option<u64>,
     /// Boot id at spawn.
     pub boot_id: Option<String>,
-    /// The attempt's supervisor, when it has one (SPEC §11).
+    /// The attempt's supervisor, when it has one (docs/BEHAVIOUR.md "Exactly once").
     pub supervisor: Option<ProcessId>,
     /// Where this attempt's output starts in its log (bytes).
     pub log_offset: Option<u64>,
-    /// Its Slurm job id, when it runs on a cluster (SPEC §15).
+    /// Its Slurm job id, when it runs on a cluster (docs/BEHAVIOUR.md "Slurm").
     pub slurm_job_id: Option<u64>,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
@@ -166,7 +166,7 @@ pub enum Phase {
     Done(Box<Finished>),
 }
 
-/// How a job ended, with what the summary needs (SPEC §5 `done`).
+/// How a job ended, with what the summary needs (docs/BEHAVIOUR.md "The live queue" `done`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Finished {
     /// How it ended.
@@ -250,7 +250,7 @@ pub struct Journal {
     keys: keys::Keys,
     next_no: u32,
     generation: u64,
-    /// The reservation in force (SPEC §12): the job's key and its GPUs.
+    /// The reservation in force (docs/BEHAVIOUR.md "Queue policy"): the job's key and its GPUs.
     reservation: Option<(String, Vec<u32>)>,
     /// Set between [`Journal::defer_sync`] and [`Journal::sync`]: appends
     /// are written but not yet fsynced.

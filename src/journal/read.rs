@@ -1,4 +1,4 @@
-//! Reading a journal back at start (SPEC §5): lines parsed in blocks by a
+//! Reading a journal back at start (docs/BEHAVIOUR.md "The live queue"): lines parsed in blocks by a
 //! reader thread ([`read_and_parse`]) into flat borrowed records
 //! ([`RawRecord`]) that become fold steps, so replaying a long journal
 //! allocates little; torn or garbled lines come back as [`Parsed::Bad`].

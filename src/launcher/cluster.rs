@@ -1,4 +1,4 @@
-//! The Slurm launcher (the README's "Running on a Slurm cluster"): the connection, the poll clock, and
+//! The Slurm launcher (docs/BEHAVIOUR.md "Slurm"): the connection, the poll clock, and
 //! each attempt as a [`ClusterJob`]. Slurm places, times out and stops its
 //! jobs itself; this side submits them held, releases them once journaled,
 //! asks for their states at most every `--poll`, and maps Slurm's words to

@@ -1,10 +1,10 @@
-//! The Slurm launcher (SPEC §15): attempts become batch jobs on a cluster.
+//! The Slurm launcher (docs/BEHAVIOUR.md "Slurm"): attempts become batch jobs on a cluster.
 //! Slurm places and runs them; gpusched keeps everything else.
 //!
 //! * **Submission** (`sbatch --parsable --hold`): each job is submitted
 //!   *held*, its `started` event (with the Slurm job id) is journaled, and
 //!   only then is it released (`scontrol release`) — the cluster's version
-//!   of the local gate (SPEC §11), so a job never runs without its
+//!   of the local gate (docs/BEHAVIOUR.md "Exactly once"), so a job never runs without its
 //!   `started` event. A held submission whose id never reached the journal
 //!   is found again by its job name `gpusched-<key>` and its output path.
 //! * **Tracking**: one `squeue --states=all --jobs=…` call per poll gives
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// The prefix of every job name we submit; the rest is the job's key.
 pub const NAME_PREFIX: &str = "gpusched-";
 
-/// What the command line says about the cluster (SPEC §15).
+/// What the command line says about the cluster (docs/BEHAVIOUR.md "Slurm").
 #[derive(Debug, Clone, Default)]
 pub struct SlurmOptions {
     /// `--partition`.
@@ -42,7 +42,7 @@ pub struct SlurmOptions {
 /// One attempt to submit.
 #[derive(Debug, Clone)]
 pub struct Submission<'a> {
-    /// The job's key (SPEC §1 "Identity"): the job name is `gpusched-<key>`.
+    /// The job's key (docs/BEHAVIOUR.md "Identity"): the job name is `gpusched-<key>`.
     pub key: &'a str,
     /// The shell command.
     pub command: &'a str,
@@ -62,7 +62,7 @@ pub struct Submission<'a> {
     pub workdir: &'a Path,
 }
 
-/// The generic resources a job asks for (SPEC §15): `shard:⌈E/M⌉` for a
+/// The generic resources a job asks for (docs/BEHAVIOUR.md "Slurm"): `shard:⌈E/M⌉` for a
 /// one-GPU job declaring `E` MiB when shards of `M` MiB are configured,
 /// else `gpu:N` (whole GPUs; an undeclared job always gets whole GPUs).
 pub fn gres(gpus: u32, vram_mib: Option<u64>, shard_mib: Option<u64>) -> String {
@@ -74,7 +74,7 @@ pub fn gres(gpus: u32, vram_mib: Option<u64>, shard_mib: Option<u64>) -> String 
     }
 }
 
-/// The `sbatch` options for `sub` (SPEC §15), without `--parsable` and
+/// The `sbatch` options for `sub` (docs/BEHAVIOUR.md "Slurm"), without `--parsable` and
 /// `--hold` (which only the live launcher adds).
 pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
     let mut args = vec![
@@ -97,7 +97,7 @@ pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
         args.push(format!("--dependency=afterok:{}", ids.join(":")));
     }
     // A requeued job starts again from the top: only for jobs that say
-    // they can take it (exactly once otherwise, SPEC §11).
+    // they can take it (exactly once otherwise, docs/BEHAVIOUR.md "Exactly once").
     args.push(
         if sub.preemptible {
             "--requeue"
@@ -200,7 +200,7 @@ pub fn parse_squeue(text: &str) -> Vec<JobState> {
         .collect()
 }
 
-/// How a Slurm job ended, in our words (SPEC §15).
+/// How a Slurm job ended, in our words (docs/BEHAVIOUR.md "Slurm").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     /// COMPLETED or FAILED: the batch script's exit (a FAILED one may be

@@ -1,4 +1,4 @@
-//! The ledger (SPEC §14): how several schedulers on one box — one per user,
+//! The ledger (docs/BEHAVIOUR.md "Sharing a box"): how several schedulers on one box — one per user,
 //! or one per log directory — never hand the same free memory to two jobs.
 //!
 //! Each scheduler publishes the budgets of its running jobs (GPU UUID, MiB,
@@ -48,7 +48,7 @@ pub struct Booking {
     /// The GPU's UUID (NVML), the same for every scheduler on the box
     /// whatever its `CUDA_VISIBLE_DEVICES` or `--gpus`.
     pub gpu_uuid: String,
-    /// MiB booked on that GPU: the job's budget (SPEC §2 "Budget"); a job
+    /// MiB booked on that GPU: the job's budget (docs/BEHAVIOUR.md "Budget"); a job
     /// that declared nothing books the whole GPU.
     pub mib: u64,
     /// The job's process group.
@@ -167,8 +167,8 @@ pub trait Processes {
     fn owner(&self, pid: u32, start_ticks: u64) -> Option<u32>;
 }
 
-/// Another scheduler's booking that passed the trust rules (SPEC §14
-/// "Trust").
+/// Another scheduler's booking that passed the trust rules (docs/BEHAVIOUR.md "Sharing a box",
+/// trust).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Foreign {
     /// The booking file's owner.
@@ -258,7 +258,7 @@ pub fn conflicts(
 }
 
 /// MiB each GPU (by index) must keep free for others' bookings beyond what
-/// their processes already use there (SPEC §14: a booking counts as the
+/// their processes already use there (docs/BEHAVIOUR.md "Sharing a box": a booking counts as the
 /// larger of the booking and the observed use, and the observed use is
 /// already in the GPU's used memory). `index_of` maps a GPU UUID to its
 /// index (GPUs we do not see are skipped); `observed` gives the MiB in use

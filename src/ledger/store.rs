@@ -20,7 +20,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The ledger everyone shares by default (SPEC §14).
+/// The ledger everyone shares by default (docs/BEHAVIOUR.md "Sharing a box").
 pub const DEFAULT_DIR: &str = "/dev/shm/gpusched";
 
 /// How long [`Ledger::lock`] waits for another scheduler to release the

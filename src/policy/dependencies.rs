@@ -1,4 +1,4 @@
-//! `after=` dependencies (SPEC §12): resolving each job's references to
+//! `after=` dependencies (docs/BEHAVIOUR.md "Queue policy"): resolving each job's references to
 //! keys when the jobs file is read (a reference that matches nothing, an
 //! ambiguous one, or a cycle is a parse error naming the line), and the
 //! afterok rule each round: a job waits while a dependency has not ended,
@@ -169,7 +169,7 @@ pub enum Readiness {
 /// gives the journal's fold of a key; `running` and `in_file` whether an
 /// attempt of it runs now and whether its line is in the jobs file;
 /// `handed_over` whether it runs on a cluster that enforces the rule
-/// itself (Slurm's `afterok`, SPEC §15), so the job may be submitted now.
+/// itself (Slurm's `afterok`, docs/BEHAVIOUR.md "Slurm"), so the job may be submitted now.
 pub fn readiness<'a>(
     deps: &[String],
     state_of: impl Fn(&str) -> Option<&'a KeyState>,

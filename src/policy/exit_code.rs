@@ -1,4 +1,4 @@
-//! The scheduler's exit status once its queue drained (SPEC §7): 0 if
+//! The scheduler's exit status once its queue drained (docs/BEHAVIOUR.md "Board and terminal"): 0 if
 //! every job ended ok or cancelled; otherwise the largest exit code among
 //! failed jobs, at least 1 and at most 255.
 

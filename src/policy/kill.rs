@@ -8,13 +8,13 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KillReason {
     /// A blocked job above it needs its GPUs and it is `preemptible`
-    /// (SPEC §12): journaled `preempted`, pending again, no retry used.
+    /// (docs/BEHAVIOUR.md "Queue policy"): journaled `preempted`, pending again, no retry used.
     Preempt,
-    /// Its `timeout=` was reached (SPEC §6): ends `timeout`.
+    /// Its `timeout=` was reached (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `timeout`.
     Timeout,
-    /// The user added `cancel` to its line (SPEC §6): ends `cancelled`.
+    /// The user added `cancel` to its line (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `cancelled`.
     Cancel,
-    /// The scheduler is stopping (Ctrl-C, SIGTERM; SPEC §7): nothing is
+    /// The scheduler is stopping (Ctrl-C, SIGTERM; docs/BEHAVIOUR.md "Board and terminal"): nothing is
     /// recorded as done, the job runs again on the next start.
     Shutdown,
 }

@@ -1,4 +1,4 @@
-//! Learned declarations (SPEC §17): families of jobs, what their history
+//! Learned declarations (docs/BEHAVIOUR.md "Learned VRAM"): families of jobs, what their history
 //! predicts, and how an OOM or an overrun raises the prediction. Pure: the
 //! scheduler feeds in peaks (from its journal, the `--history` file and
 //! jobs that end) and asks for predictions.
@@ -9,8 +9,8 @@ use std::collections::{HashMap, VecDeque};
 /// How many of a family's latest ok peaks the prediction looks at.
 pub const PREDICTION_RUNS: usize = 5;
 
-/// A job's family (SPEC §17 "Family"): `family=NAME` when given, else its
-/// normalised command (SPEC §1) with every number that is not part of a
+/// A job's family (docs/BEHAVIOUR.md "Family"): `family=NAME` when given, else its
+/// normalised command (docs/BEHAVIOUR.md "Jobs file") with every number that is not part of a
 /// word (`42`, `3e-4`, `0.1`, `=5`) replaced by `#`. A sweep over seeds or
 /// learning rates is one family; `resnet18` and `resnet50` are two.
 pub fn family_of(command: &str, family: Option<&str>) -> String {
@@ -147,7 +147,7 @@ impl Families {
     }
 
     /// Raises the family's prediction to at least `mib` for the jobs not
-    /// yet started (SPEC §17: after an OOM, or a peak past the prediction).
+    /// yet started (docs/BEHAVIOUR.md "Learned VRAM": after an OOM, or a peak past the prediction).
     pub fn raise(&mut self, family: &str, mib: u64, why: Raise) {
         let entry = self.map.entry(family.to_string()).or_default();
         if entry.raised.is_none_or(|(m, _)| mib > m) {
@@ -155,8 +155,7 @@ impl Families {
         }
     }
 
-    /// The declaration per GPU for the family's next job (SPEC §17
-    /// "Prediction"): the highest of its last [`PREDICTION_RUNS`] ok peaks
+    /// The declaration per GPU for the family's next job (docs/BEHAVIOUR.md "Learned VRAM"): the highest of its last [`PREDICTION_RUNS`] ok peaks
     /// plus `spike_buffer`, or a raise if higher; a cold start when it has
     /// neither.
     #[must_use]

@@ -3,16 +3,16 @@
 //! clock, no files, no processes here; this is where the rules' unit tests
 //! live.
 //!
-//! * [`outcome`]: how an ended attempt is recorded (SPEC §4, §5, §6).
-//! * [`queue`]: which jobs are pending and with what request (SPEC §5).
-//! * [`kill`]: why a job is being killed, and how kills escalate (SPEC §3,
-//!   §6, §7).
-//! * [`dependencies`]: `after=` references and the afterok rule (SPEC §12).
+//! * [`outcome`]: how an ended attempt is recorded (docs/BEHAVIOUR.md "Monitoring", "The live queue", "Out of memory and timeouts").
+//! * [`queue`]: which jobs are pending and with what request (docs/BEHAVIOUR.md "The live queue").
+//! * [`kill`]: why a job is being killed, and how kills escalate (docs/BEHAVIOUR.md "Running a job",
+//!   "Out of memory and timeouts", "Board and terminal").
+//! * [`dependencies`]: `after=` references and the afterok rule (docs/BEHAVIOUR.md "Queue policy").
 //! * [`preemption`]: which preemptible jobs to stop for a blocked one
-//!   (SPEC §12).
-//! * [`exit_code`]: the scheduler's exit status (SPEC §7).
+//!   (docs/BEHAVIOUR.md "Queue policy").
+//! * [`exit_code`]: the scheduler's exit status (docs/BEHAVIOUR.md "Board and terminal").
 //! * [`learned`]: families, and the declarations their history predicts
-//!   for `vram=auto` (SPEC §17).
+//!   for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
 
 pub mod dependencies;
 pub mod exit_code;

@@ -1,11 +1,11 @@
-//! How an ended attempt is recorded (SPEC §4, §5, §6): from how its process
+//! How an ended attempt is recorded (docs/BEHAVIOUR.md "Monitoring", "The live queue", "Out of memory and timeouts"): from how its process
 //! ended, why we killed it (if we did), its log tail and its retry budget,
 //! [`decide`] returns the [`Outcome`] the loop then journals and prints.
 
 use crate::model::DoneStatus;
 use crate::policy::kill::KillReason;
 
-/// CUDA out-of-memory signatures, matched case-insensitively (SPEC §6).
+/// CUDA out-of-memory signatures, matched case-insensitively (docs/BEHAVIOUR.md "Out of memory and timeouts").
 pub const OOM_SIGNATURES: [&str; 6] = [
     "cuda out of memory",
     "torch.outofmemoryerror",
@@ -15,7 +15,7 @@ pub const OOM_SIGNATURES: [&str; 6] = [
     "resource_exhausted",
 ];
 
-/// Bytes of a failed job's log searched for a CUDA OOM signature (SPEC §6).
+/// Bytes of a failed job's log searched for a CUDA OOM signature (docs/BEHAVIOUR.md "Out of memory and timeouts").
 pub const OOM_TAIL_BYTES: u64 = 16 * 1024;
 
 /// Whether a failed job's log tail shows a CUDA out-of-memory error.
@@ -24,7 +24,7 @@ pub fn is_oom(log_tail: &str) -> bool {
     OOM_SIGNATURES.iter().any(|sig| lower.contains(sig))
 }
 
-/// The declaration (MiB per GPU) for the attempt after an OOM (SPEC §6):
+/// The declaration (MiB per GPU) for the attempt after an OOM (docs/BEHAVIOUR.md "Out of memory and timeouts"):
 /// ceil(1.25 × max(peak, declaration)), at least ceil(1.25 × declaration).
 /// With neither known the job stays undeclared. Saturates instead of
 /// overflowing.
@@ -91,12 +91,12 @@ pub struct AttemptEnd<'a> {
     pub declared_mib: Option<u64>,
     /// Its highest per-GPU peak (MiB), if measured.
     pub peak_mib: Option<u64>,
-    /// What whoever ran it said beyond the exit (SPEC §15), if anything.
+    /// What whoever ran it said beyond the exit (docs/BEHAVIOUR.md "Slurm"), if anything.
     pub verdict: Option<Verdict>,
 }
 
 /// What a launcher says about an ended attempt that no exit code carries
-/// (SPEC §15: Slurm's own states).
+/// (docs/BEHAVIOUR.md "Slurm": Slurm's own states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Ended by the cluster (NODE_FAIL, the host's OUT_OF_MEMORY, …):
@@ -115,16 +115,16 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Stopped because the scheduler is stopping: nothing is recorded as
-    /// done, so the next start runs it again (SPEC §7).
+    /// done, so the next start runs it again (docs/BEHAVIOUR.md "Board and terminal").
     StoppedWithScheduler,
     /// Its outcome cannot be known: record `interrupted`, run it again
-    /// (SPEC §5 "Orphans").
+    /// (docs/BEHAVIOUR.md "Orphans").
     Interrupted,
-    /// Stopped for a blocked job above it (SPEC §12): record `preempted`,
+    /// Stopped for a blocked job above it (docs/BEHAVIOUR.md "Queue policy"): record `preempted`,
     /// pending again; not a failure, no retry used.
     Preempted,
     /// A CUDA OOM with retries left: record `oom` and requeue with a
-    /// bigger declaration (SPEC §6).
+    /// bigger declaration (docs/BEHAVIOUR.md "Out of memory and timeouts").
     OomRetry {
         /// OOM attempts so far, this one included.
         attempts: u32,

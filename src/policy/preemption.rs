@@ -1,4 +1,4 @@
-//! Preemption (SPEC §12): a pending job that cannot start now may stop
+//! Preemption (docs/BEHAVIOUR.md "Queue policy"): a pending job that cannot start now may stop
 //! running `preemptible` jobs that stand *below* it in the jobs file, if
 //! that lets it start — the fewest jobs, then the least run time lost.
 //! Never a job above it, never one that is not `preemptible`.

@@ -1,4 +1,4 @@
-//! The pending-queue rule (SPEC §5 "The live queue"): a job is pending iff
+//! The pending-queue rule (docs/BEHAVIOUR.md "The live queue"): a job is pending iff
 //! its line is in the jobs file, it carries no `cancel`, it is not running,
 //! and the journal's last word on it is not terminal. Its request is the
 //! line's declaration, raised by an OOM bump recorded in the journal.

@@ -1,4 +1,4 @@
-//! Everything about job processes (SPEC §3, §5 "Orphans"): spawning a job
+//! Everything about job processes (docs/BEHAVIOUR.md "Running a job", "The live queue" "Orphans"): spawning a job
 //! as the leader of a new session, reading `/proc/<pid>/stat`, telling a
 //! live process group from a dead or reused one, and killing a group with
 //! SIGTERM → grace → SIGKILL plus a final sweep. No other module sends
@@ -11,7 +11,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
-/// Time between SIGTERM and SIGKILL when killing a group (SPEC §3).
+/// Time between SIGTERM and SIGKILL when killing a group (docs/BEHAVIOUR.md "Running a job").
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// A process-group id of a job. Signals sent through it always go to the
@@ -93,7 +93,7 @@ pub fn live_members(pgid: Pgid) -> Vec<u32> {
         .collect()
 }
 
-/// What identifies a job's process group beyond its number (SPEC §5
+/// What identifies a job's process group beyond its number (docs/BEHAVIOUR.md "The live queue"
 /// `started`): the leader's start time and the boot id. Older journals may
 /// lack both; the group is then judged by its pgid alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub struct GroupIdentity {
 impl GroupIdentity {
     /// Whether this identity can tell the group from an unrelated one that
     /// reuses its number: a pgid above 1 with the leader's start time and
-    /// the boot id. Only such groups are ever signalled (SPEC §11).
+    /// the boot id. Only such groups are ever signalled (docs/BEHAVIOUR.md "Exactly once").
     pub fn is_verifiable(&self) -> bool {
         self.pgid.0 > 1 && self.start_ticks.is_some() && self.boot_id.is_some()
     }
@@ -155,7 +155,7 @@ impl GroupIdentity {
 }
 
 /// Makes the process `command` will start the leader of a new session
-/// (`setsid`, SPEC §3), so it and its descendants share one process group
+/// (`setsid`, docs/BEHAVIOUR.md "Running a job"), so it and its descendants share one process group
 /// and no signal meant for our terminal reaches them. (Jobs get theirs from
 /// their supervisor, which sets it up between fork and exec itself.)
 #[cfg(test)]
@@ -180,7 +180,7 @@ pub fn is_running(id: &crate::journal::ProcessId) -> bool {
 /// Sends `signal` to every process of the group. Returns false when the
 /// group no longer exists (ESRCH) or cannot be a job's group: a pgid of 0
 /// or 1 (our own group, or init's) or one too large for `kill(2)` is never
-/// signalled (SPEC §11 "Signals only for our own").
+/// signalled (docs/BEHAVIOUR.md "Signals only for our own").
 pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
     let Some(target) = i32::try_from(pgid.0).ok().filter(|&p| p > 1) else {
         return false;
@@ -188,7 +188,7 @@ pub fn signal_group(pgid: Pgid, signal: Signal) -> bool {
     !matches!(kill(Pid::from_raw(-target), signal), Err(Errno::ESRCH))
 }
 
-/// The timing of a kill (docs/BEHAVIOUR.md "Stopping jobs"): SIGTERM at
+/// The timing of a kill (docs/BEHAVIOUR.md "Stopping"): SIGTERM at
 /// once, SIGKILL when the grace expires (or at once after a second
 /// Ctrl-C), and a SIGKILL sweep of whatever is left of the group after its
 /// leader ended. Pure: it says which signal is due; the launcher delivers
@@ -285,7 +285,7 @@ impl ProcTable {
 }
 
 /// Sends `signal` to the group `identity` names, after checking again that
-/// the group is the job's (SPEC-level rule, docs/BEHAVIOUR.md "Signals
+/// the group is the job's (docs/BEHAVIOUR.md "Signals
 /// only for our own"): the identity must be verifiable, and the leader
 /// alive with its recorded start time — or, once the leader is gone, a
 /// member of its session started no earlier than it must remain. A pid
@@ -320,7 +320,7 @@ mod tests {
 
     // The plain spawn the scheduler's supervisor builds on (a new session,
     // stdin from /dev/null, output to the log), for the group tests below.
-    /// How a job is started (SPEC §3).
+    /// How a job is started (docs/BEHAVIOUR.md "Running a job").
     struct SpawnRequest<'a> {
         /// The shell command, run by `/bin/sh -c`.
         command: &'a str,

@@ -1,4 +1,4 @@
-//! The scheduler's loop (SPEC §2–§7). It blocks until something happens — a
+//! The scheduler's loop (docs/BEHAVIOUR.md "Placement", "Running a job", "Monitoring", "The live queue", "Out of memory and timeouts", "Board and terminal"). It blocks until something happens — a
 //! job exited (SIGCHLD), the jobs file changed, a signal arrived, a kill or
 //! timeout deadline is due, or the next GPU sample is due (`wake.rs`) — then
 //! runs one tick: a fixed list of named phases over one [`Scheduler`]
@@ -26,16 +26,16 @@ use std::time::Instant;
 /// The whole scheduler state.
 pub struct Scheduler {
     cfg: Config,
-    /// Pause and drain, kept in `<log_dir>/control.json` (SPEC §12).
+    /// Pause and drain, kept in `<log_dir>/control.json` (docs/BEHAVIOUR.md "Queue policy").
     control: crate::control::Control,
     /// The log directory's lock, held for the scheduler's life.
     _lock: crate::lockfile::SchedulerLock,
     backend: Box<dyn GpuBackend>,
-    /// Where attempts run: local processes or a Slurm cluster (SPEC §15).
+    /// Where attempts run: local processes or a Slurm cluster (docs/BEHAVIOUR.md "Slurm").
     launcher: crate::launcher::Launcher,
     /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
     sim_dir: Option<PathBuf>,
-    /// The ledger shared with other schedulers (SPEC §14); `None` with
+    /// The ledger shared with other schedulers (docs/BEHAVIOUR.md "Sharing a box"); `None` with
     /// `--no-ledger`.
     ledger: Option<crate::ledger::store::Ledger>,
     /// Set while publishing our bookings fails (warned once per streak).
@@ -45,14 +45,14 @@ pub struct Scheduler {
     /// When the round's `starting` bookings were published (Unix ms):
     /// the running jobs' bookings keep it.
     starting_since_ms: u64,
-    /// Families' peaks for `vram=auto` (SPEC §17).
+    /// Families' peaks for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
     learned: state::Learned,
     journal: Journal,
     jobs: JobsFile,
     /// Running attempts by job key.
     running: BTreeMap<String, Running>,
     gpu: GpuState,
-    /// The usage record beside the journal (SPEC §16).
+    /// The usage record beside the journal (docs/BEHAVIOUR.md "Timeline").
     usage: crate::timeline::usage::UsageLog,
     wakes: wake::Wakes,
     mode: Mode,
@@ -72,10 +72,10 @@ pub struct Scheduler {
     /// When this scheduler started (Unix seconds).
     started_ts: f64,
     /// Why each pending job that did not fit in the last dispatch round
-    /// waits (SPEC §12).
+    /// waits (docs/BEHAVIOUR.md "Queue policy").
     wait_reasons: HashMap<String, crate::allocation::WaitReason>,
     /// The first blocked job in file order and since when it is blocked,
-    /// for the starvation guard (SPEC §12).
+    /// for the starvation guard (docs/BEHAVIOUR.md "Queue policy").
     blocked_first: Option<(String, Instant)>,
     /// Bumped whenever `wait_reasons` changes (for the cached views).
     reasons_generation: u64,
@@ -102,7 +102,7 @@ pub struct Scheduler {
 }
 
 /// Runs the scheduler until the queue drains (or forever with `--watch`)
-/// and returns the exit code (SPEC §7). `open_backend` is called once the
+/// and returns the exit code (docs/BEHAVIOUR.md "Board and terminal"). `open_backend` is called once the
 /// jobs file is known to be good, so a bad jobs file is reported first.
 ///
 /// Errors: [`crate::error::Error`] for problems the user must fix before

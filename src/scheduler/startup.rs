@@ -1,4 +1,4 @@
-//! Start-up (SPEC §5, §7, §10): read and validate the jobs file, open the
+//! Start-up (docs/BEHAVIOUR.md "The live queue", "Board and terminal", "NVML"): read and validate the jobs file, open the
 //! log directory and the journal (`--fresh` first), set up the wake
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
@@ -181,7 +181,7 @@ impl Scheduler {
     }
 
     /// The first GPU snapshot, which must work: it tells us the GPUs
-    /// (SPEC §10).
+    /// (docs/BEHAVIOUR.md "NVML").
     ///
     /// Errors: [`Error::Gpu`] when the query fails, finds no GPU, or
     /// `--gpus` names a GPU this machine does not have.
@@ -226,7 +226,7 @@ impl Scheduler {
     }
 
     /// Says once at start how many jobs of the file the journal already
-    /// finished (SPEC §5 "Resume").
+    /// finished (docs/BEHAVIOUR.md "Resume").
     fn report_resume(&self) {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
         for spec in &self.jobs.specs {
@@ -447,7 +447,7 @@ fn refuse_fresh_over_live_jobs(journal_path: &std::path::Path) -> anyhow::Result
     .into())
 }
 
-/// The ledger this scheduler books in (SPEC §14): `--ledger DIR`, else the
+/// The ledger this scheduler books in (docs/BEHAVIOUR.md "Sharing a box"): `--ledger DIR`, else the
 /// simulated GPUs' `<sim dir>/ledger` (only schedulers sharing the sim dir
 /// share those GPUs), else [`crate::ledger::store::DEFAULT_DIR`]; none with
 /// `--no-ledger`.

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Settings of one run, from the command line (SPEC §8).
+/// Settings of one run, from the command line (docs/BEHAVIOUR.md "Command line").
 pub struct Config {
     /// Absolute log directory.
     pub log_dir: PathBuf,
@@ -36,19 +36,19 @@ pub struct Config {
     pub allowed: Option<Vec<u32>>,
     /// `--reserve-after`.
     pub reserve_after: Duration,
-    /// `--auto-vram`: every job without `vram=` is `vram=auto` (SPEC §17).
+    /// `--auto-vram`: every job without `vram=` is `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
     pub auto_vram: bool,
 }
 
 impl Config {
-    /// Whether `spec`'s declaration is learned (SPEC §17): `vram=auto`, or
+    /// Whether `spec`'s declaration is learned (docs/BEHAVIOUR.md "Learned VRAM"): `vram=auto`, or
     /// no `vram=` under `--auto-vram`.
     pub fn is_auto(&self, spec: &crate::jobspec::JobSpec) -> bool {
         spec.auto_vram || (self.auto_vram && spec.vram_mib.is_none())
     }
 }
 
-/// What the scheduler has learned about families' peaks (SPEC §17).
+/// What the scheduler has learned about families' peaks (docs/BEHAVIOUR.md "Learned VRAM").
 #[derive(Debug, Default)]
 pub struct Learned {
     /// Every family's recent ok peaks and raises.
@@ -72,7 +72,7 @@ impl Config {
     }
 }
 
-/// VRAM and utilization observed for one running attempt (SPEC §4).
+/// VRAM and utilization observed for one running attempt (docs/BEHAVIOUR.md "Monitoring").
 #[derive(Default)]
 pub struct Usage {
     /// Highest MiB seen per GPU (only from known per-process memory).
@@ -149,7 +149,7 @@ pub struct Running {
     pub kill: Option<Kill>,
     /// The last progress marker read from its log.
     pub progress: Option<Progress>,
-    /// For a `vram=auto` job (SPEC §17): its family and where its
+    /// For a `vram=auto` job (docs/BEHAVIOUR.md "Learned VRAM"): its family and where its
     /// declaration came from.
     pub learned: Option<(String, crate::policy::learned::Prediction)>,
     /// Set when it ended but its outcome could not be journaled yet (the
@@ -287,7 +287,7 @@ pub struct Unsettled {
     pub since: Instant,
 }
 
-/// The jobs file as last read successfully (SPEC §5).
+/// The jobs file as last read successfully (docs/BEHAVIOUR.md "The live queue").
 pub struct JobsFile {
     /// Its path as given.
     pub path: PathBuf,
@@ -308,7 +308,7 @@ pub struct JobsFile {
     pub generation: u64,
     /// A read not yet believed.
     pub unsettled: Option<Unsettled>,
-    /// Each job's `after=` dependencies, resolved to keys (SPEC §12).
+    /// Each job's `after=` dependencies, resolved to keys (docs/BEHAVIOUR.md "Queue policy").
     pub after: std::collections::HashMap<String, Vec<String>>,
     /// The dependencies (of `after`) whose line is in the file, so the
     /// afterok rule needs no scan of the specs.
@@ -446,10 +446,10 @@ pub struct GpuState {
     /// Samples due soon after jobs started, whatever `--poll` (so a new
     /// job's memory shows from its first seconds), oldest first.
     pub early_samples: std::collections::VecDeque<Instant>,
-    /// Peaks of other people's processes (SPEC §2).
+    /// Peaks of other people's processes (docs/BEHAVIOUR.md "Placement").
     pub external_peaks: ExternalPeaks,
     /// MiB in use now per (GPU index, process group) among processes that
-    /// are not ours, to weigh other schedulers' bookings (SPEC §14).
+    /// are not ours, to weigh other schedulers' bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub external_by_group: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
@@ -463,13 +463,13 @@ pub enum Mode {
     /// Dispatching as jobs fit.
     Scheduling,
     /// GPU queries failed too often in a row: no new job starts until they
-    /// answer again (SPEC §10). Running jobs are untouched.
+    /// answer again (docs/BEHAVIOUR.md "NVML"). Running jobs are untouched.
     PausedOnGpuErrors {
         /// What the board and status.json say.
         reason: String,
     },
     /// A write to the log directory failed (full, read-only, …): no new
-    /// job starts until writes succeed again (SPEC §11). Running jobs are
+    /// job starts until writes succeed again (docs/BEHAVIOUR.md "Exactly once"). Running jobs are
     /// still supervised; outcomes not yet journaled are kept and retried.
     PausedOnIo {
         /// What failed, with the path and the error.

@@ -323,7 +323,7 @@ impl Scheduler {
         }
     }
 
-    /// SIGHUP (SPEC §7): the terminal or ssh session went away. Not a
+    /// SIGHUP (docs/BEHAVIOUR.md "Board and terminal"): the terminal or ssh session went away. Not a
     /// request to stop: say so and keep scheduling. Lines for the lost
     /// terminal are dropped (write errors on it are ignored).
     fn on_hangup(&mut self) {

@@ -1,4 +1,4 @@
-//! The timeline (SPEC §16): a run drawn as an SVG, one lane per GPU over
+//! The timeline (docs/BEHAVIOUR.md "Timeline"): a run drawn as an SVG, one lane per GPU over
 //! wall time, from the journal and the usage record alone — so it works
 //! during a run, after it, and from a copied log directory.
 //!
@@ -110,7 +110,7 @@ pub enum MarkerKind {
     OomRetry,
     /// A preemption.
     Preempted,
-    /// GPUs reserved for a blocked job (SPEC §12).
+    /// GPUs reserved for a blocked job (docs/BEHAVIOUR.md "Queue policy").
     Reserved,
 }
 

@@ -1,4 +1,4 @@
-//! Drawing a [`Run`] as a self-contained SVG (SPEC §16): no scripts, no
+//! Drawing a [`Run`] as a self-contained SVG (docs/BEHAVIOUR.md "Timeline"): no scripts, no
 //! external fonts or images, readable in a browser and in a README.
 //!
 //! Layout, top to bottom: a legend, then one lane per GPU — its memory

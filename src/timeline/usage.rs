@@ -1,4 +1,4 @@
-//! The usage record (SPEC §16): a low-rate log of VRAM over time beside the
+//! The usage record (docs/BEHAVIOUR.md "Timeline"): a low-rate log of VRAM over time beside the
 //! journal, `<log_dir>/usage.jsonl`, so that memory over time is known
 //! after the fact. Per running job and GPU it keeps at most one sample per
 //! [`EVERY_S`] seconds, plus every change of more than [`STEP_MIB`]; per GPU

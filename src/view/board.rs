@@ -1,4 +1,4 @@
-//! The status board `<log_dir>/status.txt` (SPEC §7), rendered from one
+//! The status board `<log_dir>/status.txt` (docs/BEHAVIOUR.md "Board and terminal"), rendered from one
 //! round's status document: a header (version, backend, GPUs, pauses,
 //! jobs-file problems, stopping), then running, waiting and finished jobs.
 
@@ -140,7 +140,7 @@ pub fn counts_line(doc: &StatusDoc, width: usize) -> String {
 
 /// `GPU 1: 9000 / 24000 MiB used, external 0 MiB, headroom 14488 MiB, jobs 1,2`
 /// with the job list cut to fit, and, when other schedulers booked memory
-/// on it, a second line naming them (SPEC §14).
+/// on it, a second line naming them (docs/BEHAVIOUR.md "Sharing a box").
 pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     let jobs = if gpu.jobs.is_empty() {
         "-".to_string()
@@ -166,7 +166,7 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         return report::shorten(&line, width);
     }
     // Others' bookings on a line of their own, so that they are never the
-    // part cut off (SPEC §14).
+    // part cut off (docs/BEHAVIOUR.md "Sharing a box").
     let others = format!(
         "       booked by other schedulers: {}",
         gpu.booked_by_others

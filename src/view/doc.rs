@@ -1,4 +1,4 @@
-//! The status document of one round (status.json, SPEC §7): built from the
+//! The status document of one round (status.json, docs/BEHAVIOUR.md "Board and terminal"): built from the
 //! journal's fold, the jobs file's specs, the running attempts and the GPU
 //! state. The waiting and finished part ([`QueueView`]) changes only when
 //! the journal or the queue does, so it is cached by the caller and rebuilt
@@ -30,7 +30,7 @@ pub struct QueueGeneration {
     pub running: usize,
     /// Bumped when the pending jobs' wait reasons change.
     pub reasons: u64,
-    /// Bumped when a learned prediction may have changed (SPEC §17).
+    /// Bumped when a learned prediction may have changed (docs/BEHAVIOUR.md "Learned VRAM").
     pub learned: u64,
 }
 
@@ -76,9 +76,9 @@ pub struct ViewInput<'a> {
     pub started_ts: f64,
     /// Whether the backend is the simulator.
     pub backend_is_sim: bool,
-    /// Other schedulers' trusted bookings (SPEC §14).
+    /// Other schedulers' trusted bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub foreign: &'a [crate::ledger::Foreign],
-    /// Families' peaks, for `vram=auto` jobs (SPEC §17).
+    /// Families' peaks, for `vram=auto` jobs (docs/BEHAVIOUR.md "Learned VRAM").
     pub learned: &'a crate::scheduler::state::Learned,
     /// The backend's description.
     pub backend_detail: String,

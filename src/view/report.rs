@@ -1,4 +1,4 @@
-//! What the user reads (SPEC §4, §7): timestamped terminal lines, the
+//! What the user reads (docs/BEHAVIOUR.md "Monitoring", "Board and terminal"): timestamped terminal lines, the
 //! declared-vs-actual verdict of a completion line, and the status board
 //! `<log_dir>/status.txt`.
 
@@ -86,16 +86,16 @@ pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
         .join(sep)
 }
 
-/// A job's log file name (SPEC §3): `job007_gpu0-1.log`.
+/// A job's log file name (docs/BEHAVIOUR.md "Running a job"): `job007_gpu0-1.log`.
 pub fn log_name(no: u32, gpus: &[u32]) -> String {
     if gpus.is_empty() {
-        // On a Slurm cluster (SPEC §15) the GPUs are not known at submission.
+        // On a Slurm cluster (docs/BEHAVIOUR.md "Slurm") the GPUs are not known at submission.
         return format!("job{no:03}.log");
     }
     format!("job{no:03}_gpu{}.log", gpu_ids(gpus, "-"))
 }
 
-/// The declared-vs-actual verdict of a completion line (SPEC §4): within
+/// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md "Monitoring"): within
 /// ±tolerance, `over-declared by N %`, or `UNDER-DECLARED by N %`, with N
 /// relative to the declaration. `None` when there is nothing to judge.
 pub fn verdict(declared_mib: Option<u64>, peak_mib: Option<u64>, tolerance: f64) -> Option<String> {
@@ -126,7 +126,7 @@ pub fn peaks_text(peaks: &BTreeMap<u32, Option<u64>>) -> String {
     format!("peak {}", parts.join(", "))
 }
 
-/// What the completion line of an attempt says (SPEC §4).
+/// What the completion line of an attempt says (docs/BEHAVIOUR.md "Monitoring").
 #[derive(Debug)]
 pub struct CompletionLine<'a> {
     /// Display number.
@@ -151,7 +151,7 @@ pub struct CompletionLine<'a> {
     pub log: Option<&'a std::path::Path>,
 }
 
-/// The completion line (SPEC §4): status, duration, exit, per-GPU peak,
+/// The completion line (docs/BEHAVIOUR.md "Monitoring"): status, duration, exit, per-GPU peak,
 /// mean utilization, then the declared-vs-actual verdict (or what an
 /// undeclared job would have needed), and the log of a failed job.
 pub fn completion_line(c: &CompletionLine) -> String {
@@ -227,7 +227,7 @@ pub enum BoardState {
         vram_mib: Option<u64>,
         /// GPUs wanted.
         gpus: u32,
-        /// Why it waits (SPEC §12), shown on a line of its own.
+        /// Why it waits (docs/BEHAVIOUR.md "Queue policy"), shown on a line of its own.
         reason: Option<String>,
     },
     /// `↻`: waiting to retry after an OOM with a larger declaration.
@@ -261,7 +261,7 @@ pub struct BoardRow {
 /// so the board stays small and cheap with huge queues.
 pub const BOARD_LIST_LIMIT: usize = 50;
 
-/// The mark of a row (SPEC §7).
+/// The mark of a row (docs/BEHAVIOUR.md "Board and terminal").
 fn mark(state: &BoardState) -> char {
     match state {
         BoardState::Running { .. } => '▶',
@@ -292,7 +292,7 @@ pub fn shorten_left(path: &str, width: usize) -> String {
     format!("…{tail}")
 }
 
-/// The width every board and `gpusched status` line fits in (SPEC §13).
+/// The width every board and `gpusched status` line fits in (docs/BEHAVIOUR.md "Everyday verbs").
 pub const LINE_WIDTH: usize = 80;
 
 /// `prefix`, two spaces, then `command` cut to what is left of `width`
@@ -424,7 +424,7 @@ pub fn render_board(header: &[String], sections: &[(&str, &BoardSection)]) -> St
     out
 }
 
-/// The summary's part on learned declarations (SPEC §17): per family that
+/// The summary's part on learned declarations (docs/BEHAVIOUR.md "Learned VRAM"): per family that
 /// `vram=auto` jobs used this run, the highest prediction they started
 /// with against the ok peaks measured. Empty when no `auto` job ran.
 pub fn learned_summary(

@@ -1,4 +1,4 @@
-//! The `gpusched status` screen (SPEC §13): `status.json` rendered for
+//! The `gpusched status` screen (docs/BEHAVIOUR.md "Everyday verbs"): `status.json` rendered for
 //! people in a given width — whether the scheduler still runs, the GPUs,
 //! running and waiting jobs (with why they wait), then finished ones — and
 //! the run's summary once it is over.
@@ -104,8 +104,7 @@ pub fn render(
         }
     }
     if let Some(problem) = &doc.scheduler.jobs_file_problem {
-        let text =
-            format!("jobs file problem (edit ignored, the last good queue runs on): {problem}");
+        let text = format!("jobs file problem: {problem}");
         for line in crate::view::board::wrap(&text, width) {
             let _ = writeln!(out, "{}", paint(colour, "31", &line));
         }

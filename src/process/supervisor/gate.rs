@@ -114,7 +114,7 @@ fn script_file(text: &[u8]) -> std::io::Result<OwnedFd> {
 }
 
 impl GatedJob {
-    /// Forks the job: a new session (SPEC §3), stdin from /dev/null, stdout
+    /// Forks the job: a new session (docs/BEHAVIOUR.md "Running a job"), stdin from /dev/null, stdout
     /// and stderr to `log`, every other descriptor closed, signals as a
     /// fresh process has them. It waits at its gate for `go` (anything
     /// else, or end of file, means the start was abandoned: it exits

@@ -1,4 +1,4 @@
-//! Supervised jobs (SPEC §11 "Exit records"). The scheduler's jobs run under
+//! Supervised jobs (docs/BEHAVIOUR.md "Exit records"). The scheduler's jobs run under
 //! one supervisor — this same binary, re-executed once per scheduler as the
 //! hidden subcommand `__supervise` (HOUSE habit 14) — that outlives the
 //! scheduler. It speaks JSON lines on its stdin and stdout:

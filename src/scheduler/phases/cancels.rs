@@ -1,4 +1,4 @@
-//! Phase 5, cancels (SPEC §6): the `cancel` flag kills a running job (it
+//! Phase 5, cancels (docs/BEHAVIOUR.md "Out of memory and timeouts"): the `cancel` flag kills a running job (it
 //! ends `cancelled`, using no retry) and ends a pending one unrun. Removing
 //! the flag later does not bring the job back.
 

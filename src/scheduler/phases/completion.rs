@@ -1,4 +1,4 @@
-//! Ending an attempt (SPEC §4, §5, §6), whichever phase noticed it: gather
+//! Ending an attempt (docs/BEHAVIOUR.md "Monitoring", "The live queue", "Out of memory and timeouts"), whichever phase noticed it: gather
 //! what is known about it, let [`policy::outcome::decide`] say what it
 //! means, then apply that one decision — journal it and print the line.
 
@@ -310,6 +310,6 @@ struct Done<'a> {
     avg_util: Option<f64>,
     /// Run time (seconds).
     duration_s: f64,
-    /// Slurm's final state (SPEC §15).
+    /// Slurm's final state (docs/BEHAVIOUR.md "Slurm").
     slurm_state: Option<&'a str>,
 }

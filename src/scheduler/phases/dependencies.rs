@@ -1,4 +1,4 @@
-//! `after=` (SPEC §12), afterok: a pending job whose dependency ended in
+//! `after=` (docs/BEHAVIOUR.md "Queue policy"), afterok: a pending job whose dependency ended in
 //! anything but `ok` — or can never run, its line gone — ends at once as
 //! `dependency_failed`, naming the dependency. Jobs still waiting on a
 //! dependency are held back from placement by [`Scheduler::readiness_of`].
@@ -33,7 +33,7 @@ impl Scheduler {
     }
 
     /// The Slurm job ids of job `key`'s dependencies that run on the
-    /// cluster now, for its `--dependency=afterok` (SPEC §15); empty when
+    /// cluster now, for its `--dependency=afterok` (docs/BEHAVIOUR.md "Slurm"); empty when
     /// they are all done (always, for local jobs).
     pub(in crate::scheduler) fn submitted_dependencies(&self, key: &str) -> Vec<u64> {
         self.jobs

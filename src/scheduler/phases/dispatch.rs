@@ -1,4 +1,4 @@
-//! Phase 7, dispatch (SPEC §2, §3): the pending jobs in file order go to
+//! Phase 7, dispatch (docs/BEHAVIOUR.md "Placement", "Running a job"): the pending jobs in file order go to
 //! the pure placement ([`allocation::plan`], with backfill); jobs that fit
 //! start, infeasible ones end at once. Placement is pure, so when neither
 //! the queue nor the GPU loads changed since the last round, its answer
@@ -203,7 +203,7 @@ impl Scheduler {
         self.launch_round(starts)
     }
 
-    /// While the queue is paused (`gpusched pause`, SPEC §12), the first
+    /// While the queue is paused (`gpusched pause`, docs/BEHAVIOUR.md "Queue policy"), the first
     /// pending jobs wait for that reason.
     pub(in crate::scheduler) fn wait_paused(&mut self) {
         let reasons = self

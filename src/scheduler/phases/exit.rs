@@ -1,4 +1,4 @@
-//! Phase 9, the end of the run (SPEC §7): after a stop signal, exit 130 once
+//! Phase 9, the end of the run (docs/BEHAVIOUR.md "Board and terminal"): after a stop signal, exit 130 once
 //! no job runs; without `--watch`, once nothing runs or waits, print the
 //! summary and exit with [`policy::exit_code`].
 
@@ -65,7 +65,7 @@ impl Scheduler {
         Some(code)
     }
 
-    /// Draws the run into `<log_dir>/timeline.svg` (SPEC §16); a failure
+    /// Draws the run into `<log_dir>/timeline.svg` (docs/BEHAVIOUR.md "Timeline"); a failure
     /// is a warning, never a different exit.
     fn write_timeline(&self) {
         let path = self.cfg.log_dir.join("timeline.svg");

@@ -1,4 +1,4 @@
-//! The jobs file's digest, taken as the file streams past (SPEC §5 edits):
+//! The jobs file's digest, taken as the file streams past (docs/BEHAVIOUR.md "The live queue" edits):
 //! the hash of the whole text and of the part the queue already holds, so
 //! that telling an unchanged file or an append from an edit reads a
 //! million-line file in 1 MiB blocks and keeps only the appended lines,

@@ -1,4 +1,4 @@
-//! I/O errors pause, never abandon (SPEC §11): when a write to the log
+//! I/O errors pause, never abandon (docs/BEHAVIOUR.md "Exactly once"): when a write to the log
 //! directory fails (full disk, read-only mount, permissions), dispatch
 //! pauses with one warning naming the path and the error. Running jobs are
 //! still supervised; outcomes that could not be journaled stay with their

@@ -1,4 +1,4 @@
-//! Phase 1, the jobs file (SPEC §5): re-read it when its stamp changed, and
+//! Phase 1, the jobs file (docs/BEHAVIOUR.md "The live queue"): re-read it when its stamp changed, and
 //! make a good parse the queue. A file that fails to parse or disappears
 //! keeps the last good queue, with one warning per distinct problem; a read
 //! that may have caught a save mid-write is believed only once it settled.
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 impl Scheduler {
-    /// Re-reads the jobs file when it changed (SPEC §5).
+    /// Re-reads the jobs file when it changed (docs/BEHAVIOUR.md "The live queue").
     ///
     /// Errors: the journal cannot record newly seen jobs.
     pub(in crate::scheduler) fn reload_jobs_file(&mut self) -> anyhow::Result<()> {
@@ -188,7 +188,7 @@ impl Scheduler {
     /// Settles the keys of `specs` against the journal (a journal written
     /// with the older identity rule knows a job by its legacy key: keep
     /// using that, so finished jobs stay finished), then resolves their
-    /// `after=` references (SPEC §12).
+    /// `after=` references (docs/BEHAVIOUR.md "Queue policy").
     ///
     /// Errors: a reference that matches nothing, or a cycle.
     pub(in crate::scheduler) fn resolve_after(

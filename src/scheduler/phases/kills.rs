@@ -1,4 +1,4 @@
-//! Phase 3, kills in progress (docs/BEHAVIOUR.md "Stopping jobs"): SIGKILL
+//! Phase 3, kills in progress (docs/BEHAVIOUR.md "Stopping"): SIGKILL
 //! through the launcher to groups whose grace has expired, and the end of
 //! killed attempts once their leader ended and nothing of the group is
 //! left (whatever is left after the leader gets a SIGKILL sweep). One read

@@ -1,4 +1,4 @@
-//! Starting attempts (SPEC §3, §11), in two steps so that a round that
+//! Starting attempts (docs/BEHAVIOUR.md "Running a job", "Exactly once"), in two steps so that a round that
 //! starts many jobs pays for their start-ups once, not one after another:
 //! [`Scheduler::launch`] writes each job's log header and starts its
 //! supervisor; [`Scheduler::commit_launches`] waits for every supervisor's
@@ -317,7 +317,7 @@ impl Scheduler {
         );
     }
 
-    /// A job's environment (SPEC §3): `CUDA_VISIBLE_DEVICES`,
+    /// A job's environment (docs/BEHAVIOUR.md "Running a job"): `CUDA_VISIBLE_DEVICES`,
     /// `CUDA_DEVICE_ORDER`, the `GPUSCHED_*` variables, and in `--sim` mode
     /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`.
     fn job_env(

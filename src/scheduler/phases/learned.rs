@@ -1,4 +1,4 @@
-//! Learned declarations in the loop (SPEC §17): what `vram=auto` jobs ask
+//! Learned declarations in the loop (docs/BEHAVIOUR.md "Learned VRAM"): what `vram=auto` jobs ask
 //! placement for, and how the scheduler learns — from its journal's ok
 //! runs when learning starts, from the shared `--history` file as it
 //! grows, from every ok run that ends, and from OOMs and overruns of

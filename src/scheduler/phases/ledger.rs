@@ -1,4 +1,4 @@
-//! The ledger in the loop (SPEC §14): others' bookings are re-read with
+//! The ledger in the loop (docs/BEHAVIOUR.md "Sharing a box"): others' bookings are re-read with
 //! every GPU sample and again, under the ledger's lock, right before a
 //! dispatch round decides; they weigh on placement as external use; our
 //! own running jobs' budgets are published after every round that changed
@@ -71,7 +71,7 @@ impl Scheduler {
         }
     }
 
-    /// Our running jobs' budgets per GPU (SPEC §2 "Budget"); a job that
+    /// Our running jobs' budgets per GPU (docs/BEHAVIOUR.md "Budget"); a job that
     /// declared nothing books its whole GPU, since it closes it.
     fn own_bookings(&self) -> Vec<Booking> {
         let Some(snapshot) = &self.gpu.snapshot else {

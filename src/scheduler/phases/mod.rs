@@ -1,27 +1,27 @@
 //! The phases of one tick, one file each, in the order
 //! [`super::Scheduler::tick`] runs them:
 //!
-//! 1. [`jobs_file`]: re-read the jobs file when it changed (SPEC §5); then
+//! 1. [`jobs_file`]: re-read the jobs file when it changed (docs/BEHAVIOUR.md "The live queue"); then
 //!    [`requests`]: apply requests left by commands (`gpusched retry`).
 //! 2. [`children`]: reap jobs that exited.
 //! 3. [`kills`]: escalate kills past their grace; finish killed jobs whose
-//!    group is gone (SPEC §3).
-//! 4. [`timeouts`]: begin the kill of jobs past their `timeout=` (SPEC §6).
-//! 5. [`cancels`]: apply `cancel` flags (SPEC §6); then [`dependencies`]:
-//!    end jobs whose `after=` dependency failed (SPEC §12).
+//!    group is gone (docs/BEHAVIOUR.md "Running a job").
+//! 4. [`timeouts`]: begin the kill of jobs past their `timeout=` (docs/BEHAVIOUR.md "Out of memory and timeouts").
+//! 5. [`cancels`]: apply `cancel` flags (docs/BEHAVIOUR.md "Out of memory and timeouts"); then [`dependencies`]:
+//!    end jobs whose `after=` dependency failed (docs/BEHAVIOUR.md "Queue policy").
 //! 6. [`sampling`]: when due, query the GPUs and attribute their processes
-//!    (SPEC §4); then [`orphans`]: finish adopted jobs that ended (SPEC §5).
-//! 7. [`dispatch`]: place pending jobs and start those that fit (SPEC §2,
-//!    §3), with [`reservations`] against starvation and [`preemption`]
-//!    for the first blocked job (SPEC §12), deciding and booking under the
-//!    [`ledger`]'s lock (SPEC §14); on a Slurm cluster [`submit`] hands
-//!    every ready job to Slurm instead (SPEC §15).
-//! 8. [`publish`]: write status.json, metrics.prom and status.txt (SPEC §7),
-//!    and our bookings in the [`ledger`] (SPEC §14).
+//!    (docs/BEHAVIOUR.md "Monitoring"); then [`orphans`]: finish adopted jobs that ended (docs/BEHAVIOUR.md "The live queue").
+//! 7. [`dispatch`]: place pending jobs and start those that fit (docs/BEHAVIOUR.md "Placement",
+//!    "Running a job"), with [`reservations`] against starvation and [`preemption`]
+//!    for the first blocked job (docs/BEHAVIOUR.md "Queue policy"), deciding and booking under the
+//!    [`ledger`]'s lock (docs/BEHAVIOUR.md "Sharing a box"); on a Slurm cluster [`submit`] hands
+//!    every ready job to Slurm instead (docs/BEHAVIOUR.md "Slurm").
+//! 8. [`publish`]: write status.json, metrics.prom and status.txt (docs/BEHAVIOUR.md "Board and terminal"),
+//!    and our bookings in the [`ledger`] (docs/BEHAVIOUR.md "Sharing a box").
 //! 9. [`exit`]: decide whether the run is over and with which exit code.
 //!
 //! Ending an attempt, whichever phase notices it, goes through
-//! [`completion`], which feeds [`learned`] (SPEC §17): what `vram=auto`
+//! [`completion`], which feeds [`learned`] (docs/BEHAVIOUR.md "Learned VRAM"): what `vram=auto`
 //! jobs ask for. Before the phases, [`io`] checks whether a log directory
 //! that failed writes can be written again; a phase whose write fails
 //! pauses dispatch through it.

@@ -1,4 +1,4 @@
-//! Orphans (SPEC §5 "Orphans", §11): at start, every job whose last journal
+//! Orphans (docs/BEHAVIOUR.md "Orphans", "Exactly once"): at start, every job whose last journal
 //! word is `started` belonged to a previous scheduler. Its real outcome is
 //! kept: an exit record written by its supervisor is journaled as the
 //! job's outcome; a live attempt (its group or its supervisor still runs)
@@ -122,7 +122,7 @@ impl Scheduler {
         self.remove_spent_records();
     }
 
-    /// On a cluster (SPEC §15 "Exactly once"): our Slurm jobs whose id
+    /// On a cluster (docs/BEHAVIOUR.md "Slurm"): our Slurm jobs whose id
     /// never reached the journal are found by their job name and output
     /// path and taken as the job's attempt — journaled, then released —
     /// instead of being submitted a second time. A scheduler killed between

@@ -1,4 +1,4 @@
-//! Preemption (SPEC §12): a blocked job may stop running `preemptible`
+//! Preemption (docs/BEHAVIOUR.md "Queue policy"): a blocked job may stop running `preemptible`
 //! jobs below it in the file when that lets it start. The choice is the
 //! pure [`preemption::choose_victims`]; the stopping is the one kill path
 //! with [`KillReason::Preempt`]; the outcome (`preempted`, pending again,
@@ -13,7 +13,7 @@ use crate::view::report::say;
 use std::time::Instant;
 
 impl Scheduler {
-    /// Preemption (SPEC §12): for the first blocked job in file order, stops
+    /// Preemption (docs/BEHAVIOUR.md "Queue policy"): for the first blocked job in file order, stops
     /// the running `preemptible` jobs below it that let it start — the
     /// fewest, then the least run time lost ([`preemption::choose_victims`]).
     /// One preemption at a time: none while a victim is still stopping.

@@ -1,4 +1,4 @@
-//! Phase 8, publish (SPEC §7): status.json, metrics.prom and status.txt,
+//! Phase 8, publish (docs/BEHAVIOUR.md "Board and terminal"): status.json, metrics.prom and status.txt,
 //! each written atomically from one status document built by
 //! [`crate::view`]. A failed write is logged and retried next round; it
 //! never stops the scheduler.
@@ -121,7 +121,7 @@ impl Scheduler {
     }
 
     /// Writes `status.json`, `metrics.prom` and `status.txt`; a failed write
-    /// pauses dispatch like any other (SPEC §11).
+    /// pauses dispatch like any other (docs/BEHAVIOUR.md "Exactly once").
     pub(in crate::scheduler) fn write_status_files(&mut self) {
         self.status_written = Some(Instant::now());
         self.status_stale = false;

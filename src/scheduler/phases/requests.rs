@@ -1,4 +1,4 @@
-//! Requests from commands (SPEC §12, §13): `gpusched pause`, `resume`,
+//! Requests from commands (docs/BEHAVIOUR.md "Queue policy", "Everyday verbs"): `gpusched pause`, `resume`,
 //! `drain` and `undrain` leave a [`ControlChange`], applied and kept in
 //! `<log_dir>/control.json`; `gpusched retry` leaves
 //! `<log_dir>/requests/retry-<key>-….json` for a running scheduler, which
@@ -54,7 +54,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Pause, resume, drain or undrain (SPEC §12): recorded in
+    /// Pause, resume, drain or undrain (docs/BEHAVIOUR.md "Queue policy"): recorded in
     /// `<log_dir>/control.json` first, then in force.
     ///
     /// Errors: the control file cannot be written (the request stays).

@@ -1,4 +1,4 @@
-//! Reservations against starvation (SPEC §12): when the first blocked job
+//! Reservations against starvation (docs/BEHAVIOUR.md "Queue policy"): when the first blocked job
 //! in file order has waited `--reserve-after`, the GPUs it will fit on once
 //! our running jobs there end are reserved for it (journaled, so a restart
 //! keeps it); dispatch then plans with the reservation as data and no
@@ -33,7 +33,7 @@ pub(super) fn held_for(
 }
 
 impl Scheduler {
-    /// The starvation guard (SPEC §12): tracks how long the first blocked
+    /// The starvation guard (docs/BEHAVIOUR.md "Queue policy"): tracks how long the first blocked
     /// job in file order has waited; after `--reserve-after`, reserves for
     /// it the GPUs it will fit on once our running jobs there end (journaled,
     /// so a restart keeps it). One reservation at a time.

@@ -1,4 +1,4 @@
-//! Phase 6, sampling (SPEC §4, §10): when the poll interval has passed (or
+//! Phase 6, sampling (docs/BEHAVIOUR.md "Monitoring", "NVML"): when the poll interval has passed (or
 //! something changed), query the GPU backend and take the snapshot in:
 //! attribute processes to jobs by process group, keep per-job peaks and
 //! external peaks, warn at once when a job exceeds its declaration, report
@@ -24,13 +24,13 @@ const EARLY_SAMPLES: [Duration; 2] = [Duration::from_millis(500), Duration::from
 /// Early samples closer than this to one already asked for are shared.
 const EARLY_SAMPLE_SLACK: Duration = Duration::from_millis(250);
 
-/// Failed GPU queries in a row after which dispatch pauses (SPEC §10).
+/// Failed GPU queries in a row after which dispatch pauses (docs/BEHAVIOUR.md "NVML").
 const MAX_GPU_FAILURES: u32 = 5;
 
 /// Bytes of a running job's log searched for a progress marker each round.
 const PROGRESS_TAIL_BYTES: u64 = 8 * 1024;
 
-/// Growth of a running job's peak (MiB) that `-v` reports (SPEC §7).
+/// Growth of a running job's peak (MiB) that `-v` reports (docs/BEHAVIOUR.md "Board and terminal").
 const VERBOSE_STEP_MIB: u64 = 256;
 
 impl Scheduler {
@@ -71,7 +71,7 @@ impl Scheduler {
     }
 
     /// Asks the backend for a snapshot and takes it in; a failed query is
-    /// warned about and, after several in a row, pauses dispatch (SPEC §10).
+    /// warned about and, after several in a row, pauses dispatch (docs/BEHAVIOUR.md "NVML").
     pub(in crate::scheduler) fn sample_gpus(&mut self, now: Instant) {
         self.sample_now = false;
         self.gpu.last_sample = Some(now);
@@ -115,7 +115,7 @@ impl Scheduler {
     }
 
     /// Takes a snapshot in: attribution, peaks, utilization, warnings,
-    /// progress, per-GPU statistics (SPEC §4).
+    /// progress, per-GPU statistics (docs/BEHAVIOUR.md "Monitoring").
     pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
         if self.gpu.failures > 0 {
             if matches!(self.mode, Mode::PausedOnGpuErrors { .. }) {
@@ -154,7 +154,7 @@ impl Scheduler {
         self.gpu.snapshot = Some(snapshot);
     }
 
-    /// Feeds the usage record (SPEC §16): each running job's MiB per GPU,
+    /// Feeds the usage record (docs/BEHAVIOUR.md "Timeline"): each running job's MiB per GPU,
     /// and others' MiB per GPU (used less ours).
     fn record_usage(&mut self, snapshot: &GpuSnapshot) {
         let mut series: HashMap<(u32, Option<String>), u64> = HashMap::new();
@@ -225,7 +225,7 @@ fn observe_usage(job: &mut Running, current: BTreeMap<u32, u64>, util: &HashMap<
     }
 }
 
-/// The "exceeds declared VRAM" warning (at once, SPEC §4) and `-v`
+/// The "exceeds declared VRAM" warning (at once, docs/BEHAVIOUR.md "Monitoring") and `-v`
 /// growth lines for one job.
 fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
     let Some(peak) = job.usage.peak_max_mib() else {

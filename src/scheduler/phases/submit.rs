@@ -1,4 +1,4 @@
-//! Phase 7 on a cluster (SPEC §15): Slurm places the jobs, so instead of
+//! Phase 7 on a cluster (docs/BEHAVIOUR.md "Slurm"): Slurm places the jobs, so instead of
 //! [`super::dispatch`]'s placement every ready pending job is submitted,
 //! in file order — a job whose `after=` dependencies are submitted but not
 //! done goes with `--dependency=afterok` on them. Submissions pause after a

@@ -1,4 +1,4 @@
-//! Phase 4, timeouts (SPEC §6): `timeout=` is strictly opt-in; at the limit
+//! Phase 4, timeouts (docs/BEHAVIOUR.md "Out of memory and timeouts"): `timeout=` is strictly opt-in; at the limit
 //! the job's group gets SIGTERM, then SIGKILL after the grace, and the job
 //! ends `timeout`. No heuristic ever kills a job.
 

@@ -1,6 +1,6 @@
 //! Machine-readable state, one document per file: the [`StatusDoc`] and
 //! `<log_dir>/status.json` (schema `docs/status.schema.json`, described in
-//! the README) here, `<log_dir>/metrics.prom` in [`metrics`] (Prometheus
+//! docs/BEHAVIOUR.md "status.json") here, `<log_dir>/metrics.prom` in [`metrics`] (Prometheus
 //! text exposition, for node_exporter's textfile collector), both
 //! rewritten atomically every round from one [`StatusDoc`]; the
 //! end-of-run summary in [`summary`]. The `gpusched status` screen is
@@ -72,13 +72,13 @@ pub struct SchedulerStatus {
     /// be read; the last good queue runs on meanwhile.
     #[serde(default)]
     pub jobs_file_problem: Option<String>,
-    /// Whether `gpusched pause` holds new dispatch (SPEC §12).
+    /// Whether `gpusched pause` holds new dispatch (docs/BEHAVIOUR.md "Queue policy").
     #[serde(default)]
     pub queue_paused: bool,
     /// GPUs `gpusched drain` closed to new jobs.
     #[serde(default)]
     pub drained: Vec<u32>,
-    /// The reservation against starvation in force (SPEC §12), if any.
+    /// The reservation against starvation in force (docs/BEHAVIOUR.md "Queue policy"), if any.
     #[serde(default)]
     pub reservation: Option<ReservationStatus>,
     /// The jobs file.
@@ -89,7 +89,7 @@ pub struct SchedulerStatus {
     pub watch: bool,
 }
 
-/// GPUs held for one blocked job (SPEC §12).
+/// GPUs held for one blocked job (docs/BEHAVIOUR.md "Queue policy").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReservationStatus {
     /// The job's display number.
@@ -111,16 +111,16 @@ pub struct GpuStatus {
     pub total_mib: u64,
     /// Used by anyone (MiB).
     pub used_mib: u64,
-    /// Effective external usage (MiB), SPEC §2.
+    /// Effective external usage (MiB), docs/BEHAVIOUR.md "Placement".
     pub external_mib: u64,
-    /// Room for a new declared job, before the margin (MiB), SPEC §2; 0
+    /// Room for a new declared job, before the margin (MiB), docs/BEHAVIOUR.md "Placement"; 0
     /// when the GPU is closed to new jobs.
     pub headroom_mib: u64,
     /// Closed to new jobs: one of our undeclared jobs holds it, or
-    /// `--exclusive` and one of our jobs runs on it (SPEC §2, §12).
+    /// `--exclusive` and one of our jobs runs on it (docs/BEHAVIOUR.md "Placement", "Queue policy").
     #[serde(default)]
     pub closed: bool,
-    /// Drained by `gpusched drain`: no new job starts on it (SPEC §12).
+    /// Drained by `gpusched drain`: no new job starts on it (docs/BEHAVIOUR.md "Queue policy").
     #[serde(default)]
     pub drained: bool,
     /// Device utilization, percent; null when not reported.
@@ -131,8 +131,7 @@ pub struct GpuStatus {
     pub busy_fraction: Option<f64>,
     /// Mean memory in use over this run's samples (MiB).
     pub mean_used_mib: Option<f64>,
-    /// Memory other schedulers on this box booked on it, per user (SPEC
-    /// §14); empty without a ledger.
+    /// Memory other schedulers on this box booked on it, per user (docs/BEHAVIOUR.md "Sharing a box"); empty without a ledger.
     #[serde(default)]
     pub booked_by_others: Vec<OtherBooking>,
 }
@@ -148,7 +147,7 @@ impl JobStatus {
     }
 
     /// What the views print under a waiting or running job: where an
-    /// `auto` declaration comes from, and why it waits (SPEC §12, §17).
+    /// `auto` declaration comes from, and why it waits (docs/BEHAVIOUR.md "Queue policy", "Learned VRAM").
     pub fn explanation(&self) -> Option<String> {
         match (&self.vram_source, &self.reason) {
             (Some(source), Some(reason)) => Some(format!("{source}; {reason}")),
@@ -158,7 +157,7 @@ impl JobStatus {
     }
 }
 
-/// What one other user's scheduler booked on one GPU (SPEC §14).
+/// What one other user's scheduler booked on one GPU (docs/BEHAVIOUR.md "Sharing a box").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OtherBooking {
     /// Their user name (or `uid N`).
@@ -219,16 +218,16 @@ pub struct JobStatus {
     /// Extra words: `from a previous scheduler, pgid 123`, `stopping:
     /// timeout`, `attempt 2`.
     pub note: Option<String>,
-    /// Why a waiting job waits (SPEC §12), e.g. `needs 14848 MiB on 1 GPU;
+    /// Why a waiting job waits (docs/BEHAVIOUR.md "Queue policy"), e.g. `needs 14848 MiB on 1 GPU;
     /// most free: GPU 1 9664 MiB`; `null` for other jobs.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Run time lost to preemption over all attempts, seconds (SPEC §12);
+    /// Run time lost to preemption over all attempts, seconds (docs/BEHAVIOUR.md "Queue policy");
     /// `null` when never preempted.
     #[serde(default)]
     pub preempted_s: Option<f64>,
     /// For a `vram=auto` job that is waiting or running: where its
-    /// declaration comes from, e.g. `auto 6.4G from 5 runs` (SPEC §17).
+    /// declaration comes from, e.g. `auto 6.4G from 5 runs` (docs/BEHAVIOUR.md "Learned VRAM").
     #[serde(default)]
     pub vram_source: Option<String>,
 }
@@ -246,7 +245,7 @@ pub struct ProgressStatus {
 
 impl StatusDoc {
     /// Writes `status.json` and `metrics.prom` into `log_dir`, each
-    /// atomically, readable as the umask allows (SPEC §13). Errors: the directory is not writable.
+    /// atomically, readable as the umask allows (docs/BEHAVIOUR.md "Everyday verbs"). Errors: the directory is not writable.
     pub fn write(&self, log_dir: &Path) -> std::io::Result<()> {
         let mut json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         json.push(b'\n');

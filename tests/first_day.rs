@@ -329,13 +329,16 @@ fn a_log_directory_of_another_jobs_file_is_pointed_out() {
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0);
     std::fs::write(env.path("other.txt"), "echo shared\n").unwrap();
-    let out = Command::new(bin())
-        .args(["other.txt", "--sim", "1", "--poll", "0.1", "--log-dir"])
-        .arg(&env.logs)
-        .current_dir(env.dir.path())
-        .output()
-        .unwrap();
-    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let run_other = || {
+        let out = Command::new(bin())
+            .args(["other.txt", "--sim", "1", "--poll", "0.1", "--log-dir"])
+            .arg(&env.logs)
+            .current_dir(env.dir.path())
+            .output()
+            .unwrap();
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    };
+    let said = run_other();
     assert!(
         said.contains("was last used with another jobs file")
             && said.contains(env.jobs.to_str().unwrap())
@@ -343,17 +346,8 @@ fn a_log_directory_of_another_jobs_file_is_pointed_out() {
         "{said}"
     );
     // The same file again: no word.
-    let out = Command::new(bin())
-        .args(["other.txt", "--sim", "1", "--poll", "0.1", "--log-dir"])
-        .arg(&env.logs)
-        .current_dir(env.dir.path())
-        .output()
-        .unwrap();
-    let out = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        !out.0.contains("another jobs file") && !out.1.contains("another jobs file"),
-        "{out:?}"
-    );
+    let said = run_other();
+    assert!(!said.contains("another jobs file"), "{said}");
 }
 
 #[test]
@@ -389,21 +383,9 @@ fn stop_keep_jobs_leaves_them_running_for_the_next_start() {
 
 #[test]
 fn help_and_the_man_page_list_every_attribute_and_no_missing_page() {
-    const ATTRIBUTES: [&str; 10] = [
-        "vram=",
-        "gpus=",
-        "timeout=",
-        "retries=",
-        "name=",
-        "after=",
-        "on=",
-        "family=",
-        "preemptible",
-        "cancel",
-    ];
     let help = text(&Command::new(bin()).arg("--help").output().unwrap().stdout);
     let man = text(&Command::new(bin()).arg("man").output().unwrap().stdout);
-    for attribute in ATTRIBUTES {
+    for attribute in gpusched::jobspec::ATTRIBUTES {
         assert!(
             help.contains(&format!("\n  {attribute}")),
             "--help lacks {attribute}"

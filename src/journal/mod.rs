@@ -101,7 +101,15 @@ pub enum Event {
         /// `TIMEOUT`, …), when it ran on a cluster (docs/BEHAVIOUR.md "Slurm").
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slurm_state: Option<String>,
+        /// Whether `--notify` is to post this outcome: until a `notified`
+        /// event follows, a restart posts it (docs/BEHAVIOUR.md "Being
+        /// told").
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        notify: bool,
     },
+    /// The outcome's message went to every `--notify` endpoint (each took
+    /// it, or refused it every try): it is never posted again.
+    Notified {},
 }
 
 /// A process named beyond its pid: its pid and its start time in clock
@@ -232,6 +240,9 @@ pub struct KeyState {
     /// Whether `gpusched cancel` asked for it to be cancelled (and no
     /// `retry` withdrew that): stopped if it runs, never started.
     pub cancel_requested: bool,
+    /// Whether its outcome is to be posted to `--notify` and no
+    /// `notified` event says it was (docs/BEHAVIOUR.md "Being told").
+    pub notify_pending: bool,
     /// Run time lost to preemption over all attempts (seconds).
     pub preempted_s: f64,
     /// Where the job stands.
@@ -615,17 +626,22 @@ impl Journal {
                 peak_mib,
                 avg_util,
                 duration_s,
+                notify,
                 ..
-            } => Fold::Done(Finished {
-                status: *status,
-                returncode: *returncode,
-                ts: record.ts,
-                duration_s: *duration_s,
-                peak_mib: peak_mib.values().copied().max().flatten(),
-                avg_util: *avg_util,
-                vram_mib: None,
-                gpu_mask: 0,
-            }),
+            } => Fold::Done {
+                finished: Finished {
+                    status: *status,
+                    returncode: *returncode,
+                    ts: record.ts,
+                    duration_s: *duration_s,
+                    peak_mib: peak_mib.values().copied().max().flatten(),
+                    avg_util: *avg_util,
+                    vram_mib: None,
+                    gpu_mask: 0,
+                },
+                notify: *notify,
+            },
+            Event::Notified {} => Fold::Notified,
         };
         self.apply(&record.key, record.ts, step);
     }
@@ -643,7 +659,7 @@ impl Journal {
             Fold::Reserved(gpus) => {
                 self.reservation = Some((key.to_string(), gpus.clone()));
             }
-            Fold::Started { .. } | Fold::Done(_)
+            Fold::Started { .. } | Fold::Done { .. }
                 if self.reservation.as_ref().is_some_and(|(k, _)| k == key) =>
             {
                 self.reservation = None;
@@ -667,6 +683,7 @@ impl Journal {
             Fold::Started { attempt, info } => {
                 state.attempts = state.attempts.max(attempt);
                 state.preempted = false;
+                state.notify_pending = false;
                 if state.first_started.is_nan() {
                     state.first_started = info.ts;
                 }
@@ -689,6 +706,7 @@ impl Journal {
             }
             Fold::Retry => {
                 state.cancel_requested = false;
+                state.notify_pending = false;
                 if matches!(state.phase, Phase::Done(_)) {
                     state.phase = Phase::Waiting;
                     state.oom_attempts = 0;
@@ -699,7 +717,9 @@ impl Journal {
                     state.cancel_requested = true;
                 }
             }
-            Fold::Done(finished) => {
+            Fold::Notified => state.notify_pending = false,
+            Fold::Done { finished, notify } => {
+                state.notify_pending = notify;
                 let mut finished = Box::new(finished);
                 if let Phase::Started(info) = &state.phase {
                     finished.vram_mib = info.vram_mib;
@@ -725,6 +745,7 @@ impl KeyState {
             next_vram: None,
             preempted: false,
             cancel_requested: false,
+            notify_pending: false,
             preempted_s: 0.0,
             phase: Phase::Waiting,
         }
@@ -765,7 +786,11 @@ enum Fold {
     Cancel,
     Preempted(f64),
     Reserved(Vec<u32>),
-    Done(Finished),
+    Done {
+        finished: Finished,
+        notify: bool,
+    },
+    Notified,
 }
 
 pub(crate) mod keys;

@@ -132,6 +132,7 @@ struct RawRecord<'a> {
     duration_s: Option<f64>,
     avg_util: Option<f64>,
     peak_mib: Option<PeakMax>,
+    notify: Option<bool>,
 }
 
 impl RawRecord<'_> {
@@ -164,16 +165,20 @@ impl RawRecord<'_> {
             "cancel" => Fold::Cancel,
             "preempted" => Fold::Preempted(self.duration_s.unwrap_or(0.0)),
             "reserved" => Fold::Reserved(self.gpus.as_ref()?.0.to_vec()),
-            "done" => Fold::Done(Finished {
-                status: self.status?,
-                returncode: self.returncode,
-                ts: self.ts,
-                duration_s: self.duration_s.unwrap_or(0.0),
-                peak_mib: self.peak_mib.and_then(|p| p.0),
-                avg_util: self.avg_util,
-                vram_mib: None,
-                gpu_mask: 0,
-            }),
+            "done" => Fold::Done {
+                finished: Finished {
+                    status: self.status?,
+                    returncode: self.returncode,
+                    ts: self.ts,
+                    duration_s: self.duration_s.unwrap_or(0.0),
+                    peak_mib: self.peak_mib.and_then(|p| p.0),
+                    avg_util: self.avg_util,
+                    vram_mib: None,
+                    gpu_mask: 0,
+                },
+                notify: self.notify.unwrap_or(false),
+            },
+            "notified" => Fold::Notified,
             _ => return None,
         })
     }

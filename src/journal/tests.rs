@@ -130,6 +130,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
                     avg_util: None,
                     duration_s: 1.5,
                     slurm_state: None,
+                    notify: false,
                 },
             )
             .unwrap();
@@ -225,6 +226,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
                 avg_util: None,
                 duration_s: 1.0,
                 slurm_state: Some("FAILED".into()),
+                notify: true,
             },
         )
         .unwrap();
@@ -344,4 +346,51 @@ fn the_largest_display_number_saturates_instead_of_overflowing() {
     assert_eq!(journal.state("a#0").unwrap().no, u32::MAX);
     assert_eq!(journal.state("b#0").unwrap().no, u32::MAX);
     assert_eq!(journal.next_no(), u32::MAX);
+}
+
+#[test]
+fn an_outcome_to_post_stays_owed_until_notified_also_after_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let done = |notify| Event::Done {
+        status: DoneStatus::Failed,
+        returncode: Some(1),
+        peak_mib: BTreeMap::new(),
+        avg_util: None,
+        duration_s: 1.0,
+        slurm_state: None,
+        notify,
+    };
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    for (key, no) in [("a#0", 1), ("b#0", 2)] {
+        journal
+            .append(
+                key,
+                Event::Seen {
+                    no,
+                    command: "x".into(),
+                },
+            )
+            .unwrap();
+    }
+    journal.append("a#0", done(true)).unwrap();
+    journal.append("b#0", done(false)).unwrap();
+    assert!(journal.state("a#0").unwrap().notify_pending);
+    assert!(!journal.state("b#0").unwrap().notify_pending);
+    drop(journal);
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    assert!(
+        journal.state("a#0").unwrap().notify_pending,
+        "owed after a replay"
+    );
+    journal.append("a#0", Event::Notified {}).unwrap();
+    assert!(!journal.state("a#0").unwrap().notify_pending);
+    drop(journal);
+    let (journal, _) = Journal::open(&path).unwrap();
+    assert!(
+        !journal.state("a#0").unwrap().notify_pending,
+        "told, also after a replay"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches("\"notify\":true").count(), 1, "{text}");
 }

@@ -114,6 +114,10 @@ pub enum Command {
     /// `gpusched retry 7 12`. Refused while the job's line carries `cancel`
     /// or is gone.
     Retry(RetryArgs),
+    /// Block until jobs have ended (default: every job of the jobs file):
+    /// exit 0 when all ended ok, 1 otherwise, 124 after --timeout. For
+    /// scripts: `gpusched wait train && python report.py`.
+    Wait(WaitArgs),
     /// Stop starting new jobs (running ones go on) until `gpusched resume`;
     /// kept across restarts.
     Pause(LogDirArgs),
@@ -265,6 +269,42 @@ pub struct RunArgs {
     /// seen only through the memory their jobs already use).
     #[arg(long)]
     pub no_ledger: bool,
+
+    /// POST a JSON message to this URL when a job fails (see --notify-on):
+    /// a `text` line for people (Slack and Mattermost incoming webhooks
+    /// show it as is) and the job's facts. Repeat for several URLs; also
+    /// read from $GPUSCHED_NOTIFY (URLs separated by spaces). Sent off the
+    /// scheduling loop: 10 s per try, 3 tries; each outcome at most once,
+    /// also across restarts.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "GPUSCHED_NOTIFY",
+        value_delimiter = ' '
+    )]
+    pub notify: Vec<String>,
+
+    /// What --notify posts, comma-separated: failed (failed, failed_oom,
+    /// timeout, infeasible, dependency_failed), ok, all, drained (nothing
+    /// runs or waits any more), paused (GPU queries or writes failing).
+    #[arg(
+        long,
+        value_name = "EVENTS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "failed"
+    )]
+    pub notify_on: Vec<crate::notify::NotifyOn>,
+
+    /// Run CMD for every attempt that ends (ok, failed, an OOM retry, a
+    /// preemption). CMD is split into words once, like a shell would, and
+    /// run without a shell; the job's facts come only in its environment:
+    /// GPUSCHED_JOB, _KEY, _NAME, _STATUS, _EXIT_CODE, _COMMAND, _LOG,
+    /// _PEAK_MIB, _DURATION_S, _GPUS, _ATTEMPT. At most 4 at once, 30 s
+    /// each; output to LOG_DIR/hooks.log. Example: --on-finish
+    /// 'sh -c "notify-send \"job $GPUSCHED_JOB: $GPUSCHED_STATUS\""'.
+    #[arg(long, value_name = "CMD")]
+    pub on_finish: Option<String>,
 
     #[command(flatten)]
     pub slurm: SlurmArgs,
@@ -442,6 +482,24 @@ pub struct RetryArgs {
     /// prefixes).
     #[arg(value_name = "JOB", required = true)]
     pub jobs: Vec<String>,
+    /// The jobs file (default: the one the scheduler with --log-dir runs).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched wait`.
+#[derive(Debug, Args, Clone)]
+pub struct WaitArgs {
+    /// The jobs: display numbers (`7`), `name=`s, or keys (or unique
+    /// prefixes). Default: every job of the jobs file.
+    #[arg(value_name = "JOB")]
+    pub jobs: Vec<String>,
+    /// Give up after this many seconds (exit 124).
+    #[arg(long, value_name = "SEC", value_parser = parse_poll)]
+    pub timeout: Option<f64>,
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,

@@ -21,6 +21,7 @@ pub mod launcher;
 pub mod ledger;
 pub mod lockfile;
 pub mod model;
+pub mod notify;
 pub mod policy;
 pub mod process;
 pub mod progress;

@@ -96,6 +96,8 @@ pub struct Scheduler {
     unacked: Vec<u64>,
     /// When the status files were last written.
     status_written: Option<Instant>,
+    /// `--notify` and `--on-finish` (docs/BEHAVIOUR.md "Being told").
+    told: phases::Told,
     /// Set when a round did not write them; the loop then wakes to write
     /// them when they are due.
     status_stale: bool,
@@ -129,6 +131,7 @@ impl Scheduler {
         self.guard(|s| s.reload_jobs_file());
         self.guard(|s| s.apply_requests());
         self.guard(|s| s.reap_children());
+        self.guard(|s| s.note_deliveries());
         self.guard(|s| s.drive_kills(now));
         self.enforce_timeouts(now);
         self.guard(|s| s.apply_cancels(now));
@@ -139,6 +142,9 @@ impl Scheduler {
         }
         self.guard(|s| s.dispatch());
         self.publish_bookings();
+        if self.cfg.watch && self.running.is_empty() && self.pending().next().is_none() {
+            self.tell_drained();
+        }
         let code = self.exit_code_if_done();
         if !self.spent_records.is_empty()
             && (code.is_some() || (self.running.is_empty() && self.pending().next().is_none()))

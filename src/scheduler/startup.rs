@@ -68,6 +68,7 @@ impl Scheduler {
             wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string());
         }
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
+        let told = super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir)?;
 
         let mut scheduler = Scheduler {
             // Absolute, so commands run elsewhere find it in status.json.
@@ -113,12 +114,14 @@ impl Scheduler {
             unacked: Vec::new(),
             status_written: None,
             status_stale: false,
+            told,
         };
         let after = scheduler
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
+        scheduler.tell_what_was_not_told();
         Ok(scheduler)
     }
 

@@ -126,6 +126,14 @@ impl Scheduler {
                         duration_s: (duration_s * 1000.0).round() / 1000.0,
                     },
                 )?;
+                let facts = self.facts_of(
+                    key,
+                    job,
+                    "preempted",
+                    facts.exit.map(Exit::returncode),
+                    duration_s,
+                );
+                self.tell_attempt_end(facts, false);
                 say(&format!(
                     "↩ job {} preempted after {}; it is pending again and runs as attempt {} (GPUSCHED_PREEMPTED=1)",
                     job.no,
@@ -152,7 +160,17 @@ impl Scheduler {
             Outcome::OomRetry {
                 attempts,
                 next_vram_mib,
-            } => self.record_oom_retry(key, job, attempts, next_vram_mib, &peaks, duration_s)?,
+            } => {
+                self.record_oom_retry(key, job, attempts, next_vram_mib, &peaks, duration_s)?;
+                let facts = self.facts_of(
+                    key,
+                    job,
+                    "oom",
+                    facts.exit.map(Exit::returncode),
+                    duration_s,
+                );
+                self.tell_attempt_end(facts, false);
+            }
             Outcome::Done(status) => {
                 self.record_finished(key, job, status, facts, &peaks, duration_s)?;
             }
@@ -210,7 +228,7 @@ impl Scheduler {
         let exit = facts.exit;
         let returncode = exit.map(Exit::returncode);
         let avg_util = job.usage.avg_util();
-        self.record_done(
+        let notify = self.record_done(
             key,
             Done {
                 status,
@@ -224,6 +242,8 @@ impl Scheduler {
         if status == DoneStatus::Ok {
             self.learn_from_ok(key, job.usage.peak_max_mib());
         }
+        let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
+        self.tell_attempt_end(told, notify);
         say(&report::completion_line(&CompletionLine {
             no: job.no,
             status,
@@ -259,7 +279,7 @@ impl Scheduler {
         key: &str,
         status: DoneStatus,
     ) -> anyhow::Result<()> {
-        self.record_done(
+        let notify = self.record_done(
             key,
             Done {
                 status,
@@ -269,14 +289,20 @@ impl Scheduler {
                 duration_s: 0.0,
                 slurm_state: None,
             },
-        )
+        )?;
+        if notify {
+            self.tell_unrun(key, status);
+        }
+        Ok(())
     }
 
-    /// Journals `done` for job `key` and counts it for this run.
-    fn record_done(&mut self, key: &str, done: Done) -> anyhow::Result<()> {
+    /// Journals `done` for job `key` and counts it for this run. Returns
+    /// whether `--notify` is to post it (the event says so).
+    fn record_done(&mut self, key: &str, done: Done) -> anyhow::Result<bool> {
         let Done {
             status, returncode, ..
         } = done;
+        let notify = self.told.wants_outcome(status);
         self.journal.append(
             key,
             Event::Done {
@@ -290,12 +316,13 @@ impl Scheduler {
                 avg_util: done.avg_util.map(|u| (u * 10.0).round() / 10.0),
                 duration_s: (done.duration_s * 1000.0).round() / 1000.0,
                 slurm_state: done.slurm_state.map(str::to_string),
+                notify,
             },
         )?;
         self.ended_this_run
             .insert(key.to_string(), Ended { status, returncode });
         self.dispatch_needed = true;
-        Ok(())
+        Ok(notify)
     }
 }
 

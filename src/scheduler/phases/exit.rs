@@ -26,6 +26,7 @@ impl Scheduler {
                 ));
             }
             self.write_timeline();
+            self.flush_told_within(std::time::Duration::from_secs(1));
             return Some(130);
         }
         if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
@@ -46,6 +47,7 @@ impl Scheduler {
         let ended: Vec<_> = in_file.chain(this_run).collect();
         let code = exit_code(ended.iter().copied());
         let any_failure = ended.iter().any(|(status, _)| status.is_failure());
+        self.tell_drained();
         let mut summary = status::summary(&self.status_doc_now());
         summary.push_str(&report::learned_summary(&self.learned.this_run));
         let mut out = std::io::stdout().lock();
@@ -62,6 +64,7 @@ impl Scheduler {
             }
         ));
         self.write_timeline();
+        self.flush_told_within(super::told::FLUSH_LIMIT);
         Some(code)
     }
 

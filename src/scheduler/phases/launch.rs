@@ -266,6 +266,7 @@ impl Scheduler {
             entry.0 = entry.0.max(p.mib);
         }
         self.sample_soon_after(started);
+        self.told_of_start();
         let handle = started_job.handle();
         let place = match handle.slurm_job_id {
             Some(id) => format!("submitted to Slurm as job {id}"),

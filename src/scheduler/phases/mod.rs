@@ -48,5 +48,7 @@ mod reservations;
 mod sampling;
 mod submit;
 mod timeouts;
+mod told;
 
 pub(in crate::scheduler) use file_digest::TextHash;
+pub(in crate::scheduler) use told::Told;

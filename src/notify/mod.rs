@@ -1,0 +1,470 @@
+//! Being told (docs/BEHAVIOUR.md "Being told"): `--notify URL` posts a
+//! JSON message for the outcomes and events `--notify-on` picks, and
+//! `--on-finish CMD` ([`hooks`]) runs a command for every attempt that
+//! ends. Both work off the scheduling loop, on threads of their own: a
+//! slow or dead endpoint, or a slow hook, never delays a job.
+//!
+//! The message ([`Message`]) carries a human `text` line, so Slack- and
+//! Mattermost-style incoming webhooks show it as is, beside structured
+//! `event`, `job` and `scheduler` objects. An outcome is posted at most
+//! once: its `done` event says it is to be posted, and a `notified` event
+//! once every endpoint took it (or refused it on every try); a restart
+//! posts only those without one.
+
+pub mod hooks;
+
+use crate::model::DoneStatus;
+use serde::Serialize;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// What `--notify-on` may pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NotifyOn {
+    /// Jobs that did not succeed: failed, failed_oom, timeout, infeasible,
+    /// dependency_failed (the default).
+    Failed,
+    /// Jobs that ended ok.
+    Ok,
+    /// Every job outcome (cancelled included), the drained queue and a
+    /// pause on errors.
+    All,
+    /// The queue drained: nothing runs or waits any more.
+    Drained,
+    /// Dispatch paused because GPU queries or writes fail.
+    Paused,
+}
+
+/// The events `--notify-on` picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Filter {
+    failed: bool,
+    ok: bool,
+    all: bool,
+    drained: bool,
+    paused: bool,
+}
+
+impl Filter {
+    /// The filter of a `--notify-on` list.
+    pub fn of(picked: &[NotifyOn]) -> Filter {
+        let mut filter = Filter::default();
+        for on in picked {
+            match on {
+                NotifyOn::Failed => filter.failed = true,
+                NotifyOn::Ok => filter.ok = true,
+                NotifyOn::All => filter.all = true,
+                NotifyOn::Drained => filter.drained = true,
+                NotifyOn::Paused => filter.paused = true,
+            }
+        }
+        filter
+    }
+
+    /// Whether a job that ended `status` is posted.
+    pub fn wants_outcome(&self, status: DoneStatus) -> bool {
+        self.all
+            || match status {
+                DoneStatus::Ok => self.ok,
+                DoneStatus::Cancelled => false,
+                _ => self.failed,
+            }
+    }
+
+    /// Whether the drained queue is posted.
+    pub fn wants_drained(&self) -> bool {
+        self.all || self.drained
+    }
+
+    /// Whether a pause on errors is posted.
+    pub fn wants_paused(&self) -> bool {
+        self.all || self.paused
+    }
+}
+
+/// One job's outcome, in a message and in a hook's environment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobFacts {
+    /// Display number.
+    pub no: u32,
+    /// Identity key.
+    pub key: String,
+    /// Its `name=`, if any.
+    pub name: Option<String>,
+    /// `ok`, `failed`, … for a final outcome; `oom` (retried) or
+    /// `preempted` for an attempt after which the job runs again.
+    pub status: String,
+    /// Exit code (128 + signal), if it ran.
+    pub exit_code: Option<i32>,
+    /// The command.
+    pub command: String,
+    /// Its log file.
+    pub log: Option<String>,
+    /// Highest per-GPU peak (MiB), when measured.
+    pub peak_mib: Option<u64>,
+    /// Run time of the attempt (seconds).
+    pub duration_s: f64,
+    /// GPU indices of the attempt.
+    pub gpus: Vec<u32>,
+    /// 1-based attempt number.
+    pub attempt: u32,
+}
+
+impl JobFacts {
+    /// The environment a hook gets: `GPUSCHED_JOB`, `_KEY`, `_NAME`,
+    /// `_STATUS`, `_EXIT_CODE`, `_COMMAND`, `_LOG`, `_PEAK_MIB`,
+    /// `_DURATION_S`, `_GPUS`, `_ATTEMPT` (empty when unknown).
+    pub fn environment(&self) -> Vec<(String, String)> {
+        let text = |v: Option<String>| v.unwrap_or_default();
+        [
+            ("JOB", self.no.to_string()),
+            ("KEY", self.key.clone()),
+            ("NAME", text(self.name.clone())),
+            ("STATUS", self.status.clone()),
+            ("EXIT_CODE", text(self.exit_code.map(|c| c.to_string()))),
+            ("COMMAND", self.command.clone()),
+            ("LOG", text(self.log.clone())),
+            ("PEAK_MIB", text(self.peak_mib.map(|p| p.to_string()))),
+            ("DURATION_S", format!("{:.3}", self.duration_s)),
+            (
+                "GPUS",
+                self.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            ("ATTEMPT", self.attempt.to_string()),
+        ]
+        .into_iter()
+        .map(|(name, value)| (format!("GPUSCHED_{name}"), value))
+        .collect()
+    }
+}
+
+/// Who sends a message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SchedulerFacts {
+    /// The machine's host name.
+    pub host: String,
+    /// The user the scheduler runs as.
+    pub user: String,
+    /// Its pid.
+    pub pid: u32,
+    /// The jobs file.
+    pub jobs_file: String,
+    /// The log directory.
+    pub log_dir: String,
+}
+
+/// What a message is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// A job ended for good.
+    Outcome(JobFacts),
+    /// Nothing runs or waits any more: counts per final status.
+    Drained(Vec<(String, usize)>),
+    /// Dispatch paused because of errors, and why.
+    Paused(String),
+}
+
+/// The JSON body posted to every `--notify` URL.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    /// One line for people (what chat webhooks show).
+    pub text: String,
+    /// `job_ended`, `drained` or `paused`.
+    pub event: &'static str,
+    /// The job, for `job_ended`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobFacts>,
+    /// Why dispatch paused, for `paused`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Final statuses and their counts, for `drained`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<std::collections::BTreeMap<String, usize>>,
+    /// The sender.
+    pub scheduler: SchedulerFacts,
+    /// Unix seconds.
+    pub ts: f64,
+}
+
+impl Message {
+    /// The message about `subject` from `scheduler`.
+    pub fn new(subject: Subject, scheduler: &SchedulerFacts, ts: f64) -> Message {
+        let at = format!("{}@{}", scheduler.user, scheduler.host);
+        let (text, event, job, reason, counts) = match subject {
+            Subject::Outcome(job) => {
+                let name = job
+                    .name
+                    .as_ref()
+                    .map_or(String::new(), |n| format!(" ({n})"));
+                let exit = job
+                    .exit_code
+                    .map_or(String::new(), |c| format!(", exit {c}"));
+                // A job that never ran (infeasible, cancelled while
+                // waiting) has no run time to tell.
+                let after = match job.log {
+                    Some(_) => format!(
+                        " after {}",
+                        crate::view::report::human_duration(job.duration_s)
+                    ),
+                    None => String::new(),
+                };
+                let text = format!(
+                    "{} job {}{name} {}{exit}{after} on {at}: {}",
+                    mark(&job.status),
+                    job.no,
+                    job.status,
+                    crate::view::report::shorten(&job.command, 120)
+                );
+                (text, "job_ended", Some(job), None, None)
+            }
+            Subject::Drained(counts) => {
+                let summary = counts
+                    .iter()
+                    .map(|(status, n)| format!("{n} {status}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let text = format!(
+                    "gpusched on {at}: queue drained ({summary}) — {}",
+                    scheduler.jobs_file
+                );
+                (
+                    text,
+                    "drained",
+                    None,
+                    None,
+                    Some(counts.into_iter().collect()),
+                )
+            }
+            Subject::Paused(reason) => {
+                let text = format!("⚠ gpusched on {at} paused: {reason}");
+                (text, "paused", None, Some(reason), None)
+            }
+        };
+        Message {
+            text,
+            event,
+            job,
+            reason,
+            counts,
+            scheduler: scheduler.clone(),
+            ts,
+        }
+    }
+}
+
+/// The mark of a status in a message's text.
+fn mark(status: &str) -> &'static str {
+    match status {
+        "ok" => "✓",
+        "cancelled" => "⊘",
+        _ => "✗",
+    }
+}
+
+/// How long one POST may take.
+pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tries per endpoint and message, with [`BACKOFF`] doubling between.
+pub const TRIES: u32 = 3;
+
+/// The wait after the first failed try.
+const BACKOFF: Duration = Duration::from_secs(1);
+
+/// A message handed to the sender thread, and the job key to report
+/// back once it went to every endpoint.
+struct Queued {
+    message: Message,
+    key: Option<String>,
+}
+
+/// The sender: a thread that posts queued messages in order, and the
+/// way back for what it delivered.
+pub struct Notifier {
+    tx: Option<Sender<Queued>>,
+    delivered: Receiver<Option<String>>,
+    pending: usize,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Notifier {
+    /// Starts the sender for `urls`.
+    ///
+    /// Errors: the thread cannot be started.
+    pub fn start(urls: Vec<String>) -> anyhow::Result<Notifier> {
+        let (tx, rx) = std::sync::mpsc::channel::<Queued>();
+        let (done_tx, delivered) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("notify".into())
+            .spawn(move || {
+                let agent = agent();
+                let mut streaks = vec![0u32; urls.len()];
+                for queued in rx {
+                    for (url, streak) in urls.iter().zip(streaks.iter_mut()) {
+                        post_with_tries(&agent, url, &queued.message, streak);
+                    }
+                    if done_tx.send(queued.key).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Notifier {
+            tx: Some(tx),
+            delivered,
+            pending: 0,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `message`; `key`, for a job's outcome, comes back from
+    /// [`Notifier::delivered`] once it went to every endpoint.
+    pub fn send(&mut self, message: Message, key: Option<String>) {
+        if let Some(tx) = &self.tx
+            && tx.send(Queued { message, key }).is_ok()
+        {
+            self.pending += 1;
+        }
+    }
+
+    /// The job keys whose outcome went to every endpoint since the last
+    /// call.
+    pub fn delivered(&mut self) -> Vec<String> {
+        let mut keys = Vec::new();
+        while let Ok(key) = self.delivered.try_recv() {
+            self.pending = self.pending.saturating_sub(1);
+            keys.extend(key);
+        }
+        keys
+    }
+
+    /// Messages queued and not yet sent to every endpoint.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Waits until every queued message was sent, or `deadline`; returns
+    /// the job keys delivered meanwhile.
+    pub fn flush(&mut self, deadline: Instant) -> Vec<String> {
+        let mut keys = Vec::new();
+        while self.pending > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match self.delivered.recv_timeout(left) {
+                Ok(key) => {
+                    self.pending -= 1;
+                    keys.extend(key);
+                }
+                Err(_) => break,
+            }
+        }
+        keys
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread once it is idle; a post in
+        // flight is not waited for (flush first to wait).
+        self.tx = None;
+        if self.pending == 0
+            && let Some(thread) = self.thread.take()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The HTTP client: the timeout for a whole POST, and errors as values
+/// (a refusal is a failed try, not an exception).
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(POST_TIMEOUT))
+        .http_status_as_error(false)
+        .user_agent(concat!("gpusched/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into()
+}
+
+/// Posts `message` to `url`, up to [`TRIES`] times with a doubling wait.
+/// The first failure of a streak is warned about, with the endpoint and
+/// the reason; the first success after a streak says so.
+fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32) {
+    let mut wait = BACKOFF;
+    for attempt in 1..=TRIES {
+        match post(agent, url, message) {
+            Ok(()) => {
+                if *streak > 0 {
+                    crate::view::report::say(&format!(
+                        "--notify {}: delivering again after {} failed message(s)",
+                        redact(url),
+                        *streak
+                    ));
+                }
+                *streak = 0;
+                return;
+            }
+            Err(reason) if attempt == TRIES => {
+                if *streak == 0 {
+                    crate::view::report::warn(&format!(
+                        "--notify {}: {reason} ({TRIES} tries); messages to it are dropped until it answers again, jobs are unaffected",
+                        redact(url)
+                    ));
+                }
+                *streak += 1;
+            }
+            Err(_) => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+        }
+    }
+}
+
+/// One POST of `message` as JSON; a non-2xx answer is a failure.
+fn post(agent: &ureq::Agent, url: &str, message: &Message) -> Result<(), String> {
+    let body = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+    let sent = agent
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(&body[..]);
+    match sent {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(format!("answered {}", response.status())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A URL as it may be printed: webhook URLs carry their secret in the
+/// path, so only the scheme and host are shown.
+pub fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split(['/', '?']).next().unwrap_or(rest);
+            let host = host.rsplit('@').next().unwrap_or(host);
+            format!("{scheme}://{host}/…")
+        }
+        None => "(not a URL)".to_string(),
+    }
+}
+
+/// Checks a `--notify` URL at start.
+///
+/// Errors: it is not an `http://` or `https://` URL with a host.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| format!("--notify {url}: give an http:// or https:// URL"))?;
+    if rest.split(['/', '?']).next().is_none_or(str::is_empty) {
+        return Err(format!("--notify {url}: the URL has no host"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

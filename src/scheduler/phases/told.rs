@@ -1,0 +1,282 @@
+//! Being told (docs/BEHAVIOUR.md "Being told"): what the loop hands to
+//! `--notify` and `--on-finish`, which run on threads of their own
+//! ([`crate::notify`]). The loop only queues messages and hooks, and
+//! journals `notified` for the outcomes the sender delivered; a restart
+//! posts the outcomes whose `done` asked for a message that never went.
+
+use crate::journal::{Event, Phase, now_ts};
+use crate::model::DoneStatus;
+use crate::notify::hooks::Hooks;
+use crate::notify::{Filter, JobFacts, Message, Notifier, SchedulerFacts, Subject};
+use crate::scheduler::Scheduler;
+use crate::scheduler::state::{Mode, Running};
+use crate::view::report::say;
+use std::time::{Duration, Instant};
+
+/// The longest a scheduler that is about to exit waits for messages and
+/// hooks still queued.
+pub const FLUSH_LIMIT: Duration = Duration::from_secs(15);
+
+/// The scheduler's senders and what it already told.
+pub struct Told {
+    notifier: Option<Notifier>,
+    filter: Filter,
+    hooks: Option<Hooks>,
+    sender: SchedulerFacts,
+    /// Set once "drained" was posted; cleared when a job starts.
+    drained_told: bool,
+    /// Set once the current pause was posted; cleared when it ends.
+    paused_told: bool,
+}
+
+impl Told {
+    /// The senders for the command line's `--notify`, `--notify-on` and
+    /// `--on-finish`.
+    ///
+    /// Errors ([`crate::error::Error::Usage`]): a URL that is not one, an
+    /// `--on-finish` that does not split into words; a thread that
+    /// cannot be started.
+    pub fn start(
+        args: &crate::cli::RunArgs,
+        jobs_file: &std::path::Path,
+        log_dir: &std::path::Path,
+    ) -> anyhow::Result<Told> {
+        let usage = crate::error::Error::Usage;
+        for url in &args.notify {
+            crate::notify::check_url(url).map_err(usage)?;
+        }
+        let hooks = match &args.on_finish {
+            Some(text) => {
+                let argv = crate::notify::hooks::split(text).map_err(usage)?;
+                Some(Hooks::start(argv, log_dir)?)
+            }
+            None => None,
+        };
+        let notifier = if args.notify.is_empty() {
+            None
+        } else {
+            Some(Notifier::start(args.notify.clone())?)
+        };
+        Ok(Told {
+            notifier,
+            filter: Filter::of(&args.notify_on),
+            hooks,
+            sender: SchedulerFacts {
+                host: nix::unistd::gethostname()
+                    .map(|h| h.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                user: crate::files::user_name(nix::unistd::getuid().as_raw()),
+                pid: std::process::id(),
+                jobs_file: jobs_file.display().to_string(),
+                log_dir: log_dir.display().to_string(),
+            },
+            drained_told: false,
+            paused_told: false,
+        })
+    }
+
+    /// Whether a job that ended `status` is to be posted: its `done`
+    /// event then says so.
+    pub fn wants_outcome(&self, status: DoneStatus) -> bool {
+        self.notifier.is_some() && self.filter.wants_outcome(status)
+    }
+
+    fn post(&mut self, subject: Subject, key: Option<String>) {
+        if let Some(notifier) = &mut self.notifier {
+            notifier.send(Message::new(subject, &self.sender, now_ts()), key);
+        }
+    }
+}
+
+impl Scheduler {
+    /// The facts of attempt `job` of `key`, ended `status` after
+    /// `duration_s` seconds with `exit_code`.
+    pub(in crate::scheduler) fn facts_of(
+        &self,
+        key: &str,
+        job: &Running,
+        status: &str,
+        exit_code: Option<i32>,
+        duration_s: f64,
+    ) -> JobFacts {
+        JobFacts {
+            no: job.no,
+            key: key.to_string(),
+            name: self
+                .jobs
+                .spec(key)
+                .and_then(|s| s.name().map(str::to_string)),
+            status: status.to_string(),
+            exit_code,
+            command: job.command.clone(),
+            log: Some(job.log_path.display().to_string()),
+            peak_mib: job.usage.peak_max_mib(),
+            duration_s: (duration_s * 1000.0).round() / 1000.0,
+            gpus: job.gpus.clone(),
+            attempt: job.attempt,
+        }
+    }
+
+    /// An attempt ended: its hook runs, and a final outcome the filter
+    /// picks (`notify`, as journaled) is posted.
+    pub(in crate::scheduler) fn tell_attempt_end(&mut self, facts: JobFacts, notify: bool) {
+        if let Some(hooks) = &self.told.hooks {
+            hooks.run(facts.clone());
+        }
+        if notify {
+            let key = facts.key.clone();
+            self.told.post(Subject::Outcome(facts), Some(key));
+        }
+    }
+
+    /// A job that ended without running (cancelled while waiting,
+    /// infeasible, a failed dependency): posted if the filter picks it.
+    pub(in crate::scheduler) fn tell_unrun(&mut self, key: &str, status: DoneStatus) {
+        let Some(state) = self.journal.state(key) else {
+            return;
+        };
+        let facts = JobFacts {
+            no: state.no,
+            key: key.to_string(),
+            name: self
+                .jobs
+                .spec(key)
+                .and_then(|s| s.name().map(str::to_string)),
+            status: status.as_str().to_string(),
+            exit_code: None,
+            command: self
+                .jobs
+                .spec(key)
+                .map(|s| s.command.clone())
+                .unwrap_or_default(),
+            log: None,
+            peak_mib: None,
+            duration_s: 0.0,
+            gpus: Vec::new(),
+            attempt: state.attempts,
+        };
+        self.told
+            .post(Subject::Outcome(facts), Some(key.to_string()));
+    }
+
+    /// Journals `notified` for the outcomes the sender delivered, and
+    /// tells of a pause on errors once per pause.
+    ///
+    /// Errors: the journal cannot be written.
+    pub(in crate::scheduler) fn note_deliveries(&mut self) -> anyhow::Result<()> {
+        let delivered = match &mut self.told.notifier {
+            Some(notifier) => notifier.delivered(),
+            None => return Ok(()),
+        };
+        for key in delivered {
+            self.journal.append(&key, Event::Notified {})?;
+        }
+        match &self.mode {
+            Mode::PausedOnGpuErrors { reason } | Mode::PausedOnIo { reason }
+                if !self.told.paused_told && self.told.filter.wants_paused() =>
+            {
+                let reason = reason.clone();
+                self.told.paused_told = true;
+                self.told.post(Subject::Paused(reason), None);
+            }
+            Mode::Scheduling => self.told.paused_told = false,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A job started: the next drained queue is news again.
+    pub(in crate::scheduler) fn told_of_start(&mut self) {
+        self.told.drained_told = false;
+    }
+
+    /// Nothing runs or waits: posts "drained" once per stretch of work
+    /// (when the filter picks it and this run started something).
+    pub(in crate::scheduler) fn tell_drained(&mut self) {
+        if self.told.drained_told
+            || self.dispatched_this_run == 0
+            || !self.told.filter.wants_drained()
+            || self.told.notifier.is_none()
+        {
+            return;
+        }
+        self.told.drained_told = true;
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for spec in &self.jobs.specs {
+            if let Some(Phase::Done(done)) = self.journal.state(&spec.key).map(|s| &s.phase) {
+                *counts.entry(done.status.as_str().to_string()).or_default() += 1;
+            }
+        }
+        self.told
+            .post(Subject::Drained(counts.into_iter().collect()), None);
+    }
+
+    /// Outcomes of an earlier scheduler whose message never went (its
+    /// `done` asked for one, no `notified` followed): posted now.
+    pub(in crate::scheduler) fn tell_what_was_not_told(&mut self) {
+        if self.told.notifier.is_none() {
+            return;
+        }
+        let owed: Vec<(String, JobFacts)> = self
+            .journal
+            .states()
+            .filter(|(_, state)| state.notify_pending)
+            .filter_map(|(key, state)| {
+                let Phase::Done(done) = &state.phase else {
+                    return None;
+                };
+                let spec = self.jobs.spec(key);
+                Some((
+                    key.to_string(),
+                    JobFacts {
+                        no: state.no,
+                        key: key.to_string(),
+                        name: spec.and_then(|s| s.name().map(str::to_string)),
+                        status: done.status.as_str().to_string(),
+                        exit_code: done.returncode,
+                        command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+                        log: None,
+                        peak_mib: done.peak_mib,
+                        duration_s: done.duration_s,
+                        gpus: crate::model::gpus_of_mask(done.gpu_mask),
+                        attempt: state.attempts,
+                    },
+                ))
+            })
+            .collect();
+        if !owed.is_empty() {
+            say(&format!(
+                "--notify: posting {} outcome(s) an earlier scheduler had not sent",
+                owed.len()
+            ));
+        }
+        for (key, facts) in owed {
+            self.told.post(Subject::Outcome(facts), Some(key));
+        }
+    }
+
+    /// Before exiting: waits up to `limit` ([`FLUSH_LIMIT`] when the
+    /// queue drained, a second after a stop) for queued messages and
+    /// hooks, and journals what was delivered; what was not is posted by
+    /// the next start.
+    pub(in crate::scheduler) fn flush_told_within(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let delivered = match &mut self.told.notifier {
+            Some(notifier) if notifier.pending() > 0 => {
+                say(&format!(
+                    "--notify: sending {} message(s) (up to {} s)",
+                    notifier.pending(),
+                    limit.as_secs()
+                ));
+                notifier.flush(deadline)
+            }
+            _ => Vec::new(),
+        };
+        for key in delivered {
+            let _ = self.journal.append(&key, Event::Notified {});
+        }
+        if let Some(hooks) = &self.told.hooks {
+            hooks.flush(deadline);
+        }
+    }
+}

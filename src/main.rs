@@ -33,6 +33,7 @@ fn main() {
         Some(Command::Stop(args)) => gpusched::commands::stop::run(args),
         Some(Command::Log(args)) => gpusched::commands::log::run(args),
         Some(Command::Retry(args)) => gpusched::commands::retry::run(args),
+        Some(Command::Wait(args)) => gpusched::commands::wait::run(args),
         Some(Command::Pause(args)) => control::run(&args.log_dir, ControlChange::Pause),
         Some(Command::Resume(args)) => control::run(&args.log_dir, ControlChange::Resume),
         Some(Command::Drain(args)) => control::run(

@@ -13,3 +13,4 @@ pub mod retry;
 pub mod status;
 pub mod stop;
 pub mod timeline;
+pub mod wait;

@@ -1,0 +1,161 @@
+//! `gpusched wait [JOB…] [--timeout SEC]` (docs/BEHAVIOUR.md "Being
+//! told"): blocks until the jobs have ended — by default every job of the
+//! jobs file — and exits 0 when all ended `ok`, 1 otherwise, 124 when
+//! `--timeout` passed first. It sleeps on a watch of the log directory
+//! (the journal is appended to when a job ends), with a slow look every
+//! few seconds in case the watch misses something; it never polls fast.
+
+use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
+use crate::cli::WaitArgs;
+use crate::error::Error;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The exit status after `--timeout` (as `timeout(1)`).
+pub const TIMED_OUT: i32 = 124;
+
+/// How often the journal is read without a wake.
+const SLOW_LOOK: Duration = Duration::from_secs(2);
+
+/// Waits for the jobs to end.
+///
+/// Errors ([`Error::Usage`]): no log directory, a job that does not exist,
+/// no jobs file to take the jobs from.
+pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
+    super::request::require_log_dir(&args.log_dir)?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // Set up before the first read, so no append is missed in between.
+    let _watch = watch(&args.log_dir, tx);
+    let mut tail = JournalTail::new(&args.log_dir);
+    let index = JobIndex::read(&args.log_dir)?;
+    let file = match &args.file {
+        Some(file) => Some(file.clone()),
+        None => find_jobs_file(&args.log_dir).ok(),
+    };
+    let specs = file.as_deref().map(specs_of).unwrap_or_default();
+    // Key → display number (when known) and final status (once ended).
+    let mut waited: BTreeMap<String, (Option<u32>, Option<String>)> = BTreeMap::new();
+    if args.jobs.is_empty() {
+        if specs.is_empty() {
+            return Err(Error::Usage(format!(
+                "no jobs to wait for: {} has none (name jobs, or give --file)",
+                file.map_or("the jobs file".into(), |f| f.display().to_string())
+            ))
+            .into());
+        }
+        for spec in &specs {
+            let known = index.jobs.iter().find(|j| j.key == spec.key);
+            waited.insert(
+                spec.key.clone(),
+                (
+                    known.map(|j| j.no),
+                    known.and_then(|j| final_status(&j.last)),
+                ),
+            );
+        }
+    } else {
+        for reference in &args.jobs {
+            let job = index.resolve_in(reference, &specs)?;
+            waited.insert(job.key.clone(), (Some(job.no), final_status(&job.last)));
+        }
+    }
+    let deadline = args
+        .timeout
+        .map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let mut warned = false;
+    loop {
+        for record in tail.records() {
+            let (Some(key), Some(event)) = (record["key"].as_str(), record["event"].as_str())
+            else {
+                continue;
+            };
+            let Some((no, status)) = waited.get_mut(key) else {
+                continue;
+            };
+            match event {
+                "seen" => *no = record["no"].as_u64().map(|n| n as u32),
+                "done" => *status = record["status"].as_str().map(str::to_string),
+                "started" | "retry" | "oom" | "interrupted" | "preempted" => *status = None,
+                _ => {}
+            }
+        }
+        let left: Vec<String> = waited
+            .iter()
+            .filter(|(_, (_, status))| status.is_none())
+            .map(|(key, (no, _))| no.map_or_else(|| key.clone(), |n| n.to_string()))
+            .collect();
+        if left.is_empty() {
+            return Ok(report(&waited));
+        }
+        if !warned && crate::lockfile::holder(&args.log_dir).is_none() {
+            warned = true;
+            eprintln!(
+                "gpusched: no scheduler is running with log directory {}; waiting for one to run job(s) {}",
+                args.log_dir.display(),
+                left.join(", ")
+            );
+        }
+        let now = Instant::now();
+        let mut sleep = SLOW_LOOK;
+        if let Some(deadline) = deadline {
+            if now >= deadline {
+                eprintln!(
+                    "gpusched: gave up after {} s; still waiting for job(s) {}",
+                    args.timeout.unwrap_or_default(),
+                    left.join(", ")
+                );
+                return Ok(TIMED_OUT);
+            }
+            sleep = sleep.min(deadline - now);
+        }
+        let _ = rx.recv_timeout(sleep);
+        while rx.try_recv().is_ok() {}
+    }
+}
+
+/// The final status a journal index gives, if the job ended.
+fn final_status(last: &LastWord) -> Option<String> {
+    match last {
+        LastWord::Done { status, .. } => Some(status.clone()),
+        _ => None,
+    }
+}
+
+/// Says how the jobs ended; 0 when every one ended ok, else 1.
+fn report(waited: &BTreeMap<String, (Option<u32>, Option<String>)>) -> i32 {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, status) in waited.values() {
+        *counts.entry(status.as_deref().unwrap_or("?")).or_default() += 1;
+    }
+    let summary: Vec<String> = counts
+        .iter()
+        .map(|(status, n)| format!("{n} {status}"))
+        .collect();
+    println!("{} job(s) ended: {}", waited.len(), summary.join(", "));
+    i32::from(counts.keys().any(|s| *s != "ok"))
+}
+
+/// A watch of the log directory that sends on `tx` whenever a file in it
+/// changes; `None` when no watch can be set up (the slow look remains).
+fn watch(
+    log_dir: &std::path::Path,
+    tx: std::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Only the journal matters (status.json is rewritten every second).
+        let journal = |e: &notify::Event| {
+            e.paths
+                .iter()
+                .any(|p| p.file_name() == Some(std::ffi::OsStr::new("journal.jsonl")))
+        };
+        if event.as_ref().map_or(true, journal) {
+            let _ = tx.send(());
+        }
+    })
+    .ok()?;
+    watcher
+        .watch(log_dir, notify::RecursiveMode::NonRecursive)
+        .ok()?;
+    Some(watcher)
+}

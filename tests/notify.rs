@@ -1,0 +1,352 @@
+//! Black-box tests of being told (docs/BEHAVIOUR.md "Being told"):
+//! `--notify` against a real HTTP server on 127.0.0.1 started by the test
+//! (one post per outcome the filter picks, "drained" once per stretch of
+//! work, a slow or refusing endpoint never delaying a job, an outcome
+//! posted once across kill -9), `--on-finish` hooks (the environment, and
+//! no job text ever run as shell code), and `gpusched wait`.
+
+mod common;
+
+use common::{Env, bin, wait_for};
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An HTTP server on 127.0.0.1 that records every POSTed JSON body and
+/// answers 200, after `delay`; stopped when dropped.
+struct Server {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Server {
+    fn start(delay: Duration) -> Server {
+        Server::on("127.0.0.1:0", delay)
+    }
+
+    fn on(address: &str, delay: Duration) -> Server {
+        let server = Arc::new(tiny_http::Server::http(address).unwrap());
+        let port = server.server_addr().to_ip().unwrap().port();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (sink, halt) = (bodies.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(50)) else {
+                    continue;
+                };
+                let sink = sink.clone();
+                std::thread::spawn(move || {
+                    let mut body = String::new();
+                    let _ = request.as_reader().read_to_string(&mut body);
+                    if let Ok(json) = serde_json::from_str::<Value>(&body) {
+                        sink.lock().unwrap().push(json);
+                    }
+                    std::thread::sleep(delay);
+                    let _ = request.respond(tiny_http::Response::from_string("ok"));
+                });
+            }
+        });
+        Server {
+            url: format!("http://127.0.0.1:{port}/hooks/secret"),
+            bodies,
+            stop,
+        }
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    fn of_event(&self, event: &str) -> Vec<Value> {
+        self.bodies()
+            .into_iter()
+            .filter(|b| b["event"] == event)
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A URL nothing listens on: connections are refused.
+fn refusing_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/hooks/secret")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn one_post_per_outcome_the_filter_picks() {
+    let jobs = "echo first\n[name=bad] sh -c 'exit 3'\necho third\n";
+    // The default filter: failures only.
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new(jobs);
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--notify", &server.url]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let posts = server.bodies();
+    assert_eq!(posts.len(), 1, "{posts:#?}");
+    assert_eq!(posts[0]["event"], "job_ended");
+    assert_eq!(posts[0]["job"]["no"], 2);
+    assert_eq!(posts[0]["job"]["name"], "bad");
+    assert_eq!(posts[0]["job"]["status"], "failed");
+    assert_eq!(posts[0]["job"]["exit_code"], 3);
+    let line = posts[0]["text"].as_str().unwrap();
+    assert!(
+        line.starts_with("✗ job 2 (bad) failed, exit 3 after ")
+            && line.ends_with(": sh -c 'exit 3'"),
+        "{line}"
+    );
+    assert_eq!(env.events("notified").len(), 1);
+    // Every outcome, and the drained queue once.
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new(jobs);
+    let out = env.run(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--notify",
+        &server.url,
+        "--notify-on",
+        "all",
+    ]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let ended = server.of_event("job_ended");
+    let mut statuses: Vec<(u64, String)> = ended
+        .iter()
+        .map(|b| {
+            (
+                b["job"]["no"].as_u64().unwrap(),
+                b["job"]["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        vec![(1, "ok".into()), (2, "failed".into()), (3, "ok".into())]
+    );
+    let drained = server.of_event("drained");
+    assert_eq!(drained.len(), 1, "{:#?}", server.bodies());
+    assert_eq!(drained[0]["counts"]["ok"], 2);
+}
+
+#[test]
+fn drained_is_posted_once_per_stretch_of_work() {
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new("echo one\necho two\n");
+    let sched = env.spawn(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--watch",
+        "--notify",
+        &server.url,
+        "--notify-on",
+        "drained",
+    ]);
+    wait_for("the first drained", &mut || {
+        server.of_event("drained").len() == 1
+    });
+    env.append_jobs("echo three\n");
+    wait_for("the second drained", &mut || {
+        server.of_event("drained").len() == 2
+    });
+    // Idle rounds post nothing more.
+    let settled = Instant::now();
+    wait_for("a few idle rounds", &mut || {
+        settled.elapsed() > Duration::from_millis(800)
+    });
+    sched.stop();
+    assert_eq!(server.of_event("drained").len(), 2);
+    assert!(
+        server.of_event("job_ended").is_empty(),
+        "only drained was asked for"
+    );
+}
+
+/// Runs ten failing jobs one after another under `--watch` with `url`;
+/// returns the seconds from the first start to the last end, and the
+/// scheduler's output once `messages` posts were given up or delivered.
+fn ten_failures_with(url: &str, messages: usize) -> (f64, common::Output) {
+    let jobs: String = (0..10)
+        .map(|i| format!("sh -c 'exit {}'\n", i + 1))
+        .collect();
+    let env = Env::new(&jobs);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch", "--notify", url]);
+    wait_for("ten outcomes", &mut || env.events("done").len() == 10);
+    let first = env.events("started")[0]["ts"].as_f64().unwrap();
+    let last = env
+        .events("done")
+        .iter()
+        .map(|d| d["ts"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    wait_for("the sender to get through some messages", &mut || {
+        env.events("notified").len() >= messages
+    });
+    (last - first, sched.stop())
+}
+
+#[test]
+fn a_slow_or_refusing_endpoint_never_delays_a_job() {
+    // Answering after 20 s, each post times out at 10 s: were a post on
+    // the loop, ten failures would take minutes.
+    let slow = Server::start(Duration::from_secs(20));
+    let (span, _) = ten_failures_with(&slow.url, 0);
+    assert!(
+        span < 8.0,
+        "ten jobs took {span:.1} s behind a slow endpoint"
+    );
+    assert!(!slow.bodies().is_empty(), "nothing reached the slow server");
+    // Each message is tried 3 times (1 s, then 2 s apart) before the
+    // next: two given up make a streak of two.
+    let (span, out) = ten_failures_with(&refusing_url(), 2);
+    assert!(
+        span < 8.0,
+        "ten jobs took {span:.1} s behind a dead endpoint"
+    );
+    // One warning per streak, naming the endpoint without its secret.
+    let warnings = out
+        .stdout
+        .matches("WARN --notify http://127.0.0.1:")
+        .count();
+    assert_eq!(warnings, 1, "{}", out.stdout);
+    assert!(!out.stdout.contains("secret"), "{}", out.stdout);
+}
+
+#[test]
+fn an_outcome_is_posted_once_across_kill_9_and_restart() {
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new("sh -c 'exit 7'\n");
+    let sched = env.spawn(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--watch",
+        "--notify",
+        &server.url,
+    ]);
+    wait_for("the post and its journal line", &mut || {
+        server.bodies().len() == 1 && env.events("notified").len() == 1
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--notify", &server.url]);
+    assert_eq!(out.code, 7, "{out:?}");
+    assert_eq!(server.bodies().len(), 1, "{:#?}", server.bodies());
+    // An outcome whose post never went is posted by the next start.
+    let dead = refusing_url();
+    let env = Env::new("sh -c 'exit 8'\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch", "--notify", &dead]);
+    wait_for("the outcome", &mut || env.events("done").len() == 1);
+    // Still in its tries (1 s, then 2 s apart): kill it now.
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    assert!(env.events("notified").is_empty());
+    let port = dead.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let revived = Server::on(&format!("127.0.0.1:{port}"), Duration::ZERO);
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--notify", &revived.url]);
+    assert!(out.stdout.contains("posting 1 outcome(s)"), "{out:?}");
+    assert_eq!(revived.bodies().len(), 1);
+    assert_eq!(revived.bodies()[0]["job"]["exit_code"], 8);
+}
+
+#[test]
+fn the_hook_gets_the_facts_in_its_environment_and_never_runs_job_text() {
+    let env = Env::new("[name=probe] echo '$(touch pwned)' > /dev/null; exit 2\n");
+    let out = env.run(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--on-finish",
+        "sh -c 'env | grep ^GPUSCHED_ | sort > hook.env; echo hook ran'",
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    let seen = std::fs::read_to_string(env.path("hook.env")).unwrap();
+    for expected in [
+        "GPUSCHED_JOB=1\n",
+        "GPUSCHED_NAME=probe\n",
+        "GPUSCHED_STATUS=failed\n",
+        "GPUSCHED_EXIT_CODE=2\n",
+        "GPUSCHED_ATTEMPT=1\n",
+        "GPUSCHED_GPUS=0\n",
+        "GPUSCHED_COMMAND=echo '$(touch pwned)' > /dev/null; exit 2\n",
+    ] {
+        assert!(seen.contains(expected), "no {expected:?} in\n{seen}");
+    }
+    for name in ["KEY", "LOG", "PEAK_MIB", "DURATION_S"] {
+        assert!(seen.contains(&format!("GPUSCHED_{name}=")), "{seen}");
+    }
+    assert!(
+        !env.path("pwned").exists(),
+        "job text was run as shell code"
+    );
+    let log = std::fs::read_to_string(env.logs.join("hooks.log")).unwrap();
+    assert!(
+        log.contains("==== gpusched: hook for job 1 attempt 1 (failed)")
+            && log.contains("hook ran"),
+        "{log}"
+    );
+    // A hook that does not split is a usage error before anything runs.
+    let out = env.run(&["--sim", "1", "--on-finish", "echo 'open"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("unbalanced quotes"), "{out:?}");
+}
+
+#[test]
+fn wait_blocks_until_the_jobs_end_with_their_verdict() {
+    let env =
+        Env::new("echo quick\n[name=held] sh -c 'while [ ! -e release ]; do sleep 0.05; done'\n");
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
+    wait_for("job 1 to end", &mut || env.status_of_opt(1).is_some());
+    let out = env.verb(&["wait", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("1 job(s) ended: 1 ok"),
+        "{out:?}"
+    );
+    // Every job of the file: job 2 holds, so the timeout wins.
+    let started = Instant::now();
+    let out = env.verb(&["wait", "--timeout", "1"]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(
+        text(&out.stderr).contains("still waiting for job(s) 2"),
+        "{out:?}"
+    );
+    // A waiter for job 2 returns when it ends.
+    let waiter = Command::new(bin())
+        .args(["wait", "held", "--log-dir"])
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A job that fails makes wait exit 1.
+    env.append_jobs("sh -c 'exit 5'\n");
+    wait_for("job 3 to be seen", &mut || env.events("seen").len() == 3);
+    let out = env.verb(&["wait"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("3 job(s) ended: 1 failed, 2 ok"),
+        "{out:?}"
+    );
+    sched.stop();
+}

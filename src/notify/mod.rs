@@ -390,12 +390,15 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Posts `message` to `url`, up to [`TRIES`] times with a doubling wait.
-/// The first failure of a streak is warned about, with the endpoint and
-/// the reason; the first success after a streak says so.
+/// Posts `message` to `url`, up to [`TRIES`] times with a doubling wait
+/// (once while the endpoint is failing: a dead endpoint must not hold
+/// the messages behind it for minutes). The first failure of a streak is
+/// warned about, with the endpoint and the reason; the first success
+/// after a streak says so.
 fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32) {
     let mut wait = BACKOFF;
-    for attempt in 1..=TRIES {
+    let tries = if *streak > 0 { 1 } else { TRIES };
+    for attempt in 1..=tries {
         match post(agent, url, message) {
             Ok(()) => {
                 if *streak > 0 {
@@ -408,7 +411,7 @@ fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &m
                 *streak = 0;
                 return;
             }
-            Err(reason) if attempt == TRIES => {
+            Err(reason) if attempt == tries => {
                 if *streak == 0 {
                     crate::view::report::warn(&format!(
                         "--notify {}: {reason} ({TRIES} tries); messages to it are dropped until it answers again, jobs are unaffected",

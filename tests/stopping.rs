@@ -475,13 +475,13 @@ fn a_one_mib_command_runs() {
 #[test]
 fn a_shell_that_cannot_start_says_why() {
     // A command just under one argument's 128 KiB, with the environment,
-    // is over what exec takes in all under a 256 KiB stack limit (a
+    // is over what exec takes in all under a 512 KiB stack limit (a
     // quarter of the stack, but never under 128 KiB).
     let command = format!("true {}\n", "y".repeat(127 * 1024 - 10));
     let env = Env::new(&command);
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
-        .arg(format!("ulimit -s 256 && exec {} \"$@\"", bin()))
+        .arg(format!("ulimit -s 512 && exec {} \"$@\"", bin()))
         .arg("gpusched")
         .arg(&env.jobs)
         .arg("--log-dir")

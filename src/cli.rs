@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Runs the shell commands of JOBS_FILE (one per line), packing each onto a
 /// GPU with enough free memory as soon as one opens up. A line may start
 /// with attributes: `[vram=18G gpus=2 timeout=2h retries=1] python train.py`
-/// (all ten are listed at the end of --help).
+/// (all of them are listed at the end of --help).
 /// Progress goes to the terminal and to <log-dir>/status.txt; each job's
 /// output to <log-dir>/jobNNN_gpuN.log; the journal <log-dir>/journal.jsonl
 /// lets a restarted scheduler resume where it stopped.
@@ -36,7 +36,7 @@ pub struct Cli {
 /// The jobs-file attributes, as `--help` and the man page list them:
 /// (attribute as written, what it does). The parser's list is
 /// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
-pub const ATTRIBUTE_HELP: [(&str, &str); 10] = [
+pub const ATTRIBUTE_HELP: [(&str, &str); 12] = [
     (
         "vram=SIZE",
         "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
@@ -63,6 +63,8 @@ pub const ATTRIBUTE_HELP: [(&str, &str); 10] = [
         "family=NAME",
         "whose runs a vram=auto job learns from (default: by command)",
     ),
+    ("group=NAME", "the job's group, for limit="),
+    ("limit=N", "at most N jobs of the group run at once"),
     (
         "preemptible",
         "a blocked job above it may stop it and queue it again",
@@ -118,6 +120,10 @@ pub enum Command {
     /// exit 0 when all ended ok, 1 otherwise, 124 after --timeout. For
     /// scripts: `gpusched wait train && python report.py`.
     Wait(WaitArgs),
+    /// Make the lines of a sweep from a template: `gpusched grid
+    /// '[vram=8G] python train.py --lr {lr} --seed {seed}' lr=1e-3,1e-4
+    /// seed=1..5 --append jobs.txt`. Values: a,b,c, 1..5, 0.1..0.5:0.1.
+    Grid(GridArgs),
     /// Stop starting new jobs (running ones go on) until `gpusched resume`;
     /// kept across restarts.
     Pause(LogDirArgs),
@@ -488,6 +494,42 @@ pub struct RetryArgs {
     /// The scheduler's log directory.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,
+}
+
+/// Arguments of `gpusched grid`.
+#[derive(Debug, Args, Clone)]
+pub struct GridArgs {
+    /// The line to fill: `{KEY}` placeholders anywhere, an attribute block
+    /// first if wanted (`[name=lr{lr} vram=8G] python train.py --lr {lr}`).
+    /// `${...}` is left to the shell.
+    #[arg(value_name = "TEMPLATE")]
+    pub template: String,
+    /// The values of each placeholder: a list `a,b,c`, integers `1..5`
+    /// (`10..1` counts down, `1..10:3` steps), decimals `0.1..0.5:0.1`
+    /// (printed with the step's decimals, never 0.30000000000000004).
+    #[arg(value_name = "KEY=VALUES", required = true)]
+    pub axes: Vec<String>,
+    /// Pair the i-th values of every key instead of every combination
+    /// (the lists must be equally long).
+    #[arg(long)]
+    pub zip: bool,
+    /// Only N distinct combinations, picked at random (reproducibly, see
+    /// --seed), listed in grid order.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample: Option<u64>,
+    /// The seed of --sample.
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "sample")]
+    pub seed: u64,
+    /// Put every line in group NAME (`group=NAME` in its attribute block).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// With --group: at most N of the group's jobs run at once.
+    #[arg(long, value_name = "N", requires = "group", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+    /// Append the lines to this jobs file in one write (refused while the
+    /// file has a line that does not parse), instead of printing them.
+    #[arg(long, value_name = "FILE")]
+    pub append: Option<PathBuf>,
 }
 
 /// Arguments of `gpusched wait`.

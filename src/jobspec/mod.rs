@@ -58,6 +58,12 @@ pub struct Rare {
     /// `family=NAME`: the family it learns with, instead of its command's
     /// (docs/BEHAVIOUR.md "Learned VRAM").
     pub family: Option<String>,
+    /// `group=NAME`: the group whose running jobs `limit=` caps
+    /// (docs/BEHAVIOUR.md "Groups").
+    pub group: Option<String>,
+    /// `limit=N`: at most N jobs of its group run at once (the smallest
+    /// among the group's lines wins).
+    pub limit: Option<u32>,
 }
 
 impl JobSpec {
@@ -115,6 +121,16 @@ impl JobSpec {
     /// `family=` ([`Rare::family`]).
     pub fn family(&self) -> Option<&str> {
         self.rare.as_ref()?.family.as_deref()
+    }
+
+    /// `group=` ([`Rare::group`]).
+    pub fn group(&self) -> Option<&str> {
+        self.rare.as_ref()?.group.as_deref()
+    }
+
+    /// `limit=` ([`Rare::limit`]).
+    pub fn limit(&self) -> Option<u32> {
+        self.rare.as_ref()?.limit
     }
 }
 
@@ -431,7 +447,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
 
 /// The attributes a line's `[...]` block may hold, as the help lists them
 /// (docs/BEHAVIOUR.md "Jobs file").
-pub const ATTRIBUTES: [&str; 10] = [
+pub const ATTRIBUTES: [&str; 12] = [
     "vram=",
     "gpus=",
     "timeout=",
@@ -440,6 +456,8 @@ pub const ATTRIBUTES: [&str; 10] = [
     "after=",
     "on=",
     "family=",
+    "group=",
+    "limit=",
     "preemptible",
     "cancel",
 ];
@@ -548,6 +566,25 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                 ));
             }
             spec.rare_mut().family = Some(v);
+        }
+        "group" => {
+            let v = need(value)?;
+            if v.len() > 64
+                || !v
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+            {
+                return Err(format!(
+                    "bad group '{v}': use up to 64 letters, digits, '_', '.' and '-'"
+                ));
+            }
+            spec.rare_mut().group = Some(v);
+        }
+        "limit" => {
+            let v = need(value)?;
+            spec.rare_mut().limit = Some(parse_positive_int(&v).ok_or_else(|| {
+                format!("bad limit value '{v}': expected a whole number of jobs ≥ 1")
+            })?);
         }
         other => {
             return Err(format!(

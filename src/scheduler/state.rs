@@ -329,6 +329,10 @@ pub struct JobsFile {
     /// installed): a scan of the queue reads the states in order instead of
     /// hashing every key.
     pub state_ids: Vec<u32>,
+    /// `group=` limits of the lines (docs/BEHAVIOUR.md "Groups").
+    pub groups: crate::policy::groups::GroupLimits,
+    /// The last warning about a group's lines disagreeing on `limit=`.
+    pub groups_warned: Option<String>,
 }
 
 /// A state id that is not known ([`JobsFile::state_of`] then looks the key
@@ -355,6 +359,8 @@ impl JobsFile {
             done_prefix: Default::default(),
             appended_from: None,
             state_ids: Vec::new(),
+            groups: Default::default(),
+            groups_warned: None,
         }
     }
 
@@ -389,6 +395,7 @@ impl JobsFile {
     /// their journal state ids, one per line.
     pub fn push_specs(&mut self, new: Vec<JobSpec>, ids: Vec<u32>) {
         debug_assert_eq!(new.len(), ids.len());
+        self.groups.add(&new);
         self.appended_from.get_or_insert(self.specs.len());
         let from = self.specs.len();
         self.specs.extend(new);
@@ -401,6 +408,7 @@ impl JobsFile {
     pub fn set_specs(&mut self, specs: Vec<JobSpec>, ids: Vec<u32>) {
         debug_assert_eq!(specs.len(), ids.len());
         self.by_key.clear();
+        self.groups = crate::policy::groups::GroupLimits::of(&specs);
         self.state_ids = ids;
         self.specs = specs;
         self.index_from(0);

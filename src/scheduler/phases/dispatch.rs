@@ -9,6 +9,7 @@ use crate::allocation::{
 };
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
+use crate::policy::groups;
 use crate::policy::queue;
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::Mode;
@@ -148,9 +149,11 @@ impl Scheduler {
             None => None,
         };
         self.last_dispatch_loads = Some(loads.clone());
+        // Appended lines of a group are counted against it in a full round.
         if let Some(from) = appended_only
             && !self.control.paused
             && self.journal.reservation().is_none()
+            && self.jobs.groups.is_empty()
         {
             return self.dispatch_appended(from, loads, booking);
         }
@@ -373,10 +376,33 @@ impl Scheduler {
         let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
         let mut round = Round::default();
         let mut waiting_kept = 0;
+        let mut in_group = self.running_per_group();
+        let mut group_held = Vec::new();
         for (index, request) in self.ready(&mut round.held) {
+            // A full group holds its job back, like a dependency: it is
+            // not placed, and later jobs go on (backfill).
+            let group = self.jobs.specs[index].group();
+            if let Some(group) = group {
+                let running = in_group.get(group).copied().unwrap_or(0);
+                if !groups::has_room(&self.jobs.groups, group, running) {
+                    let limit = self.jobs.groups.limit(group).unwrap_or(running);
+                    group_held.push((
+                        self.jobs.specs[index].key.clone(),
+                        WaitReason::Group {
+                            name: group.to_string(),
+                            running,
+                            limit,
+                        },
+                    ));
+                    continue;
+                }
+            }
             round.ready += 1;
             let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
             let placement = planner.next(&request, is_reserved);
+            if let (Some(group), Placement::Start(_)) = (group, &placement) {
+                *in_group.entry(group.to_string()).or_default() += 1;
+            }
             let waits = placement == Placement::NotNow;
             if waits && !is_reserved {
                 if waiting_kept == crate::view::status::JSON_LIST_LIMIT {
@@ -398,7 +424,22 @@ impl Scheduler {
             round.requests.push(request);
             round.placements.push(placement);
         }
+        round.held.extend(group_held);
         round
+    }
+
+    /// How many jobs of each group run now.
+    fn running_per_group(&self) -> HashMap<String, u32> {
+        let mut counts = HashMap::new();
+        if self.jobs.groups.is_empty() {
+            return counts;
+        }
+        for key in self.running.keys() {
+            if let Some(group) = self.jobs.spec(key).and_then(|s| s.group()) {
+                *counts.entry(group.to_string()).or_default() += 1;
+            }
+        }
+        counts
     }
 
     /// Why the jobs that did not start wait, against the GPUs as this round

@@ -253,6 +253,15 @@ impl Scheduler {
     /// `text_hash` ([`TextHash::of`]): a new generation, and a round of
     /// sampling and dispatch.
     fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
+        let disagreement = self.jobs.groups.disagreement();
+        if disagreement.is_some() && disagreement != self.jobs.groups_warned {
+            warn(&format!(
+                "{}: {}",
+                self.jobs.path.display(),
+                disagreement.as_deref().unwrap_or_default()
+            ));
+        }
+        self.jobs.groups_warned = disagreement;
         self.jobs.generation += 1;
         self.jobs.text_hash = Some(text_hash);
         self.jobs.good_text = Some((text_len, text_hash));

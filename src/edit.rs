@@ -1,6 +1,7 @@
-//! `gpusched add`: the one verb that writes the user's jobs file (the
-//! scheduler itself never does). It only appends, as `echo … >> jobs.txt`
-//! does, under an exclusive `flock` so that two `add`s never interleave;
+//! `gpusched add` and `gpusched grid --append`: the only verbs that write
+//! the user's jobs file (the scheduler itself never does). They only
+//! append, as `echo … >> jobs.txt` does, under an exclusive `flock` so
+//! that two appends never interleave;
 //! an append never loses another's concurrent append. (`gpusched cancel`
 //! journals instead of editing the file: docs/BEHAVIOUR.md "Cancel".)
 
@@ -130,6 +131,33 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
 /// appended then.
 pub fn add(path: &Path, job: &NewJob, known: &KnownJobs) -> anyhow::Result<(String, String)> {
     let line = job_line(job)?;
+    let specs = append_lines(path, std::slice::from_ref(&line), |specs| {
+        if job.after.is_empty() {
+            Ok(())
+        } else {
+            check_after(specs, known)
+        }
+    })?;
+    let key = specs
+        .last()
+        .map(|s| s.key.clone())
+        .context("the new line did not parse")?;
+    Ok((key, line))
+}
+
+/// Appends `lines` to the jobs file at `path` (created if missing) in one
+/// write, under an exclusive lock, adding a missing final newline first;
+/// `check` sees the whole file as it would be and may refuse. Returns the
+/// file's jobs as they are now.
+///
+/// Errors: the file does not parse as it is ([`Error::JobsFile`]), or
+/// would not with the lines (a bad line, a name in use), or `check`
+/// refuses ([`Error::Usage`]); nothing is appended then.
+pub fn append_lines(
+    path: &Path,
+    lines: &[String],
+    check: impl FnOnce(&[jobspec::JobSpec]) -> Result<(), Error>,
+) -> anyhow::Result<Vec<jobspec::JobSpec>> {
     let mut file = lock(path, true)?;
     let mut raw = Vec::new();
     file.seek(SeekFrom::Start(0))?;
@@ -150,23 +178,18 @@ pub fn add(path: &Path, job: &NewJob, known: &KnownJobs) -> anyhow::Result<(Stri
     if !text.is_empty() && !text.ends_with('\n') {
         bytes.push(b'\n');
     }
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.push(b'\n');
-    // The new job's key is what the parser gives the last line of the file
-    // as it will be; a name the file already uses is refused here.
+    for line in lines {
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+    }
+    // A name the file already uses, or a bad line, is refused here.
     let specs = jobspec::parse_jobs(&(text + std::str::from_utf8(&bytes)?))
         .map_err(|e| Error::Usage(format!("{}: nothing added: {e}", path.display())))?;
-    if !job.after.is_empty() {
-        check_after(&specs, known)?;
-    }
-    let key = specs
-        .last()
-        .map(|s| s.key.clone())
-        .context("the new line did not parse")?;
+    check(&specs)?;
     file.write_all(&bytes)
         .and_then(|_| file.sync_data())
         .with_context(|| format!("cannot append to {}", path.display()))?;
-    Ok((key, line))
+    Ok(specs)
 }
 
 /// Refuses an `after=` of the new line (the last of `specs`) that a

@@ -13,6 +13,7 @@ pub mod edit;
 pub mod error;
 pub mod files;
 pub mod gpu;
+pub mod grid;
 pub mod history;
 pub mod jobspec;
 pub mod journal;

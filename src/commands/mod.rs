@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod completions;
 pub mod control;
 pub mod export;
+pub mod grid;
 pub mod index;
 pub mod log;
 pub mod request;

@@ -1,0 +1,305 @@
+//! Sweeps (docs/BEHAVIOUR.md "Sweeps"): `gpusched grid` fills a template's
+//! `{KEY}` placeholders from value lists — `a,b,c`, integer ranges `1..5`,
+//! decimal ranges `0.1..0.5:0.1` — as a Cartesian product (the first key
+//! varies slowest), pairwise with `--zip`, or a reproducible sample of
+//! distinct combinations. Pure: the command prints or appends the lines.
+//!
+//! Numbers of a decimal range are computed on integers scaled by 10^d (d:
+//! the most decimals among its bounds and step) and printed with d
+//! decimals, so `0.1..0.3:0.1` gives `0.1 0.2 0.3`, never
+//! `0.30000000000000004`.
+
+/// The most lines one grid may make (a typo like `1..100000000` is caught
+/// before it fills a disk).
+pub const MAX_LINES: u64 = 1_000_000;
+
+/// One `KEY=VALUES` argument, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Axis {
+    /// The placeholder's name.
+    pub key: String,
+    /// Its values, as they are printed.
+    pub values: Vec<String>,
+}
+
+/// Parses `KEY=VALUES`.
+///
+/// Errors: no `=`, a key that is not `[A-Za-z_][A-Za-z0-9_]*`, or bad
+/// values ([`parse_values`]).
+pub fn parse_axis(text: &str) -> Result<Axis, String> {
+    let (key, values) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected KEY=VALUES, like lr=0.1,0.01 or seed=1..5"))?;
+    if !is_key(key) {
+        return Err(format!(
+            "{text:?}: {key:?} is not a placeholder name (letters, digits and _, not starting with a digit)"
+        ));
+    }
+    let values = parse_values(values).map_err(|e| format!("{key}: {e}"))?;
+    Ok(Axis {
+        key: key.to_string(),
+        values,
+    })
+}
+
+fn is_key(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The values of `a,b,c` (as written), `A..B` (integers from A to B, step
+/// 1 or -1) or `A..B:STEP` (from A towards B by STEP, B included when it
+/// is reached; decimals allowed).
+///
+/// Errors: an empty value, a range whose bounds or step are not numbers,
+/// a zero step, a step away from B, or more than [`MAX_LINES`] values.
+pub fn parse_values(text: &str) -> Result<Vec<String>, String> {
+    if let Some((from, rest)) = text.split_once("..") {
+        let (to, step) = match rest.split_once(':') {
+            Some((to, step)) => (to, Some(step)),
+            None => (rest, None),
+        };
+        return range(from, to, step).map_err(|e| format!("bad range {text:?}: {e}"));
+    }
+    let values: Vec<String> = text.split(',').map(str::to_string).collect();
+    if values.iter().any(String::is_empty) {
+        return Err(format!("{text:?} has an empty value"));
+    }
+    Ok(values)
+}
+
+/// A decimal number as an integer count of 10^-`scale`, with its count
+/// of decimals.
+fn decimal(text: &str) -> Result<(i128, u32), String> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let ok = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty() || !ok(whole) || !ok(fraction) || fraction.len() > 9
+    {
+        return Err(format!("{text:?} is not a number"));
+    }
+    let joined = format!("{whole}{fraction}");
+    let value: i128 = joined
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    Ok((if negative { -value } else { value }, fraction.len() as u32))
+}
+
+fn range(from: &str, to: &str, step: Option<&str>) -> Result<Vec<String>, String> {
+    let (a, da) = decimal(from)?;
+    let (b, db) = decimal(to)?;
+    let (s, ds) = match step {
+        Some(step) => decimal(step)?,
+        None if da == 0 && db == 0 => (if b >= a { 1 } else { -1 }, 0),
+        None => return Err("a decimal range needs a step: A..B:STEP".into()),
+    };
+    let scale = da.max(db).max(ds);
+    let up = |v: i128, d: u32| v * 10i128.pow(scale - d);
+    let (a, b, s) = (up(a, da), up(b, db), up(s, ds));
+    if s == 0 {
+        return Err("the step is 0".into());
+    }
+    if (b - a).signum() * s.signum() < 0 {
+        return Err(format!(
+            "the step goes away from {to}: use a {} step",
+            if b > a { "positive" } else { "negative" }
+        ));
+    }
+    let count = (b - a) / s + 1;
+    if count as u64 > MAX_LINES {
+        return Err(format!("{count} values is over {MAX_LINES}"));
+    }
+    Ok((0..count)
+        .map(|i| format_scaled(a + i * s, scale))
+        .collect())
+}
+
+/// `value` × 10^-`scale`, with `scale` decimals.
+fn format_scaled(value: i128, scale: u32) -> String {
+    if scale == 0 {
+        return value.to_string();
+    }
+    let unit = 10i128.pow(scale);
+    let sign = if value < 0 { "-" } else { "" };
+    let magnitude = value.abs();
+    format!(
+        "{sign}{}.{:0width$}",
+        magnitude / unit,
+        magnitude % unit,
+        width = scale as usize
+    )
+}
+
+/// How the axes combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// Every combination, the first axis varying slowest.
+    Product,
+    /// The i-th value of every axis together (equal lengths).
+    Zip,
+}
+
+/// The lines of `template` with its placeholders filled for every
+/// combination of `axes` (`combine`), or for `sample` distinct ones picked
+/// with `seed`, in combination order. A `{KEY}` right after `$` is the
+/// shell's (`${HOME}`) and left alone.
+///
+/// Errors: a placeholder no axis names, an axis no placeholder uses, a key
+/// given twice, unequal lengths with `--zip`, a sample larger than the
+/// grid, or more than [`MAX_LINES`] lines.
+pub fn expand(
+    template: &str,
+    axes: &[Axis],
+    combine: Combine,
+    sample: Option<(u64, u64)>,
+) -> Result<Vec<String>, String> {
+    let pieces = pieces(template);
+    for (i, axis) in axes.iter().enumerate() {
+        if axes[..i].iter().any(|a| a.key == axis.key) {
+            return Err(format!("{} is given twice", axis.key));
+        }
+        if !pieces.iter().any(|p| p == &Piece::Key(axis.key.clone())) {
+            return Err(format!(
+                "{} is not used: the template has no {{{}}}",
+                axis.key, axis.key
+            ));
+        }
+    }
+    for piece in &pieces {
+        if let Piece::Key(key) = piece
+            && !axes.iter().any(|a| &a.key == key)
+        {
+            return Err(format!(
+                "the template's {{{key}}} has no values: add {key}=VALUES"
+            ));
+        }
+    }
+    let total: u64 = match combine {
+        Combine::Product => axes
+            .iter()
+            .try_fold(1u64, |n, a| n.checked_mul(a.values.len() as u64))
+            .unwrap_or(u64::MAX),
+        Combine::Zip => {
+            let lengths: Vec<String> = axes
+                .iter()
+                .map(|a| format!("{} has {}", a.key, a.values.len()))
+                .collect();
+            let first = axes.first().map_or(1, |a| a.values.len());
+            if axes.iter().any(|a| a.values.len() != first) {
+                return Err(format!(
+                    "--zip pairs lists of equal length: {}",
+                    lengths.join(", ")
+                ));
+            }
+            first as u64
+        }
+    };
+    let chosen: Vec<u64> = match sample {
+        Some((n, _)) if n > total => {
+            return Err(format!(
+                "--sample {n} is more than the {total} combinations"
+            ));
+        }
+        Some((n, seed)) => sample_indices(total, n, seed),
+        None if total > MAX_LINES => {
+            return Err(format!("{total} lines is over {MAX_LINES}; use --sample N"));
+        }
+        None => (0..total).collect(),
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|index| fill(&pieces, axes, combine, index))
+        .collect())
+}
+
+/// A template cut at its placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Key(String),
+}
+
+fn pieces(template: &str) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}');
+        let key = close.map(|c| &after[..c]);
+        let shells = rest[..open].ends_with('$');
+        match key {
+            Some(key) if is_key(key) && !shells => {
+                text.push_str(&rest[..open]);
+                out.push(Piece::Text(std::mem::take(&mut text)));
+                out.push(Piece::Key(key.to_string()));
+                rest = &after[key.len() + 1..];
+            }
+            _ => {
+                text.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    text.push_str(rest);
+    out.push(Piece::Text(text));
+    out
+}
+
+/// The line for combination number `index`.
+fn fill(pieces: &[Piece], axes: &[Axis], combine: Combine, index: u64) -> String {
+    // Mixed radix, the last axis varying fastest.
+    let mut digits = vec![0usize; axes.len()];
+    match combine {
+        Combine::Zip => digits.iter_mut().for_each(|d| *d = index as usize),
+        Combine::Product => {
+            let mut rest = index;
+            for (digit, axis) in digits.iter_mut().zip(axes).rev() {
+                let n = axis.values.len() as u64;
+                *digit = (rest % n) as usize;
+                rest /= n;
+            }
+        }
+    }
+    pieces
+        .iter()
+        .map(|piece| match piece {
+            Piece::Text(text) => text.as_str(),
+            Piece::Key(key) => {
+                let i = axes.iter().position(|a| &a.key == key).unwrap_or(0);
+                axes[i].values[digits[i]].as_str()
+            }
+        })
+        .collect()
+}
+
+/// `n` distinct numbers below `total`, ascending, the same for the same
+/// `seed` (Floyd's algorithm over a SplitMix64 stream: no list of every
+/// combination is ever made).
+fn sample_indices(total: u64, n: u64, seed: u64) -> Vec<u64> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut chosen = std::collections::BTreeSet::new();
+    for j in (total - n)..total {
+        let t = next() % (j + 1);
+        if !chosen.insert(t) {
+            chosen.insert(j);
+        }
+    }
+    chosen.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -370,6 +370,16 @@ pub enum WaitReason {
         /// Whose bookings are in the way, by name.
         users: Vec<String>,
     },
+    /// Its group already runs as many jobs as its `limit=` allows
+    /// (docs/BEHAVIOUR.md "Groups").
+    Group {
+        /// The group.
+        name: String,
+        /// Its jobs running now.
+        running: u32,
+        /// Its limit.
+        limit: u32,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -408,6 +418,11 @@ impl std::fmt::Display for WaitReason {
                     .join(", ")
             ),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
+            WaitReason::Group {
+                name,
+                running,
+                limit,
+            } => write!(f, "group {name}: {running} of {limit} running"),
             WaitReason::Drained { gpus } => write!(
                 f,
                 "GPU {} drained",

@@ -395,3 +395,38 @@ fn export_prints_a_script_that_submits_in_order() {
         "{calls:?}"
     );
 }
+
+#[test]
+fn a_group_limit_holds_submissions_back() {
+    if !cluster_up() {
+        return;
+    }
+    // Three jobs that would all fit at once; limit=1 submits one at a time.
+    let lines: String = (1..=3)
+        .map(|i| {
+            format!(
+                "[group=g limit=1 vram=1G] echo s {i} $(date +%s%N) >> marks; sleep 1; echo e {i} $(date +%s%N) >> marks\n"
+            )
+        })
+        .collect();
+    let env = Env::new(&lines);
+    let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
+    for no in 1..=3 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "{out:?}");
+    }
+    let marks = std::fs::read_to_string(env.path("marks")).unwrap();
+    let mut events: Vec<(u128, i32)> = marks
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            Some((w.get(2)?.parse().ok()?, if w[0] == "s" { 1 } else { -1 }))
+        })
+        .collect();
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    assert_eq!(most, 1, "{marks}");
+}

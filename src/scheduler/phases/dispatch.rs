@@ -381,27 +381,20 @@ impl Scheduler {
         for (index, request) in self.ready(&mut round.held) {
             // A full group holds its job back, like a dependency: it is
             // not placed, and later jobs go on (backfill).
-            let group = self.jobs.specs[index].group();
-            if let Some(group) = group {
-                let running = in_group.get(group).copied().unwrap_or(0);
-                if !groups::has_room(&self.jobs.groups, group, running) {
-                    let limit = self.jobs.groups.limit(group).unwrap_or(running);
-                    group_held.push((
-                        self.jobs.specs[index].key.clone(),
-                        WaitReason::Group {
-                            name: group.to_string(),
-                            running,
-                            limit,
-                        },
-                    ));
-                    continue;
-                }
+            if let Some(reason) = self.group_wait(index, &mut in_group) {
+                group_held.push((self.jobs.specs[index].key.clone(), reason));
+                continue;
             }
             round.ready += 1;
             let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
             let placement = planner.next(&request, is_reserved);
-            if let (Some(group), Placement::Start(_)) = (group, &placement) {
-                *in_group.entry(group.to_string()).or_default() += 1;
+            if !matches!(placement, Placement::Start(_))
+                && let Some(group) = self.jobs.specs[index].group()
+            {
+                // Counted when asked; it does not start after all.
+                if let Some(n) = in_group.get_mut(group) {
+                    *n -= 1;
+                }
             }
             let waits = placement == Placement::NotNow;
             if waits && !is_reserved {
@@ -428,8 +421,29 @@ impl Scheduler {
         round
     }
 
+    /// Why the job of spec `index` waits for its group, if its group is
+    /// full with `in_group` running; otherwise counts it as starting
+    /// (callers take the count back when it does not start).
+    pub(in crate::scheduler) fn group_wait(
+        &self,
+        index: usize,
+        in_group: &mut HashMap<String, u32>,
+    ) -> Option<WaitReason> {
+        let group = self.jobs.specs[index].group()?;
+        let running = in_group.entry(group.to_string()).or_default();
+        if groups::has_room(&self.jobs.groups, group, *running) {
+            *running += 1;
+            return None;
+        }
+        Some(WaitReason::Group {
+            name: group.to_string(),
+            running: *running,
+            limit: self.jobs.groups.limit(group).unwrap_or(*running),
+        })
+    }
+
     /// How many jobs of each group run now.
-    fn running_per_group(&self) -> HashMap<String, u32> {
+    pub(in crate::scheduler) fn running_per_group(&self) -> HashMap<String, u32> {
         let mut counts = HashMap::new();
         if self.jobs.groups.is_empty() {
             return counts;

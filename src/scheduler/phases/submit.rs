@@ -20,13 +20,23 @@ impl Scheduler {
             return Ok(());
         }
         self.recheck_submissions()?;
-        let (indices, requests, held) = self.ready_requests();
-        // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - requests.len() - held.len();
-        self.set_wait_reasons(held.into_iter().collect());
-        self.pending_at_last_round = requests.len();
-        let mut launches = Vec::new();
+        let (indices, requests, mut held) = self.ready_requests();
+        // A full group's jobs are not submitted (docs/BEHAVIOUR.md
+        // "Groups"): Slurm would run them all.
+        let mut in_group = self.running_per_group();
+        let mut chosen = Vec::new();
         for (index, request) in indices.into_iter().zip(requests) {
+            match self.group_wait(index, &mut in_group) {
+                Some(reason) => held.push((self.jobs.specs[index].key.clone(), reason)),
+                None => chosen.push((index, request)),
+            }
+        }
+        // Jobs of the file that are running or done, for "n/N dispatched".
+        let mut dispatched = self.jobs.specs.len() - chosen.len() - held.len();
+        self.set_wait_reasons(held.into_iter().collect());
+        self.pending_at_last_round = chosen.len();
+        let mut launches = Vec::new();
+        for (index, request) in chosen {
             if !self.launcher.may_start(Instant::now()) {
                 break; // sbatch failed: the rest wait for the next poll
             }

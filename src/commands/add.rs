@@ -18,6 +18,18 @@ const SEEN_WAIT: Duration = Duration::from_secs(10);
 /// Errors: no jobs file can be found (without --file), or the line is
 /// invalid ([`crate::error::Error::Usage`], exit 2).
 pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
+    run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
+}
+
+/// [`run`], saying what it did on `out` and `err` (the terminal's stdout
+/// and stderr, or an MCP tool's result: the same words either way).
+///
+/// Errors: as [`run`].
+pub fn run_to(
+    args: &AddArgs,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> anyhow::Result<i32> {
     let file = match &args.file {
         Some(file) => file.clone(),
         None => find_jobs_file(&args.log_dir)?,
@@ -42,14 +54,15 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
             .unwrap_or_default()
     };
     let (key, line) = edit::add(&file, &job, &known)?;
-    println!("{key}");
-    eprintln!("added to {}: {line}", file.display());
+    writeln!(out, "{key}")?;
+    writeln!(err, "added to {}: {line}", file.display())?;
     let Some(pid) = lockfile::holder(&args.log_dir) else {
-        eprintln!(
+        writeln!(
+            err,
             "no scheduler is running with log directory {}; the job runs when one starts on {}",
             args.log_dir.display(),
             file.display()
-        );
+        )?;
         return Ok(0);
     };
     let deadline = Instant::now() + SEEN_WAIT;
@@ -59,15 +72,16 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
             .into_iter()
             .find(|r| r["key"] == key.as_str() && r["event"] == "seen");
         if let Some(no) = seen.and_then(|r| r["no"].as_u64()) {
-            eprintln!("queued as job {no} (scheduler pid {pid})");
+            writeln!(err, "queued as job {no} (scheduler pid {pid})")?;
             return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!(
+    writeln!(
+        err,
         "the scheduler (pid {pid}) has not seen the line within {} s; is it running on {}?",
         SEEN_WAIT.as_secs(),
         file.display()
-    );
+    )?;
     Ok(0)
 }

@@ -16,6 +16,18 @@ use crate::cli::CancelArgs;
 /// Errors: [`Error::Usage`] for an unknown job or a log directory that does
 /// not exist; I/O errors on the log directory.
 pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
+    run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
+}
+
+/// [`run`], saying what it did on `out` and `err` (the terminal's stdout
+/// and stderr, or an MCP tool's result: the same words either way).
+///
+/// Errors: as [`run`].
+pub fn run_to(
+    args: &CancelArgs,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> anyhow::Result<i32> {
     super::request::require_log_dir(&args.log_dir)?;
     let index = JobIndex::read(&args.log_dir)?;
     let specs = match &args.file {
@@ -27,10 +39,11 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
     let (key, no, running, unseen) = match index.resolve_in(&args.job, &specs) {
         Ok(job) => {
             if let LastWord::Done { status, .. } = &job.last {
-                println!(
+                writeln!(
+                    out,
                     "job {} already ended ({status}); nothing to cancel (`gpusched retry {}` runs it again)",
                     job.no, job.no
-                );
+                )?;
                 return Ok(0);
             }
             (
@@ -59,7 +72,8 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
     let delivery = deliver(&args.log_dir, &[JobRequest::Cancel(key.clone())], &unseen)?;
     let pid = |pid: Option<u32>| pid.map_or("?".to_string(), |p| p.to_string());
     match delivery.first().copied().unwrap_or(Delivery::Journaled) {
-        Delivery::Journaled => println!(
+        Delivery::Journaled => writeln!(
+            out,
             "job {} cancelled: {}",
             no,
             if running {
@@ -67,8 +81,9 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
             } else {
                 "it will not start (`gpusched retry` undoes this)"
             }
-        ),
-        Delivery::Taken(p) => println!(
+        )?,
+        Delivery::Taken(p) => writeln!(
+            out,
             "job {} cancelled (scheduler pid {}){}",
             no,
             pid(p),
@@ -77,14 +92,15 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
             } else {
                 ": it will not start"
             }
-        ),
+        )?,
         Delivery::NotTaken(p) => {
-            eprintln!(
+            writeln!(
+                err,
                 "gpusched: asked the scheduler (pid {}) to cancel job {}; it has not done so within {} s (see its output)",
                 pid(p),
                 no,
                 PICKUP_WAIT.as_secs()
-            );
+            )?;
             return Ok(1);
         }
     }

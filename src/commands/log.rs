@@ -19,17 +19,24 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// Errors: [`Error::Usage`] for an unknown job or attempt, or (without
 /// `-f`) a job that has not started; I/O errors reading the log.
 pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
+    run_to(args, &mut std::io::stdout().lock(), &mut std::io::stderr())
+}
+
+/// [`run`], writing the log and the end line to `out` and notes to `err`.
+///
+/// Errors: as [`run`].
+pub fn run_to(args: &LogArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<i32> {
     let index = JobIndex::read(&args.log_dir)?;
     let specs = find_jobs_file(&args.log_dir)
         .map(|file| specs_of(&file))
         .unwrap_or_default();
     let mut job = index.resolve_in(&args.job, &specs)?.clone();
     if args.follow && args.attempt.is_none() && job.attempts.is_empty() {
-        match wait_for_start(&args.log_dir, job) {
+        match wait_for_start(&args.log_dir, job, err) {
             Waited::Started(started) => job = started,
             Waited::Ended(ended) => {
                 let (line, code) = end_line(&ended.last);
-                println!("==== gpusched: job {} {line}", ended.no);
+                writeln!(out, "==== gpusched: job {} {line}", ended.no)?;
                 return Ok(code);
             }
         }
@@ -64,22 +71,22 @@ pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
         .log_offset
         .or_else(|| header_offset(&mut file, job.no, attempt.attempt))
         .unwrap_or(0);
-    let mut out = std::io::stdout().lock();
     let mut section = Section::new(job.no, start);
-    section.copy_new(&mut file, &mut out)?;
+    section.copy_new(&mut file, out)?;
     if !args.follow {
         return Ok(0);
     }
     let (no, number, key) = (job.no, attempt.attempt, job.key.clone());
     if job.attempts.last() != Some(attempt) {
-        println!(
+        writeln!(
+            out,
             "==== gpusched: job {no} attempt {number} ended; attempt {} followed (gpusched log {no} -f)",
             number + 1
-        );
+        )?;
         return Ok(1);
     }
     if job.last == LastWord::Started {
-        follow(args, &key, number, &mut file, &mut section, &mut out)?;
+        follow(args, &key, number, &mut file, &mut section, out)?;
     }
     let last = outcome(&args.log_dir, &key);
     let (line, code) = end_line(&last);
@@ -99,8 +106,9 @@ enum Waited {
 
 /// Waits, for `log -f`, until `job` (not started yet) starts or ends
 /// without running; says on stderr that it waits.
-fn wait_for_start(log_dir: &std::path::Path, job: IndexedJob) -> Waited {
-    eprintln!(
+fn wait_for_start(log_dir: &std::path::Path, job: IndexedJob, err: &mut dyn Write) -> Waited {
+    let _ = writeln!(
+        err,
         "job {} has not started yet; following it once it does (Ctrl-C to give up)",
         job.no
     );
@@ -134,7 +142,7 @@ fn follow(
     attempt: u32,
     file: &mut std::fs::File,
     section: &mut Section,
-    out: &mut impl Write,
+    out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let mut journal = JournalTail::new(&args.log_dir);
     let record = supervisor::record_path(&args.log_dir, key, attempt);
@@ -241,7 +249,7 @@ impl Section {
 
     /// Prints complete lines written since the last call, stopping at the
     /// next attempt's header.
-    fn copy_new(&mut self, file: &mut std::fs::File, out: &mut impl Write) -> std::io::Result<()> {
+    fn copy_new(&mut self, file: &mut std::fs::File, out: &mut dyn Write) -> std::io::Result<()> {
         if self.ended {
             return Ok(());
         }

@@ -16,6 +16,18 @@ use crate::jobspec;
 /// Errors: [`Error::Usage`] for an unknown, unfinished, cancelled or
 /// deleted job (nothing is queued then); I/O errors on the log directory.
 pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
+    run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
+}
+
+/// [`run`], saying what it did on `out` and `err` (the terminal's stdout
+/// and stderr, or an MCP tool's result: the same words either way).
+///
+/// Errors: as [`run`].
+pub fn run_to(
+    args: &RetryArgs,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> anyhow::Result<i32> {
     let index = JobIndex::read(&args.log_dir)?;
     let file = match &args.file {
         Some(file) => file.clone(),
@@ -72,24 +84,27 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
     let mut code = 0;
     for (job, delivery) in chosen.iter().zip(deliver(&args.log_dir, &requests, &[])?) {
         match delivery {
-            Delivery::Journaled => println!(
+            Delivery::Journaled => writeln!(
+                out,
                 "job {} queued again; it runs as attempt {} when a scheduler starts on {}",
                 job.no,
                 job.attempts.len() + 1,
                 file.display()
-            ),
-            Delivery::Taken(pid) => println!(
+            )?,
+            Delivery::Taken(pid) => writeln!(
+                out,
                 "job {} queued again (scheduler pid {})",
                 job.no,
                 pid.map_or("?".to_string(), |p| p.to_string())
-            ),
+            )?,
             Delivery::NotTaken(pid) => {
-                eprintln!(
+                writeln!(
+                    err,
                     "gpusched: asked the scheduler (pid {}) to retry job {}; it has not done so within {} s (see its output)",
                     pid.map_or("?".to_string(), |p| p.to_string()),
                     job.no,
                     PICKUP_WAIT.as_secs()
-                );
+                )?;
                 code = 1;
             }
         }

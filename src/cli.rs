@@ -124,6 +124,11 @@ pub enum Command {
     /// '[vram=8G] python train.py --lr {lr} --seed {seed}' lr=1e-3,1e-4
     /// seed=1..5 --append jobs.txt`. Values: a,b,c, 1..5, 0.1..0.5:0.1.
     Grid(GridArgs),
+    /// Serve the Model Context Protocol on stdin/stdout, for coding agents:
+    /// tools status, add_job, cancel_job, retry_job, job_log, each doing
+    /// what the verb of the same name does. Register it with an MCP
+    /// client as the command `gpusched mcp --log-dir DIR`.
+    Mcp(McpArgs),
     /// Stop starting new jobs (running ones go on) until `gpusched resume`;
     /// kept across restarts.
     Pause(LogDirArgs),
@@ -437,6 +442,10 @@ pub struct AddArgs {
     /// file that cannot start otherwise.
     #[arg(long)]
     pub preemptible: bool,
+    /// COMMAND is one shell command line, taken as written (pipes and
+    /// redirections kept): `gpusched add --shell 'python t.py > out.txt'`.
+    #[arg(long)]
+    pub shell: bool,
     /// The command and its arguments (after `--` if they start with `-`).
     #[arg(
         value_name = "COMMAND",
@@ -530,6 +539,18 @@ pub struct GridArgs {
     /// file has a line that does not parse), instead of printing them.
     #[arg(long, value_name = "FILE")]
     pub append: Option<PathBuf>,
+}
+
+/// Arguments of `gpusched mcp`.
+#[derive(Debug, Args, Clone)]
+pub struct McpArgs {
+    /// The scheduler's log directory (absolute is best: an MCP client may
+    /// start the server in any directory).
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+    /// The jobs file (default: the one the scheduler with --log-dir runs).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
 }
 
 /// Arguments of `gpusched wait`.

@@ -32,6 +32,8 @@ pub struct NewJob {
     pub after: Vec<String>,
     /// `preemptible`.
     pub preemptible: bool,
+    /// `argv` is one shell command line, taken as written (not quoted).
+    pub shell: bool,
     /// The command's words; each is shell-quoted as needed.
     pub argv: Vec<String>,
 }
@@ -48,11 +50,21 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
         ));
     }
     let mut words = Vec::new();
+    if job.shell && job.argv.len() != 1 {
+        return Err(Error::Usage(
+            "--shell takes the command as one argument: gpusched add --shell 'python t.py > out.txt'"
+                .into(),
+        ));
+    }
     for word in &job.argv {
         if word.contains(['\n', '\r']) {
             return Err(Error::Usage(format!(
                 "the argument {word:?} contains a line break, which a jobs-file line cannot hold"
             )));
+        }
+        if job.shell {
+            words.push(word.trim().to_string());
+            continue;
         }
         let quoted = shlex::try_quote(word)
             .map_err(|_| Error::Usage(format!("the argument {word:?} contains a NUL byte")))?;

@@ -35,6 +35,7 @@ fn main() {
         Some(Command::Retry(args)) => gpusched::commands::retry::run(args),
         Some(Command::Wait(args)) => gpusched::commands::wait::run(args),
         Some(Command::Grid(args)) => gpusched::commands::grid::run(args),
+        Some(Command::Mcp(args)) => gpusched::commands::mcp::run(args),
         Some(Command::Pause(args)) => control::run(&args.log_dir, ControlChange::Pause),
         Some(Command::Resume(args)) => control::run(&args.log_dir, ControlChange::Resume),
         Some(Command::Drain(args)) => control::run(

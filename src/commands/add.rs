@@ -42,6 +42,7 @@ pub fn run_to(
         name: args.name.clone(),
         after: args.after.clone(),
         preemptible: args.preemptible,
+        shell: args.shell,
         argv: args.command.clone(),
     };
     let mut tail = JournalTail::new(&args.log_dir);

@@ -9,6 +9,7 @@ pub mod export;
 pub mod grid;
 pub mod index;
 pub mod log;
+pub mod mcp;
 pub mod request;
 pub mod retry;
 pub mod status;

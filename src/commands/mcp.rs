@@ -1,0 +1,250 @@
+//! `gpusched mcp` (docs/BEHAVIOUR.md "Agents"): a Model Context Protocol
+//! server on stdin and stdout, on the official Rust SDK (`rmcp`), for
+//! coding agents that queue experiments. It finds its scheduler like the
+//! other verbs (`--log-dir`; the jobs file from status.json or `--file`),
+//! and each tool runs the very verb a person would (`run_to` of `add`,
+//! `cancel`, `retry`, `log`; `status.json` for `status`): the same checks,
+//! the same words, the same refusals, which come back as tool errors with
+//! the verb's message.
+
+use crate::cli::{AddArgs, CancelArgs, LogArgs, McpArgs, RetryArgs};
+use rmcp::{
+    Json, ServerHandler, ServiceExt,
+    handler::server::{router::tool::ToolRouter, wrapper::Parameters},
+    tool, tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Serves MCP on stdio until the client closes it.
+///
+/// Errors: the runtime cannot start, or the transport fails.
+pub fn run(args: &McpArgs) -> anyhow::Result<i32> {
+    let server = Server {
+        log_dir: args.log_dir.clone(),
+        file: args.file.clone(),
+        tool_router: Server::tool_router(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+        service.waiting().await?;
+        anyhow::Ok(())
+    })?;
+    Ok(0)
+}
+
+/// The MCP server: where the scheduler is.
+#[derive(Debug, Clone)]
+pub struct Server {
+    log_dir: PathBuf,
+    file: Option<PathBuf>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// `add_job`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AddJob {
+    /// The job's shell command line, run by /bin/sh -c as written.
+    pub command: String,
+    /// Declared peak GPU memory per GPU: MiB (18000) or 800M, 12.5G, or
+    /// auto to learn it from earlier runs of its family.
+    pub vram: Option<String>,
+    /// Number of GPUs (default 1).
+    pub gpus: Option<u32>,
+    /// A name to refer to the job by (letters, digits, _ . -; unique).
+    pub name: Option<String>,
+    /// Jobs that must end ok first: names, job numbers or key prefixes.
+    pub after: Option<Vec<String>>,
+    /// Wall-clock limit: 90, 90s, 15m, 2h, 1.5d.
+    pub timeout: Option<String>,
+}
+
+/// A job named by its number (`7`), its `name=`, or its key (prefix).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobRef {
+    /// The job: its number, its name, or its key or a unique prefix.
+    pub job: String,
+}
+
+/// `job_log`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobLog {
+    /// The job: its number, its name, or its key or a unique prefix.
+    pub job: String,
+    /// Only the last this many lines (default 200).
+    pub lines: Option<usize>,
+}
+
+/// What a verb said.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Said {
+    /// Its message, as the command line prints it.
+    pub message: String,
+}
+
+/// What `add_job` did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Added {
+    /// The new job's key.
+    pub key: String,
+    /// Its number, once a running scheduler has seen the line.
+    pub job: Option<u32>,
+    /// What `gpusched add` said.
+    pub message: String,
+}
+
+/// The queue as the scheduler last wrote it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Status {
+    /// Whether a scheduler holds the log directory now.
+    pub scheduler_running: bool,
+    /// `status.json` (schema gpusched-status/1): the scheduler, counts,
+    /// GPUs, running jobs, waiting ones with why they wait, the latest
+    /// finished ones.
+    pub status: serde_json::Value,
+}
+
+/// A job's output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Log {
+    /// The last lines of its latest attempt's output, after the header.
+    pub text: String,
+}
+
+/// Runs `verb` with writers for its words off the async runtime's thread;
+/// a refusal or failure is the tool's error, with the verb's message.
+async fn verb(
+    verb: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> anyhow::Result<i32> + Send + 'static,
+) -> Result<(String, String), String> {
+    let ran = tokio::task::spawn_blocking(move || {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = verb(&mut out, &mut err);
+        (code, out, err)
+    })
+    .await
+    .map_err(|e| format!("the command did not finish: {e}"))?;
+    let (code, out, err) = ran;
+    let (out, err) = (
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    );
+    match code {
+        Ok(0) => Ok((out, err)),
+        Ok(_) => Err(format!("{out}{err}").trim().to_string()),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "gpusched",
+    instructions = "gpusched runs shell commands as GPU jobs on this machine, each on a GPU with enough free memory. Use status to see the queue, add_job to queue an experiment (declare vram when you know its peak), job_log to read its output, cancel_job and retry_job to steer."
+)]
+impl ServerHandler for Server {}
+
+#[tool_router(router = tool_router)]
+impl Server {
+    /// The queue: the GPUs, running jobs (progress, memory), waiting jobs
+    /// with why each waits, and the latest finished jobs with their exit
+    /// codes.
+    #[tool(name = "status")]
+    pub async fn status(&self) -> Result<Json<Status>, String> {
+        let path = self.log_dir.join("status.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "cannot read {} ({e}): no scheduler has run with --log-dir {}",
+                path.display(),
+                self.log_dir.display()
+            )
+        })?;
+        let status = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a status document: {e}", path.display()))?;
+        Ok(Json(Status {
+            scheduler_running: crate::lockfile::holder(&self.log_dir).is_some(),
+            status,
+        }))
+    }
+
+    /// Queue a job: its line is appended to the jobs file the scheduler
+    /// runs, checked with the scheduler's own parser.
+    #[tool(name = "add_job")]
+    pub async fn add_job(&self, params: Parameters<AddJob>) -> Result<Json<Added>, String> {
+        let job = params.0;
+        let args = AddArgs {
+            file: self.file.clone(),
+            log_dir: self.log_dir.clone(),
+            vram: job.vram,
+            gpus: job.gpus,
+            timeout: job.timeout,
+            retries: None,
+            name: job.name,
+            after: job.after.unwrap_or_default(),
+            preemptible: false,
+            shell: true,
+            command: vec![job.command],
+        };
+        let (out, err) = verb(move |out, err| super::add::run_to(&args, out, err)).await?;
+        let job = err
+            .split("queued as job ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+        Ok(Json(Added {
+            key: out.trim().to_string(),
+            job,
+            message: err.trim().to_string(),
+        }))
+    }
+
+    /// Cancel a job: a running one is stopped (SIGTERM, SIGKILL after the
+    /// grace), a waiting one never starts.
+    #[tool(name = "cancel_job")]
+    pub async fn cancel_job(&self, params: Parameters<JobRef>) -> Result<Json<Said>, String> {
+        let args = CancelArgs {
+            job: params.0.job,
+            file: self.file.clone(),
+            log_dir: self.log_dir.clone(),
+        };
+        let (out, err) = verb(move |out, err| super::cancel::run_to(&args, out, err)).await?;
+        Ok(Json(Said {
+            message: format!("{out}{err}").trim().to_string(),
+        }))
+    }
+
+    /// Run a finished job again (any outcome), as its next attempt.
+    #[tool(name = "retry_job")]
+    pub async fn retry_job(&self, params: Parameters<JobRef>) -> Result<Json<Said>, String> {
+        let args = RetryArgs {
+            jobs: vec![params.0.job],
+            file: self.file.clone(),
+            log_dir: self.log_dir.clone(),
+        };
+        let (out, err) = verb(move |out, err| super::retry::run_to(&args, out, err)).await?;
+        Ok(Json(Said {
+            message: format!("{out}{err}").trim().to_string(),
+        }))
+    }
+
+    /// A job's output (its latest attempt), whichever GPUs it ran on.
+    #[tool(name = "job_log")]
+    pub async fn job_log(&self, params: Parameters<JobLog>) -> Result<Json<Log>, String> {
+        let JobLog { job, lines } = params.0;
+        let args = LogArgs {
+            job,
+            follow: false,
+            attempt: None,
+            log_dir: self.log_dir.clone(),
+        };
+        let (out, _) = verb(move |out, err| super::log::run_to(&args, out, err)).await?;
+        let keep = lines.unwrap_or(200);
+        let all: Vec<&str> = out.lines().collect();
+        let text = all[all.len().saturating_sub(keep)..].join("\n");
+        Ok(Json(Log { text }))
+    }
+}

@@ -1,0 +1,92 @@
+//! `gpusched mcp` (docs/BEHAVIOUR.md "Agents") driven by a real MCP client:
+//! the official Python SDK (`mcp` from PyPI, in a virtual environment the
+//! test makes once under the target directory) runs
+//! `tests/mcp/client.py`, an agent-style session — list the tools, add a
+//! job that a running scheduler starts, read the status and the log, get
+//! a verb's refusal as a tool error. Without Python or PyPI the test says
+//! SKIPPED; `.ci/run` sets GPUSCHED_MCP_REQUIRED=1, which makes that a
+//! failure.
+
+mod common;
+
+use common::{Env, bin};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The virtual environment with the official MCP SDK, made once; `None`
+/// (with SKIPPED) when it cannot be made.
+fn python_with_mcp() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = |python: &PathBuf| {
+        Command::new(python)
+            .args(["-c", "import mcp.client.stdio"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready(&python) {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "mcp>=2,<3"])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made || !ready(&python) {
+            assert!(
+                std::env::var_os("GPUSCHED_MCP_REQUIRED").is_none(),
+                "GPUSCHED_MCP_REQUIRED is set but the official MCP Python SDK could not be installed (python3 -m venv; pip install mcp)"
+            );
+            eprintln!(
+                "SKIPPED: no python3 with venv, or PyPI's `mcp` package could not be installed"
+            );
+            return None;
+        }
+    }
+    Some(python)
+}
+
+#[test]
+fn an_agent_adds_a_job_reads_the_status_and_the_log() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let env = Env::new("");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    let out = Command::new(&python)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
+        .arg(bin())
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["server"], "gpusched");
+    assert_eq!(
+        seen["tools"],
+        serde_json::json!(["add_job", "cancel_job", "job_log", "retry_job", "status"])
+    );
+    assert_eq!(seen["add_error"], false, "{seen:#}");
+    assert_eq!(seen["added"]["job"], 1, "{seen:#}");
+    assert_eq!(seen["scheduler_running"], true);
+    assert_eq!(seen["agent_job"]["state"], "ok", "{seen:#}");
+    assert_eq!(seen["log"]["text"], "second line", "{seen:#}");
+    assert_eq!(seen["cancel_error"], true);
+    assert!(
+        seen["cancel_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("no job 99"),
+        "{seen:#}"
+    );
+    // The job went into the jobs file as the CLI would have written it.
+    assert_eq!(
+        std::fs::read_to_string(&env.jobs).unwrap(),
+        "[vram=1G name=agent] echo hello from an agent; echo second line\n"
+    );
+    sched.stop();
+}

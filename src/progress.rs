@@ -46,29 +46,29 @@ pub fn parse(text: &str) -> Option<Progress> {
 
 /// The progress marker of one line, preferring the most specific form.
 fn parse_line(line: &str) -> Option<Progress> {
-    if let Some(c) = TQDM.captures_iter(line).last() {
-        if let Some(fraction) = ratio(&c[2], &c[3]) {
-            return Some(Progress {
-                fraction,
-                label: format!("{}/{}", &c[2], &c[3]),
-            });
-        }
+    if let Some(c) = TQDM.captures_iter(line).last()
+        && let Some(fraction) = ratio(&c[2], &c[3])
+    {
+        return Some(Progress {
+            fraction,
+            label: format!("{}/{}", &c[2], &c[3]),
+        });
     }
-    if let Some(c) = NAMED.captures_iter(line).last() {
-        if let Some(fraction) = ratio(&c[2], &c[3]) {
-            return Some(Progress {
-                fraction,
-                label: format!("{} {}/{}", c[1].to_lowercase(), &c[2], &c[3]),
-            });
-        }
+    if let Some(c) = NAMED.captures_iter(line).last()
+        && let Some(fraction) = ratio(&c[2], &c[3])
+    {
+        return Some(Progress {
+            fraction,
+            label: format!("{} {}/{}", c[1].to_lowercase(), &c[2], &c[3]),
+        });
     }
-    if let Some(c) = BRACKETED.captures_iter(line).last() {
-        if let Some(fraction) = ratio(&c[1], &c[2]) {
-            return Some(Progress {
-                fraction,
-                label: format!("{}/{}", &c[1], &c[2]),
-            });
-        }
+    if let Some(c) = BRACKETED.captures_iter(line).last()
+        && let Some(fraction) = ratio(&c[1], &c[2])
+    {
+        return Some(Progress {
+            fraction,
+            label: format!("{}/{}", &c[1], &c[2]),
+        });
     }
     let c = PERCENT.captures_iter(line).last()?;
     let percent: f64 = c[1].parse().ok()?;

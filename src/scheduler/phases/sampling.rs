@@ -100,7 +100,7 @@ impl Scheduler {
     fn record_gpu_failure(&mut self, error: &anyhow::Error) {
         self.gpu.failures += 1;
         let failures = self.gpu.failures;
-        if failures <= MAX_GPU_FAILURES || failures % 60 == 0 {
+        if failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60) {
             warn(&format!(
                 "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
             ));

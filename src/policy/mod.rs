@@ -16,6 +16,7 @@
 
 pub mod dependencies;
 pub mod exit_code;
+pub mod expected;
 pub mod groups;
 pub mod kill;
 pub mod learned;

@@ -98,6 +98,8 @@ pub struct Scheduler {
     status_written: Option<Instant>,
     /// `--notify` and `--on-finish` (docs/BEHAVIOUR.md "Being told").
     told: phases::Told,
+    /// Past ok run times per family, for expected times.
+    run_times: phases::RunTimes,
     /// Set when a round did not write them; the loop then wakes to write
     /// them when they are due.
     status_stale: bool,

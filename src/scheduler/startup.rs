@@ -115,6 +115,7 @@ impl Scheduler {
             status_written: None,
             status_stale: false,
             told,
+            run_times: Default::default(),
         };
         let after = scheduler
             .resolve_after(&mut specs)

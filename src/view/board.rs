@@ -221,7 +221,16 @@ fn board_row(job: &JobStatus) -> BoardRow {
             current_mib: job.current_mib.values().copied().max(),
             peak_mib: job.peak_mib.values().copied().max().flatten(),
             vram_mib: job.vram_mib,
-            note: running_note(job).or_else(|| job.vram_source.clone()),
+            note: {
+                let parts: Vec<String> = [
+                    running_note(job).or_else(|| job.vram_source.clone()),
+                    job.expected_text(),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                (!parts.is_empty()).then(|| parts.join("; "))
+            },
         },
         JobState::Pending => BoardState::Pending {
             vram_mib: job.vram_mib,
@@ -303,6 +312,9 @@ mod tests {
             reason: None,
             preempted_s: None,
             vram_source: None,
+            expected_end: None,
+            expected_start: None,
+            expected_source: None,
         };
         assert_eq!(
             board_row(&job).state,

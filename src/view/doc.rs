@@ -62,6 +62,9 @@ pub struct ViewInput<'a> {
     pub loads: Vec<GpuLoad>,
     /// Jobs ended during this run.
     pub ended_this_run: &'a HashMap<String, Ended>,
+    /// Expected ends, starts and free GPUs (docs/BEHAVIOUR.md "Expected
+    /// times").
+    pub expected: &'a crate::policy::expected::Expectations,
     /// Why each pending job the last dispatch round could not start waits.
     pub wait_reasons: &'a HashMap<String, WaitReason>,
     /// Bumped when those reasons change.
@@ -170,6 +173,9 @@ pub fn job_status(
         reason: None,
         preempted_s: (state.preempted_s > 0.0).then_some(state.preempted_s),
         vram_source: None,
+        expected_end: None,
+        expected_start: None,
+        expected_source: None,
     };
     if let Some(run) = input.running.get(key) {
         fill_running(&mut job, run);
@@ -262,6 +268,17 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
     }
     jobs.sort_by_key(|j| j.no);
     jobs.extend(view.waiting.iter().cloned());
+    for job in &mut jobs {
+        let (end, start) = (
+            input.expected.running.get(&job.key),
+            input.expected.waiting.get(&job.key),
+        );
+        if let Some(estimate) = end.or(start) {
+            job.expected_end = end.map(|e| e.at.round());
+            job.expected_start = start.map(|e| e.at.round());
+            job.expected_source = Some(estimate.source.as_str().to_string());
+        }
+    }
     jobs.extend(view.finished.iter().cloned());
     let mut finished_this_run: BTreeMap<String, u64> = BTreeMap::new();
     for ended in input.ended_this_run.values() {
@@ -345,6 +362,12 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                     .into_iter()
                     .map(|(user, mib, jobs)| status::OtherBooking { user, mib, jobs })
                     .collect(),
+                expected_free: input.expected.gpus.get(&load.index).map(|e| e.at.round()),
+                expected_free_source: input
+                    .expected
+                    .gpus
+                    .get(&load.index)
+                    .map(|e| e.source.as_str().to_string()),
             }
         })
         .collect()

@@ -39,6 +39,18 @@ pub fn clock(unix_s: f64) -> String {
     format!("{h:02}:{m:02}:{s:02}")
 }
 
+/// `HH:MM` local time of `unix_s`, with the date (`MM-DD HH:MM`) when
+/// it is not within the next day.
+pub fn clock_short(unix_s: f64) -> String {
+    let (_, mo, d, h, m, _) = local_parts(unix_s);
+    let within_a_day = (unix_s - crate::journal::now_ts()).abs() < 86_400.0;
+    if within_a_day {
+        format!("{h:02}:{m:02}")
+    } else {
+        format!("{mo:02}-{d:02} {h:02}:{m:02}")
+    }
+}
+
 /// `YYYY-MM-DD HH:MM:SS` local time of `unix_s`.
 pub fn date_time(unix_s: f64) -> String {
     let (y, mo, d, h, m, s) = local_parts(unix_s);

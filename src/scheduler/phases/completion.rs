@@ -241,6 +241,7 @@ impl Scheduler {
         )?;
         if status == DoneStatus::Ok {
             self.learn_from_ok(key, job.usage.peak_max_mib());
+            self.note_run_time(key, duration_s);
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);

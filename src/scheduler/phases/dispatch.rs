@@ -337,6 +337,13 @@ impl Scheduler {
         (indices, requests, held)
     }
 
+    /// The first `n` pending jobs that may be placed, in queue order (for
+    /// expected starts).
+    pub(in crate::scheduler) fn first_ready(&self, n: usize) -> Vec<(usize, Request)> {
+        let mut held = Vec::new();
+        self.ready(&mut held).take(n).collect()
+    }
+
     /// The pending jobs that may be placed, in queue order; those still
     /// waiting for an `after=` dependency go to `held`, with their reason.
     fn ready<'a>(

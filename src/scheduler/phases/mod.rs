@@ -33,6 +33,7 @@ mod completion;
 mod dependencies;
 mod dispatch;
 mod exit;
+mod expected;
 mod file_digest;
 mod io;
 mod jobs_file;
@@ -50,5 +51,6 @@ mod submit;
 mod timeouts;
 mod told;
 
+pub(in crate::scheduler) use expected::RunTimes;
 pub(in crate::scheduler) use file_digest::TextHash;
 pub(in crate::scheduler) use told::Told;

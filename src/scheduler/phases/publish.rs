@@ -52,7 +52,9 @@ impl Scheduler {
     /// [`Scheduler::status_doc`]; `force` rebuilds a stale queue part
     /// even when the last rebuild was recent.
     fn build_status_doc(&mut self, force: bool) -> StatusDoc {
+        let expected = self.expectations();
         let input = ViewInput {
+            expected: &expected,
             cfg: &self.cfg,
             journal: &self.journal,
             jobs: &self.jobs,

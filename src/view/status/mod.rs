@@ -134,6 +134,15 @@ pub struct GpuStatus {
     /// Memory other schedulers on this box booked on it, per user (docs/BEHAVIOUR.md "Sharing a box"); empty without a ledger.
     #[serde(default)]
     pub booked_by_others: Vec<OtherBooking>,
+    /// When the last of our jobs on it should end (Unix seconds), when
+    /// every one of them has an expected end (docs/BEHAVIOUR.md
+    /// "Expected times").
+    #[serde(default)]
+    pub expected_free: Option<f64>,
+    /// Where `expected_free` comes from: `progress`, `history` or
+    /// `timeout`.
+    #[serde(default)]
+    pub expected_free_source: Option<String>,
 }
 
 impl JobStatus {
@@ -149,11 +158,31 @@ impl JobStatus {
     /// What the views print under a waiting or running job: where an
     /// `auto` declaration comes from, and why it waits (docs/BEHAVIOUR.md "Queue policy", "Learned VRAM").
     pub fn explanation(&self) -> Option<String> {
-        match (&self.vram_source, &self.reason) {
-            (Some(source), Some(reason)) => Some(format!("{source}; {reason}")),
-            (Some(text), None) | (None, Some(text)) => Some(text.clone()),
-            (None, None) => None,
-        }
+        let expected = self.expected_text();
+        let parts: Vec<&str> = [
+            self.vram_source.as_deref(),
+            self.reason.as_deref(),
+            expected.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// `ends ~14:30 (progress)` or `starts ~14:35 (history)`, in local
+    /// clock time (docs/BEHAVIOUR.md "Expected times").
+    pub fn expected_text(&self) -> Option<String> {
+        let source = self.expected_source.as_deref()?;
+        let (word, at) = match (self.expected_end, self.expected_start) {
+            (Some(at), _) => ("ends", at),
+            (None, Some(at)) => ("starts", at),
+            (None, None) => return None,
+        };
+        Some(format!(
+            "{word} ~{} ({source})",
+            crate::view::report::clock_short(at)
+        ))
     }
 }
 
@@ -230,6 +259,17 @@ pub struct JobStatus {
     /// declaration comes from, e.g. `auto 6.4G from 5 runs` (docs/BEHAVIOUR.md "Learned VRAM").
     #[serde(default)]
     pub vram_source: Option<String>,
+    /// A running job's expected end (Unix seconds; docs/BEHAVIOUR.md
+    /// "Expected times").
+    #[serde(default)]
+    pub expected_end: Option<f64>,
+    /// A waiting job's expected start (Unix seconds).
+    #[serde(default)]
+    pub expected_start: Option<f64>,
+    /// Where the expected end or start comes from: `progress`, `history`
+    /// or `timeout`.
+    #[serde(default)]
+    pub expected_source: Option<String>,
 }
 
 /// Progress of a running job.

@@ -45,6 +45,8 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 mib: 14000,
                 jobs: 1,
             }],
+            expected_free: None,
+            expected_free_source: None,
         }],
         jobs: vec![
             JobStatus {
@@ -72,6 +74,9 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 log: Some("gpusched_logs/job001_gpu0.log".into()),
                 progress: None,
                 vram_source: None,
+                expected_end: None,
+                expected_start: None,
+                expected_source: None,
             },
             JobStatus {
                 no: 2,
@@ -102,6 +107,9 @@ pub(crate) fn sample_doc() -> StatusDoc {
                     eta_s: Some(30.0),
                 }),
                 vram_source: Some("auto 6.4G from 5 runs".into()),
+                expected_end: None,
+                expected_start: None,
+                expected_source: None,
             },
         ],
     }

@@ -1,0 +1,288 @@
+//! Expected times (docs/BEHAVIOUR.md "Expected times"): when a running
+//! job should end, when a GPU frees, and when a waiting job should start,
+//! each with where the guess comes from. Pure: the scheduler hands in the
+//! facts and a way to see the GPUs without some running jobs.
+//!
+//! A running job's end comes from its progress ETA when its log shows
+//! one, else from the typical run time of its family's past ok runs, else
+//! from its `timeout=`; a guess past the timeout is the timeout. A waiting
+//! job's start is the first of those ends after which placement, taking
+//! the jobs ahead of it in the queue first, gives it its GPUs — like
+//! `squeue --start`. Nothing known is said as such (`None`), never made up.
+
+use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
+
+/// Where an expected time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The progress marker in the job's log and the rate so far.
+    Progress,
+    /// The typical run time of the family's past ok runs.
+    History,
+    /// The job's `timeout=`: the latest it can end.
+    Timeout,
+}
+
+impl Source {
+    /// The word the views and status.json use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Progress => "progress",
+            Source::History => "history",
+            Source::Timeout => "timeout",
+        }
+    }
+}
+
+/// An expected moment (Unix seconds) and where it comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// When.
+    pub at: f64,
+    /// From what.
+    pub source: Source,
+}
+
+/// The expected times of one moment, by job key and GPU index.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expectations {
+    /// Running jobs' expected ends.
+    pub running: std::collections::HashMap<String, Estimate>,
+    /// Waiting jobs' expected starts.
+    pub waiting: std::collections::HashMap<String, Estimate>,
+    /// When each GPU with jobs of ours frees.
+    pub gpus: std::collections::BTreeMap<u32, Estimate>,
+}
+
+/// Past ok runs of a family that make its typical run time.
+pub const TYPICAL_RUNS: usize = 5;
+
+/// The typical run time (seconds) of `durations`, the latest ok runs of a
+/// family: their median; `None` without any.
+pub fn typical_runtime(durations: &[f64]) -> Option<f64> {
+    let mut sorted: Vec<f64> = durations
+        .iter()
+        .copied()
+        .filter(|d| d.is_finite())
+        .collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    Some(if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    })
+}
+
+/// When a job that started at `started` (Unix seconds) should end, at
+/// `now`: from its progress (`eta_s` seconds left), else its family's
+/// `typical_s` run time (unless it already ran longer), else its
+/// `timeout_s`; never past the timeout.
+pub fn running_end(
+    now: f64,
+    started: f64,
+    eta_s: Option<f64>,
+    typical_s: Option<f64>,
+    timeout_s: Option<f64>,
+) -> Option<Estimate> {
+    let deadline = timeout_s.map(|t| started + t);
+    let guess = eta_s
+        .filter(|e| e.is_finite() && *e >= 0.0)
+        .map(|e| Estimate {
+            at: now + e,
+            source: Source::Progress,
+        })
+        .or_else(|| {
+            typical_s
+                .map(|t| started + t)
+                .filter(|at| *at > now)
+                .map(|at| Estimate {
+                    at,
+                    source: Source::History,
+                })
+        });
+    match (guess, deadline) {
+        (Some(guess), Some(deadline)) if deadline < guess.at => Some(Estimate {
+            at: deadline,
+            source: Source::Timeout,
+        }),
+        (Some(guess), _) => Some(guess),
+        (None, Some(deadline)) => Some(Estimate {
+            at: deadline,
+            source: Source::Timeout,
+        }),
+        (None, None) => None,
+    }
+}
+
+/// When a GPU frees: the latest expected end of the jobs on it; `None`
+/// when one of them has no expected end. A GPU with no job of ours is
+/// free now (not asked).
+pub fn gpu_free(ends: &[Option<Estimate>]) -> Option<Estimate> {
+    let mut latest: Option<Estimate> = None;
+    for end in ends {
+        let end = (*end)?;
+        if latest.is_none_or(|l| end.at > l.at) {
+            latest = Some(end);
+        }
+    }
+    latest
+}
+
+/// When each of `waiting` (requests in queue order) should start: at the
+/// first expected end among `ends` (one per running job, in the order
+/// `loads_without` takes them) after which it is placed, the jobs ahead
+/// of it placed first. `loads_without(ended)` gives the GPUs as they
+/// would be without the running jobs `ended` (indices into `ends`).
+/// Jobs that do not start before the last known end get `None`; so do
+/// jobs that could start now (placement will start them).
+pub fn waiting_starts(
+    ends: &[Option<Estimate>],
+    loads_without: &dyn Fn(&[usize]) -> Vec<GpuLoad>,
+    waiting: &[Request],
+    opts: &PlaceOptions,
+) -> Vec<Option<Estimate>> {
+    let mut order: Vec<(usize, Estimate)> = ends
+        .iter()
+        .enumerate()
+        .filter_map(|(i, end)| Some((i, (*end)?)))
+        .collect();
+    order.sort_by(|a, b| a.1.at.total_cmp(&b.1.at));
+    let mut starts: Vec<Option<Estimate>> = vec![None; waiting.len()];
+    let mut ended = Vec::new();
+    for (i, end) in order {
+        ended.push(i);
+        let mut loads = loads_without(&ended);
+        let placements = allocation::plan(waiting, &mut loads, opts);
+        for (start, placement) in starts.iter_mut().zip(&placements) {
+            if start.is_none() && matches!(placement, Placement::Start(_)) {
+                *start = Some(end);
+            }
+        }
+        if starts.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    starts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocation::Occupant;
+
+    const NOW: f64 = 1000.0;
+
+    #[test]
+    fn a_running_job_ends_by_progress_then_history_then_timeout() {
+        let e = |at, source| Some(Estimate { at, source });
+        type Row = (Option<f64>, Option<f64>, Option<f64>, Option<Estimate>);
+        let table: [Row; 7] = [
+            // eta, typical, timeout → expected end
+            (Some(60.0), Some(500.0), None, e(1060.0, Source::Progress)),
+            (None, Some(500.0), None, e(1400.0, Source::History)),
+            (None, Some(500.0), Some(7200.0), e(1400.0, Source::History)),
+            // Longer than usual already: only the timeout is left.
+            (None, Some(50.0), Some(600.0), e(1500.0, Source::Timeout)),
+            (None, None, Some(600.0), e(1500.0, Source::Timeout)),
+            // A guess past the timeout is the timeout.
+            (Some(9000.0), None, Some(600.0), e(1500.0, Source::Timeout)),
+            (None, None, None, None),
+        ];
+        for (eta, typical, timeout, expected) in table {
+            assert_eq!(
+                running_end(NOW, 900.0, eta, typical, timeout),
+                expected,
+                "eta {eta:?} typical {typical:?} timeout {timeout:?}"
+            );
+        }
+        assert_eq!(typical_runtime(&[30.0, 10.0, 20.0]), Some(20.0));
+        assert_eq!(typical_runtime(&[10.0, 20.0]), Some(15.0));
+        assert_eq!(typical_runtime(&[]), None);
+    }
+
+    #[test]
+    fn a_gpu_frees_with_its_last_job_and_not_when_one_is_unknown() {
+        let at = |at| {
+            Some(Estimate {
+                at,
+                source: Source::History,
+            })
+        };
+        assert_eq!(gpu_free(&[at(5.0), at(9.0)]).map(|e| e.at), Some(9.0));
+        assert_eq!(gpu_free(&[at(5.0), None]), None);
+    }
+
+    /// One GPU of 24000 MiB holding the running jobs of `budgets` (MiB).
+    fn loads(budgets: &[u64], without: &[usize]) -> Vec<GpuLoad> {
+        let occupants: Vec<Occupant> = budgets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !without.contains(i))
+            .map(|(_, mib)| Occupant {
+                declared_mib: Some(*mib),
+                peak_mib: None,
+                current_mib: None,
+            })
+            .collect();
+        vec![GpuLoad {
+            index: 0,
+            total_mib: 24000,
+            used_mib: 0,
+            external_peak_sum_mib: 0,
+            occupants,
+            booked_mib: 0,
+            booked_by: Vec::new(),
+        }]
+    }
+
+    #[test]
+    fn a_waiting_job_starts_when_enough_frees_after_the_jobs_ahead() {
+        let budgets = [12000, 8000];
+        let ends = [
+            Some(Estimate {
+                at: 2000.0,
+                source: Source::History,
+            }),
+            Some(Estimate {
+                at: 1500.0,
+                source: Source::Progress,
+            }),
+        ];
+        let request = |mib| Request {
+            vram_mib: Some(mib),
+            gpus: 1,
+            on_mask: None,
+        };
+        let opts = PlaceOptions::default();
+        // 4000 free now. 10000 fits once the 8000 job ends (1500); a
+        // second 10000 behind it needs the 12000 job gone too (2000); a
+        // 30000 never fits (nothing known).
+        let starts = waiting_starts(
+            &ends,
+            &|without| loads(&budgets, without),
+            &[request(10000), request(10000), request(30000)],
+            &opts,
+        );
+        assert_eq!(
+            starts[0].map(|e| (e.at, e.source)),
+            Some((1500.0, Source::Progress))
+        );
+        assert_eq!(
+            starts[1].map(|e| (e.at, e.source)),
+            Some((2000.0, Source::History))
+        );
+        assert_eq!(starts[2], None);
+        // An unknown end frees nothing.
+        let starts = waiting_starts(
+            &[None, ends[1]],
+            &|without| loads(&budgets, without),
+            &[request(14000)],
+            &opts,
+        );
+        assert_eq!(starts[0], None);
+    }
+}

@@ -1,0 +1,143 @@
+//! Expected times for the views (docs/BEHAVIOUR.md "Expected times"): the
+//! facts the pure rules of [`crate::policy::expected`] need — each
+//! running job's progress, its family's typical run time, its timeout —
+//! and the GPUs as they would be without some running jobs.
+
+use crate::policy::expected::{self, Estimate, Expectations, TYPICAL_RUNS};
+use crate::policy::learned::family_of;
+use crate::scheduler::Scheduler;
+use std::collections::{HashMap, VecDeque};
+
+/// Waiting jobs given an expected start (the first in queue order).
+const WAITING_ESTIMATED: usize = 50;
+
+/// Running jobs' ends tried as moments something may start.
+const ENDS_TRIED: usize = 64;
+
+/// The latest ok run times of each family (seconds), for typical run
+/// times; filled from the journal on first use, then kept as jobs end.
+#[derive(Debug, Default)]
+pub struct RunTimes {
+    loaded: bool,
+    by_family: HashMap<String, VecDeque<f64>>,
+}
+
+impl RunTimes {
+    /// Adds an ok run of `family` that took `duration_s` seconds.
+    pub fn add(&mut self, family: String, duration_s: f64) {
+        let runs = self.by_family.entry(family).or_default();
+        if runs.len() == TYPICAL_RUNS {
+            runs.pop_front();
+        }
+        runs.push_back(duration_s);
+    }
+
+    /// The typical run time of `family`, if it ever ran ok.
+    pub fn typical(&self, family: &str) -> Option<f64> {
+        let runs: Vec<f64> = self.by_family.get(family)?.iter().copied().collect();
+        expected::typical_runtime(&runs)
+    }
+}
+
+impl Scheduler {
+    /// The family of the job `key` (from its line), for run times.
+    fn family_of_key(&self, key: &str) -> Option<String> {
+        let spec = self.jobs.spec(key)?;
+        Some(family_of(&spec.command, spec.family()))
+    }
+
+    /// Records an ok run of `key` that took `duration_s` seconds.
+    pub(in crate::scheduler) fn note_run_time(&mut self, key: &str, duration_s: f64) {
+        if let Some(family) = self.family_of_key(key) {
+            self.run_times.add(family, duration_s);
+        }
+    }
+
+    /// Fills the run times from the journal once (every ok job of the
+    /// file, in file order).
+    fn load_run_times(&mut self) {
+        if self.run_times.loaded {
+            return;
+        }
+        self.run_times.loaded = true;
+        let mut found = Vec::new();
+        for (index, spec) in self.jobs.specs.iter().enumerate() {
+            if let Some(state) = self.jobs.state_of(index, &self.journal)
+                && let crate::journal::Phase::Done(done) = &state.phase
+                && done.status == crate::model::DoneStatus::Ok
+            {
+                found.push((family_of(&spec.command, spec.family()), done.duration_s));
+            }
+        }
+        for (family, duration_s) in found {
+            self.run_times.add(family, duration_s);
+        }
+    }
+
+    /// The expected ends of the running jobs, the expected frees of their
+    /// GPUs and the expected starts of the first waiting jobs, now.
+    pub(in crate::scheduler) fn expectations(&mut self) -> Expectations {
+        self.load_run_times();
+        let now = crate::journal::now_ts();
+        let keys: Vec<&String> = self.running.keys().collect();
+        let ends: Vec<Option<Estimate>> = self
+            .running
+            .iter()
+            .map(|(key, run)| {
+                let elapsed = run.started.elapsed().as_secs_f64();
+                let eta = run
+                    .progress
+                    .as_ref()
+                    .and_then(|p| crate::progress::eta_s(p, elapsed));
+                let typical = self
+                    .family_of_key(key)
+                    .and_then(|f| self.run_times.typical(&f));
+                let timeout = self.jobs.spec(key).and_then(|s| s.timeout_s());
+                expected::running_end(now, now - elapsed, eta, typical, timeout)
+            })
+            .collect();
+        let mut out = Expectations::default();
+        let mut per_gpu: std::collections::BTreeMap<u32, Vec<Option<Estimate>>> =
+            std::collections::BTreeMap::new();
+        for ((key, run), end) in self.running.iter().zip(&ends) {
+            if let Some(end) = end {
+                out.running.insert(key.clone(), *end);
+            }
+            for gpu in &run.gpus {
+                per_gpu.entry(*gpu).or_default().push(*end);
+            }
+        }
+        for (gpu, gpu_ends) in per_gpu {
+            if let Some(free) = expected::gpu_free(&gpu_ends) {
+                out.gpus.insert(gpu, free);
+            }
+        }
+        // Only the earliest ends are tried as moments to start.
+        let mut tried = ends.clone();
+        let mut order: Vec<usize> = (0..ends.len()).filter(|i| ends[*i].is_some()).collect();
+        order.sort_by(|a, b| {
+            let at = |i: &usize| ends[*i].map_or(f64::MAX, |e| e.at);
+            at(a).total_cmp(&at(b))
+        });
+        for late in order.into_iter().skip(ENDS_TRIED) {
+            tried[late] = None;
+        }
+        let waiting = self.first_ready(WAITING_ESTIMATED);
+        if waiting.is_empty() || tried.iter().all(Option::is_none) {
+            return out;
+        }
+        let requests: Vec<_> = waiting.iter().map(|(_, r)| *r).collect();
+        let without = |ended: &[usize]| {
+            let gone: Vec<&str> = ended.iter().map(|i| keys[*i].as_str()).collect();
+            self.gpu_loads_without(&gone)
+        };
+        let starts = expected::waiting_starts(&tried, &without, &requests, &self.cfg.place);
+        for ((index, _), start) in waiting.iter().zip(starts) {
+            if let Some(start) = start {
+                out.waiting
+                    .insert(self.jobs.specs[*index].key.clone(), start);
+            }
+        }
+        out
+    }
+}

@@ -554,32 +554,8 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.rare_mut().name = Some(v);
         }
-        "family" => {
-            let v = need(value)?;
-            if v.len() > 64
-                || !v
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-            {
-                return Err(format!(
-                    "bad family '{v}': use up to 64 letters, digits, '_', '.' and '-'"
-                ));
-            }
-            spec.rare_mut().family = Some(v);
-        }
-        "group" => {
-            let v = need(value)?;
-            if v.len() > 64
-                || !v
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-            {
-                return Err(format!(
-                    "bad group '{v}': use up to 64 letters, digits, '_', '.' and '-'"
-                ));
-            }
-            spec.rare_mut().group = Some(v);
-        }
+        "family" => spec.rare_mut().family = Some(label(name, need(value)?)?),
+        "group" => spec.rare_mut().group = Some(label(name, need(value)?)?),
         "limit" => {
             let v = need(value)?;
             spec.rare_mut().limit = Some(parse_positive_int(&v).ok_or_else(|| {
@@ -594,6 +570,24 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
     }
     Ok(())
+}
+
+/// A `family=` or `group=` value (the attribute `name`): up to 64 of
+/// `[A-Za-z0-9_.-]`.
+///
+/// Errors: the reason, naming the attribute and the value.
+fn label(name: &str, value: String) -> Result<String, String> {
+    let valid = value.len() <= 64
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if valid {
+        Ok(value)
+    } else {
+        Err(format!(
+            "bad {name} '{value}': use up to 64 letters, digits, '_', '.' and '-'"
+        ))
+    }
 }
 
 fn parse_positive_int(text: &str) -> Option<u32> {

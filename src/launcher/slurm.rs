@@ -236,7 +236,11 @@ pub fn ending(job: &JobState) -> Option<Ending> {
         }
         "CANCELLED" => Ending::Cancelled,
         "OUT_OF_MEMORY" => Ending::Failed("out of host memory (Slurm OUT_OF_MEMORY)".into()),
-        "NODE_FAIL" | "BOOT_FAIL" | "DEADLINE" | "PREEMPTED" | "REVOKED" | "SPECIAL_EXIT" => {
+        "NODE_FAIL" | "BOOT_FAIL" | "DEADLINE" | "PREEMPTED" | "REVOKED" => {
+            Ending::Failed(format!("Slurm {}", job.state))
+        }
+        // Slurm's special-exit state (a requeue held by the exit code).
+        state if state.eq_ignore_ascii_case("special_exit") => {
             Ending::Failed(format!("Slurm {}", job.state))
         }
         _ => return None,

@@ -126,14 +126,13 @@ impl Scheduler {
                         duration_s: (duration_s * 1000.0).round() / 1000.0,
                     },
                 )?;
-                let facts = self.facts_of(
+                self.tell_requeued(
                     key,
                     job,
                     "preempted",
                     facts.exit.map(Exit::returncode),
                     duration_s,
                 );
-                self.tell_attempt_end(facts, false);
                 say(&format!(
                     "↩ job {} preempted after {}; it is pending again and runs as attempt {} (GPUSCHED_PREEMPTED=1)",
                     job.no,
@@ -162,14 +161,13 @@ impl Scheduler {
                 next_vram_mib,
             } => {
                 self.record_oom_retry(key, job, attempts, next_vram_mib, &peaks, duration_s)?;
-                let facts = self.facts_of(
+                self.tell_requeued(
                     key,
                     job,
                     "oom",
                     facts.exit.map(Exit::returncode),
                     duration_s,
                 );
-                self.tell_attempt_end(facts, false);
             }
             Outcome::Done(status) => {
                 self.record_finished(key, job, status, facts, &peaks, duration_s)?;

@@ -129,6 +129,20 @@ impl Scheduler {
         }
     }
 
+    /// An attempt ended and the job runs again (`status`: `oom` or
+    /// `preempted`): its hook runs; nothing is posted.
+    pub(in crate::scheduler) fn tell_requeued(
+        &mut self,
+        key: &str,
+        job: &Running,
+        status: &str,
+        exit_code: Option<i32>,
+        duration_s: f64,
+    ) {
+        let facts = self.facts_of(key, job, status, exit_code, duration_s);
+        self.tell_attempt_end(facts, false);
+    }
+
     /// A job that ended without running (cancelled while waiting,
     /// infeasible, a failed dependency): posted if the filter picks it.
     pub(in crate::scheduler) fn tell_unrun(&mut self, key: &str, status: DoneStatus) {

@@ -1,0 +1,135 @@
+use super::*;
+use clap::CommandFactory;
+
+#[test]
+fn verify_cli() {
+    Cli::command().debug_assert();
+    SuperviseArgs::command().debug_assert();
+}
+
+#[test]
+fn the_supervisor_takes_no_arguments() {
+    assert!(SuperviseArgs::try_parse_from(Vec::<String>::new()).is_ok());
+    assert!(SuperviseArgs::try_parse_from(["--key", "k#0"]).is_err());
+}
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("gpusched").chain(args.iter().copied()))
+}
+
+#[test]
+fn defaults_match_the_spec() {
+    let cli = parse(&["jobs.txt"]).unwrap();
+    let run = cli.run;
+    assert_eq!(run.jobs_file, Some(PathBuf::from("jobs.txt")));
+    assert_eq!(run.idle_threshold, 200);
+    assert_eq!(run.margin, 512);
+    assert_eq!(run.tolerance, 0.10);
+    assert_eq!(run.spike_buffer, 0.10);
+    assert_eq!(run.poll, 5.0);
+    assert_eq!(run.oom_retries, 0);
+    assert_eq!(run.log_dir, PathBuf::from("gpusched_logs"));
+    assert!(!run.exclusive && !run.watch && !run.fresh && !run.verbose);
+    assert_eq!(run.sim, None);
+    assert_eq!(run.gpus, None);
+}
+
+#[test]
+fn gpu_list_is_validated() {
+    let cli = parse(&["j", "--gpus", "3,0,1"]).unwrap();
+    assert_eq!(cli.run.gpus, Some(GpuList(vec![0, 1, 3])));
+    assert!(parse(&["j", "--gpus", "0,0"]).is_err());
+    assert!(parse(&["j", "--gpus", "a"]).is_err());
+    assert!(parse(&["j", "--gpus", ""]).is_err());
+}
+
+#[test]
+fn bad_values_are_usage_errors() {
+    for args in [
+        &["j", "--margin", "-5"][..],
+        &["j", "--poll", "0"],
+        &["j", "--poll", "-1"],
+        &["j", "--poll", "nan"],
+        &["j", "--poll", "1e20"],
+        &["j", "--poll", "inf"],
+        &["j", "--margin", "99999999999999999999"],
+        &["j", "--idle-threshold", "18446744073709551615"],
+        &["j", "--oom-retries", "99999999999"],
+        &["simjob", "--vram", "1", "--hold", "1e300"],
+        &["simjob", "--vram", "1", "--ramp", "-1"],
+        &["stop", "--timeout", "0"],
+        &["j", "--tolerance", "-0.1"],
+        &["j", "--spike-buffer", "x"],
+        &["j", "--sim", "0"],
+        &["j", "--idle-threshold", "1.5"],
+        &["j", "--bogus"],
+        &[],
+    ] {
+        let err = parse(args).expect_err(&format!("{args:?} should fail"));
+        assert_eq!(err.exit_code(), 2, "{args:?}");
+    }
+}
+
+#[test]
+fn add_takes_the_command_after_its_options() {
+    let cli = parse(&[
+        "add", "--vram", "8G", "--", "python", "train.py", "--lr", "1e-4",
+    ])
+    .unwrap();
+    match cli.command {
+        Some(Command::Add(args)) => {
+            assert_eq!(args.vram.as_deref(), Some("8G"));
+            assert_eq!(args.command, ["python", "train.py", "--lr", "1e-4"]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        parse(&["add", "--vram", "8G"]).is_err(),
+        "a command is required"
+    );
+}
+
+#[test]
+fn typos_of_subcommands_are_recognised() {
+    assert_eq!(subcommand_typo("statu").as_deref(), Some("status"));
+    assert_eq!(subcommand_typo("stauts").as_deref(), Some("status"));
+    assert_eq!(subcommand_typo("cancle").as_deref(), Some("cancel"));
+    assert_eq!(subcommand_typo("jobs.txt"), None);
+    for exact in [
+        "simjob", "status", "cancel", "ledger", "man", "--help", "-v",
+    ] {
+        assert!(
+            typo_error(std::ffi::OsStr::new(exact)).is_none(),
+            "{exact} is no typo"
+        );
+    }
+    assert!(typo_error(std::ffi::OsStr::new("cancle")).is_some());
+    assert_eq!(subcommand_typo("experiments"), None);
+    assert_eq!(
+        subcommand_typo("__supervis"),
+        None,
+        "internal commands are never suggested"
+    );
+}
+
+#[test]
+fn the_help_lists_the_attributes_the_parser_knows() {
+    assert_eq!(ATTRIBUTE_HELP.len(), crate::jobspec::ATTRIBUTES.len());
+    for ((shown, _), known) in ATTRIBUTE_HELP.iter().zip(crate::jobspec::ATTRIBUTES) {
+        assert!(shown.starts_with(known), "{shown} is not {known}");
+    }
+}
+
+#[test]
+fn simjob_subcommand() {
+    let cli = parse(&["simjob", "--vram", "1000", "--hold", "2"]).unwrap();
+    match cli.command {
+        Some(Command::Simjob(args)) => {
+            assert_eq!(args.vram, 1000);
+            assert_eq!(args.hold, 2.0);
+            assert_eq!(args.ramp, 0.5);
+            assert_eq!(args.exit_code, 0);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}

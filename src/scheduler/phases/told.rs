@@ -42,7 +42,14 @@ impl Told {
         log_dir: &std::path::Path,
     ) -> anyhow::Result<Told> {
         let usage = crate::error::Error::Usage;
-        for url in &args.notify {
+        // An empty $GPUSCHED_NOTIFY names no URL.
+        let urls: Vec<String> = args
+            .notify
+            .iter()
+            .filter(|u| !u.trim().is_empty())
+            .cloned()
+            .collect();
+        for url in &urls {
             crate::notify::check_url(url).map_err(usage)?;
         }
         let hooks = match &args.on_finish {
@@ -52,10 +59,10 @@ impl Told {
             }
             None => None,
         };
-        let notifier = if args.notify.is_empty() {
+        let notifier = if urls.is_empty() {
             None
         } else {
-            Some(Notifier::start(args.notify.clone())?)
+            Some(Notifier::start(urls)?)
         };
         Ok(Told {
             notifier,

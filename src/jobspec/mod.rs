@@ -467,6 +467,11 @@ pub const ATTRIBUTES: [&str; 12] = [
 /// a variable assignment, declaring nothing): the block it was meant to
 /// be, `[vram=4G]`. `None` for any other command.
 pub fn unbracketed_attributes(command: &str) -> Option<String> {
+    // Most commands do not begin with `NAME=`: no allocation for them (a
+    // million-line file is checked line by line once).
+    if !command.split_whitespace().next()?.contains('=') {
+        return None;
+    }
     let words: Vec<&str> = command
         .split_whitespace()
         .take_while(|word| {

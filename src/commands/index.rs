@@ -65,6 +65,55 @@ pub struct IndexedJob {
 }
 
 impl IndexedJob {
+    /// The job as first `seen` as number `no` running `command`: waiting.
+    pub fn seen(no: u32, key: &str, command: &str) -> IndexedJob {
+        IndexedJob {
+            no,
+            key: key.to_string(),
+            command: command.to_string(),
+            attempts: Vec::new(),
+            last: LastWord::Waiting,
+        }
+    }
+
+    /// Takes in one later journal `event` of this job (its `record`): an
+    /// attempt started, an outcome, a requeue. Requests and reservations
+    /// (`cancel`, `reserved`) are not outcomes and change nothing.
+    pub fn apply(&mut self, event: &str, record: &Value) {
+        match event {
+            "started" => {
+                self.attempts.push(Attempt {
+                    attempt: record["attempt"].as_u64().unwrap_or(0) as u32,
+                    gpus: record["gpus"]
+                        .as_array()
+                        .map(|g| {
+                            g.iter()
+                                .filter_map(|i| i.as_u64())
+                                .map(|i| i as u32)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    log_offset: record["log_offset"].as_u64(),
+                });
+                self.last = LastWord::Started;
+            }
+            "done" => {
+                self.last = LastWord::Done {
+                    status: record["status"].as_str().unwrap_or("failed").to_string(),
+                    returncode: record["returncode"].as_i64(),
+                    ts: record["ts"].as_f64().unwrap_or(0.0),
+                    duration_s: record["duration_s"].as_f64().unwrap_or(0.0),
+                }
+            }
+            "oom" | "interrupted" | "preempted" | "retry" => {
+                self.last = LastWord::Requeued {
+                    event: event.to_string(),
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The log file of `attempt` in `log_dir`.
     pub fn log_path(&self, log_dir: &Path, attempt: &Attempt) -> PathBuf {
         log_dir.join(report::log_name(self.no, &attempt.gpus))
@@ -107,51 +156,13 @@ impl JobIndex {
                 let Some(no) = record["no"].as_u64().and_then(|n| u32::try_from(n).ok()) else {
                     continue;
                 };
-                by_key.entry(key.to_string()).or_insert(IndexedJob {
-                    no,
-                    key: key.to_string(),
-                    command: record["command"].as_str().unwrap_or_default().to_string(),
-                    attempts: Vec::new(),
-                    last: LastWord::Waiting,
+                by_key.entry(key.to_string()).or_insert_with(|| {
+                    IndexedJob::seen(no, key, record["command"].as_str().unwrap_or_default())
                 });
                 continue;
             }
-            let Some(job) = by_key.get_mut(key) else {
-                continue;
-            };
-            match event {
-                "started" => {
-                    job.attempts.push(Attempt {
-                        attempt: record["attempt"].as_u64().unwrap_or(0) as u32,
-                        gpus: record["gpus"]
-                            .as_array()
-                            .map(|g| {
-                                g.iter()
-                                    .filter_map(|i| i.as_u64())
-                                    .map(|i| i as u32)
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        log_offset: record["log_offset"].as_u64(),
-                    });
-                    job.last = LastWord::Started;
-                }
-                "done" => {
-                    job.last = LastWord::Done {
-                        status: record["status"].as_str().unwrap_or("failed").to_string(),
-                        returncode: record["returncode"].as_i64(),
-                        ts: record["ts"].as_f64().unwrap_or(0.0),
-                        duration_s: record["duration_s"].as_f64().unwrap_or(0.0),
-                    }
-                }
-                "oom" | "interrupted" | "preempted" | "retry" => {
-                    job.last = LastWord::Requeued {
-                        event: event.to_string(),
-                    }
-                }
-                // Requests and reservations (`cancel`, `reserved`) are
-                // not outcomes.
-                _ => {}
+            if let Some(job) = by_key.get_mut(key) {
+                job.apply(event, &record);
             }
         }
         let mut jobs: Vec<IndexedJob> = by_key.into_values().collect();
@@ -240,6 +251,43 @@ impl JobIndex {
                     .join(", ")
             ))),
         }
+    }
+}
+
+/// One job followed as the journal grows: its state from one full read,
+/// then only from the records appended after it (a long journal is not
+/// read again on every look).
+pub struct FollowedJob {
+    tail: JournalTail,
+    /// The job as the journal says now.
+    pub job: IndexedJob,
+}
+
+impl FollowedJob {
+    /// Starts following the job `key` of `log_dir` (`None` when the
+    /// journal does not know it).
+    pub fn new(log_dir: &Path, key: &str) -> Option<FollowedJob> {
+        // The tail first: nothing appended during the full read is missed
+        // (a record seen twice changes nothing).
+        let tail = JournalTail::new(log_dir);
+        let job = JobIndex::read(log_dir)
+            .ok()?
+            .jobs
+            .into_iter()
+            .find(|j| j.key == key)?;
+        Some(FollowedJob { tail, job })
+    }
+
+    /// Takes in what was appended since the last look.
+    pub fn refresh(&mut self) -> &IndexedJob {
+        for record in self.tail.records() {
+            if record["key"] == self.job.key.as_str()
+                && let Some(event) = record["event"].as_str()
+            {
+                self.job.apply(event, &record);
+            }
+        }
+        &self.job
     }
 }
 

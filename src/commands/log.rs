@@ -3,7 +3,9 @@
 //! it ran on; with `-f`, follows it until the attempt ends, then prints a
 //! line with its outcome and exits 0 only when it ended `ok`.
 
-use super::index::{IndexedJob, JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
+use super::index::{
+    FollowedJob, IndexedJob, JobIndex, JournalTail, LastWord, find_jobs_file, specs_of,
+};
 use crate::cli::LogArgs;
 use crate::error::Error;
 use crate::process::supervisor;
@@ -112,20 +114,18 @@ fn wait_for_start(log_dir: &std::path::Path, job: IndexedJob, err: &mut dyn Writ
         "job {} has not started yet; following it once it does (Ctrl-C to give up)",
         job.no
     );
+    let Some(mut followed) = FollowedJob::new(log_dir, &job.key) else {
+        return Waited::Ended(job);
+    };
     loop {
-        std::thread::sleep(FOLLOW_POLL);
-        let Some(now) = JobIndex::read(log_dir)
-            .ok()
-            .and_then(|index| index.jobs.into_iter().find(|j| j.key == job.key))
-        else {
-            continue;
-        };
+        let now = followed.refresh();
         if !now.attempts.is_empty() {
-            return Waited::Started(now);
+            return Waited::Started(now.clone());
         }
         if matches!(now.last, LastWord::Done { .. }) {
-            return Waited::Ended(now);
+            return Waited::Ended(now.clone());
         }
+        std::thread::sleep(FOLLOW_POLL);
     }
 }
 
@@ -172,11 +172,11 @@ fn is_outcome(event: &str) -> bool {
 /// of the attempt yet.
 fn outcome(log_dir: &std::path::Path, key: &str) -> LastWord {
     let deadline = std::time::Instant::now() + OUTCOME_WAIT;
+    let Some(mut followed) = FollowedJob::new(log_dir, key) else {
+        return LastWord::Started;
+    };
     loop {
-        let last = JobIndex::read(log_dir)
-            .ok()
-            .and_then(|index| index.jobs.into_iter().find(|j| j.key == key))
-            .map_or(LastWord::Started, |j| j.last);
+        let last = followed.refresh().last.clone();
         let waiting = last == LastWord::Started
             && crate::lockfile::holder(log_dir).is_some()
             && std::time::Instant::now() < deadline;

@@ -5,7 +5,7 @@
 //! (the journal is appended to when a job ends), with a slow look every
 //! few seconds in case the watch misses something; it never polls fast.
 
-use super::index::{JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
+use super::index::{IndexedJob, JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
 use crate::cli::WaitArgs;
 use crate::error::Error;
 use std::collections::BTreeMap;
@@ -33,8 +33,8 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
         None => find_jobs_file(&args.log_dir).ok(),
     };
     let specs = file.as_deref().map(specs_of).unwrap_or_default();
-    // Key → display number (when known) and final status (once ended).
-    let mut waited: BTreeMap<String, (Option<u32>, Option<String>)> = BTreeMap::new();
+    // Key → the job as the journal says (`None` until a scheduler saw it).
+    let mut waited: BTreeMap<String, Option<IndexedJob>> = BTreeMap::new();
     if args.jobs.is_empty() {
         if specs.is_empty() {
             return Err(Error::Usage(format!(
@@ -44,19 +44,13 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
             .into());
         }
         for spec in &specs {
-            let known = index.jobs.iter().find(|j| j.key == spec.key);
-            waited.insert(
-                spec.key.clone(),
-                (
-                    known.map(|j| j.no),
-                    known.and_then(|j| final_status(&j.last)),
-                ),
-            );
+            let known = index.jobs.iter().find(|j| j.key == spec.key).cloned();
+            waited.insert(spec.key.clone(), known);
         }
     } else {
         for reference in &args.jobs {
             let job = index.resolve_in(reference, &specs)?;
-            waited.insert(job.key.clone(), (Some(job.no), final_status(&job.last)));
+            waited.insert(job.key.clone(), Some(job.clone()));
         }
     }
     let deadline = args
@@ -69,20 +63,26 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
             else {
                 continue;
             };
-            let Some((no, status)) = waited.get_mut(key) else {
+            let Some(slot) = waited.get_mut(key) else {
                 continue;
             };
-            match event {
-                "seen" => *no = record["no"].as_u64().map(|n| n as u32),
-                "done" => *status = record["status"].as_str().map(str::to_string),
-                "started" | "retry" | "oom" | "interrupted" | "preempted" => *status = None,
+            match (slot, event) {
+                (slot @ None, "seen") => {
+                    let no = record["no"].as_u64().unwrap_or(0) as u32;
+                    let command = record["command"].as_str().unwrap_or_default();
+                    *slot = Some(IndexedJob::seen(no, key, command));
+                }
+                (Some(job), event) => job.apply(event, &record),
                 _ => {}
             }
         }
         let left: Vec<String> = waited
             .iter()
-            .filter(|(_, (_, status))| status.is_none())
-            .map(|(key, (no, _))| no.map_or_else(|| key.clone(), |n| n.to_string()))
+            .filter(|(_, job)| job.as_ref().and_then(|j| final_status(&j.last)).is_none())
+            .map(|(key, job)| {
+                job.as_ref()
+                    .map_or_else(|| key.clone(), |j| j.no.to_string())
+            })
             .collect();
         if left.is_empty() {
             return Ok(report(&waited));
@@ -122,17 +122,20 @@ fn final_status(last: &LastWord) -> Option<String> {
 }
 
 /// Says how the jobs ended; 0 when every one ended ok, else 1.
-fn report(waited: &BTreeMap<String, (Option<u32>, Option<String>)>) -> i32 {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, status) in waited.values() {
-        *counts.entry(status.as_deref().unwrap_or("?")).or_default() += 1;
+fn report(waited: &BTreeMap<String, Option<IndexedJob>>) -> i32 {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for job in waited.values() {
+        let status = job.as_ref().and_then(|j| final_status(&j.last));
+        *counts
+            .entry(status.unwrap_or_else(|| "?".into()))
+            .or_default() += 1;
     }
     let summary: Vec<String> = counts
         .iter()
         .map(|(status, n)| format!("{n} {status}"))
         .collect();
     println!("{} job(s) ended: {}", waited.len(), summary.join(", "));
-    i32::from(counts.keys().any(|s| *s != "ok"))
+    i32::from(counts.keys().any(|s| s != "ok"))
 }
 
 /// A watch of the log directory that sends on `tx` whenever a file in it

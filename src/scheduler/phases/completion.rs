@@ -290,7 +290,7 @@ impl Scheduler {
             },
         )?;
         if notify {
-            self.tell_unrun(key, status);
+            self.tell_unrun(key);
         }
         Ok(())
     }

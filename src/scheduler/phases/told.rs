@@ -152,32 +152,39 @@ impl Scheduler {
 
     /// A job that ended without running (cancelled while waiting,
     /// infeasible, a failed dependency): posted if the filter picks it.
-    pub(in crate::scheduler) fn tell_unrun(&mut self, key: &str, status: DoneStatus) {
-        let Some(state) = self.journal.state(key) else {
-            return;
+    pub(in crate::scheduler) fn tell_unrun(&mut self, key: &str) {
+        if let Some(facts) = self.facts_of_finished(key) {
+            self.told
+                .post(Subject::Outcome(facts), Some(key.to_string()));
+        }
+    }
+
+    /// The facts of job `key` as its journaled outcome gives them; `None`
+    /// unless it ended.
+    fn facts_of_finished(&self, key: &str) -> Option<JobFacts> {
+        let state = self.journal.state(key)?;
+        let Phase::Done(done) = &state.phase else {
+            return None;
         };
-        let facts = JobFacts {
+        let spec = self.jobs.spec(key);
+        let gpus = crate::model::gpus_of_mask(done.gpu_mask);
+        let log = (!gpus.is_empty()).then(|| {
+            let name = crate::view::report::log_name(state.no, &gpus);
+            self.cfg.log_dir.join(name).display().to_string()
+        });
+        Some(JobFacts {
             no: state.no,
             key: key.to_string(),
-            name: self
-                .jobs
-                .spec(key)
-                .and_then(|s| s.name().map(str::to_string)),
-            status: status.as_str().to_string(),
-            exit_code: None,
-            command: self
-                .jobs
-                .spec(key)
-                .map(|s| s.command.clone())
-                .unwrap_or_default(),
-            log: None,
-            peak_mib: None,
-            duration_s: 0.0,
-            gpus: Vec::new(),
+            name: spec.and_then(|s| s.name().map(str::to_string)),
+            status: done.status.as_str().to_string(),
+            exit_code: done.returncode,
+            command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+            log,
+            peak_mib: done.peak_mib,
+            duration_s: done.duration_s,
+            gpus,
             attempt: state.attempts,
-        };
-        self.told
-            .post(Subject::Outcome(facts), Some(key.to_string()));
+        })
     }
 
     /// Journals `notified` for the outcomes the sender delivered, and
@@ -242,28 +249,7 @@ impl Scheduler {
             .journal
             .states()
             .filter(|(_, state)| state.notify_pending)
-            .filter_map(|(key, state)| {
-                let Phase::Done(done) = &state.phase else {
-                    return None;
-                };
-                let spec = self.jobs.spec(key);
-                Some((
-                    key.to_string(),
-                    JobFacts {
-                        no: state.no,
-                        key: key.to_string(),
-                        name: spec.and_then(|s| s.name().map(str::to_string)),
-                        status: done.status.as_str().to_string(),
-                        exit_code: done.returncode,
-                        command: spec.map(|s| s.command.clone()).unwrap_or_default(),
-                        log: None,
-                        peak_mib: done.peak_mib,
-                        duration_s: done.duration_s,
-                        gpus: crate::model::gpus_of_mask(done.gpu_mask),
-                        attempt: state.attempts,
-                    },
-                ))
-            })
+            .filter_map(|(key, _)| Some((key.to_string(), self.facts_of_finished(key)?)))
             .collect();
         if !owed.is_empty() {
             say(&format!(

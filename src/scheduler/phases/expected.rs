@@ -77,6 +77,9 @@ impl Scheduler {
     /// The expected ends of the running jobs, the expected frees of their
     /// GPUs and the expected starts of the first waiting jobs, now.
     pub(in crate::scheduler) fn expectations(&mut self) -> Expectations {
+        if self.running.is_empty() {
+            return Expectations::default(); // nothing ends, nothing frees
+        }
         self.load_run_times();
         let now = crate::journal::now_ts();
         let keys: Vec<&String> = self.running.keys().collect();
@@ -122,8 +125,11 @@ impl Scheduler {
         for late in order.into_iter().skip(ENDS_TRIED) {
             tried[late] = None;
         }
+        if tried.iter().all(Option::is_none) {
+            return out;
+        }
         let waiting = self.first_ready(WAITING_ESTIMATED);
-        if waiting.is_empty() || tried.iter().all(Option::is_none) {
+        if waiting.is_empty() {
             return out;
         }
         let requests: Vec<_> = waiting.iter().map(|(_, r)| *r).collect();

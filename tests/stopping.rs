@@ -175,10 +175,14 @@ fn a_second_ctrl_c_ends_the_scheduler_at_once() {
 fn no_job_that_finished_before_a_ctrl_c_runs_again() {
     let env = Env::new("");
     env.write_jobs(&marked_jobs(600, env.dir.path()));
+    // Round i runs from launches[i] to its Ctrl-C, signals[i]; the last
+    // launch is the run that finishes the queue.
+    let mut launches = Vec::new();
     let mut signals = Vec::new();
     let mut outputs = Vec::new();
     for round in 0..8u64 {
         let started_before = env.events("started").len();
+        launches.push(now_ns());
         let sched = env.spawn(&["--sim", "4", "--poll", "0.2"]);
         // Its signal handlers are set up before its first start.
         wait_for("this round's first start", &mut || {
@@ -202,6 +206,7 @@ fn no_job_that_finished_before_a_ctrl_c_runs_again() {
         );
         assert_eq!(attempts_without_an_end(&env), Vec::<String>::new());
     }
+    launches.push(now_ns());
     let out = env.run(&["--sim", "4", "--poll", "0.2"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     let marks = read_marks(&env);
@@ -215,9 +220,14 @@ fn no_job_that_finished_before_a_ctrl_c_runs_again() {
         assert!(!ends.is_empty(), "job {no} never finished");
         let first_end = *ends.iter().min().unwrap();
         // The Ctrl-C that stopped the round of the attempt that ended
-        // first: the first after that attempt's start.
+        // first. The round is the last launch before that attempt's start
+        // mark: a job the scheduler started just before it took the
+        // Ctrl-C can write its start mark after the signal was sent, so
+        // "the first Ctrl-C after the start mark" would name the round
+        // after.
         let attempt_start = starts.iter().filter(|s| **s < first_end).max().copied();
-        let round_signal = attempt_start.and_then(|t| signals.iter().find(|s| **s > t));
+        let round = attempt_start.and_then(|t| launches.iter().rposition(|l| *l < t));
+        let round_signal = round.and_then(|r| signals.get(r));
         let finished_before_its_stop = round_signal.is_some_and(|s| first_end + margin <= *s);
         let started_again = starts.iter().any(|s| *s > first_end);
         if finished_before_its_stop && started_again {

@@ -26,6 +26,7 @@ pub mod notify;
 pub mod policy;
 pub mod process;
 pub mod progress;
+pub mod rules;
 pub mod scheduler;
 pub mod simjob;
 pub mod timeline;

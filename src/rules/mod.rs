@@ -1,0 +1,292 @@
+//! Box rules (docs/BEHAVIOUR.md "Rules for a shared box"): what root
+//! decides once for everyone's schedulers on one machine — fair share,
+//! quotas, how long a personal reservation may last — read from a TOML
+//! file that only root can write. With no file, nothing here applies.
+//!
+//! This module parses and checks the file; [`share`] holds the fair-share
+//! arithmetic and [`quota`] the quota arithmetic, both pure. The ledger
+//! ([`crate::ledger`]) carries what the schedulers tell each other.
+
+pub mod quota;
+pub mod share;
+
+use crate::error::Error;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where the rules are read from when neither `--box-rules` nor
+/// `$GPUSCHED_BOX_RULES` names a file.
+pub const DEFAULT_PATH: &str = "/etc/gpusched/box.toml";
+
+/// The environment variable that names the rules file.
+pub const ENV: &str = "GPUSCHED_BOX_RULES";
+
+/// Largest rules file read (bytes).
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// How long a personal reservation may last when the rules do not say
+/// (seconds, 7 days): a reservation is bounded whatever the rules.
+pub const DEFAULT_MAX_RESERVATION_S: f64 = 7.0 * 86400.0;
+
+/// The rules in force.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BoxRules {
+    /// The file they came from.
+    pub path: PathBuf,
+    /// `[fair_share]`: present turns fair share on.
+    pub fair_share: Option<FairShare>,
+    /// `[quota.default]`: every user's limits.
+    pub quota_default: quota::Quota,
+    /// `[quota.users.NAME]`: per-user overrides, key by key.
+    pub quota_users: BTreeMap<String, quota::Quota>,
+    /// `[shares]`: relative weights by user name (default 1).
+    pub shares: BTreeMap<String, f64>,
+    /// `[reservations] max_duration`, seconds.
+    pub max_reservation_s: Option<f64>,
+}
+
+/// `[fair_share]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairShare {
+    /// Past usage halves every this many seconds (`half_life`, default 7d).
+    pub half_life_s: f64,
+}
+
+impl BoxRules {
+    /// The quota of `user`: their `[quota.users.NAME]` keys over
+    /// `[quota.default]`'s.
+    pub fn quota_for(&self, user: &str) -> quota::Quota {
+        let default = self.quota_default;
+        match self.quota_users.get(user) {
+            Some(own) => quota::Quota {
+                max_gpus: own.max_gpus.or(default.max_gpus),
+                max_vram_mib: own.max_vram_mib.or(default.max_vram_mib),
+                max_running: own.max_running.or(default.max_running),
+            },
+            None => default,
+        }
+    }
+
+    /// The share of `user` (`[shares]`, default 1).
+    pub fn share_of(&self, user: &str) -> f64 {
+        self.shares.get(user).copied().unwrap_or(1.0)
+    }
+
+    /// The longest personal reservation allowed (seconds).
+    pub fn max_reservation_s(&self) -> f64 {
+        self.max_reservation_s.unwrap_or(DEFAULT_MAX_RESERVATION_S)
+    }
+}
+
+/// A size as the file may write it: MiB as a number, or `"96G"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Size {
+    Mib(u64),
+    Text(String),
+}
+
+/// A duration as the file may write it: seconds as a number, or `"7d"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Duration {
+    Seconds(f64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRules {
+    fair_share: Option<RawFairShare>,
+    quota: Option<RawQuotas>,
+    shares: Option<BTreeMap<String, f64>>,
+    reservations: Option<RawReservations>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFairShare {
+    half_life: Option<Duration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuotas {
+    default: Option<RawQuota>,
+    users: Option<BTreeMap<String, RawQuota>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    max_gpus: Option<u32>,
+    max_vram: Option<Size>,
+    max_running: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReservations {
+    max_duration: Option<Duration>,
+}
+
+fn size_mib(key: &str, size: Size) -> Result<u64, String> {
+    match size {
+        Size::Mib(0) => Err(format!("{key} = 0: must be more than zero")),
+        Size::Mib(mib) => Ok(mib),
+        Size::Text(text) => crate::jobspec::parse_vram_mib(&text)
+            .map_err(|_| format!("{key} = \"{text}\": expected MiB (98304) or a size like 96G")),
+    }
+}
+
+fn duration_s(key: &str, duration: Duration) -> Result<f64, String> {
+    match duration {
+        Duration::Seconds(s) if s.is_finite() && s > 0.0 => Ok(s),
+        Duration::Seconds(s) => Err(format!("{key} = {s}: must be more than zero")),
+        Duration::Text(text) => crate::jobspec::parse_duration_s(&text)
+            .map_err(|_| format!("{key} = \"{text}\": expected a duration like 90s, 15m, 8h, 7d")),
+    }
+}
+
+fn quota(key: &str, raw: RawQuota) -> Result<quota::Quota, String> {
+    let positive = |name: &str, value: Option<u32>| match value {
+        Some(0) => Err(format!("{key}.{name} = 0: must be at least 1")),
+        other => Ok(other),
+    };
+    Ok(quota::Quota {
+        max_gpus: positive("max_gpus", raw.max_gpus)?,
+        max_running: positive("max_running", raw.max_running)?,
+        max_vram_mib: raw
+            .max_vram
+            .map(|s| size_mib(&format!("{key}.max_vram"), s))
+            .transpose()?,
+    })
+}
+
+/// Parses the text of a rules file.
+///
+/// Errors: the reason, in words, naming the key: TOML syntax (with its
+/// line), an unknown key, a bad size or duration, a zero limit, a share
+/// that is not a positive number.
+pub fn parse(text: &str) -> Result<BoxRules, String> {
+    let raw: RawRules = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    let mut rules = BoxRules::default();
+    if let Some(fair) = raw.fair_share {
+        rules.fair_share = Some(FairShare {
+            half_life_s: match fair.half_life {
+                Some(d) => duration_s("fair_share.half_life", d)?,
+                None => 7.0 * 86400.0,
+            },
+        });
+    }
+    if let Some(quotas) = raw.quota {
+        if let Some(default) = quotas.default {
+            rules.quota_default = quota("quota.default", default)?;
+        }
+        for (user, raw) in quotas.users.unwrap_or_default() {
+            let parsed = quota(&format!("quota.users.{user}"), raw)?;
+            rules.quota_users.insert(user, parsed);
+        }
+    }
+    for (user, share) in raw.shares.unwrap_or_default() {
+        if !(share.is_finite() && share > 0.0) {
+            return Err(format!(
+                "shares.{user} = {share}: must be a positive number"
+            ));
+        }
+        rules.shares.insert(user, share);
+    }
+    if let Some(reservations) = raw.reservations {
+        rules.max_reservation_s = reservations
+            .max_duration
+            .map(|d| duration_s("reservations.max_duration", d))
+            .transpose()?;
+    }
+    Ok(rules)
+}
+
+/// The rules file to read: `--box-rules` (`given`), else
+/// `$GPUSCHED_BOX_RULES`, else [`DEFAULT_PATH`]; with whether it was named
+/// (a named file must exist; the default may be absent).
+pub fn locate(given: Option<&Path>) -> (PathBuf, bool) {
+    if let Some(path) = given {
+        return (path.to_path_buf(), true);
+    }
+    match std::env::var_os(ENV).filter(|v| !v.is_empty()) {
+        Some(path) => (PathBuf::from(path), true),
+        None => (PathBuf::from(DEFAULT_PATH), false),
+    }
+}
+
+/// Why a rules file is not trusted, if it is not: it and its directory
+/// must belong to root and be writable by nobody else (a directory may be
+/// world-writable only with the sticky bit), so that no user can grant
+/// himself more.
+pub fn untrusted(path: &Path, file: &std::fs::Metadata) -> Option<String> {
+    let owner = |uid: u32| crate::files::user_name(uid);
+    if !file.is_file() {
+        return Some("not a regular file".into());
+    }
+    if file.uid() != 0 {
+        return Some(format!(
+            "owned by {}, not root, so that user could change everyone's rules",
+            owner(file.uid())
+        ));
+    }
+    if file.mode() & 0o022 != 0 {
+        return Some(format!(
+            "writable by others than root (mode {:04o})",
+            file.mode() & 0o7777
+        ));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = std::fs::metadata(parent.unwrap_or(Path::new(".")));
+    match dir {
+        Ok(dir) if dir.uid() != 0 => Some(format!(
+            "in a directory owned by {}, who could replace it",
+            owner(dir.uid())
+        )),
+        Ok(dir) if dir.mode() & 0o022 != 0 && dir.mode() & 0o1000 == 0 => Some(format!(
+            "in a directory others can write to (mode {:04o}), so anyone could replace it",
+            dir.mode() & 0o7777
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!("its directory cannot be read ({e})")),
+    }
+}
+
+/// Reads the rules in force (see [`locate`]): `None` when no file is
+/// named and the default one does not exist.
+///
+/// Errors: [`Error::Usage`] (exit 2) for a named file that is missing, a
+/// file root does not own or others can write, one that cannot be read,
+/// or one that does not parse — each with the path and the reason.
+pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
+    let (path, named) = locate(given);
+    let refuse = |why: String| {
+        Error::Usage(format!(
+            "box rules {}: {why}; refusing to start",
+            path.display()
+        ))
+    };
+    let meta = match std::fs::metadata(&path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(None),
+        Err(e) => return Err(refuse(crate::files::io_reason(&e))),
+    };
+    if let Some(why) = untrusted(&path, &meta) {
+        return Err(refuse(why));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(refuse(format!("{} bytes is not a rules file", meta.len())));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| refuse(crate::files::io_reason(&e)))?;
+    let mut rules = parse(&text).map_err(refuse)?;
+    rules.path = crate::scheduler::absolute(&path);
+    Ok(Some(rules))
+}
+
+#[cfg(test)]
+mod tests;

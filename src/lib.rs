@@ -65,12 +65,26 @@ pub fn open_backend(
     if args.slurm.slurm {
         return Ok((Box::new(launcher::ClusterGpus), None));
     }
-    Ok(match args.sim {
+    open_gpus(args.sim, args.sim_dir.as_deref(), &log_dir)
+}
+
+/// The GPUs themselves: `sim` simulated GPUs in `sim_dir` (else
+/// `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`), or NVML; with the
+/// simulator's directory, if any.
+///
+/// Errors: NVML missing or failing ([`error::Error::Gpu`]); the sim
+/// directory cannot be created.
+pub fn open_gpus(
+    sim: Option<u32>,
+    sim_dir: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
+    Ok(match sim {
         Some(count) => {
-            let dir = match (&args.sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
+            let dir = match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
                 (Some(dir), _) => scheduler::absolute(dir),
                 (None, Some(dir)) => scheduler::absolute(std::path::Path::new(&dir)),
-                (None, None) => log_dir.join("sim"),
+                (None, None) => scheduler::absolute(log_dir).join("sim"),
             };
             let sim = gpu::sim::SimBackend::new(count, &dir)?;
             (Box::new(sim), Some(dir))

@@ -50,6 +50,8 @@ fn main() {
                 gpus: args.gpus.clone(),
             },
         ),
+        Some(Command::Reserve(args)) => gpusched::commands::reserve::run(args),
+        Some(Command::Release(args)) => gpusched::commands::reserve::release(args),
         Some(Command::Timeline(args)) => gpusched::commands::timeline::run(args),
         Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),

@@ -64,6 +64,12 @@ pub struct GpuLoad {
     pub booked_mib: u64,
     /// The users behind [`GpuLoad::booked_mib`], for wait reasons.
     pub booked_by: Vec<String>,
+    /// Users whose waiting job this GPU is kept for by fair share (their
+    /// need is in [`GpuLoad::booked_mib`]; docs/BEHAVIOUR.md "Rules for a
+    /// shared box").
+    pub share_held: Vec<String>,
+    /// The part of [`GpuLoad::booked_mib`] kept for them (MiB).
+    pub share_held_mib: u64,
 }
 
 /// The outcome of [`place`].
@@ -283,6 +289,11 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The loads as the round's starts so far left them.
+    pub fn loads(&self) -> &[GpuLoad] {
+        self.gpus
+    }
+
     /// Places the next request of the queue (`reserved`: it is the job
     /// the reservation is for) and books a start on the loads.
     pub fn next(&mut self, request: &Request, reserved: bool) -> Placement {
@@ -370,6 +381,23 @@ pub enum WaitReason {
         /// Whose bookings are in the way, by name.
         users: Vec<String>,
     },
+    /// It would start but for memory kept for another user's waiting job
+    /// whose fair-share factor is higher (docs/BEHAVIOUR.md "Rules for a
+    /// shared box").
+    FairShare {
+        /// The GPUs it would use.
+        gpus: Vec<u32>,
+        /// Whom they are kept for, by name.
+        users: Vec<String>,
+    },
+    /// Starting it would take our user over their quota
+    /// (docs/BEHAVIOUR.md "Rules for a shared box").
+    Quota {
+        /// Our user.
+        user: String,
+        /// The limit, in words (`uses 2 of 2 GPUs`).
+        over: String,
+    },
     /// Its group already runs as many jobs as its `limit=` allows
     /// (docs/BEHAVIOUR.md "Groups").
     Group {
@@ -423,6 +451,16 @@ impl std::fmt::Display for WaitReason {
                 running,
                 limit,
             } => write!(f, "group {name}: {running} of {limit} running"),
+            WaitReason::FairShare { gpus, users } => write!(
+                f,
+                "GPU {} kept for {} (fair share: a higher factor goes first)",
+                gpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                users.join(", ")
+            ),
+            WaitReason::Quota { user, over } => write!(f, "quota: {user} {over}"),
             WaitReason::Drained { gpus } => write!(
                 f,
                 "GPU {} drained",
@@ -538,13 +576,35 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             })
             .collect();
         if let Placement::Start(chosen) = place(request, &unbooked, opts) {
-            let mut users: Vec<String> = gpus
-                .iter()
-                .filter(|g| chosen.contains(&g.index))
+            let on_chosen = || gpus.iter().filter(|g| chosen.contains(&g.index));
+            let mut users: Vec<String> = on_chosen()
                 .flat_map(|g| g.booked_by.iter().cloned())
                 .collect();
             users.sort();
             users.dedup();
+            let mut kept_for: Vec<String> = on_chosen()
+                .flat_map(|g| g.share_held.iter().cloned())
+                .collect();
+            kept_for.sort();
+            kept_for.dedup();
+            // Kept for fair share alone: it would fit beside the bookings.
+            if !kept_for.is_empty() {
+                let without_holds: Vec<GpuLoad> = gpus
+                    .iter()
+                    .map(|g| GpuLoad {
+                        booked_mib: g.booked_mib.saturating_sub(g.share_held_mib),
+                        share_held: Vec::new(),
+                        share_held_mib: 0,
+                        ..g.clone()
+                    })
+                    .collect();
+                if let Placement::Start(free) = place(request, &without_holds, opts) {
+                    return WaitReason::FairShare {
+                        gpus: free,
+                        users: kept_for,
+                    };
+                }
+            }
             return WaitReason::Booked {
                 gpus: chosen,
                 users,

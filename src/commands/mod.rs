@@ -11,6 +11,7 @@ pub mod index;
 pub mod log;
 pub mod mcp;
 pub mod request;
+pub mod reserve;
 pub mod retry;
 pub mod status;
 pub mod stop;

@@ -24,6 +24,7 @@
 //! must keep to, which bookings are trusted, and the MiB a GPU must keep
 //! free for them. [`store`] does the file-system work.
 
+pub mod people;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -89,6 +90,42 @@ pub struct BookingFile {
     pub log_dir: String,
     /// Its running jobs' budgets.
     pub bookings: Vec<Booking>,
+    /// Its first ready jobs that wait, for fair share (docs/BEHAVIOUR.md
+    /// "Rules for a shared box"): what each needs, in queue order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub demand: Vec<Need>,
+    /// How many of its jobs wait, for the box-wide views.
+    #[serde(default)]
+    pub pending: u64,
+}
+
+/// What one waiting job needs, as [`BookingFile::demand`] publishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Need {
+    /// MiB per GPU, or `None` for whole idle GPUs (an undeclared job).
+    pub mib: Option<u64>,
+    /// Distinct GPUs.
+    pub gpus: u32,
+}
+
+/// Most needs one file may publish; a file with more is ignored.
+pub const MAX_DEMAND: usize = 16;
+
+/// Another scheduler, as its trusted booking file describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its user (the file's owner).
+    pub uid: u32,
+    /// Their name.
+    pub user: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Jobs of it that run now (distinct bookings that are not starting).
+    pub running: u64,
+    /// Jobs of it that wait.
+    pub pending: u64,
+    /// Its first waiting jobs' needs.
+    pub demand: Vec<Need>,
 }
 
 /// Why a booking file is not trusted. Each is warned about once per file.
@@ -149,6 +186,16 @@ pub fn parse(bytes: &[u8]) -> Result<BookingFile, Rejection> {
         return Err(Rejection::Malformed(format!(
             "a booking of {} MiB, more than any GPU",
             b.mib
+        )));
+    }
+    if file.demand.len() > MAX_DEMAND
+        || file
+            .demand
+            .iter()
+            .any(|n| n.gpus == 0 || n.mib.is_some_and(|m| m > MAX_BOOKING_MIB))
+    {
+        return Err(Rejection::Malformed(format!(
+            "a demand of more than {MAX_DEMAND} jobs, or of no GPU, or larger than any GPU"
         )));
     }
     if file.bookings.iter().any(|b| b.pgid <= 1 && !b.starting) {

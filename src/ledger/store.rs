@@ -6,12 +6,14 @@
 //! (mode 0644 whatever the umask, and taken again when the file at its
 //! path was replaced while we waited).
 
-use super::{BookingFile, Foreign, MAX_FILE_BYTES, Processes, Rejection};
+use super::people::{self, Held, Usage};
+use super::{BookingFile, Foreign, MAX_FILE_BYTES, Need, Peer, Processes, Rejection};
 use crate::error::Error;
 use crate::files::{self, AtomicOptions};
 use crate::view::report::warn;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
@@ -39,8 +41,19 @@ pub struct Ledger {
     warned: HashSet<OsString>,
     lock_warned: bool,
     users: HashMap<u32, String>,
-    /// Others' trusted bookings as of the last [`Ledger::refresh`].
+    /// Others' trusted bookings as of the last [`Ledger::refresh`], and
+    /// every personal reservation (ours too) as bookings.
     pub foreign: Vec<Foreign>,
+    /// The other schedulers with a trusted file, as of the last refresh.
+    pub peers: Vec<Peer>,
+    /// The personal reservations that count, as of the last refresh.
+    pub reservations: Vec<Held>,
+    /// Every user's usage by uid, as of the last refresh (as written;
+    /// decay it with [`Usage::at`]).
+    pub usage: BTreeMap<u32, Usage>,
+    /// The longest reservation believed (seconds; the rules'
+    /// `max_duration`).
+    pub max_reservation_s: f64,
 }
 
 /// The held ledger lock; released when dropped.
@@ -60,9 +73,24 @@ impl Ledger {
         Ledger::open_as(dir, log_dir, std::process::id())
     }
 
+    /// Opens (creating, as [`Ledger::open`] does) the ledger directory
+    /// `dir` for a command that books no job (`gpusched reserve`): it
+    /// reads, locks and writes reservations and usage, and publishes no
+    /// booking file.
+    ///
+    /// Errors: as [`Ledger::open`]'s, for the directory.
+    pub fn open_reader(dir: &Path) -> Result<Ledger, Error> {
+        Ledger::open_with(dir, Path::new(""), std::process::id(), false)
+    }
+
     /// [`Ledger::open`] for the scheduler with process `pid` (this one;
     /// tests play several schedulers in one process).
     fn open_as(dir: &Path, log_dir: &Path, pid: u32) -> Result<Ledger, Error> {
+        Ledger::open_with(dir, log_dir, pid, true)
+    }
+
+    /// [`Ledger::open_as`]; `publish`: write our (empty) booking file now.
+    fn open_with(dir: &Path, log_dir: &Path, pid: u32, publish: bool) -> Result<Ledger, Error> {
         prepare_dir(dir)?;
         let start_ticks = crate::process::read_stat(pid).map_or(0, |s| s.start_ticks);
         let uid = nix::unistd::getuid().as_raw();
@@ -75,13 +103,22 @@ impl Ledger {
                 start_ticks,
                 log_dir: log_dir.display().to_string(),
                 bookings: Vec::new(),
+                demand: Vec::new(),
+                pending: 0,
             },
             published: false,
             warned: HashSet::new(),
             lock_warned: false,
             users: HashMap::new(),
             foreign: Vec::new(),
+            peers: Vec::new(),
+            reservations: Vec::new(),
+            usage: BTreeMap::new(),
+            max_reservation_s: crate::rules::DEFAULT_MAX_RESERVATION_S,
         };
+        if !publish {
+            return Ok(ledger);
+        }
         ledger.publish(Vec::new()).map_err(|e| {
             Error::io(
                 format!(
@@ -159,6 +196,7 @@ impl Ledger {
         };
         let me = nix::unistd::getuid().as_raw();
         let mut foreign = Vec::new();
+        let mut peers = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name();
             if name == self.own_name || !name.to_string_lossy().ends_with(".json") {
@@ -167,17 +205,31 @@ impl Ledger {
             let path = entry.path();
             let result = read_booking_file(&path).and_then(|(file, uid)| {
                 let user = self.user_name(uid);
-                super::trusted(file, uid, &user, &ProcFs, now_ms()).inspect_err(|r| {
-                    // Ours, left by a scheduler killed with SIGKILL: tidy up.
-                    if *r == Rejection::Stale && uid == me {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                })
+                let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
+                let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
+                let running = running.collect::<HashSet<_>>().len() as u64;
+                let peer = Peer {
+                    uid,
+                    user: user.clone(),
+                    pid,
+                    running,
+                    pending,
+                    demand,
+                };
+                super::trusted(file, uid, &user, &ProcFs, now_ms())
+                    .map(|bookings| (bookings, peer))
+                    .inspect_err(|r| {
+                        // Ours, left by a scheduler killed with SIGKILL: tidy up.
+                        if *r == Rejection::Stale && uid == me {
+                            let _ = std::fs::remove_file(&path);
+                        }
+                    })
             });
             match result {
-                Ok(mut bookings) => {
+                Ok((mut bookings, peer)) => {
                     self.warned.remove(&name);
                     foreign.append(&mut bookings);
+                    peers.push(peer);
                 }
                 Err(why) => {
                     if self.warned.insert(name.clone()) {
@@ -186,7 +238,24 @@ impl Ledger {
                 }
             }
         }
+        let users = &mut self.users;
+        let mut names = |uid| cached_name(users, uid);
+        self.reservations =
+            people::read_reservations(&self.dir, now_ms(), self.max_reservation_s, &mut names);
+        foreign.extend(self.reservations.iter().map(Held::as_foreign));
         self.foreign = foreign;
+        self.peers = peers;
+        self.usage = people::read_usage(&self.dir);
+    }
+
+    /// Sets what our file says about our waiting jobs (published with the
+    /// next [`Ledger::publish`] that finds them changed).
+    pub fn set_demand(&mut self, demand: Vec<Need>, pending: u64) {
+        if self.me.demand != demand || self.me.pending != pending {
+            self.me.demand = demand;
+            self.me.pending = pending;
+            self.published = false;
+        }
     }
 
     /// The decisions of others this scheduler saw at its last
@@ -234,16 +303,8 @@ impl Ledger {
     }
 
     /// The name of `uid`, cached; the number when it has no name.
-    fn user_name(&mut self, uid: u32) -> String {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| {
-                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| format!("uid {uid}"), |u| u.name)
-            })
-            .clone()
+    pub fn user_name(&mut self, uid: u32) -> String {
+        cached_name(&mut self.users, uid)
     }
 }
 
@@ -253,6 +314,14 @@ impl Drop for Ledger {
     fn drop(&mut self) {
         self.withdraw();
     }
+}
+
+/// The name of `uid` from `cache`, looked up once.
+fn cached_name(cache: &mut HashMap<u32, String>, uid: u32) -> String {
+    cache
+        .entry(uid)
+        .or_insert_with(|| crate::files::user_name(uid))
+        .clone()
 }
 
 /// The `systemd-tmpfiles` line that keeps the default ledger directory

@@ -31,6 +31,8 @@ fn file(pid: u32, start_ticks: u64, bookings: Vec<Booking>) -> BookingFile {
         start_ticks,
         log_dir: "/home/bob/gpusched_logs".into(),
         bookings,
+        demand: Vec::new(),
+        pending: 0,
     }
 }
 

@@ -236,6 +236,7 @@ mod tests {
             occupants,
             booked_mib: 0,
             booked_by: Vec::new(),
+            ..Default::default()
         }]
     }
 

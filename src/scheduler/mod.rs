@@ -98,6 +98,9 @@ pub struct Scheduler {
     status_written: Option<Instant>,
     /// `--notify` and `--on-finish` (docs/BEHAVIOUR.md "Being told").
     told: phases::Told,
+    /// The box rules and our user's part in them (docs/BEHAVIOUR.md
+    /// "Rules for a shared box").
+    box_state: phases::BoxState,
     /// Past ok run times per family, for expected times.
     run_times: phases::RunTimes,
     /// Set when a round did not write them; the loop then wakes to write
@@ -144,6 +147,7 @@ impl Scheduler {
         }
         self.guard(|s| s.dispatch());
         self.publish_bookings();
+        self.account_usage(now);
         if self.cfg.watch && self.running.is_empty() && self.pending().next().is_none() {
             self.tell_drained();
         }

@@ -63,9 +63,15 @@ impl Scheduler {
             warn(&problem);
         }
         let mut wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
-        let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
+        let rules = crate::rules::load(args.box_rules.as_deref())?;
+        let box_state = super::phases::BoxState::new(rules);
+        let mut ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
+        if let Some(ledger) = &mut ledger {
+            ledger.max_reservation_s = box_state.max_reservation_s();
+        }
         if let Some(ledger) = &ledger {
-            wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string());
+            let others = box_state.rules.is_some();
+            wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string(), others);
         }
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
         let told = super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir)?;
@@ -116,6 +122,7 @@ impl Scheduler {
             status_stale: false,
             told,
             run_times: Default::default(),
+            box_state,
         };
         let after = scheduler
             .resolve_after(&mut specs)

@@ -44,7 +44,14 @@ pub enum Wake {
     /// Our booking file in the ledger was removed or replaced: the tick
     /// publishes it again.
     LedgerFile,
+    /// Another scheduler's booking file or a reservation changed (watched
+    /// under box rules): memory may have freed, or someone who goes first
+    /// may wait; the GPUs are sampled soon.
+    LedgerChanged,
 }
+
+/// The shortest time between two samples taken for ledger changes.
+const LEDGER_SAMPLE_GAP: Duration = Duration::from_millis(50);
 
 /// The loop's wake sources.
 pub struct Wakes {
@@ -162,7 +169,9 @@ impl Wakes {
     /// `dir` is removed or replaced, so it is published again at once
     /// (docs/BEHAVIOUR.md "Sharing a box"). Without a watch, it is checked
     /// at every tick.
-    pub fn watch_ledger(&mut self, dir: &Path, own: std::ffi::OsString) {
+    /// With `others`, it also wakes the loop when another scheduler's
+    /// booking file or a reservation changes ([`Wake::LedgerChanged`]).
+    pub fn watch_ledger(&mut self, dir: &Path, own: std::ffi::OsString, others: bool) {
         use notify::Watcher;
         let tx = self.tx.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -185,6 +194,20 @@ impl Wakes {
             };
             if gone {
                 let _ = tx.send(Wake::LedgerFile);
+            }
+            let is_other = |p: &PathBuf| {
+                p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n != own.to_string_lossy()
+                        && (n.ends_with(".json") || n.ends_with(".reservation"))
+                })
+            };
+            let changed = matches!(
+                event.kind,
+                EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_)
+            );
+            if others && changed && event.paths.iter().any(is_other) {
+                let _ = tx.send(Wake::LedgerChanged);
             }
         })
         .and_then(|mut w| {
@@ -319,6 +342,7 @@ impl Scheduler {
                 Wake::Request => self.requests_due = true,
                 Wake::Report => self.sample_now = true,
                 Wake::LedgerFile => {}
+                Wake::LedgerChanged => self.sample_soon(LEDGER_SAMPLE_GAP),
             }
         }
     }

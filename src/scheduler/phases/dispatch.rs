@@ -11,6 +11,7 @@ use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::groups;
 use crate::policy::queue;
+use crate::rules::quota;
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::Mode;
 use crate::view::report::say;
@@ -32,7 +33,7 @@ impl Scheduler {
             return Vec::new();
         };
         let mut booked = self.booked_by_others();
-        snapshot
+        let mut loads = snapshot
             .gpus
             .iter()
             .filter(|g| self.cfg.allows(g.index))
@@ -61,8 +62,12 @@ impl Scheduler {
                     .collect(),
                 booked_mib: booked.get(&g.index).map_or(0, |b| b.0),
                 booked_by: booked.remove(&g.index).map(|b| b.1).unwrap_or_default(),
+                share_held: Vec::new(),
+                share_held_mib: 0,
             })
-            .collect()
+            .collect::<Vec<_>>();
+        self.hold_for_fair_share(&mut loads);
+        loads
     }
 
     /// The pending jobs in priority (file) order, as indices into the specs,
@@ -154,10 +159,12 @@ impl Scheduler {
             && !self.control.paused
             && self.journal.reservation().is_none()
             && self.jobs.groups.is_empty()
+            && self.box_state.rules.is_none()
         {
             return self.dispatch_appended(from, loads, booking);
         }
         if self.control.paused {
+            self.set_demand(&[], 0);
             self.wait_paused();
             return Ok(());
         }
@@ -168,9 +175,22 @@ impl Scheduler {
             placements,
             ready,
             held,
+            reasons,
             reservation,
         } = self.plan_round(&mut loads);
         let held_back = held.len();
+        let waiting: Vec<Request> = requests
+            .iter()
+            .zip(&placements)
+            .filter(|(_, p)| **p == Placement::NotNow)
+            .map(|(r, _)| *r)
+            .take(super::box_rules::DEMAND_PUBLISHED)
+            .collect();
+        let starting = placements
+            .iter()
+            .filter(|p| **p != Placement::NotNow)
+            .count();
+        self.set_demand(&waiting, (ready + held_back - starting) as u64);
         if ready == 0 {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
@@ -200,7 +220,7 @@ impl Scheduler {
             &placements,
             &loads,
             reservation.as_ref(),
-            held,
+            held.into_iter().chain(reasons).collect(),
         );
         self.end_infeasible(decided.infeasible)?;
         self.launch_round(starts)
@@ -385,6 +405,13 @@ impl Scheduler {
         let mut waiting_kept = 0;
         let mut in_group = self.running_per_group();
         let mut group_held = Vec::new();
+        let mut quota = self.box_state.quota().map(|q| (q, self.quota_use()));
+        let gpu_mib = planner
+            .loads()
+            .iter()
+            .map(|g| g.total_mib)
+            .max()
+            .unwrap_or(0);
         for (index, request) in self.ready(&mut round.held) {
             // A full group holds its job back, like a dependency: it is
             // not placed, and later jobs go on (backfill).
@@ -392,9 +419,69 @@ impl Scheduler {
                 group_held.push((self.jobs.specs[index].key.clone(), reason));
                 continue;
             }
+            // Likewise a job that would take our user over their quota.
+            let mut placed = request;
+            if let Some((limits, held)) = &quota {
+                let user = &self.box_state.user;
+                if let Some(why) = quota::never_fits(user, limits, &request, gpu_mib) {
+                    round.ready += 1;
+                    round.indices.push(index);
+                    round.requests.push(request);
+                    round
+                        .placements
+                        .push(Placement::Infeasible(format!("over the box quota: {why}")));
+                    continue;
+                }
+                match quota::admit(limits, held, &request, gpu_mib) {
+                    Err(over) => {
+                        let key = self.jobs.specs[index].key.clone();
+                        group_held.push((
+                            key,
+                            WaitReason::Quota {
+                                user: user.clone(),
+                                over: over.to_string(),
+                            },
+                        ));
+                        self.ungroup(index, &mut in_group);
+                        continue;
+                    }
+                    Ok(Some(mask)) => {
+                        placed.on_mask = Some(request.on_mask.unwrap_or(u64::MAX) & mask)
+                    }
+                    Ok(None) => {}
+                }
+            }
             round.ready += 1;
             let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
-            let placement = planner.next(&request, is_reserved);
+            let mut placement = planner.next(&placed, is_reserved);
+            if placed != request {
+                // Kept to the GPUs our user holds: too few of them is a
+                // wait, not an end; and if it would start elsewhere, the
+                // quota is why it waits.
+                if matches!(placement, Placement::Infeasible(_)) {
+                    placement = Placement::NotNow;
+                }
+                if placement == Placement::NotNow
+                    && matches!(
+                        allocation::place(&request, planner.loads(), &self.cfg.place),
+                        Placement::Start(_)
+                    )
+                    && let Some((limits, held)) = &quota
+                {
+                    let over =
+                        quota::Over::Gpus(held.gpus.len() as u32, limits.max_gpus.unwrap_or(0));
+                    let reason = WaitReason::Quota {
+                        user: self.box_state.user.clone(),
+                        over: over.to_string(),
+                    };
+                    round
+                        .reasons
+                        .push((self.jobs.specs[index].key.clone(), reason));
+                }
+            }
+            if let (Placement::Start(gpus), Some((_, held))) = (&placement, &mut quota) {
+                held.add(gpus, quota::booked_per_gpu(&request, gpu_mib));
+            }
             if !matches!(placement, Placement::Start(_))
                 && let Some(group) = self.jobs.specs[index].group()
             {
@@ -447,6 +534,17 @@ impl Scheduler {
             running: *running,
             limit: self.jobs.groups.limit(group).unwrap_or(*running),
         })
+    }
+
+    /// Takes back the count [`Scheduler::group_wait`] made for the job of
+    /// spec `index`, which does not start after all.
+    fn ungroup(&self, index: usize, in_group: &mut HashMap<String, u32>) {
+        if let Some(n) = self.jobs.specs[index]
+            .group()
+            .and_then(|g| in_group.get_mut(g))
+        {
+            *n -= 1;
+        }
     }
 
     /// How many jobs of each group run now.
@@ -512,8 +610,11 @@ struct Round {
     placements: Vec<Placement>,
     /// Ready jobs placed this round, kept or not.
     ready: usize,
-    /// Jobs held back by `after=`, with why.
+    /// Jobs held back by `after=`, a group or the quota, with why.
     held: Vec<(String, WaitReason)>,
+    /// Why some placed jobs that wait do (the quota), over what
+    /// placement would say.
+    reasons: Vec<(String, WaitReason)>,
     /// The reservation in force, as `requests` index it, with its job's
     /// display number.
     reservation: Option<(Reservation, u32)>,

@@ -73,7 +73,7 @@ impl Scheduler {
 
     /// Our running jobs' budgets per GPU (docs/BEHAVIOUR.md "Budget"); a job that
     /// declared nothing books its whole GPU, since it closes it.
-    fn own_bookings(&self) -> Vec<Booking> {
+    pub(in crate::scheduler) fn own_bookings(&self) -> Vec<Booking> {
         let Some(snapshot) = &self.gpu.snapshot else {
             return Vec::new();
         };

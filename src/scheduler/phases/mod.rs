@@ -27,6 +27,7 @@
 //! pauses dispatch through it.
 
 mod booking;
+mod box_rules;
 mod cancels;
 mod children;
 mod completion;
@@ -51,6 +52,7 @@ mod submit;
 mod timeouts;
 mod told;
 
+pub(in crate::scheduler) use box_rules::BoxState;
 pub(in crate::scheduler) use expected::RunTimes;
 pub(in crate::scheduler) use file_digest::TextHash;
 pub(in crate::scheduler) use told::Told;

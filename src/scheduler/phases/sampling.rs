@@ -65,6 +65,26 @@ impl Scheduler {
         queued.sort_unstable();
     }
 
+    /// Samples now, or `gap` after the last sample if that was less than
+    /// `gap` ago (so a burst of wakes costs one sample per `gap`).
+    pub(in crate::scheduler) fn sample_soon(&mut self, gap: std::time::Duration) {
+        let now = Instant::now();
+        match self
+            .gpu
+            .last_sample
+            .map(|t| t + gap)
+            .filter(|due| *due > now)
+        {
+            None => self.sample_now = true,
+            Some(due) => {
+                if !self.gpu.early_samples.iter().any(|&t| t <= due) {
+                    self.gpu.early_samples.push_back(due);
+                    self.gpu.early_samples.make_contiguous().sort_unstable();
+                }
+            }
+        }
+    }
+
     /// The next early sample's moment, if one is due.
     pub(in crate::scheduler) fn next_early_sample(&self) -> Option<Instant> {
         self.gpu.early_samples.front().copied()

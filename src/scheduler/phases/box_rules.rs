@@ -1,0 +1,292 @@
+//! Box rules in the loop (docs/BEHAVIOUR.md "Rules for a shared box"):
+//! our user's usage added to their usage file while our jobs run; the
+//! fair-share factors of everyone the ledger knows; the holes a user who
+//! goes first needs, kept free of our starts; our user's quota use across
+//! their schedulers and reservations; and our waiting jobs' needs,
+//! published for the others. Without a rules file none of this runs.
+
+use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
+use crate::ledger::Need;
+use crate::ledger::people::Usage;
+use crate::rules::quota::{Quota, QuotaUse};
+use crate::rules::share::{self, Standing};
+use crate::rules::{BoxRules, DEFAULT_MAX_RESERVATION_S};
+use crate::scheduler::Scheduler;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// How often our accrued usage is added to our usage file while jobs run.
+const USAGE_FLUSH: Duration = Duration::from_secs(1);
+
+/// How many waiting jobs' needs a scheduler publishes.
+pub(in crate::scheduler) const DEMAND_PUBLISHED: usize = 4;
+
+/// The half-life of usage when the rules have no `[fair_share]` (usage
+/// is still shown): 7 days.
+const DEFAULT_HALF_LIFE_S: f64 = 7.0 * 86400.0;
+
+/// The box rules and what the loop keeps for them.
+pub struct BoxState {
+    /// The rules in force; `None`: no file, and nothing here runs.
+    pub rules: Option<BoxRules>,
+    /// Our user: uid and name.
+    pub uid: u32,
+    /// Our user's name.
+    pub user: String,
+    /// Usage accrued since the last flush (MiB·s, GPU·s).
+    accrued: (f64, f64),
+    /// When usage was last accrued.
+    last_accrual: Option<Instant>,
+    /// When accrued usage was last written.
+    last_flush: Option<Instant>,
+}
+
+impl BoxState {
+    /// The state for `rules`, for the user we run as.
+    pub fn new(rules: Option<BoxRules>) -> BoxState {
+        let uid = nix::unistd::geteuid().as_raw();
+        BoxState {
+            rules,
+            uid,
+            user: crate::files::user_name(uid),
+            accrued: (0.0, 0.0),
+            last_accrual: None,
+            last_flush: None,
+        }
+    }
+
+    /// The half-life of usage (seconds).
+    pub fn half_life_s(&self) -> f64 {
+        self.rules
+            .as_ref()
+            .and_then(|r| r.fair_share)
+            .map_or(DEFAULT_HALF_LIFE_S, |f| f.half_life_s)
+    }
+
+    /// Our user's quota, when it limits anything.
+    pub fn quota(&self) -> Option<Quota> {
+        let quota = self.rules.as_ref()?.quota_for(&self.user);
+        quota.is_limited().then_some(quota)
+    }
+
+    /// Whether fair share is on.
+    pub fn fair_share(&self) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.fair_share.is_some())
+    }
+
+    /// The longest reservation believed (seconds).
+    pub fn max_reservation_s(&self) -> f64 {
+        self.rules
+            .as_ref()
+            .map_or(DEFAULT_MAX_RESERVATION_S, BoxRules::max_reservation_s)
+    }
+}
+
+impl Scheduler {
+    /// Adds our bookings × the time since the last call to the usage
+    /// accrued, and writes it to our usage file (under the ledger lock,
+    /// which our other schedulers share) at most every second.
+    pub(in crate::scheduler) fn account_usage(&mut self, now: Instant) {
+        if self.box_state.rules.is_none() || self.ledger.is_none() {
+            return;
+        }
+        if let Some(last) = self.box_state.last_accrual {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            let bookings = self.own_bookings();
+            let mib: u64 = bookings.iter().map(|b| b.mib).sum();
+            self.box_state.accrued.0 += mib as f64 * dt;
+            self.box_state.accrued.1 += bookings.len() as f64 * dt;
+        }
+        self.box_state.last_accrual = Some(now);
+        let due = self
+            .box_state
+            .last_flush
+            .is_none_or(|t| now >= t + USAGE_FLUSH);
+        if due && self.box_state.accrued != (0.0, 0.0) {
+            self.flush_usage(now);
+        }
+    }
+
+    /// Writes the accrued usage to our usage file.
+    pub(in crate::scheduler) fn flush_usage(&mut self, now: Instant) {
+        let half_life = self.box_state.half_life_s();
+        let (mib_s, gpu_s) = self.box_state.accrued;
+        let Some(ledger) = &mut self.ledger else {
+            return;
+        };
+        let _lock = ledger.lock();
+        let written = crate::ledger::people::add_usage(
+            ledger.dir(),
+            mib_s,
+            gpu_s,
+            half_life,
+            crate::ledger::store::now_ms(),
+        );
+        self.box_state.last_flush = Some(now);
+        if written.is_ok() {
+            self.box_state.accrued = (0.0, 0.0);
+        }
+    }
+
+    /// Every known user's decayed usage now and share: ours, the
+    /// schedulers' in the ledger, and everyone with a usage file, by
+    /// name.
+    pub(in crate::scheduler) fn standings(&self) -> BTreeMap<String, (Usage, Standing)> {
+        let mut out = BTreeMap::new();
+        let (Some(rules), Some(ledger)) = (&self.box_state.rules, &self.ledger) else {
+            return out;
+        };
+        let now = crate::ledger::store::now_ms();
+        let half_life = self.box_state.half_life_s();
+        let mut uids: BTreeMap<u32, String> = ledger
+            .peers
+            .iter()
+            .map(|p| (p.uid, p.user.clone()))
+            .collect();
+        uids.insert(self.box_state.uid, self.box_state.user.clone());
+        for uid in ledger.usage.keys() {
+            uids.entry(*uid)
+                .or_insert_with(|| crate::files::user_name(*uid));
+        }
+        for (uid, user) in uids {
+            let mut usage = ledger
+                .usage
+                .get(&uid)
+                .map(|u| u.at(now, half_life))
+                .unwrap_or_default();
+            if uid == self.box_state.uid {
+                usage.mib_s += self.box_state.accrued.0;
+                usage.gpu_s += self.box_state.accrued.1;
+            }
+            let standing = Standing {
+                usage: usage.mib_s,
+                share: rules.share_of(&user),
+            };
+            out.insert(user, (usage, standing));
+        }
+        out
+    }
+
+    /// Every known user's fair-share factor, by name.
+    pub(in crate::scheduler) fn fair_share_factors(&self) -> BTreeMap<String, f64> {
+        let standings: BTreeMap<String, Standing> = self
+            .standings()
+            .into_iter()
+            .map(|(user, (_, s))| (user, s))
+            .collect();
+        share::factors(&standings)
+    }
+
+    /// Keeps free, on `loads`, the memory that the first waiting job of
+    /// each user whose factor is above ours needs and would get there: it
+    /// is counted as booked (and named in [`GpuLoad::share_held`]), so
+    /// our jobs start only beside it. Highest factor first.
+    pub(in crate::scheduler) fn hold_for_fair_share(&self, loads: &mut [GpuLoad]) {
+        let Some(ledger) = self.ledger.as_ref().filter(|_| self.box_state.fair_share()) else {
+            return;
+        };
+        let mut firsts: HashMap<&str, Need> = HashMap::new();
+        for peer in &ledger.peers {
+            if peer.uid == self.box_state.uid {
+                continue;
+            }
+            if let Some(need) = peer.demand.first() {
+                firsts.entry(&peer.user).or_insert(*need);
+            }
+        }
+        if firsts.is_empty() {
+            return;
+        }
+        let factors = self.fair_share_factors();
+        let mine = factors.get(&self.box_state.user).copied().unwrap_or(1.0);
+        let mut ahead: Vec<(f64, &str, Need)> = firsts
+            .into_iter()
+            .map(|(user, need)| (factors.get(user).copied().unwrap_or(1.0), user, need))
+            .filter(|(f, _, _)| share::goes_first(*f, mine))
+            .collect();
+        ahead.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        let opts = PlaceOptions {
+            drained_mask: 0,
+            exclusive: false,
+            ..self.cfg.place.clone()
+        };
+        for (_, user, need) in ahead {
+            let request = Request {
+                vram_mib: need.mib,
+                gpus: need.gpus.max(1),
+                on_mask: None,
+            };
+            let Placement::Start(chosen) = allocation::place(&request, loads, &opts) else {
+                continue;
+            };
+            for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
+                let hold = need
+                    .mib
+                    .map_or(gpu.total_mib, |m| m.saturating_add(opts.margin_mib));
+                gpu.booked_mib = gpu.booked_mib.saturating_add(hold);
+                gpu.share_held_mib = gpu.share_held_mib.saturating_add(hold);
+                gpu.share_held.push(user.to_string());
+            }
+        }
+    }
+
+    /// What our user holds box-wide, for the quota: our jobs, our other
+    /// schedulers' jobs and our reservations (GPUs by index).
+    pub(in crate::scheduler) fn quota_use(&self) -> QuotaUse {
+        let mut held = QuotaUse::default();
+        let Some(snapshot) = &self.gpu.snapshot else {
+            return held;
+        };
+        let index_of: HashMap<&str, u32> = snapshot
+            .gpus
+            .iter()
+            .map(|g| (g.uuid.as_str(), g.index))
+            .collect();
+        let mut jobs: HashSet<(u32, String)> = HashSet::new();
+        let mut count = |uuid: &str, mib: u64, job: Option<(u32, String)>| {
+            if let Some(index) = index_of.get(uuid) {
+                held.gpus.insert(*index);
+            }
+            held.vram_mib = held.vram_mib.saturating_add(mib);
+            if let Some(job) = job {
+                jobs.insert(job);
+            }
+        };
+        let me = std::process::id();
+        for b in self.own_bookings() {
+            count(&b.gpu_uuid, b.mib, Some((me, b.job.clone())));
+        }
+        if let Some(ledger) = &self.ledger {
+            for f in ledger
+                .foreign
+                .iter()
+                .filter(|f| f.uid == self.box_state.uid)
+            {
+                // A reservation (pid 0) is not a job.
+                let job = (f.pid != 0).then(|| (f.pid, f.booking.job.clone()));
+                count(&f.booking.gpu_uuid, f.booking.mib, job);
+            }
+        }
+        held.running = jobs.len() as u32;
+        held
+    }
+
+    /// Publishes our first waiting jobs' needs and how many wait, for the
+    /// other schedulers' fair share and views.
+    pub(in crate::scheduler) fn set_demand(&mut self, waiting: &[Request], pending: u64) {
+        if self.box_state.rules.is_none() {
+            return;
+        }
+        let demand = waiting
+            .iter()
+            .take(DEMAND_PUBLISHED)
+            .map(|r| Need {
+                mib: r.vram_mib,
+                gpus: r.gpus.max(1),
+            })
+            .collect();
+        if let Some(ledger) = &mut self.ledger {
+            ledger.set_demand(demand, pending);
+        }
+    }
+}

@@ -59,6 +59,7 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
                     occupants,
                     booked_mib,
                     booked_by: Vec::new(),
+                    ..GpuLoad::default()
                 },
             )
             .collect()

@@ -134,7 +134,9 @@ fn standings(rows: &[(&str, f64, f64)]) -> BTreeMap<String, Standing> {
 
 #[test]
 fn the_factor_is_two_to_the_minus_usage_over_share() {
-    let cases: &[(&[(&str, f64, f64)], &[(&str, f64)])] = &[
+    type Rows = &'static [(&'static str, f64, f64)];
+    type Factors = &'static [(&'static str, f64)];
+    let cases: &[(Rows, Factors)] = &[
         // Nobody used anything: everyone 1.
         (
             &[("a", 0.0, 1.0), ("b", 0.0, 1.0)],
@@ -208,7 +210,8 @@ fn quota_arithmetic() {
         max_running: Some(3),
         ..Quota::default()
     };
-    let cases: &[(&Quota, QuotaUse, Request, Result<Option<u64>, Over>)] = &[
+    type Case<'a> = (&'a Quota, QuotaUse, Request, Result<Option<u64>, Over>);
+    let cases: &[Case] = &[
         // Room for another GPU: anywhere.
         (&two_gpus, held(&[0], 0, 1), job(Some(1000), 1), Ok(None)),
         // Two held of two: only on those two.

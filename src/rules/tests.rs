@@ -134,8 +134,8 @@ fn standings(rows: &[(&str, f64, f64)]) -> BTreeMap<String, Standing> {
 
 #[test]
 fn the_factor_is_two_to_the_minus_usage_over_share() {
-    type Rows = &'static [(&'static str, f64, f64)];
-    type Factors = &'static [(&'static str, f64)];
+    type Rows<'a> = &'a [(&'a str, f64, f64)];
+    type Factors<'a> = &'a [(&'a str, f64)];
     let cases: &[(Rows, Factors)] = &[
         // Nobody used anything: everyone 1.
         (

@@ -11,67 +11,14 @@
 
 mod common;
 
+use common::users::{chmod, chown, open_env, shared_ledger, test_user};
 use common::{Env, Sched, wait_for, wait_for_within};
 use serde_json::Value;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-
-/// A real user of the machine for tests, created if missing; `None` (and
-/// a line saying why) without root.
-fn test_user(name: &str) -> Option<(u32, u32)> {
-    if !nix::unistd::geteuid().is_root() {
-        let why = "skipped: the shared-directory tests need root to create test users";
-        assert!(
-            std::env::var_os("GPUSCHED_USERS_REQUIRED").is_none(),
-            "{why} (GPUSCHED_USERS_REQUIRED is set)"
-        );
-        eprintln!("{why}");
-        return None;
-    }
-    // Tests run in parallel: another may be adding a user (useradd then
-    // cannot lock /etc/passwd for a moment) or have added this one.
-    let mut tries = 0;
-    while nix::unistd::User::from_name(name).ok().flatten().is_none() {
-        let out = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ])
-            .output()
-            .expect("useradd runs");
-        tries += 1;
-        assert!(
-            out.status.success() || tries < 100,
-            "useradd {name}: {out:?}"
-        );
-        if !out.status.success() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let user = nix::unistd::User::from_name(name).unwrap().unwrap();
-    Some((user.uid.as_raw(), user.gid.as_raw()))
-}
-
-fn chown(path: &Path, (uid, gid): (u32, u32)) {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-}
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// An Env whose directory other users may enter (the temp dir is 0700).
-fn open_env(jobs: &str) -> Env {
-    let env = Env::new(jobs);
-    chmod(env.dir.path(), 0o755);
-    env
-}
 
 #[test]
 fn a_ledger_owned_by_another_user_is_refused_naming_owner_and_fix() {
@@ -213,18 +160,6 @@ fn links_planted_in_a_log_directory_write_nothing_through() {
     assert_ne!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("lock"), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-}
-
-/// A root-owned shared ledger, as `gpusched ledger init` makes it.
-fn shared_ledger(env: &Env) -> std::path::PathBuf {
-    let ledger = env.path("ledger");
-    let init = Command::new(common::bin())
-        .args(["ledger", "init", "--ledger"])
-        .arg(&ledger)
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{init:?}");
-    ledger
 }
 
 fn booking_files(ledger: &Path) -> Vec<std::path::PathBuf> {

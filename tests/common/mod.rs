@@ -7,6 +7,8 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
+pub mod users;
+
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;

@@ -177,31 +177,28 @@ impl Scheduler {
         share::factors(&standings)
     }
 
-    /// Keeps free, on `loads`, the memory that the first waiting job of
-    /// each user whose factor is above ours needs and would get there: it
-    /// is counted as booked (and named in [`GpuLoad::share_held`]), so
-    /// our jobs start only beside it. Highest factor first.
+    /// Keeps free, on `loads`, the memory that the waiting jobs of each
+    /// user whose factor is above ours need and would get there (the
+    /// needs their schedulers publish, first job first): it is counted as
+    /// booked (and named in [`GpuLoad::share_held`]), so our jobs start
+    /// only beside it. Highest factor first.
     pub(in crate::scheduler) fn hold_for_fair_share(&self, loads: &mut [GpuLoad]) {
         let Some(ledger) = self.ledger.as_ref().filter(|_| self.box_state.fair_share()) else {
             return;
         };
-        let mut firsts: HashMap<&str, Need> = HashMap::new();
-        for peer in &ledger.peers {
-            if peer.uid == self.box_state.uid {
-                continue;
-            }
-            if let Some(need) = peer.demand.first() {
-                firsts.entry(&peer.user).or_insert(*need);
-            }
+        let mut needs: BTreeMap<&str, Vec<Need>> = BTreeMap::new();
+        for peer in ledger.peers.iter().filter(|p| p.uid != self.box_state.uid) {
+            needs.entry(&peer.user).or_default().extend(&peer.demand);
         }
-        if firsts.is_empty() {
+        needs.retain(|_, n| !n.is_empty());
+        if needs.is_empty() {
             return;
         }
         let factors = self.fair_share_factors();
         let mine = factors.get(&self.box_state.user).copied().unwrap_or(1.0);
-        let mut ahead: Vec<(f64, &str, Need)> = firsts
+        let mut ahead: Vec<(f64, &str, Vec<Need>)> = needs
             .into_iter()
-            .map(|(user, need)| (factors.get(user).copied().unwrap_or(1.0), user, need))
+            .map(|(user, n)| (factors.get(user).copied().unwrap_or(1.0), user, n))
             .filter(|(f, _, _)| share::goes_first(*f, mine))
             .collect();
         ahead.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
@@ -210,22 +207,24 @@ impl Scheduler {
             exclusive: false,
             ..self.cfg.place.clone()
         };
-        for (_, user, need) in ahead {
-            let request = Request {
-                vram_mib: need.mib,
-                gpus: need.gpus.max(1),
-                on_mask: None,
-            };
-            let Placement::Start(chosen) = allocation::place(&request, loads, &opts) else {
-                continue;
-            };
-            for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
-                let hold = need
-                    .mib
-                    .map_or(gpu.total_mib, |m| m.saturating_add(opts.margin_mib));
-                gpu.booked_mib = gpu.booked_mib.saturating_add(hold);
-                gpu.share_held_mib = gpu.share_held_mib.saturating_add(hold);
-                gpu.share_held.push(user.to_string());
+        for (_, user, needs) in ahead {
+            for need in needs {
+                let request = Request {
+                    vram_mib: need.mib,
+                    gpus: need.gpus.max(1),
+                    on_mask: None,
+                };
+                let Placement::Start(chosen) = allocation::place(&request, loads, &opts) else {
+                    continue;
+                };
+                for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
+                    let hold = need
+                        .mib
+                        .map_or(gpu.total_mib, |m| m.saturating_add(opts.margin_mib));
+                    gpu.booked_mib = gpu.booked_mib.saturating_add(hold);
+                    gpu.share_held_mib = gpu.share_held_mib.saturating_add(hold);
+                    gpu.share_held.push(user.to_string());
+                }
             }
         }
     }

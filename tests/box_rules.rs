@@ -1,0 +1,341 @@
+//! Box rules between real users (docs/BEHAVIOUR.md "Rules for a shared
+//! box"): a quota is never exceeded and says why a job waits; fair share
+//! gets a second user's jobs through far sooner than without rules (the
+//! same scenario is run without rules, so the test can fail); a personal
+//! reservation keeps its GPU free until it ends and is used after; a rules
+//! file a user could write is refused.
+//!
+//! These tests need root, to create test users and act as them, and to
+//! own the rules file (CI runs as root). Without root each says so and
+//! does nothing; with `GPUSCHED_USERS_REQUIRED=1` that is a failure.
+
+mod common;
+
+use common::users::{chown, open_env, shared_ledger, test_user};
+use common::{Env, Sched, wait_for};
+use serde_json::Value;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// The root-owned things users share: a rules file, the ledger, the
+/// simulated GPUs.
+struct Box_ {
+    root: Env,
+    rules: PathBuf,
+    ledger: PathBuf,
+    sim: PathBuf,
+}
+
+impl Box_ {
+    fn new(rules: &str) -> Box_ {
+        let root = open_env("");
+        let path = root.path("box.toml");
+        std::fs::write(&path, rules).unwrap();
+        let ledger = shared_ledger(&root);
+        let sim = root.path("gpus");
+        std::fs::create_dir(&sim).unwrap();
+        common::users::chmod(&sim, 0o1777);
+        Box_ {
+            root,
+            rules: path,
+            ledger,
+            sim,
+        }
+    }
+
+    /// The options that put a scheduler or a verb on this box, with the
+    /// rules or without.
+    fn args(&self, gpus: u32, with_rules: bool) -> Vec<String> {
+        let mut args = vec![
+            "--sim".to_string(),
+            gpus.to_string(),
+            "--sim-dir".into(),
+            self.sim.display().to_string(),
+            "--ledger".into(),
+            self.ledger.display().to_string(),
+        ];
+        if with_rules {
+            args.push("--box-rules".into());
+            args.push(self.rules.display().to_string());
+        }
+        args
+    }
+}
+
+/// The test users, all created before any test acts as one (creating a
+/// user rewrites /etc/passwd, and a name looked up meanwhile can fail).
+fn users() -> Option<[(u32, u32); 3]> {
+    static USERS: std::sync::OnceLock<Option<[(u32, u32); 3]>> = std::sync::OnceLock::new();
+    *USERS.get_or_init(|| {
+        Some([
+            test_user("gpusched-t-alice")?,
+            test_user("gpusched-t-bob")?,
+            test_user("gpusched-t-mal")?,
+        ])
+    })
+}
+
+/// `user`'s own directory with `jobs`, which they own.
+fn users_env(jobs: &str, user: (u32, u32)) -> Env {
+    let env = open_env(jobs);
+    chown(env.dir.path(), user);
+    env
+}
+
+/// `user`'s scheduler on `b`, sampling every half second.
+fn spawn_as(env: &Env, user: (u32, u32), b: &Box_, gpus: u32, with_rules: bool) -> Sched {
+    spawn_polling(env, user, b, gpus, with_rules, "0.5")
+}
+
+/// `user`'s scheduler on `b`, sampling every `poll` seconds.
+fn spawn_polling(
+    env: &Env,
+    user: (u32, u32),
+    b: &Box_,
+    gpus: u32,
+    with_rules: bool,
+    poll: &str,
+) -> Sched {
+    let mut args: Vec<String> = b.args(gpus, with_rules);
+    args.extend(["--poll", poll].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = env.command(&args);
+    cmd.uid(user.0).gid(user.1);
+    Sched::from_command(cmd)
+}
+
+fn status_json(env: &Env) -> Value {
+    std::fs::read_to_string(env.logs.join("status.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// (start, end, GPUs) of every attempt in a journal, Unix seconds; an
+/// attempt ends with its outcome or when it was interrupted.
+fn attempts(env: &Env) -> Vec<(f64, f64, Vec<u64>)> {
+    let mut done = env.events("done");
+    done.extend(env.events("interrupted"));
+    env.events("started")
+        .iter()
+        .map(|s| {
+            let end = done
+                .iter()
+                .find(|d| d["key"] == s["key"])
+                .unwrap_or_else(|| panic!("attempt without an end: {s}"));
+            let gpus = s["gpus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g.as_u64().unwrap())
+                .collect();
+            (s["ts"].as_f64().unwrap(), end["ts"].as_f64().unwrap(), gpus)
+        })
+        .collect()
+}
+
+/// The most distinct GPUs in use at once by these attempts.
+fn peak_gpus(attempts: &[(f64, f64, Vec<u64>)]) -> usize {
+    attempts
+        .iter()
+        .map(|(at, _, _)| {
+            attempts
+                .iter()
+                .filter(|(s, e, _)| s <= at && at < e)
+                .flat_map(|(_, _, g)| g.iter().copied())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("[quota.users.gpusched-t-alice]\nmax_gpus = 2\n");
+    let env = users_env(&"sleep 1\n".repeat(6), alice);
+    let sched = spawn_as(&env, alice, &b, 4, true);
+    let mut reason = String::new();
+    wait_for("a job waiting for the quota", &mut || {
+        let doc = status_json(&env);
+        if let Some(r) = doc["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|j| j["reason"].as_str())
+            .find(|r| r.starts_with("quota"))
+        {
+            reason = r.to_string();
+        }
+        !reason.is_empty() || !sched.child_is_running()
+    });
+    assert_eq!(reason, "quota: gpusched-t-alice uses 2 of 2 GPUs");
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    for no in 1..=6 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"));
+    }
+    let attempts = attempts(&env);
+    assert_eq!(peak_gpus(&attempts), 2, "{attempts:?}");
+}
+
+/// Alice queues 16 whole-GPU jobs on 2 GPUs; Bob queues 4 once Alice's
+/// first two have run (so she has used more than Bob will: with equal
+/// usage, fair share rightly alternates). Both sample the GPUs every 5 s,
+/// the default: Alice's scheduler hears her own jobs end at once, Bob's
+/// hears of it only at his next sample — or, under the rules, from the
+/// ledger. Returns how long Bob's queue took, seconds.
+fn bobs_time(with_rules: bool) -> Option<f64> {
+    let [alice, bob, _] = users()?;
+    let b = Box_::new("[fair_share]\nhalf_life = \"1h\"\n");
+    let a_env = users_env(&"sleep 1.5\n".repeat(16), alice);
+    let b_env = users_env(&"sleep 1.5\n".repeat(4), bob);
+    let a = spawn_polling(&a_env, alice, &b, 2, with_rules, "5");
+    wait_for("alice's first round of jobs", &mut || {
+        a_env.events("started").len() >= 4
+    });
+    let began = Instant::now();
+    let bs = spawn_polling(&b_env, bob, &b, 2, with_rules, "5");
+    let out = bs.finish();
+    let took = began.elapsed().as_secs_f64();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    a.stop();
+    if std::env::var_os("GPUSCHED_TEST_DEBUG").is_some() {
+        eprintln!(
+            "alice {:?}\nbob {:?}\n{}",
+            attempts(&a_env),
+            attempts(&b_env),
+            out.stdout
+        );
+    }
+    // Nothing was ever started into memory another job held.
+    let mut all = attempts(&a_env);
+    all.extend(attempts(&b_env));
+    assert!(peak_gpus(&all) <= 2);
+    for (i, x) in all.iter().enumerate() {
+        for y in &all[i + 1..] {
+            let overlap = x.0 < y.1 - 0.05 && y.0 < x.1 - 0.05;
+            assert!(
+                !(overlap && x.2 == y.2),
+                "two whole-GPU jobs at once on GPU {:?}: {x:?} {y:?}",
+                x.2
+            );
+        }
+    }
+    drop(b);
+    Some(took)
+}
+
+#[test]
+fn fair_share_gets_a_second_users_jobs_through_in_well_under_the_time_without_it() {
+    let Some(without) = bobs_time(false) else {
+        return;
+    };
+    let with = bobs_time(true).unwrap();
+    eprintln!("bob's 4 jobs: {without:.1}s without rules, {with:.1}s with fair share");
+    assert!(
+        with <= 0.6 * without,
+        "bob's 4 jobs took {with:.1}s with fair share, {without:.1}s without"
+    );
+}
+
+fn verb_as(user: (u32, u32), dir: &Path, args: &[String]) -> std::process::Output {
+    Command::new(common::bin())
+        .args(args)
+        .current_dir(dir)
+        .uid(user.0)
+        .gid(user.1)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_reservation_keeps_its_gpu_free_until_it_ends_and_it_is_used_after() {
+    let Some([alice, bob, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("[reservations]\nmax_duration = \"1h\"\n");
+    let a_env = users_env("", alice);
+    let mut args = vec!["reserve".to_string(), "--gpu".into(), "0".into()];
+    args.extend(["--for", "4s", "--note", "notebook"].map(String::from));
+    args.extend(b.args(2, true));
+    let made = verb_as(alice, a_env.dir.path(), &args);
+    let said = String::from_utf8_lossy(&made.stdout).to_string();
+    assert!(made.status.success(), "{made:?}");
+    assert!(
+        said.starts_with("reservation 1: GPU 0, 24000 MiB for gpusched-t-alice until"),
+        "{said}"
+    );
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 4.0;
+    // Everyone sees it.
+    let mut list = vec!["reserve".to_string(), "--list".into()];
+    list.extend(b.args(2, true));
+    let listed = verb_as(bob, a_env.dir.path(), &list);
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert!(listed.contains("gpusched-t-alice"), "{listed}");
+    assert!(listed.contains("notebook"), "{listed}");
+    // Bob cannot release it.
+    let mut release = vec!["release".to_string(), "1".into()];
+    release.extend(b.args(2, true));
+    let refused = verb_as(bob, a_env.dir.path(), &release);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is gpusched-t-alice's"));
+
+    // Bob's whole-GPU jobs: only GPU 1 until it ends, then GPU 0 too.
+    let b_env = users_env(&"sleep 1\n".repeat(8), bob);
+    let sched = spawn_as(&b_env, bob, &b, 2, true);
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let attempts = attempts(&b_env);
+    for (start, _, gpus) in &attempts {
+        if gpus.contains(&0) {
+            assert!(
+                *start >= until - 0.5,
+                "started on GPU 0 at {start}, reserved until {until}"
+            );
+        }
+    }
+    assert!(
+        attempts.iter().any(|(_, _, g)| g.contains(&0)),
+        "GPU 0 is used once the reservation ends: {attempts:?}"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_rules_file_a_user_could_write_is_refused() {
+    let Some([_, _, mallory]) = users() else {
+        return;
+    };
+    let b = Box_::new("[quota.default]\nmax_gpus = 1\n");
+    chown(&b.rules, mallory);
+    let env = open_env("echo ran > ran.txt\n");
+    let args = b.args(1, true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(
+            "owned by gpusched-t-mal, not root, so that user could change everyone's rules"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran.txt").exists());
+    // Unknown keys are named.
+    chown(&b.rules, (0, 0));
+    std::fs::write(&b.rules, "[quota.default]\nmax_gpu = 1\n").unwrap();
+    let out = env.run(&args);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("max_gpu"), "{}", out.stderr);
+    drop(b.root);
+}

@@ -161,8 +161,10 @@ fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
     let env = users_env(&"sleep 1\n".repeat(6), alice);
     let sched = spawn_as(&env, alice, &b, 4, true);
     let mut reason = String::new();
+    let mut seen = Value::Null;
     wait_for("a job waiting for the quota", &mut || {
         let doc = status_json(&env);
+        seen = doc.clone();
         if let Some(r) = doc["jobs"]
             .as_array()
             .into_iter()
@@ -175,6 +177,14 @@ fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
         !reason.is_empty() || !sched.child_is_running()
     });
     assert_eq!(reason, "quota: gpusched-t-alice uses 2 of 2 GPUs");
+    // Every view shows the quota and its use.
+    common::assert_valid_status(&seen);
+    let shown = &seen["box_rules"];
+    assert_eq!(shown["quota"]["max_gpus"], 2, "{shown}");
+    assert_eq!(shown["quota_use"]["gpus"], 2, "{shown}");
+    assert_eq!(shown["users"][0]["user"], "gpusched-t-alice", "{shown}");
+    let board = std::fs::read_to_string(env.logs.join("status.txt")).unwrap();
+    assert!(board.contains("quota: 2 of 2 GPUs"), "{board}");
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     for no in 1..=6 {
@@ -293,6 +303,16 @@ fn a_reservation_keeps_its_gpu_free_until_it_ends_and_it_is_used_after() {
     // Bob's whole-GPU jobs: only GPU 1 until it ends, then GPU 0 too.
     let b_env = users_env(&"sleep 1\n".repeat(8), bob);
     let sched = spawn_as(&b_env, bob, &b, 2, true);
+    wait_for("alice's reservation in bob's status", &mut || {
+        status_json(&b_env)["box_rules"]["reservations"][0]["user"] == "gpusched-t-alice"
+            || !sched.child_is_running()
+    });
+    let doc = status_json(&b_env);
+    common::assert_valid_status(&doc);
+    assert_eq!(
+        doc["box_rules"]["reservations"][0]["note"], "notebook",
+        "{doc}"
+    );
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let attempts = attempts(&b_env);

@@ -29,22 +29,7 @@ fn status_json(env: &Env) -> Value {
     serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap()).unwrap()
 }
 
-fn assert_valid(doc: &Value) {
-    let schema: Value = serde_json::from_str(include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/status.schema.json"
-    )))
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("the schema itself is valid");
-    let errors: Vec<String> = validator
-        .iter_errors(doc)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "status.json does not match docs/status.schema.json: {errors:#?}\n{doc:#}"
-    );
-}
+use common::assert_valid_status as assert_valid;
 
 fn job(doc: &Value, no: u64) -> &Value {
     doc["jobs"]

@@ -7,7 +7,7 @@ use crate::allocation::Request;
 use std::collections::BTreeSet;
 
 /// One user's limits; `None` is no limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Quota {
     /// GPUs with a job or a reservation of this user.
     pub max_gpus: Option<u32>,

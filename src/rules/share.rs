@@ -16,7 +16,7 @@ pub fn decayed(value: f64, from_ms: u64, to_ms: u64, half_life_s: f64) -> f64 {
 }
 
 /// One user's fair-share inputs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Standing {
     /// Decayed usage (MiB·s).
     pub usage: f64,

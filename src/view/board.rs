@@ -75,6 +75,7 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     for gpu in &doc.gpus {
         header.push(gpu_line(gpu, width));
     }
+    header.extend(box_lines(doc, width));
     if let Some(reason) = &doc.scheduler.paused_reason {
         header.extend(wrap(&format!("PAUSED: {reason}"), width));
     }
@@ -89,6 +90,90 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
         None => {}
     }
     header
+}
+
+/// The box rules (docs/BEHAVIOUR.md "Rules for a shared box"): our
+/// user's factor, usage and quota use, a table of the box's users, and
+/// the personal reservations; nothing without a rules file.
+pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
+    let Some(b) = &doc.box_rules else {
+        return Vec::new();
+    };
+    let factor = |f: Option<f64>| f.map_or_else(|| "-".to_string(), |f| format!("{f:.2}"));
+    let limit = |used: String, max: Option<String>| match max {
+        Some(max) => format!("{used} of {max}"),
+        None => used,
+    };
+    let mut lines = wrap(
+        &format!(
+            "box rules {}: {}{}, usage {:.1} GiB·h ({:.1} GPU·h)",
+            b.rules_file,
+            b.user,
+            if b.fair_share {
+                format!(" has fair-share factor {}", factor(b.factor))
+            } else {
+                String::new()
+            },
+            b.usage_mib_s / 1024.0 / 3600.0,
+            b.usage_gpu_s / 3600.0
+        ),
+        width,
+    );
+    let q = &b.quota;
+    if q.is_limited() {
+        lines.extend(wrap(
+            &format!(
+                "quota: {} GPUs, {} MiB, {} running",
+                limit(
+                    b.quota_use.gpus.to_string(),
+                    q.max_gpus.map(|m| m.to_string())
+                ),
+                limit(
+                    b.quota_use.vram_mib.to_string(),
+                    q.max_vram_mib.map(|m| m.to_string())
+                ),
+                limit(
+                    b.quota_use.running.to_string(),
+                    q.max_running.map(|m| m.to_string())
+                ),
+            ),
+            width,
+        ));
+    }
+    lines.push(format!(
+        "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
+        "USER", "RUNNING", "PENDING", "BOOKED MIB", "FACTOR", "RESERVED"
+    ));
+    for u in &b.users {
+        lines.push(format!(
+            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
+            report::shorten(&u.user, 16),
+            u.running,
+            u.pending,
+            u.booked_mib,
+            factor(u.factor),
+            u.reservations
+        ));
+    }
+    for r in &b.reservations {
+        lines.extend(wrap(
+            &format!(
+                "reservation {}: GPU {}, {} MiB, {} until {}{}",
+                r.id,
+                r.gpu,
+                r.mib,
+                r.user,
+                report::clock_short(r.until),
+                if r.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.note)
+                }
+            ),
+            width,
+        ));
+    }
+    lines
 }
 
 /// What `gpusched pause` and `drain` and the starvation guard hold in

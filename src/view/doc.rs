@@ -319,6 +319,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
         finished_this_run,
         gpus: gpu_statuses(input),
         jobs,
+        box_rules: None,
     }
 }
 

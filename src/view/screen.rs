@@ -116,6 +116,9 @@ pub fn render(
     for gpu in &doc.gpus {
         let _ = writeln!(out, "{}", crate::view::board::gpu_line(gpu, width));
     }
+    for line in crate::view::board::box_lines(doc, width) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push('\n');
     let mut rows = vec![job_header()];
     let active: Vec<&JobStatus> = doc.jobs.iter().filter(|j| !j.state.is_terminal()).collect();

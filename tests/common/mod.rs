@@ -419,3 +419,22 @@ pub fn spawn_supervisor(
     let from = std::io::BufReader::new(supervisor.stdout.take().unwrap());
     (supervisor, to, from)
 }
+
+/// Checks a status document against docs/status.schema.json, naming every
+/// mismatch.
+pub fn assert_valid_status(doc: &Value) {
+    let schema: Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/status.schema.json"
+    )))
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema itself is valid");
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "status.json does not match docs/status.schema.json: {errors:#?}\n{doc:#}"
+    );
+}

@@ -12,6 +12,7 @@ use crate::rules::quota::{Quota, QuotaUse};
 use crate::rules::share::{self, Standing};
 use crate::rules::{BoxRules, DEFAULT_MAX_RESERVATION_S};
 use crate::scheduler::Scheduler;
+use crate::view::status::{BoxStatus, BoxUser, PersonalReservation, QuotaUseStatus};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,8 @@ pub struct BoxState {
     last_accrual: Option<Instant>,
     /// When accrued usage was last written.
     last_flush: Option<Instant>,
+    /// Our jobs waiting, as last published.
+    pub pending: u64,
 }
 
 impl BoxState {
@@ -52,6 +55,7 @@ impl BoxState {
             accrued: (0.0, 0.0),
             last_accrual: None,
             last_flush: None,
+            pending: 0,
         }
     }
 
@@ -270,6 +274,78 @@ impl Scheduler {
         held
     }
 
+    /// The box rules and everyone's part in them, for the views; `None`
+    /// without a rules file or a ledger.
+    pub(in crate::scheduler) fn box_status(&self) -> Option<BoxStatus> {
+        let rules = self.box_state.rules.as_ref()?;
+        let ledger = self.ledger.as_ref()?;
+        let standings = self.standings();
+        let factors = self.fair_share_factors();
+        let fair = self.box_state.fair_share();
+        let me = &self.box_state.user;
+        let held = self.quota_use();
+        let mut users: BTreeMap<String, BoxUser> = BTreeMap::new();
+        let blank = |user: &str| BoxUser {
+            user: user.to_string(),
+            running: 0,
+            pending: 0,
+            booked_mib: 0,
+            factor: fair.then(|| factors.get(user).copied().unwrap_or(1.0)),
+            reservations: 0,
+        };
+        for user in standings.keys() {
+            users.insert(user.clone(), blank(user));
+        }
+        let mine = users.entry(me.clone()).or_insert_with(|| blank(me));
+        mine.running = self.running.len() as u64;
+        mine.pending = self.box_state.pending;
+        mine.booked_mib = self.own_bookings().iter().map(|b| b.mib).sum();
+        for peer in &ledger.peers {
+            let u = users
+                .entry(peer.user.clone())
+                .or_insert_with(|| blank(&peer.user));
+            u.running += peer.running;
+            u.pending += peer.pending;
+        }
+        for f in &ledger.foreign {
+            let u = users
+                .entry(f.user.clone())
+                .or_insert_with(|| blank(&f.user));
+            u.booked_mib = u.booked_mib.saturating_add(f.booking.mib);
+            if f.pid == 0 {
+                u.reservations += 1;
+            }
+        }
+        let (usage, _) = standings.get(me).copied().unwrap_or_default();
+        Some(BoxStatus {
+            rules_file: rules.path.display().to_string(),
+            user: me.clone(),
+            fair_share: fair,
+            factor: fair.then(|| factors.get(me).copied().unwrap_or(1.0)),
+            usage_mib_s: usage.mib_s.round(),
+            usage_gpu_s: usage.gpu_s.round(),
+            quota: rules.quota_for(me),
+            quota_use: QuotaUseStatus {
+                gpus: held.gpus.len() as u32,
+                vram_mib: held.vram_mib,
+                running: held.running,
+            },
+            users: users.into_values().collect(),
+            reservations: ledger
+                .reservations
+                .iter()
+                .map(|h| PersonalReservation {
+                    id: h.reservation.id,
+                    user: h.user.clone(),
+                    gpu: h.reservation.gpu,
+                    mib: h.reservation.mib,
+                    until: h.reservation.until_ms as f64 / 1000.0,
+                    note: h.reservation.note.clone(),
+                })
+                .collect(),
+        })
+    }
+
     /// Publishes our first waiting jobs' needs and how many wait, for the
     /// other schedulers' fair share and views.
     pub(in crate::scheduler) fn set_demand(&mut self, waiting: &[Request], pending: u64) {
@@ -284,6 +360,7 @@ impl Scheduler {
                 gpus: r.gpus.max(1),
             })
             .collect();
+        self.box_state.pending = pending;
         if let Some(ledger) = &mut self.ledger {
             ledger.set_demand(demand, pending);
         }

@@ -93,7 +93,9 @@ impl Scheduler {
             self.queue_view_cost = Some((Instant::now(), started.elapsed()));
         }
         let view = self.queue_view.as_ref().expect("built above");
-        doc::status_doc(&input, view)
+        let mut doc = doc::status_doc(&input, view);
+        doc.box_rules = self.box_status();
+        doc
     }
 
     /// Whether the status files may be written now: at most every

@@ -43,6 +43,81 @@ pub struct StatusDoc {
     /// Running jobs, then waiting ones (the first [`JSON_LIST_LIMIT`] in
     /// queue order), then finished ones (the last [`JSON_LIST_LIMIT`]).
     pub jobs: Vec<JobStatus>,
+    /// The box rules and everyone's part in them, when a rules file is in
+    /// force (docs/BEHAVIOUR.md "Rules for a shared box").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub box_rules: Option<BoxStatus>,
+}
+
+/// The box rules as one user's scheduler sees them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxStatus {
+    /// The rules file.
+    pub rules_file: String,
+    /// Our user.
+    pub user: String,
+    /// Whether fair share is on.
+    pub fair_share: bool,
+    /// Our user's fair-share factor in (0, 1] (higher goes first); `None`
+    /// without fair share.
+    pub factor: Option<f64>,
+    /// Our user's decayed usage: GPU memory booked × seconds (MiB·s).
+    pub usage_mib_s: f64,
+    /// Our user's decayed usage: GPUs held × seconds (GPU·s).
+    pub usage_gpu_s: f64,
+    /// Our user's quota (`null`: no limit).
+    pub quota: crate::rules::quota::Quota,
+    /// What our user holds toward it, box-wide.
+    pub quota_use: QuotaUseStatus,
+    /// Every user the ledger knows, by name.
+    pub users: Vec<BoxUser>,
+    /// Every personal reservation that counts now.
+    pub reservations: Vec<PersonalReservation>,
+}
+
+/// What one user holds toward their quota.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaUseStatus {
+    /// GPUs with a job or reservation of theirs.
+    pub gpus: u32,
+    /// MiB booked (jobs and reservations).
+    pub vram_mib: u64,
+    /// Jobs running.
+    pub running: u32,
+}
+
+/// One user of the box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxUser {
+    /// Their name.
+    pub user: String,
+    /// Their jobs running, all their schedulers.
+    pub running: u64,
+    /// Their jobs waiting, all their schedulers.
+    pub pending: u64,
+    /// MiB booked by their jobs and reservations.
+    pub booked_mib: u64,
+    /// Their fair-share factor; `None` without fair share.
+    pub factor: Option<f64>,
+    /// Their personal reservations.
+    pub reservations: u32,
+}
+
+/// One personal reservation (`gpusched reserve`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersonalReservation {
+    /// Its number (for `gpusched release`).
+    pub id: u32,
+    /// Whose.
+    pub user: String,
+    /// The GPU index.
+    pub gpu: u32,
+    /// MiB reserved.
+    pub mib: u64,
+    /// When it ends (Unix seconds).
+    pub until: f64,
+    /// What it is for.
+    pub note: String,
 }
 
 /// The scheduler process.

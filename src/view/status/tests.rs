@@ -112,6 +112,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 expected_source: None,
             },
         ],
+        box_rules: None,
     }
 }
 

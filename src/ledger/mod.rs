@@ -328,13 +328,15 @@ pub fn booked_unused_mib(
 }
 
 /// Others' bookings on one GPU, per user: (user, MiB booked, jobs), by
-/// user name.
+/// user name. A personal reservation adds its MiB but is not a job.
 pub fn per_user(foreign: &[Foreign], gpu_uuid: &str) -> Vec<(String, u64, usize)> {
     let mut by_user: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
     for f in foreign.iter().filter(|f| f.booking.gpu_uuid == gpu_uuid) {
         let slot = by_user.entry(&f.user).or_insert((0, 0));
         slot.0 = slot.0.saturating_add(f.booking.mib);
-        slot.1 += 1;
+        if f.pid != 0 {
+            slot.1 += 1;
+        }
     }
     by_user
         .into_iter()

@@ -104,13 +104,13 @@ pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
         Some(max) => format!("{used} of {max}"),
         None => used,
     };
-    let mut lines = wrap(
+    let mut lines = wrap(&format!("box rules: {}", b.rules_file), width);
+    lines.extend(wrap(
         &format!(
-            "box rules {}: {}{}, usage {:.1} GiB·h ({:.1} GPU·h)",
-            b.rules_file,
+            "{}: {}usage {:.1} GiB·h ({:.1} GPU·h)",
             b.user,
             if b.fair_share {
-                format!(" has fair-share factor {}", factor(b.factor))
+                format!("fair-share factor {}, ", factor(b.factor))
             } else {
                 String::new()
             },
@@ -118,12 +118,13 @@ pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
             b.usage_gpu_s / 3600.0
         ),
         width,
-    );
+    ));
     let q = &b.quota;
     if q.is_limited() {
         lines.extend(wrap(
             &format!(
-                "quota: {} GPUs, {} MiB, {} running",
+                "{} quota: {} GPUs, {} MiB, {} running",
+                b.user,
                 limit(
                     b.quota_use.gpus.to_string(),
                     q.max_gpus.map(|m| m.to_string())
@@ -256,13 +257,15 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         "       booked by other schedulers: {}",
         gpu.booked_by_others
             .iter()
-            .map(|b| format!(
-                "{} {} MiB ({} job{})",
-                b.user,
-                b.mib,
-                b.jobs,
-                if b.jobs == 1 { "" } else { "s" }
-            ))
+            .map(|b| match b.jobs {
+                0 => format!("{} {} MiB (reserved)", b.user, b.mib),
+                n => format!(
+                    "{} {} MiB ({n} job{})",
+                    b.user,
+                    b.mib,
+                    if n == 1 { "" } else { "s" }
+                ),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -310,17 +310,28 @@ pub fn conflicts(
 /// already in the GPU's used memory). `index_of` maps a GPU UUID to its
 /// index (GPUs we do not see are skipped); `observed` gives the MiB in use
 /// per (GPU index, process group) among processes that are not ours.
+///
+/// A personal reservation (no process group) is used by its owner's own
+/// processes that no scheduler booked — a notebook: `by_owner` gives their
+/// MiB per (GPU index, owner uid), and the reservation counts as the
+/// larger of itself and that use, like a booking (docs/BEHAVIOUR.md
+/// "Rules for a shared box").
 pub fn booked_unused_mib(
     foreign: &[Foreign],
     index_of: &HashMap<&str, u32>,
     observed: &HashMap<(u32, u32), u64>,
+    by_owner: &HashMap<(u32, u32), u64>,
 ) -> BTreeMap<u32, u64> {
     let mut out: BTreeMap<u32, u64> = BTreeMap::new();
     for f in foreign {
         let Some(&gpu) = index_of.get(f.booking.gpu_uuid.as_str()) else {
             continue;
         };
-        let seen = observed.get(&(gpu, f.booking.pgid)).copied().unwrap_or(0);
+        let seen = if f.pid == 0 {
+            by_owner.get(&(gpu, f.uid)).copied().unwrap_or(0)
+        } else {
+            observed.get(&(gpu, f.booking.pgid)).copied().unwrap_or(0)
+        };
         let slot = out.entry(gpu).or_insert(0);
         *slot = slot.saturating_add(f.booking.mib.saturating_sub(seen));
     }

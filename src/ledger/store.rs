@@ -149,7 +149,8 @@ impl Ledger {
         let Some(mut file) = open_lock_file(&path) else {
             return LedgerLock { _held: None };
         };
-        let deadline = Instant::now() + LOCK_PATIENCE;
+        let asked = Instant::now();
+        let deadline = asked + LOCK_PATIENCE;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 // The file was removed or replaced while we waited: a lock
@@ -161,7 +162,13 @@ impl Ledger {
                         None => return LedgerLock { _held: None },
                     }
                 }
-                Ok(held) => return LedgerLock { _held: Some(held) },
+                Ok(held) => {
+                    tracing::debug!(
+                        "ledger lock taken in {:.3} ms",
+                        asked.elapsed().as_secs_f64() * 1000.0
+                    );
+                    return LedgerLock { _held: Some(held) };
+                }
                 Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
                     file = back;
                     std::thread::sleep(Duration::from_millis(2));

@@ -137,8 +137,34 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     let observed: HashMap<(u32, u32), u64> = [((0, 200), 4000), ((0, 201), 3000), ((1, 200), 999)]
         .into_iter()
         .collect();
-    let extra = booked_unused_mib(&all, &index_of, &observed);
+    let extra = booked_unused_mib(&all, &index_of, &observed, &HashMap::new());
     assert_eq!(extra, BTreeMap::from([(0, 10000), (1, 5000)]));
+    // A reservation of bob's counts beyond what his unbooked processes
+    // (his notebook) use on its GPU; another user's use does not count.
+    let reservation = |gpu: &str, mib, uid| Foreign {
+        uid,
+        pid: 0,
+        user: "bob".into(),
+        booking: Booking {
+            pgid: 0,
+            start_ticks: 0,
+            ..booking(gpu, mib, 0, 0)
+        },
+    };
+    let by_owner: HashMap<(u32, u32), u64> =
+        [((1, 1001), 6000), ((1, 1002), 9000)].into_iter().collect();
+    let held = vec![
+        reservation("GPU-b", 24000, 1001),
+        reservation("GPU-a", 8000, 1002),
+    ];
+    assert_eq!(
+        booked_unused_mib(&held, &index_of, &observed, &by_owner),
+        BTreeMap::from([(0, 8000), (1, 18000)])
+    );
+    assert_eq!(
+        per_user(&held, "GPU-b"),
+        vec![("bob".to_string(), 24000, 0)]
+    );
     assert_eq!(per_user(&all, "GPU-a"), vec![("bob".to_string(), 16000, 2)]);
     assert!(per_user(&all, "GPU-c").is_empty());
 }
@@ -215,4 +241,42 @@ fn of_two_decisions_that_did_not_see_each_other_the_later_publisher_yields() {
     let tie = vec![f(1001, 100, "GPU-a", NOW)];
     assert!(!conflicts(&["GPU-a"], NOW, (1002, 1), &seen, &tie).is_empty());
     assert!(conflicts(&["GPU-a"], NOW, (1000, 1), &seen, &tie).is_empty());
+}
+
+#[test]
+fn a_reservation_counts_only_while_it_lasts_within_the_rules() {
+    use super::people::{Reservation, untrusted};
+    const NOW: u64 = 1_000_000_000;
+    let r = |since_ms: u64, until_ms: u64, mib: u64| Reservation {
+        id: 1,
+        gpu_uuid: "GPU-a".into(),
+        gpu: 0,
+        mib,
+        since_ms,
+        until_ms,
+        note: String::new(),
+    };
+    let hour = 3_600_000;
+    let cases = [
+        (r(NOW - 1000, NOW + hour, 24000), None),
+        (r(NOW - hour, NOW, 24000), Some("expired")),
+        (
+            r(NOW + 60_000, NOW + hour, 24000),
+            Some("made in the future"),
+        ),
+        // Two hours under a one-hour max_duration.
+        (
+            r(NOW, NOW + 2 * hour, 24000),
+            Some("longer than the rules allow"),
+        ),
+        (r(NOW, NOW + hour, 0), Some("malformed")),
+        (r(NOW, NOW + hour, MAX_BOOKING_MIB + 1), Some("malformed")),
+    ];
+    for (reservation, expected) in cases {
+        assert_eq!(
+            untrusted(&reservation, NOW, 3600.0),
+            expected,
+            "{reservation:?}"
+        );
+    }
 }

@@ -24,23 +24,60 @@ impl Scheduler {
             .iter()
             .map(|g| (g.uuid.as_str(), g.index))
             .collect();
-        ledger::booked_unused_mib(&ledger.foreign, &index_of, &self.gpu.external_by_group)
-            .into_iter()
-            .map(|(gpu, mib)| {
-                let uuid = snapshot
-                    .gpus
-                    .iter()
-                    .find(|g| g.index == gpu)
-                    .map(|g| &g.uuid);
-                let users = uuid
-                    .map(|u| ledger::per_user(&ledger.foreign, u))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(user, _, _)| user)
-                    .collect();
-                (gpu, (mib, users))
-            })
-            .collect()
+        let by_owner = self.reservation_owners_use(&ledger.foreign);
+        ledger::booked_unused_mib(
+            &ledger.foreign,
+            &index_of,
+            &self.gpu.external_by_group,
+            &by_owner,
+        )
+        .into_iter()
+        .map(|(gpu, mib)| {
+            let uuid = snapshot
+                .gpus
+                .iter()
+                .find(|g| g.index == gpu)
+                .map(|g| &g.uuid);
+            let users = uuid
+                .map(|u| ledger::per_user(&ledger.foreign, u))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(user, _, _)| user)
+                .collect();
+            (gpu, (mib, users))
+        })
+        .collect()
+    }
+
+    /// MiB in use per (GPU index, owner uid) by process groups that are
+    /// not ours and that no scheduler booked, for the users who hold a
+    /// personal reservation (their notebook uses it).
+    fn reservation_owners_use(&self, foreign: &[ledger::Foreign]) -> HashMap<(u32, u32), u64> {
+        use std::os::unix::fs::MetadataExt;
+        let holders: std::collections::HashSet<u32> = foreign
+            .iter()
+            .filter(|f| f.pid == 0)
+            .map(|f| f.uid)
+            .collect();
+        let mut out = HashMap::new();
+        if holders.is_empty() {
+            return out;
+        }
+        let booked: std::collections::HashSet<u32> =
+            foreign.iter().map(|f| f.booking.pgid).collect();
+        for (&(gpu, pgid), &mib) in &self.gpu.external_by_group {
+            if booked.contains(&pgid) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(format!("/proc/{pgid}")) else {
+                continue;
+            };
+            if holders.contains(&meta.uid()) {
+                let slot = out.entry((gpu, meta.uid())).or_insert(0u64);
+                *slot = slot.saturating_add(mib);
+            }
+        }
+        out
     }
 
     /// Re-reads the other schedulers' bookings.

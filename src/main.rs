@@ -52,6 +52,8 @@ fn main() {
         ),
         Some(Command::Reserve(args)) => gpusched::commands::reserve::run(args),
         Some(Command::Release(args)) => gpusched::commands::reserve::release(args),
+        Some(Command::Top(args)) => gpusched::commands::top::run(args),
+        Some(Command::Serve(args)) => gpusched::commands::serve::run(args),
         Some(Command::Timeline(args)) => gpusched::commands::timeline::run(args),
         Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),

@@ -175,6 +175,16 @@ pub enum Command {
     /// Give back your personal reservations (`gpusched release 3`, or all
     /// of yours without an ID).
     Release(ReleaseArgs),
+    /// The whole box, live, full screen: every GPU with each user's jobs
+    /// and reservations and when it should free, every user's queue.
+    /// `q` quits. Not on a terminal, it prints the view once.
+    Top(TopArgs),
+    /// The same view as a web page that updates itself, with this user's
+    /// queue and timeline, and a read-only API: /api/v1/status,
+    /// /api/v1/box, /metrics. Listens on 127.0.0.1:8765 (reach it with
+    /// `ssh -L 8765:localhost:8765`); any other address needs
+    /// --token-file.
+    Serve(ServeArgs),
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
@@ -636,6 +646,35 @@ pub struct ReserveArgs {
     /// List everyone's reservations instead.
     #[arg(long, conflicts_with_all = ["duration", "gpu", "vram"])]
     pub list: bool,
+    #[command(flatten)]
+    pub place: BoxArgs,
+}
+
+/// Arguments of `gpusched top`.
+#[derive(Debug, Args, Clone)]
+pub struct TopArgs {
+    /// Seconds between refreshes.
+    #[arg(long, value_name = "SEC", default_value_t = 1.0, value_parser = parse_poll)]
+    pub interval: f64,
+    /// Print the view once and exit, even on a terminal.
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub place: BoxArgs,
+}
+
+/// Arguments of `gpusched serve`.
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// Address and port to listen on. Anything but a loopback address
+    /// needs --token-file.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
+    pub listen: std::net::SocketAddr,
+    /// A file holding the access token (readable by you alone): requests
+    /// must carry it as `Authorization: Bearer TOKEN`, or open
+    /// /login?token=TOKEN once to get a cookie.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     #[command(flatten)]
     pub place: BoxArgs,
 }

@@ -126,6 +126,8 @@ pub struct Peer {
     pub pending: u64,
     /// Its first waiting jobs' needs.
     pub demand: Vec<Need>,
+    /// Its log directory, as its file says (where its status.json is).
+    pub log_dir: String,
 }
 
 /// Why a booking file is not trusted. Each is warned about once per file.

@@ -213,6 +213,7 @@ impl Ledger {
             let result = read_booking_file(&path).and_then(|(file, uid)| {
                 let user = self.user_name(uid);
                 let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
+                let log_dir = file.log_dir.clone();
                 let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
                 let running = running.collect::<HashSet<_>>().len() as u64;
                 let peer = Peer {
@@ -222,6 +223,7 @@ impl Ledger {
                     running,
                     pending,
                     demand,
+                    log_dir,
                 };
                 super::trusted(file, uid, &user, &ProcFs, now_ms())
                     .map(|bookings| (bookings, peer))

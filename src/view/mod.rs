@@ -6,6 +6,7 @@
 //! changes the scheduler's state; the loop only calls in.
 
 pub mod board;
+pub mod box_view;
 pub mod doc;
 pub mod report;
 pub mod screen;

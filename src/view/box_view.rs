@@ -1,0 +1,537 @@
+//! The whole box at a glance (docs/BEHAVIOUR.md "Seeing the whole box"):
+//! every GPU with the memory each user's gpusched jobs and reservations
+//! hold there and what nobody scheduled, when it is expected to free;
+//! every user with their running and waiting jobs, factor and
+//! reservations; and every scheduler's queue as far as its status.json
+//! can be read. `gpusched top` draws it, `gpusched serve` serves it as
+//! `GET /api/v1/box` (schema: docs/box.schema.json). Read-only: it reads
+//! the GPUs, the ledger and the schedulers' status files, and writes
+//! nothing.
+
+use crate::cli::BoxArgs;
+use crate::gpu::{GpuBackend, GpuSnapshot};
+use crate::ledger::store::{Ledger, now_ms};
+use crate::model::JobState;
+use crate::rules::BoxRules;
+use crate::rules::share::{self, Standing};
+use crate::view::report;
+use crate::view::status::{BoxUser, PersonalReservation, StatusDoc};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+/// The box document's `schema` value.
+pub const SCHEMA: &str = "gpusched-box/1";
+
+/// Jobs listed per queue: the running ones and the first waiting ones.
+const JOBS_PER_QUEUE: usize = 20;
+
+/// The whole box, as `GET /api/v1/box` serves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxDoc {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// When it was read (Unix seconds).
+    pub updated: f64,
+    /// The box rules file in force, if any.
+    pub rules_file: Option<String>,
+    /// Every GPU, by index.
+    pub gpus: Vec<BoxGpu>,
+    /// Every user with a scheduler, a reservation or past usage, by name.
+    pub users: Vec<BoxUser>,
+    /// Every personal reservation that counts now.
+    pub reservations: Vec<PersonalReservation>,
+    /// Every running scheduler's queue.
+    pub queues: Vec<BoxQueue>,
+}
+
+/// One GPU of the box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxGpu {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Total memory (MiB).
+    pub total_mib: u64,
+    /// Memory in use by anyone (MiB).
+    pub used_mib: u64,
+    /// Utilization, percent; null when not reported.
+    pub util_percent: Option<u32>,
+    /// What each user's gpusched jobs and reservations hold on it.
+    pub held: Vec<Holder>,
+    /// MiB used by processes no scheduler booked (people running things
+    /// by hand, and notebooks in their reservations).
+    pub unscheduled_mib: u64,
+    /// When everything held on it should end (Unix seconds): the latest
+    /// expected end of the jobs there, and of the reservations; null when
+    /// nothing is held (free now) or some end is unknown.
+    pub expected_free: Option<f64>,
+    /// Where `expected_free` comes from: `progress`, `history`,
+    /// `timeout` or `reservation`.
+    pub expected_free_source: Option<String>,
+}
+
+/// One user's hold on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    /// Their name.
+    pub user: String,
+    /// MiB held: their jobs' budgets and their reservations.
+    pub mib: u64,
+    /// Their jobs on it.
+    pub jobs: u32,
+    /// Whether a personal reservation of theirs is part of it.
+    pub reserved: bool,
+}
+
+/// One scheduler's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxQueue {
+    /// Whose.
+    pub user: String,
+    /// The scheduler's pid.
+    pub pid: u32,
+    /// Its log directory.
+    pub log_dir: String,
+    /// Whether its status.json could be read (else only the ledger's
+    /// counts are known).
+    pub readable: bool,
+    /// Its jobs running.
+    pub running: u64,
+    /// Its jobs waiting.
+    pub pending: u64,
+    /// Its running jobs and first waiting ones.
+    pub jobs: Vec<BoxJob>,
+}
+
+/// One job of a queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxJob {
+    /// Display number in its queue.
+    pub no: u32,
+    /// Its `name=`.
+    pub name: Option<String>,
+    /// `running`, `pending` or `retry_wait`.
+    pub state: String,
+    /// GPUs it runs on.
+    pub gpus: Vec<u32>,
+    /// The command.
+    pub command: String,
+    /// Expected end of a running job (Unix seconds).
+    pub expected_end: Option<f64>,
+    /// Expected start of a waiting job (Unix seconds).
+    pub expected_start: Option<f64>,
+    /// Where the expectation comes from.
+    pub expected_source: Option<String>,
+    /// Why a waiting job waits.
+    pub reason: Option<String>,
+}
+
+/// What the box document is read from: the GPUs, the ledger, the rules.
+pub struct BoxSource {
+    backend: Box<dyn GpuBackend>,
+    ledger: Ledger,
+    rules: Option<BoxRules>,
+}
+
+impl BoxSource {
+    /// Opens the GPUs, ledger and rules that `args` name, as a scheduler
+    /// with the same options would.
+    ///
+    /// Errors: the rules file is refused; no GPU can be read; the ledger
+    /// directory is refused.
+    pub fn open(args: &BoxArgs) -> anyhow::Result<BoxSource> {
+        let rules = crate::rules::load(args.box_rules.as_deref())?;
+        let (backend, sim_dir) =
+            crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
+        let dir = match (&args.ledger, &sim_dir) {
+            (Some(dir), _) => crate::scheduler::absolute(dir),
+            (None, Some(sim)) => sim.join("ledger"),
+            (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
+        };
+        let mut ledger = Ledger::open_reader(&dir)?;
+        ledger.max_reservation_s = rules.as_ref().map_or(
+            crate::rules::DEFAULT_MAX_RESERVATION_S,
+            BoxRules::max_reservation_s,
+        );
+        Ok(BoxSource {
+            backend,
+            ledger,
+            rules,
+        })
+    }
+
+    /// Reads the box now.
+    ///
+    /// Errors: the GPUs cannot be read.
+    pub fn read(&mut self) -> anyhow::Result<BoxDoc> {
+        let snapshot = self.backend.snapshot()?;
+        self.ledger.refresh();
+        Ok(build(&snapshot, &self.ledger, self.rules.as_ref()))
+    }
+}
+
+/// A scheduler's status.json, when readable.
+fn read_status(log_dir: &str) -> Option<StatusDoc> {
+    let text = std::fs::read_to_string(PathBuf::from(log_dir).join("status.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The box document from a snapshot and the ledger.
+fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) -> BoxDoc {
+    let now = now_ms();
+    let statuses: Vec<(usize, StatusDoc)> = ledger
+        .peers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| read_status(&p.log_dir).map(|d| (i, d)))
+        .filter(|(i, d)| d.scheduler.pid == ledger.peers[*i].pid)
+        .collect();
+    let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
+    let gpus = snapshot
+        .gpus
+        .iter()
+        .map(|g| {
+            let mut held: BTreeMap<&str, Holder> = BTreeMap::new();
+            let mut free_at: Option<(f64, String)> = None;
+            let mut unknown_end = false;
+            for f in ledger
+                .foreign
+                .iter()
+                .filter(|f| f.booking.gpu_uuid == g.uuid)
+            {
+                let h = held.entry(&f.user).or_insert_with(|| Holder {
+                    user: f.user.clone(),
+                    mib: 0,
+                    jobs: 0,
+                    reserved: false,
+                });
+                h.mib = h.mib.saturating_add(f.booking.mib);
+                if f.pid == 0 {
+                    h.reserved = true;
+                } else {
+                    h.jobs += 1;
+                }
+            }
+            for r in ledger
+                .reservations
+                .iter()
+                .filter(|r| r.reservation.gpu_uuid == g.uuid)
+            {
+                let until = r.reservation.until_ms as f64 / 1000.0;
+                if free_at.as_ref().is_none_or(|(t, _)| until > *t) {
+                    free_at = Some((until, "reservation".into()));
+                }
+            }
+            // Each scheduler with jobs here says when its last one ends.
+            for peer in ledger.peers.iter().enumerate() {
+                let (i, p) = peer;
+                let has_jobs = ledger
+                    .foreign
+                    .iter()
+                    .any(|f| f.pid == p.pid && f.booking.gpu_uuid == g.uuid);
+                if !has_jobs {
+                    continue;
+                }
+                let theirs = statuses
+                    .iter()
+                    .find(|(j, _)| *j == i)
+                    .and_then(|(_, d)| d.gpus.iter().find(|x| x.uuid == g.uuid));
+                match theirs
+                    .and_then(|x| x.expected_free.map(|t| (t, x.expected_free_source.clone())))
+                {
+                    Some((t, source)) => {
+                        if free_at.as_ref().is_none_or(|(u, _)| t > *u) {
+                            free_at = Some((t, source.unwrap_or_default()));
+                        }
+                    }
+                    None => unknown_end = true,
+                }
+            }
+            let unscheduled_mib = snapshot
+                .processes
+                .iter()
+                .filter(|p| p.gpu == g.index)
+                .filter(|p| {
+                    crate::process::read_stat(p.pid)
+                        .is_none_or(|s| !booked_groups.contains(&s.pgrp))
+                })
+                .filter_map(|p| p.used_mib)
+                .sum();
+            let (expected_free, expected_free_source) = match (free_at, unknown_end) {
+                (Some((t, source)), false) => (Some(t), Some(source)),
+                _ => (None, None),
+            };
+            BoxGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+                total_mib: g.total_mib,
+                used_mib: g.used_mib,
+                util_percent: g.util_percent,
+                held: held.into_values().collect(),
+                unscheduled_mib,
+                expected_free,
+                expected_free_source,
+            }
+        })
+        .collect();
+    let queues: Vec<BoxQueue> = ledger
+        .peers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let status = statuses.iter().find(|(j, _)| *j == i).map(|(_, d)| d);
+            BoxQueue {
+                user: p.user.clone(),
+                pid: p.pid,
+                log_dir: p.log_dir.clone(),
+                readable: status.is_some(),
+                running: status.map_or(p.running, |d| count(d, &["running"])),
+                pending: status.map_or(p.pending, |d| count(d, &["pending", "retry_wait"])),
+                jobs: status.map(queue_jobs).unwrap_or_default(),
+            }
+        })
+        .collect();
+    BoxDoc {
+        schema: SCHEMA.to_string(),
+        updated: now as f64 / 1000.0,
+        rules_file: rules.map(|r| r.path.display().to_string()),
+        gpus,
+        users: users(ledger, rules, &queues),
+        reservations: ledger
+            .reservations
+            .iter()
+            .map(|h| PersonalReservation {
+                id: h.reservation.id,
+                user: h.user.clone(),
+                gpu: h.reservation.gpu,
+                mib: h.reservation.mib,
+                until: h.reservation.until_ms as f64 / 1000.0,
+                note: h.reservation.note.clone(),
+            })
+            .collect(),
+        queues,
+    }
+}
+
+/// Jobs of a status document in these states.
+fn count(doc: &StatusDoc, states: &[&str]) -> u64 {
+    states
+        .iter()
+        .map(|s| doc.counts.get(*s).copied().unwrap_or(0) as u64)
+        .sum()
+}
+
+/// A queue's running jobs and first waiting ones.
+fn queue_jobs(doc: &StatusDoc) -> Vec<BoxJob> {
+    doc.jobs
+        .iter()
+        .filter(|j| !j.state.is_terminal())
+        .take(JOBS_PER_QUEUE)
+        .map(|j| BoxJob {
+            no: j.no,
+            name: j.name.clone(),
+            state: j.state.as_str().to_string(),
+            gpus: j.gpus.clone(),
+            command: j.command.clone(),
+            expected_end: j.expected_end.filter(|_| j.state == JobState::Running),
+            expected_start: j.expected_start,
+            expected_source: j.expected_source.clone(),
+            reason: j.reason.clone(),
+        })
+        .collect()
+}
+
+/// Every user the ledger knows: their jobs from the queues, their
+/// bookings and reservations, and their factor under fair share.
+fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<BoxUser> {
+    let mut out: BTreeMap<String, BoxUser> = BTreeMap::new();
+    let blank = |user: &str| BoxUser {
+        user: user.to_string(),
+        running: 0,
+        pending: 0,
+        booked_mib: 0,
+        factor: None,
+        reservations: 0,
+    };
+    for q in queues {
+        let u = out.entry(q.user.clone()).or_insert_with(|| blank(&q.user));
+        u.running += q.running;
+        u.pending += q.pending;
+    }
+    for f in &ledger.foreign {
+        let u = out.entry(f.user.clone()).or_insert_with(|| blank(&f.user));
+        u.booked_mib = u.booked_mib.saturating_add(f.booking.mib);
+        if f.pid == 0 {
+            u.reservations += 1;
+        }
+    }
+    if let Some(rules) = rules.filter(|r| r.fair_share.is_some()) {
+        let half_life = rules.fair_share.map_or(1.0, |f| f.half_life_s);
+        let now = now_ms();
+        for uid in ledger.usage.keys() {
+            let name = crate::files::user_name(*uid);
+            out.entry(name.clone()).or_insert_with(|| blank(&name));
+        }
+        let by_name: BTreeMap<String, f64> = ledger
+            .usage
+            .iter()
+            .map(|(uid, u)| (crate::files::user_name(*uid), u.at(now, half_life).mib_s))
+            .collect();
+        let standings: BTreeMap<String, Standing> = out
+            .keys()
+            .map(|user| {
+                (
+                    user.clone(),
+                    Standing {
+                        usage: by_name.get(user).copied().unwrap_or(0.0),
+                        share: rules.share_of(user),
+                    },
+                )
+            })
+            .collect();
+        let factors = share::factors(&standings);
+        for (user, u) in &mut out {
+            u.factor = factors.get(user).copied();
+        }
+    }
+    out.into_values().collect()
+}
+
+/// The box as plain text lines of at most `width` characters: what
+/// `gpusched top` prints when not on a terminal, and draws on one.
+pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
+    let mut lines = vec![report::shorten(
+        &format!(
+            "gpusched top — {} GPUs — {}{}",
+            doc.gpus.len(),
+            report::date_time(doc.updated),
+            doc.rules_file
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" — rules {r}"))
+        ),
+        width,
+    )];
+    lines.push(String::new());
+    for g in &doc.gpus {
+        let held: Vec<String> = g
+            .held
+            .iter()
+            .map(|h| {
+                let what = match (h.jobs, h.reserved) {
+                    (0, true) => "reserved".to_string(),
+                    (n, true) => format!("{n} job{}, reserved", plural(n)),
+                    (n, false) => format!("{n} job{}", plural(n)),
+                };
+                format!("{} {} MiB ({what})", h.user, h.mib)
+            })
+            .chain(
+                (g.unscheduled_mib > 0).then(|| format!("unscheduled {} MiB", g.unscheduled_mib)),
+            )
+            .collect();
+        let free = match (&g.expected_free, g.held.is_empty()) {
+            (_, true) if g.unscheduled_mib == 0 => "free now".to_string(),
+            (Some(t), _) => format!(
+                "free ~{} ({})",
+                report::clock_short(*t),
+                g.expected_free_source.as_deref().unwrap_or("?")
+            ),
+            (None, _) => "free: unknown".to_string(),
+        };
+        lines.push(report::shorten(
+            &format!(
+                "GPU {} {:>6}/{} MiB  {}",
+                g.index, g.used_mib, g.total_mib, free
+            ),
+            width,
+        ));
+        if !held.is_empty() {
+            let wrapped = crate::view::board::wrap(&held.join(", "), width.saturating_sub(6));
+            lines.extend(wrapped.into_iter().map(|l| format!("      {l}")));
+        }
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
+        "USER", "RUNNING", "PENDING", "BOOKED MIB", "FACTOR", "RESERVED"
+    ));
+    for u in &doc.users {
+        lines.push(format!(
+            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
+            report::shorten(&u.user, 16),
+            u.running,
+            u.pending,
+            u.booked_mib,
+            u.factor
+                .map_or_else(|| "-".to_string(), |f| format!("{f:.2}")),
+            u.reservations
+        ));
+    }
+    for r in &doc.reservations {
+        lines.push(report::shorten(
+            &format!(
+                "reservation {}: GPU {}, {} MiB, {} until {}{}",
+                r.id,
+                r.gpu,
+                r.mib,
+                r.user,
+                report::clock_short(r.until),
+                if r.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.note)
+                }
+            ),
+            width,
+        ));
+    }
+    for q in &doc.queues {
+        lines.push(String::new());
+        lines.push(report::shorten(
+            &format!(
+                "{}'s queue ({} running, {} waiting){}",
+                q.user,
+                q.running,
+                q.pending,
+                if q.readable {
+                    ""
+                } else {
+                    " — status.json not readable"
+                }
+            ),
+            width,
+        ));
+        for j in &q.jobs {
+            let when = match (j.expected_end, j.expected_start) {
+                (Some(t), _) => format!("ends ~{}", report::clock_short(t)),
+                (None, Some(t)) => format!("starts ~{}", report::clock_short(t)),
+                _ => String::new(),
+            };
+            let gpus = if j.gpus.is_empty() {
+                "-".to_string()
+            } else {
+                j.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            lines.push(report::shorten(
+                &format!(
+                    "  {:>4} {:<8} {:<5} {:<13} {}",
+                    j.no, j.state, gpus, when, j.command
+                ),
+                width,
+            ));
+        }
+    }
+    lines
+}
+
+fn plural(n: u32) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}

@@ -105,9 +105,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
                 }
             };
             let first = read(&mut source);
-            let ok = first.is_ok();
+            let failed = first.is_err();
             let _ = first_tx.send(first);
-            while ok {
+            if failed {
+                return;
+            }
+            loop {
                 std::thread::sleep(REFRESH);
                 if let Ok(json) = read(&mut source)
                     && let Ok(mut slot) = reader.box_json.write()

@@ -17,36 +17,13 @@ use std::process::Command;
 /// The virtual environment with the official MCP SDK, made once; `None`
 /// (with SKIPPED) when it cannot be made.
 fn python_with_mcp() -> Option<PathBuf> {
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
-    let python = venv.join("bin/python");
-    let ready = |python: &PathBuf| {
-        Command::new(python)
-            .args(["-c", "import mcp.client.stdio"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !ready(&python) {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success())
-            && Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "mcp>=2,<3"])
-                .status()
-                .is_ok_and(|s| s.success());
-        if !made || !ready(&python) {
-            assert!(
-                std::env::var_os("GPUSCHED_MCP_REQUIRED").is_none(),
-                "GPUSCHED_MCP_REQUIRED is set but the official MCP Python SDK could not be installed (python3 -m venv; pip install mcp)"
-            );
-            eprintln!(
-                "SKIPPED: no python3 with venv, or PyPI's `mcp` package could not be installed"
-            );
-            return None;
-        }
-    }
-    Some(python)
+    common::python_venv(
+        "mcp-venv",
+        "import mcp.client.stdio",
+        "mcp>=2,<3",
+        "GPUSCHED_MCP_REQUIRED",
+        "the official MCP Python SDK (PyPI's `mcp`)",
+    )
 }
 
 #[test]

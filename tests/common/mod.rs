@@ -438,3 +438,45 @@ pub fn assert_valid_status(doc: &Value) {
         "status.json does not match docs/status.schema.json: {errors:#?}\n{doc:#}"
     );
 }
+
+/// A Python virtual environment under the build's temp dir with `pip`
+/// package `spec` installed (made once, kept between runs), checked by
+/// running `import_check`; its python. `None` (and a line saying SKIPPED)
+/// when it cannot be made — a failure instead when the environment
+/// variable `required` is set, as `.ci/run` sets it.
+pub fn python_venv(
+    name: &str,
+    import_check: &str,
+    spec: &str,
+    required: &str,
+    what: &str,
+) -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let python = venv.join("bin/python");
+    let ready = |python: &PathBuf| {
+        Command::new(python)
+            .args(["-c", import_check])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready(&python) {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", spec])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made || !ready(&python) {
+            assert!(
+                std::env::var_os(required).is_none(),
+                "{required} is set but {what} could not be installed (python3 -m venv; pip install '{spec}')"
+            );
+            eprintln!("SKIPPED: no python3 with venv, or {what} could not be installed");
+            return None;
+        }
+    }
+    Some(python)
+}

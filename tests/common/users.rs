@@ -3,9 +3,11 @@
 //! test says so and does nothing; with `GPUSCHED_USERS_REQUIRED=1` (set by
 //! `.ci/run`) that is a failure.
 
-use super::Env;
+use super::{Env, Sched};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -73,4 +75,91 @@ pub fn shared_ledger(env: &Env) -> std::path::PathBuf {
         .unwrap();
     assert!(init.status.success(), "{init:?}");
     ledger
+}
+
+/// The root-owned things users share: a rules file, the ledger, the
+/// simulated GPUs.
+pub struct Box_ {
+    pub root: Env,
+    pub rules: PathBuf,
+    pub ledger: PathBuf,
+    pub sim: PathBuf,
+}
+
+impl Box_ {
+    pub fn new(rules: &str) -> Box_ {
+        let root = open_env("");
+        let path = root.path("box.toml");
+        std::fs::write(&path, rules).unwrap();
+        let ledger = shared_ledger(&root);
+        let sim = root.path("gpus");
+        std::fs::create_dir(&sim).unwrap();
+        chmod(&sim, 0o1777);
+        Box_ {
+            root,
+            rules: path,
+            ledger,
+            sim,
+        }
+    }
+
+    /// The options that put a scheduler or a verb on this box, with the
+    /// rules or without.
+    pub fn args(&self, gpus: u32, with_rules: bool) -> Vec<String> {
+        let mut args = vec![
+            "--sim".to_string(),
+            gpus.to_string(),
+            "--sim-dir".into(),
+            self.sim.display().to_string(),
+            "--ledger".into(),
+            self.ledger.display().to_string(),
+        ];
+        if with_rules {
+            args.push("--box-rules".into());
+            args.push(self.rules.display().to_string());
+        }
+        args
+    }
+}
+
+/// The test users, all created before any test acts as one (creating a
+/// user rewrites /etc/passwd, and a name looked up meanwhile can fail).
+pub fn users() -> Option<[(u32, u32); 3]> {
+    static USERS: std::sync::OnceLock<Option<[(u32, u32); 3]>> = std::sync::OnceLock::new();
+    *USERS.get_or_init(|| {
+        Some([
+            test_user("gpusched-t-alice")?,
+            test_user("gpusched-t-bob")?,
+            test_user("gpusched-t-mal")?,
+        ])
+    })
+}
+
+/// `user`'s own directory with `jobs`, which they own.
+pub fn users_env(jobs: &str, user: (u32, u32)) -> Env {
+    let env = open_env(jobs);
+    chown(env.dir.path(), user);
+    env
+}
+
+/// `user`'s scheduler on `b`, sampling every half second.
+pub fn spawn_as(env: &Env, user: (u32, u32), b: &Box_, gpus: u32, with_rules: bool) -> Sched {
+    spawn_polling(env, user, b, gpus, with_rules, "0.5")
+}
+
+/// `user`'s scheduler on `b`, sampling every `poll` seconds.
+pub fn spawn_polling(
+    env: &Env,
+    user: (u32, u32),
+    b: &Box_,
+    gpus: u32,
+    with_rules: bool,
+    poll: &str,
+) -> Sched {
+    let mut args: Vec<String> = b.args(gpus, with_rules);
+    args.extend(["--poll", poll].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = env.command(&args);
+    cmd.uid(user.0).gid(user.1);
+    Sched::from_command(cmd)
 }

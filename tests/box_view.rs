@@ -1,0 +1,389 @@
+//! Seeing the whole box (docs/BEHAVIOUR.md "Seeing the whole box"): with
+//! two real users' schedulers running, `gpusched serve`'s documents match
+//! their schemas; a non-loopback address needs a token, and requests
+//! without the right one get 401; a real headless browser (Debian's
+//! chromium, driven by Selenium) sees the page change when a job ends,
+//! without a reload; `gpusched top` in tmux at 80×24 shows both users and
+//! when the GPUs free, and quits on `q`.
+//!
+//! The two-user tests need root (CI runs as root); the browser test needs
+//! chromium and chromedriver (`scripts/browser-setup.sh`) and Selenium
+//! from PyPI, and with `GPUSCHED_BROWSER_REQUIRED=1` (set by `.ci/run`)
+//! their absence is a failure.
+
+mod common;
+
+use common::users::{Box_, open_env, spawn_as, users, users_env};
+use common::{Env, Sched, wait_for};
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `gpusched serve` with `args`, as `user` (root when `None`), killed on
+/// drop.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(args: &[String], user: Option<(u32, u32)>) -> Serve {
+    let mut cmd = Command::new(common::bin());
+    cmd.arg("serve")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
+    }
+    Serve(cmd.spawn().unwrap())
+}
+
+/// GET `path` on `port`: (status, body).
+fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let mut request = agent.get(format!("http://127.0.0.1:{port}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    match request.call() {
+        Ok(mut response) => {
+            let status = response.status().as_u16();
+            let body = response.body_mut().read_to_string().unwrap_or_default();
+            (status, body)
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// Waits until the server on `port` answers `/api/v1/box`.
+fn wait_up(port: u16, headers: &[(&str, &str)]) {
+    wait_for("gpusched serve to answer", &mut || {
+        get(port, "/api/v1/box", headers).0 == 200
+    });
+}
+
+fn validate(doc: &Value, schema_file: &str) {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/docs/{schema_file}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema itself is valid");
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not as docs/{schema_file} says: {errors:#?}\n{doc:#}"
+    );
+}
+
+/// Alice with `jobs` jobs that have a timeout (so their end is expected),
+/// two of which run (a third waits for her quota, if she has one); Bob
+/// with one job.
+fn two_users(b: &Box_, jobs: usize) -> (Env, Env, Sched, Sched) {
+    let [alice, bob, _] = users().unwrap();
+    let a_env = users_env(&"[timeout=10m] sleep 60\n".repeat(jobs), alice);
+    let b_env = users_env("[timeout=10m] sleep 60\n", bob);
+    let a = spawn_as(&a_env, alice, b, 4, true);
+    let bs = spawn_as(&b_env, bob, b, 4, true);
+    wait_for("both users' jobs", &mut || {
+        a_env.events("started").len() >= 2 && !b_env.events("started").is_empty()
+    });
+    (a_env, b_env, a, bs)
+}
+
+#[test]
+fn the_api_documents_match_their_schemas_with_two_users_running() {
+    if users().is_none() {
+        return;
+    }
+    let b = Box_::new("[fair_share]\nhalf_life = \"1h\"\n[quota.default]\nmax_gpus = 2\n");
+    let (a_env, _b_env, a, bs) = two_users(&b, 3);
+    let port = free_port();
+    let mut args = b.args(4, true);
+    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
+    args.extend(["--log-dir".into(), a_env.logs.display().to_string()]);
+    let [alice, _, _] = users().unwrap();
+    let _server = serve(&args, Some(alice));
+    wait_up(port, &[]);
+    let mut doc = Value::Null;
+    wait_for("both users and alice's waiting job in the box", &mut || {
+        doc = serde_json::from_str(&get(port, "/api/v1/box", &[]).1).unwrap_or(Value::Null);
+        let users: Vec<&str> = doc["users"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u["user"].as_str())
+            .collect();
+        let queues = doc["queues"].as_array().map_or(0, Vec::len);
+        users.contains(&"gpusched-t-alice") && users.contains(&"gpusched-t-bob") && queues == 2
+    });
+    validate(&doc, "box.schema.json");
+    // Every GPU held says by whom and, from the jobs' timeouts, when it frees.
+    let held: Vec<&Value> = doc["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| !g["held"].as_array().unwrap().is_empty())
+        .collect();
+    assert_eq!(held.len(), 3, "{doc:#}");
+    for g in held {
+        assert_eq!(g["expected_free_source"], "timeout", "{g}");
+    }
+    let alices = doc["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["user"] == "gpusched-t-alice")
+        .unwrap();
+    assert!(alices["readable"].as_bool().unwrap(), "{alices}");
+    assert_eq!(
+        alices["jobs"][2]["reason"],
+        "quota: gpusched-t-alice uses 2 of 2 GPUs"
+    );
+    let status: Value = serde_json::from_str(&get(port, "/api/v1/status", &[]).1).unwrap();
+    common::assert_valid_status(&status);
+    let (code, metrics) = get(port, "/metrics", &[]);
+    assert_eq!(code, 200);
+    assert!(metrics.contains("gpusched_up 1"), "{metrics}");
+    let (code, page) = get(port, "/", &[]);
+    assert_eq!(code, 200);
+    assert!(page.contains("<table id=\"gpus\">"));
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no external assets"
+    );
+    a.stop();
+    bs.stop();
+}
+
+#[test]
+fn a_public_address_needs_a_token_and_anything_else_gets_401() {
+    let b = Box_::new("");
+    let env = open_env("");
+    let port = free_port();
+    let mut args = b.args(1, false);
+    args.extend(["--listen".into(), format!("0.0.0.0:{port}")]);
+    args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    let refused = Command::new(common::bin())
+        .arg("serve")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --token-file"));
+    // A token file others can read is refused too.
+    let token = env.path("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    args.extend(["--token-file".into(), token.display().to_string()]);
+    let refused = Command::new(common::bin())
+        .arg("serve")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("chmod 600"));
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let _server = serve(&args, None);
+    let right = [("Authorization", "Bearer s3cret-token")];
+    wait_up(port, &right);
+    for path in [
+        "/",
+        "/api/v1/box",
+        "/api/v1/status",
+        "/metrics",
+        "/timeline.svg",
+    ] {
+        assert_eq!(get(port, path, &[]).0, 401, "{path} without a token");
+        assert_eq!(
+            get(port, path, &[("Authorization", "Bearer s3cret-tokem")]).0,
+            401,
+            "{path} with a wrong token"
+        );
+        assert_eq!(
+            get(port, path, &[("Cookie", "gpusched_token=nope")]).0,
+            401,
+            "{path} with a wrong cookie"
+        );
+    }
+    assert_eq!(get(port, "/api/v1/box", &right).0, 200);
+    assert_eq!(get(port, "/login?token=nope", &[]).0, 401);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let login = agent
+        .get(format!("http://127.0.0.1:{port}/login?token=s3cret-token"))
+        .call()
+        .unwrap();
+    assert_eq!(login.status().as_u16(), 303);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap();
+    assert_eq!(get(port, "/api/v1/box", &[("Cookie", pair)]).0, 200);
+}
+
+#[test]
+fn a_real_browser_sees_the_page_change_when_a_job_ends_without_a_reload() {
+    let browser = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/browser-setup.sh"
+    ))
+    .status()
+    .is_ok_and(|s| s.success());
+    let python = browser
+        .then(|| {
+            common::python_venv(
+                "selenium-venv",
+                "import selenium.webdriver",
+                "selenium>=4.20,<5",
+                "GPUSCHED_BROWSER_REQUIRED",
+                "Selenium (PyPI's `selenium`)",
+            )
+        })
+        .flatten();
+    let Some(python) = python else {
+        assert!(
+            std::env::var_os("GPUSCHED_BROWSER_REQUIRED").is_none(),
+            "GPUSCHED_BROWSER_REQUIRED is set but chromium, chromedriver or Selenium is missing (scripts/browser-setup.sh)"
+        );
+        eprintln!("SKIPPED: no chromium and chromedriver (scripts/browser-setup.sh)");
+        return;
+    };
+    // Job 1 runs a few seconds, so the page first sees it running.
+    let env = Env::new("sleep 6\n[vram=2000] sleep 600\n");
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.5"]);
+    wait_for("job 1 running", &mut || env.events("started").len() == 2);
+    let port = free_port();
+    let sim = env.logs.join("sim").display().to_string();
+    let args: Vec<String> = [
+        "--sim",
+        "2",
+        "--sim-dir",
+        &sim,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--log-dir",
+        &env.logs.display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let _server = serve(&args, None);
+    wait_up(port, &[]);
+    let shot = env.path("page.png");
+    let out = Command::new(python)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/browser.py"))
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(said.trim()).unwrap();
+    assert_eq!(seen["gpus"].as_array().unwrap().len(), 2, "{seen}");
+    assert_eq!(seen["first"], "running");
+    assert_eq!(seen["last"], "ok", "{seen}");
+    assert_eq!(seen["mark"], 42, "the page was reloaded: {seen}");
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    sched.stop();
+}
+
+/// The text of the tmux pane `name`.
+fn pane(name: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["capture-pane", "-p", "-t", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn top_in_an_80_by_24_tmux_shows_both_users_and_when_gpus_free_and_quits_on_q() {
+    if users().is_none() {
+        return;
+    }
+    let has_tmux = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(has_tmux, "tmux is needed to drive gpusched top");
+    let b = Box_::new("[fair_share]\nhalf_life = \"1h\"\n");
+    let (_a_env, _b_env, a, bs) = two_users(&b, 2);
+    let name = format!("gpusched-top-{}", std::process::id());
+    let mut command = vec![common::bin().to_string(), "top".into()];
+    command.extend(b.args(4, true));
+    let status = Command::new("tmux")
+        .args(["new-session", "-d", "-x", "80", "-y", "24", "-s", &name])
+        .arg(shlex::try_join(command.iter().map(String::as_str)).unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut screen = String::new();
+    wait_for(
+        "both users and expected free times on the screen",
+        &mut || {
+            screen = pane(&name);
+            screen.contains("gpusched-t-alice")
+                && screen.contains("gpusched-t-bob")
+                && screen.contains("(timeout)")
+                && screen.contains("free now")
+        },
+    );
+    assert!(screen.lines().count() <= 24, "{screen}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    assert!(screen.contains("q quit"), "{screen}");
+    Command::new("tmux")
+        .args(["send-keys", "-t", &name, "q"])
+        .status()
+        .unwrap();
+    wait_for("top to quit", &mut || {
+        !Command::new("tmux")
+            .args(["has-session", "-t", &name])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    });
+    // Not on a terminal, it prints the view once.
+    let printed = Command::new(common::bin())
+        .arg("top")
+        .args(b.args(4, true))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&printed.stdout);
+    assert!(printed.status.success());
+    assert!(
+        text.contains("gpusched-t-bob") && text.contains("GPU 3"),
+        "{text}"
+    );
+    a.stop();
+    bs.stop();
+    std::thread::sleep(Duration::from_millis(1));
+}

@@ -272,3 +272,36 @@ fn a_rules_file_a_user_could_write_is_refused() {
     assert!(out.stderr.contains("max_gpu"), "{}", out.stderr);
     drop(b.root);
 }
+
+/// A job its user's quota keeps waiting asks nothing of fair share: Bob,
+/// with the lower factor, still gets the GPU Alice may not use.
+#[test]
+fn a_job_held_by_its_quota_keeps_nothing_free_for_fair_share() {
+    let Some([alice, bob, _]) = users() else {
+        return;
+    };
+    let b = Box_::new(
+        "[fair_share]\nhalf_life = \"1h\"\n[quota.users.gpusched-t-alice]\nmax_gpus = 1\n",
+    );
+    // Bob's reservation is charged to his usage: his factor is the lower.
+    let b_env = users_env("[vram=2000] sleep 0.5\n", bob);
+    let mut args = vec!["reserve".to_string(), "--vram".into(), "1000".into()];
+    args.extend(["--for", "1h"].map(String::from));
+    args.extend(b.args(2, true));
+    assert!(verb_as(bob, b_env.dir.path(), &args).status.success());
+    let a_env = users_env(&"[vram=22000] sleep 60\n".repeat(2), alice);
+    let a = spawn_as(&a_env, alice, &b, 2, true);
+    wait_for("alice's second job held by her quota", &mut || {
+        status_json(&a_env)["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|j| j["reason"].as_str().is_some_and(|r| r.starts_with("quota")))
+    });
+    let out = spawn_as(&b_env, bob, &b, 2, true).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(b_env.status_of(1).as_deref(), Some("ok"));
+    // Bob's job ran beside Alice's first, not after it.
+    assert!(a_env.events("done").is_empty(), "{}", out.stdout);
+    a.stop();
+}

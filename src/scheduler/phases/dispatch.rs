@@ -179,11 +179,18 @@ impl Scheduler {
             reservation,
         } = self.plan_round(&mut loads);
         let held_back = held.len();
-        let waiting: Vec<Request> = requests
+        // What our waiting jobs need, for others' fair share: not those
+        // our quota keeps waiting, which no free memory would start.
+        let over_quota: std::collections::HashSet<&String> =
+            reasons.iter().map(|(k, _)| k).collect();
+        let waiting: Vec<Request> = indices
             .iter()
+            .zip(&requests)
             .zip(&placements)
-            .filter(|(_, p)| **p == Placement::NotNow)
-            .map(|(r, _)| *r)
+            .filter(|((index, _), p)| {
+                **p == Placement::NotNow && !over_quota.contains(&self.jobs.specs[**index].key)
+            })
+            .map(|((_, r), _)| *r)
             .take(super::box_rules::DEMAND_PUBLISHED)
             .collect();
         let starting = placements

@@ -156,12 +156,15 @@ enum Ending {
 /// simjobs never both take the last free memory of a GPU.
 fn lock_sim_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     let path = dir.join(".lock");
+    // Another user's simjob may have made it (a sim dir shared between
+    // users, as a real box is): a flock needs only read access.
     let file = std::fs::File::options()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(&path)
+        .or_else(|_| std::fs::File::open(&path))
         .with_context(|| format!("cannot open {}", path.display()))?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
@@ -174,6 +177,15 @@ fn write_report(path: &Path, pid: u32, gpus: &[String], mib: u64, util: u32) -> 
         mib: gpus.iter().map(|g| (g.clone(), mib)).collect(),
         util,
     };
-    crate::files::write_atomic(path, &serde_json::to_vec(&report)?)
-        .with_context(|| format!("cannot write {}", path.display()))
+    // Readable by everyone, as NVML shows every user's memory.
+    use std::os::unix::fs::PermissionsExt;
+    crate::files::write_atomic_with(
+        path,
+        &serde_json::to_vec(&report)?,
+        &crate::files::AtomicOptions {
+            mode: Some(std::fs::Permissions::from_mode(0o644)),
+            sync: false,
+        },
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -31,9 +31,12 @@ fn example_commands(readme: &str) -> Vec<Vec<String>> {
         let Some(rest) = code.strip_prefix("gpusched ") else {
             continue;
         };
-        // Output lines (`gpusched 0.1.0 — …`) and the synopsis are not
-        // commands.
-        if rest.starts_with(|c: char| c.is_ascii_digit()) || rest.contains('[') {
+        // Output lines (`gpusched 0.1.0 — …`, `gpusched top — 4 GPUs — …`)
+        // and the synopsis are not commands.
+        if rest.starts_with(|c: char| c.is_ascii_digit())
+            || rest.contains('[')
+            || rest.contains(" — ")
+        {
             continue;
         }
         let code = code

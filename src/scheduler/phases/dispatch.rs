@@ -463,16 +463,11 @@ impl Scheduler {
             let mut placement = planner.next(&placed, is_reserved);
             if placed != request {
                 // Kept to the GPUs our user holds: too few of them is a
-                // wait, not an end; and if it would start elsewhere, the
-                // quota is why it waits.
+                // wait, not an end, and the quota is why it waits.
                 if matches!(placement, Placement::Infeasible(_)) {
                     placement = Placement::NotNow;
                 }
                 if placement == Placement::NotNow
-                    && matches!(
-                        allocation::place(&request, planner.loads(), &self.cfg.place),
-                        Placement::Start(_)
-                    )
                     && let Some((limits, held)) = &quota
                 {
                     let over =

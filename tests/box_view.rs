@@ -81,23 +81,6 @@ fn wait_up(port: u16, headers: &[(&str, &str)]) {
     });
 }
 
-fn validate(doc: &Value, schema_file: &str) {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{}/docs/{schema_file}", env!("CARGO_MANIFEST_DIR")))
-            .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("the schema itself is valid");
-    let errors: Vec<String> = validator
-        .iter_errors(doc)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "not as docs/{schema_file} says: {errors:#?}\n{doc:#}"
-    );
-}
-
 /// Alice with `jobs` jobs that have a timeout (so their end is expected),
 /// two of which run (a third waits for her quota, if she has one); Bob
 /// with one job.
@@ -139,7 +122,7 @@ fn the_api_documents_match_their_schemas_with_two_users_running() {
         let queues = doc["queues"].as_array().map_or(0, Vec::len);
         users.contains(&"gpusched-t-alice") && users.contains(&"gpusched-t-bob") && queues == 2
     });
-    validate(&doc, "box.schema.json");
+    common::assert_valid(&doc, "box.schema.json");
     // Every GPU held says by whom and, from the jobs' timeouts, when it frees.
     let held: Vec<&Value> = doc["gpus"]
         .as_array()
@@ -186,25 +169,25 @@ fn a_public_address_needs_a_token_and_anything_else_gets_401() {
     let mut args = b.args(1, false);
     args.extend(["--listen".into(), format!("0.0.0.0:{port}")]);
     args.extend(["--log-dir".into(), env.logs.display().to_string()]);
-    let refused = Command::new(common::bin())
-        .arg("serve")
-        .args(&args)
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --token-file"));
+    let refused = |args: &[String], why: &str| {
+        let out = Command::new(common::bin())
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(why),
+            "{out:?}"
+        );
+    };
+    refused(&args, "needs --token-file");
     // A token file others can read is refused too.
     let token = env.path("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
     args.extend(["--token-file".into(), token.display().to_string()]);
-    let refused = Command::new(common::bin())
-        .arg("serve")
-        .args(&args)
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("chmod 600"));
+    refused(&args, "chmod 600");
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     let _server = serve(&args, None);
     let right = [("Authorization", "Bearer s3cret-token")];

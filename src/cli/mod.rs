@@ -605,91 +605,6 @@ pub struct LogDirArgs {
     pub log_dir: PathBuf,
 }
 
-/// Where the box's GPUs, ledger and rules are: the scheduler's own
-/// options, so that `reserve` and `release` see what it sees.
-#[derive(Debug, Args, Clone)]
-pub struct BoxArgs {
-    /// Simulated GPUs, as the scheduler's --sim N.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub sim: Option<u32>,
-    /// The simulated GPUs' directory, as the scheduler's --sim-dir.
-    #[arg(long, value_name = "DIR", requires = "sim")]
-    pub sim_dir: Option<PathBuf>,
-    /// The ledger directory, as the scheduler's --ledger (default:
-    /// /dev/shm/gpusched; with --sim: SIM_DIR/ledger).
-    #[arg(long, value_name = "DIR")]
-    pub ledger: Option<PathBuf>,
-    /// The box rules, as the scheduler's --box-rules.
-    #[arg(long, value_name = "FILE")]
-    pub box_rules: Option<PathBuf>,
-    /// The scheduler's log directory (for the default --sim-dir).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
-    pub log_dir: PathBuf,
-}
-
-/// Arguments of `gpusched reserve`.
-#[derive(Debug, Args, Clone)]
-pub struct ReserveArgs {
-    /// How long to keep it: 90m, 2h, 1d (at most the rules'
-    /// `[reservations] max_duration`, else 7d).
-    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration_arg, required_unless_present = "list")]
-    pub duration: Option<f64>,
-    /// The GPU (index). Default: the one with the most memory free.
-    #[arg(long, value_name = "N")]
-    pub gpu: Option<u32>,
-    /// How much memory: 20000 (MiB), 20G. Default: the whole GPU.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub vram: Option<u64>,
-    /// What it is for, shown to everyone.
-    #[arg(long, value_name = "TEXT", default_value = "")]
-    pub note: String,
-    /// List everyone's reservations instead.
-    #[arg(long, conflicts_with_all = ["duration", "gpu", "vram"])]
-    pub list: bool,
-    #[command(flatten)]
-    pub place: BoxArgs,
-}
-
-/// Arguments of `gpusched top`.
-#[derive(Debug, Args, Clone)]
-pub struct TopArgs {
-    /// Seconds between refreshes.
-    #[arg(long, value_name = "SEC", default_value_t = 1.0, value_parser = parse_poll)]
-    pub interval: f64,
-    /// Print the view once and exit, even on a terminal.
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub place: BoxArgs,
-}
-
-/// Arguments of `gpusched serve`.
-#[derive(Debug, Args, Clone)]
-pub struct ServeArgs {
-    /// Address and port to listen on. Anything but a loopback address
-    /// needs --token-file.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
-    pub listen: std::net::SocketAddr,
-    /// A file holding the access token (readable by you alone): requests
-    /// must carry it as `Authorization: Bearer TOKEN`, or open
-    /// /login?token=TOKEN once to get a cookie.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    #[command(flatten)]
-    pub place: BoxArgs,
-}
-
-/// Arguments of `gpusched release`.
-#[derive(Debug, Args, Clone)]
-pub struct ReleaseArgs {
-    /// The reservation's number (from `gpusched reserve --list`). Default:
-    /// all of yours.
-    #[arg(value_name = "ID")]
-    pub id: Option<u32>,
-    #[command(flatten)]
-    pub place: BoxArgs,
-}
-
 /// Arguments of `gpusched drain` and `undrain`.
 #[derive(Debug, Args, Clone)]
 pub struct GpuArgs {
@@ -866,18 +781,6 @@ fn parse_mib(text: &str) -> Result<u64, String> {
     Ok(mib)
 }
 
-/// A size like the jobs file's `vram=`: 20000 (MiB), 800M, 20G.
-fn parse_size(text: &str) -> Result<u64, String> {
-    crate::jobspec::parse_vram_mib(text)
-        .map_err(|_| format!("'{text}' is not a size: use MiB (20000) or 800M, 20G"))
-}
-
-/// A duration like the jobs file's `timeout=`: 90, 90s, 15m, 2h, 1.5d.
-fn parse_duration_arg(text: &str) -> Result<f64, String> {
-    crate::jobspec::parse_duration_s(text)
-        .map_err(|_| format!("'{text}' is not a duration: use 90s, 15m, 2h or 1.5d"))
-}
-
 /// The longest `--poll` accepted, in seconds (one day).
 const MAX_POLL_S: f64 = 86400.0;
 
@@ -922,6 +825,9 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     }
     Ok(value)
 }
+
+mod box_args;
+pub use box_args::{BoxArgs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs};
 
 #[cfg(test)]
 mod tests;

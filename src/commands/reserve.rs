@@ -13,7 +13,6 @@ use crate::rules::BoxRules;
 use crate::view::report::{clock_short, human_duration};
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::PathBuf;
 
 /// What `reserve` and `release` work on: the GPUs, the ledger, the rules.
 struct Box_ {
@@ -28,22 +27,9 @@ struct Box_ {
 /// Errors: the rules file is refused; no GPU can be read; the ledger
 /// directory is refused.
 fn open(args: &BoxArgs) -> anyhow::Result<Box_> {
-    let rules = crate::rules::load(args.box_rules.as_deref())?;
-    let (mut backend, sim_dir) =
-        crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
-    let snapshot = backend.snapshot()?;
-    let dir = match (&args.ledger, &sim_dir) {
-        (Some(dir), _) => crate::scheduler::absolute(dir),
-        (None, Some(sim)) => sim.join("ledger"),
-        (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
-    };
-    let mut ledger = Ledger::open_reader(&dir)?;
-    ledger.max_reservation_s = rules.as_ref().map_or(
-        crate::rules::DEFAULT_MAX_RESERVATION_S,
-        BoxRules::max_reservation_s,
-    );
+    let (mut backend, ledger, rules) = crate::view::box_view::open_box(args, true)?;
     Ok(Box_ {
-        snapshot,
+        snapshot: backend.snapshot()?,
         ledger,
         rules,
     })

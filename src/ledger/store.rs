@@ -73,13 +73,17 @@ impl Ledger {
         Ledger::open_as(dir, log_dir, std::process::id())
     }
 
-    /// Opens (creating, as [`Ledger::open`] does) the ledger directory
-    /// `dir` for a command that books no job (`gpusched reserve`): it
-    /// reads, locks and writes reservations and usage, and publishes no
-    /// booking file.
+    /// Opens the ledger directory `dir` for a command that books no job:
+    /// `gpusched reserve` (`create`: made if missing, as [`Ledger::open`]
+    /// does) reads, locks and writes reservations and usage; `top` and
+    /// `serve` only read, and a missing directory is an empty ledger.
+    /// Neither publishes a booking file.
     ///
     /// Errors: as [`Ledger::open`]'s, for the directory.
-    pub fn open_reader(dir: &Path) -> Result<Ledger, Error> {
+    pub fn open_reader(dir: &Path, create: bool) -> Result<Ledger, Error> {
+        if !create && !dir.exists() {
+            return Ok(Ledger::blank(dir, Path::new(""), std::process::id()));
+        }
         Ledger::open_with(dir, Path::new(""), std::process::id(), false)
     }
 
@@ -92,9 +96,27 @@ impl Ledger {
     /// [`Ledger::open_as`]; `publish`: write our (empty) booking file now.
     fn open_with(dir: &Path, log_dir: &Path, pid: u32, publish: bool) -> Result<Ledger, Error> {
         prepare_dir(dir)?;
+        let mut ledger = Ledger::blank(dir, log_dir, pid);
+        if !publish {
+            return Ok(ledger);
+        }
+        ledger.publish(Vec::new()).map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot write to the ledger directory {} (use --ledger DIR or --no-ledger)",
+                    dir.display()
+                ),
+                e,
+            )
+        })?;
+        Ok(ledger)
+    }
+
+    /// The ledger of scheduler `pid` in `dir`, nothing read or written yet.
+    fn blank(dir: &Path, log_dir: &Path, pid: u32) -> Ledger {
         let start_ticks = crate::process::read_stat(pid).map_or(0, |s| s.start_ticks);
         let uid = nix::unistd::getuid().as_raw();
-        let mut ledger = Ledger {
+        Ledger {
             dir: dir.to_path_buf(),
             own_name: OsString::from(format!("{uid}.{pid}.json")),
             me: BookingFile {
@@ -115,20 +137,7 @@ impl Ledger {
             reservations: Vec::new(),
             usage: BTreeMap::new(),
             max_reservation_s: crate::rules::DEFAULT_MAX_RESERVATION_S,
-        };
-        if !publish {
-            return Ok(ledger);
         }
-        ledger.publish(Vec::new()).map_err(|e| {
-            Error::io(
-                format!(
-                    "cannot write to the ledger directory {} (use --ledger DIR or --no-ledger)",
-                    dir.display()
-                ),
-                e,
-            )
-        })?;
-        Ok(ledger)
     }
 
     /// The directory.

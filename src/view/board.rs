@@ -141,38 +141,47 @@ pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
             width,
         ));
     }
-    lines.push(format!(
-        "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
-        "USER", "RUNNING", "PENDING", "BOOKED MIB", "FACTOR", "RESERVED"
-    ));
-    for u in &b.users {
-        lines.push(format!(
-            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
-            report::shorten(&u.user, 16),
-            u.running,
-            u.pending,
-            u.booked_mib,
-            factor(u.factor),
-            u.reservations
-        ));
-    }
+    lines.extend(users_table(&b.users));
     for r in &b.reservations {
-        lines.extend(wrap(
-            &format!(
-                "reservation {}: GPU {}, {} MiB, {} until {}{}",
-                r.id,
-                r.gpu,
-                r.mib,
-                r.user,
-                report::clock_short(r.until),
-                if r.note.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", r.note)
-                }
-            ),
-            width,
-        ));
+        lines.extend(wrap(&r.line(), width));
+    }
+    lines
+}
+
+/// The table of a box's users: name, jobs running and waiting, MiB
+/// booked, fair-share factor (`-` without fair share), reservations.
+pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
+    let row = |cells: [&str; 6]| {
+        format!(
+            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
+            report::shorten(cells[0], 16),
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5]
+        )
+    };
+    let mut lines = vec![row([
+        "USER",
+        "RUNNING",
+        "PENDING",
+        "BOOKED MIB",
+        "FACTOR",
+        "RESERVED",
+    ])];
+    for u in users {
+        let factor = u
+            .factor
+            .map_or_else(|| "-".to_string(), |f| format!("{f:.2}"));
+        lines.push(row([
+            &u.user,
+            &u.running.to_string(),
+            &u.pending.to_string(),
+            &u.booked_mib.to_string(),
+            &factor,
+            &u.reservations.to_string(),
+        ]));
     }
     lines
 }

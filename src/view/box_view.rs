@@ -137,26 +137,37 @@ pub struct BoxSource {
     rules: Option<BoxRules>,
 }
 
+/// The GPUs, ledger and rules that `args` name, as a scheduler with the
+/// same options would see them; `create`: make the ledger directory if
+/// missing (for `reserve`).
+///
+/// Errors: the rules file is refused; no GPU can be read; the ledger
+/// directory is refused.
+pub fn open_box(
+    args: &BoxArgs,
+    create: bool,
+) -> anyhow::Result<(Box<dyn GpuBackend>, Ledger, Option<BoxRules>)> {
+    let rules = crate::rules::load(args.box_rules.as_deref())?;
+    let (backend, sim_dir) = crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
+    let dir = match (&args.ledger, &sim_dir) {
+        (Some(dir), _) => crate::scheduler::absolute(dir),
+        (None, Some(sim)) => sim.join("ledger"),
+        (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
+    };
+    let mut ledger = Ledger::open_reader(&dir, create)?;
+    ledger.max_reservation_s = rules.as_ref().map_or(
+        crate::rules::DEFAULT_MAX_RESERVATION_S,
+        BoxRules::max_reservation_s,
+    );
+    Ok((backend, ledger, rules))
+}
+
 impl BoxSource {
-    /// Opens the GPUs, ledger and rules that `args` name, as a scheduler
-    /// with the same options would.
+    /// Opens what `args` name, reading only (see [`open_box`]).
     ///
-    /// Errors: the rules file is refused; no GPU can be read; the ledger
-    /// directory is refused.
+    /// Errors: as [`open_box`]'s.
     pub fn open(args: &BoxArgs) -> anyhow::Result<BoxSource> {
-        let rules = crate::rules::load(args.box_rules.as_deref())?;
-        let (backend, sim_dir) =
-            crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
-        let dir = match (&args.ledger, &sim_dir) {
-            (Some(dir), _) => crate::scheduler::absolute(dir),
-            (None, Some(sim)) => sim.join("ledger"),
-            (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
-        };
-        let mut ledger = Ledger::open_reader(&dir)?;
-        ledger.max_reservation_s = rules.as_ref().map_or(
-            crate::rules::DEFAULT_MAX_RESERVATION_S,
-            BoxRules::max_reservation_s,
-        );
+        let (backend, ledger, rules) = open_box(args, false)?;
         Ok(BoxSource {
             backend,
             ledger,
@@ -305,14 +316,7 @@ fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) -> B
         reservations: ledger
             .reservations
             .iter()
-            .map(|h| PersonalReservation {
-                id: h.reservation.id,
-                user: h.user.clone(),
-                gpu: h.reservation.gpu,
-                mib: h.reservation.mib,
-                until: h.reservation.until_ms as f64 / 1000.0,
-                note: h.reservation.note.clone(),
-            })
+            .map(PersonalReservation::from)
             .collect(),
         queues,
     }
@@ -455,39 +459,9 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         }
     }
     lines.push(String::new());
-    lines.push(format!(
-        "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
-        "USER", "RUNNING", "PENDING", "BOOKED MIB", "FACTOR", "RESERVED"
-    ));
-    for u in &doc.users {
-        lines.push(format!(
-            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
-            report::shorten(&u.user, 16),
-            u.running,
-            u.pending,
-            u.booked_mib,
-            u.factor
-                .map_or_else(|| "-".to_string(), |f| format!("{f:.2}")),
-            u.reservations
-        ));
-    }
+    lines.extend(crate::view::board::users_table(&doc.users));
     for r in &doc.reservations {
-        lines.push(report::shorten(
-            &format!(
-                "reservation {}: GPU {}, {} MiB, {} until {}{}",
-                r.id,
-                r.gpu,
-                r.mib,
-                r.user,
-                report::clock_short(r.until),
-                if r.note.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", r.note)
-                }
-            ),
-            width,
-        ));
+        lines.push(report::shorten(&r.line(), width));
     }
     for q in &doc.queues {
         lines.push(String::new());

@@ -423,11 +423,14 @@ pub fn spawn_supervisor(
 /// Checks a status document against docs/status.schema.json, naming every
 /// mismatch.
 pub fn assert_valid_status(doc: &Value) {
-    let schema: Value = serde_json::from_str(include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/status.schema.json"
-    )))
-    .unwrap();
+    assert_valid(doc, "status.schema.json");
+}
+
+/// Checks `doc` against the schema `docs/<schema_file>`, naming every
+/// mismatch.
+pub fn assert_valid(doc: &Value, schema_file: &str) {
+    let path = format!("{}/docs/{schema_file}", env!("CARGO_MANIFEST_DIR"));
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema itself is valid");
     let errors: Vec<String> = validator
         .iter_errors(doc)
@@ -435,7 +438,7 @@ pub fn assert_valid_status(doc: &Value) {
         .collect();
     assert!(
         errors.is_empty(),
-        "status.json does not match docs/status.schema.json: {errors:#?}\n{doc:#}"
+        "not as docs/{schema_file} says: {errors:#?}\n{doc:#}"
     );
 }
 

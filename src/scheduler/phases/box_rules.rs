@@ -334,14 +334,7 @@ impl Scheduler {
             reservations: ledger
                 .reservations
                 .iter()
-                .map(|h| PersonalReservation {
-                    id: h.reservation.id,
-                    user: h.user.clone(),
-                    gpu: h.reservation.gpu,
-                    mib: h.reservation.mib,
-                    until: h.reservation.until_ms as f64 / 1000.0,
-                    note: h.reservation.note.clone(),
-                })
+                .map(PersonalReservation::from)
                 .collect(),
         })
     }

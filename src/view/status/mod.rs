@@ -103,6 +103,39 @@ pub struct BoxUser {
     pub reservations: u32,
 }
 
+impl From<&crate::ledger::people::Held> for PersonalReservation {
+    fn from(h: &crate::ledger::people::Held) -> Self {
+        PersonalReservation {
+            id: h.reservation.id,
+            user: h.user.clone(),
+            gpu: h.reservation.gpu,
+            mib: h.reservation.mib,
+            until: h.reservation.until_ms as f64 / 1000.0,
+            note: h.reservation.note.clone(),
+        }
+    }
+}
+
+impl PersonalReservation {
+    /// The line the views print: `reservation 1: GPU 0, 24000 MiB, bob
+    /// until 15:42: notebook`.
+    pub fn line(&self) -> String {
+        format!(
+            "reservation {}: GPU {}, {} MiB, {} until {}{}",
+            self.id,
+            self.gpu,
+            self.mib,
+            self.user,
+            crate::view::report::clock_short(self.until),
+            if self.note.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", self.note)
+            }
+        )
+    }
+}
+
 /// One personal reservation (`gpusched reserve`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PersonalReservation {

@@ -71,7 +71,11 @@ fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
         return;
     };
     let b = Box_::new("[quota.users.gpusched-t-alice]\nmax_gpus = 2\n");
-    let env = users_env(&"sleep 1\n".repeat(6), alice);
+    // Six whole-GPU jobs, and one its quota can never hold.
+    let env = users_env(
+        &format!("{}[gpus=3] sleep 1\n", "sleep 1\n".repeat(6)),
+        alice,
+    );
     let sched = spawn_as(&env, alice, &b, 4, true);
     let mut reason = String::new();
     let mut seen = Value::Null;
@@ -99,10 +103,18 @@ fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
     let board = std::fs::read_to_string(env.logs.join("status.txt")).unwrap();
     assert!(board.contains("quota: 2 of 2 GPUs"), "{board}");
     let out = sched.finish();
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    // An infeasible job is a failure for the exit status.
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     for no in 1..=6 {
         assert_eq!(env.status_of(no).as_deref(), Some("ok"));
     }
+    assert_eq!(env.status_of(7).as_deref(), Some("infeasible"));
+    assert!(
+        out.stdout
+            .contains("over the box quota: needs 3 GPUs, but gpusched-t-alice's quota is 2"),
+        "{}",
+        out.stdout
+    );
     let attempts = attempts(&env);
     assert_eq!(peak_gpus(&attempts), 2, "{attempts:?}");
 }

@@ -149,17 +149,19 @@ pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
 }
 
 /// The table of a box's users: name, jobs running and waiting, MiB
-/// booked, fair-share factor (`-` without fair share), reservations.
+/// booked, fair-share factor (`-` without fair share), reservations,
+/// quota.
 pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
-    let row = |cells: [&str; 6]| {
+    let row = |cells: [&str; 7]| {
         format!(
-            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8}",
-            report::shorten(cells[0], 16),
+            "{:<12} {:>7} {:>7} {:>10} {:>6} {:>8} {}",
+            report::shorten(cells[0], 12),
             cells[1],
             cells[2],
             cells[3],
             cells[4],
-            cells[5]
+            cells[5],
+            cells[6]
         )
     };
     let mut lines = vec![row([
@@ -169,6 +171,7 @@ pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
         "BOOKED MIB",
         "FACTOR",
         "RESERVED",
+        "QUOTA",
     ])];
     for u in users {
         let factor = u
@@ -181,9 +184,35 @@ pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
             &u.booked_mib.to_string(),
             &factor,
             &u.reservations.to_string(),
+            &quota_words(&u.quota),
         ]));
     }
     lines
+}
+
+/// A quota in a few characters: `2 GPUs`, `96G`, `8 run`, joined by
+/// commas; `-` for no limit.
+fn quota_words(q: &crate::rules::quota::Quota) -> String {
+    let parts: Vec<String> = [
+        q.max_gpus
+            .map(|n| format!("{n} GPU{}", if n == 1 { "" } else { "s" })),
+        q.max_vram_mib.map(|m| {
+            if m % 1024 == 0 {
+                format!("{}G", m / 1024)
+            } else {
+                format!("{m}M")
+            }
+        }),
+        q.max_running.map(|n| format!("{n} run")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(",")
+    }
 }
 
 /// What `gpusched pause` and `drain` and the starvation guard hold in

@@ -361,6 +361,7 @@ fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<
         booked_mib: 0,
         factor: None,
         reservations: 0,
+        quota: rules.map(|r| r.quota_for(user)).unwrap_or_default(),
     };
     for q in queues {
         let u = out.entry(q.user.clone()).or_insert_with(|| blank(&q.user));

@@ -292,6 +292,7 @@ impl Scheduler {
             booked_mib: 0,
             factor: fair.then(|| factors.get(user).copied().unwrap_or(1.0)),
             reservations: 0,
+            quota: rules.quota_for(user),
         };
         for user in standings.keys() {
             users.insert(user.clone(), blank(user));

@@ -101,6 +101,8 @@ pub struct BoxUser {
     pub factor: Option<f64>,
     /// Their personal reservations.
     pub reservations: u32,
+    /// Their quota under the box rules (`null`: no limit).
+    pub quota: crate::rules::quota::Quota,
 }
 
 impl From<&crate::ledger::people::Held> for PersonalReservation {

@@ -7,13 +7,24 @@
 //! ([`crate::ledger::conflicts`]), it withdraws its starts on that GPU;
 //! they stay pending for the next round, which sees that booking. Two
 //! schedulers that both decided without the lock (a holder that never
-//! lets go of it) therefore never take the same hole.
+//! lets go of it) therefore never take the same hole: a booking is out
+//! within [`PUBLISH_WINDOW_MS`] of its stamp or withdrawn, and the check
+//! waits that long when other schedulers are about.
 
 use crate::allocation::{Occupant, Request};
 use crate::ledger::{self, Booking, DecisionId};
 use crate::scheduler::Scheduler;
 use crate::view::report::say;
 use std::collections::HashSet;
+
+/// The longest a round's `starting` bookings may take from their stamp
+/// (`since_ms`) to being out in our file (ms); a round that took longer
+/// withdraws its starts, and every round that has others about reads the
+/// ledger again only once this long after its stamp. So of two rounds
+/// that did not see each other, the later-stamped one always sees the
+/// earlier's booking — also when a scheduler is descheduled between
+/// stamping and writing.
+const PUBLISH_WINDOW_MS: u64 = 25;
 
 /// A start a round decided on, to be booked and launched.
 pub(in crate::scheduler) struct Start {
@@ -53,18 +64,37 @@ impl Scheduler {
             .flat_map(|s| self.bookings_of(s, since))
             .collect();
         self.publish_bookings();
+        let published_ms = ledger::store::now_ms();
         drop(lock);
         let Some(ledger) = &mut self.ledger else {
             return starts;
         };
         ledger.refresh();
+        // A booking stamped before ours must be visible when we look:
+        // each scheduler's file is out within PUBLISH_WINDOW_MS of its
+        // stamp (or it withdraws, below), so with others about we look
+        // once that window after our stamp has passed. Alone, there is
+        // nobody to miss: a scheduler that starts later sees our booking
+        // when it first decides.
+        let late = published_ms.saturating_sub(since) > PUBLISH_WINDOW_MS;
+        if !late && !ledger.peers.is_empty() {
+            let until = since + PUBLISH_WINDOW_MS + 1;
+            let wait = until.saturating_sub(ledger::store::now_ms());
+            std::thread::sleep(std::time::Duration::from_millis(wait));
+            ledger.refresh();
+        }
         let mine: Vec<&str> = self
             .starting_bookings
             .iter()
             .map(|b| b.gpu_uuid.as_str())
             .collect();
         let me = (nix::unistd::geteuid().as_raw(), std::process::id());
-        let lost = ledger::conflicts(&mine, since, me, &seen, &ledger.foreign);
+        let lost: std::collections::BTreeSet<String> = if late {
+            // Others may have looked before our file was out: yield.
+            mine.iter().map(|g| g.to_string()).collect()
+        } else {
+            ledger::conflicts(&mine, since, me, &seen, &ledger.foreign)
+        };
         if lost.is_empty() {
             return starts;
         }
@@ -82,10 +112,17 @@ impl Scheduler {
         for start in &withdrawn {
             let key = &self.jobs.specs[start.index].key;
             let no = self.journal.state(key).map_or(0, |s| s.no);
-            say(&format!(
-                "job {no} waits: another scheduler booked GPU {} at the same moment; the next round places it again",
-                crate::view::report::gpu_ids(&start.gpus, ",")
-            ));
+            say(&if late {
+                format!(
+                    "job {no} waits: its booking took {} ms to publish, too long to be sure other schedulers saw it; the next round places it again",
+                    published_ms.saturating_sub(since)
+                )
+            } else {
+                format!(
+                    "job {no} waits: another scheduler booked GPU {} at the same moment; the next round places it again",
+                    crate::view::report::gpu_ids(&start.gpus, ",")
+                )
+            });
         }
         let withdrawn_jobs: HashSet<String> = withdrawn
             .iter()

@@ -24,7 +24,8 @@ pub struct BoxArgs {
     /// The box rules, as the scheduler's --box-rules.
     #[arg(long, value_name = "FILE")]
     pub box_rules: Option<PathBuf>,
-    /// The scheduler's log directory (for the default --sim-dir).
+    /// Your scheduler's log directory: whose queue, metrics and timeline
+    /// `serve` shows, and where the default --sim-dir is.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
     pub log_dir: PathBuf,
 }

@@ -26,29 +26,6 @@ fn status_json(env: &Env) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// (start, end, GPUs) of every attempt in a journal, Unix seconds; an
-/// attempt ends with its outcome or when it was interrupted.
-fn attempts(env: &Env) -> Vec<(f64, f64, Vec<u64>)> {
-    let mut done = env.events("done");
-    done.extend(env.events("interrupted"));
-    env.events("started")
-        .iter()
-        .map(|s| {
-            let end = done
-                .iter()
-                .find(|d| d["key"] == s["key"])
-                .unwrap_or_else(|| panic!("attempt without an end: {s}"));
-            let gpus = s["gpus"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|g| g.as_u64().unwrap())
-                .collect();
-            (s["ts"].as_f64().unwrap(), end["ts"].as_f64().unwrap(), gpus)
-        })
-        .collect()
-}
-
 /// The most distinct GPUs in use at once by these attempts.
 fn peak_gpus(attempts: &[(f64, f64, Vec<u64>)]) -> usize {
     attempts
@@ -115,7 +92,7 @@ fn a_quota_of_two_gpus_is_never_exceeded_while_four_are_free() {
         "{}",
         out.stdout
     );
-    let attempts = attempts(&env);
+    let attempts = env.attempts();
     assert_eq!(peak_gpus(&attempts), 2, "{attempts:?}");
 }
 
@@ -143,14 +120,14 @@ fn bobs_time(with_rules: bool) -> Option<f64> {
     if std::env::var_os("GPUSCHED_TEST_DEBUG").is_some() {
         eprintln!(
             "alice {:?}\nbob {:?}\n{}",
-            attempts(&a_env),
-            attempts(&b_env),
+            a_env.attempts(),
+            b_env.attempts(),
             out.stdout
         );
     }
     // Nothing was ever started into memory another job held.
-    let mut all = attempts(&a_env);
-    all.extend(attempts(&b_env));
+    let mut all = a_env.attempts();
+    all.extend(b_env.attempts());
     assert!(peak_gpus(&all) <= 2);
     for (i, x) in all.iter().enumerate() {
         for y in &all[i + 1..] {
@@ -240,7 +217,7 @@ fn a_reservation_keeps_its_gpu_free_until_it_ends_and_it_is_used_after() {
     );
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    let attempts = attempts(&b_env);
+    let attempts = b_env.attempts();
     for (start, _, gpus) in &attempts {
         if gpus.contains(&0) {
             assert!(

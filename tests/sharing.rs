@@ -44,21 +44,6 @@ fn reason_of(env: &Env, no: u64) -> String {
         .to_string()
 }
 
-/// (start, end) of every attempt in a journal, Unix seconds.
-fn intervals(env: &Env) -> Vec<(f64, f64)> {
-    let done = env.events("done");
-    env.events("started")
-        .iter()
-        .map(|s| {
-            let end = done
-                .iter()
-                .find(|d| d["key"] == s["key"])
-                .unwrap_or_else(|| panic!("attempt without an end: {s}"));
-            (s["ts"].as_f64().unwrap(), end["ts"].as_f64().unwrap())
-        })
-        .collect()
-}
-
 fn oom_events(env: &Env) -> usize {
     env.events("oom").len()
         + env
@@ -122,7 +107,12 @@ fn two_schedulers_with_the_ledger_never_start_jobs_into_the_same_memory() {
         assert_eq!(oom_events(env), 0);
     }
     // Never two at once: the six attempts' lifetimes do not overlap.
-    let mut all: Vec<(f64, f64)> = intervals(&a).into_iter().chain(intervals(&b)).collect();
+    let mut all: Vec<(f64, f64)> = a
+        .attempts()
+        .into_iter()
+        .chain(b.attempts())
+        .map(|(start, end, _)| (start, end))
+        .collect();
     all.sort_by(|x, y| x.0.total_cmp(&y.0));
     assert_eq!(all.len(), 6);
     for pair in all.windows(2) {

@@ -212,6 +212,34 @@ impl Env {
             .map(|e| e["status"].as_str().unwrap().to_string())
     }
 
+    /// (start, end, GPUs) of every attempt in a journal, Unix seconds; an
+    /// attempt ends with its outcome or when it was interrupted.
+    pub fn attempts(&self) -> Vec<(f64, f64, Vec<u64>)> {
+        let mut done = self.events("done");
+        done.extend(self.events("interrupted"));
+        self.events("started")
+            .iter()
+            .map(|s| {
+                let start = s["ts"].as_f64().unwrap();
+                // Its end: the first of its key's ends after it started.
+                let end = done
+                    .iter()
+                    .filter(|d| d["key"] == s["key"])
+                    .filter_map(|d| d["ts"].as_f64())
+                    .filter(|t| *t >= start)
+                    .min_by(f64::total_cmp)
+                    .unwrap_or_else(|| panic!("attempt without an end: {s}"));
+                let gpus = s["gpus"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| g.as_u64().unwrap())
+                    .collect();
+                (start, end, gpus)
+            })
+            .collect()
+    }
+
     pub fn board(&self) -> String {
         std::fs::read_to_string(self.logs.join("status.txt")).unwrap_or_default()
     }

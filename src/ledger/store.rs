@@ -264,6 +264,18 @@ impl Ledger {
         self.foreign = foreign;
         self.peers = peers;
         self.usage = people::read_usage(&self.dir);
+        for uid in self.usage.keys() {
+            cached_name(&mut self.users, *uid);
+        }
+    }
+
+    /// The name of `uid` as the last refresh looked it up (every user
+    /// with a booking, reservation or usage file), else looked up now.
+    pub fn name_of(&self, uid: u32) -> String {
+        self.users
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| crate::files::user_name(uid))
     }
 
     /// Sets what our file says about our waiting jobs (published with the

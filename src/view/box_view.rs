@@ -379,13 +379,13 @@ fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<
         let half_life = rules.fair_share.map_or(1.0, |f| f.half_life_s);
         let now = now_ms();
         for uid in ledger.usage.keys() {
-            let name = crate::files::user_name(*uid);
+            let name = ledger.name_of(*uid);
             out.entry(name.clone()).or_insert_with(|| blank(&name));
         }
         let by_name: BTreeMap<String, f64> = ledger
             .usage
             .iter()
-            .map(|(uid, u)| (crate::files::user_name(*uid), u.at(now, half_life).mib_s))
+            .map(|(uid, u)| (ledger.name_of(*uid), u.at(now, half_life).mib_s))
             .collect();
         let standings: BTreeMap<String, Standing> = out
             .keys()

@@ -149,8 +149,7 @@ impl Scheduler {
             .collect();
         uids.insert(self.box_state.uid, self.box_state.user.clone());
         for uid in ledger.usage.keys() {
-            uids.entry(*uid)
-                .or_insert_with(|| crate::files::user_name(*uid));
+            uids.entry(*uid).or_insert_with(|| ledger.name_of(*uid));
         }
         for (uid, user) in uids {
             let mut usage = ledger

@@ -337,6 +337,8 @@ fn top_in_an_80_by_24_tmux_shows_both_users_and_when_gpus_free_and_quits_on_q() 
                 && screen.contains("gpusched-t-bob")
                 && screen.contains("(timeout)")
                 && screen.contains("free now")
+                // The whole frame, not one caught while it is drawn.
+                && screen.contains("q quit")
         },
     );
     assert!(screen.lines().count() <= 24, "{screen}");

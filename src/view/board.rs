@@ -154,8 +154,8 @@ pub fn box_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
 pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
     let row = |cells: [&str; 7]| {
         format!(
-            "{:<12} {:>7} {:>7} {:>10} {:>6} {:>8} {}",
-            report::shorten(cells[0], 12),
+            "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8} {}",
+            report::shorten(cells[0], 16),
             cells[1],
             cells[2],
             cells[3],

@@ -183,11 +183,11 @@ fn a_reservation_keeps_its_gpu_free_until_it_ends_and_it_is_used_after() {
         said.starts_with("reservation 1: GPU 0, 24000 MiB for gpusched-t-alice until"),
         "{said}"
     );
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-        + 4.0;
+    // When it ends, as the reservation's file in the ledger says.
+    let file = b.ledger.join(format!("{}.1.reservation", alice.0));
+    let until = serde_json::from_slice::<Value>(&std::fs::read(&file).unwrap()).unwrap()["until_ms"]
+        .as_f64()
+        .unwrap() / 1000.0;
     // Everyone sees it.
     let mut list = vec!["reserve".to_string(), "--list".into()];
     list.extend(b.args(2, true));

@@ -256,8 +256,8 @@ fn a_real_browser_sees_the_page_change_when_a_job_ends_without_a_reload() {
         eprintln!("SKIPPED: no chromium and chromedriver (scripts/browser-setup.sh)");
         return;
     };
-    // Job 1 runs a few seconds, so the page first sees it running.
-    let env = Env::new("sleep 6\n[vram=2000] sleep 600\n");
+    // Job 1 runs long enough for a slow browser start to see it running.
+    let env = Env::new("sleep 15\n[vram=2000] sleep 600\n");
     let sched = env.spawn(&["--sim", "2", "--poll", "0.5"]);
     wait_for("job 1 running", &mut || env.events("started").len() == 2);
     let port = free_port();

@@ -459,6 +459,11 @@ pub struct GpuState {
     /// MiB in use now per (GPU index, process group) among processes that
     /// are not ours, to weigh other schedulers' bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub external_by_group: HashMap<(u32, u32), u64>,
+    /// MiB in use per (GPU index, owner uid) by process groups nobody
+    /// booked, for the users who hold a personal reservation (their
+    /// notebook uses it); worked out once per sample (docs/BEHAVIOUR.md
+    /// "Rules for a shared box").
+    pub reservation_use: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
     /// Per-GPU accumulators for the summary.

@@ -24,12 +24,11 @@ impl Scheduler {
             .iter()
             .map(|g| (g.uuid.as_str(), g.index))
             .collect();
-        let by_owner = self.reservation_owners_use(&ledger.foreign);
         ledger::booked_unused_mib(
             &ledger.foreign,
             &index_of,
             &self.gpu.external_by_group,
-            &by_owner,
+            &self.gpu.reservation_use,
         )
         .into_iter()
         .map(|(gpu, mib)| {
@@ -80,11 +79,17 @@ impl Scheduler {
         out
     }
 
-    /// Re-reads the other schedulers' bookings.
+    /// Re-reads the other schedulers' bookings, and works out what the
+    /// holders of personal reservations use (looked up in `/proc` once
+    /// per sample, not at every placement).
     pub(in crate::scheduler) fn refresh_ledger(&mut self) {
         if let Some(ledger) = &mut self.ledger {
             ledger.refresh();
         }
+        self.gpu.reservation_use = match &self.ledger {
+            Some(ledger) => self.reservation_owners_use(&ledger.foreign),
+            None => HashMap::new(),
+        };
     }
 
     /// Publishes our running jobs' budgets (rewritten only when they

@@ -120,20 +120,17 @@ fn uid_in_name(name: &str) -> Option<u32> {
     name.split('.').next()?.parse().ok()
 }
 
-/// Every reservation in `dir` that counts now (`now_ms`), by id. An
-/// expired one of the caller's own is removed.
+/// Every reservation among the ledger's `entries` that counts now
+/// (`now_ms`), by id. An expired one of the caller's own is removed.
 pub fn read_reservations(
-    dir: &Path,
+    entries: &[std::fs::DirEntry],
     now_ms: u64,
     max_s: f64,
     user_name: &mut dyn FnMut(u32) -> String,
 ) -> Vec<Held> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
     let me = nix::unistd::geteuid().as_raw();
     let mut out = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
         if !name.ends_with(".reservation") {
             continue;
@@ -212,14 +209,11 @@ impl Usage {
     }
 }
 
-/// Every user's usage in `dir`, by uid, as written (decay it with
-/// [`Usage::at`]).
-pub fn read_usage(dir: &Path) -> BTreeMap<u32, Usage> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return BTreeMap::new();
-    };
+/// Every user's usage among the ledger's `entries`, by uid, as written
+/// (decay it with [`Usage::at`]).
+pub fn read_usage(entries: &[std::fs::DirEntry]) -> BTreeMap<u32, Usage> {
     let mut out = BTreeMap::new();
-    for entry in entries.flatten() {
+    for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(uid) = name.strip_suffix(".usage").and_then(|u| u.parse().ok()) else {
             continue;

@@ -208,12 +208,17 @@ impl Ledger {
     pub fn refresh(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             self.foreign.clear();
+            self.peers.clear();
+            self.reservations.clear();
+            self.usage.clear();
             return;
         };
         let me = nix::unistd::getuid().as_raw();
         let mut foreign = Vec::new();
         let mut peers = Vec::new();
-        for entry in entries.flatten() {
+        // One listing for bookings, reservations and usage files.
+        let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        for entry in &entries {
             let name = entry.file_name();
             if name == self.own_name || !name.to_string_lossy().ends_with(".json") {
                 continue;
@@ -259,11 +264,11 @@ impl Ledger {
         let users = &mut self.users;
         let mut names = |uid| cached_name(users, uid);
         self.reservations =
-            people::read_reservations(&self.dir, now_ms(), self.max_reservation_s, &mut names);
+            people::read_reservations(&entries, now_ms(), self.max_reservation_s, &mut names);
         foreign.extend(self.reservations.iter().map(Held::as_foreign));
         self.foreign = foreign;
         self.peers = peers;
-        self.usage = people::read_usage(&self.dir);
+        self.usage = people::read_usage(&entries);
         for uid in self.usage.keys() {
             cached_name(&mut self.users, *uid);
         }

@@ -86,13 +86,21 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The scheduler's arguments for one simulated GPU, a fast poll and
+/// `--notify URL`, then `extra`.
+fn notify_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--sim", "1", "--poll", "0.1", "--notify", url];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn one_post_per_outcome_the_filter_picks() {
     let jobs = "echo first\n[name=bad] sh -c 'exit 3'\necho third\n";
     // The default filter: failures only.
     let server = Server::start(Duration::ZERO);
     let env = Env::new(jobs);
-    let out = env.run(&["--sim", "1", "--poll", "0.1", "--notify", &server.url]);
+    let out = env.run(&notify_args(&server.url, &[]));
     assert_eq!(out.code, 3, "{out:?}");
     let posts = server.bodies();
     assert_eq!(posts.len(), 1, "{posts:#?}");
@@ -111,16 +119,7 @@ fn one_post_per_outcome_the_filter_picks() {
     // Every outcome, and the drained queue once.
     let server = Server::start(Duration::ZERO);
     let env = Env::new(jobs);
-    let out = env.run(&[
-        "--sim",
-        "1",
-        "--poll",
-        "0.1",
-        "--notify",
-        &server.url,
-        "--notify-on",
-        "all",
-    ]);
+    let out = env.run(&notify_args(&server.url, &["--notify-on", "all"]));
     assert_eq!(out.code, 3, "{out:?}");
     let ended = server.of_event("job_ended");
     let mut statuses: Vec<(u64, String)> = ended
@@ -146,17 +145,10 @@ fn one_post_per_outcome_the_filter_picks() {
 fn drained_is_posted_once_per_stretch_of_work() {
     let server = Server::start(Duration::ZERO);
     let env = Env::new("echo one\necho two\n");
-    let sched = env.spawn(&[
-        "--sim",
-        "1",
-        "--poll",
-        "0.1",
-        "--watch",
-        "--notify",
+    let sched = env.spawn(&notify_args(
         &server.url,
-        "--notify-on",
-        "drained",
-    ]);
+        &["--watch", "--notify-on", "drained"],
+    ));
     wait_for("the first drained", &mut || {
         server.of_event("drained").len() == 1
     });
@@ -230,21 +222,13 @@ fn a_slow_or_refusing_endpoint_never_delays_a_job() {
 fn an_outcome_is_posted_once_across_kill_9_and_restart() {
     let server = Server::start(Duration::ZERO);
     let env = Env::new("sh -c 'exit 7'\n");
-    let sched = env.spawn(&[
-        "--sim",
-        "1",
-        "--poll",
-        "0.1",
-        "--watch",
-        "--notify",
-        &server.url,
-    ]);
+    let sched = env.spawn(&notify_args(&server.url, &["--watch"]));
     wait_for("the post and its journal line", &mut || {
         server.bodies().len() == 1 && env.events("notified").len() == 1
     });
     sched.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = sched.finish();
-    let out = env.run(&["--sim", "1", "--poll", "0.1", "--notify", &server.url]);
+    let out = env.run(&notify_args(&server.url, &[]));
     assert_eq!(out.code, 7, "{out:?}");
     assert_eq!(server.bodies().len(), 1, "{:#?}", server.bodies());
     // An outcome whose post never went is posted by the next start.

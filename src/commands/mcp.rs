@@ -137,7 +137,7 @@ async fn verb(
     );
     match code {
         Ok(0) => Ok((out, err)),
-        Ok(_) => Err(format!("{out}{err}").trim().to_string()),
+        Ok(_) => Err(said(&out, &err).0.message),
         Err(e) => Err(format!("{e:#}")),
     }
 }
@@ -212,9 +212,7 @@ impl Server {
             log_dir: self.log_dir.clone(),
         };
         let (out, err) = verb(move |out, err| super::cancel::run_to(&args, out, err)).await?;
-        Ok(Json(Said {
-            message: format!("{out}{err}").trim().to_string(),
-        }))
+        Ok(said(&out, &err))
     }
 
     /// Run a finished job again (any outcome), as its next attempt.
@@ -226,9 +224,7 @@ impl Server {
             log_dir: self.log_dir.clone(),
         };
         let (out, err) = verb(move |out, err| super::retry::run_to(&args, out, err)).await?;
-        Ok(Json(Said {
-            message: format!("{out}{err}").trim().to_string(),
-        }))
+        Ok(said(&out, &err))
     }
 
     /// A job's output (its latest attempt), whichever GPUs it ran on.
@@ -247,4 +243,11 @@ impl Server {
         let text = all[all.len().saturating_sub(keep)..].join("\n");
         Ok(Json(Log { text }))
     }
+}
+
+/// What a verb printed, both streams, as one message.
+fn said(out: &str, err: &str) -> Json<Said> {
+    Json(Said {
+        message: format!("{out}{err}").trim().to_string(),
+    })
 }

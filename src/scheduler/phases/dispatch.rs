@@ -4,6 +4,7 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
+use super::box_rules::Admission;
 use crate::allocation::{
     self, GpuLoad, Occupant, Placement, Planner, Request, Reservation, WaitReason,
 };
@@ -11,7 +12,6 @@ use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::groups;
 use crate::policy::queue;
-use crate::rules::quota;
 use crate::scheduler::Scheduler;
 use crate::scheduler::state::Mode;
 use crate::view::report::say;
@@ -412,13 +412,13 @@ impl Scheduler {
         let mut waiting_kept = 0;
         let mut in_group = self.running_per_group();
         let mut group_held = Vec::new();
-        let mut quota = self.box_state.quota().map(|q| (q, self.quota_use()));
         let gpu_mib = planner
             .loads()
             .iter()
             .map(|g| g.total_mib)
             .max()
             .unwrap_or(0);
+        let mut quota = self.quota_round(gpu_mib);
         for (index, request) in self.ready(&mut round.held) {
             // A full group holds its job back, like a dependency: it is
             // not placed, and later jobs go on (backfill).
@@ -427,37 +427,26 @@ impl Scheduler {
                 continue;
             }
             // Likewise a job that would take our user over their quota.
-            let mut placed = request;
-            if let Some((limits, held)) = &quota {
-                let user = &self.box_state.user;
-                if let Some(why) = quota::never_fits(user, limits, &request, gpu_mib) {
+            let admission = quota
+                .as_ref()
+                .map_or(Admission::Anywhere, |q| q.admit(&request));
+            let placed = match admission {
+                Admission::Anywhere => request,
+                Admission::Only(placed) => placed,
+                Admission::Wait(reason) => {
+                    group_held.push((self.jobs.specs[index].key.clone(), reason));
+                    self.ungroup(index, &mut in_group);
+                    continue;
+                }
+                Admission::Never(why) => {
+                    self.ungroup(index, &mut in_group);
                     round.ready += 1;
                     round.indices.push(index);
                     round.requests.push(request);
-                    round
-                        .placements
-                        .push(Placement::Infeasible(format!("over the box quota: {why}")));
+                    round.placements.push(Placement::Infeasible(why));
                     continue;
                 }
-                match quota::admit(limits, held, &request, gpu_mib) {
-                    Err(over) => {
-                        let key = self.jobs.specs[index].key.clone();
-                        group_held.push((
-                            key,
-                            WaitReason::Quota {
-                                user: user.clone(),
-                                over: over.to_string(),
-                            },
-                        ));
-                        self.ungroup(index, &mut in_group);
-                        continue;
-                    }
-                    Ok(Some(mask)) => {
-                        placed.on_mask = Some(request.on_mask.unwrap_or(u64::MAX) & mask)
-                    }
-                    Ok(None) => {}
-                }
-            }
+            };
             round.ready += 1;
             let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
             let mut placement = planner.next(&placed, is_reserved);
@@ -468,21 +457,14 @@ impl Scheduler {
                     placement = Placement::NotNow;
                 }
                 if placement == Placement::NotNow
-                    && let Some((limits, held)) = &quota
+                    && let Some(q) = &quota
                 {
-                    let over =
-                        quota::Over::Gpus(held.gpus.len() as u32, limits.max_gpus.unwrap_or(0));
-                    let reason = WaitReason::Quota {
-                        user: self.box_state.user.clone(),
-                        over: over.to_string(),
-                    };
-                    round
-                        .reasons
-                        .push((self.jobs.specs[index].key.clone(), reason));
+                    let key = self.jobs.specs[index].key.clone();
+                    round.reasons.push((key, q.over_gpus()));
                 }
             }
-            if let (Placement::Start(gpus), Some((_, held))) = (&placement, &mut quota) {
-                held.add(gpus, quota::booked_per_gpu(&request, gpu_mib));
+            if let (Placement::Start(gpus), Some(q)) = (&placement, &mut quota) {
+                q.add(gpus, &request);
             }
             if !matches!(placement, Placement::Start(_))
                 && let Some(group) = self.jobs.specs[index].group()

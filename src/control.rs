@@ -76,7 +76,7 @@ impl Control {
 
     /// Applies a change; returns what it did, for people.
     pub fn apply(&mut self, change: &ControlChange) -> String {
-        let list = |gpus: &[u32]| crate::view::report::gpu_ids(gpus, ", ");
+        let list = |gpus: &[u32]| crate::console::gpu_ids(gpus, ", ");
         match change {
             ControlChange::Pause => {
                 self.paused = true;
@@ -147,5 +147,51 @@ mod tests {
         let change: ControlChange =
             serde_json::from_str(r#"{"request":"drain","gpus":[1]}"#).unwrap();
         assert_eq!(change, ControlChange::Drain { gpus: vec![1] });
+    }
+}
+
+/// The directory where commands leave requests for the scheduler.
+pub fn requests_dir(log_dir: &std::path::Path) -> std::path::PathBuf {
+    log_dir.join("requests")
+}
+
+/// A request for a running scheduler, one JSON object per file:
+/// `{"retry": KEY}` or `{"cancel": KEY}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobRequest {
+    /// Queue the finished job with this key again.
+    Retry(String),
+    /// Cancel the job with this key.
+    Cancel(String),
+}
+
+impl JobRequest {
+    /// The job's key.
+    pub fn key(&self) -> &str {
+        match self {
+            JobRequest::Retry(key) | JobRequest::Cancel(key) => key,
+        }
+    }
+
+    /// The journal event the request becomes.
+    pub fn event(&self) -> crate::journal::Event {
+        match self {
+            JobRequest::Retry(_) => crate::journal::Event::Retry {},
+            JobRequest::Cancel(_) => crate::journal::Event::Cancel {},
+        }
+    }
+
+    /// The event's name in the journal (`retry`, `cancel`).
+    pub fn event_name(&self) -> &'static str {
+        match self {
+            JobRequest::Retry(_) => "retry",
+            JobRequest::Cancel(_) => "cancel",
+        }
+    }
+
+    /// The verb's name in file names and messages.
+    pub fn verb(&self) -> &'static str {
+        self.event_name()
     }
 }

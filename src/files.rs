@@ -50,12 +50,11 @@ pub fn people_mode() -> std::fs::Permissions {
     use std::os::unix::fs::PermissionsExt;
     static MODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let mode = *MODE.get_or_init(|| {
-        // SAFETY: umask only swaps the process's mask; it is put back at once.
-        let mask = unsafe {
-            let mask = libc::umask(0o022);
-            libc::umask(mask);
-            mask
-        };
+        use nix::sys::stat::{Mode, umask};
+        // Reading the mask means setting it: put it back at once.
+        let mask = umask(Mode::from_bits_truncate(0o022));
+        umask(mask);
+        let mask = mask.bits();
         0o666 & !mask
     });
     std::fs::Permissions::from_mode(mode)
@@ -171,6 +170,12 @@ pub fn io_reason(error: &std::io::Error) -> String {
         Some(at) => text[..at].to_string(),
         None => text,
     }
+}
+
+/// `path` made absolute against the current directory (jobs get it in
+/// `GPUSCHED_LOG_DIR` and may `cd`).
+pub fn absolute(path: &Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 
 pub mod allocation;
 pub mod cli;
+pub mod clock;
 pub mod commands;
+pub mod console;
 pub mod control;
 pub mod edit;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod progress;
 pub mod rules;
 pub mod scheduler;
 pub mod simjob;
+pub mod state;
 pub mod timeline;
 pub mod view;
 
@@ -61,7 +64,7 @@ pub fn run(args: &cli::RunArgs) -> anyhow::Result<i32> {
 pub fn open_backend(
     args: &cli::RunArgs,
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
-    let log_dir = scheduler::absolute(&args.log_dir);
+    let log_dir = files::absolute(&args.log_dir);
     if args.slurm.slurm {
         return Ok((Box::new(launcher::ClusterGpus), None));
     }
@@ -82,9 +85,9 @@ pub fn open_gpus(
     Ok(match sim {
         Some(count) => {
             let dir = match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
-                (Some(dir), _) => scheduler::absolute(dir),
-                (None, Some(dir)) => scheduler::absolute(std::path::Path::new(&dir)),
-                (None, None) => scheduler::absolute(log_dir).join("sim"),
+                (Some(dir), _) => files::absolute(dir),
+                (None, Some(dir)) => files::absolute(std::path::Path::new(&dir)),
+                (None, None) => files::absolute(log_dir).join("sim"),
             };
             let sim = gpu::sim::SimBackend::new(count, &dir)?;
             (Box::new(sim), Some(dir))

@@ -9,8 +9,8 @@ use std::io::Write;
 fn main() {
     let mut argv = std::env::args_os();
     if argv.nth(1).is_some_and(|a| a == SUPERVISE) {
-        let args = SuperviseArgs::parse_from(argv);
-        finish(gpusched::process::supervisor::run(&args));
+        let _args: SuperviseArgs = SuperviseArgs::parse_from(argv);
+        finish(gpusched::process::supervisor::run());
     }
     // `gpusched cancle 3`: clap would take `cancle` for the jobs file and
     // complain about `3`; say what was meant instead.

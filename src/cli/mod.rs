@@ -706,8 +706,7 @@ pub struct SimjobArgs {
 #[command(name = "gpusched __supervise", no_binary_name = true)]
 pub struct SuperviseArgs {}
 
-/// The first argument that makes `gpusched` the scheduler's supervisor.
-pub const SUPERVISE: &str = "__supervise";
+pub use crate::process::supervisor::SUPERVISE;
 
 /// For a jobs-file argument that names no file: the subcommand it looks
 /// like a typo of (`statu` → `status`), if any.

@@ -6,10 +6,10 @@
 
 use crate::cli::ExportArgs;
 use crate::error::Error;
+use crate::files::absolute;
 use crate::jobspec;
 use crate::launcher::slurm::{self, Submission};
 use crate::policy::dependencies::{self, KnownJobs};
-use crate::scheduler::absolute;
 use crate::view::report;
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -200,7 +200,7 @@ fn end_line(last: &LastWord) -> (String, i32) {
             let exit = returncode.map_or(String::new(), |c| format!(" (exit {c})"));
             let text = format!(
                 "ended {status}{exit} after {}",
-                crate::view::report::human_duration(*duration_s)
+                crate::console::human_duration(*duration_s)
             );
             (text, i32::from(status != "ok"))
         }

@@ -2,6 +2,7 @@
 //! Each takes its parsed arguments and returns an exit code.
 
 pub mod add;
+pub mod box_source;
 pub mod cancel;
 pub mod completions;
 pub mod control;

@@ -7,54 +7,15 @@
 
 use super::index::JournalTail;
 use crate::error::Error;
-use crate::journal::{Event, Journal};
+use crate::journal::Journal;
 use crate::lockfile::{self, SchedulerLock};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+pub use crate::control::{JobRequest, requests_dir};
 
 /// How long to wait for a running scheduler to take a request.
 pub const PICKUP_WAIT: Duration = Duration::from_secs(10);
-
-/// A request for a running scheduler, one JSON object per file:
-/// `{"retry": KEY}` or `{"cancel": KEY}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobRequest {
-    /// Queue the finished job with this key again.
-    Retry(String),
-    /// Cancel the job with this key.
-    Cancel(String),
-}
-
-impl JobRequest {
-    /// The job's key.
-    pub fn key(&self) -> &str {
-        match self {
-            JobRequest::Retry(key) | JobRequest::Cancel(key) => key,
-        }
-    }
-
-    /// The journal event the request becomes.
-    pub fn event(&self) -> Event {
-        match self {
-            JobRequest::Retry(_) => Event::Retry {},
-            JobRequest::Cancel(_) => Event::Cancel {},
-        }
-    }
-
-    /// The event's name in the journal (`retry`, `cancel`).
-    fn event_name(&self) -> &'static str {
-        match self {
-            JobRequest::Retry(_) => "retry",
-            JobRequest::Cancel(_) => "cancel",
-        }
-    }
-
-    /// The verb's name in file names and messages.
-    fn verb(&self) -> &'static str {
-        self.event_name()
-    }
-}
 
 /// Refuses a log directory that does not exist: a verb that changes a
 /// scheduler's state never creates one (a typo in `--log-dir` must not
@@ -69,11 +30,6 @@ pub fn require_log_dir(log_dir: &Path) -> Result<(), Error> {
         "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
         log_dir.display()
     )))
-}
-
-/// The directory where commands leave requests for the scheduler.
-pub fn requests_dir(log_dir: &Path) -> PathBuf {
-    log_dir.join("requests")
 }
 
 /// What became of one request.

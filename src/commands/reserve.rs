@@ -5,12 +5,12 @@
 //! counts it like a booking until it ends. No scheduler needs to run.
 
 use crate::cli::{BoxArgs, ReleaseArgs, ReserveArgs};
+use crate::console::{clock_short, human_duration};
 use crate::error::Error;
 use crate::gpu::GpuSnapshot;
 use crate::ledger::people::{self, Held, Reservation};
 use crate::ledger::store::{Ledger, now_ms};
 use crate::rules::BoxRules;
-use crate::view::report::{clock_short, human_duration};
 use std::collections::BTreeSet;
 use std::io::Write;
 
@@ -27,7 +27,7 @@ struct Box_ {
 /// Errors: the rules file is refused; no GPU can be read; the ledger
 /// directory is refused.
 fn open(args: &BoxArgs) -> anyhow::Result<Box_> {
-    let (mut backend, ledger, rules) = crate::view::box_view::open_box(args, true)?;
+    let (mut backend, ledger, rules) = super::box_source::open_box(args, true)?;
     Ok(Box_ {
         snapshot: backend.snapshot()?,
         ledger,

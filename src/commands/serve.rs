@@ -22,9 +22,9 @@
 //! must carry the token as `Authorization: Bearer T` or the cookie
 //! `/login` sets, compared in constant time; anything else gets 401.
 
+use super::box_source::BoxSource;
 use crate::cli::ServeArgs;
 use crate::error::Error;
-use crate::view::box_view::BoxSource;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -86,7 +86,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let place = args.place.clone();
     let shared = Arc::new(Shared {
         box_json: RwLock::new(String::new()),
-        log_dir: crate::scheduler::absolute(&args.place.log_dir),
+        log_dir: crate::files::absolute(&args.place.log_dir),
         token,
         timeline: RwLock::new(None),
     });
@@ -333,7 +333,7 @@ async fn timeline(State(shared): State<Arc<Shared>>) -> Response {
         Some((_, svg)) => svg,
         None => {
             let log_dir = shared.log_dir.clone();
-            match tokio::task::spawn_blocking(move || super::timeline::render(&log_dir)).await {
+            match tokio::task::spawn_blocking(move || crate::timeline::render(&log_dir)).await {
                 Ok(Ok(svg)) => {
                     if let Ok(mut slot) = shared.timeline.write() {
                         *slot = Some((Instant::now(), svg.clone()));

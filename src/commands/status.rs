@@ -56,13 +56,11 @@ const LATEST_FINISHED: usize = 10;
 /// else 80 (docs/BEHAVIOUR.md "Everyday verbs").
 fn width() -> usize {
     use std::io::IsTerminal;
-    if std::io::stdout().is_terminal() {
-        // SAFETY: TIOCGWINSZ fills the winsize we own.
-        let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-        let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-        if ok && size.ws_col >= 40 {
-            return usize::from(size.ws_col);
-        }
+    if std::io::stdout().is_terminal()
+        && let Ok((columns, _)) = ratatui::crossterm::terminal::size()
+        && columns >= 40
+    {
+        return usize::from(columns);
     }
     std::env::var("COLUMNS")
         .ok()

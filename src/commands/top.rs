@@ -5,8 +5,9 @@
 //! fit are cut, never wrapped into each other. Not on a terminal (or with
 //! `--once`) it prints the view once.
 
+use super::box_source::BoxSource;
 use crate::cli::TopArgs;
-use crate::view::box_view::{self, BoxDoc, BoxSource};
+use crate::view::box_view::{self, BoxDoc};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};

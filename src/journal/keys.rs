@@ -19,7 +19,7 @@ pub struct Keys {
 
 /// The hash a job key is found by in a [`HashTable`] of ids (the
 /// journal's keys here, the jobs file's lines in
-/// [`crate::scheduler::state::JobsFile`]).
+/// [`crate::state::JobsFile`]).
 pub fn hash(key: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }

@@ -279,13 +279,7 @@ pub struct Replay {
     pub bad_lines: Vec<usize>,
 }
 
-/// Current Unix time in seconds.
-pub fn now_ts() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
+pub use crate::clock::now_ts;
 
 impl Journal {
     /// Opens (creating if needed) the journal at `path` and folds what it

@@ -101,7 +101,7 @@ impl Cluster {
     pub(super) fn keep_pending_after(&mut self, error: &anyhow::Error, now: Instant) -> bool {
         let text = format!("{error:#}");
         if self.last_submit_error.as_ref() != Some(&text) {
-            crate::view::report::warn(&format!(
+            crate::console::warn(&format!(
                 "cannot submit to Slurm ({text}); the job stays pending and submission pauses for {:.0}s",
                 self.interval.as_secs_f64()
             ));
@@ -149,14 +149,14 @@ impl Cluster {
         let states = match self.slurm.query(&ids) {
             Ok(states) => {
                 if self.failing {
-                    crate::view::report::say("Slurm answers again");
+                    crate::console::say("Slurm answers again");
                     self.failing = false;
                 }
                 states
             }
             Err(e) => {
                 if !self.failing {
-                    crate::view::report::warn(&format!(
+                    crate::console::warn(&format!(
                         "cannot ask Slurm for the state of {} job(s) ({e:#}); they are kept as running and asked again every --poll",
                         ids.len()
                     ));
@@ -183,7 +183,7 @@ impl Cluster {
             }
         }
         if let Err(e) = self.slurm.release(&held) {
-            crate::view::report::warn(&format!("cannot release held Slurm job(s) {held:?}: {e:#}"));
+            crate::console::warn(&format!("cannot release held Slurm job(s) {held:?}: {e:#}"));
         }
         true
     }
@@ -199,7 +199,7 @@ impl Cluster {
                     .collect(),
             ),
             Err(e) => {
-                crate::view::report::warn(&format!(
+                crate::console::warn(&format!(
                     "cannot list our Slurm jobs ({e:#}); a submission not yet journaled would be missed"
                 ));
                 None
@@ -283,7 +283,7 @@ impl ClusterJob {
         }
         self.cancelled = true;
         if let Err(e) = slurm::cancel(self.id) {
-            crate::view::report::warn(&format!("cannot cancel Slurm job {}: {e:#}", self.id));
+            crate::console::warn(&format!("cannot cancel Slurm job {}: {e:#}", self.id));
         }
     }
 }

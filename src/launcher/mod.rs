@@ -265,7 +265,7 @@ impl Launcher {
             (Launcher::Local(local), Ready::Local { id, .. }) => local.abandon(id),
             (_, Ready::Slurm(id)) => {
                 if let Err(e) = slurm::cancel(id) {
-                    crate::view::report::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
+                    crate::console::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
                 }
             }
             (_, Ready::Local { .. }) => {}

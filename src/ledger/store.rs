@@ -8,9 +8,9 @@
 
 use super::people::{self, Held, Usage};
 use super::{BookingFile, Foreign, MAX_FILE_BYTES, Need, Peer, Processes, Rejection};
+use crate::console::warn;
 use crate::error::Error;
 use crate::files::{self, AtomicOptions};
-use crate::view::report::warn;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
@@ -481,12 +481,7 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     ))
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::clock::now_ms;
 
 /// Whether the locked descriptor is still the file at `path` (same device
 /// and inode).

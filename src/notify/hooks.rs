@@ -104,10 +104,10 @@ fn run_one(argv: &[String], job: &JobFacts, log: &Path) {
         job.no,
         job.attempt,
         job.status,
-        crate::view::report::date_time(crate::journal::now_ts())
+        crate::console::date_time(crate::journal::now_ts())
     );
     let Ok(mut out) = crate::files::open_append(log) else {
-        crate::view::report::warn(&format!("--on-finish: cannot open {}", log.display()));
+        crate::console::warn(&format!("--on-finish: cannot open {}", log.display()));
         return;
     };
     let _ = out.write_all(header.as_bytes());

@@ -206,10 +206,7 @@ impl Message {
                 // A job that never ran (infeasible, cancelled while
                 // waiting) has no run time to tell.
                 let after = match job.log {
-                    Some(_) => format!(
-                        " after {}",
-                        crate::view::report::human_duration(job.duration_s)
-                    ),
+                    Some(_) => format!(" after {}", crate::console::human_duration(job.duration_s)),
                     None => String::new(),
                 };
                 let text = format!(
@@ -217,7 +214,7 @@ impl Message {
                     mark(&job.status),
                     job.no,
                     job.status,
-                    crate::view::report::shorten(&job.command, 120)
+                    crate::console::shorten(&job.command, 120)
                 );
                 (text, "job_ended", Some(job), None, None)
             }
@@ -402,7 +399,7 @@ fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &m
         match post(agent, url, message) {
             Ok(()) => {
                 if *streak > 0 {
-                    crate::view::report::say(&format!(
+                    crate::console::say(&format!(
                         "--notify {}: delivering again after {} failed message(s)",
                         redact(url),
                         *streak
@@ -413,7 +410,7 @@ fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &m
             }
             Err(reason) if attempt == tries => {
                 if *streak == 0 {
-                    crate::view::report::warn(&format!(
+                    crate::console::warn(&format!(
                         "--notify {}: {reason} ({TRIES} tries); messages to it are dropped until it answers again, jobs are unaffected",
                         redact(url)
                     ));

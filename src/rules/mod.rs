@@ -284,7 +284,7 @@ pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
     }
     let text = std::fs::read_to_string(&path).map_err(|e| refuse(crate::files::io_reason(&e)))?;
     let mut rules = parse(&text).map_err(refuse)?;
-    rules.path = crate::scheduler::absolute(&path);
+    rules.path = crate::files::absolute(&path);
     Ok(Some(rules))
 }
 

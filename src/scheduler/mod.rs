@@ -10,17 +10,16 @@
 
 mod phases;
 pub mod startup;
-pub mod state;
 mod wake;
 
 use crate::allocation::GpuLoad;
 use crate::cli::RunArgs;
 use crate::gpu::GpuBackend;
 use crate::journal::Journal;
+use crate::state::{self, Config, Ended, GpuState, JobsFile, Mode, Running};
 use crate::view::doc::QueueView;
-use state::{Config, Ended, GpuState, JobsFile, Mode, Running};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The whole scheduler state.
@@ -172,10 +171,4 @@ impl Scheduler {
             self.pause_on_io_error(&error);
         }
     }
-}
-
-/// `path` made absolute against the current directory (jobs get it in
-/// `GPUSCHED_LOG_DIR` and may `cd`).
-pub fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }

@@ -3,18 +3,20 @@
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
 
-use super::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
-use super::{Scheduler, absolute, wake};
+use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
+use crate::console::{say, warn};
 use crate::control::Control;
 use crate::error::Error;
+use crate::files::absolute;
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::launcher::{Cluster, Launcher};
 use crate::lockfile::SchedulerLock;
-use crate::view::report::{self, say, warn};
+use crate::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
+use crate::view::report;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -5,11 +5,11 @@
 //! them and records what happened; the next tick acts on it.
 
 use super::Scheduler;
-use super::absolute;
-use super::state::Mode;
+use crate::console::{say, warn};
+use crate::files::absolute;
 use crate::policy::kill::KillReason;
 use crate::process;
-use crate::view::report::{say, warn};
+use crate::state::Mode;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
@@ -485,7 +485,7 @@ fn watch_jobs_file(
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let name = absolute_path.file_name().map(|n| n.to_os_string());
     let exits = log_dir.join("exits");
-    let requests = crate::commands::request::requests_dir(log_dir);
+    let requests = crate::control::requests_dir(log_dir);
     std::fs::create_dir_all(&requests)?;
     let requests_for_events = requests.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {

@@ -387,5 +387,43 @@ fn name_attempts(run: &mut Run, jobs_file: &Path) {
     }
 }
 
+/// Draws `log_dir`'s run into `output` (atomically, readable by people).
+///
+/// Errors: the log directory has no readable journal; `output` cannot be
+/// written.
+pub fn write(log_dir: &Path, output: &Path) -> anyhow::Result<()> {
+    let svg = render(log_dir)?;
+    crate::files::write_atomic_with(
+        output,
+        svg.as_bytes(),
+        &crate::files::AtomicOptions {
+            mode: Some(crate::files::people_mode()),
+            sync: false,
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))
+}
+
+/// The SVG of a log directory's run as of now.
+///
+/// Errors: the log directory has no readable journal.
+pub fn render(log_dir: &Path) -> anyhow::Result<String> {
+    let now = crate::clock::now_ts();
+    let run = from_log_dir(log_dir, now)?;
+    Ok(svg::render(
+        &run,
+        &svg::Options {
+            utc_offset_s: crate::console::utc_offset_s(run.start),
+            subtitle: format!(
+                "{} · {} attempt(s) on {} GPU(s) · drawn {}",
+                log_dir.display(),
+                run.attempts.len(),
+                run.gpus.len(),
+                crate::console::date_time(now)
+            ),
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests;

@@ -351,7 +351,7 @@ fn tooltip(a: &Attempt, gpu: u32) -> String {
             .join(","),
         a.command,
         a.outcome.as_str(),
-        crate::view::report::human_duration(a.end - a.start),
+        crate::console::human_duration(a.end - a.start),
     )
 }
 

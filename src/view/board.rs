@@ -62,7 +62,7 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
                 "gpusched {} — {} — updated {}",
                 env!("CARGO_PKG_VERSION"),
                 doc.scheduler.backend_detail,
-                report::date_time(doc.updated)
+                crate::console::date_time(doc.updated)
             ),
             width,
         ),
@@ -389,7 +389,7 @@ fn running_note(job: &JobStatus) -> Option<String> {
             p.label,
             p.eta_s.map_or(String::new(), |e| format!(
                 ", ETA {}",
-                report::human_duration(e)
+                crate::console::human_duration(e)
             ))
         )),
         (n, None) => n.clone(),

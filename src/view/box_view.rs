@@ -8,8 +8,7 @@
 //! the GPUs, the ledger and the schedulers' status files, and writes
 //! nothing.
 
-use crate::cli::BoxArgs;
-use crate::gpu::{GpuBackend, GpuSnapshot};
+use crate::gpu::GpuSnapshot;
 use crate::ledger::store::{Ledger, now_ms};
 use crate::model::JobState;
 use crate::rules::BoxRules;
@@ -130,61 +129,6 @@ pub struct BoxJob {
     pub reason: Option<String>,
 }
 
-/// What the box document is read from: the GPUs, the ledger, the rules.
-pub struct BoxSource {
-    backend: Box<dyn GpuBackend>,
-    ledger: Ledger,
-    rules: Option<BoxRules>,
-}
-
-/// The GPUs, ledger and rules that `args` name, as a scheduler with the
-/// same options would see them; `create`: make the ledger directory if
-/// missing (for `reserve`).
-///
-/// Errors: the rules file is refused; no GPU can be read; the ledger
-/// directory is refused.
-pub fn open_box(
-    args: &BoxArgs,
-    create: bool,
-) -> anyhow::Result<(Box<dyn GpuBackend>, Ledger, Option<BoxRules>)> {
-    let rules = crate::rules::load(args.box_rules.as_deref())?;
-    let (backend, sim_dir) = crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
-    let dir = match (&args.ledger, &sim_dir) {
-        (Some(dir), _) => crate::scheduler::absolute(dir),
-        (None, Some(sim)) => sim.join("ledger"),
-        (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
-    };
-    let mut ledger = Ledger::open_reader(&dir, create)?;
-    ledger.max_reservation_s = rules.as_ref().map_or(
-        crate::rules::DEFAULT_MAX_RESERVATION_S,
-        BoxRules::max_reservation_s,
-    );
-    Ok((backend, ledger, rules))
-}
-
-impl BoxSource {
-    /// Opens what `args` name, reading only (see [`open_box`]).
-    ///
-    /// Errors: as [`open_box`]'s.
-    pub fn open(args: &BoxArgs) -> anyhow::Result<BoxSource> {
-        let (backend, ledger, rules) = open_box(args, false)?;
-        Ok(BoxSource {
-            backend,
-            ledger,
-            rules,
-        })
-    }
-
-    /// Reads the box now.
-    ///
-    /// Errors: the GPUs cannot be read.
-    pub fn read(&mut self) -> anyhow::Result<BoxDoc> {
-        let snapshot = self.backend.snapshot()?;
-        self.ledger.refresh();
-        Ok(build(&snapshot, &self.ledger, self.rules.as_ref()))
-    }
-}
-
 /// A scheduler's status.json, when readable.
 fn read_status(log_dir: &str) -> Option<StatusDoc> {
     let text = std::fs::read_to_string(PathBuf::from(log_dir).join("status.json")).ok()?;
@@ -192,7 +136,7 @@ fn read_status(log_dir: &str) -> Option<StatusDoc> {
 }
 
 /// The box document from a snapshot and the ledger.
-fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) -> BoxDoc {
+pub fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) -> BoxDoc {
     let now = now_ms();
     let statuses: Vec<(usize, StatusDoc)> = ledger
         .peers
@@ -414,7 +358,7 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         &format!(
             "gpusched top — {} GPUs — {}{}",
             doc.gpus.len(),
-            report::date_time(doc.updated),
+            crate::console::date_time(doc.updated),
             doc.rules_file
                 .as_ref()
                 .map_or_else(String::new, |r| format!(" — rules {r}"))
@@ -442,7 +386,7 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
             (_, true) if g.unscheduled_mib == 0 => "free now".to_string(),
             (Some(t), _) => format!(
                 "free ~{} ({})",
-                report::clock_short(*t),
+                crate::console::clock_short(*t),
                 g.expected_free_source.as_deref().unwrap_or("?")
             ),
             (None, _) => "free: unknown".to_string(),
@@ -482,8 +426,8 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         ));
         for j in &q.jobs {
             let when = match (j.expected_end, j.expected_start) {
-                (Some(t), _) => format!("ends ~{}", report::clock_short(t)),
-                (None, Some(t)) => format!("starts ~{}", report::clock_short(t)),
+                (Some(t), _) => format!("ends ~{}", crate::console::clock_short(t)),
+                (None, Some(t)) => format!("starts ~{}", crate::console::clock_short(t)),
                 _ => String::new(),
             };
             let gpus = if j.gpus.is_empty() {

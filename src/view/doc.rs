@@ -12,7 +12,7 @@ use crate::policy::learned;
 use crate::policy::queue;
 use crate::process::Pgid;
 use crate::progress;
-use crate::scheduler::state::{Config, Ended, GpuState, JobsFile, Proc, Running};
+use crate::state::{Config, Ended, GpuState, JobsFile, Proc, Running};
 use crate::view::report;
 use crate::view::status::ReservationStatus;
 use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
@@ -82,7 +82,7 @@ pub struct ViewInput<'a> {
     /// Other schedulers' trusted bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub foreign: &'a [crate::ledger::Foreign],
     /// Families' peaks, for `vram=auto` jobs (docs/BEHAVIOUR.md "Learned VRAM").
-    pub learned: &'a crate::scheduler::state::Learned,
+    pub learned: &'a crate::state::Learned,
     /// The backend's description.
     pub backend_detail: String,
 }

@@ -4,98 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 
-/// Local wall-clock time of `unix_s` as (year, month, day, hour, minute,
-/// second), from the C library's `localtime_r` (honours `TZ`).
-fn local_parts(unix_s: f64) -> (i32, u32, u32, u32, u32, u32) {
-    let t = unix_s as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which we own.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::localtime_r(&t, &mut tm) };
-    (
-        tm.tm_year + 1900,
-        (tm.tm_mon + 1) as u32,
-        tm.tm_mday as u32,
-        tm.tm_hour as u32,
-        tm.tm_min as u32,
-        tm.tm_sec as u32,
-    )
-}
-
-/// Seconds east of UTC of the local clock at `unix_s` (for pictures that
-/// are labelled in local time but drawn by pure functions).
-pub fn utc_offset_s(unix_s: f64) -> i64 {
-    let t = unix_s as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which we own.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::localtime_r(&t, &mut tm) };
-    tm.tm_gmtoff
-}
-
-/// `HH:MM:SS` local time of `unix_s`.
-pub fn clock(unix_s: f64) -> String {
-    let (_, _, _, h, m, s) = local_parts(unix_s);
-    format!("{h:02}:{m:02}:{s:02}")
-}
-
-/// `HH:MM` local time of `unix_s`, with the date (`MM-DD HH:MM`) when
-/// it is not within the next day.
-pub fn clock_short(unix_s: f64) -> String {
-    let (_, mo, d, h, m, _) = local_parts(unix_s);
-    let within_a_day = (unix_s - crate::journal::now_ts()).abs() < 86_400.0;
-    if within_a_day {
-        format!("{h:02}:{m:02}")
-    } else {
-        format!("{mo:02}-{d:02} {h:02}:{m:02}")
-    }
-}
-
-/// `YYYY-MM-DD HH:MM:SS` local time of `unix_s`.
-pub fn date_time(unix_s: f64) -> String {
-    let (y, mo, d, h, m, s) = local_parts(unix_s);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
-}
-
-/// Prints one terminal line, `[HH:MM:SS] text`, to stdout.
-pub fn say(text: &str) {
-    let line = format!("[{}] {text}\n", clock(crate::journal::now_ts()));
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.flush();
-}
-
-/// Prints a warning line, `[HH:MM:SS] WARN text`.
-pub fn warn(text: &str) {
-    say(&format!("WARN {text}"));
-}
-
-/// A duration for people: `0.8s`, `42s`, `5m03s`, `2h05m`, `3d04h`.
-pub fn human_duration(seconds: f64) -> String {
-    let s = seconds.max(0.0);
-    if s < 10.0 {
-        return format!("{s:.1}s");
-    }
-    let total = s.round() as u64;
-    match total {
-        0..60 => format!("{total}s"),
-        60..3600 => format!("{}m{:02}s", total / 60, total % 60),
-        3600..86400 => format!("{}h{:02}m", total / 3600, (total % 3600) / 60),
-        _ => format!("{}d{:02}h", total / 86400, (total % 86400) / 3600),
-    }
-}
+pub use crate::console::{
+    clock, clock_short, date_time, gpu_ids, human_duration, say, shorten, utc_offset_s, warn,
+};
 
 /// MiB for people: `8000 MiB`, or `n/a` when unknown.
 pub fn mib(value: Option<u64>) -> String {
     value.map_or_else(|| "n/a".to_string(), |v| format!("{v} MiB"))
-}
-
-/// GPU indices for people and file names: `0`, `0-1` (joined by `sep`).
-pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
-    gpus.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(sep)
 }
 
 /// A job's log file name (docs/BEHAVIOUR.md "Running a job"): `job007_gpu0-1.log`.
@@ -280,16 +196,6 @@ fn mark(state: &BoardState) -> char {
         BoardState::Pending { .. } => '·',
         BoardState::RetryWait { .. } => '↻',
         BoardState::Done { status, .. } => status.mark(),
-    }
-}
-
-/// `text` cut to `width` characters, with `…` when cut.
-pub fn shorten(command: &str, width: usize) -> String {
-    if command.chars().count() <= width {
-        command.to_string()
-    } else {
-        let cut: String = command.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
     }
 }
 

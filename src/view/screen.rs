@@ -3,8 +3,9 @@
 //! running and waiting jobs (with why they wait), then finished ones — and
 //! the run's summary once it is over.
 
+use crate::console::human_duration;
 use crate::model::JobState;
-use crate::view::report::{self, human_duration};
+use crate::view::report;
 use crate::view::status::{JobStatus, StatusDoc, TERMINAL_STATES, summary_within, table};
 use std::fmt::Write as _;
 
@@ -75,7 +76,7 @@ pub fn render(
             "no scheduler is running for this log dir (pid {} is gone, last state {}); data from {} ({age} ago)",
             doc.scheduler.pid,
             doc.scheduler.state.as_str(),
-            report::date_time(doc.updated)
+            crate::console::date_time(doc.updated)
         )
     };
     for (i, line) in crate::view::board::wrap(&first, width)

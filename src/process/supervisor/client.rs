@@ -52,7 +52,7 @@ impl Supervisor {
             .open(log)?;
         let mut command = Command::new(exe);
         command
-            .arg(crate::cli::SUPERVISE)
+            .arg(super::SUPERVISE)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log);

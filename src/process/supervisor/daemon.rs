@@ -71,7 +71,7 @@ struct Supervisor {
 /// returns its exit code (0).
 ///
 /// Errors: the signalfd or the poll cannot be set up.
-pub fn run(_args: &crate::cli::SuperviseArgs) -> anyhow::Result<i32> {
+pub fn run() -> anyhow::Result<i32> {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     mask.thread_block()?;

@@ -39,6 +39,11 @@ mod gate;
 pub use client::{AtGate, Supervisor};
 pub use daemon::run;
 
+/// The first argument that makes `gpusched` the scheduler's supervisor
+/// (a hidden self-re-exec subcommand; `main` parses it before the user's
+/// command line).
+pub const SUPERVISE: &str = "__supervise";
+
 use crate::policy::outcome::Exit;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

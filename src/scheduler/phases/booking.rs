@@ -12,9 +12,9 @@
 //! waits that long when other schedulers are about.
 
 use crate::allocation::{Occupant, Request};
+use crate::console::say;
 use crate::ledger::{self, Booking, DecisionId};
 use crate::scheduler::Scheduler;
-use crate::view::report::say;
 use std::collections::HashSet;
 
 /// The longest a round's `starting` bookings may take from their stamp

@@ -2,11 +2,11 @@
 //! ends `cancelled`, using no retry) and ends a pending one unrun. Removing
 //! the flag later does not bring the job back.
 
+use crate::console::say;
 use crate::journal::Phase;
 use crate::model::DoneStatus;
 use crate::policy::kill::KillReason;
 use crate::scheduler::Scheduler;
-use crate::view::report::say;
 use std::time::Instant;
 
 impl Scheduler {

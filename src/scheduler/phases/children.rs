@@ -10,9 +10,9 @@
 //! The round's outcomes are journaled with one fsync, and only then does
 //! the supervisor hear that it needs no exit records.
 
+use crate::console::warn;
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::Proc;
-use crate::view::report::warn;
+use crate::state::Proc;
 
 impl Scheduler {
     /// Takes the reported ends and completes the attempts they end.

@@ -2,6 +2,7 @@
 //! what is known about it, let [`policy::outcome::decide`] say what it
 //! means, then apply that one decision — journal it and print the line.
 
+use crate::console::{say, warn};
 use crate::files;
 use crate::journal::Event;
 use crate::launcher::EndFacts;
@@ -9,8 +10,8 @@ use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Ended, Running};
-use crate::view::report::{self, CompletionLine, say, warn};
+use crate::state::{Ended, Running};
+use crate::view::report::{self, CompletionLine};
 use std::collections::BTreeMap;
 
 /// Spent exit records kept before they are removed in one batch.
@@ -136,7 +137,7 @@ impl Scheduler {
                 say(&format!(
                     "↩ job {} preempted after {}; it is pending again and runs as attempt {} (GPUSCHED_PREEMPTED=1)",
                     job.no,
-                    report::human_duration(duration_s),
+                    crate::console::human_duration(duration_s),
                     job.attempt + 1
                 ));
             }
@@ -203,7 +204,7 @@ impl Scheduler {
         warn(&format!(
             "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",
             job.no,
-            report::human_duration(duration_s),
+            crate::console::human_duration(duration_s),
             report::peaks_text(peaks),
             next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
         ));

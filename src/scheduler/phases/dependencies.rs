@@ -3,11 +3,11 @@
 //! `dependency_failed`, naming the dependency. Jobs still waiting on a
 //! dependency are held back from placement by [`Scheduler::readiness_of`].
 
+use crate::console::say;
 use crate::journal::Phase;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::{self, Readiness};
 use crate::scheduler::Scheduler;
-use crate::view::report::say;
 
 impl Scheduler {
     /// Where job `key`'s dependencies stand.

@@ -8,13 +8,13 @@ use super::box_rules::Admission;
 use crate::allocation::{
     self, GpuLoad, Occupant, Placement, Planner, Request, Reservation, WaitReason,
 };
+use crate::console::say;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::groups;
 use crate::policy::queue;
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::Mode;
-use crate::view::report::say;
+use crate::state::Mode;
 use std::collections::HashMap;
 use std::time::Instant;
 

@@ -2,12 +2,13 @@
 //! no job runs; without `--watch`, once nothing runs or waits, print the
 //! summary and exit with [`policy::exit_code`].
 
+use crate::console::say;
 use crate::journal::Phase;
 use crate::journal::now_ts;
 use crate::policy::exit_code::exit_code;
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::Mode;
-use crate::view::report::{self, say};
+use crate::state::Mode;
+use crate::view::report;
 use crate::view::status;
 
 impl Scheduler {
@@ -19,7 +20,7 @@ impl Scheduler {
             }
             if !self.running.is_empty() {
                 let left: Vec<String> = self.running.values().map(|j| j.no.to_string()).collect();
-                report::warn(&format!(
+                crate::console::warn(&format!(
                     "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
                     left.len(),
                     left.join(", ")
@@ -55,7 +56,7 @@ impl Scheduler {
         drop(out);
         say(&format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
-            report::human_duration(now_ts() - self.started_ts),
+            crate::console::human_duration(now_ts() - self.started_ts),
             self.dispatched_this_run,
             if any_failure {
                 " — some jobs did not succeed, see status.txt"
@@ -72,9 +73,9 @@ impl Scheduler {
     /// is a warning, never a different exit.
     fn write_timeline(&self) {
         let path = self.cfg.log_dir.join("timeline.svg");
-        match crate::commands::timeline::write(&self.cfg.log_dir, &path) {
+        match crate::timeline::write(&self.cfg.log_dir, &path) {
             Ok(()) => say(&format!("timeline: {}", path.display())),
-            Err(e) => report::warn(&format!("cannot draw {}: {e:#}", path.display())),
+            Err(e) => crate::console::warn(&format!("cannot draw {}: {e:#}", path.display())),
         }
     }
 }

@@ -5,9 +5,9 @@
 //! running entry and are retried; dispatch resumes once a probe write to
 //! the log directory and the retried writes succeed.
 
+use crate::console::{say, warn};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::Mode;
-use crate::view::report::{say, warn};
+use crate::state::Mode;
 use std::io::Write;
 
 /// The probe file written (and removed) to test the log directory.

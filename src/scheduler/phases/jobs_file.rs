@@ -4,14 +4,14 @@
 //! that may have caught a save mid-write is believed only once it settled.
 
 use super::file_digest::{self, TextHash};
+use crate::console::{say, warn};
 use crate::jobspec::{self, JobSpec};
 use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::NO_STATE;
-use crate::scheduler::state::{FileStamp, Unsettled};
 use crate::scheduler::wake::SETTLE;
-use crate::view::report::{say, warn};
+use crate::state::NO_STATE;
+use crate::state::{FileStamp, Unsettled};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -273,7 +273,7 @@ impl Scheduler {
     /// Records first sight of the jobs of `specs` the journal does not
     /// know yet: one batch of `seen` events per [`SEEN_BATCH`] jobs, one
     /// fsync each. Returns every spec's journal state id, in order (for
-    /// [`crate::scheduler::state::JobsFile::state_ids`]).
+    /// [`crate::state::JobsFile::state_ids`]).
     ///
     /// Errors: the journal cannot be written.
     fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<Vec<u32>> {

@@ -7,6 +7,7 @@
 //! never runs without its `started` event.
 
 use crate::allocation::Request;
+use crate::console::{say, warn};
 use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
@@ -16,8 +17,8 @@ use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
 use crate::process::{self, Pgid};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Running, Usage};
-use crate::view::report::{self, say, warn};
+use crate::state::{Running, Usage};
+use crate::view::report;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,7 @@ impl Scheduler {
             } else {
                 format!("on GPU {}", report::gpu_ids(&gpus, ","))
             },
-            report::date_time(now_ts()),
+            crate::console::date_time(now_ts()),
             spec.command
         );
         let log_offset = match files::append_to(&log_path, header.as_bytes()) {

@@ -5,13 +5,13 @@
 //! `auto` jobs, which raise their family's prediction at once.
 
 use crate::allocation::{Request, buffered_mib};
+use crate::console::warn;
 use crate::history::Entry;
 use crate::jobspec::JobSpec;
 use crate::journal::{KeyState, Phase};
 use crate::model::DoneStatus;
 use crate::policy::learned::{Prediction, Raise, family_of};
 use crate::scheduler::Scheduler;
-use crate::view::report::warn;
 
 impl Scheduler {
     /// The prediction for `spec` if it is `auto`, with its family.

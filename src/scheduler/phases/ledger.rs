@@ -4,9 +4,9 @@
 //! own running jobs' budgets are published after every round that changed
 //! them, and withdrawn when the scheduler exits.
 
+use crate::console::warn;
 use crate::ledger::{self, Booking};
 use crate::scheduler::Scheduler;
-use crate::view::report::warn;
 use std::collections::HashMap;
 
 impl Scheduler {

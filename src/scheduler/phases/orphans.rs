@@ -8,13 +8,14 @@
 //! `interrupted` and runs again. Each sampling round (and each new exit
 //! record) ends adopted attempts that finished.
 
+use crate::console::{say, warn};
 use crate::journal::{Event, KeyState, Phase, StartedInfo, now_ts};
 use crate::launcher::{ClusterJob, slurm};
 use crate::process::supervisor::{self, ExitRecord};
 use crate::process::{self, GroupIdentity, Pgid, ProcTable};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Proc, Running, Usage};
-use crate::view::report::{self, say, warn};
+use crate::state::{Proc, Running, Usage};
+use crate::view::report;
 use std::time::{Duration, Instant};
 
 impl Scheduler {

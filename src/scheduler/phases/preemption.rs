@@ -5,11 +5,11 @@
 //! no retry used) is decided in [`crate::policy::outcome`].
 
 use crate::allocation::{Placement, Request};
+use crate::console::say;
 use crate::policy::kill::KillReason;
 use crate::policy::preemption::{self, Candidate};
 use crate::process;
 use crate::scheduler::Scheduler;
-use crate::view::report::say;
 use std::time::Instant;
 
 impl Scheduler {

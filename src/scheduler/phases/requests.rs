@@ -8,11 +8,11 @@
 //! and applied by the cancels phase. A request that no longer holds is
 //! dropped with a warning.
 
-use crate::commands::request::{JobRequest, requests_dir};
+use crate::console::{say, warn};
 use crate::control::ControlChange;
+use crate::control::{JobRequest, requests_dir};
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
-use crate::view::report::{say, warn};
 
 impl Scheduler {
     /// Applies the requests waiting in `<log_dir>/requests`, if any.

@@ -5,9 +5,10 @@
 //! other job starts there until it does. One reservation at a time.
 
 use crate::allocation::{self, GpuLoad, Placement, Request, Reservation, WaitReason};
+use crate::console::say;
 use crate::journal::Event;
 use crate::scheduler::Scheduler;
-use crate::view::report::{self, say};
+use crate::view::report;
 use std::time::Instant;
 
 /// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
@@ -85,7 +86,7 @@ impl Scheduler {
         let no = self.journal.state(&key).map_or(0, |s| s.no);
         say(&format!(
             "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
-            report::human_duration(now.saturating_duration_since(since).as_secs_f64()),
+            crate::console::human_duration(now.saturating_duration_since(since).as_secs_f64()),
             report::gpu_ids(&gpus, ", ")
         ));
         Ok(())

@@ -5,14 +5,14 @@
 //! `-v` peak growth, read progress markers, and keep per-GPU statistics. A
 //! failed query is warned about; after several in a row dispatch pauses.
 
+use crate::console::{say, warn};
 use crate::files;
 use crate::gpu::GpuSnapshot;
 use crate::gpu::attribution;
 use crate::process;
 use crate::progress;
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Mode, Running};
-use crate::view::report::{say, warn};
+use crate::state::{Mode, Running};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 

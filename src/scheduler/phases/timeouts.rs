@@ -2,10 +2,10 @@
 //! the job's group gets SIGTERM, then SIGKILL after the grace, and the job
 //! ends `timeout`. No heuristic ever kills a job.
 
+use crate::console::warn;
 use crate::policy::kill::KillReason;
 use crate::process;
 use crate::scheduler::Scheduler;
-use crate::view::report::{self, warn};
 use std::time::Instant;
 
 impl Scheduler {
@@ -19,7 +19,7 @@ impl Scheduler {
                 warn(&format!(
                     "job {} reached its timeout after {}: SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,
-                    report::human_duration(job.started.elapsed().as_secs_f64()),
+                    crate::console::human_duration(job.started.elapsed().as_secs_f64()),
                     job.pgid,
                     process::KILL_GRACE.as_secs()
                 ));

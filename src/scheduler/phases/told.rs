@@ -4,13 +4,13 @@
 //! journals `notified` for the outcomes the sender delivered; a restart
 //! posts the outcomes whose `done` asked for a message that never went.
 
+use crate::console::say;
 use crate::journal::{Event, Phase, now_ts};
 use crate::model::DoneStatus;
 use crate::notify::hooks::Hooks;
 use crate::notify::{Filter, JobFacts, Message, Notifier, SchedulerFacts, Subject};
 use crate::scheduler::Scheduler;
-use crate::scheduler::state::{Mode, Running};
-use crate::view::report::say;
+use crate::state::{Mode, Running};
 use std::time::{Duration, Instant};
 
 /// The longest a scheduler that is about to exit waits for messages and

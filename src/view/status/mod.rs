@@ -128,7 +128,7 @@ impl PersonalReservation {
             self.gpu,
             self.mib,
             self.user,
-            crate::view::report::clock_short(self.until),
+            crate::console::clock_short(self.until),
             if self.note.is_empty() {
                 String::new()
             } else {
@@ -291,7 +291,7 @@ impl JobStatus {
         };
         Some(format!(
             "{word} ~{} ({source})",
-            crate::view::report::clock_short(at)
+            crate::console::clock_short(at)
         ))
     }
 }

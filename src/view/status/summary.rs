@@ -2,7 +2,8 @@
 //! as a table for the terminal.
 
 use super::{JobStatus, StatusDoc};
-use crate::view::report::{self, human_duration};
+use crate::console::human_duration;
+use crate::view::report;
 use std::fmt::Write as _;
 
 /// The end-of-run summary: one line per finished job (queue wait, run time,

@@ -1,0 +1,66 @@
+//! Where `top`, `serve` and `reserve` read the box from: the GPUs, the
+//! ledger and the rules that a scheduler with the same options would see
+//! (docs/BEHAVIOUR.md "Seeing the whole box"). The document itself is
+//! built by [`crate::view::box_view`].
+
+use crate::cli::BoxArgs;
+use crate::gpu::GpuBackend;
+use crate::ledger::store::Ledger;
+use crate::rules::BoxRules;
+use crate::view::box_view::{BoxDoc, build};
+use std::path::PathBuf;
+
+/// What the box document is read from: the GPUs, the ledger, the rules.
+pub struct BoxSource {
+    backend: Box<dyn GpuBackend>,
+    ledger: Ledger,
+    rules: Option<BoxRules>,
+}
+
+/// The GPUs, ledger and rules that `args` name, as a scheduler with the
+/// same options would see them; `create`: make the ledger directory if
+/// missing (for `reserve`).
+///
+/// Errors: the rules file is refused; no GPU can be read; the ledger
+/// directory is refused.
+pub fn open_box(
+    args: &BoxArgs,
+    create: bool,
+) -> anyhow::Result<(Box<dyn GpuBackend>, Ledger, Option<BoxRules>)> {
+    let rules = crate::rules::load(args.box_rules.as_deref())?;
+    let (backend, sim_dir) = crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
+    let dir = match (&args.ledger, &sim_dir) {
+        (Some(dir), _) => crate::files::absolute(dir),
+        (None, Some(sim)) => sim.join("ledger"),
+        (None, None) => PathBuf::from(crate::ledger::store::DEFAULT_DIR),
+    };
+    let mut ledger = Ledger::open_reader(&dir, create)?;
+    ledger.max_reservation_s = rules.as_ref().map_or(
+        crate::rules::DEFAULT_MAX_RESERVATION_S,
+        BoxRules::max_reservation_s,
+    );
+    Ok((backend, ledger, rules))
+}
+
+impl BoxSource {
+    /// Opens what `args` name, reading only (see [`open_box`]).
+    ///
+    /// Errors: as [`open_box`]'s.
+    pub fn open(args: &BoxArgs) -> anyhow::Result<BoxSource> {
+        let (backend, ledger, rules) = open_box(args, false)?;
+        Ok(BoxSource {
+            backend,
+            ledger,
+            rules,
+        })
+    }
+
+    /// Reads the box now.
+    ///
+    /// Errors: the GPUs cannot be read.
+    pub fn read(&mut self) -> anyhow::Result<BoxDoc> {
+        let snapshot = self.backend.snapshot()?;
+        self.ledger.refresh();
+        Ok(build(&snapshot, &self.ledger, self.rules.as_ref()))
+    }
+}

@@ -1,0 +1,103 @@
+//! The console: the one place terminal lines are printed, and the local
+//! clock they are stamped with (docs/BEHAVIOUR.md "Board and terminal").
+//! It sits at the bottom of the crate so that any module may speak
+//! without importing the views.
+
+use chrono::{Datelike, Local, Offset, TimeZone, Timelike};
+use std::io::Write as _;
+
+/// Local wall-clock time of `unix_s` as (year, month, day, hour, minute,
+/// second), in the zone `TZ` or `/etc/localtime` names.
+fn local_parts(unix_s: f64) -> (i32, u32, u32, u32, u32, u32) {
+    let t = Local
+        .timestamp_opt(unix_s.floor() as i64, 0)
+        .single()
+        .unwrap_or_else(|| Local.timestamp_opt(0, 0).unwrap());
+    (
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+    )
+}
+
+/// Seconds east of UTC of the local clock at `unix_s` (for pictures that
+/// are labelled in local time but drawn by pure functions).
+pub fn utc_offset_s(unix_s: f64) -> i64 {
+    Local
+        .timestamp_opt(unix_s.floor() as i64, 0)
+        .single()
+        .map_or(0, |t| i64::from(t.offset().fix().local_minus_utc()))
+}
+
+/// `HH:MM:SS` local time of `unix_s`.
+pub fn clock(unix_s: f64) -> String {
+    let (_, _, _, h, m, s) = local_parts(unix_s);
+    format!("{h:02}:{m:02}:{s:02}")
+}
+
+/// `HH:MM` local time of `unix_s`, with the date (`MM-DD HH:MM`) when
+/// it is not within the next day.
+pub fn clock_short(unix_s: f64) -> String {
+    let (_, mo, d, h, m, _) = local_parts(unix_s);
+    let within_a_day = (unix_s - crate::clock::now_ts()).abs() < 86_400.0;
+    if within_a_day {
+        format!("{h:02}:{m:02}")
+    } else {
+        format!("{mo:02}-{d:02} {h:02}:{m:02}")
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` local time of `unix_s`.
+pub fn date_time(unix_s: f64) -> String {
+    let (y, mo, d, h, m, s) = local_parts(unix_s);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
+}
+
+/// Prints one terminal line, `[HH:MM:SS] text`, to stdout.
+pub fn say(text: &str) {
+    let line = format!("[{}] {text}\n", clock(crate::clock::now_ts()));
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
+/// Prints a warning line, `[HH:MM:SS] WARN text`.
+pub fn warn(text: &str) {
+    say(&format!("WARN {text}"));
+}
+
+/// A duration for people: `0.8s`, `42s`, `5m03s`, `2h05m`, `3d04h`.
+pub fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    if s < 10.0 {
+        return format!("{s:.1}s");
+    }
+    let total = s.round() as u64;
+    match total {
+        0..60 => format!("{total}s"),
+        60..3600 => format!("{}m{:02}s", total / 60, total % 60),
+        3600..86400 => format!("{}h{:02}m", total / 3600, (total % 3600) / 60),
+        _ => format!("{}d{:02}h", total / 86400, (total % 86400) / 3600),
+    }
+}
+
+/// GPU indices for people and file names: `0`, `0-1` (joined by `sep`).
+pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// `text` cut to `width` characters, with `…` when cut.
+pub fn shorten(command: &str, width: usize) -> String {
+    if command.chars().count() <= width {
+        command.to_string()
+    } else {
+        let cut: String = command.chars().take(width.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}

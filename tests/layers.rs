@@ -1,0 +1,196 @@
+//! The crate's modules form layers (docs/ARCHITECTURE.md "Layers"): no
+//! import cycle among the top-level modules, and none among files. Reads
+//! `src/` and follows every `crate::…` and `super::…` path outside test
+//! code; a child using its ancestor (an `impl` in a submodule) is not an
+//! edge. Fails naming the modules of the first cycle it finds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+type Module = Vec<String>;
+
+/// Every source file's module path (`src/a/b.rs` → `a::b`, `mod.rs` →
+/// its folder), test files left out.
+fn modules() -> BTreeMap<Module, String> {
+    fn walk(dir: &Path, out: &mut BTreeMap<Module, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+                continue;
+            }
+            let rel = path.strip_prefix("src").unwrap().with_extension("");
+            let mut parts: Module = rel.iter().map(|p| p.to_string_lossy().into()).collect();
+            if parts.last().is_some_and(|p| p == "tests") {
+                continue;
+            }
+            if parts
+                .last()
+                .is_some_and(|p| ["mod", "lib", "main"].contains(&p.as_str()))
+            {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code: String = code
+                .lines()
+                .map(|l| l.split("//").next().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.insert(parts, code);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(Path::new("src"), &mut out);
+    out
+}
+
+/// The module paths a file's code names: `crate::a::b::C`, the items of
+/// `use crate::{a, b::c}` and `super::x` (resolved against `module`).
+fn named_paths(module: &Module, code: &str) -> Vec<Module> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut out = Vec::new();
+    for (prefix, base) in [
+        ("crate::", Vec::new()),
+        ("super::", module[..module.len().saturating_sub(1)].to_vec()),
+    ] {
+        for (at, _) in code.match_indices(prefix) {
+            if at > 0 && code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find("};").unwrap_or(group.len())];
+                for item in group.split([',', '{', '}']) {
+                    let first = item.trim().split("::").next().unwrap_or("");
+                    if !first.is_empty() && first != "self" {
+                        out.push([base.clone(), vec![first.to_string()]].concat());
+                    }
+                }
+                continue;
+            }
+            let path: String = rest.chars().take_while(|&c| ident(c)).collect();
+            let parts = path.split("::").filter(|p| !p.is_empty()).map(String::from);
+            out.push(base.iter().cloned().chain(parts).collect());
+        }
+    }
+    out
+}
+
+/// The deepest module of `modules` that `path` lies in.
+fn resolve<'m>(path: &Module, modules: &'m BTreeMap<Module, String>) -> Option<&'m Module> {
+    (1..=path.len())
+        .rev()
+        .find_map(|n| modules.get_key_value(&path[..n]).map(|(k, _)| k))
+}
+
+/// A cycle in `graph`, if it has one (depth-first search).
+fn find_cycle<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Option<Vec<N>> {
+    fn visit<N: Ord + Clone>(
+        node: &N,
+        graph: &BTreeMap<N, BTreeSet<N>>,
+        done: &mut BTreeSet<N>,
+        stack: &mut Vec<N>,
+    ) -> Option<Vec<N>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            return Some(stack[at..].to_vec());
+        }
+        if !done.insert(node.clone()) {
+            return None;
+        }
+        stack.push(node.clone());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, done, stack) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+/// Edges between files, and between top-level modules.
+fn graphs() -> (
+    BTreeMap<Module, BTreeSet<Module>>,
+    BTreeMap<String, BTreeSet<String>>,
+) {
+    let modules = modules();
+    let mut files: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in &modules {
+        for path in named_paths(module, code) {
+            let Some(target) = resolve(&path, &modules) else {
+                continue;
+            };
+            if target == module || module.starts_with(target) {
+                continue;
+            }
+            files
+                .entry(module.clone())
+                .or_default()
+                .insert(target.clone());
+            if let (Some(a), Some(b)) = (module.first(), target.first())
+                && a != b
+            {
+                top.entry(a.clone()).or_default().insert(b.clone());
+            }
+        }
+    }
+    (files, top)
+}
+
+#[test]
+fn the_top_level_modules_form_layers() {
+    let (_, top) = graphs();
+    assert!(top.contains_key("scheduler") && top["scheduler"].contains("allocation"));
+    if let Some(cycle) = find_cycle(&top) {
+        panic!(
+            "top-level modules import each other in a circle: {}",
+            cycle.join(" → ")
+        );
+    }
+}
+
+#[test]
+fn no_file_imports_itself_through_others() {
+    let (files, _) = graphs();
+    assert!(files.len() > 50, "read only {} files", files.len());
+    if let Some(cycle) = find_cycle(&files) {
+        let names: Vec<String> = cycle.iter().map(|m| m.join("::")).collect();
+        panic!("files import each other in a circle: {}", names.join(" → "));
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_a_planted_cycle() {
+    let graph: BTreeMap<u32, BTreeSet<u32>> = [
+        (1, BTreeSet::from([2])),
+        (2, BTreeSet::from([3])),
+        (3, BTreeSet::from([1])),
+        (4, BTreeSet::from([1])),
+    ]
+    .into();
+    let mut cycle = find_cycle(&graph).expect("a cycle");
+    cycle.sort();
+    assert_eq!(cycle, vec![1, 2, 3]);
+    let acyclic: BTreeMap<u32, BTreeSet<u32>> =
+        [(1, BTreeSet::from([2])), (2, BTreeSet::from([3]))].into();
+    assert_eq!(find_cycle(&acyclic), None);
+    let module: Module = vec!["scheduler".into(), "phases".into(), "dispatch".into()];
+    let named = named_paths(
+        &module,
+        "use crate::{files, view::report};\nsuper::booking::x",
+    );
+    assert!(named.contains(&vec!["files".to_string()]));
+    assert!(named.contains(&vec!["view".to_string()]));
+    assert!(named.contains(&vec![
+        "scheduler".into(),
+        "phases".into(),
+        "booking".into(),
+        "x".into()
+    ]));
+}

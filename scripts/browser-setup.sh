@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's chromium and chromedriver, for the test that loads the
-# `gpusched serve` page in a real headless browser (tests/box_view.rs).
+# `gpusched serve` page in a real headless browser (tests/it/box_view.rs).
 # Installs them with apt when missing (needs root); says so and fails
 # otherwise.
 set -euo pipefail

@@ -1,7 +1,7 @@
 """An agent-style session against `gpusched mcp`, with the official MCP
 Python SDK: list the tools, add a job, wait for a running scheduler to run
 it (through the status tool), read its log, cancel a job that does not
-exist. Prints one JSON object with what it saw, for tests/mcp.rs.
+exist. Prints one JSON object with what it saw, for tests/it/mcp.rs.
 
 Usage: python client.py GPUSCHED_BINARY LOG_DIR
 """

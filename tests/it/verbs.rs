@@ -4,7 +4,7 @@
 //! 80-column lines, completions and the man page, the typo hint, and exit
 //! 2 for usage errors everywhere.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin, wait_for};
 use std::os::unix::process::CommandExt;

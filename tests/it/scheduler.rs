@@ -2,7 +2,7 @@
 //! `--sim` mode on temp jobs files, asserting on the journal, the status
 //! board, the jobs file staying byte-identical, and exit codes.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for};
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! shell that cannot start says why. Judged as a user would: by the
 //! timestamps jobs write, the journal and the jobs file.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

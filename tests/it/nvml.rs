@@ -2,7 +2,7 @@
 //! from `tests/fake_nvml/fake_nvml.c` with the system C compiler. The fake
 //! answers from a state file the tests rewrite while the scheduler runs.
 
-mod common;
+use crate::common;
 
 use common::{Env, Sched, wait_for};
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! `gpusched add` and `gpusched cancel`, progress from real tqdm-style
 //! output, the summary, and metrics.prom through a Prometheus parser.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! carries peaks between log directories, an OOM raises the prediction,
 //! and a cold family may use an idle GPU.
 
-mod common;
+use crate::common;
 
 use common::Env;
 use serde_json::Value;

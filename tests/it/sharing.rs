@@ -2,7 +2,7 @@
 //! with and without the ledger, the trust rules against dead, garbage and
 //! foreign-owned booking files, and the simulator's physical limit.
 
-mod common;
+use crate::common;
 
 use common::{Env, Sched, wait_for};
 use serde_json::Value;

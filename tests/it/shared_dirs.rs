@@ -9,7 +9,7 @@
 //! as root). Without root each says so and does nothing; with
 //! `GPUSCHED_USERS_REQUIRED=1` (set by `.ci/run`) that is a failure.
 
-mod common;
+use crate::common;
 
 use common::users::{chmod, chown, open_env, shared_ledger, test_user};
 use common::{Env, Sched, wait_for, wait_for_within};

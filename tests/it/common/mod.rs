@@ -2,10 +2,6 @@
 //! file in a temp dir, with fast polls, and reads back the journal, the
 //! status board and the output. Waits are on conditions with generous
 //! deadlines, never on a single sleep.
-#![expect(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
 
 pub mod users;
 

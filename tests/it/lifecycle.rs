@@ -3,7 +3,7 @@
 //! scheduler's own signals, and orphans of a previous scheduler. Real
 //! processes, `--sim` GPUs.
 
-mod common;
+use crate::common;
 
 use common::{Env, journal_with_orphan, live_group_members, start_ticks, wait_for};
 use nix::sys::signal::Signal;

@@ -1,7 +1,7 @@
 //! Black-box tests of the queue policy (docs/BEHAVIOUR.md "Queue policy") implemented so far:
 //! `on=` allow-lists, and the reasons waiting jobs give.
 
-mod common;
+use crate::common;
 
 use common::Env;
 

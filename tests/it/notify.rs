@@ -5,7 +5,7 @@
 //! posted once across kill -9), `--on-finish` hooks (the environment, and
 //! no job text ever run as shell code), and `gpusched wait`.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin, wait_for};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! group at once and does reach N (judged by the times the jobs write),
 //! while other jobs backfill past a full group.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin, wait_for};
 use std::process::Command;

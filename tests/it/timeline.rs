@@ -3,7 +3,7 @@
 //! memory curves inside their lanes) and rasterised to check that every
 //! lane draws; drawn again during a run and from a copied log directory.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for};
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! that survives comment edits, range-checked input, and idle CPU after
 //! every kind of edit.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin, journal_with_orphan, spawn_supervisor, wait_for};
 use nix::sys::signal::Signal;

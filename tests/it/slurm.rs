@@ -3,7 +3,7 @@
 //! 4096 MiB). `.ci/run` starts it and sets GPUSCHED_SLURM_REQUIRED=1, so
 //! there a missing cluster fails these tests; elsewhere they say SKIPPED.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for_within};
 use serde_json::Value;

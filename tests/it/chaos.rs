@@ -5,7 +5,7 @@
 //! uninterrupted one. The seed of the random moments is printed, so a
 //! failure can be replayed with `GPUSCHED_CHAOS_SEED=…`.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for};
 use nix::sys::signal::Signal;

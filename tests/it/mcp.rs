@@ -7,7 +7,7 @@
 //! SKIPPED; `.ci/run` sets GPUSCHED_MCP_REQUIRED=1, which makes that a
 //! failure.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin};
 use serde_json::Value;

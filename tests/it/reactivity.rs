@@ -2,7 +2,7 @@
 //! with `--poll 30`, appends, job exits and files replaced by rename are
 //! handled long before the next sample would be due.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for_within};
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 //! own the rules file (CI runs as root). Without root each says so and
 //! does nothing; with `GPUSCHED_USERS_REQUIRED=1` that is a failure.
 
-mod common;
+use crate::common;
 
 use common::users::{Box_, chown, open_env, spawn_as, spawn_polling, users, users_env};
 use common::{Env, wait_for};

@@ -4,7 +4,7 @@
 //! waiting job's expected start, in status.json and on the board, each
 //! with its source; nothing known stays null.
 
-mod common;
+use crate::common;
 
 use common::{Env, wait_for};
 use serde_json::Value;

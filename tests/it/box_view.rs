@@ -11,7 +11,7 @@
 //! from PyPI, and with `GPUSCHED_BROWSER_REQUIRED=1` (set by `.ci/run`)
 //! their absence is a failure.
 
-mod common;
+use crate::common;
 
 use common::users::{Box_, open_env, spawn_as, users, users_env};
 use common::{Env, Sched, wait_for};

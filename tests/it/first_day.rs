@@ -9,7 +9,7 @@
 //! running for the next start; the man page and `--help` list every
 //! attribute; the timeline has a MiB scale and names.
 
-mod common;
+use crate::common;
 
 use common::{Env, bin, wait_for};
 use serde_json::Value;

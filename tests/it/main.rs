@@ -1,0 +1,31 @@
+//! The black-box suite in one test binary (one link of the crate instead
+//! of one per file): each module drives the real `gpusched` binary, mostly
+//! in `--sim` mode, through the harness in `common`. Run one part with
+//! `cargo test --test it stopping::`.
+
+mod common;
+mod box_rules;
+mod box_view;
+mod chaos;
+mod exactly_once;
+mod expected;
+mod first_day;
+mod groups;
+mod layers;
+mod learned;
+mod lifecycle;
+mod mcp;
+mod notify;
+mod nvml;
+mod placement_properties;
+mod queue_policy;
+mod reactivity;
+mod readme;
+mod scheduler;
+mod shared_dirs;
+mod sharing;
+mod slurm;
+mod steering;
+mod stopping;
+mod timeline;
+mod verbs;

@@ -3,6 +3,7 @@
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
 
+use super::parts::{Core, Due, Io, LastRound, Reporting, Sharing};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
@@ -17,7 +18,7 @@ use crate::launcher::{Cluster, Launcher};
 use crate::lockfile::SchedulerLock;
 use crate::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
 use crate::view::report;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -78,19 +79,11 @@ impl Scheduler {
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
         let told = super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir)?;
 
-        let mut scheduler = Scheduler {
+        let core = Core {
             // Absolute, so commands run elsewhere find it in status.json.
             jobs: JobsFile::new(absolute(&jobs_path), FileStamp::of(&jobs_path)),
-            cfg,
-            control,
-            _lock: lock,
-            backend,
-            launcher,
-            sim_dir,
-            ledger,
-            ledger_failing: false,
-            starting_bookings: Vec::new(),
-            starting_since_ms: 0,
+            running: BTreeMap::new(),
+            gpu: GpuState::default(),
             learned: state::Learned {
                 history: match &args.history {
                     Some(path) => Some(crate::history::History::open(&absolute(path))?),
@@ -98,33 +91,37 @@ impl Scheduler {
                 },
                 ..Default::default()
             },
-            journal,
-            running: BTreeMap::new(),
-            gpu: GpuState::default(),
-            usage,
-            wakes,
             mode: Mode::Scheduling,
-            sample_now: true,
-            requests_due: true,
+            control,
             cancel_requests,
-            dispatch_needed: true,
-            ended_this_run: HashMap::new(),
-            dispatched_this_run: 0,
-            started_ts: now_ts(),
-            last_dispatch_loads: None,
-            pending_at_last_round: 0,
-            wait_reasons: HashMap::new(),
-            blocked_first: None,
-            reasons_generation: 0,
-            queue_view: None,
-            queue_view_cost: None,
+            box_state,
+            run_times: Default::default(),
+        };
+        let io = Io {
+            _lock: lock,
+            backend,
+            launcher,
+            sim_dir,
+            journal,
+            usage,
             spent_records: Vec::new(),
             unacked: Vec::new(),
-            status_written: None,
-            status_stale: false,
-            told,
-            run_times: Default::default(),
-            box_state,
+        };
+        let share = Sharing {
+            ledger,
+            ledger_failing: false,
+            starting_bookings: Vec::new(),
+            starting_since_ms: 0,
+        };
+        let mut scheduler = Scheduler {
+            cfg,
+            io,
+            share,
+            core,
+            round: LastRound::default(),
+            due: Due::default(),
+            report: Reporting::new(told, now_ts()),
+            wakes,
         };
         let after = scheduler
             .resolve_after(&mut specs)
@@ -151,14 +148,14 @@ impl Scheduler {
         say(&format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
             env!("CARGO_PKG_VERSION"),
-            self.backend.describe(),
+            self.io.backend.describe(),
             jobs_path.display(),
             self.cfg.log_dir.display()
         ));
         if let Some(last) = last_jobs_file {
             self.warn_other_jobs_file(last);
         }
-        self.cfg.place.drained_mask = self.control.drained_mask();
+        self.cfg.place.drained_mask = self.core.control.drained_mask();
         self.report_control();
         // Whatever it takes is followed by the orphans just below.
         let _ = self.adopt_unjournaled_submissions()?;
@@ -167,8 +164,8 @@ impl Scheduler {
         // The first round works from this snapshot rather than asking the
         // GPUs again; taken in after the orphans, so their memory is theirs.
         self.record_snapshot(snapshot);
-        self.gpu.last_sample = Some(Instant::now());
-        self.sample_now = false;
+        self.core.gpu.last_sample = Some(Instant::now());
+        self.due.sample_now = false;
         Ok(())
     }
 
@@ -183,7 +180,7 @@ impl Scheduler {
                     .zip(std::fs::canonicalize(b).ok())
                     .is_some_and(|(a, b)| a == b)
         };
-        if same(last, &self.jobs.path) {
+        if same(last, &self.core.jobs.path) {
             return;
         }
         warn(&format!(
@@ -200,10 +197,11 @@ impl Scheduler {
     /// `--gpus` names a GPU this machine does not have.
     fn first_snapshot(&mut self) -> anyhow::Result<GpuSnapshot> {
         let snapshot = self
+            .io
             .backend
             .snapshot()
             .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
-        if snapshot.gpus.is_empty() && self.launcher.places_jobs() {
+        if snapshot.gpus.is_empty() && self.io.launcher.places_jobs() {
             return Err(Error::Gpu(
                 "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
             )
@@ -224,14 +222,20 @@ impl Scheduler {
 
     /// Says at start what `gpusched pause` / `drain` left in force.
     fn report_control(&self) {
-        if self.control.paused {
+        if self.core.control.paused {
             say("queue paused (by gpusched pause): no new job starts until `gpusched resume`");
         }
-        if !self.control.drained.is_empty() {
+        if !self.core.control.drained.is_empty() {
             say(&format!(
                 "GPU {} drained (by gpusched drain): no new job starts there until `gpusched undrain`",
                 report::gpu_ids(
-                    &self.control.drained.iter().copied().collect::<Vec<_>>(),
+                    &self
+                        .core
+                        .control
+                        .drained
+                        .iter()
+                        .copied()
+                        .collect::<Vec<_>>(),
                     ", "
                 )
             ));
@@ -242,11 +246,11 @@ impl Scheduler {
     /// finished (docs/BEHAVIOUR.md "Resume").
     fn report_resume(&self) {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for spec in &self.jobs.specs {
+        for spec in &self.core.jobs.specs {
             if let Some(KeyState {
                 phase: Phase::Done(finished),
                 ..
-            }) = self.journal.state(&spec.key)
+            }) = self.io.journal.state(&spec.key)
             {
                 *counts.entry(finished.status.as_str()).or_default() += 1;
             }
@@ -255,8 +259,8 @@ impl Scheduler {
         if total > 0 {
             say(&format!(
                 "resuming: {total} of {} job(s) already finished in {} ({}); skipping them (--fresh runs everything again)",
-                self.jobs.specs.len(),
-                self.journal.path().display(),
+                self.core.jobs.specs.len(),
+                self.io.journal.path().display(),
                 counts
                     .iter()
                     .map(|(s, n)| format!("{n} {s}"))

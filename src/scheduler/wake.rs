@@ -267,16 +267,16 @@ impl Wakes {
 impl Scheduler {
     /// The next moment the loop must run even if nothing wakes it.
     fn next_deadline(&self, now: Instant) -> Instant {
-        let mut deadline = self.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
+        let mut deadline = self.core.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
         if let Some(early) = self.next_early_sample() {
             deadline = deadline.min(early);
         }
-        if !self.running.is_empty()
-            && let Some(poll) = self.launcher.next_poll()
+        if !self.core.running.is_empty()
+            && let Some(poll) = self.io.launcher.next_poll()
         {
             deadline = deadline.min(poll);
         }
-        for job in self.running.values() {
+        for job in self.core.running.values() {
             if let Some(termination) = job.kill.as_ref().and_then(|k| k.termination.as_ref()) {
                 deadline = deadline.min(termination.next_wake(now));
             }
@@ -284,13 +284,13 @@ impl Scheduler {
                 deadline = deadline.min(t);
             }
         }
-        if let Some((_, since)) = &self.blocked_first
+        if let Some((_, since)) = &self.round.blocked_first
             && let Some(due) = since.checked_add(self.cfg.reserve_after)
         {
             deadline = deadline.min(due.max(now));
         }
-        if matches!(self.mode, Mode::PausedOnIo { .. })
-            || (self.wakes.reports.is_none() && !self.running.is_empty())
+        if matches!(self.core.mode, Mode::PausedOnIo { .. })
+            || (self.wakes.reports.is_none() && !self.core.running.is_empty())
         {
             deadline = deadline.min(now + IO_RETRY);
         }
@@ -303,10 +303,10 @@ impl Scheduler {
         if let Some(due) = self.status_refresh_due() {
             deadline = deadline.min(due.max(now));
         }
-        if let Mode::Stopping { give_up_at, .. } = self.mode {
+        if let Mode::Stopping { give_up_at, .. } = self.core.mode {
             deadline = deadline.min(give_up_at.max(now));
         }
-        if let Some(unsettled) = self.jobs.unsettled {
+        if let Some(unsettled) = self.core.jobs.unsettled {
             deadline =
                 deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));
         }
@@ -327,20 +327,20 @@ impl Scheduler {
         };
         if self.wakes.file_poll.is_some() {
             // Without a watch, requests are looked for as often as the file.
-            self.requests_due = true;
+            self.due.requests_due = true;
         }
         let rest: Vec<Wake> = self.wakes.rx.try_iter().collect();
         for wake in first.into_iter().chain(rest) {
             match wake {
                 Wake::Signal(signal_hook::consts::SIGCHLD) | Wake::ExitRecord => {
-                    self.sample_now = true;
+                    self.due.sample_now = true;
                 }
                 Wake::Signal(signal_hook::consts::SIGHUP) => self.on_hangup(),
                 Wake::Signal(signal_hook::consts::SIGUSR1) => self.on_keep_jobs(),
                 Wake::Signal(signal) => self.on_stop_signal(signal),
-                Wake::FileChanged => self.jobs.stamp = None,
-                Wake::Request => self.requests_due = true,
-                Wake::Report => self.sample_now = true,
+                Wake::FileChanged => self.core.jobs.stamp = None,
+                Wake::Request => self.due.requests_due = true,
+                Wake::Report => self.due.sample_now = true,
                 Wake::LedgerFile => {}
                 Wake::LedgerChanged => self.sample_soon(LEDGER_SAMPLE_GAP),
             }
@@ -363,19 +363,19 @@ impl Scheduler {
     /// supervisor, which writes each one's exit record, and the next start
     /// on this log directory adopts them and records their outcomes once.
     fn on_keep_jobs(&mut self) {
-        if self.mode.is_stopping() {
+        if self.core.mode.is_stopping() {
             return;
         }
         self.take_reports();
-        let left = self.running.len();
+        let left = self.core.running.len();
         say(&format!(
             "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
             self.cfg.log_dir.display()
         ));
         // Forgotten here, not ended: the journal says they started, and
         // their supervisor outlives us.
-        self.running.clear();
-        self.mode = Mode::Stopping {
+        self.core.running.clear();
+        self.core.mode = Mode::Stopping {
             hurried: false,
             give_up_at: Instant::now(),
         };
@@ -393,13 +393,13 @@ impl Scheduler {
             "SIGTERM"
         };
         let now = Instant::now();
-        if let Mode::Stopping { give_up_at, .. } = self.mode {
+        if let Mode::Stopping { give_up_at, .. } = self.core.mode {
             say(&format!("{name} again: killing every running job now"));
-            self.mode = Mode::Stopping {
+            self.core.mode = Mode::Stopping {
                 hurried: true,
                 give_up_at: give_up_at.min(now + HURRIED_STOP),
             };
-            for job in self.running.values_mut() {
+            for job in self.core.running.values_mut() {
                 if let Some(termination) = job.kill.as_mut().and_then(|k| k.termination.as_mut()) {
                     termination.hurry(now);
                 }
@@ -410,26 +410,28 @@ impl Scheduler {
         // recorded, and they are not signalled.
         self.take_reports();
         // A cluster's jobs are not ours to stop.
-        let before = self.running.len();
-        self.running.retain(|_, job| !job.proc.outlives_scheduler());
-        if self.running.len() < before {
+        let before = self.core.running.len();
+        self.core
+            .running
+            .retain(|_, job| !job.proc.outlives_scheduler());
+        if self.core.running.len() < before {
             say(&format!(
                 "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
-                before - self.running.len()
+                before - self.core.running.len()
             ));
         }
         say(&format!(
             "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
-            self.running.len(),
+            self.core.running.len(),
             process::KILL_GRACE.as_secs()
         ));
-        self.mode = Mode::Stopping {
+        self.core.mode = Mode::Stopping {
             hurried: false,
             give_up_at: now + process::KILL_GRACE + STOP_MARGIN,
         };
         // An adopted group we cannot verify is never signalled: leave it
         // running; the next start adopts it.
-        self.running.retain(|_, job| {
+        self.core.running.retain(|_, job| {
             if !job.may_signal() {
                 say(&format!(
                     "job {} (process group {}) cannot be verified as ours; leaving it running",
@@ -438,8 +440,8 @@ impl Scheduler {
             }
             job.may_signal()
         });
-        for job in self.running.values_mut() {
-            let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.launcher);
+        for job in self.core.running.values_mut() {
+            let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.io.launcher);
         }
     }
 }

@@ -53,8 +53,15 @@ fn run(env: &Env, kills: usize, rng: &mut Lcg) -> (Duration, i32) {
         // Let it get going (the first dispatch) before the kill, then wait
         // a random 0–250 ms more.
         wait_for("the scheduler to write its board", &mut || {
-            env.logs.join("status.txt").exists()
+            env.logs.join("status.txt").exists() || !sched.child_is_running()
         });
+        if !env.logs.join("status.txt").exists() {
+            let out = sched.finish();
+            panic!(
+                "a restarted scheduler ended (exit {}) without writing its board:\n{}\n{}",
+                out.code, out.stdout, out.stderr
+            );
+        }
         std::thread::sleep(Duration::from_secs_f64(rng.next_unit() * 0.25));
         sched.signal(Signal::SIGKILL);
         sched.finish();

@@ -18,8 +18,18 @@ use std::time::{Duration, Instant};
 /// `runs.txt` and exits with `code`.
 fn held_job(code: i32) -> String {
     format!(
-        "sh -c 'while [ ! -e release ]; do sleep 0.05; done; echo run >> runs.txt; exit {code}'"
+        "sh -c 'echo began >> began; while [ ! -e release ]; do sleep 0.05; done; echo run >> runs.txt; exit {code}'"
     )
+}
+
+/// Waits until job 1 has been journaled `started` and its command has
+/// begun (it passed its gate): a SIGKILL of the scheduler between the two
+/// leaves a job that ran nothing, which is pending again, not an orphan.
+fn wait_until_running(env: &Env) {
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_for("job 1's command to begin", &mut || {
+        env.path("began").exists()
+    });
 }
 
 /// CPU time (user + system) of a process so far, in seconds.
@@ -51,7 +61,7 @@ const IDLE_WINDOW: Duration = Duration::from_secs(5);
 fn idle_scheduler_uses_no_cpu_after_appends_cancels_and_bad_saves() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     let sched = env.spawn(&["--sim", "2", "--poll", "5", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     let pid = sched.pid();
     assert!(
         idle_cpu(pid, IDLE_WINDOW) < IDLE_CPU_BOUND_S,
@@ -96,7 +106,7 @@ fn idle_scheduler_uses_no_cpu_after_appends_cancels_and_bad_saves() {
 fn orphan_keeps_its_real_exit_code_after_kill_9() {
     let env = Env::new(&format!("{}\n", held_job(7)));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     sched.signal(Signal::SIGKILL);
     sched.finish();
 
@@ -125,7 +135,7 @@ fn orphan_keeps_its_real_exit_code_after_kill_9() {
 fn job_that_finished_while_no_scheduler_ran_is_recorded_not_rerun() {
     let env = Env::new(&format!("{}\n", held_job(3)));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     sched.signal(Signal::SIGKILL);
     sched.finish();
     std::fs::write(env.path("release"), "").unwrap();
@@ -310,7 +320,7 @@ fn a_clean_run_leaves_no_exit_records() {
 fn second_scheduler_on_the_same_log_dir_is_refused_and_touches_nothing() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     let first = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     let journal = std::fs::read(env.logs.join("journal.jsonl")).unwrap();
 
     for extra in [&[][..], &["--fresh"][..]] {
@@ -341,7 +351,7 @@ fn second_scheduler_on_the_same_log_dir_is_refused_and_touches_nothing() {
 fn stop_command_stops_the_scheduler_like_ctrl_c() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     let stop = |env: &Env| {
         Command::new(bin())
             .args(["stop", "--log-dir"])
@@ -374,7 +384,7 @@ fn stop_command_stops_the_scheduler_like_ctrl_c() {
 fn sighup_is_not_a_stop() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     sched.signal(Signal::SIGHUP);
     wait_for("the SIGHUP notice", &mut || {
         sched.stdout().contains("SIGHUP: the terminal went away")
@@ -395,7 +405,7 @@ fn comment_and_spacing_edit_of_a_running_line_starts_no_copy() {
     let job = held_job(0);
     let env = Env::new(&format!("{job}\n"));
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     // Edit the running line's comment and spacing, and add a marker job so
     // we know the edit was read.
     env.write_jobs(&format!(
@@ -478,7 +488,7 @@ fn huge_and_malformed_numbers_are_errors_not_panics() {
     // A huge timeout appended mid-run is one warning, not a crash.
     let env = Env::new(&format!("{}\n", held_job(0)));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     env.append_jobs("[timeout=99999999999] echo x\n");
     wait_for("the warning", &mut || {
         sched.stdout().contains("edit ignored")
@@ -601,7 +611,7 @@ fn full_log_dir_pauses_dispatch_and_loses_nothing() {
         return;
     };
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     let filler = fill(&env.logs);
     env.append_jobs("echo second >> second.txt\n");
     wait_for("the pause warning", &mut || {
@@ -646,7 +656,7 @@ fn full_log_dir_pauses_dispatch_and_loses_nothing() {
 fn read_only_log_dir_pauses_dispatch_until_writable() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_until_running(&env);
     let test = "read_only_log_dir_pauses_dispatch_until_writable";
     let Some(bind) = mount(&["--bind", env.logs.to_str().unwrap()], &env.logs, test) else {
         return;

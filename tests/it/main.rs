@@ -3,10 +3,10 @@
 //! in `--sim` mode, through the harness in `common`. Run one part with
 //! `cargo test --test it stopping::`.
 
-mod common;
 mod box_rules;
 mod box_view;
 mod chaos;
+mod common;
 mod exactly_once;
 mod expected;
 mod first_day;

@@ -58,15 +58,15 @@ impl Scheduler {
             return starts;
         }
         let since = ledger::store::now_ms();
-        self.starting_since_ms = since;
-        self.starting_bookings = starts
+        self.share.starting_since_ms = since;
+        self.share.starting_bookings = starts
             .iter()
             .flat_map(|s| self.bookings_of(s, since))
             .collect();
         self.publish_bookings();
         let published_ms = ledger::store::now_ms();
         drop(lock);
-        let Some(ledger) = &mut self.ledger else {
+        let Some(ledger) = &mut self.share.ledger else {
             return starts;
         };
         ledger.refresh();
@@ -84,6 +84,7 @@ impl Scheduler {
             ledger.refresh();
         }
         let mine: Vec<&str> = self
+            .share
             .starting_bookings
             .iter()
             .map(|b| b.gpu_uuid.as_str())
@@ -99,7 +100,8 @@ impl Scheduler {
             return starts;
         }
         let uuid_of = |index: u32| {
-            self.gpu
+            self.core
+                .gpu
                 .snapshot
                 .as_ref()
                 .and_then(|s| s.gpus.iter().find(|g| g.index == index))
@@ -110,8 +112,8 @@ impl Scheduler {
             .into_iter()
             .partition(|s| !s.gpus.iter().any(|g| lost.contains(&uuid_of(*g))));
         for start in &withdrawn {
-            let key = &self.jobs.specs[start.index].key;
-            let no = self.journal.state(key).map_or(0, |s| s.no);
+            let key = &self.core.jobs.specs[start.index].key;
+            let no = self.io.journal.state(key).map_or(0, |s| s.no);
             say(&if late {
                 format!(
                     "job {no} waits: its booking took {} ms to publish, too long to be sure other schedulers saw it; the next round places it again",
@@ -127,14 +129,15 @@ impl Scheduler {
         let withdrawn_jobs: HashSet<String> = withdrawn
             .iter()
             .map(|s| {
-                let key = &self.jobs.specs[s.index].key;
-                self.journal.state(key).map_or(0, |st| st.no).to_string()
+                let key = &self.core.jobs.specs[s.index].key;
+                self.io.journal.state(key).map_or(0, |st| st.no).to_string()
             })
             .collect();
-        self.starting_bookings
+        self.share
+            .starting_bookings
             .retain(|b| !withdrawn_jobs.contains(&b.job));
         self.publish_bookings();
-        self.dispatch_needed = true;
+        self.due.dispatch_needed = true;
         keep
     }
 
@@ -142,14 +145,16 @@ impl Scheduler {
     /// GPUs (the whole GPU when it declared nothing).
     fn bookings_of(&self, start: &Start, since_ms: u64) -> Vec<Booking> {
         let no = self
+            .io
             .journal
-            .state(&self.jobs.specs[start.index].key)
+            .state(&self.core.jobs.specs[start.index].key)
             .map_or(0, |s| s.no);
         start
             .gpus
             .iter()
             .filter_map(|index| {
                 let gpu = self
+                    .core
                     .gpu
                     .snapshot
                     .as_ref()?

@@ -150,31 +150,32 @@ impl Scheduler {
     /// accrued, and writes it to our usage file (under the ledger lock,
     /// which our other schedulers share) at most every second.
     pub(in crate::scheduler) fn account_usage(&mut self, now: Instant) {
-        if self.box_state.rules.is_none() || self.ledger.is_none() {
+        if self.core.box_state.rules.is_none() || self.share.ledger.is_none() {
             return;
         }
-        if let Some(last) = self.box_state.last_accrual {
+        if let Some(last) = self.core.box_state.last_accrual {
             let dt = now.saturating_duration_since(last).as_secs_f64();
             let bookings = self.own_bookings();
             let mib: u64 = bookings.iter().map(|b| b.mib).sum();
-            self.box_state.accrued.0 += mib as f64 * dt;
-            self.box_state.accrued.1 += bookings.len() as f64 * dt;
+            self.core.box_state.accrued.0 += mib as f64 * dt;
+            self.core.box_state.accrued.1 += bookings.len() as f64 * dt;
         }
-        self.box_state.last_accrual = Some(now);
+        self.core.box_state.last_accrual = Some(now);
         let due = self
+            .core
             .box_state
             .last_flush
             .is_none_or(|t| now >= t + USAGE_FLUSH);
-        if due && self.box_state.accrued != (0.0, 0.0) {
+        if due && self.core.box_state.accrued != (0.0, 0.0) {
             self.flush_usage(now);
         }
     }
 
     /// Writes the accrued usage to our usage file.
     pub(in crate::scheduler) fn flush_usage(&mut self, now: Instant) {
-        let half_life = self.box_state.half_life_s();
-        let (mib_s, gpu_s) = self.box_state.accrued;
-        let Some(ledger) = &mut self.ledger else {
+        let half_life = self.core.box_state.half_life_s();
+        let (mib_s, gpu_s) = self.core.box_state.accrued;
+        let Some(ledger) = &mut self.share.ledger else {
             return;
         };
         let _lock = ledger.lock();
@@ -185,9 +186,9 @@ impl Scheduler {
             half_life,
             crate::ledger::store::now_ms(),
         );
-        self.box_state.last_flush = Some(now);
+        self.core.box_state.last_flush = Some(now);
         if written.is_ok() {
-            self.box_state.accrued = (0.0, 0.0);
+            self.core.box_state.accrued = (0.0, 0.0);
         }
     }
 
@@ -196,17 +197,17 @@ impl Scheduler {
     /// name.
     pub(in crate::scheduler) fn standings(&self) -> BTreeMap<String, (Usage, Standing)> {
         let mut out = BTreeMap::new();
-        let (Some(rules), Some(ledger)) = (&self.box_state.rules, &self.ledger) else {
+        let (Some(rules), Some(ledger)) = (&self.core.box_state.rules, &self.share.ledger) else {
             return out;
         };
         let now = crate::ledger::store::now_ms();
-        let half_life = self.box_state.half_life_s();
+        let half_life = self.core.box_state.half_life_s();
         let mut uids: BTreeMap<u32, String> = ledger
             .peers
             .iter()
             .map(|p| (p.uid, p.user.clone()))
             .collect();
-        uids.insert(self.box_state.uid, self.box_state.user.clone());
+        uids.insert(self.core.box_state.uid, self.core.box_state.user.clone());
         for uid in ledger.usage.keys() {
             uids.entry(*uid).or_insert_with(|| ledger.name_of(*uid));
         }
@@ -216,9 +217,9 @@ impl Scheduler {
                 .get(&uid)
                 .map(|u| u.at(now, half_life))
                 .unwrap_or_default();
-            if uid == self.box_state.uid {
-                usage.mib_s += self.box_state.accrued.0;
-                usage.gpu_s += self.box_state.accrued.1;
+            if uid == self.core.box_state.uid {
+                usage.mib_s += self.core.box_state.accrued.0;
+                usage.gpu_s += self.core.box_state.accrued.1;
             }
             let standing = Standing {
                 usage: usage.mib_s,
@@ -245,11 +246,20 @@ impl Scheduler {
     /// booked (and named in [`GpuLoad::share_held`]), so our jobs start
     /// only beside it. Highest factor first.
     pub(in crate::scheduler) fn hold_for_fair_share(&self, loads: &mut [GpuLoad]) {
-        let Some(ledger) = self.ledger.as_ref().filter(|_| self.box_state.fair_share()) else {
+        let Some(ledger) = self
+            .share
+            .ledger
+            .as_ref()
+            .filter(|_| self.core.box_state.fair_share())
+        else {
             return;
         };
         let mut needs: BTreeMap<&str, Vec<Need>> = BTreeMap::new();
-        for peer in ledger.peers.iter().filter(|p| p.uid != self.box_state.uid) {
+        for peer in ledger
+            .peers
+            .iter()
+            .filter(|p| p.uid != self.core.box_state.uid)
+        {
             needs.entry(&peer.user).or_default().extend(&peer.demand);
         }
         needs.retain(|_, n| !n.is_empty());
@@ -257,7 +267,10 @@ impl Scheduler {
             return;
         }
         let factors = self.fair_share_factors();
-        let mine = factors.get(&self.box_state.user).copied().unwrap_or(1.0);
+        let mine = factors
+            .get(&self.core.box_state.user)
+            .copied()
+            .unwrap_or(1.0);
         let mut ahead: Vec<(f64, &str, Vec<Need>)> = needs
             .into_iter()
             .map(|(user, n)| (factors.get(user).copied().unwrap_or(1.0), user, n))
@@ -295,7 +308,7 @@ impl Scheduler {
     /// schedulers' jobs and our reservations (GPUs by index).
     pub(in crate::scheduler) fn quota_use(&self) -> QuotaUse {
         let mut held = QuotaUse::default();
-        let Some(snapshot) = &self.gpu.snapshot else {
+        let Some(snapshot) = &self.core.gpu.snapshot else {
             return held;
         };
         let index_of: HashMap<&str, u32> = snapshot
@@ -317,11 +330,11 @@ impl Scheduler {
         for b in self.own_bookings() {
             count(&b.gpu_uuid, b.mib, Some((me, b.job.clone())));
         }
-        if let Some(ledger) = &self.ledger {
+        if let Some(ledger) = &self.share.ledger {
             for f in ledger
                 .foreign
                 .iter()
-                .filter(|f| f.uid == self.box_state.uid)
+                .filter(|f| f.uid == self.core.box_state.uid)
             {
                 // A reservation (pid 0) is not a job.
                 let job = (f.pid != 0).then(|| (f.pid, f.booking.job.clone()));
@@ -335,12 +348,12 @@ impl Scheduler {
     /// The box rules and everyone's part in them, for the views; `None`
     /// without a rules file or a ledger.
     pub(in crate::scheduler) fn box_status(&self) -> Option<BoxStatus> {
-        let rules = self.box_state.rules.as_ref()?;
-        let ledger = self.ledger.as_ref()?;
+        let rules = self.core.box_state.rules.as_ref()?;
+        let ledger = self.share.ledger.as_ref()?;
         let standings = self.standings();
         let factors = self.fair_share_factors();
-        let fair = self.box_state.fair_share();
-        let me = &self.box_state.user;
+        let fair = self.core.box_state.fair_share();
+        let me = &self.core.box_state.user;
         let held = self.quota_use();
         let mut users: BTreeMap<String, BoxUser> = BTreeMap::new();
         let blank = |user: &str| BoxUser {
@@ -356,8 +369,8 @@ impl Scheduler {
             users.insert(user.clone(), blank(user));
         }
         let mine = users.entry(me.clone()).or_insert_with(|| blank(me));
-        mine.running = self.running.len() as u64;
-        mine.pending = self.box_state.pending;
+        mine.running = self.core.running.len() as u64;
+        mine.pending = self.core.box_state.pending;
         mine.booked_mib = self.own_bookings().iter().map(|b| b.mib).sum();
         for peer in &ledger.peers {
             let u = users
@@ -402,9 +415,9 @@ impl Scheduler {
     /// it limits anything.
     pub(in crate::scheduler) fn quota_round(&self, gpu_mib: u64) -> Option<QuotaRound> {
         Some(QuotaRound {
-            limits: self.box_state.quota()?,
+            limits: self.core.box_state.quota()?,
             held: self.quota_use(),
-            user: self.box_state.user.clone(),
+            user: self.core.box_state.user.clone(),
             gpu_mib,
         })
     }
@@ -412,7 +425,7 @@ impl Scheduler {
     /// Publishes our first waiting jobs' needs and how many wait, for the
     /// other schedulers' fair share and views.
     pub(in crate::scheduler) fn set_demand(&mut self, waiting: &[Request], pending: u64) {
-        if self.box_state.rules.is_none() {
+        if self.core.box_state.rules.is_none() {
             return;
         }
         let demand = waiting
@@ -423,8 +436,8 @@ impl Scheduler {
                 gpus: r.gpus.max(1),
             })
             .collect();
-        self.box_state.pending = pending;
-        if let Some(ledger) = &mut self.ledger {
+        self.core.box_state.pending = pending;
+        if let Some(ledger) = &mut self.share.ledger {
             ledger.set_demand(demand, pending);
         }
     }

@@ -17,21 +17,23 @@ impl Scheduler {
         // Flagged lines, and jobs `gpusched cancel` journaled (whose line
         // may be anywhere in the file, or gone).
         let mut cancelled: Vec<String> = self
+            .core
             .jobs
             .specs
             .iter()
             .filter(|s| s.cancel)
             .map(|s| s.key.clone())
             .collect();
-        self.cancel_requests.retain(|key| {
-            self.journal
+        self.core.cancel_requests.retain(|key| {
+            self.io
+                .journal
                 .state(key)
                 .is_some_and(|s| s.cancel_requested && !matches!(s.phase, Phase::Done(_)))
         });
-        cancelled.extend(self.cancel_requests.iter().cloned());
+        cancelled.extend(self.core.cancel_requests.iter().cloned());
         for key in cancelled {
-            if let Some(job) = self.running.get_mut(&key) {
-                if job.begin_kill(KillReason::Cancel, now, &mut self.launcher) {
+            if let Some(job) = self.core.running.get_mut(&key) {
+                if job.begin_kill(KillReason::Cancel, now, &mut self.io.launcher) {
                     say(&format!(
                         "job {} cancelled: stopping {}",
                         job.no,
@@ -40,7 +42,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            let Some(state) = self.journal.state(&key) else {
+            let Some(state) = self.io.journal.state(&key) else {
                 continue;
             };
             if matches!(state.phase, Phase::Waiting) {

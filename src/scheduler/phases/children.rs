@@ -20,14 +20,15 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn reap_children(&mut self) -> anyhow::Result<()> {
         // A cluster's jobs are asked for (at most every --poll).
-        self.launcher.poll(
-            self.running.values_mut().map(|job| &mut job.proc),
+        self.io.launcher.poll(
+            self.core.running.values_mut().map(|job| &mut job.proc),
             std::time::Instant::now(),
         );
         self.take_reports();
         // Every ended attempt that no kill reached ends now, including one
         // whose outcome could not be journaled in an earlier round.
         let ended: Vec<String> = self
+            .core
             .running
             .iter()
             .filter(|(_, j)| j.proc.ended() && (j.kill.is_none() || j.proc.ended_before_kill()))
@@ -39,9 +40,14 @@ impl Scheduler {
     /// Applies the supervisor's reports to the running attempts, then hands
     /// a dead supervisor's unended jobs over to adoption.
     pub(in crate::scheduler) fn take_reports(&mut self) {
-        let (reports, died_below) = self.launcher.take_ended();
+        let (reports, died_below) = self.io.launcher.take_ended();
         for (id, record) in reports {
-            match self.running.get_mut(&record.key).map(|job| &mut job.proc) {
+            match self
+                .core
+                .running
+                .get_mut(&record.key)
+                .map(|job| &mut job.proc)
+            {
                 Some(Proc::Supervised {
                     id: running, ended, ..
                 }) if *running == id => *ended = Some(record),
@@ -54,7 +60,7 @@ impl Scheduler {
         let Some(below) = died_below else {
             return;
         };
-        for job in self.running.values_mut() {
+        for job in self.core.running.values_mut() {
             if let Proc::Supervised {
                 id,
                 identity,
@@ -80,13 +86,13 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn complete_all(&mut self, keys: &[String]) -> anyhow::Result<()> {
-        self.journal.defer_sync();
+        self.io.journal.defer_sync();
         let completed = keys.iter().try_for_each(|key| self.complete_attempt(key));
-        let synced = self.journal.sync();
-        let unacked = std::mem::take(&mut self.unacked);
+        let synced = self.io.journal.sync();
+        let unacked = std::mem::take(&mut self.io.unacked);
         if synced.is_ok() {
             for id in unacked {
-                self.launcher.ack(id);
+                self.io.launcher.ack(id);
             }
         }
         completed.and(synced)

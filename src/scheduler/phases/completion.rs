@@ -23,11 +23,11 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn complete_attempt(&mut self, key: &str) -> anyhow::Result<()> {
-        let Some(mut job) = self.running.remove(key) else {
+        let Some(mut job) = self.core.running.remove(key) else {
             return Ok(());
         };
-        self.sample_now = true;
-        self.dispatch_needed = true;
+        self.due.sample_now = true;
+        self.due.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
         let mut facts = job.end_facts();
         if facts.verdict == Some(Verdict::DependencyFailed)
@@ -47,7 +47,7 @@ impl Scheduler {
         } else {
             files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES)
         };
-        let state = self.journal.state(key);
+        let state = self.io.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
             kill: facts.kill,
@@ -55,6 +55,7 @@ impl Scheduler {
             log_tail: &log_tail,
             oom_retries_used: state.map_or(0, |s| s.oom_attempts),
             oom_retries_allowed: self
+                .core
                 .jobs
                 .spec(key)
                 .and_then(|s| s.retries())
@@ -67,16 +68,16 @@ impl Scheduler {
                 match job.proc.supervised_id() {
                     // Acknowledged with the group commit's fsync: the
                     // supervisor writes no exit record.
-                    Some(id) if self.journal.sync_deferred() => self.unacked.push(id),
-                    Some(id) => self.launcher.ack(id),
+                    Some(id) if self.io.journal.sync_deferred() => self.io.unacked.push(id),
+                    Some(id) => self.io.launcher.ack(id),
                     None => {
                         // The journal has the outcome now; the record has
                         // served. Records are removed in batches, not one
                         // per job: on disk file systems a stream of
                         // deletions makes every later file creation (each
                         // job's log) slower, more so the longer the sweep.
-                        self.spent_records.push(job.exit_record);
-                        if self.spent_records.len() >= SPENT_RECORDS_BATCH {
+                        self.io.spent_records.push(job.exit_record);
+                        if self.io.spent_records.len() >= SPENT_RECORDS_BATCH {
                             self.remove_spent_records();
                         }
                     }
@@ -94,7 +95,7 @@ impl Scheduler {
             Err(e) => {
                 // Keep it, with what is known, until the journal takes it.
                 job.unrecorded = true;
-                self.running.insert(key.to_string(), job);
+                self.core.running.insert(key.to_string(), job);
                 Err(e)
             }
         }
@@ -118,10 +119,10 @@ impl Scheduler {
             // Recorded as interrupted (its exit record is only the signal we
             // sent): the next start runs it again.
             Outcome::StoppedWithScheduler => {
-                self.journal.append(key, Event::Interrupted {})?;
+                self.io.journal.append(key, Event::Interrupted {})?;
             }
             Outcome::Preempted => {
-                self.journal.append(
+                self.io.journal.append(
                     key,
                     Event::Preempted {
                         duration_s: (duration_s * 1000.0).round() / 1000.0,
@@ -142,7 +143,7 @@ impl Scheduler {
                 ));
             }
             Outcome::Interrupted => {
-                self.journal.append(key, Event::Interrupted {})?;
+                self.io.journal.append(key, Event::Interrupted {})?;
                 if facts.verdict == Some(Verdict::Requeue) {
                     say(&format!(
                         "↻ job {}: Slurm cancelled it with its failed dependency, which runs again; it is submitted again after it",
@@ -189,7 +190,7 @@ impl Scheduler {
         peaks: &BTreeMap<u32, Option<u64>>,
         duration_s: f64,
     ) -> anyhow::Result<()> {
-        self.journal.append(
+        self.io.journal.append(
             key,
             Event::Oom {
                 attempts,
@@ -197,6 +198,7 @@ impl Scheduler {
             },
         )?;
         let allowed = self
+            .core
             .jobs
             .spec(key)
             .and_then(|s| s.retries())
@@ -265,7 +267,7 @@ impl Scheduler {
     /// Removes the exit records whose outcome is journaled (called in
     /// batches, when the queue is idle, and at exit).
     pub(in crate::scheduler) fn remove_spent_records(&mut self) {
-        for path in self.spent_records.drain(..) {
+        for path in self.io.spent_records.drain(..) {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -302,8 +304,8 @@ impl Scheduler {
         let Done {
             status, returncode, ..
         } = done;
-        let notify = self.told.wants_outcome(status);
-        self.journal.append(
+        let notify = self.report.told.wants_outcome(status);
+        self.io.journal.append(
             key,
             Event::Done {
                 status,
@@ -319,9 +321,10 @@ impl Scheduler {
                 notify,
             },
         )?;
-        self.ended_this_run
+        self.report
+            .ended_this_run
             .insert(key.to_string(), Ended { status, returncode });
-        self.dispatch_needed = true;
+        self.due.dispatch_needed = true;
         Ok(notify)
     }
 }

@@ -12,19 +12,20 @@ use crate::scheduler::Scheduler;
 impl Scheduler {
     /// Where job `key`'s dependencies stand.
     pub(in crate::scheduler) fn readiness_of(&self, key: &str) -> Readiness {
-        if self.jobs.after.is_empty() {
+        if self.core.jobs.after.is_empty() {
             // No line has `after=`: skip hashing every pending key.
             return Readiness::Ready;
         }
-        match self.jobs.after.get(key) {
+        match self.core.jobs.after.get(key) {
             None => Readiness::Ready,
             Some(deps) => dependencies::readiness(
                 deps,
-                |k| self.journal.state(k),
-                |k| self.running.contains_key(k),
-                |k| self.jobs.deps_in_file.contains(k),
+                |k| self.io.journal.state(k),
+                |k| self.core.running.contains_key(k),
+                |k| self.core.jobs.deps_in_file.contains(k),
                 |k| {
-                    self.running
+                    self.core
+                        .running
                         .get(k)
                         .is_some_and(|j| j.proc.holds_dependents())
                 },
@@ -36,12 +37,13 @@ impl Scheduler {
     /// cluster now, for its `--dependency=afterok` (docs/BEHAVIOUR.md "Slurm"); empty when
     /// they are all done (always, for local jobs).
     pub(in crate::scheduler) fn submitted_dependencies(&self, key: &str) -> Vec<u64> {
-        self.jobs
+        self.core
+            .jobs
             .after
             .get(key)
             .into_iter()
             .flatten()
-            .filter_map(|dep| match &self.journal.state(dep)?.phase {
+            .filter_map(|dep| match &self.io.journal.state(dep)?.phase {
                 Phase::Started(info) => info.slurm_job_id,
                 _ => None,
             })
@@ -52,16 +54,18 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn fail_broken_dependencies(&mut self) -> anyhow::Result<()> {
-        if self.jobs.after.is_empty() {
+        if self.core.jobs.after.is_empty() {
             return Ok(());
         }
         let waiting: Vec<String> = self
+            .core
             .jobs
             .after
             .keys()
-            .filter(|key| !self.running.contains_key(*key))
+            .filter(|key| !self.core.running.contains_key(*key))
             .filter(|key| {
-                self.journal
+                self.io
+                    .journal
                     .state(key)
                     .is_some_and(|s| matches!(s.phase, Phase::Waiting))
             })
@@ -69,7 +73,7 @@ impl Scheduler {
             .collect();
         for key in waiting {
             if let Readiness::Failed { no, why } = self.readiness_of(&key) {
-                let own = self.journal.state(&key).map_or(0, |s| s.no);
+                let own = self.io.journal.state(&key).map_or(0, |s| s.no);
                 self.record_unrun(&key, DoneStatus::DependencyFailed)?;
                 say(&format!(
                     "✗ job {own} dependency_failed: it runs after job {no}, which {}",

@@ -29,7 +29,7 @@ impl Scheduler {
     /// `without` (their budgets and their memory in use gone), for choosing
     /// preemption victims.
     pub(in crate::scheduler) fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
-        let Some(snapshot) = &self.gpu.snapshot else {
+        let Some(snapshot) = &self.core.gpu.snapshot else {
             return Vec::new();
         };
         let mut booked = self.booked_by_others();
@@ -41,14 +41,16 @@ impl Scheduler {
                 index: g.index,
                 total_mib: g.total_mib,
                 used_mib: g.used_mib.saturating_sub(
-                    self.running
+                    self.core
+                        .running
                         .iter()
                         .filter(|(key, _)| without.contains(&key.as_str()))
                         .filter_map(|(_, j)| j.usage.current_mib.get(&g.index))
                         .fold(0, |sum, mib| sum.saturating_add(*mib)),
                 ),
-                external_peak_sum_mib: self.gpu.external_peaks.sum_on(g.index),
+                external_peak_sum_mib: self.core.gpu.external_peaks.sum_on(g.index),
                 occupants: self
+                    .core
                     .running
                     .iter()
                     .filter(|(key, _)| !without.contains(&key.as_str()))
@@ -79,29 +81,30 @@ impl Scheduler {
     /// [`Scheduler::pending`] from spec index `start` on.
     fn pending_from(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
         // Skip the ended head of a long sweep once, not every round.
-        let mut first = self.jobs.done_prefix.get();
+        let mut first = self.core.jobs.done_prefix.get();
         // A job whose outcome is journaled is not running (an attempt
         // leaves `running` before its outcome is journaled).
-        while first < self.jobs.specs.len()
+        while first < self.core.jobs.specs.len()
             && self
+                .core
                 .jobs
-                .state_of(first, &self.journal)
+                .state_of(first, &self.io.journal)
                 .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
         {
             first += 1;
         }
-        self.jobs.done_prefix.set(first);
-        let first = first.max(start).min(self.jobs.specs.len());
-        self.jobs.specs[first..]
+        self.core.jobs.done_prefix.set(first);
+        let first = first.max(start).min(self.core.jobs.specs.len());
+        self.core.jobs.specs[first..]
             .iter()
             .enumerate()
             .map(move |(i, spec)| (i + first, spec))
             .filter_map(|(index, spec)| {
-                let state = self.jobs.state_of(index, &self.journal);
+                let state = self.core.jobs.state_of(index, &self.io.journal);
                 // Likewise a waiting job is never running: no lookup of
                 // every pending key in `running`.
                 let request = queue::pending_request(spec, state, false)?;
-                debug_assert!(!self.running.contains_key(&spec.key));
+                debug_assert!(!self.core.running.contains_key(&spec.key));
                 Some((index, self.with_learned(spec, state, request)))
             })
     }
@@ -110,37 +113,37 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn dispatch(&mut self) -> anyhow::Result<()> {
-        if self.mode != Mode::Scheduling || self.gpu.snapshot.is_none() {
+        if self.core.mode != Mode::Scheduling || self.core.gpu.snapshot.is_none() {
             return Ok(());
         }
-        if !self.launcher.places_jobs() {
+        if !self.io.launcher.places_jobs() {
             return self.submit_ready();
         }
         let mut loads = self.gpu_loads();
         let now = Instant::now();
-        let reservation_due = self.blocked_first.as_ref().is_some_and(|(_, since)| {
+        let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
             since
                 .checked_add(self.cfg.reserve_after)
                 .is_some_and(|due| now >= due)
         });
-        let unchanged = !self.dispatch_needed
+        let unchanged = !self.due.dispatch_needed
             && !reservation_due
-            && self.last_dispatch_loads.as_ref() == Some(&loads);
+            && self.round.last_dispatch_loads.as_ref() == Some(&loads);
         // Nothing changed but lines appended to the file: under the same
         // loads every older pending job would wait again (placement only
         // gets harder as a round starts jobs), so only the new lines need
         // placing — an append to a million-line file costs a few lines.
-        let mut appended_only = match (unchanged, self.jobs.appended_from.take()) {
+        let mut appended_only = match (unchanged, self.core.jobs.appended_from.take()) {
             (true, None) => return Ok(()),
             (true, Some(from)) => Some(from),
             (false, _) => None,
         };
-        self.dispatch_needed = false;
+        self.due.dispatch_needed = false;
         // Decide and book under the ledger's lock, against others'
         // bookings as they are now; the lock is let go once the round's
         // starts are published as `starting` bookings, before any job
         // starts (`book_starts`).
-        let booking = match &mut self.ledger {
+        let booking = match &mut self.share.ledger {
             Some(ledger) => {
                 let lock = ledger.lock();
                 ledger.refresh();
@@ -153,17 +156,17 @@ impl Scheduler {
             }
             None => None,
         };
-        self.last_dispatch_loads = Some(loads.clone());
+        self.round.last_dispatch_loads = Some(loads.clone());
         // Appended lines of a group are counted against it in a full round.
         if let Some(from) = appended_only
-            && !self.control.paused
-            && self.journal.reservation().is_none()
-            && self.jobs.groups.is_empty()
-            && self.box_state.rules.is_none()
+            && !self.core.control.paused
+            && self.io.journal.reservation().is_none()
+            && self.core.jobs.groups.is_empty()
+            && self.core.box_state.rules.is_none()
         {
             return self.dispatch_appended(from, loads, booking);
         }
-        if self.control.paused {
+        if self.core.control.paused {
             self.set_demand(&[], 0);
             self.wait_paused();
             return Ok(());
@@ -188,7 +191,7 @@ impl Scheduler {
             .zip(&requests)
             .zip(&placements)
             .filter(|((index, _), p)| {
-                **p == Placement::NotNow && !over_quota.contains(&self.jobs.specs[**index].key)
+                **p == Placement::NotNow && !over_quota.contains(&self.core.jobs.specs[**index].key)
             })
             .map(|((_, r), _)| *r)
             .take(super::box_rules::DEMAND_PUBLISHED)
@@ -203,8 +206,8 @@ impl Scheduler {
             return Ok(());
         }
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - ready - held_back;
-        self.pending_at_last_round = ready;
+        let mut dispatched = self.core.jobs.specs.len() - ready - held_back;
+        self.round.pending_at_last_round = ready;
         let mut decided = Decided::default();
         for ((index, request), placement) in indices.iter().zip(&requests).zip(&placements) {
             if *placement != Placement::NotNow {
@@ -239,7 +242,7 @@ impl Scheduler {
         let reasons = self
             .pending()
             .take(crate::view::status::JSON_LIST_LIMIT)
-            .map(|(index, _)| (self.jobs.specs[index].key.clone(), WaitReason::Paused))
+            .map(|(index, _)| (self.core.jobs.specs[index].key.clone(), WaitReason::Paused))
             .collect();
         self.set_wait_reasons(reasons);
     }
@@ -254,7 +257,7 @@ impl Scheduler {
         dispatched: &mut usize,
         decided: &mut Decided,
     ) {
-        self.pending_at_last_round = self.pending_at_last_round.saturating_sub(1);
+        self.round.pending_at_last_round = self.round.pending_at_last_round.saturating_sub(1);
         match placement {
             Placement::NotNow => {}
             Placement::Start(gpus) => {
@@ -275,9 +278,9 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     fn end_infeasible(&mut self, infeasible: Vec<(usize, String)>) -> anyhow::Result<()> {
         for (index, reason) in infeasible {
-            let spec = &self.jobs.specs[index];
+            let spec = &self.core.jobs.specs[index];
             let (key, command) = (spec.key.clone(), spec.command.clone());
-            let no = self.journal.state(&key).map_or(0, |s| s.no);
+            let no = self.io.journal.state(&key).map_or(0, |s| s.no);
             self.record_unrun(&key, DoneStatus::Infeasible)?;
             say(&format!("✗ job {no} infeasible: {reason}: {command}"));
         }
@@ -292,7 +295,7 @@ impl Scheduler {
         let mut launches = Vec::new();
         let mut result = Ok(());
         for start in starts {
-            let spec = self.jobs.specs[start.index].clone();
+            let spec = self.core.jobs.specs[start.index].clone();
             match self.launch(spec, start.request, start.gpus, start.dispatched) {
                 Ok(launch) => launches.extend(launch),
                 Err(e) => {
@@ -304,7 +307,7 @@ impl Scheduler {
         if !launches.is_empty() {
             result = result.and(self.commit_launches(launches));
         }
-        self.starting_bookings.clear();
+        self.share.starting_bookings.clear();
         self.publish_bookings();
         result
     }
@@ -324,27 +327,28 @@ impl Scheduler {
             .pending_from(from)
             .filter(|(index, _)| {
                 matches!(
-                    self.readiness_of(&self.jobs.specs[*index].key),
+                    self.readiness_of(&self.core.jobs.specs[*index].key),
                     Readiness::Ready
                 )
             })
             .unzip();
         let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
         // The older pending jobs are as the last round left them.
-        self.pending_at_last_round += requests.len();
+        self.round.pending_at_last_round += requests.len();
         let mut dispatched = self
+            .core
             .jobs
             .specs
             .len()
-            .saturating_sub(self.pending_at_last_round);
+            .saturating_sub(self.round.pending_at_last_round);
         let mut decided = Decided::default();
-        let mut reasons = self.wait_reasons.clone();
+        let mut reasons = self.round.wait_reasons.clone();
         for ((index, request), placement) in indices.into_iter().zip(&requests).zip(&placements) {
             if *placement != Placement::NotNow {
                 self.decide(index, request, placement, &mut dispatched, &mut decided);
             } else if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
                 let reason = allocation::wait_reason(request, &loads, &self.cfg.place);
-                reasons.insert(self.jobs.specs[index].key.clone(), reason);
+                reasons.insert(self.core.jobs.specs[index].key.clone(), reason);
             }
         }
         let starts = self.book_starts(decided.starts, booking);
@@ -378,7 +382,7 @@ impl Scheduler {
         held: &'a mut Vec<(String, WaitReason)>,
     ) -> impl Iterator<Item = (usize, Request)> + 'a {
         self.pending().filter(move |(index, _)| {
-            let key = &self.jobs.specs[*index].key;
+            let key = &self.core.jobs.specs[*index].key;
             match self.readiness_of(key) {
                 Readiness::Ready => true,
                 Readiness::Waiting { no, state } => {
@@ -400,11 +404,11 @@ impl Scheduler {
     /// not a million (about 80 MB).
     fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
         // The journal's reservation applies if its job is ready now.
-        let reserved = self.journal.reservation().and_then(|(key, gpus)| {
-            let index = self.jobs.index_of(key)?;
+        let reserved = self.io.journal.reservation().and_then(|(key, gpus)| {
+            let index = self.core.jobs.index_of(key)?;
             let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
             let ready = pending && self.readiness_of(key) == Readiness::Ready;
-            let no = self.journal.state(key).map_or(0, |s| s.no);
+            let no = self.io.journal.state(key).map_or(0, |s| s.no);
             ready.then(|| (index, crate::model::gpu_mask(gpus), no))
         });
         let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
@@ -423,7 +427,7 @@ impl Scheduler {
             // A full group holds its job back, like a dependency: it is
             // not placed, and later jobs go on (backfill).
             if let Some(reason) = self.group_wait(index, &mut in_group) {
-                group_held.push((self.jobs.specs[index].key.clone(), reason));
+                group_held.push((self.core.jobs.specs[index].key.clone(), reason));
                 continue;
             }
             // Likewise a job that would take our user over their quota.
@@ -434,7 +438,7 @@ impl Scheduler {
                 Admission::Anywhere => request,
                 Admission::Only(placed) => placed,
                 Admission::Wait(reason) => {
-                    group_held.push((self.jobs.specs[index].key.clone(), reason));
+                    group_held.push((self.core.jobs.specs[index].key.clone(), reason));
                     self.ungroup(index, &mut in_group);
                     continue;
                 }
@@ -459,7 +463,7 @@ impl Scheduler {
                 if placement == Placement::NotNow
                     && let Some(q) = &quota
                 {
-                    let key = self.jobs.specs[index].key.clone();
+                    let key = self.core.jobs.specs[index].key.clone();
                     round.reasons.push((key, q.over_gpus()));
                 }
             }
@@ -467,7 +471,7 @@ impl Scheduler {
                 q.add(gpus, &request);
             }
             if !matches!(placement, Placement::Start(_))
-                && let Some(group) = self.jobs.specs[index].group()
+                && let Some(group) = self.core.jobs.specs[index].group()
             {
                 // Counted when asked; it does not start after all.
                 if let Some(n) = in_group.get_mut(group) {
@@ -507,23 +511,23 @@ impl Scheduler {
         index: usize,
         in_group: &mut HashMap<String, u32>,
     ) -> Option<WaitReason> {
-        let group = self.jobs.specs[index].group()?;
+        let group = self.core.jobs.specs[index].group()?;
         let running = in_group.entry(group.to_string()).or_default();
-        if groups::has_room(&self.jobs.groups, group, *running) {
+        if groups::has_room(&self.core.jobs.groups, group, *running) {
             *running += 1;
             return None;
         }
         Some(WaitReason::Group {
             name: group.to_string(),
             running: *running,
-            limit: self.jobs.groups.limit(group).unwrap_or(*running),
+            limit: self.core.jobs.groups.limit(group).unwrap_or(*running),
         })
     }
 
     /// Takes back the count [`Scheduler::group_wait`] made for the job of
     /// spec `index`, which does not start after all.
     fn ungroup(&self, index: usize, in_group: &mut HashMap<String, u32>) {
-        if let Some(n) = self.jobs.specs[index]
+        if let Some(n) = self.core.jobs.specs[index]
             .group()
             .and_then(|g| in_group.get_mut(g))
         {
@@ -534,11 +538,11 @@ impl Scheduler {
     /// How many jobs of each group run now.
     pub(in crate::scheduler) fn running_per_group(&self) -> HashMap<String, u32> {
         let mut counts = HashMap::new();
-        if self.jobs.groups.is_empty() {
+        if self.core.jobs.groups.is_empty() {
             return counts;
         }
-        for key in self.running.keys() {
-            if let Some(group) = self.jobs.spec(key).and_then(|s| s.group()) {
+        for key in self.core.running.keys() {
+            if let Some(group) = self.core.jobs.spec(key).and_then(|s| s.group()) {
                 *counts.entry(group.to_string()).or_default() += 1;
             }
         }
@@ -569,7 +573,7 @@ impl Scheduler {
                     super::reservations::held_for(request, loads, &self.cfg.place, reservation)
                         .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
                 });
-                (self.jobs.specs[*index].key.clone(), reason.clone())
+                (self.core.jobs.specs[*index].key.clone(), reason.clone())
             })
             .chain(held)
             .collect();
@@ -578,9 +582,9 @@ impl Scheduler {
 
     /// Replaces the wait reasons, bumping their generation when they change.
     pub(in crate::scheduler) fn set_wait_reasons(&mut self, reasons: HashMap<String, WaitReason>) {
-        if reasons != self.wait_reasons {
-            self.wait_reasons = reasons;
-            self.reasons_generation += 1;
+        if reasons != self.round.wait_reasons {
+            self.round.wait_reasons = reasons;
+            self.round.reasons_generation += 1;
         }
     }
 }

@@ -14,12 +14,17 @@ use crate::view::status;
 impl Scheduler {
     /// The exit code once the run is over, or `None` to keep going.
     pub(in crate::scheduler) fn exit_code_if_done(&mut self) -> Option<i32> {
-        if let Mode::Stopping { give_up_at, .. } = self.mode {
-            if !self.running.is_empty() && std::time::Instant::now() < give_up_at {
+        if let Mode::Stopping { give_up_at, .. } = self.core.mode {
+            if !self.core.running.is_empty() && std::time::Instant::now() < give_up_at {
                 return None;
             }
-            if !self.running.is_empty() {
-                let left: Vec<String> = self.running.values().map(|j| j.no.to_string()).collect();
+            if !self.core.running.is_empty() {
+                let left: Vec<String> = self
+                    .core
+                    .running
+                    .values()
+                    .map(|j| j.no.to_string())
+                    .collect();
                 crate::console::warn(&format!(
                     "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
                     left.len(),
@@ -30,18 +35,17 @@ impl Scheduler {
             self.flush_told_within(std::time::Duration::from_secs(1));
             return Some(130);
         }
-        if self.cfg.watch || !self.running.is_empty() || self.pending().next().is_some() {
+        if self.cfg.watch || !self.core.running.is_empty() || self.pending().next().is_some() {
             return None;
         }
-        let in_file =
-            self.jobs
-                .specs
-                .iter()
-                .filter_map(|s| match &self.journal.state(&s.key)?.phase {
-                    Phase::Done(done) => Some((done.status, done.returncode)),
-                    _ => None,
-                });
+        let in_file = self.core.jobs.specs.iter().filter_map(|s| {
+            match &self.io.journal.state(&s.key)?.phase {
+                Phase::Done(done) => Some((done.status, done.returncode)),
+                _ => None,
+            }
+        });
         let this_run = self
+            .report
             .ended_this_run
             .values()
             .map(|e| (e.status, e.returncode));
@@ -50,14 +54,14 @@ impl Scheduler {
         let any_failure = ended.iter().any(|(status, _)| status.is_failure());
         self.tell_drained();
         let mut summary = status::summary(&self.status_doc_now());
-        summary.push_str(&report::learned_summary(&self.learned.this_run));
+        summary.push_str(&report::learned_summary(&self.core.learned.this_run));
         let mut out = std::io::stdout().lock();
         let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
         drop(out);
         say(&format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
-            crate::console::human_duration(now_ts() - self.started_ts),
-            self.dispatched_this_run,
+            crate::console::human_duration(now_ts() - self.report.started_ts),
+            self.report.dispatched_this_run,
             if any_failure {
                 " — some jobs did not succeed, see status.txt"
             } else {

@@ -42,27 +42,27 @@ impl RunTimes {
 impl Scheduler {
     /// The family of the job `key` (from its line), for run times.
     fn family_of_key(&self, key: &str) -> Option<String> {
-        let spec = self.jobs.spec(key)?;
+        let spec = self.core.jobs.spec(key)?;
         Some(family_of(&spec.command, spec.family()))
     }
 
     /// Records an ok run of `key` that took `duration_s` seconds.
     pub(in crate::scheduler) fn note_run_time(&mut self, key: &str, duration_s: f64) {
         if let Some(family) = self.family_of_key(key) {
-            self.run_times.add(family, duration_s);
+            self.core.run_times.add(family, duration_s);
         }
     }
 
     /// Fills the run times from the journal once (every ok job of the
     /// file, in file order).
     fn load_run_times(&mut self) {
-        if self.run_times.loaded {
+        if self.core.run_times.loaded {
             return;
         }
-        self.run_times.loaded = true;
+        self.core.run_times.loaded = true;
         let mut found = Vec::new();
-        for (index, spec) in self.jobs.specs.iter().enumerate() {
-            if let Some(state) = self.jobs.state_of(index, &self.journal)
+        for (index, spec) in self.core.jobs.specs.iter().enumerate() {
+            if let Some(state) = self.core.jobs.state_of(index, &self.io.journal)
                 && let crate::journal::Phase::Done(done) = &state.phase
                 && done.status == crate::model::DoneStatus::Ok
             {
@@ -70,20 +70,21 @@ impl Scheduler {
             }
         }
         for (family, duration_s) in found {
-            self.run_times.add(family, duration_s);
+            self.core.run_times.add(family, duration_s);
         }
     }
 
     /// The expected ends of the running jobs, the expected frees of their
     /// GPUs and the expected starts of the first waiting jobs, now.
     pub(in crate::scheduler) fn expectations(&mut self) -> Expectations {
-        if self.running.is_empty() {
+        if self.core.running.is_empty() {
             return Expectations::default(); // nothing ends, nothing frees
         }
         self.load_run_times();
         let now = crate::journal::now_ts();
-        let keys: Vec<&String> = self.running.keys().collect();
+        let keys: Vec<&String> = self.core.running.keys().collect();
         let ends: Vec<Option<Estimate>> = self
+            .core
             .running
             .iter()
             .map(|(key, run)| {
@@ -94,15 +95,15 @@ impl Scheduler {
                     .and_then(|p| crate::progress::eta_s(p, elapsed));
                 let typical = self
                     .family_of_key(key)
-                    .and_then(|f| self.run_times.typical(&f));
-                let timeout = self.jobs.spec(key).and_then(|s| s.timeout_s());
+                    .and_then(|f| self.core.run_times.typical(&f));
+                let timeout = self.core.jobs.spec(key).and_then(|s| s.timeout_s());
                 expected::running_end(now, now - elapsed, eta, typical, timeout)
             })
             .collect();
         let mut out = Expectations::default();
         let mut per_gpu: std::collections::BTreeMap<u32, Vec<Option<Estimate>>> =
             std::collections::BTreeMap::new();
-        for ((key, run), end) in self.running.iter().zip(&ends) {
+        for ((key, run), end) in self.core.running.iter().zip(&ends) {
             if let Some(end) = end {
                 out.running.insert(key.clone(), *end);
             }
@@ -141,7 +142,7 @@ impl Scheduler {
         for ((index, _), start) in waiting.iter().zip(starts) {
             if let Some(start) = start {
                 out.waiting
-                    .insert(self.jobs.specs[*index].key.clone(), start);
+                    .insert(self.core.jobs.specs[*index].key.clone(), start);
             }
         }
         out

@@ -16,13 +16,16 @@ const PROBE: &str = ".gpusched-write-probe";
 impl Scheduler {
     /// Pauses dispatch after a failed write, warning once.
     pub(in crate::scheduler) fn pause_on_io_error(&mut self, error: &anyhow::Error) {
-        self.dispatch_needed = true;
-        if matches!(self.mode, Mode::Scheduling | Mode::PausedOnGpuErrors { .. }) {
+        self.due.dispatch_needed = true;
+        if matches!(
+            self.core.mode,
+            Mode::Scheduling | Mode::PausedOnGpuErrors { .. }
+        ) {
             let reason = format!(
                 "{error:#}; no new job starts until the log directory can be written again (running jobs are still supervised and recorded)"
             );
             warn(&reason);
-            self.mode = Mode::PausedOnIo { reason };
+            self.core.mode = Mode::PausedOnIo { reason };
         } else {
             tracing::debug!("write failed while paused: {error:#}");
         }
@@ -31,7 +34,7 @@ impl Scheduler {
     /// While paused on I/O: probes the log directory and resumes dispatch
     /// when it can be written again.
     pub(in crate::scheduler) fn retry_after_io_error(&mut self) {
-        if !matches!(self.mode, Mode::PausedOnIo { .. }) {
+        if !matches!(self.core.mode, Mode::PausedOnIo { .. }) {
             return;
         }
         let probe = self.cfg.log_dir.join(PROBE);
@@ -41,9 +44,9 @@ impl Scheduler {
         let _ = std::fs::remove_file(&probe);
         if written.is_ok() {
             say("the log directory can be written again; dispatching resumes");
-            self.mode = Mode::Scheduling;
-            self.dispatch_needed = true;
-            self.jobs.stamp = None;
+            self.core.mode = Mode::Scheduling;
+            self.due.dispatch_needed = true;
+            self.core.jobs.stamp = None;
         }
     }
 }

@@ -20,31 +20,31 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot record newly seen jobs.
     pub(in crate::scheduler) fn reload_jobs_file(&mut self) -> anyhow::Result<()> {
-        let stamp = FileStamp::of(&self.jobs.path);
-        if stamp.is_some() && stamp == self.jobs.stamp {
+        let stamp = FileStamp::of(&self.core.jobs.path);
+        if stamp.is_some() && stamp == self.core.jobs.stamp {
             return Ok(());
         }
         // First a streamed read that keeps only what was appended: the
         // common edit, and the whole of a save that changed nothing.
-        let known = self.jobs.good_text.map_or(0, |(len, _)| len);
-        let digest = match file_digest::digest(&self.jobs.path, known) {
+        let known = self.core.jobs.good_text.map_or(0, |(len, _)| len);
+        let digest = match file_digest::digest(&self.core.jobs.path, known) {
             Ok(digest) => digest,
             Err(e) => {
                 self.unreadable(stamp, &e);
                 return Ok(());
             }
         };
-        if self.jobs.text_hash == Some(digest.hash) {
-            self.jobs.stamp = stamp;
-            self.jobs.unsettled = None;
+        if self.core.jobs.text_hash == Some(digest.hash) {
+            self.core.jobs.stamp = stamp;
+            self.core.jobs.unsettled = None;
             return Ok(());
         }
         if digest.unfinished && !self.settled(stamp) {
             return Ok(());
         }
-        self.jobs.unsettled = None;
-        self.jobs.stamp = stamp;
-        let good_hash = self.jobs.good_text.map(|(_, hash)| hash);
+        self.core.jobs.unsettled = None;
+        self.core.jobs.stamp = stamp;
+        let good_hash = self.core.jobs.good_text.map(|(_, hash)| hash);
         if let Some(after) = digest.after_known
             && Some(after.prefix_hash) == good_hash
             && after.prefix_ends_line
@@ -54,19 +54,19 @@ impl Scheduler {
                 Ok(true) => return Ok(()),
                 Ok(false) => {} // not a plain append after all: parse it all
                 Err(e) => {
-                    self.jobs.stamp = None; // read it again once writes work
+                    self.core.jobs.stamp = None; // read it again once writes work
                     return Err(e);
                 }
             }
         }
-        let text = match std::fs::read(&self.jobs.path) {
+        let text = match std::fs::read(&self.core.jobs.path) {
             Ok(bytes) => match jobspec::decode(bytes) {
                 Ok(text) => text,
                 Err(e) => {
-                    self.jobs.stamp = stamp;
+                    self.core.jobs.stamp = stamp;
                     self.warn_file_problem(format!(
                         "{}: {e} — edit ignored, keeping the last good queue",
-                        self.jobs.path.display()
+                        self.core.jobs.path.display()
                     ));
                     return Ok(());
                 }
@@ -79,7 +79,7 @@ impl Scheduler {
         let text_hash = TextHash::of(&text);
         if text_hash != digest.hash && !text.ends_with('\n') && !self.settled(stamp) {
             // Changed since the digest, and caught mid-save this time.
-            self.jobs.stamp = None;
+            self.core.jobs.stamp = None;
             return Ok(());
         }
         match jobspec::parse_jobs(&text).and_then(|mut specs| {
@@ -87,22 +87,22 @@ impl Scheduler {
             Ok((specs, after))
         }) {
             Ok((specs, after)) => {
-                if self.jobs.last_error.take().is_some() {
+                if self.core.jobs.last_error.take().is_some() {
                     say(&format!(
                         "{} parses again; queue updated",
-                        self.jobs.path.display()
+                        self.core.jobs.path.display()
                     ));
                 }
                 if let Err(e) = self.install_specs(text.len(), text_hash, specs, after) {
-                    self.jobs.stamp = None; // read it again once writes work
+                    self.core.jobs.stamp = None; // read it again once writes work
                     return Err(e);
                 }
             }
             Err(e) => {
-                self.jobs.text_hash = Some(text_hash);
+                self.core.jobs.text_hash = Some(text_hash);
                 self.warn_file_problem(format!(
                     "{}: {e} — edit ignored, keeping the last good queue",
-                    self.jobs.path.display()
+                    self.core.jobs.path.display()
                 ));
             }
         }
@@ -112,10 +112,10 @@ impl Scheduler {
     /// The jobs file could not be read: the last good queue stays, with one
     /// warning per distinct problem.
     fn unreadable(&mut self, stamp: Option<FileStamp>, error: &std::io::Error) {
-        self.jobs.stamp = stamp;
+        self.core.jobs.stamp = stamp;
         self.warn_file_problem(format!(
             "cannot read {} ({error}); keeping the last good queue, running jobs are unaffected",
-            self.jobs.path.display()
+            self.core.jobs.path.display()
         ));
     }
 
@@ -135,29 +135,29 @@ impl Scheduler {
         first_line: usize,
         tail: &str,
     ) -> anyhow::Result<bool> {
-        let Ok(mut new) = jobspec::parse_appended(&self.jobs.specs, first_line, tail) else {
+        let Ok(mut new) = jobspec::parse_appended(&self.core.jobs.specs, first_line, tail) else {
             return Ok(false);
         };
-        if new.iter().any(|s| !s.after().is_empty()) || self.jobs.legacy_keys_in_use {
+        if new.iter().any(|s| !s.after().is_empty()) || self.core.jobs.legacy_keys_in_use {
             return Ok(false);
         }
         if self.resolve_after(&mut new).is_err() {
             return Ok(false);
         }
-        if self.jobs.last_error.take().is_some() {
+        if self.core.jobs.last_error.take().is_some() {
             say(&format!(
                 "{} parses again; queue updated",
-                self.jobs.path.display()
+                self.core.jobs.path.display()
             ));
         }
         let ids = self.record_seen(&new)?;
-        self.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key() == Some(&s.key));
-        self.jobs.push_specs(new, ids);
+        self.core.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
-        let needed = self.dispatch_needed;
+        let needed = self.due.dispatch_needed;
         self.queue_changed(text_len, text_hash);
-        self.dispatch_needed = needed;
+        self.due.dispatch_needed = needed;
         Ok(true)
     }
 
@@ -168,10 +168,10 @@ impl Scheduler {
             return true;
         };
         let now = Instant::now();
-        match self.jobs.unsettled {
+        match self.core.jobs.unsettled {
             Some(u) if u.stamp == stamp => now >= u.since + SETTLE,
             _ => {
-                self.jobs.unsettled = Some(Unsettled { stamp, since: now });
+                self.core.jobs.unsettled = Some(Unsettled { stamp, since: now });
                 false
             }
         }
@@ -179,9 +179,9 @@ impl Scheduler {
 
     /// Warns about a jobs-file problem, once per distinct message.
     fn warn_file_problem(&mut self, message: String) {
-        if self.jobs.last_error.as_deref() != Some(message.as_str()) {
+        if self.core.jobs.last_error.as_deref() != Some(message.as_str()) {
             warn(&message);
-            self.jobs.last_error = Some(message);
+            self.core.jobs.last_error = Some(message);
         }
     }
 
@@ -197,8 +197,8 @@ impl Scheduler {
     ) -> Result<HashMap<String, Vec<String>>, jobspec::ParseError> {
         for spec in specs.iter_mut() {
             if let Some(legacy) = spec.legacy_key().cloned()
-                && self.journal.state(&spec.key).is_none()
-                && self.journal.state(&legacy).is_some()
+                && self.io.journal.state(&spec.key).is_none()
+                && self.io.journal.state(&legacy).is_some()
             {
                 spec.key = legacy;
             }
@@ -208,13 +208,14 @@ impl Scheduler {
         }
         // Numbers: the journal's, and those new lines are about to get.
         let mut known: KnownJobs = self
+            .io
             .journal
             .states()
             .map(|(key, state)| (state.no, key.to_string()))
             .collect();
-        let mut next_no = self.journal.next_no();
+        let mut next_no = self.io.journal.next_no();
         for spec in specs.iter() {
-            if self.journal.state(&spec.key).is_none() {
+            if self.io.journal.state(&spec.key).is_none() {
                 known.insert(next_no, spec.key.clone());
                 next_no += 1;
             }
@@ -237,14 +238,14 @@ impl Scheduler {
     ) -> anyhow::Result<()> {
         let ids = self.record_seen(&specs)?;
         let deps: std::collections::HashSet<&String> = after.values().flatten().collect();
-        self.jobs.deps_in_file = specs
+        self.core.jobs.deps_in_file = specs
             .iter()
             .filter(|s| deps.contains(&s.key))
             .map(|s| s.key.clone())
             .collect();
-        self.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key() == Some(&s.key));
-        self.jobs.set_specs(specs, ids);
-        self.jobs.after = after;
+        self.core.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.set_specs(specs, ids);
+        self.core.jobs.after = after;
         self.queue_changed(text_len, text_hash);
         Ok(())
     }
@@ -253,20 +254,20 @@ impl Scheduler {
     /// `text_hash` ([`TextHash::of`]): a new generation, and a round of
     /// sampling and dispatch.
     fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
-        let disagreement = self.jobs.groups.disagreement();
-        if disagreement.is_some() && disagreement != self.jobs.groups_warned {
+        let disagreement = self.core.jobs.groups.disagreement();
+        if disagreement.is_some() && disagreement != self.core.jobs.groups_warned {
             warn(&format!(
                 "{}: {}",
-                self.jobs.path.display(),
+                self.core.jobs.path.display(),
                 disagreement.as_deref().unwrap_or_default()
             ));
         }
-        self.jobs.groups_warned = disagreement;
-        self.jobs.generation += 1;
-        self.jobs.text_hash = Some(text_hash);
-        self.jobs.good_text = Some((text_len, text_hash));
-        self.dispatch_needed = true;
-        self.sample_now = true;
+        self.core.jobs.groups_warned = disagreement;
+        self.core.jobs.generation += 1;
+        self.core.jobs.text_hash = Some(text_hash);
+        self.core.jobs.good_text = Some((text_len, text_hash));
+        self.due.dispatch_needed = true;
+        self.due.sample_now = true;
         self.start_learning();
     }
 
@@ -277,11 +278,11 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<Vec<u32>> {
-        let mut next_no = self.journal.next_no();
+        let mut next_no = self.io.journal.next_no();
         let ts = now_ts();
         let mut ids: Vec<u32> = specs
             .iter()
-            .map(|s| self.journal.id_of(&s.key).unwrap_or(NO_STATE))
+            .map(|s| self.io.journal.id_of(&s.key).unwrap_or(NO_STATE))
             .collect();
         let new: Vec<&JobSpec> = specs
             .iter()
@@ -289,9 +290,9 @@ impl Scheduler {
             .filter(|(_, id)| **id == NO_STATE)
             .map(|(s, _)| s)
             .collect();
-        warn_unbracketed(&self.jobs.path, &new);
-        self.journal.reserve(new.len());
-        let first_id = self.journal.key_count();
+        warn_unbracketed(&self.core.jobs.path, &new);
+        self.io.journal.reserve(new.len());
+        let first_id = self.io.journal.key_count();
         // In chunks, so that a file of a million new lines never holds a
         // million records in memory at once.
         for chunk in new.chunks(SEEN_BATCH) {
@@ -302,7 +303,7 @@ impl Scheduler {
                     (s.key.as_str(), next_no - 1, s.command.as_str())
                 })
                 .collect();
-            self.journal.append_seen(ts, &seen)?;
+            self.io.journal.append_seen(ts, &seen)?;
         }
         // The new keys got the next ids, in order (the keys of a file are
         // distinct and were unknown to the journal).
@@ -311,7 +312,7 @@ impl Scheduler {
             if *id == NO_STATE {
                 *id = next_id;
                 next_id += 1;
-                debug_assert_eq!(self.journal.id_of(&spec.key), Some(*id));
+                debug_assert_eq!(self.io.journal.id_of(&spec.key), Some(*id));
             }
         }
         Ok(ids)

@@ -15,20 +15,20 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn drive_kills(&mut self, now: Instant) -> anyhow::Result<()> {
-        if self.running.values().all(|j| j.kill.is_none()) {
+        if self.core.running.values().all(|j| j.kill.is_none()) {
             return Ok(());
         }
-        for job in self.running.values_mut() {
+        for job in self.core.running.values_mut() {
             let Some(kill) = &mut job.kill else {
                 continue;
             };
             if let Some(signal) = kill.termination.as_mut().and_then(|t| t.due(now)) {
-                self.launcher.signal(&mut job.proc, signal);
+                self.io.launcher.signal(&mut job.proc, signal);
             }
         }
         let table = ProcTable::scan();
         let mut ended = Vec::new();
-        for (key, job) in &mut self.running {
+        for (key, job) in &mut self.core.running {
             let Some(kill) = &job.kill else {
                 continue;
             };
@@ -41,7 +41,7 @@ impl Scheduler {
             } else if kill.termination.as_ref().is_some_and(|t| t.sigkill_sent()) {
                 // Final sweep: what is left of the group after its leader
                 // (a late fork) gets SIGKILL.
-                self.launcher.signal(&mut job.proc, Signal::SIGKILL);
+                self.io.launcher.signal(&mut job.proc, Signal::SIGKILL);
             }
         }
         self.complete_all(&ended)

@@ -54,7 +54,7 @@ impl Scheduler {
         gpus: Vec<u32>,
         dispatched: usize,
     ) -> anyhow::Result<Option<Launch>> {
-        let Some(state) = self.journal.state(&spec.key) else {
+        let Some(state) = self.io.journal.state(&spec.key) else {
             anyhow::bail!("job {} has no journal state", spec.key);
         };
         let (no, attempt, preempted) = (state.no, state.attempts + 1, state.preempted);
@@ -103,7 +103,7 @@ impl Scheduler {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
         let after = self.submitted_dependencies(&spec.key);
-        let spawning = match self.launcher.start(Attempt {
+        let spawning = match self.io.launcher.start(Attempt {
             spec: &spec,
             attempt,
             vram_mib: request.vram_mib,
@@ -113,7 +113,7 @@ impl Scheduler {
             after,
         }) {
             Ok(spawning) => spawning,
-            Err(e) if self.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
+            Err(e) if self.io.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
             Err(e) => {
                 warn(&format!("cannot start job {no}: {e:#}"));
                 self.record_unrun(&spec.key, DoneStatus::Failed)?;
@@ -148,14 +148,14 @@ impl Scheduler {
         let ready = self.wait_at_gates(launches)?;
         let boot_id = process::boot_id();
         self.journal_starts(&ready, &boot_id)?;
-        if let Some(supervisor) = self.launcher.supervisor() {
+        if let Some(supervisor) = self.io.launcher.supervisor() {
             self.wakes.watch_supervisor(supervisor);
         }
         let mut to_release = Vec::new();
         for (launch, started_job) in ready {
             self.release(launch, started_job, &boot_id, &mut to_release);
         }
-        if let Err(e) = self.launcher.release_all(&to_release) {
+        if let Err(e) = self.io.launcher.release_all(&to_release) {
             warn(&format!(
                 "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
             ));
@@ -174,7 +174,7 @@ impl Scheduler {
             let Some(spawning) = launch.spawning.take() else {
                 continue;
             };
-            match self.launcher.ready(spawning) {
+            match self.io.launcher.ready(spawning) {
                 Ok(started) => ready.push((launch, started)),
                 // The supervisor died with the job at its gate, where it
                 // ran nothing: it stays pending for a new supervisor.
@@ -183,7 +183,7 @@ impl Scheduler {
                         "job {} was not started ({e}); it stays pending",
                         launch.no
                     ));
-                    self.dispatch_needed = true;
+                    self.due.dispatch_needed = true;
                 }
                 Err(e) => {
                     warn(&format!("cannot start job {}: {e}", launch.no));
@@ -234,10 +234,10 @@ impl Scheduler {
                 }
             })
             .collect();
-        if let Err(e) = self.journal.append_all(&records) {
+        if let Err(e) = self.io.journal.append_all(&records) {
             // The jobs stay at their gates: abandon them there.
             for (_, started) in ready {
-                self.launcher.abandon(*started);
+                self.io.launcher.abandon(*started);
             }
             return Err(e);
         }
@@ -254,16 +254,21 @@ impl Scheduler {
         to_release: &mut Vec<u64>,
     ) {
         let started = Instant::now();
-        match self.launcher.release(&started_job) {
+        match self.io.launcher.release(&started_job) {
             Ok(id) => to_release.extend(id),
             Err(e) => warn(&format!(
                 "job {}'s supervisor is gone before the start: {e}",
                 launch.no
             )),
         }
-        self.dispatched_this_run += 1;
+        self.report.dispatched_this_run += 1;
         if let Some((family, p)) = &launch.learned {
-            let entry = self.learned.this_run.entry(family.clone()).or_default();
+            let entry = self
+                .core
+                .learned
+                .this_run
+                .entry(family.clone())
+                .or_default();
             entry.0 = entry.0.max(p.mib);
         }
         self.sample_soon_after(started);
@@ -277,7 +282,7 @@ impl Scheduler {
             "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
             launch.no,
             launch.dispatched,
-            self.jobs.specs.len(),
+            self.core.jobs.specs.len(),
             launch.vram_text,
             if launch.attempt > 1 {
                 format!(", attempt {}", launch.attempt)
@@ -289,7 +294,7 @@ impl Scheduler {
         let pgid = Pgid(handle.pgid);
         let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
         let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
-        self.running.insert(
+        self.core.running.insert(
             launch.spec.key.clone(),
             Running {
                 no: launch.no,
@@ -310,8 +315,8 @@ impl Scheduler {
                 progress: None,
                 learned: launch.learned,
                 unrecorded: false,
-                booked_since_ms: if self.starting_since_ms > 0 {
-                    self.starting_since_ms
+                booked_since_ms: if self.share.starting_since_ms > 0 {
+                    self.share.starting_since_ms
                 } else {
                     crate::ledger::store::now_ms()
                 },
@@ -332,7 +337,8 @@ impl Scheduler {
         let uuids: Vec<String> = gpus
             .iter()
             .filter_map(|i| {
-                self.gpu
+                self.core
+                    .gpu
                     .snapshot
                     .as_ref()?
                     .gpus
@@ -360,7 +366,7 @@ impl Scheduler {
                 self.cfg.log_dir.display().to_string(),
             ),
         ]);
-        if let Some(dir) = &self.sim_dir {
+        if let Some(dir) = &self.io.sim_dir {
             env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
             // So that `gpusched simjob` in a job runs this very binary.
             if let Some(bin_dir) = std::env::current_exe()

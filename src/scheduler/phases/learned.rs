@@ -21,6 +21,7 @@ impl Scheduler {
         }
         let family = family_of(&spec.command, spec.family());
         let prediction = self
+            .core
             .learned
             .families
             .predict(&family, self.cfg.place.spike_buffer);
@@ -45,19 +46,19 @@ impl Scheduler {
     /// this log directory's journal (for the jobs of the file) and the
     /// whole `--history` file.
     pub(in crate::scheduler) fn start_learning(&mut self) {
-        if self.learned.active {
+        if self.core.learned.active {
             return;
         }
         let wanted = self.cfg.auto_vram
-            || self.learned.history.is_some()
-            || self.jobs.specs.iter().any(|s| s.auto_vram);
+            || self.core.learned.history.is_some()
+            || self.core.jobs.specs.iter().any(|s| s.auto_vram);
         if !wanted {
             return;
         }
-        self.learned.active = true;
+        self.core.learned.active = true;
         let log_dir = self.cfg.log_dir.display().to_string();
-        for spec in &self.jobs.specs {
-            let Some(state) = self.journal.state(&spec.key) else {
+        for spec in &self.core.jobs.specs {
+            let Some(state) = self.io.journal.state(&spec.key) else {
                 continue;
             };
             if let Phase::Done(done) = &state.phase
@@ -66,7 +67,7 @@ impl Scheduler {
             {
                 let family = family_of(&spec.command, spec.family());
                 let who = format!("{log_dir}:{}", spec.key);
-                self.learned.families.record_ok(&family, &who, peak);
+                self.core.learned.families.record_ok(&family, &who, peak);
             }
         }
         self.read_history();
@@ -74,7 +75,7 @@ impl Scheduler {
 
     /// Takes in what other log directories added to `--history`.
     pub(in crate::scheduler) fn read_history(&mut self) {
-        let Some(history) = &mut self.learned.history else {
+        let Some(history) = &mut self.core.learned.history else {
             return;
         };
         let (entries, bad) = history.read_new();
@@ -88,52 +89,54 @@ impl Scheduler {
             return;
         }
         for entry in entries {
-            self.learned
+            self.core
+                .learned
                 .families
                 .record_ok(&entry.family, &entry.run, entry.peak_mib);
         }
-        self.learned.generation += 1;
-        self.dispatch_needed = true;
+        self.core.learned.generation += 1;
+        self.due.dispatch_needed = true;
     }
 
     /// An OOM of an `auto` job raises its family's prediction to the
     /// retry's declaration, for the retry and the family's later jobs.
     pub(in crate::scheduler) fn learn_from_oom(&mut self, key: &str, next_vram_mib: Option<u64>) {
-        let (Some(spec), Some(next)) = (self.jobs.spec(key), next_vram_mib) else {
+        let (Some(spec), Some(next)) = (self.core.jobs.spec(key), next_vram_mib) else {
             return;
         };
         if !self.cfg.is_auto(spec) {
             return;
         }
         let family = family_of(&spec.command, spec.family());
-        self.learned.families.raise(&family, next, Raise::Oom);
-        self.learned.generation += 1;
-        self.dispatch_needed = true;
+        self.core.learned.families.raise(&family, next, Raise::Oom);
+        self.core.learned.generation += 1;
+        self.due.dispatch_needed = true;
     }
 
     /// An ok run's peak (MiB, the highest on any of its GPUs) joins its
     /// family's history, and `--history` when given.
     pub(in crate::scheduler) fn learn_from_ok(&mut self, key: &str, peak_mib: Option<u64>) {
-        let (true, Some(peak)) = (self.learned.active, peak_mib) else {
+        let (true, Some(peak)) = (self.core.learned.active, peak_mib) else {
             return;
         };
-        let Some(spec) = self.jobs.spec(key) else {
+        let Some(spec) = self.core.jobs.spec(key) else {
             return;
         };
         let family = family_of(&spec.command, spec.family());
         let auto = self.cfg.is_auto(spec);
         let who = format!("{}:{key}", self.cfg.log_dir.display());
-        self.learned.families.record_ok(&family, &who, peak);
-        self.learned.generation += 1;
+        self.core.learned.families.record_ok(&family, &who, peak);
+        self.core.learned.generation += 1;
         if auto {
-            self.learned
+            self.core
+                .learned
                 .this_run
                 .entry(family.clone())
                 .or_default()
                 .1
                 .push(peak);
         }
-        if let Some(history) = &mut self.learned.history {
+        if let Some(history) = &mut self.core.learned.history {
             let entry = Entry {
                 family,
                 peak_mib: peak,
@@ -154,6 +157,7 @@ impl Scheduler {
     pub(in crate::scheduler) fn learn_from_overruns(&mut self) {
         let spike = self.cfg.place.spike_buffer;
         let raises: Vec<(String, u64)> = self
+            .core
             .running
             .values()
             .filter_map(|job| {
@@ -163,10 +167,13 @@ impl Scheduler {
             })
             .collect();
         for (family, mib) in raises {
-            if self.learned.families.predict(&family, spike).mib < Some(mib) {
-                self.learned.families.raise(&family, mib, Raise::Overrun);
-                self.learned.generation += 1;
-                self.dispatch_needed = true;
+            if self.core.learned.families.predict(&family, spike).mib < Some(mib) {
+                self.core
+                    .learned
+                    .families
+                    .raise(&family, mib, Raise::Overrun);
+                self.core.learned.generation += 1;
+                self.due.dispatch_needed = true;
             }
         }
     }

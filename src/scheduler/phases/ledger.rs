@@ -13,7 +13,7 @@ impl Scheduler {
     /// Per GPU index: the MiB other schedulers booked there beyond what
     /// their jobs use now, and whose bookings they are.
     pub(in crate::scheduler) fn booked_by_others(&self) -> HashMap<u32, (u64, Vec<String>)> {
-        let (Some(ledger), Some(snapshot)) = (&self.ledger, &self.gpu.snapshot) else {
+        let (Some(ledger), Some(snapshot)) = (&self.share.ledger, &self.core.gpu.snapshot) else {
             return HashMap::new();
         };
         if ledger.foreign.is_empty() {
@@ -27,8 +27,8 @@ impl Scheduler {
         ledger::booked_unused_mib(
             &ledger.foreign,
             &index_of,
-            &self.gpu.external_by_group,
-            &self.gpu.reservation_use,
+            &self.core.gpu.external_by_group,
+            &self.core.gpu.reservation_use,
         )
         .into_iter()
         .map(|(gpu, mib)| {
@@ -64,7 +64,7 @@ impl Scheduler {
         }
         let booked: std::collections::HashSet<u32> =
             foreign.iter().map(|f| f.booking.pgid).collect();
-        for (&(gpu, pgid), &mib) in &self.gpu.external_by_group {
+        for (&(gpu, pgid), &mib) in &self.core.gpu.external_by_group {
             if booked.contains(&pgid) {
                 continue;
             }
@@ -83,10 +83,10 @@ impl Scheduler {
     /// holders of personal reservations use (looked up in `/proc` once
     /// per sample, not at every placement).
     pub(in crate::scheduler) fn refresh_ledger(&mut self) {
-        if let Some(ledger) = &mut self.ledger {
+        if let Some(ledger) = &mut self.share.ledger {
             ledger.refresh();
         }
-        self.gpu.reservation_use = match &self.ledger {
+        self.core.gpu.reservation_use = match &self.share.ledger {
             Some(ledger) => self.reservation_owners_use(&ledger.foreign),
             None => HashMap::new(),
         };
@@ -97,13 +97,13 @@ impl Scheduler {
     /// then see our jobs only through the memory they use.
     pub(in crate::scheduler) fn publish_bookings(&mut self) {
         let bookings = self.own_bookings();
-        let Some(ledger) = &mut self.ledger else {
+        let Some(ledger) = &mut self.share.ledger else {
             return;
         };
         match ledger.publish(bookings) {
-            Ok(()) => self.ledger_failing = false,
-            Err(e) if !self.ledger_failing => {
-                self.ledger_failing = true;
+            Ok(()) => self.share.ledger_failing = false,
+            Err(e) if !self.share.ledger_failing => {
+                self.share.ledger_failing = true;
                 warn(&format!(
                     "cannot publish our bookings in the ledger {}: {e}; other schedulers see our jobs only by the memory they use",
                     ledger.dir().display()
@@ -116,11 +116,11 @@ impl Scheduler {
     /// Our running jobs' budgets per GPU (docs/BEHAVIOUR.md "Budget"); a job that
     /// declared nothing books its whole GPU, since it closes it.
     pub(in crate::scheduler) fn own_bookings(&self) -> Vec<Booking> {
-        let Some(snapshot) = &self.gpu.snapshot else {
+        let Some(snapshot) = &self.core.gpu.snapshot else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for job in self.running.values() {
+        for job in self.core.running.values() {
             let Some(identity) = job.identity() else {
                 continue;
             };
@@ -148,7 +148,7 @@ impl Scheduler {
                 });
             }
         }
-        out.extend(self.starting_bookings.iter().cloned());
+        out.extend(self.share.starting_bookings.iter().cloned());
         out
     }
 }

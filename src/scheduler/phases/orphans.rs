@@ -25,6 +25,7 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn adopt_orphans(&mut self) -> anyhow::Result<()> {
         let started: Vec<(String, KeyState)> = self
+            .io
             .journal
             .states()
             .filter(|(_, s)| matches!(s.phase, Phase::Started(_)))
@@ -45,14 +46,14 @@ impl Scheduler {
                     "job {} was submitted to Slurm by a previous scheduler (Slurm job {id}); following it, not submitting it again",
                     state.no
                 ));
-                self.running.insert(key, running);
+                self.core.running.insert(key, running);
                 continue;
             }
             // Liveness first: a supervisor writes its record before it exits.
             let alive = adopted_alive(&running, &table);
             let record = ExitRecord::read(&running.exit_record);
             if record.as_ref().is_some_and(|r| r.never_ran) {
-                self.journal.append(&key, Event::Interrupted {})?;
+                self.io.journal.append(&key, Event::Interrupted {})?;
                 say(&format!(
                     "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
                     state.no
@@ -65,7 +66,7 @@ impl Scheduler {
                         .exit()
                         .map_or("exit status unknown".into(), |e| e.describe())
                 ));
-                self.running.insert(key.clone(), running);
+                self.core.running.insert(key.clone(), running);
                 self.complete_attempt(&key)?;
             } else if alive {
                 say(&format!(
@@ -74,10 +75,10 @@ impl Scheduler {
                     info.pgid,
                     report::gpu_ids(&info.gpus, ",")
                 ));
-                self.running.insert(key, running);
+                self.core.running.insert(key, running);
                 adopted_any = true;
             } else {
-                self.journal.append(&key, Event::Interrupted {})?;
+                self.io.journal.append(&key, Event::Interrupted {})?;
                 say(&format!(
                     "job {} was interrupted with a previous scheduler (process group {} is gone); it is pending again",
                     state.no, info.pgid
@@ -113,11 +114,12 @@ impl Scheduler {
                 continue;
             };
             let current = self
+                .core
                 .running
                 .get(key)
                 .is_some_and(|job| attempt.parse::<u32>().is_ok_and(|a| a == job.attempt));
             if !current {
-                self.spent_records.push(entry.path());
+                self.io.spent_records.push(entry.path());
             }
         }
         self.remove_spent_records();
@@ -135,22 +137,22 @@ impl Scheduler {
     pub(in crate::scheduler) fn adopt_unjournaled_submissions(
         &mut self,
     ) -> anyhow::Result<Option<Vec<String>>> {
-        let Some(found) = self.launcher.unjournaled(&self.cfg.log_dir) else {
+        let Some(found) = self.io.launcher.unjournaled(&self.cfg.log_dir) else {
             return Ok(None);
         };
         let mut release = Vec::new();
         let mut taken = Vec::new();
         for job in found {
             let key = &job.name[slurm::NAME_PREFIX.len()..];
-            let Some(state) = self.journal.state(key) else {
+            let Some(state) = self.io.journal.state(key) else {
                 continue;
             };
             let (no, attempt) = (state.no, state.attempts + 1);
-            if !matches!(state.phase, Phase::Waiting) || self.jobs.spec(key).is_none() {
+            if !matches!(state.phase, Phase::Waiting) || self.core.jobs.spec(key).is_none() {
                 continue;
             }
             let gpus: Vec<u32> = Vec::new();
-            self.journal.append(
+            self.io.journal.append(
                 key,
                 Event::Started {
                     pgid: 0,
@@ -173,7 +175,7 @@ impl Scheduler {
             }
             taken.push(key.to_string());
         }
-        if let Err(e) = self.launcher.release_all(&release) {
+        if let Err(e) = self.io.launcher.release_all(&release) {
             warn(&format!("cannot release Slurm job(s) {release:?}: {e:#}"));
         }
         Ok(Some(taken))
@@ -184,19 +186,19 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn recheck_submissions(&mut self) -> anyhow::Result<()> {
-        if !self.launcher.recheck_due() {
+        if !self.io.launcher.recheck_due() {
             return Ok(());
         }
         let Some(taken) = self.adopt_unjournaled_submissions()? else {
             return Ok(());
         };
-        self.launcher.recheck_done();
+        self.io.launcher.recheck_done();
         for key in taken {
-            if let Some(state) = self.journal.state(&key).cloned()
+            if let Some(state) = self.io.journal.state(&key).cloned()
                 && let Phase::Started(info) = &state.phase
             {
                 let running = self.adopted(&key, &state, info);
-                self.running.insert(key, running);
+                self.core.running.insert(key, running);
             }
         }
         Ok(())
@@ -213,7 +215,7 @@ impl Scheduler {
         };
         let elapsed_s = (now_ts() - info.ts).max(0.0);
         let now = Instant::now();
-        let spec = self.jobs.spec(key);
+        let spec = self.core.jobs.spec(key);
         let exit_record = supervisor::record_path(&self.cfg.log_dir, key, state.attempts);
         let proc = match info.slurm_job_id {
             Some(id) => Proc::Slurm(ClusterJob::new(id, &exit_record)),
@@ -266,6 +268,7 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn complete_ended_orphans(&mut self) -> anyhow::Result<()> {
         if !self
+            .core
             .running
             .values()
             .any(|j| matches!(j.proc, Proc::Adopted { .. }))
@@ -274,6 +277,7 @@ impl Scheduler {
         }
         let table = ProcTable::scan();
         let ended: Vec<String> = self
+            .core
             .running
             .iter()
             .filter(|(_, j)| j.kill.is_none() && matches!(j.proc, Proc::Adopted { .. }))

@@ -25,6 +25,7 @@ impl Scheduler {
         now: Instant,
     ) {
         if self
+            .core
             .running
             .values()
             .any(|j| j.kill_reason() == Some(KillReason::Preempt))
@@ -35,18 +36,20 @@ impl Scheduler {
             return;
         };
         let file_index = indices[first];
-        let keys: Vec<String> = self.running.keys().cloned().collect();
+        let keys: Vec<String> = self.core.running.keys().cloned().collect();
         let candidates: Vec<Candidate> = keys
             .iter()
             .enumerate()
-            .filter(|(_, key)| self.running[*key].kill.is_none() && self.running[*key].may_signal())
+            .filter(|(_, key)| {
+                self.core.running[*key].kill.is_none() && self.core.running[*key].may_signal()
+            })
             .map(|(id, key)| {
-                let line = self.jobs.index_of(key);
+                let line = self.core.jobs.index_of(key);
                 Candidate {
                     id,
                     file_index: line,
-                    preemptible: line.is_some_and(|i| self.jobs.specs[i].preemptible),
-                    run_time_s: self.running[key].started.elapsed().as_secs_f64(),
+                    preemptible: line.is_some_and(|i| self.core.jobs.specs[i].preemptible),
+                    run_time_s: self.core.running[key].started.elapsed().as_secs_f64(),
                 }
             })
             .collect();
@@ -67,12 +70,13 @@ impl Scheduler {
             return;
         };
         let for_no = self
+            .io
             .journal
-            .state(&self.jobs.specs[file_index].key)
+            .state(&self.core.jobs.specs[file_index].key)
             .map_or(0, |s| s.no);
         for id in victims {
-            if let Some(job) = self.running.get_mut(&keys[id])
-                && job.begin_kill(KillReason::Preempt, now, &mut self.launcher)
+            if let Some(job) = self.core.running.get_mut(&keys[id])
+                && job.begin_kill(KillReason::Preempt, now, &mut self.io.launcher)
             {
                 say(&format!(
                     "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",

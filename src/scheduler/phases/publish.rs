@@ -19,16 +19,16 @@ const STATUS_REFRESH: Duration = Duration::from_secs(1);
 impl Scheduler {
     /// The scheduler's state word for `status.json`.
     pub(in crate::scheduler) fn scheduler_state(&self) -> SchedulerState {
-        if self.mode.is_stopping() {
-            if self.running.is_empty() {
+        if self.core.mode.is_stopping() {
+            if self.core.running.is_empty() {
                 SchedulerState::Stopped
             } else {
                 SchedulerState::Stopping
             }
-        } else if self.mode.paused_reason().is_some() {
+        } else if self.core.mode.paused_reason().is_some() {
             SchedulerState::PausedByErrors
         } else if !self.cfg.watch && self.pending().next().is_none() {
-            if self.running.is_empty() {
+            if self.core.running.is_empty() {
                 SchedulerState::Finished
             } else {
                 SchedulerState::Draining
@@ -56,24 +56,29 @@ impl Scheduler {
         let input = ViewInput {
             expected: &expected,
             cfg: &self.cfg,
-            journal: &self.journal,
-            jobs: &self.jobs,
-            running: &self.running,
-            gpu: &self.gpu,
+            journal: &self.io.journal,
+            jobs: &self.core.jobs,
+            running: &self.core.running,
+            gpu: &self.core.gpu,
             loads: self.gpu_loads(),
-            ended_this_run: &self.ended_this_run,
-            wait_reasons: &self.wait_reasons,
-            reasons_generation: self.reasons_generation,
+            ended_this_run: &self.report.ended_this_run,
+            wait_reasons: &self.round.wait_reasons,
+            reasons_generation: self.round.reasons_generation,
             state: self.scheduler_state(),
-            paused_reason: self.mode.paused_reason(),
-            control: &self.control,
-            started_ts: self.started_ts,
-            backend_is_sim: self.backend.is_sim(),
-            foreign: self.ledger.as_ref().map_or(&[], |l| l.foreign.as_slice()),
-            learned: &self.learned,
-            backend_detail: self.backend.describe(),
+            paused_reason: self.core.mode.paused_reason(),
+            control: &self.core.control,
+            started_ts: self.report.started_ts,
+            backend_is_sim: self.io.backend.is_sim(),
+            foreign: self
+                .share
+                .ledger
+                .as_ref()
+                .map_or(&[], |l| l.foreign.as_slice()),
+            learned: &self.core.learned,
+            backend_detail: self.io.backend.describe(),
         };
         let stale = self
+            .report
             .queue_view
             .as_ref()
             .is_none_or(|v| v.generation != input.generation());
@@ -81,18 +86,19 @@ impl Scheduler {
         // long file, keep it to a tenth of the time (the running jobs are
         // always current; counts and lists may lag by a moment).
         let affordable = force
-            || self.queue_view.is_none()
-            || self.mode.is_stopping()
+            || self.report.queue_view.is_none()
+            || self.core.mode.is_stopping()
             || self
+                .report
                 .queue_view_cost
                 .is_none_or(|(at, cost)| at.elapsed() >= cost * 10);
         if stale && affordable {
             let started = Instant::now();
             let view = doc::queue_view(&input);
-            self.queue_view = Some(view);
-            self.queue_view_cost = Some((Instant::now(), started.elapsed()));
+            self.report.queue_view = Some(view);
+            self.report.queue_view_cost = Some((Instant::now(), started.elapsed()));
         }
-        let view = self.queue_view.as_ref().expect("built above");
+        let view = self.report.queue_view.as_ref().expect("built above");
         let mut doc = doc::status_doc(&input, view);
         doc.box_rules = self.box_status();
         doc
@@ -103,7 +109,8 @@ impl Scheduler {
     /// three files (and rebuild the queue view) per job. A round that skips
     /// them leaves a deadline ([`Scheduler::status_deadline`]).
     pub(in crate::scheduler) fn status_due(&self, now: Instant) -> bool {
-        self.status_written
+        self.report
+            .status_written
             .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY)
     }
 
@@ -111,24 +118,25 @@ impl Scheduler {
     /// nothing woke the loop: run times and ages in the views stay within
     /// [`STATUS_REFRESH`] of the truth whatever `--poll`.
     pub(in crate::scheduler) fn status_refresh_due(&self) -> Option<Instant> {
-        if self.running.is_empty() {
+        if self.core.running.is_empty() {
             return None;
         }
-        self.status_written.map(|t| t + STATUS_REFRESH)
+        self.report.status_written.map(|t| t + STATUS_REFRESH)
     }
 
     /// When status files a round skipped must be written at the latest.
     pub(in crate::scheduler) fn status_deadline(&self) -> Option<Instant> {
-        self.status_written
-            .filter(|_| self.status_stale)
+        self.report
+            .status_written
+            .filter(|_| self.due.status_stale)
             .map(|t| t + STATUS_EVERY)
     }
 
     /// Writes `status.json`, `metrics.prom` and `status.txt`; a failed write
     /// pauses dispatch like any other (docs/BEHAVIOUR.md "Exactly once").
     pub(in crate::scheduler) fn write_status_files(&mut self) {
-        self.status_written = Some(Instant::now());
-        self.status_stale = false;
+        self.report.status_written = Some(Instant::now());
+        self.due.status_stale = false;
         let doc = self.status_doc();
         if let Err(e) = doc.write(&self.cfg.log_dir) {
             let error = crate::error::Error::io(
@@ -141,7 +149,11 @@ impl Scheduler {
             self.pause_on_io_error(&error.into());
         }
         let notes = BoardNotes {
-            stopping_done: self.mode.is_stopping().then_some(self.running.is_empty()),
+            stopping_done: self
+                .core
+                .mode
+                .is_stopping()
+                .then_some(self.core.running.is_empty()),
         };
         let text = board::render(&doc, &notes);
         let path = self.cfg.log_dir.join("status.txt");

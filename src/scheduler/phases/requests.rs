@@ -20,10 +20,10 @@ impl Scheduler {
     /// Errors: the journal cannot be written (the request stays and is
     /// retried).
     pub(in crate::scheduler) fn apply_requests(&mut self) -> anyhow::Result<()> {
-        if !self.requests_due {
+        if !self.due.requests_due {
             return Ok(());
         }
-        self.requests_due = false;
+        self.due.requests_due = false;
         let Ok(entries) = std::fs::read_dir(requests_dir(&self.cfg.log_dir)) else {
             return Ok(());
         };
@@ -46,7 +46,7 @@ impl Scheduler {
                 Ok(())
             };
             if let Err(e) = applied {
-                self.requests_due = true;
+                self.due.requests_due = true;
                 return Err(e);
             }
             let _ = std::fs::remove_file(&path);
@@ -59,7 +59,7 @@ impl Scheduler {
     ///
     /// Errors: the control file cannot be written (the request stays).
     fn change_control(&mut self, change: &ControlChange) -> anyhow::Result<()> {
-        let mut control = self.control.clone();
+        let mut control = self.core.control.clone();
         let said = control.apply(change);
         control.save(&self.cfg.log_dir).map_err(|e| {
             crate::error::Error::io(
@@ -70,10 +70,10 @@ impl Scheduler {
                 e,
             )
         })?;
-        self.control = control;
-        self.cfg.place.drained_mask = self.control.drained_mask();
-        self.dispatch_needed = true;
-        self.last_dispatch_loads = None;
+        self.core.control = control;
+        self.cfg.place.drained_mask = self.core.control.drained_mask();
+        self.due.dispatch_needed = true;
+        self.round.last_dispatch_loads = None;
         say(&said);
         Ok(())
     }
@@ -83,22 +83,22 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written (the request stays).
     fn cancel(&mut self, key: &str) -> anyhow::Result<()> {
-        let Some(state) = self.journal.state(key) else {
+        let Some(state) = self.io.journal.state(key) else {
             warn(&format!("gpusched cancel: no job with key {key}; ignored"));
             return Ok(());
         };
         if matches!(state.phase, Phase::Done(_)) {
             return Ok(());
         }
-        self.journal.append(key, Event::Cancel {})?;
-        self.cancel_requests.push(key.to_string());
-        self.dispatch_needed = true;
+        self.io.journal.append(key, Event::Cancel {})?;
+        self.core.cancel_requests.push(key.to_string());
+        self.due.dispatch_needed = true;
         Ok(())
     }
 
     /// Queues finished job `key` again, if that still holds.
     fn retry(&mut self, key: &str) -> anyhow::Result<()> {
-        let Some(state) = self.journal.state(key) else {
+        let Some(state) = self.io.journal.state(key) else {
             warn(&format!("gpusched retry: no job with key {key}; ignored"));
             return Ok(());
         };
@@ -109,18 +109,18 @@ impl Scheduler {
             ));
             return Ok(());
         }
-        match self.jobs.spec(key) {
+        match self.core.jobs.spec(key) {
             None => warn(&format!(
                 "gpusched retry: job {no}'s line is no longer in {}; ignored",
-                self.jobs.path.display()
+                self.core.jobs.path.display()
             )),
             Some(spec) if spec.cancel => warn(&format!(
                 "gpusched retry: job {no}'s line carries `cancel`; ignored"
             )),
             Some(_) => {
-                self.journal.append(key, Event::Retry {})?;
-                self.jobs.done_prefix.set(0);
-                self.dispatch_needed = true;
+                self.io.journal.append(key, Event::Retry {})?;
+                self.core.jobs.done_prefix.set(0);
+                self.due.dispatch_needed = true;
                 say(&format!("↺ job {no} queued again (gpusched retry)"));
             }
         }

@@ -50,21 +50,21 @@ impl Scheduler {
         now: Instant,
     ) -> anyhow::Result<()> {
         if reserved {
-            self.blocked_first = None;
+            self.round.blocked_first = None;
             return Ok(());
         }
         let first = placements
             .iter()
             .position(|p| *p == Placement::NotNow)
-            .map(|i| (self.jobs.specs[indices[i]].key.clone(), requests[i]));
+            .map(|i| (self.core.jobs.specs[indices[i]].key.clone(), requests[i]));
         let Some((key, request)) = first else {
-            self.blocked_first = None;
+            self.round.blocked_first = None;
             return Ok(());
         };
-        let since = match &self.blocked_first {
+        let since = match &self.round.blocked_first {
             Some((blocked, since)) if *blocked == key => *since,
             _ => {
-                self.blocked_first = Some((key, now));
+                self.round.blocked_first = Some((key, now));
                 return Ok(());
             }
         };
@@ -75,15 +75,16 @@ impl Scheduler {
             return Ok(());
         }
         // Try again a full --reserve-after later if it cannot be reserved.
-        self.blocked_first = Some((key.clone(), now));
+        self.round.blocked_first = Some((key.clone(), now));
         let Some(gpus) = allocation::reservation_gpus(&request, loads, &self.cfg.place) else {
             return Ok(());
         };
-        self.journal
+        self.io
+            .journal
             .append(&key, Event::Reserved { gpus: gpus.clone() })?;
-        self.blocked_first = None;
-        self.dispatch_needed = true;
-        let no = self.journal.state(&key).map_or(0, |s| s.no);
+        self.round.blocked_first = None;
+        self.due.dispatch_needed = true;
+        let no = self.io.journal.state(&key).map_or(0, |s| s.no);
         say(&format!(
             "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
             crate::console::human_duration(now.saturating_duration_since(since).as_secs_f64()),

@@ -37,9 +37,15 @@ impl Scheduler {
     /// Whether a GPU sample is due now: `--poll` passed, something asked
     /// for one, or a job started a moment ago ([`EARLY_SAMPLES`]).
     pub(in crate::scheduler) fn sample_due(&self, now: Instant) -> bool {
-        self.sample_now
-            || self.gpu.early_samples.front().is_some_and(|&t| t <= now)
+        self.due.sample_now
             || self
+                .core
+                .gpu
+                .early_samples
+                .front()
+                .is_some_and(|&t| t <= now)
+            || self
+                .core
                 .gpu
                 .last_sample
                 .is_none_or(|t| now >= t + self.cfg.poll)
@@ -57,11 +63,11 @@ impl Scheduler {
                 due.saturating_duration_since(t) < EARLY_SAMPLE_SLACK
                     && t.saturating_duration_since(due) < EARLY_SAMPLE_SLACK
             };
-            if !self.gpu.early_samples.iter().any(|&t| near(t)) {
-                self.gpu.early_samples.push_back(due);
+            if !self.core.gpu.early_samples.iter().any(|&t| near(t)) {
+                self.core.gpu.early_samples.push_back(due);
             }
         }
-        let queued = self.gpu.early_samples.make_contiguous();
+        let queued = self.core.gpu.early_samples.make_contiguous();
         queued.sort_unstable();
     }
 
@@ -70,16 +76,21 @@ impl Scheduler {
     pub(in crate::scheduler) fn sample_soon(&mut self, gap: std::time::Duration) {
         let now = Instant::now();
         match self
+            .core
             .gpu
             .last_sample
             .map(|t| t + gap)
             .filter(|due| *due > now)
         {
-            None => self.sample_now = true,
+            None => self.due.sample_now = true,
             Some(due) => {
-                if !self.gpu.early_samples.iter().any(|&t| t <= due) {
-                    self.gpu.early_samples.push_back(due);
-                    self.gpu.early_samples.make_contiguous().sort_unstable();
+                if !self.core.gpu.early_samples.iter().any(|&t| t <= due) {
+                    self.core.gpu.early_samples.push_back(due);
+                    self.core
+                        .gpu
+                        .early_samples
+                        .make_contiguous()
+                        .sort_unstable();
                 }
             }
         }
@@ -87,19 +98,25 @@ impl Scheduler {
 
     /// The next early sample's moment, if one is due.
     pub(in crate::scheduler) fn next_early_sample(&self) -> Option<Instant> {
-        self.gpu.early_samples.front().copied()
+        self.core.gpu.early_samples.front().copied()
     }
 
     /// Asks the backend for a snapshot and takes it in; a failed query is
     /// warned about and, after several in a row, pauses dispatch (docs/BEHAVIOUR.md "NVML").
     pub(in crate::scheduler) fn sample_gpus(&mut self, now: Instant) {
-        self.sample_now = false;
-        self.gpu.last_sample = Some(now);
-        while self.gpu.early_samples.front().is_some_and(|&t| t <= now) {
-            self.gpu.early_samples.pop_front();
+        self.due.sample_now = false;
+        self.core.gpu.last_sample = Some(now);
+        while self
+            .core
+            .gpu
+            .early_samples
+            .front()
+            .is_some_and(|&t| t <= now)
+        {
+            self.core.gpu.early_samples.pop_front();
         }
         let query_started = Instant::now();
-        let result = self.backend.snapshot();
+        let result = self.io.backend.snapshot();
         tracing::debug!(
             "GPU snapshot in {:.2} ms",
             query_started.elapsed().as_secs_f64() * 1000.0
@@ -118,34 +135,35 @@ impl Scheduler {
     /// Counts a failed query; warns up to the pause, then once every 60
     /// rounds, so a dead driver does not flood the pane.
     fn record_gpu_failure(&mut self, error: &anyhow::Error) {
-        self.gpu.failures += 1;
-        let failures = self.gpu.failures;
+        self.core.gpu.failures += 1;
+        let failures = self.core.gpu.failures;
         if failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60) {
             warn(&format!(
                 "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
             ));
         }
-        if failures >= MAX_GPU_FAILURES && self.mode == Mode::Scheduling {
+        if failures >= MAX_GPU_FAILURES && self.core.mode == Mode::Scheduling {
             let reason = format!(
                 "GPU queries failed {failures} times in a row; no new job starts until they answer again"
             );
             warn(&reason);
-            self.mode = Mode::PausedOnGpuErrors { reason };
+            self.core.mode = Mode::PausedOnGpuErrors { reason };
         }
     }
 
     /// Takes a snapshot in: attribution, peaks, utilization, warnings,
     /// progress, per-GPU statistics (docs/BEHAVIOUR.md "Monitoring").
     pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
-        if self.gpu.failures > 0 {
-            if matches!(self.mode, Mode::PausedOnGpuErrors { .. }) {
-                self.mode = Mode::Scheduling;
+        if self.core.gpu.failures > 0 {
+            if matches!(self.core.mode, Mode::PausedOnGpuErrors { .. }) {
+                self.core.mode = Mode::Scheduling;
                 say("GPU queries answer again; dispatching resumes");
             }
-            self.gpu.failures = 0;
+            self.core.gpu.failures = 0;
         }
         // Map each GPU process to one of our jobs through its process group.
         let by_pgid: HashMap<u32, String> = self
+            .core
             .running
             .iter()
             .map(|(key, job)| (job.pgid.0, key.clone()))
@@ -156,14 +174,14 @@ impl Scheduler {
             group_of.insert(pid, stat.pgrp);
             by_pgid.get(&stat.pgrp).cloned()
         });
-        self.gpu.external_peaks.observe(&seen.external);
-        self.gpu.external_by_group = attribution::by_group(&seen.external, &group_of);
+        self.core.gpu.external_peaks.observe(&seen.external);
+        self.core.gpu.external_by_group = attribution::by_group(&seen.external, &group_of);
         let util: HashMap<u32, Option<u32>> = snapshot
             .gpus
             .iter()
             .map(|g| (g.index, g.util_percent))
             .collect();
-        for (key, job) in &mut self.running {
+        for (key, job) in &mut self.core.running {
             let current = seen.per_job.remove(key).unwrap_or_default();
             observe_usage(job, current, &util);
             check_declaration(job, self.cfg.tolerance, self.cfg.verbose);
@@ -171,7 +189,7 @@ impl Scheduler {
         self.record_usage(&snapshot);
         self.record_gpu_stats(&snapshot);
         self.read_progress();
-        self.gpu.snapshot = Some(snapshot);
+        self.core.gpu.snapshot = Some(snapshot);
     }
 
     /// Feeds the usage record (docs/BEHAVIOUR.md "Timeline"): each running job's MiB per GPU,
@@ -179,7 +197,7 @@ impl Scheduler {
     fn record_usage(&mut self, snapshot: &GpuSnapshot) {
         let mut series: HashMap<(u32, Option<String>), u64> = HashMap::new();
         let mut ours: HashMap<u32, u64> = HashMap::new();
-        for (key, job) in &self.running {
+        for (key, job) in &self.core.running {
             for (&gpu, &mib) in &job.usage.current_mib {
                 series.insert((gpu, Some(key.clone())), mib);
                 *ours.entry(gpu).or_default() += mib;
@@ -191,7 +209,7 @@ impl Scheduler {
                 .saturating_sub(ours.get(&gpu.index).copied().unwrap_or(0));
             series.insert((gpu.index, None), others);
         }
-        self.usage.observe(crate::journal::now_ts(), &series);
+        self.io.usage.observe(crate::journal::now_ts(), &series);
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.
@@ -200,8 +218,12 @@ impl Scheduler {
             if !self.cfg.allows(gpu.index) {
                 continue;
             }
-            let busy = self.running.values().any(|j| j.gpus.contains(&gpu.index));
-            let stats = self.gpu.stats.entry(gpu.index).or_default();
+            let busy = self
+                .core
+                .running
+                .values()
+                .any(|j| j.gpus.contains(&gpu.index));
+            let stats = self.core.gpu.stats.entry(gpu.index).or_default();
             stats.samples += 1;
             stats.used_sum_mib += gpu.used_mib as f64;
             if busy {
@@ -212,7 +234,7 @@ impl Scheduler {
 
     /// The last progress marker in each running job's log.
     fn read_progress(&mut self) {
-        for job in self.running.values_mut() {
+        for job in self.core.running.values_mut() {
             if let Some(progress) = progress::parse(&files::read_tail(
                 &job.log_path,
                 job.log_offset,

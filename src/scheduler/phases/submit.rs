@@ -12,11 +12,11 @@ impl Scheduler {
     ///
     /// Errors: a job's log or the journal cannot be written.
     pub(in crate::scheduler) fn submit_ready(&mut self) -> anyhow::Result<()> {
-        if self.control.paused {
+        if self.core.control.paused {
             self.wait_paused();
             return Ok(());
         }
-        if !self.launcher.may_start(Instant::now()) {
+        if !self.io.launcher.may_start(Instant::now()) {
             return Ok(());
         }
         self.recheck_submissions()?;
@@ -27,22 +27,22 @@ impl Scheduler {
         let mut chosen = Vec::new();
         for (index, request) in indices.into_iter().zip(requests) {
             match self.group_wait(index, &mut in_group) {
-                Some(reason) => held.push((self.jobs.specs[index].key.clone(), reason)),
+                Some(reason) => held.push((self.core.jobs.specs[index].key.clone(), reason)),
                 None => chosen.push((index, request)),
             }
         }
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.jobs.specs.len() - chosen.len() - held.len();
+        let mut dispatched = self.core.jobs.specs.len() - chosen.len() - held.len();
         self.set_wait_reasons(held.into_iter().collect());
-        self.pending_at_last_round = chosen.len();
+        self.round.pending_at_last_round = chosen.len();
         let mut launches = Vec::new();
         for (index, request) in chosen {
-            if !self.launcher.may_start(Instant::now()) {
+            if !self.io.launcher.may_start(Instant::now()) {
                 break; // sbatch failed: the rest wait for the next poll
             }
             dispatched += 1;
-            self.pending_at_last_round -= 1;
-            let spec = self.jobs.specs[index].clone();
+            self.round.pending_at_last_round -= 1;
+            let spec = self.core.jobs.specs[index].clone();
             launches.extend(self.launch(spec, request, Vec::new(), dispatched)?);
         }
         if !launches.is_empty() {

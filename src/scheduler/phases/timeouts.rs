@@ -11,10 +11,10 @@ use std::time::Instant;
 impl Scheduler {
     /// Begins the kill of jobs whose `timeout=` is reached.
     pub(in crate::scheduler) fn enforce_timeouts(&mut self, now: Instant) {
-        for job in self.running.values_mut() {
+        for job in self.core.running.values_mut() {
             if job.kill.is_none()
                 && job.timeout_at.is_some_and(|t| now >= t)
-                && job.begin_kill(KillReason::Timeout, now, &mut self.launcher)
+                && job.begin_kill(KillReason::Timeout, now, &mut self.io.launcher)
             {
                 warn(&format!(
                     "job {} reached its timeout after {}: SIGTERM to its process group {}, SIGKILL in {}s",

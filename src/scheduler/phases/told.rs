@@ -110,6 +110,7 @@ impl Scheduler {
             no: job.no,
             key: key.to_string(),
             name: self
+                .core
                 .jobs
                 .spec(key)
                 .and_then(|s| s.name().map(str::to_string)),
@@ -127,12 +128,12 @@ impl Scheduler {
     /// An attempt ended: its hook runs, and a final outcome the filter
     /// picks (`notify`, as journaled) is posted.
     pub(in crate::scheduler) fn tell_attempt_end(&mut self, facts: JobFacts, notify: bool) {
-        if let Some(hooks) = &self.told.hooks {
+        if let Some(hooks) = &self.report.told.hooks {
             hooks.run(facts.clone());
         }
         if notify {
             let key = facts.key.clone();
-            self.told.post(Subject::Outcome(facts), Some(key));
+            self.report.told.post(Subject::Outcome(facts), Some(key));
         }
     }
 
@@ -154,7 +155,8 @@ impl Scheduler {
     /// infeasible, a failed dependency): posted if the filter picks it.
     pub(in crate::scheduler) fn tell_unrun(&mut self, key: &str) {
         if let Some(facts) = self.facts_of_finished(key) {
-            self.told
+            self.report
+                .told
                 .post(Subject::Outcome(facts), Some(key.to_string()));
         }
     }
@@ -162,11 +164,11 @@ impl Scheduler {
     /// The facts of job `key` as its journaled outcome gives them; `None`
     /// unless it ended.
     fn facts_of_finished(&self, key: &str) -> Option<JobFacts> {
-        let state = self.journal.state(key)?;
+        let state = self.io.journal.state(key)?;
         let Phase::Done(done) = &state.phase else {
             return None;
         };
-        let spec = self.jobs.spec(key);
+        let spec = self.core.jobs.spec(key);
         let gpus = crate::model::gpus_of_mask(done.gpu_mask);
         let log = (!gpus.is_empty()).then(|| {
             let name = crate::view::report::log_name(state.no, &gpus);
@@ -192,22 +194,22 @@ impl Scheduler {
     ///
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn note_deliveries(&mut self) -> anyhow::Result<()> {
-        let delivered = match &mut self.told.notifier {
+        let delivered = match &mut self.report.told.notifier {
             Some(notifier) => notifier.delivered(),
             None => return Ok(()),
         };
         for key in delivered {
-            self.journal.append(&key, Event::Notified {})?;
+            self.io.journal.append(&key, Event::Notified {})?;
         }
-        match &self.mode {
+        match &self.core.mode {
             Mode::PausedOnGpuErrors { reason } | Mode::PausedOnIo { reason }
-                if !self.told.paused_told && self.told.filter.wants_paused() =>
+                if !self.report.told.paused_told && self.report.told.filter.wants_paused() =>
             {
                 let reason = reason.clone();
-                self.told.paused_told = true;
-                self.told.post(Subject::Paused(reason), None);
+                self.report.told.paused_told = true;
+                self.report.told.post(Subject::Paused(reason), None);
             }
-            Mode::Scheduling => self.told.paused_told = false,
+            Mode::Scheduling => self.report.told.paused_told = false,
             _ => {}
         }
         Ok(())
@@ -215,37 +217,39 @@ impl Scheduler {
 
     /// A job started: the next drained queue is news again.
     pub(in crate::scheduler) fn told_of_start(&mut self) {
-        self.told.drained_told = false;
+        self.report.told.drained_told = false;
     }
 
     /// Nothing runs or waits: posts "drained" once per stretch of work
     /// (when the filter picks it and this run started something).
     pub(in crate::scheduler) fn tell_drained(&mut self) {
-        if self.told.drained_told
-            || self.dispatched_this_run == 0
-            || !self.told.filter.wants_drained()
-            || self.told.notifier.is_none()
+        if self.report.told.drained_told
+            || self.report.dispatched_this_run == 0
+            || !self.report.told.filter.wants_drained()
+            || self.report.told.notifier.is_none()
         {
             return;
         }
-        self.told.drained_told = true;
+        self.report.told.drained_told = true;
         let mut counts = std::collections::BTreeMap::<String, usize>::new();
-        for spec in &self.jobs.specs {
-            if let Some(Phase::Done(done)) = self.journal.state(&spec.key).map(|s| &s.phase) {
+        for spec in &self.core.jobs.specs {
+            if let Some(Phase::Done(done)) = self.io.journal.state(&spec.key).map(|s| &s.phase) {
                 *counts.entry(done.status.as_str().to_string()).or_default() += 1;
             }
         }
-        self.told
+        self.report
+            .told
             .post(Subject::Drained(counts.into_iter().collect()), None);
     }
 
     /// Outcomes of an earlier scheduler whose message never went (its
     /// `done` asked for one, no `notified` followed): posted now.
     pub(in crate::scheduler) fn tell_what_was_not_told(&mut self) {
-        if self.told.notifier.is_none() {
+        if self.report.told.notifier.is_none() {
             return;
         }
         let owed: Vec<(String, JobFacts)> = self
+            .io
             .journal
             .states()
             .filter(|(_, state)| state.notify_pending)
@@ -258,7 +262,7 @@ impl Scheduler {
             ));
         }
         for (key, facts) in owed {
-            self.told.post(Subject::Outcome(facts), Some(key));
+            self.report.told.post(Subject::Outcome(facts), Some(key));
         }
     }
 
@@ -268,7 +272,7 @@ impl Scheduler {
     /// the next start.
     pub(in crate::scheduler) fn flush_told_within(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        let delivered = match &mut self.told.notifier {
+        let delivered = match &mut self.report.told.notifier {
             Some(notifier) if notifier.pending() > 0 => {
                 say(&format!(
                     "--notify: sending {} message(s) (up to {} s)",
@@ -280,9 +284,9 @@ impl Scheduler {
             _ => Vec::new(),
         };
         for key in delivered {
-            let _ = self.journal.append(&key, Event::Notified {});
+            let _ = self.io.journal.append(&key, Event::Notified {});
         }
-        if let Some(hooks) = &self.told.hooks {
+        if let Some(hooks) = &self.report.told.hooks {
             hooks.flush(deadline);
         }
     }

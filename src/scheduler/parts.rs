@@ -1,0 +1,166 @@
+//! The scheduler's state by owner (docs/ARCHITECTURE.md "The loop's
+//! parts"): [`Core`] holds what decisions read and nothing that touches
+//! the OS; [`Io`] holds the handles that act; [`Sharing`] the ledger
+//! protocol's own state; [`LastRound`] what the last placement round
+//! decided; [`Due`] the work a wake asked for; [`Reporting`] what only the
+//! views and the summary read. Each phase borrows the parts it needs, so
+//! what a phase may touch shows in its signature's parts, not in one
+//! struct of forty fields.
+
+use super::phases::{BoxState, RunTimes, Told};
+use crate::allocation::{GpuLoad, WaitReason};
+use crate::control::Control;
+use crate::gpu::GpuBackend;
+use crate::journal::Journal;
+use crate::launcher::Launcher;
+use crate::ledger::Booking;
+use crate::ledger::store::Ledger;
+use crate::lockfile::SchedulerLock;
+use crate::state::{Ended, GpuState, JobsFile, Learned, Mode, Running};
+use crate::timeline::usage::UsageLog;
+use crate::view::doc::QueueView;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Every input of the scheduler's decisions that lives between ticks: the
+/// queue, the running attempts, the GPUs as last seen, learned sizes, the
+/// mode, pause and drain, cancels asked for, the box rules and run times.
+/// Nothing here opens a file or sends a signal.
+pub struct Core {
+    /// The jobs file as last read successfully, with its index.
+    pub jobs: JobsFile,
+    /// Running attempts by job key.
+    pub running: BTreeMap<String, Running>,
+    /// The GPUs as last sampled, and what is carried between samples.
+    pub gpu: GpuState,
+    /// Families' peaks for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
+    pub learned: Learned,
+    /// Scheduling, paused by errors, or stopping.
+    pub mode: Mode,
+    /// Pause and drain, kept in `<log_dir>/control.json`
+    /// (docs/BEHAVIOUR.md "Queue policy").
+    pub control: Control,
+    /// Jobs `gpusched cancel` journaled as cancelled and not yet ended
+    /// (from the journal at start, then from requests).
+    pub cancel_requests: Vec<String>,
+    /// The box rules and our user's part in them (docs/BEHAVIOUR.md
+    /// "Rules for a shared box").
+    pub box_state: BoxState,
+    /// Past ok run times per family, for expected times.
+    pub run_times: RunTimes,
+}
+
+/// The handles that act on the machine: the log directory's lock, the GPU
+/// backend, the launcher, the journal and the usage record, and what is
+/// left to acknowledge or remove once the journal is synced.
+pub struct Io {
+    /// The log directory's lock, held for the scheduler's life.
+    pub _lock: SchedulerLock,
+    /// Where GPU snapshots come from (NVML, simulated, or none on Slurm).
+    pub backend: Box<dyn GpuBackend>,
+    /// Where attempts run: local processes or a Slurm cluster
+    /// (docs/BEHAVIOUR.md "Slurm").
+    pub launcher: Launcher,
+    /// `GPUSCHED_SIM_DIR` given to jobs in `--sim` mode.
+    pub sim_dir: Option<PathBuf>,
+    /// The journal: appends with fsync, and its fold of every key's state.
+    pub journal: Journal,
+    /// The usage record beside the journal (docs/BEHAVIOUR.md "Timeline").
+    pub usage: UsageLog,
+    /// Exit records whose outcome is journaled, to remove in a batch.
+    pub spent_records: Vec<PathBuf>,
+    /// Supervised attempts whose outcome is journaled but waits for the
+    /// group commit's fsync before the supervisor hears `ack`.
+    pub unacked: Vec<u64>,
+}
+
+/// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").
+pub struct Sharing {
+    /// The ledger shared with other schedulers; `None` with `--no-ledger`.
+    pub ledger: Option<Ledger>,
+    /// Set while publishing our bookings fails (warned once per streak).
+    pub ledger_failing: bool,
+    /// The round's starts, booked as `starting` until they run.
+    pub starting_bookings: Vec<Booking>,
+    /// When the round's `starting` bookings were published (Unix ms): the
+    /// running jobs' bookings keep it.
+    pub starting_since_ms: u64,
+}
+
+/// What the last placement round decided and saw, to explain waits and to
+/// skip rounds that cannot differ.
+#[derive(Default)]
+pub struct LastRound {
+    /// Why each pending job that did not fit waits (docs/BEHAVIOUR.md
+    /// "Queue policy").
+    pub wait_reasons: HashMap<String, WaitReason>,
+    /// The first blocked job in file order and since when it is blocked,
+    /// for the priority reservation (docs/BEHAVIOUR.md "Queue policy").
+    pub blocked_first: Option<(String, Instant)>,
+    /// Bumped whenever `wait_reasons` changes (for the cached views).
+    pub reasons_generation: u64,
+    /// The GPU loads placement last saw.
+    pub last_dispatch_loads: Option<Vec<GpuLoad>>,
+    /// Pending jobs as the round left them (for "n/N dispatched" in a
+    /// round over appended lines only).
+    pub pending_at_last_round: usize,
+}
+
+/// Work a wake or a phase asked the next tick to do.
+pub struct Due {
+    /// Take a GPU sample now rather than at the next poll.
+    pub sample_now: bool,
+    /// `<log_dir>/requests` may hold a request.
+    pub requests_due: bool,
+    /// The queue or the GPUs changed since the last placement round.
+    pub dispatch_needed: bool,
+    /// A tick did not write the status files; write them when due.
+    pub status_stale: bool,
+}
+
+impl Default for Due {
+    /// At start everything is due but the status files.
+    fn default() -> Due {
+        Due {
+            sample_now: true,
+            requests_due: true,
+            dispatch_needed: true,
+            status_stale: false,
+        }
+    }
+}
+
+/// What only the views, the notifier and the summary read.
+pub struct Reporting {
+    /// The waiting and finished part of the status document, which changes
+    /// only when the journal or the queue does.
+    pub queue_view: Option<QueueView>,
+    /// When the queue view was last rebuilt, and how long that took.
+    pub queue_view_cost: Option<(Instant, Duration)>,
+    /// When the status files were last written.
+    pub status_written: Option<Instant>,
+    /// `--notify` and `--on-finish` (docs/BEHAVIOUR.md "Being told").
+    pub told: Told,
+    /// Keys that ended during this run, with their outcome.
+    pub ended_this_run: HashMap<String, Ended>,
+    /// Attempts started during this run.
+    pub dispatched_this_run: u32,
+    /// When this scheduler started (Unix seconds).
+    pub started_ts: f64,
+}
+
+impl Reporting {
+    /// Nothing reported yet, for a scheduler started at `started_ts`.
+    pub fn new(told: Told, started_ts: f64) -> Reporting {
+        Reporting {
+            queue_view: None,
+            queue_view_cost: None,
+            status_written: None,
+            told,
+            ended_this_run: HashMap::new(),
+            dispatched_this_run: 0,
+            started_ts,
+        }
+    }
+}

@@ -23,3 +23,4 @@ pub mod learned;
 pub mod outcome;
 pub mod preemption;
 pub mod queue;
+pub mod stop;

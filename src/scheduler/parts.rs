@@ -117,6 +117,9 @@ pub struct Due {
     pub dispatch_needed: bool,
     /// A tick did not write the status files; write them when due.
     pub status_stale: bool,
+    /// Signals received since the last tick (libc numbers), in order; the
+    /// tick's first phase acts on them.
+    pub signals: Vec<i32>,
 }
 
 impl Default for Due {
@@ -127,6 +130,7 @@ impl Default for Due {
             requests_due: true,
             dispatch_needed: true,
             status_stale: false,
+            signals: Vec::new(),
         }
     }
 }

@@ -5,10 +5,8 @@
 //! them and records what happened; the next tick acts on it.
 
 use super::Scheduler;
-use crate::console::{say, warn};
+use crate::console::warn;
 use crate::files::absolute;
-use crate::policy::kill::KillReason;
-use crate::process;
 use crate::state::Mode;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -335,9 +333,8 @@ impl Scheduler {
                 Wake::Signal(signal_hook::consts::SIGCHLD) | Wake::ExitRecord => {
                     self.due.sample_now = true;
                 }
-                Wake::Signal(signal_hook::consts::SIGHUP) => self.on_hangup(),
-                Wake::Signal(signal_hook::consts::SIGUSR1) => self.on_keep_jobs(),
-                Wake::Signal(signal) => self.on_stop_signal(signal),
+                // Acted on by the tick's first phase (`phases/stopping.rs`).
+                Wake::Signal(signal) => self.due.signals.push(signal),
                 Wake::FileChanged => self.core.jobs.stamp = None,
                 Wake::Request => self.due.requests_due = true,
                 Wake::Report => self.due.sample_now = true,
@@ -346,113 +343,7 @@ impl Scheduler {
             }
         }
     }
-
-    /// SIGHUP (docs/BEHAVIOUR.md "Board and terminal"): the terminal or ssh session went away. Not a
-    /// request to stop: say so and keep scheduling. Lines for the lost
-    /// terminal are dropped (write errors on it are ignored).
-    fn on_hangup(&mut self) {
-        say(&format!(
-            "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
-            self.cfg.log_dir.display()
-        ));
-    }
-
-    /// SIGUSR1, from `gpusched stop --keep-jobs` (docs/BEHAVIOUR.md
-    /// "Stopping"): exit at once without touching the running jobs. Ends
-    /// already reported are recorded first; the others run on under their
-    /// supervisor, which writes each one's exit record, and the next start
-    /// on this log directory adopts them and records their outcomes once.
-    fn on_keep_jobs(&mut self) {
-        if self.core.mode.is_stopping() {
-            return;
-        }
-        self.take_reports();
-        let left = self.core.running.len();
-        say(&format!(
-            "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
-            self.cfg.log_dir.display()
-        ));
-        // Forgotten here, not ended: the journal says they started, and
-        // their supervisor outlives us.
-        self.core.running.clear();
-        self.core.mode = Mode::Stopping {
-            hurried: false,
-            give_up_at: Instant::now(),
-        };
-    }
-
-    /// SIGINT / SIGTERM (docs/BEHAVIOUR.md "Stopping"): the first stops
-    /// every running group through the launcher (SIGTERM, SIGKILL after
-    /// the grace; a job that already exited keeps its real outcome); the
-    /// second kills them all at once and ends the scheduler within a
-    /// second ([`Scheduler::stop_now`]).
-    fn on_stop_signal(&mut self, signal: i32) {
-        let name = if signal == signal_hook::consts::SIGINT {
-            "Ctrl-C"
-        } else {
-            "SIGTERM"
-        };
-        let now = Instant::now();
-        if let Mode::Stopping { give_up_at, .. } = self.core.mode {
-            say(&format!("{name} again: killing every running job now"));
-            self.core.mode = Mode::Stopping {
-                hurried: true,
-                give_up_at: give_up_at.min(now + HURRIED_STOP),
-            };
-            for job in self.core.running.values_mut() {
-                if let Some(termination) = job.kill.as_mut().and_then(|k| k.termination.as_mut()) {
-                    termination.hurry(now);
-                }
-            }
-            return;
-        }
-        // Ends already reported are taken first: their real outcome is
-        // recorded, and they are not signalled.
-        self.take_reports();
-        // A cluster's jobs are not ours to stop.
-        let before = self.core.running.len();
-        self.core
-            .running
-            .retain(|_, job| !job.proc.outlives_scheduler());
-        if self.core.running.len() < before {
-            say(&format!(
-                "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
-                before - self.core.running.len()
-            ));
-        }
-        say(&format!(
-            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
-            self.core.running.len(),
-            process::KILL_GRACE.as_secs()
-        ));
-        self.core.mode = Mode::Stopping {
-            hurried: false,
-            give_up_at: now + process::KILL_GRACE + STOP_MARGIN,
-        };
-        // An adopted group we cannot verify is never signalled: leave it
-        // running; the next start adopts it.
-        self.core.running.retain(|_, job| {
-            if !job.may_signal() {
-                say(&format!(
-                    "job {} (process group {}) cannot be verified as ours; leaving it running",
-                    job.no, job.pgid
-                ));
-            }
-            job.may_signal()
-        });
-        for job in self.core.running.values_mut() {
-            let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.io.launcher);
-        }
-    }
 }
-
-/// How long after the grace a stopping scheduler waits for the last
-/// reports before it exits anyway.
-pub const STOP_MARGIN: Duration = Duration::from_secs(1);
-
-/// How long after a second Ctrl-C the scheduler waits for the reports of
-/// the jobs it just killed before it exits anyway.
-pub const HURRIED_STOP: Duration = Duration::from_secs(1);
 
 /// Forwards SIGINT, SIGTERM, SIGCHLD, SIGHUP and SIGUSR1 to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.

@@ -173,9 +173,7 @@ impl Scheduler {
         }
         let before = loads.clone();
         let Round {
-            indices,
-            requests,
-            placements,
+            planned,
             ready,
             held,
             reasons,
@@ -186,20 +184,13 @@ impl Scheduler {
         // our quota keeps waiting, which no free memory would start.
         let over_quota: std::collections::HashSet<&String> =
             reasons.iter().map(|(k, _)| k).collect();
-        let waiting: Vec<Request> = indices
+        let waiting: Vec<Request> = planned
             .iter()
-            .zip(&requests)
-            .zip(&placements)
-            .filter(|((index, _), p)| {
-                **p == Placement::NotNow && !over_quota.contains(&self.core.jobs.specs[**index].key)
-            })
-            .map(|((_, r), _)| *r)
+            .filter(|p| p.waits() && !over_quota.contains(&self.core.jobs.specs[p.index].key))
+            .map(|p| p.request)
             .take(super::box_rules::DEMAND_PUBLISHED)
             .collect();
-        let starting = placements
-            .iter()
-            .filter(|p| **p != Placement::NotNow)
-            .count();
+        let starting = planned.iter().filter(|p| !p.waits()).count();
         self.set_demand(&waiting, (ready + held_back - starting) as u64);
         if ready == 0 {
             self.set_wait_reasons(held.into_iter().collect());
@@ -209,25 +200,20 @@ impl Scheduler {
         let mut dispatched = self.core.jobs.specs.len() - ready - held_back;
         self.round.pending_at_last_round = ready;
         let mut decided = Decided::default();
-        for ((index, request), placement) in indices.iter().zip(&requests).zip(&placements) {
-            if *placement != Placement::NotNow {
-                self.decide(*index, request, placement, &mut dispatched, &mut decided);
-            }
+        for p in planned.iter().filter(|p| !p.waits()) {
+            self.decide(
+                p.index,
+                &p.request,
+                &p.placement,
+                &mut dispatched,
+                &mut decided,
+            );
         }
         let starts = self.book_starts(decided.starts, booking);
-        self.guard_against_starvation(
-            &indices,
-            &requests,
-            &placements,
-            &before,
-            reservation.is_some(),
-            now,
-        )?;
-        self.preempt_for_first_blocked(&indices, &requests, &placements, now);
+        self.guard_against_starvation(&planned, &before, reservation.is_some(), now)?;
+        self.preempt_for_first_blocked(&planned, now);
         self.record_wait_reasons(
-            &indices,
-            &requests,
-            &placements,
+            &planned,
             &loads,
             reservation.as_ref(),
             held.into_iter().chain(reasons).collect(),
@@ -445,9 +431,11 @@ impl Scheduler {
                 Admission::Never(why) => {
                     self.ungroup(index, &mut in_group);
                     round.ready += 1;
-                    round.indices.push(index);
-                    round.requests.push(request);
-                    round.placements.push(Placement::Infeasible(why));
+                    round.planned.push(Planned {
+                        index,
+                        request,
+                        placement: Placement::Infeasible(why),
+                    });
                     continue;
                 }
             };
@@ -486,7 +474,7 @@ impl Scheduler {
                 waiting_kept += 1;
             }
             if let Some((_, gpu_mask, no)) = reserved.filter(|_| is_reserved) {
-                let request_index = round.indices.len();
+                let request_index = round.planned.len();
                 round.reservation = Some((
                     Reservation {
                         request_index,
@@ -495,9 +483,11 @@ impl Scheduler {
                     no,
                 ));
             }
-            round.indices.push(index);
-            round.requests.push(request);
-            round.placements.push(placement);
+            round.planned.push(Planned {
+                index,
+                request,
+                placement,
+            });
         }
         round.held.extend(group_held);
         round
@@ -554,21 +544,17 @@ impl Scheduler {
     /// waiting jobs the views list), with the dependency-held ones.
     fn record_wait_reasons(
         &mut self,
-        indices: &[usize],
-        requests: &[Request],
-        placements: &[Placement],
+        planned: &[Planned],
         loads: &[GpuLoad],
         reservation: Option<&(Reservation, u32)>,
         held: Vec<(String, WaitReason)>,
     ) {
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
-        let reasons = indices
+        let reasons = planned
             .iter()
-            .zip(requests)
-            .zip(placements)
-            .filter(|(_, placement)| **placement == Placement::NotNow)
+            .filter(|p| p.waits())
             .take(crate::view::status::JSON_LIST_LIMIT)
-            .map(|((index, request), _)| {
+            .map(|Planned { index, request, .. }| {
                 let reason = by_request.entry(*request).or_insert_with(|| {
                     super::reservations::held_for(request, loads, &self.cfg.place, reservation)
                         .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
@@ -589,13 +575,32 @@ impl Scheduler {
     }
 }
 
-/// What [`Scheduler::plan_round`] keeps of a round: parallel lists of the
-/// jobs it kept (spec index, request, placement), in queue order.
+/// One job a placement round kept: its line in the jobs file, what it
+/// asked for, and what placement said.
+#[derive(Debug, Clone, PartialEq)]
+pub(in crate::scheduler) struct Planned {
+    /// Its index in the jobs file's specs.
+    pub index: usize,
+    /// What it asked for.
+    pub request: Request,
+    /// Start, infeasible, or not now.
+    pub placement: Placement,
+}
+
+impl Planned {
+    /// Whether it waits (placement said not now).
+    pub fn waits(&self) -> bool {
+        self.placement == Placement::NotNow
+    }
+}
+
+/// What [`Scheduler::plan_round`] keeps of a round: the jobs it kept, in
+/// queue order, and what it counted of the others.
 #[derive(Default)]
 struct Round {
-    indices: Vec<usize>,
-    requests: Vec<Request>,
-    placements: Vec<Placement>,
+    /// The jobs that start or are infeasible, the reserved job, and the
+    /// first that wait, in queue order.
+    planned: Vec<Planned>,
     /// Ready jobs placed this round, kept or not.
     ready: usize,
     /// Jobs held back by `after=`, a group or the quota, with why.

@@ -48,6 +48,7 @@ mod publish;
 mod requests;
 mod reservations;
 mod sampling;
+mod stopping;
 mod submit;
 mod timeouts;
 mod told;

@@ -4,7 +4,6 @@
 //! with [`KillReason::Preempt`]; the outcome (`preempted`, pending again,
 //! no retry used) is decided in [`crate::policy::outcome`].
 
-use crate::allocation::{Placement, Request};
 use crate::console::say;
 use crate::policy::kill::KillReason;
 use crate::policy::preemption::{self, Candidate};
@@ -19,9 +18,7 @@ impl Scheduler {
     /// One preemption at a time: none while a victim is still stopping.
     pub(in crate::scheduler) fn preempt_for_first_blocked(
         &mut self,
-        indices: &[usize],
-        requests: &[Request],
-        placements: &[Placement],
+        planned: &[super::dispatch::Planned],
         now: Instant,
     ) {
         if self
@@ -32,10 +29,10 @@ impl Scheduler {
         {
             return;
         }
-        let Some(first) = placements.iter().position(|p| *p == Placement::NotNow) else {
+        let Some(first) = planned.iter().find(|p| p.waits()) else {
             return;
         };
-        let file_index = indices[first];
+        let file_index = first.index;
         let keys: Vec<String> = self.core.running.keys().cloned().collect();
         let candidates: Vec<Candidate> = keys
             .iter()
@@ -57,7 +54,7 @@ impl Scheduler {
             return;
         }
         let victims = preemption::choose_victims(
-            &requests[first],
+            &first.request,
             file_index,
             &candidates,
             &self.cfg.place,

@@ -42,9 +42,7 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn guard_against_starvation(
         &mut self,
-        indices: &[usize],
-        requests: &[Request],
-        placements: &[Placement],
+        planned: &[super::dispatch::Planned],
         loads: &[GpuLoad],
         reserved: bool,
         now: Instant,
@@ -53,10 +51,10 @@ impl Scheduler {
             self.round.blocked_first = None;
             return Ok(());
         }
-        let first = placements
+        let first = planned
             .iter()
-            .position(|p| *p == Placement::NotNow)
-            .map(|i| (self.core.jobs.specs[indices[i]].key.clone(), requests[i]));
+            .find(|p| p.waits())
+            .map(|p| (self.core.jobs.specs[p.index].key.clone(), p.request));
         let Some((key, request)) = first else {
             self.round.blocked_first = None;
             return Ok(());

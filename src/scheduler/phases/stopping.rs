@@ -1,0 +1,118 @@
+//! Phase 0: the signals the last wait recorded (docs/BEHAVIOUR.md
+//! "Stopping", "Board and terminal"). The wake source only records them;
+//! [`crate::policy::stop::on_signal`] decides; this phase says it and
+//! applies it: SIGHUP keeps scheduling, SIGUSR1 leaves the jobs to their
+//! supervisor, the first SIGINT/SIGTERM stops every running group through
+//! the launcher (SIGTERM, SIGKILL after the grace; a job that already
+//! exited keeps its real outcome), the second kills them all at once.
+
+use crate::console::say;
+use crate::policy::kill::KillReason;
+use crate::policy::stop::{Stop, on_signal, signal_name};
+use crate::process;
+use crate::scheduler::Scheduler;
+use crate::state::Mode;
+use std::time::Instant;
+
+impl Scheduler {
+    /// Applies the signals recorded since the last tick, in order.
+    pub(in crate::scheduler) fn apply_signals(&mut self) {
+        for signal in std::mem::take(&mut self.due.signals) {
+            let now = Instant::now();
+            let stopping = match self.core.mode {
+                Mode::Stopping { give_up_at, .. } => Some(give_up_at),
+                _ => None,
+            };
+            match on_signal(signal, stopping, now, process::KILL_GRACE) {
+                Stop::KeepScheduling => say(&format!(
+                    "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
+                    self.cfg.log_dir.display()
+                )),
+                Stop::LeaveJobs => self.leave_jobs(),
+                Stop::Begin { give_up_at } => self.begin_stop(signal_name(signal), give_up_at, now),
+                Stop::Hurry { give_up_at } => {
+                    say(&format!(
+                        "{} again: killing every running job now",
+                        signal_name(signal)
+                    ));
+                    self.core.mode = Mode::Stopping {
+                        hurried: true,
+                        give_up_at,
+                    };
+                    for job in self.core.running.values_mut() {
+                        if let Some(termination) =
+                            job.kill.as_mut().and_then(|k| k.termination.as_mut())
+                        {
+                            termination.hurry(now);
+                        }
+                    }
+                }
+                Stop::Nothing => {}
+            }
+        }
+    }
+
+    /// SIGUSR1, from `gpusched stop --keep-jobs`: exit at once without
+    /// touching the running jobs. Ends already reported are recorded
+    /// first; the others run on under their supervisor, which writes each
+    /// one's exit record, and the next start on this log directory adopts
+    /// them and records their outcomes once.
+    fn leave_jobs(&mut self) {
+        self.take_reports();
+        let left = self.core.running.len();
+        say(&format!(
+            "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
+            self.cfg.log_dir.display()
+        ));
+        // Forgotten here, not ended: the journal says they started, and
+        // their supervisor outlives us.
+        self.core.running.clear();
+        self.core.mode = Mode::Stopping {
+            hurried: false,
+            give_up_at: Instant::now(),
+        };
+    }
+
+    /// The first SIGINT or SIGTERM (`name`): every running group of ours
+    /// gets SIGTERM through the launcher now and SIGKILL after the grace;
+    /// the scheduler exits by `give_up_at` (`phases/exit.rs`).
+    fn begin_stop(&mut self, name: &str, give_up_at: Instant, now: Instant) {
+        // Ends already reported are taken first: their real outcome is
+        // recorded, and they are not signalled.
+        self.take_reports();
+        // A cluster's jobs are not ours to stop.
+        let before = self.core.running.len();
+        self.core
+            .running
+            .retain(|_, job| !job.proc.outlives_scheduler());
+        if self.core.running.len() < before {
+            say(&format!(
+                "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
+                before - self.core.running.len()
+            ));
+        }
+        say(&format!(
+            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
+            self.core.running.len(),
+            process::KILL_GRACE.as_secs()
+        ));
+        self.core.mode = Mode::Stopping {
+            hurried: false,
+            give_up_at,
+        };
+        // An adopted group we cannot verify is never signalled: leave it
+        // running; the next start adopts it.
+        self.core.running.retain(|_, job| {
+            if !job.may_signal() {
+                say(&format!(
+                    "job {} (process group {}) cannot be verified as ours; leaving it running",
+                    job.no, job.pgid
+                ));
+            }
+            job.may_signal()
+        });
+        for job in self.core.running.values_mut() {
+            let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.io.launcher);
+        }
+    }
+}

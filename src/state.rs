@@ -293,21 +293,11 @@ pub struct JobsFile {
     pub path: PathBuf,
     /// The jobs of the last good parse, in file order.
     pub specs: Vec<JobSpec>,
-    /// Hash of the last text read (parsed or not), to skip re-parsing.
-    pub text_hash: Option<u64>,
-    /// Length and hash of the last text that parsed, to tell an append.
-    pub good_text: Option<(usize, u64)>,
-    /// Whether some line is known by its key under the older identity rule
-    /// (then appends are parsed with the whole file).
-    pub legacy_keys_in_use: bool,
-    /// The last problem reported, so each distinct problem is warned once.
-    pub last_error: Option<String>,
-    /// The stamp at the last read; `None` forces a re-read.
-    pub stamp: Option<FileStamp>,
     /// Bumped whenever the queue is replaced.
     pub generation: u64,
-    /// A read not yet believed.
-    pub unsettled: Option<Unsettled>,
+    /// What is known of the file on disk: its stamp, the last text's hash,
+    /// a read not yet believed, the last problem reported.
+    pub source: FileSource,
     /// Each job's `after=` dependencies, resolved to keys (docs/BEHAVIOUR.md "Queue policy").
     pub after: std::collections::HashMap<String, Vec<String>>,
     /// The dependencies (of `after`) whose line is in the file, so the
@@ -335,6 +325,26 @@ pub struct JobsFile {
     pub groups_warned: Option<String>,
 }
 
+/// What the scheduler knows of the jobs file on disk, to tell an unchanged
+/// save, an append and an unsettled read from a change
+/// (docs/BEHAVIOUR.md "The live queue").
+#[derive(Default)]
+pub struct FileSource {
+    /// Hash of the last text read (parsed or not), to skip re-parsing.
+    pub text_hash: Option<u64>,
+    /// Length and hash of the last text that parsed, to tell an append.
+    pub good_text: Option<(usize, u64)>,
+    /// Whether some line is known by its key under the older identity rule
+    /// (then appends are parsed with the whole file).
+    pub legacy_keys_in_use: bool,
+    /// The last problem reported, so each distinct problem is warned once.
+    pub last_error: Option<String>,
+    /// The stamp at the last read; `None` forces a re-read.
+    pub stamp: Option<FileStamp>,
+    /// A read not yet believed.
+    pub unsettled: Option<Unsettled>,
+}
+
 /// A state id that is not known ([`JobsFile::state_of`] then looks the key
 /// up).
 pub const NO_STATE: u32 = u32::MAX;
@@ -346,12 +356,10 @@ impl JobsFile {
         JobsFile {
             path,
             specs: Vec::new(),
-            text_hash: None,
-            good_text: None,
-            legacy_keys_in_use: false,
-            last_error: None,
-            stamp,
-            unsettled: None,
+            source: FileSource {
+                stamp,
+                ..Default::default()
+            },
             generation: 0,
             after: HashMap::new(),
             deps_in_file: Default::default(),

@@ -667,5 +667,24 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
     None
 }
 
+/// One job a placement round kept: its line in the jobs file, what it
+/// asked for, and what placement said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// Its index in the jobs file's specs.
+    pub index: usize,
+    /// What it asked for.
+    pub request: Request,
+    /// Start, infeasible, or not now.
+    pub placement: Placement,
+}
+
+impl Planned {
+    /// Whether it waits (placement said not now).
+    pub fn waits(&self) -> bool {
+        self.placement == Placement::NotNow
+    }
+}
+
 #[cfg(test)]
 mod tests;

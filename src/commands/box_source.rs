@@ -7,7 +7,7 @@ use crate::cli::BoxArgs;
 use crate::gpu::GpuBackend;
 use crate::ledger::store::Ledger;
 use crate::rules::BoxRules;
-use crate::view::box_view::{BoxDoc, build};
+use crate::view::box_view::{BoxDoc, build, gather};
 use std::path::PathBuf;
 
 /// What the box document is read from: the GPUs, the ledger, the rules.
@@ -61,6 +61,7 @@ impl BoxSource {
     pub fn read(&mut self) -> anyhow::Result<BoxDoc> {
         let snapshot = self.backend.snapshot()?;
         self.ledger.refresh();
-        Ok(build(&snapshot, &self.ledger, self.rules.as_ref()))
+        let facts = gather(&snapshot, &self.ledger);
+        Ok(build(&snapshot, &self.ledger, self.rules.as_ref(), &facts))
     }
 }

@@ -304,7 +304,7 @@ impl Scheduler {
         if let Mode::Stopping { give_up_at, .. } = self.core.mode {
             deadline = deadline.min(give_up_at.max(now));
         }
-        if let Some(unsettled) = self.core.jobs.unsettled {
+        if let Some(unsettled) = self.core.jobs.source.unsettled {
             deadline =
                 deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));
         }
@@ -335,7 +335,7 @@ impl Scheduler {
                 }
                 // Acted on by the tick's first phase (`phases/stopping.rs`).
                 Wake::Signal(signal) => self.due.signals.push(signal),
-                Wake::FileChanged => self.core.jobs.stamp = None,
+                Wake::FileChanged => self.core.jobs.source.stamp = None,
                 Wake::Request => self.due.requests_due = true,
                 Wake::Report => self.due.sample_now = true,
                 Wake::LedgerFile => {}

@@ -16,7 +16,7 @@ use crate::rules::share::{self, Standing};
 use crate::view::report;
 use crate::view::status::{BoxUser, PersonalReservation, StatusDoc};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// The box document's `schema` value.
@@ -135,111 +135,59 @@ fn read_status(log_dir: &str) -> Option<StatusDoc> {
     serde_json::from_str(&text).ok()
 }
 
-/// The box document from a snapshot and the ledger.
-pub fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) -> BoxDoc {
-    let now = now_ms();
-    let statuses: Vec<(usize, StatusDoc)> = ledger
+/// What [`build`] needs besides the snapshot and the ledger, read from
+/// files, `/proc` and the clock by [`gather`].
+pub struct BoxFacts {
+    /// Each peer's status.json (by its index in `ledger.peers`), when
+    /// readable and written by that very scheduler.
+    pub statuses: Vec<(usize, StatusDoc)>,
+    /// The process group of each GPU process still running (by pid).
+    pub groups: HashMap<u32, u32>,
+    /// When the facts were read (Unix ms).
+    pub now_ms: u64,
+}
+
+/// Reads what [`build`] needs: the peers' status.json files, the process
+/// groups of the snapshot's processes, and the time.
+pub fn gather(snapshot: &GpuSnapshot, ledger: &Ledger) -> BoxFacts {
+    let statuses = ledger
         .peers
         .iter()
         .enumerate()
         .filter_map(|(i, p)| read_status(&p.log_dir).map(|d| (i, d)))
         .filter(|(i, d)| d.scheduler.pid == ledger.peers[*i].pid)
         .collect();
-    let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
+    let groups = snapshot
+        .processes
+        .iter()
+        .filter_map(|p| crate::process::read_stat(p.pid).map(|s| (p.pid, s.pgrp)))
+        .collect();
+    BoxFacts {
+        statuses,
+        groups,
+        now_ms: now_ms(),
+    }
+}
+
+/// The box document from a snapshot, the ledger and the facts gathered
+/// with them (pure).
+pub fn build(
+    snapshot: &GpuSnapshot,
+    ledger: &Ledger,
+    rules: Option<&BoxRules>,
+    facts: &BoxFacts,
+) -> BoxDoc {
     let gpus = snapshot
         .gpus
         .iter()
-        .map(|g| {
-            let mut held: BTreeMap<&str, Holder> = BTreeMap::new();
-            let mut free_at: Option<(f64, String)> = None;
-            let mut unknown_end = false;
-            for f in ledger
-                .foreign
-                .iter()
-                .filter(|f| f.booking.gpu_uuid == g.uuid)
-            {
-                let h = held.entry(&f.user).or_insert_with(|| Holder {
-                    user: f.user.clone(),
-                    mib: 0,
-                    jobs: 0,
-                    reserved: false,
-                });
-                h.mib = h.mib.saturating_add(f.booking.mib);
-                if f.pid == 0 {
-                    h.reserved = true;
-                } else {
-                    h.jobs += 1;
-                }
-            }
-            for r in ledger
-                .reservations
-                .iter()
-                .filter(|r| r.reservation.gpu_uuid == g.uuid)
-            {
-                let until = r.reservation.until_ms as f64 / 1000.0;
-                if free_at.as_ref().is_none_or(|(t, _)| until > *t) {
-                    free_at = Some((until, "reservation".into()));
-                }
-            }
-            // Each scheduler with jobs here says when its last one ends.
-            for peer in ledger.peers.iter().enumerate() {
-                let (i, p) = peer;
-                let has_jobs = ledger
-                    .foreign
-                    .iter()
-                    .any(|f| f.pid == p.pid && f.booking.gpu_uuid == g.uuid);
-                if !has_jobs {
-                    continue;
-                }
-                let theirs = statuses
-                    .iter()
-                    .find(|(j, _)| *j == i)
-                    .and_then(|(_, d)| d.gpus.iter().find(|x| x.uuid == g.uuid));
-                match theirs
-                    .and_then(|x| x.expected_free.map(|t| (t, x.expected_free_source.clone())))
-                {
-                    Some((t, source)) => {
-                        if free_at.as_ref().is_none_or(|(u, _)| t > *u) {
-                            free_at = Some((t, source.unwrap_or_default()));
-                        }
-                    }
-                    None => unknown_end = true,
-                }
-            }
-            let unscheduled_mib = snapshot
-                .processes
-                .iter()
-                .filter(|p| p.gpu == g.index)
-                .filter(|p| {
-                    crate::process::read_stat(p.pid)
-                        .is_none_or(|s| !booked_groups.contains(&s.pgrp))
-                })
-                .filter_map(|p| p.used_mib)
-                .sum();
-            let (expected_free, expected_free_source) = match (free_at, unknown_end) {
-                (Some((t, source)), false) => (Some(t), Some(source)),
-                _ => (None, None),
-            };
-            BoxGpu {
-                index: g.index,
-                uuid: g.uuid.clone(),
-                name: g.name.clone(),
-                total_mib: g.total_mib,
-                used_mib: g.used_mib,
-                util_percent: g.util_percent,
-                held: held.into_values().collect(),
-                unscheduled_mib,
-                expected_free,
-                expected_free_source,
-            }
-        })
+        .map(|g| box_gpu(g, snapshot, ledger, facts))
         .collect();
     let queues: Vec<BoxQueue> = ledger
         .peers
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let status = statuses.iter().find(|(j, _)| *j == i).map(|(_, d)| d);
+            let status = facts.statuses.iter().find(|(j, _)| *j == i).map(|(_, d)| d);
             BoxQueue {
                 user: p.user.clone(),
                 pid: p.pid,
@@ -253,7 +201,7 @@ pub fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) 
         .collect();
     BoxDoc {
         schema: SCHEMA.to_string(),
-        updated: now as f64 / 1000.0,
+        updated: facts.now_ms as f64 / 1000.0,
         rules_file: rules.map(|r| r.path.display().to_string()),
         gpus,
         users: users(ledger, rules, &queues),
@@ -263,6 +211,101 @@ pub fn build(snapshot: &GpuSnapshot, ledger: &Ledger, rules: Option<&BoxRules>) 
             .map(PersonalReservation::from)
             .collect(),
         queues,
+    }
+}
+
+/// One GPU of the box: who holds it (bookings and reservations), the
+/// memory no scheduler booked, and when it is expected to be free — the
+/// latest of its reservations' ends and each holding scheduler's own
+/// expectation, unknown when one of them does not know.
+fn box_gpu(
+    g: &crate::gpu::GpuInfo,
+    snapshot: &GpuSnapshot,
+    ledger: &Ledger,
+    facts: &BoxFacts,
+) -> BoxGpu {
+    let mut held: BTreeMap<&str, Holder> = BTreeMap::new();
+    let mut free_at: Option<(f64, String)> = None;
+    let mut unknown_end = false;
+    for f in ledger
+        .foreign
+        .iter()
+        .filter(|f| f.booking.gpu_uuid == g.uuid)
+    {
+        let h = held.entry(&f.user).or_insert_with(|| Holder {
+            user: f.user.clone(),
+            mib: 0,
+            jobs: 0,
+            reserved: false,
+        });
+        h.mib = h.mib.saturating_add(f.booking.mib);
+        if f.pid == 0 {
+            h.reserved = true;
+        } else {
+            h.jobs += 1;
+        }
+    }
+    for r in ledger
+        .reservations
+        .iter()
+        .filter(|r| r.reservation.gpu_uuid == g.uuid)
+    {
+        let until = r.reservation.until_ms as f64 / 1000.0;
+        if free_at.as_ref().is_none_or(|(t, _)| until > *t) {
+            free_at = Some((until, "reservation".into()));
+        }
+    }
+    // Each scheduler with jobs here says when its last one ends.
+    for (i, p) in ledger.peers.iter().enumerate() {
+        let has_jobs = ledger
+            .foreign
+            .iter()
+            .any(|f| f.pid == p.pid && f.booking.gpu_uuid == g.uuid);
+        if !has_jobs {
+            continue;
+        }
+        let theirs = facts
+            .statuses
+            .iter()
+            .find(|(j, _)| *j == i)
+            .and_then(|(_, d)| d.gpus.iter().find(|x| x.uuid == g.uuid));
+        match theirs.and_then(|x| x.expected_free.map(|t| (t, x.expected_free_source.clone()))) {
+            Some((t, source)) => {
+                if free_at.as_ref().is_none_or(|(u, _)| t > *u) {
+                    free_at = Some((t, source.unwrap_or_default()));
+                }
+            }
+            None => unknown_end = true,
+        }
+    }
+    let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
+    let unscheduled_mib = snapshot
+        .processes
+        .iter()
+        .filter(|p| p.gpu == g.index)
+        .filter(|p| {
+            facts
+                .groups
+                .get(&p.pid)
+                .is_none_or(|pgrp| !booked_groups.contains(pgrp))
+        })
+        .filter_map(|p| p.used_mib)
+        .sum();
+    let (expected_free, expected_free_source) = match (free_at, unknown_end) {
+        (Some((t, source)), false) => (Some(t), Some(source)),
+        _ => (None, None),
+    };
+    BoxGpu {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        name: g.name.clone(),
+        total_mib: g.total_mib,
+        used_mib: g.used_mib,
+        util_percent: g.util_percent,
+        held: held.into_values().collect(),
+        unscheduled_mib,
+        expected_free,
+        expected_free_source,
     }
 }
 

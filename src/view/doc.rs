@@ -298,7 +298,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             backend_detail: input.backend_detail.clone(),
             state: input.state,
             paused_reason: input.paused_reason.map(str::to_string),
-            jobs_file_problem: input.jobs.last_error.clone(),
+            jobs_file_problem: input.jobs.source.last_error.clone(),
             queue_paused: input.control.paused,
             drained: input.control.drained.iter().copied().collect(),
             reservation: input.journal.reservation().and_then(|(key, gpus)| {

@@ -1,5 +1,6 @@
-//! The crate's modules form layers (docs/ARCHITECTURE.md "Layers"): no
-//! import cycle among the top-level modules, and none among files. Reads
+//! The crate's shape (docs/ARCHITECTURE.md "Layers"): no import cycle
+//! among the top-level modules, none among files, and no function over
+//! 100 lines outside test code. Reads
 //! `src/` and follows every `crate::…` and `super::…` path outside test
 //! code; a child using its ancestor (an `impl` in a submodule) is not an
 //! edge. Fails naming the modules of the first cycle it finds.
@@ -193,4 +194,75 @@ fn the_cycle_finder_finds_a_planted_cycle() {
         "booking".into(),
         "x".into()
     ]));
+}
+
+/// Functions of `code` longer than `limit` lines, as (name, first line,
+/// length): a `fn` line up to the `}` at its own indentation.
+fn long_functions(code: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let after = [
+            "pub(in crate::scheduler) ",
+            "pub(super) ",
+            "pub(crate) ",
+            "pub ",
+            "",
+        ]
+        .iter()
+        .find_map(|p| trimmed.strip_prefix(p))
+        .unwrap_or(trimmed);
+        let Some(rest) = after.strip_prefix("fn ") else {
+            continue;
+        };
+        let Some(open) = lines[at..]
+            .iter()
+            .position(|l| l.trim_end().ends_with('{') || l.trim_end().ends_with(';'))
+        else {
+            continue;
+        };
+        if lines[at + open].trim_end().ends_with(';') {
+            continue;
+        }
+        let end = format!("{indent}}}");
+        if let Some(close) = lines[at + open..].iter().position(|l| *l == end) {
+            let length = open + close + 1;
+            if length > limit {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push((name, at + 1, length));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut long = Vec::new();
+    for (module, code) in modules() {
+        for (name, line, length) in long_functions(&code, 100) {
+            long.push(format!(
+                "src/{}: {name} at line {line}, {length} lines",
+                module.join("/")
+            ));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 100 lines:\n{}",
+        long.join("\n")
+    );
+    let planted = format!(
+        "fn short() {{\n}}\n    pub fn long() {{\n{}    }}\n",
+        "        x;\n".repeat(120)
+    );
+    assert_eq!(
+        long_functions(&planted, 100),
+        vec![("long".to_string(), 3, 122)]
+    );
 }

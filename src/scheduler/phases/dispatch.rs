@@ -6,7 +6,7 @@
 
 use super::box_rules::Admission;
 use crate::allocation::{
-    self, GpuLoad, Occupant, Placement, Planner, Request, Reservation, WaitReason,
+    self, GpuLoad, Occupant, Placement, Planned, Planner, Request, Reservation, WaitReason,
 };
 use crate::console::say;
 use crate::model::DoneStatus;
@@ -180,18 +180,7 @@ impl Scheduler {
             reservation,
         } = self.plan_round(&mut loads);
         let held_back = held.len();
-        // What our waiting jobs need, for others' fair share: not those
-        // our quota keeps waiting, which no free memory would start.
-        let over_quota: std::collections::HashSet<&String> =
-            reasons.iter().map(|(k, _)| k).collect();
-        let waiting: Vec<Request> = planned
-            .iter()
-            .filter(|p| p.waits() && !over_quota.contains(&self.core.jobs.specs[p.index].key))
-            .map(|p| p.request)
-            .take(super::box_rules::DEMAND_PUBLISHED)
-            .collect();
-        let starting = planned.iter().filter(|p| !p.waits()).count();
-        self.set_demand(&waiting, (ready + held_back - starting) as u64);
+        self.publish_demand(&planned, &reasons, ready + held_back);
         if ready == 0 {
             self.set_wait_reasons(held.into_iter().collect());
             return Ok(());
@@ -220,6 +209,27 @@ impl Scheduler {
         );
         self.end_infeasible(decided.infeasible)?;
         self.launch_round(starts)
+    }
+
+    /// Publishes what our waiting jobs need, for others' fair share: not
+    /// those our quota keeps waiting (`over_quota`), which no free memory
+    /// would start; `considered` jobs were ready or held back this round.
+    fn publish_demand(
+        &mut self,
+        planned: &[Planned],
+        over_quota: &[(String, WaitReason)],
+        considered: usize,
+    ) {
+        let over_quota: std::collections::HashSet<&String> =
+            over_quota.iter().map(|(k, _)| k).collect();
+        let waiting: Vec<Request> = planned
+            .iter()
+            .filter(|p| p.waits() && !over_quota.contains(&self.core.jobs.specs[p.index].key))
+            .map(|p| p.request)
+            .take(super::box_rules::DEMAND_PUBLISHED)
+            .collect();
+        let starting = planned.iter().filter(|p| !p.waits()).count();
+        self.set_demand(&waiting, (considered - starting) as u64);
     }
 
     /// While the queue is paused (`gpusched pause`, docs/BEHAVIOUR.md "Queue policy"), the first
@@ -381,6 +391,18 @@ impl Scheduler {
         })
     }
 
+    /// The journal's priority reservation, if its job is ready now: the
+    /// job's index in the specs, the reserved GPUs as a mask, and its
+    /// display number.
+    fn reserved_now(&self) -> Option<(usize, u64, u32)> {
+        let (key, gpus) = self.io.journal.reservation()?;
+        let index = self.core.jobs.index_of(key)?;
+        let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
+        let ready = pending && self.readiness_of(key) == Readiness::Ready;
+        let no = self.io.journal.state(key).map_or(0, |s| s.no);
+        ready.then(|| (index, crate::model::gpu_mask(gpus), no))
+    }
+
     /// One placement round over the ready jobs in queue order, streamed
     /// through a [`Planner`]: it keeps every job that starts or is
     /// infeasible, the reserved job, and the first jobs that wait (as many
@@ -389,14 +411,7 @@ impl Scheduler {
     /// over a million waiting lines thus holds a few hundred placements,
     /// not a million (about 80 MB).
     fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
-        // The journal's reservation applies if its job is ready now.
-        let reserved = self.io.journal.reservation().and_then(|(key, gpus)| {
-            let index = self.core.jobs.index_of(key)?;
-            let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
-            let ready = pending && self.readiness_of(key) == Readiness::Ready;
-            let no = self.io.journal.state(key).map_or(0, |s| s.no);
-            ready.then(|| (index, crate::model::gpu_mask(gpus), no))
-        });
+        let reserved = self.reserved_now();
         let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
         let mut round = Round::default();
         let mut waiting_kept = 0;
@@ -572,25 +587,6 @@ impl Scheduler {
             self.round.wait_reasons = reasons;
             self.round.reasons_generation += 1;
         }
-    }
-}
-
-/// One job a placement round kept: its line in the jobs file, what it
-/// asked for, and what placement said.
-#[derive(Debug, Clone, PartialEq)]
-pub(in crate::scheduler) struct Planned {
-    /// Its index in the jobs file's specs.
-    pub index: usize,
-    /// What it asked for.
-    pub request: Request,
-    /// Start, infeasible, or not now.
-    pub placement: Placement,
-}
-
-impl Planned {
-    /// Whether it waits (placement said not now).
-    pub fn waits(&self) -> bool {
-        self.placement == Placement::NotNow
     }
 }
 

@@ -46,7 +46,7 @@ impl Scheduler {
             say("the log directory can be written again; dispatching resumes");
             self.core.mode = Mode::Scheduling;
             self.due.dispatch_needed = true;
-            self.core.jobs.stamp = None;
+            self.core.jobs.source.stamp = None;
         }
     }
 }

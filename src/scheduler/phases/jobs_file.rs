@@ -21,12 +21,12 @@ impl Scheduler {
     /// Errors: the journal cannot record newly seen jobs.
     pub(in crate::scheduler) fn reload_jobs_file(&mut self) -> anyhow::Result<()> {
         let stamp = FileStamp::of(&self.core.jobs.path);
-        if stamp.is_some() && stamp == self.core.jobs.stamp {
+        if stamp.is_some() && stamp == self.core.jobs.source.stamp {
             return Ok(());
         }
         // First a streamed read that keeps only what was appended: the
         // common edit, and the whole of a save that changed nothing.
-        let known = self.core.jobs.good_text.map_or(0, |(len, _)| len);
+        let known = self.core.jobs.source.good_text.map_or(0, |(len, _)| len);
         let digest = match file_digest::digest(&self.core.jobs.path, known) {
             Ok(digest) => digest,
             Err(e) => {
@@ -34,17 +34,17 @@ impl Scheduler {
                 return Ok(());
             }
         };
-        if self.core.jobs.text_hash == Some(digest.hash) {
-            self.core.jobs.stamp = stamp;
-            self.core.jobs.unsettled = None;
+        if self.core.jobs.source.text_hash == Some(digest.hash) {
+            self.core.jobs.source.stamp = stamp;
+            self.core.jobs.source.unsettled = None;
             return Ok(());
         }
         if digest.unfinished && !self.settled(stamp) {
             return Ok(());
         }
-        self.core.jobs.unsettled = None;
-        self.core.jobs.stamp = stamp;
-        let good_hash = self.core.jobs.good_text.map(|(_, hash)| hash);
+        self.core.jobs.source.unsettled = None;
+        self.core.jobs.source.stamp = stamp;
+        let good_hash = self.core.jobs.source.good_text.map(|(_, hash)| hash);
         if let Some(after) = digest.after_known
             && Some(after.prefix_hash) == good_hash
             && after.prefix_ends_line
@@ -54,7 +54,7 @@ impl Scheduler {
                 Ok(true) => return Ok(()),
                 Ok(false) => {} // not a plain append after all: parse it all
                 Err(e) => {
-                    self.core.jobs.stamp = None; // read it again once writes work
+                    self.core.jobs.source.stamp = None; // read it again once writes work
                     return Err(e);
                 }
             }
@@ -63,7 +63,7 @@ impl Scheduler {
             Ok(bytes) => match jobspec::decode(bytes) {
                 Ok(text) => text,
                 Err(e) => {
-                    self.core.jobs.stamp = stamp;
+                    self.core.jobs.source.stamp = stamp;
                     self.warn_file_problem(format!(
                         "{}: {e} — edit ignored, keeping the last good queue",
                         self.core.jobs.path.display()
@@ -79,7 +79,7 @@ impl Scheduler {
         let text_hash = TextHash::of(&text);
         if text_hash != digest.hash && !text.ends_with('\n') && !self.settled(stamp) {
             // Changed since the digest, and caught mid-save this time.
-            self.core.jobs.stamp = None;
+            self.core.jobs.source.stamp = None;
             return Ok(());
         }
         match jobspec::parse_jobs(&text).and_then(|mut specs| {
@@ -87,19 +87,19 @@ impl Scheduler {
             Ok((specs, after))
         }) {
             Ok((specs, after)) => {
-                if self.core.jobs.last_error.take().is_some() {
+                if self.core.jobs.source.last_error.take().is_some() {
                     say(&format!(
                         "{} parses again; queue updated",
                         self.core.jobs.path.display()
                     ));
                 }
                 if let Err(e) = self.install_specs(text.len(), text_hash, specs, after) {
-                    self.core.jobs.stamp = None; // read it again once writes work
+                    self.core.jobs.source.stamp = None; // read it again once writes work
                     return Err(e);
                 }
             }
             Err(e) => {
-                self.core.jobs.text_hash = Some(text_hash);
+                self.core.jobs.source.text_hash = Some(text_hash);
                 self.warn_file_problem(format!(
                     "{}: {e} — edit ignored, keeping the last good queue",
                     self.core.jobs.path.display()
@@ -112,7 +112,7 @@ impl Scheduler {
     /// The jobs file could not be read: the last good queue stays, with one
     /// warning per distinct problem.
     fn unreadable(&mut self, stamp: Option<FileStamp>, error: &std::io::Error) {
-        self.core.jobs.stamp = stamp;
+        self.core.jobs.source.stamp = stamp;
         self.warn_file_problem(format!(
             "cannot read {} ({error}); keeping the last good queue, running jobs are unaffected",
             self.core.jobs.path.display()
@@ -138,20 +138,21 @@ impl Scheduler {
         let Ok(mut new) = jobspec::parse_appended(&self.core.jobs.specs, first_line, tail) else {
             return Ok(false);
         };
-        if new.iter().any(|s| !s.after().is_empty()) || self.core.jobs.legacy_keys_in_use {
+        if new.iter().any(|s| !s.after().is_empty()) || self.core.jobs.source.legacy_keys_in_use {
             return Ok(false);
         }
         if self.resolve_after(&mut new).is_err() {
             return Ok(false);
         }
-        if self.core.jobs.last_error.take().is_some() {
+        if self.core.jobs.source.last_error.take().is_some() {
             say(&format!(
                 "{} parses again; queue updated",
                 self.core.jobs.path.display()
             ));
         }
         let ids = self.record_seen(&new)?;
-        self.core.jobs.legacy_keys_in_use |= new.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.source.legacy_keys_in_use |=
+            new.iter().any(|s| s.legacy_key() == Some(&s.key));
         self.core.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
@@ -168,10 +169,10 @@ impl Scheduler {
             return true;
         };
         let now = Instant::now();
-        match self.core.jobs.unsettled {
+        match self.core.jobs.source.unsettled {
             Some(u) if u.stamp == stamp => now >= u.since + SETTLE,
             _ => {
-                self.core.jobs.unsettled = Some(Unsettled { stamp, since: now });
+                self.core.jobs.source.unsettled = Some(Unsettled { stamp, since: now });
                 false
             }
         }
@@ -179,9 +180,9 @@ impl Scheduler {
 
     /// Warns about a jobs-file problem, once per distinct message.
     fn warn_file_problem(&mut self, message: String) {
-        if self.core.jobs.last_error.as_deref() != Some(message.as_str()) {
+        if self.core.jobs.source.last_error.as_deref() != Some(message.as_str()) {
             warn(&message);
-            self.core.jobs.last_error = Some(message);
+            self.core.jobs.source.last_error = Some(message);
         }
     }
 
@@ -243,7 +244,8 @@ impl Scheduler {
             .filter(|s| deps.contains(&s.key))
             .map(|s| s.key.clone())
             .collect();
-        self.core.jobs.legacy_keys_in_use = specs.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.source.legacy_keys_in_use =
+            specs.iter().any(|s| s.legacy_key() == Some(&s.key));
         self.core.jobs.set_specs(specs, ids);
         self.core.jobs.after = after;
         self.queue_changed(text_len, text_hash);
@@ -264,8 +266,8 @@ impl Scheduler {
         }
         self.core.jobs.groups_warned = disagreement;
         self.core.jobs.generation += 1;
-        self.core.jobs.text_hash = Some(text_hash);
-        self.core.jobs.good_text = Some((text_len, text_hash));
+        self.core.jobs.source.text_hash = Some(text_hash);
+        self.core.jobs.source.good_text = Some((text_len, text_hash));
         self.due.dispatch_needed = true;
         self.due.sample_now = true;
         self.start_learning();

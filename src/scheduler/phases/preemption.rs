@@ -18,7 +18,7 @@ impl Scheduler {
     /// One preemption at a time: none while a victim is still stopping.
     pub(in crate::scheduler) fn preempt_for_first_blocked(
         &mut self,
-        planned: &[super::dispatch::Planned],
+        planned: &[crate::allocation::Planned],
         now: Instant,
     ) {
         if self

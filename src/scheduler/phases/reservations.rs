@@ -42,7 +42,7 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     pub(in crate::scheduler) fn guard_against_starvation(
         &mut self,
-        planned: &[super::dispatch::Planned],
+        planned: &[crate::allocation::Planned],
         loads: &[GpuLoad],
         reserved: bool,
         now: Instant,

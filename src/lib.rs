@@ -24,7 +24,7 @@ pub mod launcher;
 pub mod ledger;
 pub mod lockfile;
 pub mod model;
-pub mod notify;
+pub mod notifier;
 pub mod policy;
 pub mod process;
 pub mod progress;

@@ -229,7 +229,7 @@ pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> 
 /// A reservation against starvation (docs/BEHAVIOUR.md "Queue policy"): the GPUs held for one
 /// pending job; no other job starts on them until it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reservation {
+pub struct PriorityReservation {
     /// Index of the reserved job in the plan's requests.
     pub request_index: usize,
     /// The reserved GPUs (bit i = GPU i).
@@ -242,7 +242,7 @@ pub fn plan_with_reservation(
     requests: &[Request],
     gpus: &mut [GpuLoad],
     opts: &PlaceOptions,
-    reservation: Option<&Reservation>,
+    reservation: Option<&PriorityReservation>,
 ) -> Vec<Placement> {
     let mut planner = Planner::new(gpus, opts, reservation.map(|r| r.gpu_mask));
     requests
@@ -328,7 +328,7 @@ impl<'a> Planner<'a> {
 /// The GPUs `request` will fit on once our running jobs there end
 /// (ignoring them, not other people's use), for a reservation; `None` when
 /// it would not fit even then.
-pub fn reservation_gpus(
+pub fn priority_reservation_gpus(
     request: &Request,
     gpus: &[GpuLoad],
     opts: &PlaceOptions,

@@ -558,8 +558,11 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
     let free = plan(&[big, small], &mut [gpu.clone()], &opts);
     assert_eq!(free, vec![Placement::NotNow, Placement::Start(vec![0])]);
     // The big one will fit once our jobs on GPU 0 end.
-    assert_eq!(reservation_gpus(&big, &[gpu.clone()], &opts), Some(vec![0]));
-    let reservation = Reservation {
+    assert_eq!(
+        priority_reservation_gpus(&big, &[gpu.clone()], &opts),
+        Some(vec![0])
+    );
+    let reservation = PriorityReservation {
         request_index: 0,
         gpu_mask: 1,
     };

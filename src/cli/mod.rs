@@ -331,7 +331,7 @@ pub struct RunArgs {
         value_delimiter = ',',
         default_value = "failed"
     )]
-    pub notify_on: Vec<crate::notify::NotifyOn>,
+    pub notify_on: Vec<crate::notifier::NotifyOn>,
 
     /// Run CMD for every attempt that ends (ok, failed, an OOM retry, a
     /// preemption). CMD is split into words once, like a shell would, and

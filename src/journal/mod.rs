@@ -439,7 +439,7 @@ impl Journal {
 
     /// The reservation the journal has in force: the job's key and the
     /// GPUs held for it (until it starts or ends).
-    pub fn reservation(&self) -> Option<&(String, Vec<u32>)> {
+    pub fn priority_reservation(&self) -> Option<&(String, Vec<u32>)> {
         self.reservation.as_ref()
     }
 

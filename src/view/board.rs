@@ -215,7 +215,7 @@ fn quota_words(q: &crate::rules::quota::Quota) -> String {
     }
 }
 
-/// What `gpusched pause` and `drain` and the starvation guard hold in
+/// What `gpusched pause` and `drain` and the priority reservation hold in
 /// force, one line each.
 pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
     let mut lines = Vec::new();

@@ -301,16 +301,19 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             jobs_file_problem: input.jobs.source.last_error.clone(),
             queue_paused: input.control.paused,
             drained: input.control.drained.iter().copied().collect(),
-            reservation: input.journal.reservation().and_then(|(key, gpus)| {
-                let state = input.journal.state(key)?;
-                let waiting = !input.running.contains_key(key)
-                    && matches!(state.phase, Phase::Waiting)
-                    && input.jobs.spec(key).is_some();
-                waiting.then(|| ReservationStatus {
-                    job: state.no,
-                    gpus: gpus.clone(),
-                })
-            }),
+            reservation: input
+                .journal
+                .priority_reservation()
+                .and_then(|(key, gpus)| {
+                    let state = input.journal.state(key)?;
+                    let waiting = !input.running.contains_key(key)
+                        && matches!(state.phase, Phase::Waiting)
+                        && input.jobs.spec(key).is_some();
+                    waiting.then(|| ReservationStatus {
+                        job: state.no,
+                        gpus: gpus.clone(),
+                    })
+                }),
             jobs_file: input.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,

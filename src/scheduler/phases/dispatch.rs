@@ -6,7 +6,7 @@
 
 use super::box_rules::Admission;
 use crate::allocation::{
-    self, GpuLoad, Occupant, Placement, Planned, Planner, Request, Reservation, WaitReason,
+    self, GpuLoad, Occupant, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
 };
 use crate::console::say;
 use crate::model::DoneStatus;
@@ -160,7 +160,7 @@ impl Scheduler {
         // Appended lines of a group are counted against it in a full round.
         if let Some(from) = appended_only
             && !self.core.control.paused
-            && self.io.journal.reservation().is_none()
+            && self.io.journal.priority_reservation().is_none()
             && self.core.jobs.groups.is_empty()
             && self.core.box_state.rules.is_none()
         {
@@ -199,7 +199,7 @@ impl Scheduler {
             );
         }
         let starts = self.book_starts(decided.starts, booking);
-        self.guard_against_starvation(&planned, &before, reservation.is_some(), now)?;
+        self.reserve_for_the_first_blocked(&planned, &before, reservation.is_some(), now)?;
         self.preempt_for_first_blocked(&planned, now);
         self.record_wait_reasons(
             &planned,
@@ -395,7 +395,7 @@ impl Scheduler {
     /// job's index in the specs, the reserved GPUs as a mask, and its
     /// display number.
     fn reserved_now(&self) -> Option<(usize, u64, u32)> {
-        let (key, gpus) = self.io.journal.reservation()?;
+        let (key, gpus) = self.io.journal.priority_reservation()?;
         let index = self.core.jobs.index_of(key)?;
         let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
         let ready = pending && self.readiness_of(key) == Readiness::Ready;
@@ -406,7 +406,7 @@ impl Scheduler {
     /// One placement round over the ready jobs in queue order, streamed
     /// through a [`Planner`]: it keeps every job that starts or is
     /// infeasible, the reserved job, and the first jobs that wait (as many
-    /// as the views list: all that the starvation guard, preemption and
+    /// as the views list: all that the priority reservation, preemption and
     /// the wait reasons look at), and only counts the others. A round
     /// over a million waiting lines thus holds a few hundred placements,
     /// not a million (about 80 MB).
@@ -491,7 +491,7 @@ impl Scheduler {
             if let Some((_, gpu_mask, no)) = reserved.filter(|_| is_reserved) {
                 let request_index = round.planned.len();
                 round.reservation = Some((
-                    Reservation {
+                    PriorityReservation {
                         request_index,
                         gpu_mask,
                     },
@@ -561,7 +561,7 @@ impl Scheduler {
         &mut self,
         planned: &[Planned],
         loads: &[GpuLoad],
-        reservation: Option<&(Reservation, u32)>,
+        reservation: Option<&(PriorityReservation, u32)>,
         held: Vec<(String, WaitReason)>,
     ) {
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
@@ -571,7 +571,7 @@ impl Scheduler {
             .take(crate::view::status::JSON_LIST_LIMIT)
             .map(|Planned { index, request, .. }| {
                 let reason = by_request.entry(*request).or_insert_with(|| {
-                    super::reservations::held_for(request, loads, &self.cfg.place, reservation)
+                    super::priority::held_for(request, loads, &self.cfg.place, reservation)
                         .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
                 });
                 (self.core.jobs.specs[*index].key.clone(), reason.clone())
@@ -606,7 +606,7 @@ struct Round {
     reasons: Vec<(String, WaitReason)>,
     /// The reservation in force, as `requests` index it, with its job's
     /// display number.
-    reservation: Option<(Reservation, u32)>,
+    reservation: Option<(PriorityReservation, u32)>,
 }
 
 /// What a round decided for the jobs that do not wait.

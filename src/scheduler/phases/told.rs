@@ -7,8 +7,8 @@
 use crate::console::say;
 use crate::journal::{Event, Phase, now_ts};
 use crate::model::DoneStatus;
-use crate::notify::hooks::Hooks;
-use crate::notify::{Filter, JobFacts, Message, Notifier, SchedulerFacts, Subject};
+use crate::notifier::hooks::Hooks;
+use crate::notifier::{Filter, JobFacts, Message, Notifier, SchedulerFacts, Subject};
 use crate::scheduler::Scheduler;
 use crate::state::{Mode, Running};
 use std::time::{Duration, Instant};
@@ -50,11 +50,11 @@ impl Told {
             .cloned()
             .collect();
         for url in &urls {
-            crate::notify::check_url(url).map_err(usage)?;
+            crate::notifier::check_url(url).map_err(usage)?;
         }
         let hooks = match &args.on_finish {
             Some(text) => {
-                let argv = crate::notify::hooks::split(text).map_err(usage)?;
+                let argv = crate::notifier::hooks::split(text).map_err(usage)?;
                 Some(Hooks::start(argv, log_dir)?)
             }
             None => None,

@@ -1,10 +1,10 @@
-//! Reservations against starvation (docs/BEHAVIOUR.md "Queue policy"): when the first blocked job
+//! The priority reservation against starvation (docs/BEHAVIOUR.md "Queue policy"): when the first blocked job
 //! in file order has waited `--reserve-after`, the GPUs it will fit on once
 //! our running jobs there end are reserved for it (journaled, so a restart
 //! keeps it); dispatch then plans with the reservation as data and no
 //! other job starts there until it does. One reservation at a time.
 
-use crate::allocation::{self, GpuLoad, Placement, Request, Reservation, WaitReason};
+use crate::allocation::{self, GpuLoad, Placement, PriorityReservation, Request, WaitReason};
 use crate::console::say;
 use crate::journal::Event;
 use crate::scheduler::Scheduler;
@@ -17,7 +17,7 @@ pub(super) fn held_for(
     request: &Request,
     loads: &[GpuLoad],
     opts: &allocation::PlaceOptions,
-    reservation: Option<&(Reservation, u32)>,
+    reservation: Option<&(PriorityReservation, u32)>,
 ) -> Option<WaitReason> {
     let (reservation, for_no) = reservation?;
     let Placement::Start(chosen) = allocation::place(request, loads, opts) else {
@@ -34,13 +34,13 @@ pub(super) fn held_for(
 }
 
 impl Scheduler {
-    /// The starvation guard (docs/BEHAVIOUR.md "Queue policy"): tracks how long the first blocked
+    /// The priority reservation (docs/BEHAVIOUR.md "Queue policy"): tracks how long the first blocked
     /// job in file order has waited; after `--reserve-after`, reserves for
     /// it the GPUs it will fit on once our running jobs there end (journaled,
     /// so a restart keeps it). One reservation at a time.
     ///
     /// Errors: the journal cannot be written.
-    pub(in crate::scheduler) fn guard_against_starvation(
+    pub(in crate::scheduler) fn reserve_for_the_first_blocked(
         &mut self,
         planned: &[crate::allocation::Planned],
         loads: &[GpuLoad],
@@ -74,7 +74,8 @@ impl Scheduler {
         }
         // Try again a full --reserve-after later if it cannot be reserved.
         self.round.blocked_first = Some((key.clone(), now));
-        let Some(gpus) = allocation::reservation_gpus(&request, loads, &self.cfg.place) else {
+        let Some(gpus) = allocation::priority_reservation_gpus(&request, loads, &self.cfg.place)
+        else {
             return Ok(());
         };
         self.io

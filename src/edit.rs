@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::jobspec;
 use crate::policy::dependencies::{self, KnownJobs};
 use anyhow::Context;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -123,8 +123,9 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
             .map_err(|e| {
                 Error::JobsFile(format!("cannot open jobs file {}: {e}", path.display()))
             })?;
-        let locked = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))?;
+        let locked = crate::lockfile::lock_exclusive(file, path)?;
+        // The jobs file may be a symbolic link: compare with the file it
+        // names now (unlike the ledger's lock, which never follows one).
         let same = std::fs::metadata(path)
             .is_ok_and(|m| m.ino() == locked.metadata().map_or(0, |l| l.ino()));
         if same {

@@ -6,7 +6,7 @@
 //! once it grows past [`COMPACT_BYTES`], so it stays small forever.
 
 use crate::error::Error;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -142,13 +142,9 @@ impl History {
     fn lock(&self) -> std::io::Result<Flock<File>> {
         let mut name = self.path.file_name().unwrap_or_default().to_os_string();
         name.push(".lock");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.path.with_file_name(name))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e.into())
+        let path = self.path.with_file_name(name);
+        let file = crate::lockfile::open_shared(&path)?;
+        crate::lockfile::lock_exclusive(file, &path).map_err(std::io::Error::other)
     }
 }
 

@@ -101,6 +101,54 @@ fn open(path: &Path) -> Result<File, Error> {
     Ok(file)
 }
 
+/// Opens a lock file that every user may lock: without following a
+/// symbolic link, created if missing with mode 0644 whatever the umask (a
+/// `flock` needs only read access, so everyone can lock a file its creator
+/// made), read-only when it is another user's; a file of ours that others
+/// cannot read is opened up to 0644. Used for the ledger's, the history's
+/// and the simulated GPUs' locks.
+///
+/// Errors: the file can be neither created nor opened.
+pub fn open_shared(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(nofollow)
+        .open(path)
+        .or_else(|_| File::options().read(true).custom_flags(nofollow).open(path))?;
+    if file
+        .metadata()
+        .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o444 != 0o444)
+    {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    Ok(file)
+}
+
+/// Waits for an exclusive `flock` on `file` (the lock file at `path`).
+///
+/// Errors: the lock cannot be taken, naming `path`.
+pub fn lock_exclusive(file: File, path: &Path) -> anyhow::Result<Flock<File>> {
+    Flock::lock(file, FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
+}
+
+/// Whether the locked descriptor is still the file at `path` (same device
+/// and inode): a lock on a file that was removed or renamed over while we
+/// waited excludes nobody.
+pub fn is_file_at(held: &Flock<File>, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(open), Ok(now)) = (held.metadata(), std::fs::symlink_metadata(path)) else {
+        return false;
+    };
+    open.dev() == now.dev() && open.ino() == now.ino()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

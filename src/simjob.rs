@@ -158,16 +158,9 @@ fn lock_sim_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> 
     let path = dir.join(".lock");
     // Another user's simjob may have made it (a sim dir shared between
     // users, as a real box is): a flock needs only read access.
-    let file = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .or_else(|_| std::fs::File::open(&path))
+    let file = crate::lockfile::open_shared(&path)
         .with_context(|| format!("cannot open {}", path.display()))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
+    crate::lockfile::lock_exclusive(file, &path)
 }
 
 /// Atomically replaces the report (temp file, then rename).

@@ -164,7 +164,9 @@ impl Ledger {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 // The file was removed or replaced while we waited: a lock
                 // on it excludes nobody. Take the one at the path now.
-                Ok(held) if !is_file_at(&held, &path) && Instant::now() < deadline => {
+                Ok(held)
+                    if !crate::lockfile::is_file_at(&held, &path) && Instant::now() < deadline =>
+                {
                     drop(held);
                     match open_lock_file(&path) {
                         Some(again) => file = again,
@@ -483,37 +485,10 @@ pub fn init(dir: &Path) -> Result<String, Error> {
 
 pub use crate::clock::now_ms;
 
-/// Whether the locked descriptor is still the file at `path` (same device
-/// and inode).
-fn is_file_at(held: &Flock<File>, path: &Path) -> bool {
-    let (Ok(open), Ok(now)) = (held.metadata(), std::fs::symlink_metadata(path)) else {
-        return false;
-    };
-    open.dev() == now.dev() && open.ino() == now.ino()
-}
-
-/// Opens the lock file without following a symbolic link, creating it if
-/// missing with mode 0644 whatever the umask (a `flock` needs only read
-/// access, so everyone can lock a file its creator made).
+/// The ledger's lock file, opened for every user to lock
+/// ([`crate::lockfile::open_shared`]).
 fn open_lock_file(path: &Path) -> Option<File> {
-    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(nofollow)
-        .open(path)
-        .or_else(|_| File::options().read(true).custom_flags(nofollow).open(path))
-        .ok()?;
-    if file
-        .metadata()
-        .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o444 != 0o444)
-    {
-        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    Some(file)
+    crate::lockfile::open_shared(path).ok()
 }
 
 /// Reads one booking file without following links or blocking on a FIFO,

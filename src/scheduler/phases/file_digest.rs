@@ -5,8 +5,8 @@
 //! never the whole 40 MB text.
 
 use std::io::Read;
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 use std::path::Path;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 /// The jobs file's hash, to tell a real change from a touch and an append
 /// from an edit: XXH3's 64 bits of a byte stream (the `xxhash-rust`

@@ -55,6 +55,7 @@ impl Scheduler {
     /// ending the scheduler ([`Scheduler::pause_on_io_error`]); what it
     /// could not record is kept and retried.
     fn tick(&mut self) -> anyhow::Result<Option<i32>> {
+        self.report.ticks += 1;
         self.apply_signals();
         let now = Instant::now();
         self.retry_after_io_error();

@@ -152,6 +152,8 @@ pub struct Reporting {
     pub dispatched_this_run: u32,
     /// When this scheduler started (Unix seconds).
     pub started_ts: f64,
+    /// Ticks run so far (status.json `ticks`).
+    pub ticks: u64,
 }
 
 impl Reporting {
@@ -165,6 +167,7 @@ impl Reporting {
             ended_this_run: HashMap::new(),
             dispatched_this_run: 0,
             started_ts,
+            ticks: 0,
         }
     }
 }

@@ -77,6 +77,8 @@ pub struct ViewInput<'a> {
     pub paused_reason: Option<&'a str>,
     /// When the scheduler started (Unix seconds).
     pub started_ts: f64,
+    /// Ticks of the loop so far.
+    pub ticks: u64,
     /// Whether the backend is the simulator.
     pub backend_is_sim: bool,
     /// Other schedulers' trusted bookings (docs/BEHAVIOUR.md "Sharing a box").
@@ -317,6 +319,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             jobs_file: input.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,
+            ticks: input.ticks,
         },
         counts,
         finished_this_run,

@@ -264,8 +264,8 @@ fn a_job_that_is_not_preemptible_or_above_is_never_preempted() {
         env.events("started").len() == 2 && env.board().contains("needs 20992 MiB")
     });
     // Stopping job 1 alone would not make room and job 3 may not be
-    // stopped, so nothing is preempted.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // stopped, so nothing is preempted, however long the scheduler runs.
+    env.wait_for_ticks(5);
     assert!(env.events("preempted").is_empty(), "{}", sched.stdout());
     std::fs::write(env.path("release"), "").unwrap();
     common::wait_for("job 2 at last", &mut || env.path("blocked.txt").exists());

@@ -265,7 +265,8 @@ fn malformed_edit_keeps_the_last_good_queue() {
     // The same bad file saved again is not warned about again.
     env.write_jobs(&format!("{bad}# touched\n"));
     env.write_jobs(&bad);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The scheduler has seen both saves before the fix is written.
+    env.wait_for_ticks(5);
     env.write_jobs(&format!("{hold}echo fixed > fixed.txt\n"));
     wait_for("the fixed line to wait for the GPU", &mut || {
         env.board().contains("· job 2")

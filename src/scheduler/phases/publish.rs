@@ -68,6 +68,7 @@ impl Scheduler {
             paused_reason: self.core.mode.paused_reason(),
             control: &self.core.control,
             started_ts: self.report.started_ts,
+            ticks: self.report.ticks,
             backend_is_sim: self.io.backend.is_sim(),
             foreign: self
                 .share

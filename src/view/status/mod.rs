@@ -197,6 +197,11 @@ pub struct SchedulerStatus {
     pub log_dir: String,
     /// Whether `--watch` is on.
     pub watch: bool,
+    /// Ticks of the loop so far: each one looked at every source of work
+    /// once (a test waits for it to advance before it asserts that
+    /// something did not happen).
+    #[serde(default)]
+    pub ticks: u64,
 }
 
 /// GPUs held for one blocked job (docs/BEHAVIOUR.md "Queue policy").

@@ -22,6 +22,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             reservation: None,
             jobs_file: "jobs.txt".into(),
             log_dir: "gpusched_logs".into(),
+            ticks: 0,
             watch: false,
         },
         counts: BTreeMap::from([("ok".to_string(), 1), ("running".to_string(), 1)]),

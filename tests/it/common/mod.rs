@@ -240,6 +240,27 @@ impl Env {
         std::fs::read_to_string(self.logs.join("status.txt")).unwrap_or_default()
     }
 
+    /// The scheduler's tick count as its status.json last said (0 before
+    /// the first write).
+    pub fn ticks(&self) -> u64 {
+        std::fs::read(self.logs.join("status.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|doc| doc["scheduler"]["ticks"].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Waits until the scheduler has run `n` more ticks than it had now:
+    /// then it has looked at everything that happened before this call,
+    /// so an assertion that something did not happen can no longer pass
+    /// merely because the scheduler had not run yet.
+    pub fn wait_for_ticks(&self, n: u64) {
+        let from = self.ticks();
+        wait_for(&format!("{n} more ticks of the scheduler"), &mut || {
+            self.ticks() >= from + n
+        });
+    }
+
     /// Waits until `cond` holds, panicking with `what` after [`DEADLINE`].
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         wait_for(what, &mut cond)

@@ -23,4 +23,5 @@ pub mod learned;
 pub mod outcome;
 pub mod preemption;
 pub mod queue;
+pub mod round;
 pub mod stop;

@@ -3,7 +3,7 @@
 //! across all their schedulers and personal reservations. Pure arithmetic
 //! over what the ledger says the user holds.
 
-use crate::allocation::Request;
+use crate::allocation::{Request, WaitReason};
 use std::collections::BTreeSet;
 
 /// One user's limits; `None` is no limit.
@@ -143,4 +143,71 @@ pub fn never_fits(user: &str, quota: &Quota, request: &Request, gpu_mib: u64) ->
         ));
     }
     None
+}
+/// Our user's quota over one placement round: the limits, and what the
+/// user holds so far, the round's starts included.
+pub struct QuotaRound {
+    limits: Quota,
+    held: QuotaUse,
+    user: String,
+    /// One GPU's memory (MiB), what an undeclared job books.
+    gpu_mib: u64,
+}
+
+/// Where the quota lets a job be placed.
+pub enum Admission {
+    /// Anywhere placement finds room.
+    Anywhere,
+    /// Only as this request: kept to the GPUs the user holds already.
+    Only(Request),
+    /// Not now: it would go over a limit.
+    Wait(WaitReason),
+    /// Never: it alone goes over a limit (the job ends `infeasible`).
+    Never(String),
+}
+
+impl QuotaRound {
+    /// The round for `user` under `limits`, who holds `held` so far; one
+    /// GPU has `gpu_mib` MiB.
+    pub fn new(limits: Quota, held: QuotaUse, user: String, gpu_mib: u64) -> QuotaRound {
+        QuotaRound {
+            limits,
+            held,
+            user,
+            gpu_mib,
+        }
+    }
+
+    /// What the quota allows `request` now.
+    pub fn admit(&self, request: &Request) -> Admission {
+        if let Some(why) = never_fits(&self.user, &self.limits, request, self.gpu_mib) {
+            return Admission::Never(format!("over the box quota: {why}"));
+        }
+        match admit(&self.limits, &self.held, request, self.gpu_mib) {
+            Ok(None) => Admission::Anywhere,
+            Ok(Some(mask)) => Admission::Only(Request {
+                on_mask: Some(request.on_mask.unwrap_or(u64::MAX) & mask),
+                ..*request
+            }),
+            Err(over) => Admission::Wait(self.reason(&over)),
+        }
+    }
+
+    /// Why a job kept to the GPUs the user holds waits.
+    pub fn over_gpus(&self) -> WaitReason {
+        let limit = self.limits.max_gpus.unwrap_or(0);
+        self.reason(&Over::Gpus(self.held.gpus.len() as u32, limit))
+    }
+
+    fn reason(&self, over: &Over) -> WaitReason {
+        WaitReason::Quota {
+            user: self.user.clone(),
+            over: over.to_string(),
+        }
+    }
+
+    /// Counts a start of `request` on `gpus`.
+    pub fn add(&mut self, gpus: &[u32], request: &Request) {
+        self.held.add(gpus, booked_per_gpu(request, self.gpu_mib));
+    }
 }

@@ -5,11 +5,10 @@
 //! their schedulers and reservations; and our waiting jobs' needs,
 //! published for the others. Without a rules file none of this runs.
 
-use crate::allocation::WaitReason;
 use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
 use crate::ledger::Need;
 use crate::ledger::people::Usage;
-use crate::rules::quota::{self, Quota, QuotaUse};
+use crate::rules::quota::{Quota, QuotaRound, QuotaUse};
 use crate::rules::share::{self, Standing};
 use crate::rules::{BoxRules, DEFAULT_MAX_RESERVATION_S};
 use crate::scheduler::Scheduler;
@@ -26,64 +25,6 @@ pub(in crate::scheduler) const DEMAND_PUBLISHED: usize = 4;
 /// The half-life of usage when the rules have no `[fair_share]` (usage
 /// is still shown): 7 days.
 const DEFAULT_HALF_LIFE_S: f64 = 7.0 * 86400.0;
-
-/// Our user's quota over one placement round: the limits, and what the
-/// user holds so far, the round's starts included.
-pub(in crate::scheduler) struct QuotaRound {
-    limits: Quota,
-    held: QuotaUse,
-    user: String,
-    /// One GPU's memory (MiB), what an undeclared job books.
-    gpu_mib: u64,
-}
-
-/// Where the quota lets a job be placed.
-pub(in crate::scheduler) enum Admission {
-    /// Anywhere placement finds room.
-    Anywhere,
-    /// Only as this request: kept to the GPUs the user holds already.
-    Only(Request),
-    /// Not now: it would go over a limit.
-    Wait(WaitReason),
-    /// Never: it alone goes over a limit (the job ends `infeasible`).
-    Never(String),
-}
-
-impl QuotaRound {
-    /// What the quota allows `request` now.
-    pub(in crate::scheduler) fn admit(&self, request: &Request) -> Admission {
-        if let Some(why) = quota::never_fits(&self.user, &self.limits, request, self.gpu_mib) {
-            return Admission::Never(format!("over the box quota: {why}"));
-        }
-        match quota::admit(&self.limits, &self.held, request, self.gpu_mib) {
-            Ok(None) => Admission::Anywhere,
-            Ok(Some(mask)) => Admission::Only(Request {
-                on_mask: Some(request.on_mask.unwrap_or(u64::MAX) & mask),
-                ..*request
-            }),
-            Err(over) => Admission::Wait(self.reason(&over)),
-        }
-    }
-
-    /// Why a job kept to the GPUs the user holds waits.
-    pub(in crate::scheduler) fn over_gpus(&self) -> WaitReason {
-        let limit = self.limits.max_gpus.unwrap_or(0);
-        self.reason(&quota::Over::Gpus(self.held.gpus.len() as u32, limit))
-    }
-
-    fn reason(&self, over: &quota::Over) -> WaitReason {
-        WaitReason::Quota {
-            user: self.user.clone(),
-            over: over.to_string(),
-        }
-    }
-
-    /// Counts a start of `request` on `gpus`.
-    pub(in crate::scheduler) fn add(&mut self, gpus: &[u32], request: &Request) {
-        self.held
-            .add(gpus, quota::booked_per_gpu(request, self.gpu_mib));
-    }
-}
 
 /// The box rules and what the loop keeps for them.
 pub struct BoxState {
@@ -414,12 +355,12 @@ impl Scheduler {
     /// Our user's quota for a placement round over GPUs of `gpu_mib`, when
     /// it limits anything.
     pub(in crate::scheduler) fn quota_round(&self, gpu_mib: u64) -> Option<QuotaRound> {
-        Some(QuotaRound {
-            limits: self.core.box_state.quota()?,
-            held: self.quota_use(),
-            user: self.core.box_state.user.clone(),
+        Some(QuotaRound::new(
+            self.core.box_state.quota()?,
+            self.quota_use(),
+            self.core.box_state.user.clone(),
             gpu_mib,
-        })
+        ))
     }
 
     /// Publishes our first waiting jobs' needs and how many wait, for the

@@ -4,15 +4,14 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
-use super::box_rules::Admission;
 use crate::allocation::{
-    self, GpuLoad, Occupant, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
+    self, GpuLoad, Occupant, Placement, Planned, PriorityReservation, Request, WaitReason,
 };
 use crate::console::say;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
-use crate::policy::groups;
 use crate::policy::queue;
+use crate::policy::round::{self, ReadyJob, RoundRules};
 use crate::scheduler::Scheduler;
 use crate::state::Mode;
 use std::collections::HashMap;
@@ -403,140 +402,39 @@ impl Scheduler {
         ready.then(|| (index, crate::model::gpu_mask(gpus), no))
     }
 
-    /// One placement round over the ready jobs in queue order, streamed
-    /// through a [`Planner`]: it keeps every job that starts or is
-    /// infeasible, the reserved job, and the first jobs that wait (as many
-    /// as the views list: all that the priority reservation, preemption and
-    /// the wait reasons look at), and only counts the others. A round
-    /// over a million waiting lines thus holds a few hundred placements,
-    /// not a million (about 80 MB).
+    /// One placement round over the ready jobs in queue order
+    /// ([`round::plan`], pure): this gathers its inputs — the priority
+    /// reservation if its job is ready, the groups' running counts, our
+    /// quota — and adds the jobs held back by `after=`.
     fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
         let reserved = self.reserved_now();
-        let mut planner = Planner::new(loads, &self.cfg.place, reserved.map(|(_, mask, _)| mask));
-        let mut round = Round::default();
-        let mut waiting_kept = 0;
-        let mut in_group = self.running_per_group();
-        let mut group_held = Vec::new();
-        let gpu_mib = planner
-            .loads()
-            .iter()
-            .map(|g| g.total_mib)
-            .max()
-            .unwrap_or(0);
-        let mut quota = self.quota_round(gpu_mib);
-        for (index, request) in self.ready(&mut round.held) {
-            // A full group holds its job back, like a dependency: it is
-            // not placed, and later jobs go on (backfill).
-            if let Some(reason) = self.group_wait(index, &mut in_group) {
-                group_held.push((self.core.jobs.specs[index].key.clone(), reason));
-                continue;
-            }
-            // Likewise a job that would take our user over their quota.
-            let admission = quota
-                .as_ref()
-                .map_or(Admission::Anywhere, |q| q.admit(&request));
-            let placed = match admission {
-                Admission::Anywhere => request,
-                Admission::Only(placed) => placed,
-                Admission::Wait(reason) => {
-                    group_held.push((self.core.jobs.specs[index].key.clone(), reason));
-                    self.ungroup(index, &mut in_group);
-                    continue;
-                }
-                Admission::Never(why) => {
-                    self.ungroup(index, &mut in_group);
-                    round.ready += 1;
-                    round.planned.push(Planned {
-                        index,
-                        request,
-                        placement: Placement::Infeasible(why),
-                    });
-                    continue;
-                }
-            };
-            round.ready += 1;
-            let is_reserved = reserved.is_some_and(|(i, _, _)| i == index);
-            let mut placement = planner.next(&placed, is_reserved);
-            if placed != request {
-                // Kept to the GPUs our user holds: too few of them is a
-                // wait, not an end, and the quota is why it waits.
-                if matches!(placement, Placement::Infeasible(_)) {
-                    placement = Placement::NotNow;
-                }
-                if placement == Placement::NotNow
-                    && let Some(q) = &quota
-                {
-                    let key = self.core.jobs.specs[index].key.clone();
-                    round.reasons.push((key, q.over_gpus()));
-                }
-            }
-            if let (Placement::Start(gpus), Some(q)) = (&placement, &mut quota) {
-                q.add(gpus, &request);
-            }
-            if !matches!(placement, Placement::Start(_))
-                && let Some(group) = self.core.jobs.specs[index].group()
-            {
-                // Counted when asked; it does not start after all.
-                if let Some(n) = in_group.get_mut(group) {
-                    *n -= 1;
-                }
-            }
-            let waits = placement == Placement::NotNow;
-            if waits && !is_reserved {
-                if waiting_kept == crate::view::status::JSON_LIST_LIMIT {
-                    continue;
-                }
-                waiting_kept += 1;
-            }
-            if let Some((_, gpu_mask, no)) = reserved.filter(|_| is_reserved) {
-                let request_index = round.planned.len();
-                round.reservation = Some((
-                    PriorityReservation {
-                        request_index,
-                        gpu_mask,
-                    },
-                    no,
-                ));
-            }
-            round.planned.push(Planned {
-                index,
-                request,
-                placement,
-            });
-        }
-        round.held.extend(group_held);
-        round
-    }
-
-    /// Why the job of spec `index` waits for its group, if its group is
-    /// full with `in_group` running; otherwise counts it as starting
-    /// (callers take the count back when it does not start).
-    pub(in crate::scheduler) fn group_wait(
-        &self,
-        index: usize,
-        in_group: &mut HashMap<String, u32>,
-    ) -> Option<WaitReason> {
-        let group = self.core.jobs.specs[index].group()?;
-        let running = in_group.entry(group.to_string()).or_default();
-        if groups::has_room(&self.core.jobs.groups, group, *running) {
-            *running += 1;
-            return None;
-        }
-        Some(WaitReason::Group {
-            name: group.to_string(),
-            running: *running,
-            limit: self.core.jobs.groups.limit(group).unwrap_or(*running),
-        })
-    }
-
-    /// Takes back the count [`Scheduler::group_wait`] made for the job of
-    /// spec `index`, which does not start after all.
-    fn ungroup(&self, index: usize, in_group: &mut HashMap<String, u32>) {
-        if let Some(n) = self.core.jobs.specs[index]
-            .group()
-            .and_then(|g| in_group.get_mut(g))
-        {
-            *n -= 1;
+        let gpu_mib = loads.iter().map(|g| g.total_mib).max().unwrap_or(0);
+        let rules = RoundRules {
+            place: &self.cfg.place,
+            reserved: reserved.map(|(index, mask, _)| (index, mask)),
+            groups: &self.core.jobs.groups,
+            in_group: self.running_per_group(),
+            quota: self.quota_round(gpu_mib),
+            keep_waiting: crate::view::status::JSON_LIST_LIMIT,
+        };
+        let specs = &self.core.jobs.specs;
+        let mut held = Vec::new();
+        let ready = self.ready(&mut held).map(|(index, request)| ReadyJob {
+            index,
+            request,
+            key: &specs[index].key,
+            group: specs[index].group(),
+        });
+        let decided = round::plan(loads, rules, ready);
+        held.extend(decided.held);
+        Round {
+            planned: decided.planned,
+            ready: decided.ready,
+            held,
+            reasons: decided.reasons,
+            reservation: decided
+                .reservation
+                .map(|r| (r, reserved.map_or(0, |(_, _, no)| no))),
         }
     }
 

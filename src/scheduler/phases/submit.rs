@@ -26,7 +26,8 @@ impl Scheduler {
         let mut in_group = self.running_per_group();
         let mut chosen = Vec::new();
         for (index, request) in indices.into_iter().zip(requests) {
-            match self.group_wait(index, &mut in_group) {
+            let group = self.core.jobs.specs[index].group();
+            match crate::policy::round::group_wait(&self.core.jobs.groups, &mut in_group, group) {
                 Some(reason) => held.push((self.core.jobs.specs[index].key.clone(), reason)),
                 None => chosen.push((index, request)),
             }

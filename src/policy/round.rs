@@ -1,0 +1,457 @@
+//! One placement round (docs/BEHAVIOUR.md "Placement", "Queue policy",
+//! "Groups", "Rules for a shared box"), pure: the ready jobs in queue
+//! order go through an [`allocation::Planner`] over the GPU loads, each
+//! after its `group=` limit and our user's quota have had their say, with
+//! the priority reservation as data. The round keeps every job that
+//! starts or is infeasible, the reserved job, and the first `keep_waiting`
+//! jobs that wait, and only counts the others, so a round over a million
+//! waiting lines holds a few hundred placements. The loop
+//! (`scheduler/phases/dispatch.rs`) gathers the inputs and applies the
+//! answer.
+
+use crate::allocation::{
+    GpuLoad, PlaceOptions, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
+};
+use crate::policy::groups::{self, GroupLimits};
+use crate::rules::quota::{Admission, QuotaRound};
+use std::collections::HashMap;
+
+/// One job that may be placed now (its dependencies are met).
+#[derive(Debug, Clone, Copy)]
+pub struct ReadyJob<'a> {
+    /// Its index in the jobs file's lines.
+    pub index: usize,
+    /// What it asks for.
+    pub request: Request,
+    /// Its key, for the reasons of the jobs held back.
+    pub key: &'a str,
+    /// Its `group=`, if any.
+    pub group: Option<&'a str>,
+}
+
+/// What a round is played under, besides the GPU loads and the jobs.
+pub struct RoundRules<'a> {
+    /// Margin, idle threshold, spike buffer, exclusive mode, drained GPUs.
+    pub place: &'a PlaceOptions,
+    /// The priority reservation in force when its job is ready: the job's
+    /// index and the reserved GPUs as a mask.
+    pub reserved: Option<(usize, u64)>,
+    /// Every group's limit.
+    pub groups: &'a GroupLimits,
+    /// How many jobs of each group run now.
+    pub in_group: HashMap<String, u32>,
+    /// Our user's quota, when the box rules limit it.
+    pub quota: Option<QuotaRound>,
+    /// How many waiting jobs to keep (the views list no more).
+    pub keep_waiting: usize,
+}
+
+/// What a round decided.
+#[must_use]
+#[derive(Debug, Default)]
+pub struct Round {
+    /// The jobs that start or are infeasible, the reserved job, and the
+    /// first that wait, in queue order.
+    pub planned: Vec<Planned>,
+    /// Ready jobs placed this round, kept or not.
+    pub ready: usize,
+    /// Jobs held back by their group or the quota, with why.
+    pub held: Vec<(String, WaitReason)>,
+    /// Why some placed jobs that wait do (the quota), over what placement
+    /// would say.
+    pub reasons: Vec<(String, WaitReason)>,
+    /// The priority reservation in force, as `planned` indexes it.
+    pub reservation: Option<PriorityReservation>,
+}
+
+/// Plays one round over `ready` (in queue order) on `loads`, which it
+/// leaves as the round's starts leave them.
+pub fn plan<'a>(
+    loads: &mut [GpuLoad],
+    mut rules: RoundRules<'_>,
+    ready: impl IntoIterator<Item = ReadyJob<'a>>,
+) -> Round {
+    let mut planner = Planner::new(loads, rules.place, rules.reserved.map(|(_, mask)| mask));
+    let mut round = Round::default();
+    let mut waiting_kept = 0;
+    for job in ready {
+        // A full group holds its job back, like a dependency: it is not
+        // placed, and later jobs go on (backfill).
+        if let Some(reason) = group_wait(rules.groups, &mut rules.in_group, job.group) {
+            round.held.push((job.key.to_string(), reason));
+            continue;
+        }
+        // Likewise a job that would take our user over their quota.
+        let admission = rules
+            .quota
+            .as_ref()
+            .map_or(Admission::Anywhere, |q| q.admit(&job.request));
+        let placed = match admission {
+            Admission::Anywhere => job.request,
+            Admission::Only(placed) => placed,
+            Admission::Wait(reason) => {
+                round.held.push((job.key.to_string(), reason));
+                ungroup(&mut rules.in_group, job.group);
+                continue;
+            }
+            Admission::Never(why) => {
+                ungroup(&mut rules.in_group, job.group);
+                round.ready += 1;
+                round.planned.push(Planned {
+                    index: job.index,
+                    request: job.request,
+                    placement: Placement::Infeasible(why),
+                });
+                continue;
+            }
+        };
+        round.ready += 1;
+        let is_reserved = rules.reserved.is_some_and(|(i, _)| i == job.index);
+        let mut placement = planner.next(&placed, is_reserved);
+        if placed != job.request {
+            // Kept to the GPUs our user holds: too few of them is a wait,
+            // not an end, and the quota is why it waits.
+            if matches!(placement, Placement::Infeasible(_)) {
+                placement = Placement::NotNow;
+            }
+            if placement == Placement::NotNow
+                && let Some(q) = &rules.quota
+            {
+                round.reasons.push((job.key.to_string(), q.over_gpus()));
+            }
+        }
+        if let (Placement::Start(gpus), Some(q)) = (&placement, &mut rules.quota) {
+            q.add(gpus, &job.request);
+        }
+        if !matches!(placement, Placement::Start(_)) {
+            // Counted when asked; it does not start after all.
+            ungroup(&mut rules.in_group, job.group);
+        }
+        if placement == Placement::NotNow && !is_reserved {
+            if waiting_kept == rules.keep_waiting {
+                continue;
+            }
+            waiting_kept += 1;
+        }
+        if let Some((_, gpu_mask)) = rules.reserved.filter(|_| is_reserved) {
+            round.reservation = Some(PriorityReservation {
+                request_index: round.planned.len(),
+                gpu_mask,
+            });
+        }
+        round.planned.push(Planned {
+            index: job.index,
+            request: job.request,
+            placement,
+        });
+    }
+    round
+}
+
+/// Why a job of `group` waits, if its group is full with `in_group`
+/// running; otherwise counts it as starting (callers take the count back
+/// with [`ungroup`] when it does not start).
+pub fn group_wait(
+    limits: &GroupLimits,
+    in_group: &mut HashMap<String, u32>,
+    group: Option<&str>,
+) -> Option<WaitReason> {
+    let group = group?;
+    let running = in_group.entry(group.to_string()).or_default();
+    if groups::has_room(limits, group, *running) {
+        *running += 1;
+        return None;
+    }
+    Some(WaitReason::Group {
+        name: group.to_string(),
+        running: *running,
+        limit: limits.limit(group).unwrap_or(*running),
+    })
+}
+
+/// Takes back the count [`group_wait`] made for a job of `group` that
+/// does not start after all.
+pub fn ungroup(in_group: &mut HashMap<String, u32>, group: Option<&str>) {
+    if let Some(n) = group.and_then(|g| in_group.get_mut(g)) {
+        *n = n.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::quota::{Quota, QuotaUse};
+
+    const TOTAL: u64 = 24_000;
+    /// A job that takes a whole GPU with the default margin.
+    const WHOLE: u64 = TOTAL - 1_000;
+
+    fn gpus(n: u32) -> Vec<GpuLoad> {
+        (0..n)
+            .map(|index| GpuLoad {
+                index,
+                total_mib: TOTAL,
+                ..GpuLoad::default()
+            })
+            .collect()
+    }
+
+    fn declared(vram_mib: u64, gpus: u32) -> Request {
+        Request {
+            vram_mib: Some(vram_mib),
+            gpus,
+            on_mask: None,
+        }
+    }
+
+    /// Jobs 0.. with these requests, keys `j0`, `j1`, … and these groups.
+    fn jobs<'a>(
+        requests: &[Request],
+        groups: &'a [Option<&'a str>],
+        keys: &'a [String],
+    ) -> Vec<ReadyJob<'a>> {
+        requests
+            .iter()
+            .enumerate()
+            .map(|(index, &request)| ReadyJob {
+                index,
+                request,
+                key: &keys[index],
+                group: groups.get(index).copied().flatten(),
+            })
+            .collect()
+    }
+
+    fn keys(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("j{i}")).collect()
+    }
+
+    fn rules<'a>(place: &'a PlaceOptions, groups: &'a GroupLimits) -> RoundRules<'a> {
+        RoundRules {
+            place,
+            reserved: None,
+            groups,
+            in_group: HashMap::new(),
+            quota: None,
+            keep_waiting: 50,
+        }
+    }
+
+    fn placements(round: &Round) -> Vec<(usize, Placement)> {
+        round
+            .planned
+            .iter()
+            .map(|p| (p.index, p.placement.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn jobs_start_in_queue_order_and_a_later_small_job_backfills() {
+        let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
+        let requests = [
+            declared(16_000, 1),
+            declared(16_000, 1),
+            declared(16_000, 1),
+            declared(4_000, 1),
+        ];
+        let keys = keys(4);
+        let mut loads = gpus(2);
+        let round = plan(
+            &mut loads,
+            rules(&place, &groups),
+            jobs(&requests, &[], &keys),
+        );
+        assert_eq!(
+            placements(&round),
+            vec![
+                (0, Placement::Start(vec![0])),
+                (1, Placement::Start(vec![1])),
+                (2, Placement::NotNow),
+                (3, Placement::Start(vec![0])),
+            ]
+        );
+        assert_eq!(round.ready, 4);
+        assert!(round.held.is_empty() && round.reasons.is_empty());
+        // The loads are left as the round's starts leave them.
+        assert_eq!(loads[0].occupants.len(), 2);
+        assert_eq!(loads[1].occupants.len(), 1);
+    }
+
+    #[test]
+    fn a_full_group_holds_its_job_back_and_later_jobs_go_on() {
+        let specs =
+            crate::jobspec::parse_jobs("[group=train limit=1] a\n[group=train limit=1] b\nc\n")
+                .unwrap();
+        let groups = GroupLimits::of(&specs);
+        let place = PlaceOptions::default();
+        let requests = [declared(1_000, 1), declared(1_000, 1), declared(1_000, 1)];
+        let keys = keys(3);
+        let mut loads = gpus(2);
+        let round = plan(
+            &mut loads,
+            rules(&place, &groups),
+            jobs(&requests, &[Some("train"), Some("train"), None], &keys),
+        );
+        assert_eq!(
+            placements(&round),
+            vec![
+                (0, Placement::Start(vec![0])),
+                (2, Placement::Start(vec![0]))
+            ]
+        );
+        assert_eq!(
+            round.held,
+            vec![(
+                "j1".to_string(),
+                WaitReason::Group {
+                    name: "train".into(),
+                    running: 1,
+                    limit: 1
+                }
+            )]
+        );
+        // A group's running count comes in from the loop.
+        let mut running = rules(&place, &groups);
+        running.in_group.insert("train".into(), 1);
+        let round = plan(
+            &mut gpus(2),
+            running,
+            jobs(&requests[..1], &[Some("train")], &keys),
+        );
+        assert!(round.planned.is_empty() && round.held.len() == 1);
+    }
+
+    #[test]
+    fn the_quota_keeps_a_job_waiting_and_ends_one_it_can_never_hold() {
+        let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
+        let limits = Quota {
+            max_gpus: Some(1),
+            ..Quota::default()
+        };
+        let mut rules = rules(&place, &groups);
+        rules.quota = Some(QuotaRound::new(
+            limits,
+            QuotaUse::default(),
+            "alice".into(),
+            TOTAL,
+        ));
+        let requests = [declared(WHOLE, 1), declared(WHOLE, 1), declared(1_000, 2)];
+        let keys = keys(3);
+        let mut loads = gpus(4);
+        let round = plan(&mut loads, rules, jobs(&requests, &[], &keys));
+        let placed = placements(&round);
+        assert_eq!(placed[0], (0, Placement::Start(vec![0])));
+        // The second whole-GPU job is kept to the one GPU alice holds: it
+        // waits there, and the quota says why; three GPUs stay free.
+        assert_eq!(placed[1], (1, Placement::NotNow));
+        assert!(
+            matches!(&round.reasons[..], [(key, WaitReason::Quota { user, .. })] if key == "j1" && user == "alice"),
+            "{:?}",
+            round.reasons
+        );
+        assert!(loads[1..].iter().all(|g| g.occupants.is_empty()));
+        // Two GPUs are more than the quota ever allows: infeasible.
+        assert!(
+            matches!(&placed[2], (2, Placement::Infeasible(why)) if why.contains("over the box quota")),
+            "{placed:?}"
+        );
+        // One running job at most: the second is held back, not placed.
+        let limits = Quota {
+            max_running: Some(1),
+            ..Quota::default()
+        };
+        let mut one_running = self::rules(&place, &groups);
+        one_running.quota = Some(QuotaRound::new(
+            limits,
+            QuotaUse::default(),
+            "alice".into(),
+            TOTAL,
+        ));
+        let small = [declared(1_000, 1), declared(1_000, 1)];
+        let round = plan(&mut gpus(4), one_running, jobs(&small, &[], &keys));
+        assert_eq!(placements(&round), vec![(0, Placement::Start(vec![0]))]);
+        assert!(
+            matches!(&round.held[..], [(key, WaitReason::Quota { .. })] if key == "j1"),
+            "{:?}",
+            round.held
+        );
+    }
+
+    #[test]
+    fn the_priority_reservation_keeps_its_gpus_for_its_job() {
+        let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
+        // GPU 0 is half used by someone else, GPU 1 full: job 0 (a whole
+        // GPU) fits nowhere now; job 1 would fit beside the use on GPU 0.
+        let busy = || {
+            let mut loads = gpus(2);
+            loads[0].used_mib = 10_000;
+            loads[0].external_peak_sum_mib = 10_000;
+            loads[1].used_mib = TOTAL;
+            loads[1].external_peak_sum_mib = TOTAL;
+            loads
+        };
+        let requests = [declared(WHOLE, 1), declared(1_000, 1)];
+        let keys = keys(2);
+        let free = plan(
+            &mut busy(),
+            rules(&place, &groups),
+            jobs(&requests, &[], &keys),
+        );
+        assert_eq!(free.planned[1].placement, Placement::Start(vec![0]));
+        assert!(free.reservation.is_none());
+        // With GPU 0 reserved for job 0, job 1 is kept off it.
+        let mut reserving = rules(&place, &groups);
+        reserving.reserved = Some((0, crate::model::gpu_mask(&[0])));
+        let round = plan(&mut busy(), reserving, jobs(&requests, &[], &keys));
+        let reservation = round.reservation.as_ref().expect("the reservation is kept");
+        assert_eq!(round.planned[reservation.request_index].index, 0);
+        assert_eq!(reservation.gpu_mask, crate::model::gpu_mask(&[0]));
+        assert_eq!(
+            placements(&round),
+            vec![(0, Placement::NotNow), (1, Placement::NotNow)]
+        );
+    }
+
+    #[test]
+    fn only_the_first_waiting_jobs_are_kept_and_every_ready_job_is_counted() {
+        let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
+        let mut rules = rules(&place, &groups);
+        rules.keep_waiting = 2;
+        let requests = vec![declared(WHOLE, 1); 6];
+        let keys = keys(6);
+        let round = plan(&mut gpus(1), rules, jobs(&requests, &[], &keys));
+        assert_eq!(round.ready, 6);
+        assert_eq!(
+            placements(&round),
+            vec![
+                (0, Placement::Start(vec![0])),
+                (1, Placement::NotNow),
+                (2, Placement::NotNow)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_group_count_is_given_back_when_its_job_does_not_start() {
+        let specs =
+            crate::jobspec::parse_jobs("[group=g limit=1] a\n[group=g limit=1] b\n").unwrap();
+        let groups = GroupLimits::of(&specs);
+        let place = PlaceOptions::default();
+        // Job 0 of the group cannot start (too big for any GPU now), so
+        // job 1 of the same group may.
+        let mut loads = gpus(1);
+        loads[0].used_mib = 10_000;
+        loads[0].external_peak_sum_mib = 10_000;
+        let requests = [declared(20_000, 1), declared(1_000, 1)];
+        let keys = keys(2);
+        let round = plan(
+            &mut loads,
+            rules(&place, &groups),
+            jobs(&requests, &[Some("g"), Some("g")], &keys),
+        );
+        assert_eq!(
+            placements(&round),
+            vec![(0, Placement::NotNow), (1, Placement::Start(vec![0]))]
+        );
+    }
+}

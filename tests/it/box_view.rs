@@ -120,7 +120,15 @@ fn the_api_documents_match_their_schemas_with_two_users_running() {
             .filter_map(|u| u["user"].as_str())
             .collect();
         let queues = doc["queues"].as_array().map_or(0, Vec::len);
-        users.contains(&"gpusched-t-alice") && users.contains(&"gpusched-t-bob") && queues == 2
+        // A booking shows in the ledger before its scheduler's next
+        // status.json says when the job ends: wait for both.
+        let settled = doc["gpus"].as_array().into_iter().flatten().all(|g| {
+            g["held"].as_array().is_none_or(Vec::is_empty) || !g["expected_free_source"].is_null()
+        });
+        users.contains(&"gpusched-t-alice")
+            && users.contains(&"gpusched-t-bob")
+            && queues == 2
+            && settled
     });
     common::assert_valid(&doc, "box.schema.json");
     // Every GPU held says by whom and, from the jobs' timeouts, when it frees.

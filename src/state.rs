@@ -533,3 +533,50 @@ pub struct Ended {
     /// Its exit code, if it ran.
     pub returncode: Option<i32>,
 }
+
+/// Every input of the scheduler's decisions that lives between ticks: the
+/// queue, the running attempts, the GPUs as last seen, learned sizes, the
+/// mode, pause and drain, cancels asked for, the box rules and run times.
+/// Nothing here opens a file or sends a signal.
+pub struct Core {
+    /// The jobs file as last read successfully, with its index.
+    pub jobs: JobsFile,
+    /// Running attempts by job key.
+    pub running: BTreeMap<String, Running>,
+    /// The GPUs as last sampled, and what is carried between samples.
+    pub gpu: GpuState,
+    /// Families' peaks for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
+    pub learned: Learned,
+    /// Scheduling, paused by errors, or stopping.
+    pub mode: Mode,
+    /// Pause and drain, kept in `<log_dir>/control.json`
+    /// (docs/BEHAVIOUR.md "Queue policy").
+    pub control: crate::control::Control,
+    /// Jobs `gpusched cancel` journaled as cancelled and not yet ended
+    /// (from the journal at start, then from requests).
+    pub cancel_requests: Vec<String>,
+    /// The box rules and our user's part in them (docs/BEHAVIOUR.md
+    /// "Rules for a shared box").
+    pub box_state: crate::rules::BoxState,
+    /// Past ok run times per family, for expected times.
+    pub run_times: crate::policy::expected::RunTimes,
+}
+
+/// What the last placement round decided and saw, to explain waits and to
+/// skip rounds that cannot differ.
+#[derive(Default)]
+pub struct LastRound {
+    /// Why each pending job that did not fit waits (docs/BEHAVIOUR.md
+    /// "Queue policy").
+    pub wait_reasons: HashMap<String, crate::allocation::WaitReason>,
+    /// The first blocked job in file order and since when it is blocked,
+    /// for the priority reservation (docs/BEHAVIOUR.md "Queue policy").
+    pub blocked_first: Option<(String, Instant)>,
+    /// Bumped whenever `wait_reasons` changes (for the cached views).
+    pub reasons_generation: u64,
+    /// The GPU loads placement last saw.
+    pub last_dispatch_loads: Option<Vec<crate::allocation::GpuLoad>>,
+    /// Pending jobs as the round left them (for "n/N dispatched" in a
+    /// round over appended lines only).
+    pub pending_at_last_round: usize,
+}

@@ -169,6 +169,33 @@ pub fn waiting_starts(
     starts
 }
 
+/// The latest ok run times of each family (seconds), for typical run
+/// times; filled from the journal on first use, then kept as jobs end.
+#[derive(Debug, Default)]
+pub struct RunTimes {
+    /// Whether they were filled from the journal.
+    pub loaded: bool,
+    /// The latest runs of each family, oldest first.
+    pub by_family: std::collections::HashMap<String, std::collections::VecDeque<f64>>,
+}
+
+impl RunTimes {
+    /// Adds an ok run of `family` that took `duration_s` seconds.
+    pub fn add(&mut self, family: String, duration_s: f64) {
+        let runs = self.by_family.entry(family).or_default();
+        if runs.len() == TYPICAL_RUNS {
+            runs.pop_front();
+        }
+        runs.push_back(duration_s);
+    }
+
+    /// The typical run time of `family`, if it ever ran ok.
+    pub fn typical(&self, family: &str) -> Option<f64> {
+        let runs: Vec<f64> = self.by_family.get(family)?.iter().copied().collect();
+        typical_runtime(&runs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

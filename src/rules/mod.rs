@@ -288,5 +288,69 @@ pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
     Ok(Some(rules))
 }
 
+/// The half-life of usage when the rules have no `[fair_share]` (usage
+/// is still shown): 7 days.
+pub const DEFAULT_HALF_LIFE_S: f64 = 7.0 * 86400.0;
+
+/// The box rules and what the loop keeps for them.
+pub struct BoxState {
+    /// The rules in force; `None`: no file, and nothing here runs.
+    pub rules: Option<BoxRules>,
+    /// Our user: uid and name.
+    pub uid: u32,
+    /// Our user's name.
+    pub user: String,
+    /// Usage accrued since the last flush (MiB·s, GPU·s).
+    pub accrued: (f64, f64),
+    /// When usage was last accrued.
+    pub last_accrual: Option<std::time::Instant>,
+    /// When accrued usage was last written.
+    pub last_flush: Option<std::time::Instant>,
+    /// Our jobs waiting, as last published.
+    pub pending: u64,
+}
+
+impl BoxState {
+    /// The state for `rules`, for the user we run as.
+    pub fn new(rules: Option<BoxRules>) -> BoxState {
+        let uid = nix::unistd::geteuid().as_raw();
+        BoxState {
+            rules,
+            uid,
+            user: crate::files::user_name(uid),
+            accrued: (0.0, 0.0),
+            last_accrual: None,
+            last_flush: None,
+            pending: 0,
+        }
+    }
+
+    /// The half-life of usage (seconds).
+    pub fn half_life_s(&self) -> f64 {
+        self.rules
+            .as_ref()
+            .and_then(|r| r.fair_share)
+            .map_or(DEFAULT_HALF_LIFE_S, |f| f.half_life_s)
+    }
+
+    /// Our user's quota, when it limits anything.
+    pub fn quota(&self) -> Option<quota::Quota> {
+        let quota = self.rules.as_ref()?.quota_for(&self.user);
+        quota.is_limited().then_some(quota)
+    }
+
+    /// Whether fair share is on.
+    pub fn fair_share(&self) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.fair_share.is_some())
+    }
+
+    /// The longest reservation believed (seconds).
+    pub fn max_reservation_s(&self) -> f64 {
+        self.rules
+            .as_ref()
+            .map_or(DEFAULT_MAX_RESERVATION_S, BoxRules::max_reservation_s)
+    }
+}
+
 #[cfg(test)]
 mod tests;

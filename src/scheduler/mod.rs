@@ -15,7 +15,8 @@ mod wake;
 
 use crate::cli::RunArgs;
 use crate::state::Config;
-use parts::{Core, Due, Io, LastRound, Reporting, Sharing};
+use crate::state::{Core, LastRound};
+use parts::{Due, Io, Reporting, Sharing};
 use std::time::Instant;
 
 /// The whole scheduler, by owner: settings, the handles that act, the

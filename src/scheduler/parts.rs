@@ -1,55 +1,26 @@
 //! The scheduler's state by owner (docs/ARCHITECTURE.md "The loop's
-//! parts"): [`Core`] holds what decisions read and nothing that touches
-//! the OS; [`Io`] holds the handles that act; [`Sharing`] the ledger
-//! protocol's own state; [`LastRound`] what the last placement round
-//! decided; [`Due`] the work a wake asked for; [`Reporting`] what only the
-//! views and the summary read. Each phase borrows the parts it needs, so
+//! parts"): [`crate::state::Core`] holds what decisions read and nothing
+//! that touches the OS, and [`crate::state::LastRound`] what the last
+//! placement round decided (both in `state`, which the views read);
+//! here [`Io`] holds the handles that act; [`Sharing`] the ledger
+//! protocol's own state; [`Due`] the work a wake asked for; [`Reporting`]
+//! what only the views and the summary read. Each phase borrows the parts it needs, so
 //! what a phase may touch shows in its signature's parts, not in one
 //! struct of forty fields.
 
-use super::phases::{BoxState, RunTimes, Told};
-use crate::allocation::{GpuLoad, WaitReason};
-use crate::control::Control;
+use super::phases::Told;
 use crate::gpu::GpuBackend;
 use crate::journal::Journal;
 use crate::launcher::Launcher;
 use crate::ledger::Booking;
 use crate::ledger::store::Ledger;
 use crate::lockfile::SchedulerLock;
-use crate::state::{Ended, GpuState, JobsFile, Learned, Mode, Running};
+use crate::state::Ended;
 use crate::timeline::usage::UsageLog;
 use crate::view::doc::QueueView;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// Every input of the scheduler's decisions that lives between ticks: the
-/// queue, the running attempts, the GPUs as last seen, learned sizes, the
-/// mode, pause and drain, cancels asked for, the box rules and run times.
-/// Nothing here opens a file or sends a signal.
-pub struct Core {
-    /// The jobs file as last read successfully, with its index.
-    pub jobs: JobsFile,
-    /// Running attempts by job key.
-    pub running: BTreeMap<String, Running>,
-    /// The GPUs as last sampled, and what is carried between samples.
-    pub gpu: GpuState,
-    /// Families' peaks for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
-    pub learned: Learned,
-    /// Scheduling, paused by errors, or stopping.
-    pub mode: Mode,
-    /// Pause and drain, kept in `<log_dir>/control.json`
-    /// (docs/BEHAVIOUR.md "Queue policy").
-    pub control: Control,
-    /// Jobs `gpusched cancel` journaled as cancelled and not yet ended
-    /// (from the journal at start, then from requests).
-    pub cancel_requests: Vec<String>,
-    /// The box rules and our user's part in them (docs/BEHAVIOUR.md
-    /// "Rules for a shared box").
-    pub box_state: BoxState,
-    /// Past ok run times per family, for expected times.
-    pub run_times: RunTimes,
-}
 
 /// The handles that act on the machine: the log directory's lock, the GPU
 /// backend, the launcher, the journal and the usage record, and what is
@@ -86,25 +57,6 @@ pub struct Sharing {
     /// When the round's `starting` bookings were published (Unix ms): the
     /// running jobs' bookings keep it.
     pub starting_since_ms: u64,
-}
-
-/// What the last placement round decided and saw, to explain waits and to
-/// skip rounds that cannot differ.
-#[derive(Default)]
-pub struct LastRound {
-    /// Why each pending job that did not fit waits (docs/BEHAVIOUR.md
-    /// "Queue policy").
-    pub wait_reasons: HashMap<String, WaitReason>,
-    /// The first blocked job in file order and since when it is blocked,
-    /// for the priority reservation (docs/BEHAVIOUR.md "Queue policy").
-    pub blocked_first: Option<(String, Instant)>,
-    /// Bumped whenever `wait_reasons` changes (for the cached views).
-    pub reasons_generation: u64,
-    /// The GPU loads placement last saw.
-    pub last_dispatch_loads: Option<Vec<GpuLoad>>,
-    /// Pending jobs as the round left them (for "n/N dispatched" in a
-    /// round over appended lines only).
-    pub pending_at_last_round: usize,
 }
 
 /// Work a wake or a phase asked the next tick to do.

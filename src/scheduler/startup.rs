@@ -3,7 +3,7 @@
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
 
-use super::parts::{Core, Due, Io, LastRound, Reporting, Sharing};
+use super::parts::{Due, Io, Reporting, Sharing};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
@@ -17,6 +17,7 @@ use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::launcher::{Cluster, Launcher};
 use crate::lockfile::SchedulerLock;
 use crate::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
+use crate::state::{Core, LastRound};
 use crate::view::report;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,7 +68,7 @@ impl Scheduler {
         }
         let mut wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
         let rules = crate::rules::load(args.box_rules.as_deref())?;
-        let box_state = super::phases::BoxState::new(rules);
+        let box_state = crate::rules::BoxState::new(rules);
         let mut ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
         if let Some(ledger) = &mut ledger {
             ledger.max_reservation_s = box_state.max_reservation_s();

@@ -4,7 +4,7 @@
 //! the journal or the queue does, so it is cached by the caller and rebuilt
 //! only then.
 
-use crate::allocation::{self, GpuLoad, WaitReason};
+use crate::allocation::{self, GpuLoad};
 use crate::jobspec::JobSpec;
 use crate::journal::{Journal, KeyState, Phase, now_ts};
 use crate::model::{JobState, SchedulerState};
@@ -12,7 +12,7 @@ use crate::policy::learned;
 use crate::policy::queue;
 use crate::process::Pgid;
 use crate::progress;
-use crate::state::{Config, Ended, GpuState, JobsFile, Proc, Running};
+use crate::state::{Config, Core, Ended, LastRound, Proc, Running};
 use crate::view::report;
 use crate::view::status::ReservationStatus;
 use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
@@ -52,12 +52,11 @@ pub struct ViewInput<'a> {
     pub cfg: &'a Config,
     /// The journal and its fold.
     pub journal: &'a Journal,
-    /// The jobs file's last good parse.
-    pub jobs: &'a JobsFile,
-    /// Running attempts by key.
-    pub running: &'a BTreeMap<String, Running>,
-    /// GPU state.
-    pub gpu: &'a GpuState,
+    /// The decision state: the jobs file, running attempts, GPUs, learned
+    /// sizes, the mode, pause and drain.
+    pub core: &'a Core,
+    /// What the last placement round decided: why jobs wait.
+    pub round: &'a LastRound,
     /// The GPU loads placement sees now.
     pub loads: Vec<GpuLoad>,
     /// Jobs ended during this run.
@@ -65,28 +64,16 @@ pub struct ViewInput<'a> {
     /// Expected ends, starts and free GPUs (docs/BEHAVIOUR.md "Expected
     /// times").
     pub expected: &'a crate::policy::expected::Expectations,
-    /// Why each pending job the last dispatch round could not start waits.
-    pub wait_reasons: &'a HashMap<String, WaitReason>,
-    /// Bumped when those reasons change.
-    pub reasons_generation: u64,
-    /// Pause and drain.
-    pub control: &'a crate::control::Control,
     /// The scheduler's state word.
     pub state: SchedulerState,
-    /// Why dispatch is paused, if it is.
-    pub paused_reason: Option<&'a str>,
     /// When the scheduler started (Unix seconds).
     pub started_ts: f64,
     /// Ticks of the loop so far.
     pub ticks: u64,
-    /// Whether the backend is the simulator.
-    pub backend_is_sim: bool,
+    /// Whether the backend is the simulator, and its description.
+    pub backend: (bool, String),
     /// Other schedulers' trusted bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub foreign: &'a [crate::ledger::Foreign],
-    /// Families' peaks, for `vram=auto` jobs (docs/BEHAVIOUR.md "Learned VRAM").
-    pub learned: &'a crate::state::Learned,
-    /// The backend's description.
-    pub backend_detail: String,
 }
 
 impl ViewInput<'_> {
@@ -94,10 +81,10 @@ impl ViewInput<'_> {
     pub fn generation(&self) -> QueueGeneration {
         QueueGeneration {
             journal: self.journal.generation(),
-            jobs_file: self.jobs.generation,
-            running: self.running.len(),
-            reasons: self.reasons_generation,
-            learned: self.learned.generation,
+            jobs_file: self.core.jobs.generation,
+            running: self.core.running.len(),
+            reasons: self.round.reasons_generation,
+            learned: self.core.learned.generation,
         }
     }
 }
@@ -111,13 +98,13 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
         finished: Vec::new(),
     };
     let mut last_finished = std::collections::VecDeque::new();
-    for (index, spec) in input.jobs.specs.iter().enumerate() {
-        let Some(state) = input.jobs.state_of(index, input.journal) else {
+    for (index, spec) in input.core.jobs.specs.iter().enumerate() {
+        let Some(state) = input.core.jobs.state_of(index, input.journal) else {
             continue;
         };
         // Only a started job can be running (an attempt enters `running`
         // after its `started` event): no lookup of every waiting key.
-        if matches!(state.phase, Phase::Started(_)) && input.running.contains_key(&spec.key) {
+        if matches!(state.phase, Phase::Started(_)) && input.core.running.contains_key(&spec.key) {
             continue;
         }
         let job_state = queue::job_state(state, false);
@@ -133,8 +120,8 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
         *view.counts.entry(job_state.as_str().into()).or_default() += 1;
     }
     for index in last_finished {
-        let spec = &input.jobs.specs[index];
-        if let Some(state) = input.jobs.state_of(index, input.journal) {
+        let spec = &input.core.jobs.specs[index];
+        if let Some(state) = input.core.jobs.state_of(index, input.journal) {
             view.finished
                 .push(job_status(input, &spec.key, Some(spec), state));
         }
@@ -179,13 +166,14 @@ pub fn job_status(
         expected_start: None,
         expected_source: None,
     };
-    if let Some(run) = input.running.get(key) {
+    if let Some(run) = input.core.running.get(key) {
         fill_running(&mut job, run);
     } else if job.state.is_waiting() {
-        job.reason = input.wait_reasons.get(key).map(ToString::to_string);
+        job.reason = input.round.wait_reasons.get(key).map(ToString::to_string);
         if let Some(spec) = spec.filter(|s| input.cfg.is_auto(s)) {
             let family = learned::family_of(&spec.command, spec.family());
             let prediction = input
+                .core
                 .learned
                 .families
                 .predict(&family, input.cfg.place.spike_buffer);
@@ -260,10 +248,10 @@ fn orphan_note(pgid: Pgid) -> String {
 pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
     let mut counts = view.counts.clone();
     let mut jobs: Vec<JobStatus> = Vec::new();
-    for (key, run) in input.running {
+    for (key, run) in &input.core.running {
         *counts.entry(JobState::Running.as_str().into()).or_default() += 1;
         if let Some(state) = input.journal.state(key) {
-            jobs.push(job_status(input, key, input.jobs.spec(key), state));
+            jobs.push(job_status(input, key, input.core.jobs.spec(key), state));
         } else {
             tracing::debug!("running job {} has no journal state", run.no);
         }
@@ -296,27 +284,27 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             version: env!("CARGO_PKG_VERSION").into(),
             started: input.started_ts,
             poll_s: input.cfg.poll.as_secs_f64(),
-            backend: if input.backend_is_sim { "sim" } else { "nvml" }.into(),
-            backend_detail: input.backend_detail.clone(),
+            backend: if input.backend.0 { "sim" } else { "nvml" }.into(),
+            backend_detail: input.backend.1.clone(),
             state: input.state,
-            paused_reason: input.paused_reason.map(str::to_string),
-            jobs_file_problem: input.jobs.source.last_error.clone(),
-            queue_paused: input.control.paused,
-            drained: input.control.drained.iter().copied().collect(),
+            paused_reason: input.core.mode.paused_reason().map(str::to_string),
+            jobs_file_problem: input.core.jobs.source.last_error.clone(),
+            queue_paused: input.core.control.paused,
+            drained: input.core.control.drained.iter().copied().collect(),
             reservation: input
                 .journal
                 .priority_reservation()
                 .and_then(|(key, gpus)| {
                     let state = input.journal.state(key)?;
-                    let waiting = !input.running.contains_key(key)
+                    let waiting = !input.core.running.contains_key(key)
                         && matches!(state.phase, Phase::Waiting)
-                        && input.jobs.spec(key).is_some();
+                        && input.core.jobs.spec(key).is_some();
                     waiting.then(|| ReservationStatus {
                         job: state.no,
                         gpus: gpus.clone(),
                     })
                 }),
-            jobs_file: input.jobs.path.display().to_string(),
+            jobs_file: input.core.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,
             ticks: input.ticks,
@@ -332,6 +320,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
 /// Every GPU the scheduler may use, with its load and this run's figures.
 fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
     let snapshot_gpus = input
+        .core
         .gpu
         .snapshot
         .as_ref()
@@ -343,7 +332,12 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
         .iter()
         .map(|load| {
             let info = snapshot_gpus.iter().find(|g| g.index == load.index);
-            let stats = input.gpu.stats.get(&load.index).filter(|s| s.samples > 0);
+            let stats = input
+                .core
+                .gpu
+                .stats
+                .get(&load.index)
+                .filter(|s| s.samples > 0);
             GpuStatus {
                 index: load.index,
                 uuid: info.map(|g| g.uuid.clone()).unwrap_or_default(),
@@ -356,6 +350,7 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                 drained: allocation::is_drained(load.index, &input.cfg.place),
                 util_percent: info.and_then(|g| g.util_percent),
                 jobs: input
+                    .core
                     .running
                     .values()
                     .filter(|j| j.gpus.contains(&load.index))

@@ -8,9 +8,8 @@
 use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
 use crate::ledger::Need;
 use crate::ledger::people::Usage;
-use crate::rules::quota::{Quota, QuotaRound, QuotaUse};
+use crate::rules::quota::{QuotaRound, QuotaUse};
 use crate::rules::share::{self, Standing};
-use crate::rules::{BoxRules, DEFAULT_MAX_RESERVATION_S};
 use crate::scheduler::Scheduler;
 use crate::view::status::{BoxStatus, BoxUser, PersonalReservation, QuotaUseStatus};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,70 +20,6 @@ const USAGE_FLUSH: Duration = Duration::from_secs(1);
 
 /// How many waiting jobs' needs a scheduler publishes.
 pub(in crate::scheduler) const DEMAND_PUBLISHED: usize = 4;
-
-/// The half-life of usage when the rules have no `[fair_share]` (usage
-/// is still shown): 7 days.
-const DEFAULT_HALF_LIFE_S: f64 = 7.0 * 86400.0;
-
-/// The box rules and what the loop keeps for them.
-pub struct BoxState {
-    /// The rules in force; `None`: no file, and nothing here runs.
-    pub rules: Option<BoxRules>,
-    /// Our user: uid and name.
-    pub uid: u32,
-    /// Our user's name.
-    pub user: String,
-    /// Usage accrued since the last flush (MiB·s, GPU·s).
-    accrued: (f64, f64),
-    /// When usage was last accrued.
-    last_accrual: Option<Instant>,
-    /// When accrued usage was last written.
-    last_flush: Option<Instant>,
-    /// Our jobs waiting, as last published.
-    pub pending: u64,
-}
-
-impl BoxState {
-    /// The state for `rules`, for the user we run as.
-    pub fn new(rules: Option<BoxRules>) -> BoxState {
-        let uid = nix::unistd::geteuid().as_raw();
-        BoxState {
-            rules,
-            uid,
-            user: crate::files::user_name(uid),
-            accrued: (0.0, 0.0),
-            last_accrual: None,
-            last_flush: None,
-            pending: 0,
-        }
-    }
-
-    /// The half-life of usage (seconds).
-    pub fn half_life_s(&self) -> f64 {
-        self.rules
-            .as_ref()
-            .and_then(|r| r.fair_share)
-            .map_or(DEFAULT_HALF_LIFE_S, |f| f.half_life_s)
-    }
-
-    /// Our user's quota, when it limits anything.
-    pub fn quota(&self) -> Option<Quota> {
-        let quota = self.rules.as_ref()?.quota_for(&self.user);
-        quota.is_limited().then_some(quota)
-    }
-
-    /// Whether fair share is on.
-    pub fn fair_share(&self) -> bool {
-        self.rules.as_ref().is_some_and(|r| r.fair_share.is_some())
-    }
-
-    /// The longest reservation believed (seconds).
-    pub fn max_reservation_s(&self) -> f64 {
-        self.rules
-            .as_ref()
-            .map_or(DEFAULT_MAX_RESERVATION_S, BoxRules::max_reservation_s)
-    }
-}
 
 impl Scheduler {
     /// Adds our bookings × the time since the last call to the usage

@@ -3,41 +3,15 @@
 //! running job's progress, its family's typical run time, its timeout —
 //! and the GPUs as they would be without some running jobs.
 
-use crate::policy::expected::{self, Estimate, Expectations, TYPICAL_RUNS};
+use crate::policy::expected::{self, Estimate, Expectations};
 use crate::policy::learned::family_of;
 use crate::scheduler::Scheduler;
-use std::collections::{HashMap, VecDeque};
 
 /// Waiting jobs given an expected start (the first in queue order).
 const WAITING_ESTIMATED: usize = 50;
 
 /// Running jobs' ends tried as moments something may start.
 const ENDS_TRIED: usize = 64;
-
-/// The latest ok run times of each family (seconds), for typical run
-/// times; filled from the journal on first use, then kept as jobs end.
-#[derive(Debug, Default)]
-pub struct RunTimes {
-    loaded: bool,
-    by_family: HashMap<String, VecDeque<f64>>,
-}
-
-impl RunTimes {
-    /// Adds an ok run of `family` that took `duration_s` seconds.
-    pub fn add(&mut self, family: String, duration_s: f64) {
-        let runs = self.by_family.entry(family).or_default();
-        if runs.len() == TYPICAL_RUNS {
-            runs.pop_front();
-        }
-        runs.push_back(duration_s);
-    }
-
-    /// The typical run time of `family`, if it ever ran ok.
-    pub fn typical(&self, family: &str) -> Option<f64> {
-        let runs: Vec<f64> = self.by_family.get(family)?.iter().copied().collect();
-        expected::typical_runtime(&runs)
-    }
-}
 
 impl Scheduler {
     /// The family of the job `key` (from its line), for run times.

@@ -53,7 +53,5 @@ mod submit;
 mod timeouts;
 mod told;
 
-pub(in crate::scheduler) use box_rules::BoxState;
-pub(in crate::scheduler) use expected::RunTimes;
 pub(in crate::scheduler) use file_digest::TextHash;
 pub(in crate::scheduler) use told::Told;

@@ -57,26 +57,19 @@ impl Scheduler {
             expected: &expected,
             cfg: &self.cfg,
             journal: &self.io.journal,
-            jobs: &self.core.jobs,
-            running: &self.core.running,
-            gpu: &self.core.gpu,
+            core: &self.core,
+            round: &self.round,
             loads: self.gpu_loads(),
             ended_this_run: &self.report.ended_this_run,
-            wait_reasons: &self.round.wait_reasons,
-            reasons_generation: self.round.reasons_generation,
             state: self.scheduler_state(),
-            paused_reason: self.core.mode.paused_reason(),
-            control: &self.core.control,
             started_ts: self.report.started_ts,
             ticks: self.report.ticks,
-            backend_is_sim: self.io.backend.is_sim(),
+            backend: (self.io.backend.is_sim(), self.io.backend.describe()),
             foreign: self
                 .share
                 .ledger
                 .as_ref()
                 .map_or(&[], |l| l.foreign.as_slice()),
-            learned: &self.core.learned,
-            backend_detail: self.io.backend.describe(),
         };
         let stale = self
             .report

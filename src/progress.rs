@@ -2,8 +2,9 @@
 //! bar (`45%|████▌ | 450/1000 [00:10<00:12, 44.5it/s]`), `step 450/1000`,
 //! `epoch 3/10`, `[450/1000]`, or a bare `45%`. Updates separated by `\r`
 //! (as tqdm writes them) count as lines; the most recent marker wins.
+//! The patterns are ASCII (`regex-lite`): digits and words in logs are.
 
-use regex::Regex;
+use regex_lite::Regex;
 use std::sync::LazyLock;
 
 /// How far along a job says it is.

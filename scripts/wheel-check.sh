@@ -3,16 +3,20 @@
 # in a virtual environment of its own), installs it into a fresh virtual
 # environment and runs the bundled example from there, as a user who
 # only has Python would. Prints the wheel's size and the install time.
-# Usage: scripts/wheel-check.sh   (needs python3 with venv, and PyPI)
+# Usage: scripts/wheel-check.sh [PROFILE]   (needs python3 with venv, and PyPI)
+# PROFILE is a Cargo profile, `release` (the default: the wheel people
+# install) or `dev` (CI: it reuses the binary the tests just built, stripped,
+# so the packaging is checked without a second full build).
 set -euo pipefail
+profile="${1:-release}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/build"
 "$work/build/bin/pip" install --quiet "maturin>=1.7,<2"
-# The same release profile as `cargo build --release`: what is built
+# The same profile as `cargo build --profile "$profile"`: what is built
 # already is reused.
-(cd "$repo" && "$work/build/bin/maturin" build --release --quiet --out "$work/dist")
+(cd "$repo" && "$work/build/bin/maturin" build --profile "$profile" --strip --quiet --out "$work/dist")
 wheel="$(ls "$work"/dist/gpusched-*.whl)"
 echo "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
 python3 -m venv "$work/fresh"

@@ -6,6 +6,7 @@
 mod box_rules;
 mod box_view;
 mod chaos;
+mod checks;
 mod common;
 mod exactly_once;
 mod expected;
@@ -15,6 +16,7 @@ mod layers;
 mod learned;
 mod lifecycle;
 mod mcp;
+mod never_panics;
 mod notify;
 mod nvml;
 mod placement_properties;

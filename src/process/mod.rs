@@ -154,22 +154,6 @@ impl GroupIdentity {
     }
 }
 
-/// Makes the process `command` will start the leader of a new session
-/// (`setsid`, docs/BEHAVIOUR.md "Running a job"), so it and its descendants share one process group
-/// and no signal meant for our terminal reaches them. (Jobs get theirs from
-/// their supervisor, which sets it up between fork and exec itself.)
-#[cfg(test)]
-pub fn in_new_session(command: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
-    }
-}
 
 /// Whether the process `id` names is still running (same pid, same start
 /// time, not a zombie).
@@ -349,15 +333,17 @@ mod tests {
             .create(true)
             .append(true)
             .open(request.log)?;
-        let mut command = Command::new("/bin/sh");
+        // The leader of a new session, as a job's supervisor makes it
+        // (util-linux's setsid execs the shell in place: same pid).
+        let mut command = Command::new("setsid");
         command
+            .arg("/bin/sh")
             .arg("-c")
             .arg(request.command)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .envs(request.env.iter().map(|(k, v)| (k, v)));
-        in_new_session(&mut command);
         let child = command.spawn()?;
         let pid = child.id();
         Ok(Spawned {

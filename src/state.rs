@@ -310,7 +310,7 @@ pub struct JobsFile {
     /// journal), so the pending scan starts here instead of at the top of
     /// a long sweep. Only ever moves forward, except when a job is retried
     /// or the queue is replaced (then it is reset to 0).
-    pub done_prefix: std::cell::Cell<usize>,
+    pub done_prefix: usize,
     /// The first line appended since the last dispatch round, when only
     /// appends happened since (a round then places the new lines only).
     pub appended_from: Option<usize>,
@@ -364,7 +364,7 @@ impl JobsFile {
             after: HashMap::new(),
             deps_in_file: Default::default(),
             by_key: Default::default(),
-            done_prefix: Default::default(),
+            done_prefix: 0,
             appended_from: None,
             state_ids: Vec::new(),
             groups: Default::default(),
@@ -399,6 +399,21 @@ impl JobsFile {
         }
     }
 
+    /// Moves [`JobsFile::done_prefix`] past the jobs whose outcome
+    /// `journal` holds, so queue scans start after a long sweep's ended
+    /// head (the loop calls it once a tick; scans only read it).
+    pub fn skip_ended(&mut self, journal: &crate::journal::Journal) {
+        let mut first = self.done_prefix;
+        while first < self.specs.len()
+            && self
+                .state_of(first, journal)
+                .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
+        {
+            first += 1;
+        }
+        self.done_prefix = first;
+    }
+
     /// Adds lines appended to the file, extending the index; `ids` are
     /// their journal state ids, one per line.
     pub fn push_specs(&mut self, new: Vec<JobSpec>, ids: Vec<u32>) {
@@ -420,7 +435,7 @@ impl JobsFile {
         self.state_ids = ids;
         self.specs = specs;
         self.index_from(0);
-        self.done_prefix.set(0);
+        self.done_prefix = 0;
         self.appended_from = None;
     }
 

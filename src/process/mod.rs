@@ -154,7 +154,6 @@ impl GroupIdentity {
     }
 }
 
-
 /// Whether the process `id` names is still running (same pid, same start
 /// time, not a zombie).
 pub fn is_running(id: &crate::journal::ProcessId) -> bool {
@@ -346,6 +345,14 @@ mod tests {
             .envs(request.env.iter().map(|(k, v)| (k, v)));
         let child = command.spawn()?;
         let pid = child.id();
+        // setsid(1) makes the session after exec: return once it has (as
+        // pre_exec would have before spawn returned), or the process ended.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read_stat(pid).is_some_and(|s| s.session != pid && s.state != 'Z')
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         Ok(Spawned {
             start_ticks: read_stat(pid).map(|s| s.start_ticks),
             pgid: Pgid(pid),

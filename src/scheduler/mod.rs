@@ -72,6 +72,7 @@ impl Scheduler {
             self.sample_gpus(now);
             self.guard(|s| s.complete_ended_orphans());
         }
+        self.core.jobs.skip_ended(&self.io.journal);
         self.guard(|s| s.dispatch());
         self.publish_bookings();
         self.account_usage(now);

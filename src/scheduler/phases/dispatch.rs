@@ -79,20 +79,11 @@ impl Scheduler {
 
     /// [`Scheduler::pending`] from spec index `start` on.
     fn pending_from(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
-        // Skip the ended head of a long sweep once, not every round.
-        let mut first = self.core.jobs.done_prefix.get();
+        // The ended head of a long sweep is skipped: the tick moved
+        // `done_prefix` past it ([`crate::state::JobsFile::skip_ended`]).
         // A job whose outcome is journaled is not running (an attempt
         // leaves `running` before its outcome is journaled).
-        while first < self.core.jobs.specs.len()
-            && self
-                .core
-                .jobs
-                .state_of(first, &self.io.journal)
-                .is_some_and(|st| matches!(st.phase, crate::journal::Phase::Done(_)))
-        {
-            first += 1;
-        }
-        self.core.jobs.done_prefix.set(first);
+        let first = self.core.jobs.done_prefix;
         let first = first.max(start).min(self.core.jobs.specs.len());
         self.core.jobs.specs[first..]
             .iter()

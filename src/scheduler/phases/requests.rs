@@ -119,7 +119,7 @@ impl Scheduler {
             )),
             Some(_) => {
                 self.io.journal.append(key, Event::Retry {})?;
-                self.core.jobs.done_prefix.set(0);
+                self.core.jobs.done_prefix = 0;
                 self.due.dispatch_needed = true;
                 say(&format!("↺ job {no} queued again (gpusched retry)"));
             }

@@ -125,8 +125,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Ok(mut slot) = shared.box_json.write() {
         *slot = first;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread serves: every handler reads a document the box reader
+    // keeps ready, and the timeline is drawn on the blocking pool.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let listener = runtime

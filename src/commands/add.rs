@@ -68,11 +68,11 @@ pub fn run_to(
     };
     let deadline = Instant::now() + SEEN_WAIT;
     while Instant::now() < deadline {
-        let seen = tail
-            .records()
-            .into_iter()
-            .find(|r| r["key"] == key.as_str() && r["event"] == "seen");
-        if let Some(no) = seen.and_then(|r| r["no"].as_u64()) {
+        let seen = tail.records().into_iter().find_map(|r| match r.event {
+            crate::journal::Event::Seen { no, .. } if r.key == key => Some(no),
+            _ => None,
+        });
+        if let Some(no) = seen {
             writeln!(err, "queued as job {no} (scheduler pid {pid})")?;
             return Ok(0);
         }

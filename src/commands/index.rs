@@ -6,6 +6,7 @@
 
 use crate::error::Error;
 use crate::jobspec::{self, JobSpec};
+use crate::journal::{Event, Record};
 use crate::view::report;
 use crate::view::screen::FinishedRow;
 use serde_json::Value;
@@ -76,42 +77,51 @@ impl IndexedJob {
         }
     }
 
-    /// Takes in one later journal `event` of this job (its `record`): an
-    /// attempt started, an outcome, a requeue. Requests and reservations
-    /// (`cancel`, `reserved`) are not outcomes and change nothing.
-    pub fn apply(&mut self, event: &str, record: &Value) {
+    /// Takes in one later journal `event` of this job, written at `ts`
+    /// (Unix seconds): an attempt started, an outcome, a requeue. Requests
+    /// and reservations (`cancel`, `reserved`) are not outcomes and change
+    /// nothing.
+    pub fn apply(&mut self, event: &Event, ts: f64) {
         match event {
-            "started" => {
+            Event::Started {
+                attempt,
+                gpus,
+                log_offset,
+                ..
+            } => {
                 self.attempts.push(Attempt {
-                    attempt: record["attempt"].as_u64().unwrap_or(0) as u32,
-                    gpus: record["gpus"]
-                        .as_array()
-                        .map(|g| {
-                            g.iter()
-                                .filter_map(|i| i.as_u64())
-                                .map(|i| i as u32)
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    log_offset: record["log_offset"].as_u64(),
+                    attempt: *attempt,
+                    gpus: gpus.clone(),
+                    log_offset: *log_offset,
                 });
                 self.last = LastWord::Started;
             }
-            "done" => {
+            Event::Done {
+                status,
+                returncode,
+                duration_s,
+                ..
+            } => {
                 self.last = LastWord::Done {
-                    status: record["status"].as_str().unwrap_or("failed").to_string(),
-                    returncode: record["returncode"].as_i64(),
-                    ts: record["ts"].as_f64().unwrap_or(0.0),
-                    duration_s: record["duration_s"].as_f64().unwrap_or(0.0),
+                    status: status.as_str().to_string(),
+                    returncode: returncode.map(i64::from),
+                    ts,
+                    duration_s: *duration_s,
                 }
             }
-            "oom" | "interrupted" | "preempted" | "retry" => {
-                self.last = LastWord::Requeued {
-                    event: event.to_string(),
-                }
-            }
+            Event::Oom { .. } => self.requeued("oom"),
+            Event::Interrupted {} => self.requeued("interrupted"),
+            Event::Preempted { .. } => self.requeued("preempted"),
+            Event::Retry {} => self.requeued("retry"),
             _ => {}
         }
+    }
+
+    /// Back in the queue after `event` (its name in the journal).
+    fn requeued(&mut self, event: &str) {
+        self.last = LastWord::Requeued {
+            event: event.to_string(),
+        };
     }
 
     /// The log file of `attempt` in `log_dir`.
@@ -144,25 +154,18 @@ impl JobIndex {
         Ok(JobIndex::parse(&text))
     }
 
-    /// Folds journal lines into jobs.
+    /// Folds journal lines into jobs (torn or garbled lines skipped).
     pub fn parse(text: &[u8]) -> JobIndex {
         let mut by_key: HashMap<String, IndexedJob> = HashMap::new();
-        for record in crate::jsonl::parse::<Value>(text).records {
-            let (Some(key), Some(event)) = (record["key"].as_str(), record["event"].as_str())
-            else {
-                continue;
-            };
-            if event == "seen" {
-                let Some(no) = record["no"].as_u64().and_then(|n| u32::try_from(n).ok()) else {
-                    continue;
-                };
-                by_key.entry(key.to_string()).or_insert_with(|| {
-                    IndexedJob::seen(no, key, record["command"].as_str().unwrap_or_default())
-                });
+        for record in crate::jsonl::parse::<Record>(text).records {
+            if let Event::Seen { no, command } = &record.event {
+                by_key
+                    .entry(record.key.clone())
+                    .or_insert_with(|| IndexedJob::seen(*no, &record.key, command));
                 continue;
             }
-            if let Some(job) = by_key.get_mut(key) {
-                job.apply(event, &record);
+            if let Some(job) = by_key.get_mut(&record.key) {
+                job.apply(&record.event, record.ts);
             }
         }
         let mut jobs: Vec<IndexedJob> = by_key.into_values().collect();
@@ -186,7 +189,7 @@ impl JobIndex {
                     FinishedRow {
                         no: job.no,
                         status: status.clone(),
-                        returncode: *returncode,
+                        returncode: returncode.map(i64::from),
                         duration_s: *duration_s,
                         command: job.command.clone(),
                     },
@@ -281,10 +284,8 @@ impl FollowedJob {
     /// Takes in what was appended since the last look.
     pub fn refresh(&mut self) -> &IndexedJob {
         for record in self.tail.records() {
-            if record["key"] == self.job.key.as_str()
-                && let Some(event) = record["event"].as_str()
-            {
-                self.job.apply(event, &record);
+            if record.key == self.job.key {
+                self.job.apply(&record.event, record.ts);
             }
         }
         &self.job
@@ -308,7 +309,7 @@ impl JournalTail {
 
     /// The complete records appended since the last call (a line still
     /// being written is left for the next); garbled lines are skipped.
-    pub fn records(&mut self) -> Vec<Value> {
+    pub fn records(&mut self) -> Vec<Record> {
         use std::io::{Read, Seek, SeekFrom};
         let mut bytes = Vec::new();
         let read = std::fs::File::open(&self.path).and_then(|mut file| {
@@ -393,18 +394,20 @@ mod tests {
     fn a_tail_reads_only_new_complete_records() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.jsonl");
-        std::fs::write(&path, "{\"key\":\"old\"}\n").unwrap();
+        let line = |key: &str| format!("{{\"ts\":1.0,\"key\":\"{key}\",\"event\":\"retry\"}}");
+        std::fs::write(&path, format!("{}\n", line("old"))).unwrap();
         let mut tail = JournalTail::new(dir.path());
         assert!(tail.records().is_empty());
         use std::io::Write;
         let mut file = std::fs::File::options().append(true).open(&path).unwrap();
-        file.write_all(b"{\"key\":\"a\"}\ngarbled\n{\"key\":\"b")
-            .unwrap();
+        let b = line("b");
+        let (b_start, b_end) = b.split_at(b.len() - 2);
+        write!(file, "{}\ngarbled\n{b_start}", line("a")).unwrap();
         let got = tail.records();
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0]["key"], "a");
-        file.write_all(b"\"}\n").unwrap();
-        assert_eq!(tail.records()[0]["key"], "b", "the torn line, once whole");
+        assert_eq!(got[0].key, "a");
+        writeln!(file, "{b_end}").unwrap();
+        assert_eq!(tail.records()[0].key, "b", "the torn line, once whole");
     }
 
     #[test]

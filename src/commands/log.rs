@@ -152,7 +152,7 @@ fn follow(
             || journal
                 .records()
                 .iter()
-                .any(|r| r["key"] == key && is_outcome(r["event"].as_str().unwrap_or("")));
+                .any(|r| r.key == key && is_outcome(&r.event));
         section.copy_new(file, out)?;
         if ended {
             section.copy_new(file, out)?;
@@ -163,8 +163,12 @@ fn follow(
 }
 
 /// Whether a journal event ends an attempt (a `cancel` request does not).
-fn is_outcome(event: &str) -> bool {
-    matches!(event, "done" | "oom" | "interrupted" | "preempted")
+fn is_outcome(event: &crate::journal::Event) -> bool {
+    use crate::journal::Event;
+    matches!(
+        event,
+        Event::Done { .. } | Event::Oom { .. } | Event::Interrupted {} | Event::Preempted { .. }
+    )
 }
 
 /// The journal's last word on the job `key`, waiting up to

@@ -98,7 +98,7 @@ pub fn deliver(
         for (request, taken) in requests.iter().zip(&mut taken) {
             *taken |= news
                 .iter()
-                .any(|r| r["key"] == request.key() && r["event"] == request.event_name());
+                .any(|r| r.key == request.key() && r.event == request.event());
         }
     }
     Ok(taken

@@ -8,6 +8,7 @@
 use super::index::{IndexedJob, JobIndex, JournalTail, LastWord, find_jobs_file, specs_of};
 use crate::cli::WaitArgs;
 use crate::error::Error;
+use crate::journal::Event;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -59,20 +60,14 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
     let mut warned = false;
     loop {
         for record in tail.records() {
-            let (Some(key), Some(event)) = (record["key"].as_str(), record["event"].as_str())
-            else {
+            let Some(slot) = waited.get_mut(&record.key) else {
                 continue;
             };
-            let Some(slot) = waited.get_mut(key) else {
-                continue;
-            };
-            match (slot, event) {
-                (slot @ None, "seen") => {
-                    let no = record["no"].as_u64().unwrap_or(0) as u32;
-                    let command = record["command"].as_str().unwrap_or_default();
-                    *slot = Some(IndexedJob::seen(no, key, command));
+            match (slot, &record.event) {
+                (slot @ None, Event::Seen { no, command }) => {
+                    *slot = Some(IndexedJob::seen(*no, &record.key, command));
                 }
-                (Some(job), event) => job.apply(event, &record),
+                (Some(job), event) => job.apply(event, record.ts),
                 _ => {}
             }
         }

@@ -9,9 +9,8 @@
 pub mod svg;
 pub mod usage;
 
+use crate::journal::{Event, Record};
 use crate::model::DoneStatus;
-use serde::Deserialize;
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::Path;
@@ -146,39 +145,29 @@ pub struct Run {
     pub end: f64,
 }
 
-/// One journal line as the timeline needs it (borrowed where it can be).
-#[derive(Deserialize)]
-struct Line<'a> {
-    ts: f64,
-    #[serde(borrow)]
-    key: Cow<'a, str>,
-    #[serde(borrow)]
-    event: Cow<'a, str>,
-    no: Option<u32>,
-    #[serde(borrow)]
-    command: Option<Cow<'a, str>>,
-    gpus: Option<Vec<u32>>,
-    attempt: Option<u32>,
-    vram_mib: Option<u64>,
-    status: Option<DoneStatus>,
-    peak_mib: Option<HashMap<Cow<'a, str>, Option<u64>>>,
-}
-
 impl Attempt {
-    /// The attempt a `started` line opens, of job `no` running `command`;
-    /// running until a later line ends it.
-    fn started(line: &Line, no: u32, command: String) -> Attempt {
+    /// The attempt a `started` event at `ts` opens (its `attempt`, `gpus`
+    /// and `vram_mib`), of job `no` running `command`; running until a
+    /// later event ends it.
+    fn started(
+        key: &str,
+        ts: f64,
+        started: (u32, &[u32], Option<u64>),
+        no: u32,
+        command: String,
+    ) -> Attempt {
+        let (attempt, gpus, vram_mib) = started;
         Attempt {
             no,
-            key: line.key.to_string(),
+            key: key.to_string(),
             command,
             name: None,
-            attempt: line.attempt.unwrap_or(1),
-            gpus: line.gpus.clone().unwrap_or_default(),
-            start: line.ts,
-            end: line.ts,
+            attempt,
+            gpus: gpus.to_vec(),
+            start: ts,
+            end: ts,
             outcome: Outcome::Running,
-            vram_mib: line.vram_mib,
+            vram_mib,
             peak_mib: None,
         }
     }
@@ -200,42 +189,46 @@ pub fn build(
         ..Run::default()
     };
     for bytes in journal {
-        let Ok(line) = serde_json::from_slice::<Line>(&bytes) else {
+        let Ok(line) = serde_json::from_slice::<Record>(&bytes) else {
             continue;
         };
-        let key = line.key.as_ref();
+        let (key, ts) = (line.key.as_str(), line.ts);
         let close = |open: &mut HashMap<String, Attempt>,
                      outcome: Outcome,
                      peak: Option<u64>,
                      run: &mut Run| {
             if let Some(mut attempt) = open.remove(key) {
-                attempt.end = line.ts.max(attempt.start);
+                attempt.end = ts.max(attempt.start);
                 attempt.outcome = outcome;
                 attempt.peak_mib = peak;
                 run.attempts.push(attempt);
             }
         };
-        match line.event.as_ref() {
-            "seen" => {
-                if let (Some(no), Some(command)) = (line.no, &line.command) {
-                    jobs.insert(key.to_string(), (no, command.to_string()));
-                }
+        match &line.event {
+            Event::Seen { no, command } => {
+                jobs.insert(key.to_string(), (*no, command.clone()));
             }
-            "started" => {
+            Event::Started {
+                attempt,
+                gpus,
+                vram_mib,
+                ..
+            } => {
                 // A start after a start: the scheduler died in between.
                 close(&mut open, Outcome::Interrupted, None, &mut run);
                 let (no, command) = jobs.get(key).cloned().unwrap_or_default();
-                open.insert(key.to_string(), Attempt::started(&line, no, command));
+                let attempt = Attempt::started(key, ts, (*attempt, gpus, *vram_mib), no, command);
+                open.insert(key.to_string(), attempt);
             }
-            "oom" | "preempted" => {
-                let (kind, outcome) = if line.event == "oom" {
+            Event::Oom { .. } | Event::Preempted { .. } => {
+                let (kind, outcome) = if matches!(line.event, Event::Oom { .. }) {
                     (MarkerKind::OomRetry, Outcome::Oom)
                 } else {
                     (MarkerKind::Preempted, Outcome::Preempted)
                 };
                 if let Some(attempt) = open.get(key) {
                     run.markers.push(Marker {
-                        ts: line.ts,
+                        ts,
                         gpus: attempt.gpus.clone(),
                         kind,
                         no: attempt.no,
@@ -243,24 +236,20 @@ pub fn build(
                 }
                 close(&mut open, outcome, None, &mut run);
             }
-            "interrupted" => close(&mut open, Outcome::Interrupted, None, &mut run),
-            "reserved" => {
-                if let Some(gpus) = line.gpus.as_ref().filter(|g| !g.is_empty()) {
-                    run.markers.push(Marker {
-                        ts: line.ts,
-                        gpus: gpus.clone(),
-                        kind: MarkerKind::Reserved,
-                        no: jobs.get(key).map_or(0, |j| j.0),
-                    });
-                }
+            Event::Interrupted {} => close(&mut open, Outcome::Interrupted, None, &mut run),
+            Event::Reserved { gpus } if !gpus.is_empty() => {
+                run.markers.push(Marker {
+                    ts,
+                    gpus: gpus.clone(),
+                    kind: MarkerKind::Reserved,
+                    no: jobs.get(key).map_or(0, |j| j.0),
+                });
             }
-            "done" => {
-                let peak = line
-                    .peak_mib
-                    .as_ref()
-                    .and_then(|p| p.values().copied().flatten().max());
-                let outcome = line.status.map_or(Outcome::Failed, Outcome::of_status);
-                close(&mut open, outcome, peak, &mut run);
+            Event::Done {
+                status, peak_mib, ..
+            } => {
+                let peak = peak_mib.values().copied().flatten().max();
+                close(&mut open, Outcome::of_status(*status), peak, &mut run);
             }
             _ => {}
         }

@@ -23,7 +23,7 @@ pub struct ReadyJob<'a> {
     pub index: usize,
     /// What it asks for.
     pub request: Request,
-    /// Its key, for the reasons of the jobs held back.
+    /// Its key, for the reasons of the jobs kept back.
     pub key: &'a str,
     /// Its `group=`, if any.
     pub group: Option<&'a str>,
@@ -55,8 +55,8 @@ pub struct Round {
     pub planned: Vec<Planned>,
     /// Ready jobs placed this round, kept or not.
     pub ready: usize,
-    /// Jobs held back by their group or the quota, with why.
-    pub held: Vec<(String, WaitReason)>,
+    /// Jobs blocked by their group or the quota, with why.
+    pub blocked: Vec<(String, WaitReason)>,
     /// Why some placed jobs that wait do (the quota), over what placement
     /// would say.
     pub reasons: Vec<(String, WaitReason)>,
@@ -78,7 +78,7 @@ pub fn plan<'a>(
         // A full group holds its job back, like a dependency: it is not
         // placed, and later jobs go on (backfill).
         if let Some(reason) = group_wait(rules.groups, &mut rules.in_group, job.group) {
-            round.held.push((job.key.to_string(), reason));
+            round.blocked.push((job.key.to_string(), reason));
             continue;
         }
         // Likewise a job that would take our user over their quota.
@@ -90,7 +90,7 @@ pub fn plan<'a>(
             Admission::Anywhere => job.request,
             Admission::Only(placed) => placed,
             Admission::Wait(reason) => {
-                round.held.push((job.key.to_string(), reason));
+                round.blocked.push((job.key.to_string(), reason));
                 ungroup(&mut rules.in_group, job.group);
                 continue;
             }
@@ -271,7 +271,7 @@ mod tests {
             ]
         );
         assert_eq!(round.ready, 4);
-        assert!(round.held.is_empty() && round.reasons.is_empty());
+        assert!(round.blocked.is_empty() && round.reasons.is_empty());
         // The loads are left as the round's starts leave them.
         assert_eq!(loads[0].occupants.len(), 2);
         assert_eq!(loads[1].occupants.len(), 1);
@@ -300,7 +300,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            round.held,
+            round.blocked,
             vec![(
                 "j1".to_string(),
                 WaitReason::Group {
@@ -318,7 +318,7 @@ mod tests {
             running,
             jobs(&requests[..1], &[Some("train")], &keys),
         );
-        assert!(round.planned.is_empty() && round.held.len() == 1);
+        assert!(round.planned.is_empty() && round.blocked.len() == 1);
     }
 
     #[test]
@@ -355,7 +355,7 @@ mod tests {
             matches!(&placed[2], (2, Placement::Infeasible(why)) if why.contains("over the box quota")),
             "{placed:?}"
         );
-        // One running job at most: the second is held back, not placed.
+        // One running job at most: the second is kept back, not placed.
         let limits = Quota {
             max_running: Some(1),
             ..Quota::default()
@@ -371,9 +371,9 @@ mod tests {
         let round = plan(&mut gpus(4), one_running, jobs(&small, &[], &keys));
         assert_eq!(placements(&round), vec![(0, Placement::Start(vec![0]))]);
         assert!(
-            matches!(&round.held[..], [(key, WaitReason::Quota { .. })] if key == "j1"),
+            matches!(&round.blocked[..], [(key, WaitReason::Quota { .. })] if key == "j1"),
             "{:?}",
-            round.held
+            round.blocked
         );
     }
 

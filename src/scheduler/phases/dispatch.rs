@@ -165,18 +165,18 @@ impl Scheduler {
         let Round {
             planned,
             ready,
-            held,
+            blocked,
             reasons,
             reservation,
         } = self.plan_round(&mut loads);
-        let held_back = held.len();
-        self.publish_demand(&planned, &reasons, ready + held_back);
+        let blocked_count = blocked.len();
+        self.publish_demand(&planned, &reasons, ready + blocked_count);
         if ready == 0 {
-            self.set_wait_reasons(held.into_iter().collect());
+            self.set_wait_reasons(blocked.into_iter().collect());
             return Ok(());
         }
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.core.jobs.specs.len() - ready - held_back;
+        let mut dispatched = self.core.jobs.specs.len() - ready - blocked_count;
         self.round.pending_at_last_round = ready;
         let mut decided = Decided::default();
         for p in planned.iter().filter(|p| !p.waits()) {
@@ -195,7 +195,7 @@ impl Scheduler {
             &planned,
             &loads,
             reservation.as_ref(),
-            held.into_iter().chain(reasons).collect(),
+            blocked.into_iter().chain(reasons).collect(),
         );
         self.end_infeasible(decided.infeasible)?;
         self.launch_round(starts)
@@ -203,7 +203,7 @@ impl Scheduler {
 
     /// Publishes what our waiting jobs need, for others' fair share: not
     /// those our quota keeps waiting (`over_quota`), which no free memory
-    /// would start; `considered` jobs were ready or held back this round.
+    /// would start; `considered` jobs were ready or kept back this round.
     fn publish_demand(
         &mut self,
         planned: &[Planned],
@@ -345,34 +345,34 @@ impl Scheduler {
 
     /// The pending jobs that may be placed, as indices into the specs with
     /// their requests; jobs still waiting for an `after=` dependency are
-    /// held back, with their reason.
+    /// kept back, with their reason.
     pub(in crate::scheduler) fn ready_requests(
         &self,
     ) -> (Vec<usize>, Vec<Request>, Vec<(String, WaitReason)>) {
-        let mut held = Vec::new();
-        let (indices, requests) = self.ready(&mut held).unzip();
-        (indices, requests, held)
+        let mut blocked = Vec::new();
+        let (indices, requests) = self.ready(&mut blocked).unzip();
+        (indices, requests, blocked)
     }
 
     /// The first `n` pending jobs that may be placed, in queue order (for
     /// expected starts).
     pub(in crate::scheduler) fn first_ready(&self, n: usize) -> Vec<(usize, Request)> {
-        let mut held = Vec::new();
-        self.ready(&mut held).take(n).collect()
+        let mut blocked = Vec::new();
+        self.ready(&mut blocked).take(n).collect()
     }
 
     /// The pending jobs that may be placed, in queue order; those still
-    /// waiting for an `after=` dependency go to `held`, with their reason.
+    /// waiting for an `after=` dependency go to `blocked`, with their reason.
     fn ready<'a>(
         &'a self,
-        held: &'a mut Vec<(String, WaitReason)>,
+        blocked: &'a mut Vec<(String, WaitReason)>,
     ) -> impl Iterator<Item = (usize, Request)> + 'a {
         self.pending().filter(move |(index, _)| {
             let key = &self.core.jobs.specs[*index].key;
             match self.readiness_of(key) {
                 Readiness::Ready => true,
                 Readiness::Waiting { no, state } => {
-                    held.push((key.clone(), WaitReason::After { no, state }));
+                    blocked.push((key.clone(), WaitReason::After { no, state }));
                     false
                 }
                 // Ended by the dependencies phase this very tick.
@@ -396,7 +396,7 @@ impl Scheduler {
     /// One placement round over the ready jobs in queue order
     /// ([`round::plan`], pure): this gathers its inputs — the priority
     /// reservation if its job is ready, the groups' running counts, our
-    /// quota — and adds the jobs held back by `after=`.
+    /// quota — and adds the jobs kept back by `after=`.
     fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
         let reserved = self.reserved_now();
         let gpu_mib = loads.iter().map(|g| g.total_mib).max().unwrap_or(0);
@@ -409,19 +409,19 @@ impl Scheduler {
             keep_waiting: crate::view::status::JSON_LIST_LIMIT,
         };
         let specs = &self.core.jobs.specs;
-        let mut held = Vec::new();
-        let ready = self.ready(&mut held).map(|(index, request)| ReadyJob {
+        let mut blocked = Vec::new();
+        let ready = self.ready(&mut blocked).map(|(index, request)| ReadyJob {
             index,
             request,
             key: &specs[index].key,
             group: specs[index].group(),
         });
         let decided = round::plan(loads, rules, ready);
-        held.extend(decided.held);
+        blocked.extend(decided.blocked);
         Round {
             planned: decided.planned,
             ready: decided.ready,
-            held,
+            blocked,
             reasons: decided.reasons,
             reservation: decided
                 .reservation
@@ -445,13 +445,13 @@ impl Scheduler {
 
     /// Why the jobs that did not start wait, against the GPUs as this round
     /// leaves them (one answer per distinct request, for the first
-    /// waiting jobs the views list), with the dependency-held ones.
+    /// waiting jobs the views list), with the dependency-blocked ones.
     fn record_wait_reasons(
         &mut self,
         planned: &[Planned],
         loads: &[GpuLoad],
         reservation: Option<&(PriorityReservation, u32)>,
-        held: Vec<(String, WaitReason)>,
+        blocked: Vec<(String, WaitReason)>,
     ) {
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
         let reasons = planned
@@ -465,7 +465,7 @@ impl Scheduler {
                 });
                 (self.core.jobs.specs[*index].key.clone(), reason.clone())
             })
-            .chain(held)
+            .chain(blocked)
             .collect();
         self.set_wait_reasons(reasons);
     }
@@ -488,8 +488,8 @@ struct Round {
     planned: Vec<Planned>,
     /// Ready jobs placed this round, kept or not.
     ready: usize,
-    /// Jobs held back by `after=`, a group or the quota, with why.
-    held: Vec<(String, WaitReason)>,
+    /// Jobs blocked by `after=`, a group or the quota, with why.
+    blocked: Vec<(String, WaitReason)>,
     /// Why some placed jobs that wait do (the quota), over what
     /// placement would say.
     reasons: Vec<(String, WaitReason)>,

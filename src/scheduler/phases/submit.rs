@@ -20,7 +20,7 @@ impl Scheduler {
             return Ok(());
         }
         self.recheck_submissions()?;
-        let (indices, requests, mut held) = self.ready_requests();
+        let (indices, requests, mut blocked) = self.ready_requests();
         // A full group's jobs are not submitted (docs/BEHAVIOUR.md
         // "Groups"): Slurm would run them all.
         let mut in_group = self.running_per_group();
@@ -28,13 +28,13 @@ impl Scheduler {
         for (index, request) in indices.into_iter().zip(requests) {
             let group = self.core.jobs.specs[index].group();
             match crate::policy::round::group_wait(&self.core.jobs.groups, &mut in_group, group) {
-                Some(reason) => held.push((self.core.jobs.specs[index].key.clone(), reason)),
+                Some(reason) => blocked.push((self.core.jobs.specs[index].key.clone(), reason)),
                 None => chosen.push((index, request)),
             }
         }
         // Jobs of the file that are running or done, for "n/N dispatched".
-        let mut dispatched = self.core.jobs.specs.len() - chosen.len() - held.len();
-        self.set_wait_reasons(held.into_iter().collect());
+        let mut dispatched = self.core.jobs.specs.len() - chosen.len() - blocked.len();
+        self.set_wait_reasons(blocked.into_iter().collect());
         self.round.pending_at_last_round = chosen.len();
         let mut launches = Vec::new();
         for (index, request) in chosen {

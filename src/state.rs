@@ -89,6 +89,8 @@ pub struct Usage {
     pub warned_over: bool,
     /// The peak (MiB) last reported by `-v`.
     pub reported_peak_mib: u64,
+    /// The last progress marker read from its log.
+    pub progress: Option<Progress>,
 }
 
 impl Usage {
@@ -101,6 +103,17 @@ impl Usage {
     pub fn avg_util(&self) -> Option<f64> {
         (self.util_samples > 0).then(|| self.util_sum / f64::from(self.util_samples))
     }
+}
+
+/// Where an attempt writes: its log file, and the byte offset at which
+/// this attempt's output starts (a retry appends to the same log).
+#[derive(Debug, Clone, Default)]
+pub struct AttemptLog {
+    /// The log file.
+    pub path: PathBuf,
+    /// Where this attempt's output starts (bytes), for the OOM tail and
+    /// progress; 0 when not known.
+    pub offset: u64,
 }
 
 /// A kill under way: why, when it began, and the SIGTERM → grace →
@@ -132,11 +145,8 @@ pub struct Running {
     pub pgid: Pgid,
     /// When it started.
     pub started: Instant,
-    /// Its log file.
-    pub log_path: PathBuf,
-    /// Where this attempt's output starts in the log (bytes), for the OOM
-    /// tail and progress; 0 when not known.
-    pub log_offset: u64,
+    /// Its log file, and where this attempt's output starts in it.
+    pub log: AttemptLog,
     /// Where its supervisor writes its exit record.
     pub exit_record: PathBuf,
     /// The process behind it.
@@ -147,8 +157,6 @@ pub struct Running {
     pub timeout_at: Option<Instant>,
     /// A kill under way.
     pub kill: Option<Kill>,
-    /// The last progress marker read from its log.
-    pub progress: Option<Progress>,
     /// For a `vram=auto` job (docs/BEHAVIOUR.md "Learned VRAM"): its family and where its
     /// declaration came from.
     pub learned: Option<(String, crate::policy::learned::Prediction)>,

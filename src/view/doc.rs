@@ -221,8 +221,8 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
         .collect();
     job.duration_s = Some(elapsed);
     job.avg_util = run.usage.avg_util();
-    job.log = Some(run.log_path.display().to_string());
-    job.progress = run.progress.as_ref().map(|p| ProgressStatus {
+    job.log = Some(run.log.path.display().to_string());
+    job.progress = run.usage.progress.as_ref().map(|p| ProgressStatus {
         percent: (p.fraction * 1000.0).round() / 10.0,
         label: p.label.clone(),
         eta_s: progress::eta_s(p, elapsed).map(|e| e.round()),

@@ -39,13 +39,13 @@ impl Scheduler {
         }
         let exit = facts.exit;
         if let Some(error) = &facts.start_error {
-            let _ = files::append_to(&job.log_path, format!("gpusched: {error}\n").as_bytes());
+            let _ = files::append_to(&job.log.path, format!("gpusched: {error}\n").as_bytes());
         }
         // The log's tail only matters for a failure (the OOM rule).
         let log_tail = if exit == Some(Exit::Code(0)) {
             String::new()
         } else {
-            files::read_tail(&job.log_path, job.log_offset, OOM_TAIL_BYTES)
+            files::read_tail(&job.log.path, job.log.offset, OOM_TAIL_BYTES)
         };
         let state = self.io.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
@@ -259,7 +259,7 @@ impl Scheduler {
             samples: job.usage.samples,
             vram_mib: job.vram_mib,
             tolerance: self.cfg.tolerance,
-            log: Some(&job.log_path),
+            log: Some(&job.log.path),
         }));
         Ok(())
     }

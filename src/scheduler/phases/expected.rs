@@ -64,6 +64,7 @@ impl Scheduler {
             .map(|(key, run)| {
                 let elapsed = run.started.elapsed().as_secs_f64();
                 let eta = run
+                    .usage
                     .progress
                     .as_ref()
                     .and_then(|p| crate::progress::eta_s(p, elapsed));

@@ -304,15 +304,16 @@ impl Scheduler {
                 attempt: launch.attempt,
                 pgid,
                 started,
-                log_path: launch.log_path,
-                log_offset: launch.log_offset,
+                log: crate::state::AttemptLog {
+                    path: launch.log_path,
+                    offset: launch.log_offset,
+                },
                 exit_record: launch.exit_record,
                 proc,
                 usage: Usage::default(),
                 timeout_at: timeout_s
                     .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
                 kill: None,
-                progress: None,
                 learned: launch.learned,
                 unrecorded: false,
                 booked_since_ms: if self.share.starting_since_ms > 0 {

@@ -245,17 +245,18 @@ impl Scheduler {
                 .ok()
                 .and_then(|d| now.checked_sub(d))
                 .unwrap_or(now),
-            log_path: self
-                .cfg
-                .log_dir
-                .join(report::log_name(state.no, &info.gpus)),
-            log_offset: info.log_offset.unwrap_or(0),
+            log: crate::state::AttemptLog {
+                path: self
+                    .cfg
+                    .log_dir
+                    .join(report::log_name(state.no, &info.gpus)),
+                offset: info.log_offset.unwrap_or(0),
+            },
             exit_record,
             proc,
             usage: Usage::default(),
             timeout_at,
             kill: None,
-            progress: None,
             learned: None,
             unrecorded: false,
             booked_since_ms: (info.ts * 1000.0) as u64,

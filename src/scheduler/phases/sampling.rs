@@ -236,11 +236,11 @@ impl Scheduler {
     fn read_progress(&mut self) {
         for job in self.core.running.values_mut() {
             if let Some(progress) = progress::parse(&files::read_tail(
-                &job.log_path,
-                job.log_offset,
+                &job.log.path,
+                job.log.offset,
                 PROGRESS_TAIL_BYTES,
             )) {
-                job.progress = Some(progress);
+                job.usage.progress = Some(progress);
             }
         }
     }

@@ -117,7 +117,7 @@ impl Scheduler {
             status: status.to_string(),
             exit_code,
             command: job.command.clone(),
-            log: Some(job.log_path.display().to_string()),
+            log: Some(job.log.path.display().to_string()),
             peak_mib: job.usage.peak_max_mib(),
             duration_s: (duration_s * 1000.0).round() / 1000.0,
             gpus: job.gpus.clone(),

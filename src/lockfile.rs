@@ -86,19 +86,29 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
 /// Opens (creating) the lock file, readable by everyone (0644 whatever
 /// the umask), never through a symbolic link.
 fn open(path: &Path) -> Result<File, Error> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
+    use std::os::unix::fs::PermissionsExt;
+    let file = lock_file_options()
         .open(path)
         .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
     // Only the owner may change the mode; another user's file stays as is.
     let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
     Ok(file)
+}
+
+/// How every lock file is opened: read and write, created if missing with
+/// mode 0644 whatever the umask, never through a symbolic link, closed on
+/// exec.
+fn lock_file_options() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = File::options();
+    options
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    options
 }
 
 /// Opens a lock file that every user may lock: without following a
@@ -111,16 +121,12 @@ fn open(path: &Path) -> Result<File, Error> {
 /// Errors: the file can be neither created nor opened.
 pub fn open_shared(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(nofollow)
-        .open(path)
-        .or_else(|_| File::options().read(true).custom_flags(nofollow).open(path))?;
+    let file = lock_file_options().open(path).or_else(|_| {
+        File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    })?;
     if file
         .metadata()
         .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o444 != 0o444)

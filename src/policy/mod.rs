@@ -20,6 +20,7 @@ pub mod expected;
 pub mod groups;
 pub mod kill;
 pub mod learned;
+pub mod oom;
 pub mod outcome;
 pub mod preemption;
 pub mod queue;

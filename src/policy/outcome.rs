@@ -5,23 +5,15 @@
 use crate::model::DoneStatus;
 use crate::policy::kill::KillReason;
 
-/// CUDA out-of-memory signatures, matched case-insensitively (docs/BEHAVIOUR.md "Out of memory and timeouts").
-pub const OOM_SIGNATURES: [&str; 6] = [
-    "cuda out of memory",
-    "torch.outofmemoryerror",
-    "cuda error: out of memory",
-    "cuda_error_out_of_memory",
-    "cudaerrormemoryallocation",
-    "resource_exhausted",
-];
-
 /// Bytes of a failed job's log searched for a CUDA OOM signature (docs/BEHAVIOUR.md "Out of memory and timeouts").
 pub const OOM_TAIL_BYTES: u64 = 16 * 1024;
 
-/// Whether a failed job's log tail shows a CUDA out-of-memory error.
+/// Whether a failed job's log tail shows that it ran out of GPU memory
+/// (the latest out-of-memory line names device memory; see
+/// [`crate::policy::oom::SIGNATURES`]).
 pub fn is_oom(log_tail: &str) -> bool {
-    let lower = log_tail.to_ascii_lowercase();
-    OOM_SIGNATURES.iter().any(|sig| lower.contains(sig))
+    crate::policy::oom::classify(log_tail)
+        .is_some_and(|s| s.memory == crate::policy::oom::Exhausted::Gpu)
 }
 
 /// The declaration (MiB per GPU) for the attempt after an OOM (docs/BEHAVIOUR.md "Out of memory and timeouts"):

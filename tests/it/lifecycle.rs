@@ -345,3 +345,50 @@ fn old_journal_without_start_ticks_is_judged_by_pgid() {
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(env.job_events(1, "interrupted").len(), 1);
 }
+
+/// Issue "hardware truth", every framework's OOM: each GPU out-of-memory
+/// message in a job's log is retried as an OOM with a raised declaration;
+/// host memory exhaustion is an ordinary failure with no raise.
+#[test]
+fn framework_oom_messages_are_retried_and_host_memory_errors_are_not() {
+    // Each prints its message the first time only, then succeeds.
+    let once = |message: &str, marker: &str| {
+        format!(
+            "[vram=1000 retries=1] sh -c 'if [ -e {marker} ]; then exit 0; fi; touch {marker}; echo \"{message}\" >&2; exit 1'"
+        )
+    };
+    let gpu = [
+        "host:12:34 [0] include/alloc.h:103 NCCL WARN Cuda failure 2 out of memory",
+        "tensorflow ResourceExhaustedError: OOM when allocating tensor with shape[8192] on /job:localhost/replica:0/task:0/device:GPU:0",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 7500.00 MiB on device 0: cudaMalloc failed: out of memory",
+    ];
+    let host = [
+        "MemoryError: Unable to allocate 64.0 GiB for an array",
+        "terminate called after throwing an instance of std::bad_alloc",
+    ];
+    let lines: Vec<String> = gpu
+        .iter()
+        .chain(&host)
+        .enumerate()
+        .map(|(i, message)| once(message, &format!("m{i}")))
+        .collect();
+    let env = Env::new(&format!("{}\n", lines.join("\n")));
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    for no in 1..=gpu.len() as u64 {
+        let oom = env.job_events(no, "oom");
+        assert_eq!(oom.len(), 1, "job {no} retried as an OOM: {}", out.stdout);
+        assert_eq!(oom[0]["next_vram"], 1250, "job {no}: ceil(1.25 × 1000)");
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+    }
+    for no in gpu.len() as u64 + 1..=(gpu.len() + host.len()) as u64 {
+        assert!(
+            env.job_events(no, "oom").is_empty(),
+            "job {no} is no GPU OOM"
+        );
+        assert_eq!(env.status_of(no).as_deref(), Some("failed"), "job {no}");
+        assert_eq!(env.job_events(no, "started").len(), 1, "job {no} ran once");
+    }
+    assert_eq!(out.code, 1, "{}", out.stdout);
+}

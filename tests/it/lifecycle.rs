@@ -389,6 +389,15 @@ fn framework_oom_messages_are_retried_and_host_memory_errors_are_not() {
         );
         assert_eq!(env.status_of(no).as_deref(), Some("failed"), "job {no}");
         assert_eq!(env.job_events(no, "started").len(), 1, "job {no} ran once");
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains(&format!("job {no} failed")))
+            .unwrap_or_else(|| panic!("job {no}'s completion line: {}", out.stdout));
+        assert!(
+            line.contains("out of host memory, not GPU memory"),
+            "{line}"
+        );
     }
     assert_eq!(out.code, 1, "{}", out.stdout);
 }

@@ -8,6 +8,7 @@ use crate::journal::Event;
 use crate::launcher::EndFacts;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
+use crate::policy::oom;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
 use crate::scheduler::Scheduler;
 use crate::state::{Ended, Running};
@@ -63,6 +64,21 @@ impl Scheduler {
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
         });
+        // A failure for want of host memory says so: it is no GPU OOM
+        // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
+        if decision == Outcome::Done(DoneStatus::Failed)
+            && let Some(signature) =
+                oom::classify(&log_tail).filter(|s| s.memory == oom::Exhausted::Host)
+        {
+            let words = facts
+                .words
+                .take()
+                .unwrap_or_else(|| exit.map_or("exit status unknown".into(), Exit::describe));
+            facts.words = Some(format!(
+                "{words}; out of host memory, not GPU memory: {}",
+                signature.source
+            ));
+        }
         match self.apply_outcome(key, &job, decision, &facts, duration_s) {
             Ok(()) => {
                 match job.proc.supervised_id() {

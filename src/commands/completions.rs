@@ -30,7 +30,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<i32> {
         std::io::stdout().write_all(&page)?;
         return Ok(0);
     }
-    let path = install_path()?;
+    let (bin_dir, path) = install_path()?;
     let dir = path.parent().expect("a file in man1");
     std::fs::create_dir_all(dir)
         .and_then(|_| std::fs::write(&path, &page))
@@ -44,10 +44,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<i32> {
     println!(
         "wrote {}; `man gpusched` finds it while {} is on your PATH",
         path.display(),
-        dir.parent()
-            .and_then(|share| share.parent())
-            .map_or(PathBuf::new(), |prefix| prefix.join("bin"))
-            .display()
+        bin_dir.display()
     );
     Ok(0)
 }
@@ -57,15 +54,23 @@ pub fn man(args: &ManArgs) -> anyhow::Result<i32> {
 /// beside the binary: `~/.cargo/bin/gpusched` →
 /// `~/.cargo/share/man/man1/gpusched.1`.
 ///
+/// Returns the binary's directory (what must be on the PATH) and the
+/// page's path.
+///
 /// Errors: the running binary's path is unknown.
-fn install_path() -> anyhow::Result<PathBuf> {
+fn install_path() -> anyhow::Result<(PathBuf, PathBuf)> {
     let exe = std::env::current_exe()?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
-    let prefix = exe
-        .parent()
-        .and_then(|bin| bin.parent())
-        .ok_or_else(|| anyhow::anyhow!("cannot tell where {} is installed", exe.display()))?;
-    Ok(prefix.join("share/man/man1/gpusched.1"))
+    man_paths(&exe)
+        .ok_or_else(|| anyhow::anyhow!("cannot tell where {} is installed", exe.display()))
+}
+
+/// For the binary at `exe` (`PREFIX/bin/gpusched`): its directory and
+/// `PREFIX/share/man/man1/gpusched.1`.
+fn man_paths(exe: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+    let bin = exe.parent()?;
+    let prefix = bin.parent()?;
+    Some((bin.to_path_buf(), prefix.join("share/man/man1/gpusched.1")))
 }
 
 /// The whole page: what clap knows (name, synopsis, description, options),
@@ -170,4 +175,21 @@ fn escape(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_page_goes_beside_the_binary_and_the_hint_names_its_directory() {
+        let (bin, page) = man_paths(Path::new("/home/u/.cargo/bin/gpusched")).unwrap();
+        assert_eq!(bin, Path::new("/home/u/.cargo/bin"));
+        assert_eq!(page, Path::new("/home/u/.cargo/share/man/man1/gpusched.1"));
+        let (bin, page) = man_paths(Path::new("/usr/local/bin/gpusched")).unwrap();
+        assert_eq!(bin, Path::new("/usr/local/bin"));
+        assert_eq!(page, Path::new("/usr/local/share/man/man1/gpusched.1"));
+        assert!(man_paths(Path::new("/gpusched")).is_none());
+    }
 }

@@ -259,6 +259,13 @@ fn live_orphan_blocks_redispatch_and_holds_its_gpu() {
             orphan.id()
         ))
     });
+    assert!(
+        sched
+            .stdout()
+            .contains("not starting it again, its GPU 0 stays reserved until it ends"),
+        "{}",
+        sched.stdout()
+    );
     wait_for("the board to show both", &mut || {
         env.board().contains("▶ job 1") && env.board().contains("· job 2")
     });

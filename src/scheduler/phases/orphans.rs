@@ -69,11 +69,14 @@ impl Scheduler {
                 self.core.running.insert(key.clone(), running);
                 self.complete_attempt(&key)?;
             } else if alive {
+                let held = match info.gpus.len() {
+                    0 => "GPUs stay".to_string(),
+                    1 => format!("GPU {} stays", info.gpus[0]),
+                    _ => format!("GPUs {} stay", report::gpu_ids(&info.gpus, ",")),
+                };
                 say(&format!(
-                    "job {} is still running from a previous scheduler (process group {}); not starting it again, its GPU {} stay reserved until it ends",
-                    state.no,
-                    info.pgid,
-                    report::gpu_ids(&info.gpus, ",")
+                    "job {} is still running from a previous scheduler (process group {}); not starting it again, its {held} reserved until it ends",
+                    state.no, info.pgid
                 ));
                 self.core.running.insert(key, running);
                 adopted_any = true;

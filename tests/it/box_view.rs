@@ -302,6 +302,17 @@ fn a_real_browser_sees_the_page_change_when_a_job_ends_without_a_reload() {
     assert_eq!(seen["first"], "running");
     assert_eq!(seen["last"], "ok", "{seen}");
     assert_eq!(seen["mark"], 42, "the page was reloaded: {seen}");
+    let updated = seen["updated"].as_str().unwrap_or_default();
+    let clock = updated.strip_prefix("updated ").unwrap_or_default();
+    assert!(
+        clock.len() == 8
+            && clock.bytes().enumerate().all(|(i, b)| if i == 2 || i == 5 {
+                b == b':'
+            } else {
+                b.is_ascii_digit()
+            }),
+        "a 24-hour HH:MM:SS clock: {updated:?}"
+    );
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
     sched.stop();
 }

@@ -53,7 +53,9 @@ try:
     driver.execute_script("window.__gpusched_mark = 42;")
     last = wait("job 1 to end", lambda: state(1) not in (None, "running") and state(1), 90)
     mark = driver.execute_script("return window.__gpusched_mark;")
+    # The page's clock is 24-hour, like the terminal, the board and top.
+    updated = driver.execute_script("return document.getElementById('updated').innerText;")
     driver.save_screenshot(screenshot)
-    print(json.dumps({"gpus": gpu_text, "users": users, "first": first, "last": last, "mark": mark}))
+    print(json.dumps({"gpus": gpu_text, "users": users, "first": first, "last": last, "mark": mark, "updated": updated}))
 finally:
     driver.quit()

@@ -190,7 +190,7 @@ impl Running {
                     Proc::Slurm(_) => None,
                     _ => Some(Termination::start(process::KILL_GRACE, now)),
                 };
-                let signalled_at = crate::journal::now_ts();
+                let signalled_at = crate::clock::now_ts();
                 launcher.signal(&mut self.proc, nix::sys::signal::Signal::SIGTERM);
                 self.kill = Some(Kill {
                     reason,

@@ -53,7 +53,7 @@ fn ask_scheduler(log_dir: &Path, change: &ControlChange) -> anyhow::Result<i32> 
     let path = dir.join(format!(
         "control-{}-{}.json",
         std::process::id(),
-        crate::journal::now_ts().to_bits()
+        crate::clock::now_ts().to_bits()
     ));
     crate::files::write_atomic(&path, &serde_json::to_vec(change)?)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;

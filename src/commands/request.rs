@@ -66,7 +66,7 @@ pub fn deliver(
                     && let Some((key, command)) = unseen.iter().find(|(k, _)| *k == request.key())
                 {
                     let no = journal.next_no();
-                    journal.append_seen(crate::journal::now_ts(), &[(key, no, command)])?;
+                    journal.append_seen(crate::clock::now_ts(), &[(key, no, command)])?;
                 }
                 journal.append(request.key(), request.event())?;
             }

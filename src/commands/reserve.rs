@@ -5,11 +5,12 @@
 //! counts it like a booking until it ends. No scheduler needs to run.
 
 use crate::cli::{BoxArgs, ReleaseArgs, ReserveArgs};
+use crate::clock::now_ms;
 use crate::console::{clock_short, human_duration};
 use crate::error::Error;
 use crate::gpu::GpuSnapshot;
 use crate::ledger::people::{self, Held, Reservation};
-use crate::ledger::store::{Ledger, now_ms};
+use crate::ledger::store::Ledger;
 use crate::rules::BoxRules;
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -7,7 +7,6 @@
 use super::index::JobIndex;
 use crate::cli::StatusArgs;
 use crate::error::Error;
-use crate::journal;
 use crate::view;
 use crate::view::screen::FinishedList;
 use anyhow::Context;
@@ -44,7 +43,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     } else {
         FinishedList::Latest(LATEST_FINISHED)
     };
-    let text = view::screen::render(&doc, journal::now_ts(), colour, width(), &finished);
+    let text = view::screen::render(&doc, crate::clock::now_ts(), colour, width(), &finished);
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     Ok(0)
 }

@@ -4,6 +4,7 @@
 //! folded into one [`KeyState`] per job key; afterwards the fold is kept in
 //! memory and only appended to, so no round re-reads it.
 
+use crate::clock::now_ts;
 use read::{Batch, Parsed, SeenCommand, read_and_parse, read_line_at};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -278,8 +279,6 @@ pub struct Replay {
     /// 1-based numbers of lines skipped as torn or garbled.
     pub bad_lines: Vec<usize>,
 }
-
-pub use crate::clock::now_ts;
 
 impl Journal {
     /// Opens (creating if needed) the journal at `path` and folds what it

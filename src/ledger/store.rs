@@ -8,6 +8,7 @@
 
 use super::people::{self, Held, Usage};
 use super::{BookingFile, Foreign, MAX_FILE_BYTES, Need, Peer, Processes, Rejection};
+use crate::clock::now_ms;
 use crate::console::warn;
 use crate::error::Error;
 use crate::files::{self, AtomicOptions};
@@ -482,8 +483,6 @@ pub fn init(dir: &Path) -> Result<String, Error> {
         dir.display()
     ))
 }
-
-pub use crate::clock::now_ms;
 
 /// The ledger's lock file, opened for every user to lock
 /// ([`crate::lockfile::open_shared`]).

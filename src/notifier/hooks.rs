@@ -104,7 +104,7 @@ fn run_one(argv: &[String], job: &JobFacts, log: &Path) {
         job.no,
         job.attempt,
         job.status,
-        crate::console::date_time(crate::journal::now_ts())
+        crate::console::date_time(crate::clock::now_ts())
     );
     let Ok(mut out) = crate::files::open_append(log) else {
         crate::console::warn(&format!("--on-finish: cannot open {}", log.display()));

@@ -7,18 +7,18 @@ use super::parts::{Due, Io, Reporting, Sharing};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
+use crate::clock::now_ts;
 use crate::console::{say, warn};
 use crate::control::Control;
 use crate::error::Error;
 use crate::files::absolute;
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
-use crate::journal::{Journal, KeyState, Phase, now_ts};
+use crate::journal::{Journal, KeyState, Phase};
 use crate::launcher::{Cluster, Launcher};
 use crate::lockfile::SchedulerLock;
 use crate::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
 use crate::state::{Core, LastRound};
-use crate::view::report;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -213,7 +213,7 @@ impl Scheduler {
             if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
                 return Err(Error::Gpu(format!(
                     "--gpus names GPU {missing}, but this machine has GPU {}",
-                    report::gpu_ids(&present, ", ")
+                    crate::console::gpu_ids(&present, ", ")
                 ))
                 .into());
             }
@@ -229,7 +229,7 @@ impl Scheduler {
         if !self.core.control.drained.is_empty() {
             say(&format!(
                 "GPU {} drained (by gpusched drain): no new job starts there until `gpusched undrain`",
-                report::gpu_ids(
+                crate::console::gpu_ids(
                     &self
                         .core
                         .control

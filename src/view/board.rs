@@ -57,7 +57,7 @@ pub fn render(doc: &StatusDoc, notes: &BoardNotes) -> String {
 fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     let width = report::LINE_WIDTH;
     let mut header = vec![
-        report::shorten(
+        crate::console::shorten(
             &format!(
                 "gpusched {} — {} — updated {}",
                 env!("CARGO_PKG_VERSION"),
@@ -155,7 +155,7 @@ pub fn users_table(users: &[status::BoxUser]) -> Vec<String> {
     let row = |cells: [&str; 7]| {
         format!(
             "{:<16} {:>7} {:>7} {:>10} {:>6} {:>8} {}",
-            report::shorten(cells[0], 16),
+            crate::console::shorten(cells[0], 16),
             cells[1],
             cells[2],
             cells[3],
@@ -223,20 +223,20 @@ pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
         lines.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
     }
     if let Some(reservation) = &doc.scheduler.reservation {
-        lines.push(report::shorten(
+        lines.push(crate::console::shorten(
             &format!(
                 "reserved: GPU {} for job {} (it waited --reserve-after blocked)",
-                report::gpu_ids(&reservation.gpus, ", "),
+                crate::console::gpu_ids(&reservation.gpus, ", "),
                 reservation.job
             ),
             width,
         ));
     }
     if !doc.scheduler.drained.is_empty() {
-        lines.push(report::shorten(
+        lines.push(crate::console::shorten(
             &format!(
                 "drained: GPU {} (`gpusched undrain` opens it again)",
-                report::gpu_ids(&doc.scheduler.drained, ", ")
+                crate::console::gpu_ids(&doc.scheduler.drained, ", ")
             ),
             width,
         ));
@@ -259,7 +259,7 @@ pub fn counts_line(doc: &StatusDoc, width: usize) -> String {
     } else {
         parts.join(", ")
     };
-    report::shorten(&format!("jobs: {text}"), width)
+    crate::console::shorten(&format!("jobs: {text}"), width)
 }
 
 /// `GPU 1: 9000 / 24000 MiB used, external 0 MiB, headroom 14488 MiB, jobs 1,2`
@@ -269,7 +269,7 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     let jobs = if gpu.jobs.is_empty() {
         "-".to_string()
     } else {
-        report::gpu_ids(&gpu.jobs, ",")
+        crate::console::gpu_ids(&gpu.jobs, ",")
     };
     let line = format!(
         "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
@@ -287,7 +287,7 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         }
     );
     if gpu.booked_by_others.is_empty() {
-        return report::shorten(&line, width);
+        return crate::console::shorten(&line, width);
     }
     // Others' bookings on a line of their own, so that they are never the
     // part cut off (docs/BEHAVIOUR.md "Sharing a box").
@@ -309,8 +309,8 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     );
     format!(
         "{}\n{}",
-        report::shorten(&line, width),
-        report::shorten(&others, width)
+        crate::console::shorten(&line, width),
+        crate::console::shorten(&others, width)
     )
 }
 
@@ -334,7 +334,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     }
     lines
         .into_iter()
-        .map(|l| report::shorten(&l, width))
+        .map(|l| crate::console::shorten(&l, width))
         .collect()
 }
 

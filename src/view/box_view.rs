@@ -8,12 +8,12 @@
 //! the GPUs, the ledger and the schedulers' status files, and writes
 //! nothing.
 
+use crate::clock::now_ms;
 use crate::gpu::GpuSnapshot;
-use crate::ledger::store::{Ledger, now_ms};
+use crate::ledger::store::Ledger;
 use crate::model::JobState;
 use crate::rules::BoxRules;
 use crate::rules::share::{self, Standing};
-use crate::view::report;
 use crate::view::status::{BoxUser, PersonalReservation, StatusDoc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -397,7 +397,7 @@ fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<
 /// The box as plain text lines of at most `width` characters: what
 /// `gpusched top` prints when not on a terminal, and draws on one.
 pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
-    let mut lines = vec![report::shorten(
+    let mut lines = vec![crate::console::shorten(
         &format!(
             "gpusched top — {} GPUs — {}{}",
             doc.gpus.len(),
@@ -434,7 +434,7 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
             ),
             (None, _) => "free: unknown".to_string(),
         };
-        lines.push(report::shorten(
+        lines.push(crate::console::shorten(
             &format!(
                 "GPU {} {:>6}/{} MiB  {}",
                 g.index, g.used_mib, g.total_mib, free
@@ -449,11 +449,11 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
     lines.push(String::new());
     lines.extend(crate::view::board::users_table(&doc.users));
     for r in &doc.reservations {
-        lines.push(report::shorten(&r.line(), width));
+        lines.push(crate::console::shorten(&r.line(), width));
     }
     for q in &doc.queues {
         lines.push(String::new());
-        lines.push(report::shorten(
+        lines.push(crate::console::shorten(
             &format!(
                 "{}'s queue ({} running, {} waiting){}",
                 q.user,
@@ -482,7 +482,7 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
                     .collect::<Vec<_>>()
                     .join(",")
             };
-            lines.push(report::shorten(
+            lines.push(crate::console::shorten(
                 &format!(
                     "  {:>4} {:<8} {:<5} {:<13} {}",
                     j.no, j.state, gpus, when, j.command

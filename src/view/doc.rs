@@ -5,8 +5,9 @@
 //! only then.
 
 use crate::allocation::{self, GpuLoad};
+use crate::clock::now_ts;
 use crate::jobspec::JobSpec;
-use crate::journal::{Journal, KeyState, Phase, now_ts};
+use crate::journal::{Journal, KeyState, Phase};
 use crate::model::{JobState, SchedulerState};
 use crate::policy::learned;
 use crate::policy::queue;

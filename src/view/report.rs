@@ -5,10 +5,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-pub use crate::console::{
-    clock, clock_short, date_time, gpu_ids, human_duration, say, shorten, utc_offset_s, warn,
-};
-
 /// MiB for people: `8000 MiB`, or `n/a` when unknown.
 pub fn mib(value: Option<u64>) -> String {
     value.map_or_else(|| "n/a".to_string(), |v| format!("{v} MiB"))
@@ -20,7 +16,7 @@ pub fn log_name(no: u32, gpus: &[u32]) -> String {
         // On a Slurm cluster (docs/BEHAVIOUR.md "Slurm") the GPUs are not known at submission.
         return format!("job{no:03}.log");
     }
-    format!("job{no:03}_gpu{}.log", gpu_ids(gpus, "-"))
+    format!("job{no:03}_gpu{}.log", crate::console::gpu_ids(gpus, "-"))
 }
 
 /// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md "Monitoring"): within
@@ -88,7 +84,7 @@ pub fn completion_line(c: &CompletionLine) -> String {
         c.status.mark(),
         c.no,
         c.status.as_str(),
-        human_duration(c.duration_s),
+        crate::console::human_duration(c.duration_s),
         c.exit_text,
     );
     // A job on a Slurm cluster ran on no GPU of ours: nothing was measured.
@@ -218,9 +214,9 @@ pub const LINE_WIDTH: usize = 80;
 /// command stays last, so the line reads left to right.
 pub fn fit_line(prefix: &str, command: &str, width: usize) -> String {
     const MIN_COMMAND: usize = 12;
-    let prefix = shorten(prefix, width.saturating_sub(MIN_COMMAND + 2));
+    let prefix = crate::console::shorten(prefix, width.saturating_sub(MIN_COMMAND + 2));
     let room = width.saturating_sub(prefix.chars().count() + 2);
-    format!("{prefix}  {}", shorten(command, room))
+    format!("{prefix}  {}", crate::console::shorten(command, room))
 }
 
 /// A MiB figure for the board: `8500`, or `n/a` when unknown.
@@ -248,14 +244,14 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
                 // On a Slurm cluster: where and how much is Slurm's to know.
                 format!(
                     "Slurm     {:>6}  {}",
-                    human_duration(*elapsed_s),
+                    crate::console::human_duration(*elapsed_s),
                     vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB declared")),
                 )
             } else {
                 format!(
                     "GPU {:<5} {:>6}  {}{declared} {unit}, peak {}",
-                    gpu_ids(gpus, ","),
-                    human_duration(*elapsed_s),
+                    crate::console::gpu_ids(gpus, ","),
+                    crate::console::human_duration(*elapsed_s),
                     mib_or_na(*current_mib),
                     mib_or_na(*peak_mib),
                 )
@@ -265,7 +261,10 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             // Notes (adopted, stopping, progress) go on a line of their own.
             if let Some(note) = note {
                 line.push('\n');
-                line.push_str(&shorten(&format!("           {note}"), width));
+                line.push_str(&crate::console::shorten(
+                    &format!("           {note}"),
+                    width,
+                ));
             }
             return line;
         }
@@ -287,7 +286,10 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             let mut line = fit_line(&prefix, &row.command, width);
             if let Some(reason) = reason {
                 line.push('\n');
-                line.push_str(&shorten(&format!("           {reason}"), width));
+                line.push_str(&crate::console::shorten(
+                    &format!("           {reason}"),
+                    width,
+                ));
             }
             return line;
         }
@@ -359,7 +361,7 @@ pub fn learned_summary(
             (Some(lo), Some(hi)) => format!("{lo}–{hi} MiB"),
             _ => "no ok run".to_string(),
         };
-        out.push_str(&shorten(&format!("  {family}"), LINE_WIDTH));
+        out.push_str(&crate::console::shorten(&format!("  {family}"), LINE_WIDTH));
         out.push_str(&format!(
             "\n    predicted {predicted}, actual {actual} over {} ok run(s)\n",
             peaks.len()
@@ -401,18 +403,21 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(human_duration(0.84), "0.8s");
-        assert_eq!(human_duration(42.0), "42s");
-        assert_eq!(human_duration(303.0), "5m03s");
-        assert_eq!(human_duration(7500.0), "2h05m");
-        assert_eq!(human_duration(3.0 * 86400.0 + 4.0 * 3600.0), "3d04h");
+        assert_eq!(crate::console::human_duration(0.84), "0.8s");
+        assert_eq!(crate::console::human_duration(42.0), "42s");
+        assert_eq!(crate::console::human_duration(303.0), "5m03s");
+        assert_eq!(crate::console::human_duration(7500.0), "2h05m");
+        assert_eq!(
+            crate::console::human_duration(3.0 * 86400.0 + 4.0 * 3600.0),
+            "3d04h"
+        );
     }
 
     #[test]
     fn peaks_and_mib() {
         let peaks = BTreeMap::from([(0, Some(7950)), (1, None)]);
         assert_eq!(peaks_text(&peaks), "peak GPU0 7950 MiB, GPU1 n/a");
-        assert_eq!(gpu_ids(&[0, 1], "-"), "0-1");
+        assert_eq!(crate::console::gpu_ids(&[0, 1], "-"), "0-1");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! running and waiting jobs (with why they wait), then finished ones — and
 //! the run's summary once it is over.
 
-use crate::console::human_duration;
+use crate::console::{date_time, gpu_ids, human_duration, shorten};
 use crate::model::JobState;
 use crate::view::report;
 use crate::view::status::{JobStatus, StatusDoc, TERMINAL_STATES, summary_within, table};
@@ -76,7 +76,7 @@ pub fn render(
             "no scheduler is running for this log dir (pid {} is gone, last state {}); data from {} ({age} ago)",
             doc.scheduler.pid,
             doc.scheduler.state.as_str(),
-            crate::console::date_time(doc.updated)
+            date_time(doc.updated)
         )
     };
     for (i, line) in crate::view::board::wrap(&first, width)
@@ -136,7 +136,7 @@ pub fn render(
             out.push_str(line);
             out.push('\n');
             if let Some(reason) = i.checked_sub(1).and_then(|j| active[j].explanation()) {
-                let _ = writeln!(out, "{}", report::shorten(&format!("     {reason}"), width));
+                let _ = writeln!(out, "{}", shorten(&format!("     {reason}"), width));
             }
         }
     }
@@ -237,7 +237,7 @@ fn render_finished(
         ),
         _ => format!("{shown} finished:"),
     };
-    let _ = writeln!(out, "{}", report::shorten(&title, width));
+    let _ = writeln!(out, "{}", shorten(&title, width));
     push_table(out, &rows, width, colour);
 }
 
@@ -264,7 +264,7 @@ fn job_row(job: &JobStatus, age_s: f64) -> [String; 9] {
         if job.gpus.is_empty() {
             "-".into()
         } else {
-            report::gpu_ids(&job.gpus, ",")
+            gpu_ids(&job.gpus, ",")
         },
         job.vram_mib.map_or("-".into(), |v| format!("{v}")),
         now_mib.map_or("-".into(), |m| m.to_string()),

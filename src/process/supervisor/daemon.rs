@@ -7,7 +7,7 @@
 
 use super::gate::{GatedJob, Prepared};
 use super::{ExitRecord, FromSupervisor, ToSupervisor};
-use crate::journal::now_ts;
+use crate::clock::now_ts;
 use crate::policy::outcome::Exit;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};

@@ -57,14 +57,14 @@ impl Scheduler {
         if starts.is_empty() {
             return starts;
         }
-        let since = ledger::store::now_ms();
+        let since = crate::clock::now_ms();
         self.share.starting_since_ms = since;
         self.share.starting_bookings = starts
             .iter()
             .flat_map(|s| self.bookings_of(s, since))
             .collect();
         self.publish_bookings();
-        let published_ms = ledger::store::now_ms();
+        let published_ms = crate::clock::now_ms();
         drop(lock);
         let Some(ledger) = &mut self.share.ledger else {
             return starts;
@@ -79,7 +79,7 @@ impl Scheduler {
         let late = published_ms.saturating_sub(since) > PUBLISH_WINDOW_MS;
         if !late && !ledger.peers.is_empty() {
             let until = since + PUBLISH_WINDOW_MS + 1;
-            let wait = until.saturating_sub(ledger::store::now_ms());
+            let wait = until.saturating_sub(crate::clock::now_ms());
             std::thread::sleep(std::time::Duration::from_millis(wait));
             ledger.refresh();
         }
@@ -122,7 +122,7 @@ impl Scheduler {
             } else {
                 format!(
                     "job {no} waits: another scheduler booked GPU {} at the same moment; the next round places it again",
-                    crate::view::report::gpu_ids(&start.gpus, ",")
+                    crate::console::gpu_ids(&start.gpus, ",")
                 )
             });
         }

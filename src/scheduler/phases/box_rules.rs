@@ -60,7 +60,7 @@ impl Scheduler {
             mib_s,
             gpu_s,
             half_life,
-            crate::ledger::store::now_ms(),
+            crate::clock::now_ms(),
         );
         self.core.box_state.last_flush = Some(now);
         if written.is_ok() {
@@ -76,7 +76,7 @@ impl Scheduler {
         let (Some(rules), Some(ledger)) = (&self.core.box_state.rules, &self.share.ledger) else {
             return out;
         };
-        let now = crate::ledger::store::now_ms();
+        let now = crate::clock::now_ms();
         let half_life = self.core.box_state.half_life_s();
         let mut uids: BTreeMap<u32, String> = ledger
             .peers

@@ -2,9 +2,9 @@
 //! no job runs; without `--watch`, once nothing runs or waits, print the
 //! summary and exit with [`policy::exit_code`].
 
+use crate::clock::now_ts;
 use crate::console::say;
 use crate::journal::Phase;
-use crate::journal::now_ts;
 use crate::policy::exit_code::exit_code;
 use crate::scheduler::Scheduler;
 use crate::state::Mode;

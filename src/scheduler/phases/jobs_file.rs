@@ -4,9 +4,9 @@
 //! that may have caught a save mid-write is believed only once it settled.
 
 use super::file_digest::{self, TextHash};
+use crate::clock::now_ts;
 use crate::console::{say, warn};
 use crate::jobspec::{self, JobSpec};
-use crate::journal::now_ts;
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
 use crate::scheduler::wake::SETTLE;

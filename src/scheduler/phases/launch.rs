@@ -7,11 +7,12 @@
 //! never runs without its `started` event.
 
 use crate::allocation::Request;
+use crate::clock::now_ts;
 use crate::console::{say, warn};
 use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
-use crate::journal::{Event, Record, now_ts};
+use crate::journal::{Event, Record};
 use crate::launcher::{Attempt, Ready, Starting};
 use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
@@ -71,7 +72,7 @@ impl Scheduler {
             if gpus.is_empty() {
                 "submitted to Slurm".to_string()
             } else {
-                format!("on GPU {}", report::gpu_ids(&gpus, ","))
+                format!("on GPU {}", crate::console::gpu_ids(&gpus, ","))
             },
             crate::console::date_time(now_ts()),
             spec.command
@@ -276,7 +277,10 @@ impl Scheduler {
         let handle = started_job.handle();
         let place = match handle.slurm_job_id {
             Some(id) => format!("submitted to Slurm as job {id}"),
-            None => format!("started on GPU {}", report::gpu_ids(&launch.gpus, ",")),
+            None => format!(
+                "started on GPU {}",
+                crate::console::gpu_ids(&launch.gpus, ",")
+            ),
         };
         say(&format!(
             "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
@@ -319,7 +323,7 @@ impl Scheduler {
                 booked_since_ms: if self.share.starting_since_ms > 0 {
                     self.share.starting_since_ms
                 } else {
-                    crate::ledger::store::now_ms()
+                    crate::clock::now_ms()
                 },
             },
         );
@@ -353,7 +357,7 @@ impl Scheduler {
         if !gpus.is_empty() {
             env.push((
                 "CUDA_VISIBLE_DEVICES".to_string(),
-                report::gpu_ids(gpus, ","),
+                crate::console::gpu_ids(gpus, ","),
             ));
             env.push(("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")));
         }

@@ -141,7 +141,7 @@ impl Scheduler {
                 family,
                 peak_mib: peak,
                 run: who,
-                ts: crate::journal::now_ts(),
+                ts: crate::clock::now_ts(),
             };
             if let Err(e) = history.append(&entry) {
                 warn(&format!(

@@ -8,8 +8,9 @@
 //! `interrupted` and runs again. Each sampling round (and each new exit
 //! record) ends adopted attempts that finished.
 
+use crate::clock::now_ts;
 use crate::console::{say, warn};
-use crate::journal::{Event, KeyState, Phase, StartedInfo, now_ts};
+use crate::journal::{Event, KeyState, Phase, StartedInfo};
 use crate::launcher::{ClusterJob, slurm};
 use crate::process::supervisor::{self, ExitRecord};
 use crate::process::{self, GroupIdentity, Pgid, ProcTable};
@@ -72,7 +73,7 @@ impl Scheduler {
                 let held = match info.gpus.len() {
                     0 => "GPUs stay".to_string(),
                     1 => format!("GPU {} stays", info.gpus[0]),
-                    _ => format!("GPUs {} stay", report::gpu_ids(&info.gpus, ",")),
+                    _ => format!("GPUs {} stay", crate::console::gpu_ids(&info.gpus, ",")),
                 };
                 say(&format!(
                     "job {} is still running from a previous scheduler (process group {}); not starting it again, its {held} reserved until it ends",

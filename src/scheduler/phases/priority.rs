@@ -8,7 +8,6 @@ use crate::allocation::{self, GpuLoad, Placement, PriorityReservation, Request, 
 use crate::console::say;
 use crate::journal::Event;
 use crate::scheduler::Scheduler;
-use crate::view::report;
 use std::time::Instant;
 
 /// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
@@ -87,7 +86,7 @@ impl Scheduler {
         say(&format!(
             "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
             crate::console::human_duration(now.saturating_duration_since(since).as_secs_f64()),
-            report::gpu_ids(&gpus, ", ")
+            crate::console::gpu_ids(&gpus, ", ")
         ));
         Ok(())
     }

@@ -209,7 +209,7 @@ impl Scheduler {
                 .saturating_sub(ours.get(&gpu.index).copied().unwrap_or(0));
             series.insert((gpu.index, None), others);
         }
-        self.io.usage.observe(crate::journal::now_ts(), &series);
+        self.io.usage.observe(crate::clock::now_ts(), &series);
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.

@@ -4,8 +4,9 @@
 //! journals `notified` for the outcomes the sender delivered; a restart
 //! posts the outcomes whose `done` asked for a message that never went.
 
+use crate::clock::now_ts;
 use crate::console::say;
-use crate::journal::{Event, Phase, now_ts};
+use crate::journal::{Event, Phase};
 use crate::model::DoneStatus;
 use crate::notifier::hooks::Hooks;
 use crate::notifier::{Filter, JobFacts, Message, Notifier, SchedulerFacts, Subject};

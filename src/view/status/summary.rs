@@ -58,7 +58,7 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
         let _ = writeln!(
             out,
             "{}",
-            report::shorten(
+            crate::console::shorten(
                 &format!(
                     "job {} was preempted: {} of run time redone",
                     job.no,
@@ -107,12 +107,12 @@ pub(crate) fn table<const N: usize>(rows: &[[String; N]], width: usize) -> Strin
         let mut line = String::new();
         for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
             if i + 1 == N {
-                line.push_str(&report::shorten(cell, last));
+                line.push_str(&crate::console::shorten(cell, last));
             } else {
                 let _ = write!(line, "{cell:<w$}  ");
             }
         }
-        out.push_str(&report::shorten(line.trim_end(), width));
+        out.push_str(&crate::console::shorten(line.trim_end(), width));
         out.push('\n');
     }
     out

@@ -156,7 +156,7 @@ impl Ledger {
     /// the bookings already published).
     pub fn lock(&mut self) -> LedgerLock {
         let path = self.dir.join("lock");
-        let Some(mut file) = open_lock_file(&path) else {
+        let Some(mut file) = crate::lockfile::open_shared(&path).ok() else {
             return LedgerLock { _held: None };
         };
         let asked = Instant::now();
@@ -169,7 +169,7 @@ impl Ledger {
                     if !crate::lockfile::is_file_at(&held, &path) && Instant::now() < deadline =>
                 {
                     drop(held);
-                    match open_lock_file(&path) {
+                    match crate::lockfile::open_shared(&path).ok() {
                         Some(again) => file = again,
                         None => return LedgerLock { _held: None },
                     }
@@ -484,12 +484,6 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     ))
 }
 
-/// The ledger's lock file, opened for every user to lock
-/// ([`crate::lockfile::open_shared`]).
-fn open_lock_file(path: &Path) -> Option<File> {
-    crate::lockfile::open_shared(path).ok()
-}
-
 /// Reads one booking file without following links or blocking on a FIFO,
 /// with its owner uid.
 fn read_booking_file(path: &Path) -> Result<(BookingFile, u32), Rejection> {
@@ -615,10 +609,10 @@ mod tests {
         let mut a = Ledger::open(&dir, root.path()).unwrap();
         let held = a.lock();
         assert!(held._held.is_some());
-        let file = open_lock_file(&dir.join("lock")).unwrap();
+        let file = crate::lockfile::open_shared(&dir.join("lock")).unwrap();
         assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err());
         drop(held);
-        let file = open_lock_file(&dir.join("lock")).unwrap();
+        let file = crate::lockfile::open_shared(&dir.join("lock")).unwrap();
         assert!(Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok());
     }
 

@@ -148,6 +148,19 @@ pub struct EndFacts {
     pub start_error: Option<String>,
 }
 
+impl EndFacts {
+    /// What the completion line says of the end: the launcher's words, or
+    /// the exit's (`exit 3`, `killed by SIGKILL`, `exit status unknown`).
+    pub fn exit_words(&self) -> String {
+        self.words.clone().unwrap_or_else(|| {
+            self.exit.map_or(
+                "exit status unknown".into(),
+                crate::policy::outcome::Exit::describe,
+            )
+        })
+    }
+}
+
 impl Launcher {
     /// Whether gpusched places jobs on GPUs itself; Slurm places its jobs,
     /// so every ready job is submitted.

@@ -42,7 +42,7 @@ fn outcome(facts: &EndFacts) -> Outcome {
     decide(&AttemptEnd {
         exit: facts.exit,
         kill: facts.kill,
-        log_tail: "",
+        ran_out_of: None,
         oom_retries_used: 0,
         oom_retries_allowed: 0,
         declared_mib: None,

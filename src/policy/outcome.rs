@@ -4,17 +4,10 @@
 
 use crate::model::DoneStatus;
 use crate::policy::kill::KillReason;
+use crate::policy::oom::Exhausted;
 
 /// Bytes of a failed job's log searched for a CUDA OOM signature (docs/BEHAVIOUR.md "Out of memory and timeouts").
 pub const OOM_TAIL_BYTES: u64 = 16 * 1024;
-
-/// Whether a failed job's log tail shows that it ran out of GPU memory
-/// (the latest out-of-memory line names device memory; see
-/// [`crate::policy::oom::SIGNATURES`]).
-pub fn is_oom(log_tail: &str) -> bool {
-    crate::policy::oom::classify(log_tail)
-        .is_some_and(|s| s.memory == crate::policy::oom::Exhausted::Gpu)
-}
 
 /// The declaration (MiB per GPU) for the attempt after an OOM (docs/BEHAVIOUR.md "Out of memory and timeouts"):
 /// ceil(1.25 × max(peak, declaration)), at least ceil(1.25 × declaration).
@@ -67,14 +60,16 @@ impl Exit {
 
 /// Everything [`decide`] needs about an attempt that ended.
 #[derive(Debug, Clone, Copy)]
-pub struct AttemptEnd<'a> {
+pub struct AttemptEnd {
     /// How its process ended; `None` when that cannot be known (its
     /// scheduler died and nothing recorded the exit).
     pub exit: Option<Exit>,
     /// Why we killed it, if we did.
     pub kill: Option<KillReason>,
-    /// The tail of this attempt's log (at most [`OOM_TAIL_BYTES`]).
-    pub log_tail: &'a str,
+    /// Which memory ran out, as the last [`OOM_TAIL_BYTES`] of this
+    /// attempt's log say ([`crate::policy::oom::classify`]); `None` when
+    /// they name no memory exhaustion.
+    pub ran_out_of: Option<Exhausted>,
     /// OOM retries used before this attempt.
     pub oom_retries_used: u32,
     /// OOM retries allowed (`retries=`, else `--oom-retries`).
@@ -151,7 +146,7 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
     if exit == Exit::Code(0) {
         return Outcome::Done(DoneStatus::Ok);
     }
-    if !is_oom(end.log_tail) {
+    if end.ran_out_of != Some(Exhausted::Gpu) {
         return Outcome::Done(DoneStatus::Failed);
     }
     if end.oom_retries_used < end.oom_retries_allowed {
@@ -167,6 +162,12 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether a failed job's log tail shows that it ran out of GPU memory
+    /// (what `decide` is given as `ran_out_of`).
+    fn is_oom(log_tail: &str) -> bool {
+        crate::policy::oom::classify(log_tail).is_some_and(|s| s.memory == Exhausted::Gpu)
+    }
 
     #[test]
     fn oom_signatures_match_case_insensitively() {
@@ -204,11 +205,11 @@ mod tests {
 
     const OOM_LOG: &str = "...\ntorch.OutOfMemoryError: CUDA out of memory\n";
 
-    fn end(exit: Option<Exit>, kill: Option<KillReason>, tail: &str, used: u32) -> AttemptEnd<'_> {
+    fn end(exit: Option<Exit>, kill: Option<KillReason>, tail: &str, used: u32) -> AttemptEnd {
         AttemptEnd {
             exit,
             kill,
-            log_tail: tail,
+            ran_out_of: crate::policy::oom::classify(tail).map(|s| s.memory),
             oom_retries_used: used,
             oom_retries_allowed: 2,
             declared_mib: Some(4000),

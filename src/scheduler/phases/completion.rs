@@ -42,18 +42,23 @@ impl Scheduler {
         if let Some(error) = &facts.start_error {
             let _ = files::append_to(&job.log.path, format!("gpusched: {error}\n").as_bytes());
         }
-        // The log's tail only matters for a failure (the OOM rule).
-        let log_tail = if exit == Some(Exit::Code(0)) {
-            String::new()
+        // The log's tail only matters for a failure: which memory, if any,
+        // ran out (the OOM rule), read once.
+        let ran_out_of = if exit == Some(Exit::Code(0)) {
+            None
         } else {
-            files::read_tail(&job.log.path, job.log.offset, OOM_TAIL_BYTES)
+            oom::classify(&files::read_tail(
+                &job.log.path,
+                job.log.offset,
+                OOM_TAIL_BYTES,
+            ))
         };
         let state = self.io.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
             kill: facts.kill,
             verdict: facts.verdict,
-            log_tail: &log_tail,
+            ran_out_of: ran_out_of.map(|s| s.memory),
             oom_retries_used: state.map_or(0, |s| s.oom_attempts),
             oom_retries_allowed: self
                 .core
@@ -67,13 +72,9 @@ impl Scheduler {
         // A failure for want of host memory says so: it is no GPU OOM
         // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
         if decision == Outcome::Done(DoneStatus::Failed)
-            && let Some(signature) =
-                oom::classify(&log_tail).filter(|s| s.memory == oom::Exhausted::Host)
+            && let Some(signature) = ran_out_of.filter(|s| s.memory == oom::Exhausted::Host)
         {
-            let words = facts
-                .words
-                .take()
-                .unwrap_or_else(|| exit.map_or("exit status unknown".into(), Exit::describe));
+            let words = facts.exit_words();
             facts.words = Some(format!(
                 "{words}; out of host memory, not GPU memory: {}",
                 signature.source
@@ -266,10 +267,7 @@ impl Scheduler {
             no: job.no,
             status,
             duration_s,
-            exit_text: facts
-                .words
-                .clone()
-                .unwrap_or_else(|| exit.map_or("exit status unknown".into(), Exit::describe)),
+            exit_text: facts.exit_words(),
             peaks,
             avg_util,
             samples: job.usage.samples,

@@ -497,6 +497,9 @@ pub struct GpuState {
     pub reservation_use: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
+    /// GPUs closed because they stopped answering (docs/HARDWARE.md "A
+    /// sick GPU").
+    pub health: crate::gpu::health::Health,
     /// Per-GPU accumulators for the summary.
     pub stats: BTreeMap<u32, GpuStats>,
 }

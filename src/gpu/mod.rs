@@ -4,6 +4,7 @@
 //! bytes are converted once, at the edge.
 
 pub mod attribution;
+pub mod health;
 pub mod nvml;
 pub mod sim;
 
@@ -39,19 +40,50 @@ pub struct GpuProcess {
     pub used_mib: Option<u64>,
 }
 
+/// A GPU that did not answer in a snapshot although the others did
+/// (docs/HARDWARE.md "A sick GPU"): NVML said `GPU is lost`, `reset
+/// required` or an unknown error for it, it could not be opened, or it
+/// left the device count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFault {
+    /// NVML device index.
+    pub index: u32,
+    /// What went wrong, for people: `NVML: GPU is lost`.
+    pub reason: String,
+}
+
 /// The state of every GPU at one moment.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuSnapshot {
-    /// Every GPU the backend sees, by ascending index.
+    /// Every GPU that answered, by ascending index.
     pub gpus: Vec<GpuInfo>,
     /// Every compute process on any of them.
     pub processes: Vec<GpuProcess>,
+    /// The GPUs that did not answer, by ascending index; never also in
+    /// [`GpuSnapshot::gpus`].
+    pub faults: Vec<GpuFault>,
+}
+
+/// A fault of the whole host's GPU stack, not of one GPU (docs/HARDWARE.md
+/// "Host-wide faults"): the kernel driver is not loaded, the driver and
+/// the NVML library differ in version, or the library is gone. A snapshot
+/// that fails with this error pauses placement at once; it comes back by
+/// itself when NVML answers again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}; {hint}")]
+pub struct HostFault {
+    /// What NVML said.
+    pub reason: String,
+    /// What an admin can do about it.
+    pub hint: String,
 }
 
 /// A source of GPU snapshots.
 pub trait GpuBackend {
-    /// Reads the current state of every GPU. An error is one failed round:
-    /// the scheduler warns and keeps running jobs (docs/BEHAVIOUR.md "NVML").
+    /// Reads the current state of every GPU. A GPU that fails alone is a
+    /// [`GpuFault`] in the snapshot; an error is one failed round for the
+    /// whole box (a [`HostFault`], or a transient failure): the scheduler
+    /// warns and keeps running jobs (docs/BEHAVIOUR.md "NVML").
     fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot>;
     /// A short description for the start-up line, e.g. `2 simulated GPUs`.
     fn describe(&self) -> String;

@@ -8,7 +8,7 @@
 //! containers and under some drivers) stays unknown (`None`), never 0 or
 //! 2^64 − 1.
 
-use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot, bytes_to_mib};
+use super::{GpuBackend, GpuFault, GpuInfo, GpuProcess, GpuSnapshot, HostFault, bytes_to_mib};
 use crate::error::Error;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -17,16 +17,19 @@ use nvml_wrapper::error::NvmlError;
 /// The NVML library the backend loads (the NVIDIA driver installs it).
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
-/// Static facts about one device, read once at start.
+/// What is known of one device: its index from the start-up count, and
+/// its UUID and name once it has answered.
 struct Device {
     index: u32,
-    uuid: String,
-    name: String,
+    uuid: Option<String>,
+    name: Option<String>,
 }
 
 /// Reads GPU state from NVML.
 pub struct NvmlBackend {
-    nvml: Nvml,
+    /// `None` after a host-wide fault: the next snapshot initialises NVML
+    /// again, so a reloaded driver is picked up without a restart.
+    nvml: Option<Nvml>,
     devices: Vec<Device>,
     driver: String,
 }
@@ -43,6 +46,9 @@ fn start_error(error: NvmlError) -> Error {
         NvmlError::NoPermission => format!(
             "NVML could not initialise: {error} (no permission to talk to the NVIDIA driver: check /dev/nvidia* access); use --sim N to try gpusched without GPUs"
         ),
+        NvmlError::LibRmVersionMismatch => format!(
+            "NVML could not initialise: {error} (the driver was updated without a reboot: reboot, or reload the nvidia kernel modules); use --sim N to try gpusched without GPUs"
+        ),
         _ => {
             format!("NVML could not initialise: {error}; use --sim N to try gpusched without GPUs")
         }
@@ -50,12 +56,45 @@ fn start_error(error: NvmlError) -> Error {
     Error::Gpu(reason)
 }
 
+/// The [`HostFault`] an NVML error is, when it is one of the whole host's
+/// GPU stack rather than of one GPU (docs/HARDWARE.md "Host-wide faults").
+pub fn host_fault(error: &NvmlError) -> Option<HostFault> {
+    let hint = match error {
+        NvmlError::DriverNotLoaded => {
+            "the NVIDIA kernel driver is not loaded; check `nvidia-smi` and `dmesg`"
+        }
+        NvmlError::LibRmVersionMismatch => {
+            "the NVIDIA driver was updated without a reboot; reboot, or reload the nvidia kernel modules once no process uses them"
+        }
+        NvmlError::Uninitialized => "NVML lost its initialisation; it is initialised again",
+        NvmlError::LibloadingError(_)
+        | NvmlError::LibraryNotFound
+        | NvmlError::FailedToLoadSymbol(_)
+        | NvmlError::FunctionNotFound => {
+            "the NVIDIA driver's NVML library is missing or broken; reinstall the NVIDIA driver"
+        }
+        NvmlError::NoPermission => {
+            "no permission to talk to the NVIDIA driver; check access to /dev/nvidia*"
+        }
+        _ => return None,
+    };
+    Some(HostFault {
+        reason: format!("NVML: {error}"),
+        hint: format!(
+            "{hint}; running jobs are left alone and placement resumes when NVML answers"
+        ),
+    })
+}
+
 impl NvmlBackend {
     /// Loads and initialises NVML once for the run and reads each device's
-    /// index, UUID and name.
+    /// index, UUID and name. A device that cannot be opened does not stop
+    /// the start: it is closed in every snapshot until it answers
+    /// (docs/HARDWARE.md "A sick GPU").
     ///
     /// Errors ([`Error::Gpu`], exit 2): the library is missing, NVML cannot
-    /// initialise (driver not loaded, no permission), or no GPU is found.
+    /// initialise (driver not loaded, no permission, version mismatch), or
+    /// no GPU is found.
     pub fn open() -> anyhow::Result<Self> {
         let nvml = Nvml::init().map_err(start_error)?;
         let count = nvml
@@ -68,41 +107,64 @@ impl NvmlBackend {
             )
             .into());
         }
-        let mut devices = Vec::new();
-        for index in 0..count {
-            let device = nvml
-                .device_by_index(index)
-                .map_err(|e| Error::Gpu(format!("NVML cannot open GPU {index}: {e}")))?;
-            devices.push(Device {
-                index,
-                uuid: device
-                    .uuid()
-                    .unwrap_or_else(|_| format!("GPU-unknown-{index}")),
-                name: device.name().unwrap_or_else(|_| "unknown GPU".to_string()),
-            });
-        }
         let driver = nvml
             .sys_driver_version()
             .unwrap_or_else(|_| "unknown".into());
-        Ok(NvmlBackend {
-            nvml,
-            devices,
+        let mut backend = NvmlBackend {
+            nvml: Some(nvml),
+            devices: (0..count)
+                .map(|index| Device {
+                    index,
+                    uuid: None,
+                    name: None,
+                })
+                .collect(),
             driver,
-        })
+        };
+        for i in 0..backend.devices.len() {
+            // One that does not answer now is closed by the first snapshot.
+            let _ = backend.identify(i);
+        }
+        Ok(backend)
     }
 
-    fn read_device(
-        &self,
-        device: &Device,
-        processes: &mut Vec<GpuProcess>,
-    ) -> Result<GpuInfo, NvmlError> {
-        let handle = self.nvml.device_by_index(device.index)?;
+    /// Learns device `i`'s UUID and name if not known yet; checks that its
+    /// index still names the same GPU if known.
+    fn identify(&mut self, i: usize) -> Result<(), Fault> {
+        let Some(nvml) = &self.nvml else {
+            return Ok(());
+        };
+        let device = &mut self.devices[i];
+        let handle = nvml.device_by_index(device.index)?;
+        let uuid = handle.uuid()?;
+        match &device.uuid {
+            Some(known) if *known != uuid => Err(Fault::Device(format!(
+                "NVML index {} now names another GPU ({uuid}, was {known}): the device list changed",
+                device.index
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                device.name = Some(handle.name().unwrap_or_else(|_| "unknown GPU".into()));
+                device.uuid = Some(uuid);
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads device `i`: memory, utilization and compute processes.
+    fn read_device(&mut self, i: usize, processes: &mut Vec<GpuProcess>) -> Result<GpuInfo, Fault> {
+        self.identify(i)?;
+        let Some(nvml) = &self.nvml else {
+            return Err(Fault::Device("NVML is not initialised".into()));
+        };
+        let device = &self.devices[i];
+        let handle = nvml.device_by_index(device.index)?;
         let memory = handle.memory_info()?;
         let total_mib = bytes_to_mib(memory.total);
         let util_percent = match handle.utilization_rates() {
             Ok(u) => Some(u.gpu),
             Err(NvmlError::NotSupported) => None,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         match handle.running_compute_processes() {
             Ok(list) => processes.extend(list.into_iter().map(|p| GpuProcess {
@@ -120,33 +182,114 @@ impl NvmlBackend {
             // Without a process list every byte in use counts as external:
             // placement stays safe, peaks are n/a.
             Err(NvmlError::NotSupported) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         Ok(GpuInfo {
             index: device.index,
-            uuid: device.uuid.clone(),
-            name: device.name.clone(),
+            uuid: device.uuid.clone().unwrap_or_default(),
+            name: device.name.clone().unwrap_or_default(),
             total_mib,
             used_mib: bytes_to_mib(memory.used).min(total_mib),
             util_percent,
         })
     }
+
+    /// NVML, initialised again after a host-wide fault.
+    fn nvml(&mut self) -> Result<&Nvml, HostFault> {
+        if self.nvml.is_none() {
+            let nvml = Nvml::init().map_err(|e| {
+                host_fault(&e).unwrap_or_else(|| HostFault {
+                    reason: format!("NVML cannot initialise again: {e}"),
+                    hint: "running jobs are left alone and placement resumes when NVML answers"
+                        .into(),
+                })
+            })?;
+            self.nvml = Some(nvml);
+        }
+        Ok(self.nvml.as_ref().expect("initialised just above"))
+    }
+}
+
+/// Why one device could not be read.
+enum Fault {
+    /// The whole host's GPU stack failed: the snapshot fails.
+    Host(HostFault),
+    /// This device alone: it is closed, the others are read on.
+    Device(String),
+}
+
+impl From<NvmlError> for Fault {
+    fn from(error: NvmlError) -> Fault {
+        match host_fault(&error) {
+            Some(host) => Fault::Host(host),
+            None => Fault::Device(describe_error(&error)),
+        }
+    }
+}
+
+/// `NVML_ERROR_GPU_IS_LOST: device fell off the bus …`: NVML's own name for
+/// the errors a sick GPU gives (nvml.h `nvmlReturn_t`), then the words.
+fn describe_error(error: &NvmlError) -> String {
+    let name = match error {
+        NvmlError::GpuLost => "NVML_ERROR_GPU_IS_LOST",
+        NvmlError::ResetRequired => "NVML_ERROR_RESET_REQUIRED",
+        NvmlError::Unknown => "NVML_ERROR_UNKNOWN",
+        NvmlError::InvalidArg => "NVML_ERROR_INVALID_ARGUMENT",
+        NvmlError::NotFound => "NVML_ERROR_NOT_FOUND",
+        NvmlError::Timeout => "NVML_ERROR_TIMEOUT",
+        NvmlError::IrqIssue => "NVML_ERROR_IRQ_ISSUE",
+        NvmlError::CorruptedInfoROM => "NVML_ERROR_CORRUPTED_INFOROM",
+        _ => return format!("NVML: {error}"),
+    };
+    format!("{name}: {error}")
 }
 
 impl GpuBackend for NvmlBackend {
     fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot> {
+        let count = match self.nvml()?.device_count() {
+            Ok(count) => count,
+            Err(e) => {
+                let fault = host_fault(&e);
+                if fault.is_some() {
+                    self.nvml = None;
+                }
+                return Err(fault.map_or_else(
+                    || anyhow::anyhow!("NVML cannot count GPUs: {e}"),
+                    anyhow::Error::new,
+                ));
+            }
+        };
         let mut snapshot = GpuSnapshot::default();
-        for device in &self.devices {
-            let info = self
-                .read_device(device, &mut snapshot.processes)
-                .map_err(|e| anyhow::anyhow!("NVML query of GPU {} failed: {e}", device.index))?;
-            snapshot.gpus.push(info);
+        for i in 0..self.devices.len() {
+            let index = self.devices[i].index;
+            if index >= count {
+                snapshot.faults.push(GpuFault {
+                    index,
+                    reason: format!("missing from NVML's device count (it counts {count})"),
+                });
+                continue;
+            }
+            match self.read_device(i, &mut snapshot.processes) {
+                Ok(info) => snapshot.gpus.push(info),
+                Err(Fault::Device(reason)) => snapshot.faults.push(GpuFault { index, reason }),
+                Err(Fault::Host(fault)) => {
+                    self.nvml = None;
+                    return Err(fault.into());
+                }
+            }
         }
+        snapshot
+            .processes
+            .retain(|p| snapshot.gpus.iter().any(|g| g.index == p.gpu));
         Ok(snapshot)
     }
 
     fn describe(&self) -> String {
-        let mut names: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
+        let mut names: Vec<&str> = self
+            .devices
+            .iter()
+            .filter_map(|d| d.name.as_deref())
+            .collect();
         names.dedup();
         format!(
             "{} GPU{} via NVML ({}; driver {})",

@@ -83,7 +83,11 @@ impl GpuBackend for SimBackend {
             }
         }
         processes.sort_by_key(|p| (p.gpu, p.pid));
-        Ok(GpuSnapshot { gpus, processes })
+        Ok(GpuSnapshot {
+            gpus,
+            processes,
+            faults: Vec::new(),
+        })
     }
 
     fn describe(&self) -> String {

@@ -156,7 +156,7 @@ impl Scheduler {
         if let Some(last) = last_jobs_file {
             self.warn_other_jobs_file(last);
         }
-        self.cfg.place.drained_mask = self.core.control.drained_mask();
+        self.closed_gpus_changed();
         self.report_control();
         // Whatever it takes is followed by the orphans just below.
         let _ = self.adopt_unjournaled_submissions()?;
@@ -202,14 +202,17 @@ impl Scheduler {
             .backend
             .snapshot()
             .map_err(|e| Error::Gpu(format!("cannot read GPU state: {e:#}")))?;
-        if snapshot.gpus.is_empty() && self.io.launcher.places_jobs() {
+        if snapshot.gpus.is_empty() && snapshot.faults.is_empty() && self.io.launcher.places_jobs()
+        {
             return Err(Error::Gpu(
                 "no GPUs found (use --sim N to try gpusched without GPUs)".into(),
             )
             .into());
         }
         if let Some(allowed) = &self.cfg.allowed {
-            let present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
+            let mut present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
+            present.extend(snapshot.faults.iter().map(|f| f.index));
+            present.sort_unstable();
             if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
                 return Err(Error::Gpu(format!(
                     "--gpus names GPU {missing}, but this machine has GPU {}",

@@ -271,6 +271,24 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     } else {
         crate::console::gpu_ids(&gpu.jobs, ",")
     };
+    if let Some(fault) = &gpu.fault {
+        // Its memory is not known while it does not answer; why it is
+        // closed is what matters, on a line of its own so that it is
+        // never the part cut off (docs/HARDWARE.md "A sick GPU").
+        let line = format!(
+            "GPU {}: CLOSED since {}, jobs {jobs}; opens after {} good samples in a row ({} so far) or `gpusched undrain {}`",
+            gpu.index,
+            crate::console::clock(fault.since),
+            fault.reopen_after,
+            fault.good_samples,
+            gpu.index,
+        );
+        return format!(
+            "{}\n{}",
+            crate::console::shorten(&line, width),
+            crate::console::shorten(&format!("       {}", fault.reason), width)
+        );
+    }
     let line = format!(
         "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
         gpu.index,

@@ -333,6 +333,7 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
         .iter()
         .map(|load| {
             let info = snapshot_gpus.iter().find(|g| g.index == load.index);
+            let fault = input.core.gpu.health.faulted.get(&load.index);
             let stats = input
                 .core
                 .gpu
@@ -343,12 +344,22 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                 index: load.index,
                 uuid: info.map(|g| g.uuid.clone()).unwrap_or_default(),
                 name: info.map(|g| g.name.clone()).unwrap_or_default(),
-                total_mib: load.total_mib,
+                // A GPU that never answered has no size to show.
+                total_mib: match (info, fault) {
+                    (None, Some(f)) => f.total_mib,
+                    _ => load.total_mib,
+                },
                 used_mib: load.used_mib,
                 external_mib: allocation::effective_external_mib(load, spike_buffer),
                 headroom_mib: allocation::open_headroom_mib(load, &input.cfg.place),
                 closed: allocation::is_closed(load, &input.cfg.place),
-                drained: allocation::is_drained(load.index, &input.cfg.place),
+                drained: input.core.control.drained.contains(&load.index),
+                fault: fault.map(|f| status::GpuFaultStatus {
+                    reason: f.reason.clone(),
+                    since: f.since,
+                    good_samples: f.good_samples,
+                    reopen_after: crate::gpu::health::REOPEN_AFTER_SAMPLES,
+                }),
                 util_percent: info.and_then(|g| g.util_percent),
                 jobs: input
                     .core

@@ -7,13 +7,22 @@
  * State file: the path in $FAKE_NVML_STATE, re-read on every call:
  *
  *   init ok | driver_not_loaded | no_permission   (default ok)
- *   gpu <uuid> <total MiB> <external used MiB> <util %> [fail]
+ *   host ok | driver_not_loaded | version_mismatch
+ *                                         every call fails so (a driver
+ *                                         unloaded or updated under us)
+ *   count <n>                             nvmlDeviceGetCount says n
+ *                                         (a GPU gone from the bus)
+ *   count unknown                         nvmlDeviceGetCount fails with
+ *                                         NVML_ERROR_UNKNOWN
+ *   gpu <uuid> <total MiB> <external used MiB> <util %> [fail|reset|unknown]
  *   proc <gpu index> <pid> <MiB>          a process with known memory
  *   proc <gpu index> <pid> na <MiB>       memory NVML cannot report
  *
  * GPUs are numbered by their order in the file. A device's used memory is
  * its external MiB plus its processes' MiB. "fail" makes every query of
- * that device return NVML_ERROR_GPU_IS_LOST.
+ * that device, its handle lookup included, return NVML_ERROR_GPU_IS_LOST
+ * as a GPU that fell off the bus does; "reset" NVML_ERROR_RESET_REQUIRED;
+ * "unknown" NVML_ERROR_UNKNOWN (nvml.h, nvmlReturn_t).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +33,14 @@ typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
 
 #define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NO_PERMISSION 4
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_RESET_REQUIRED 16
+#define NVML_ERROR_LIB_RM_VERSION_MISMATCH 18
 #define NVML_ERROR_UNKNOWN 999
 #define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
 #define MIB (1024ULL * 1024ULL)
@@ -59,7 +71,7 @@ struct gpu {
     char uuid[96];
     unsigned long long total_mib, external_mib;
     unsigned int util;
-    int fail;
+    nvmlReturn_t fail;
 };
 struct proc {
     unsigned int gpu, pid;
@@ -68,13 +80,17 @@ struct proc {
 };
 
 static char init_mode[96];
+static char host_mode[96];
 static struct gpu gpus[MAX_GPUS];
 static unsigned int gpu_count;
+static int counted; /* -1: the number of gpu lines; -2: the count fails */
 static struct proc procs[MAX_PROCS];
 static unsigned int proc_count;
 
 static void load_state(void) {
     strcpy(init_mode, "ok");
+    strcpy(host_mode, "ok");
+    counted = -1;
     gpu_count = 0;
     proc_count = 0;
     const char *path = getenv("FAKE_NVML_STATE");
@@ -86,13 +102,20 @@ static void load_state(void) {
         int n = sscanf(line, "%31s %95s %31s %31s %31s %31s", word, a, b, c, d, e);
         if (n >= 2 && strcmp(word, "init") == 0) {
             snprintf(init_mode, sizeof init_mode, "%s", a);
+        } else if (n >= 2 && strcmp(word, "host") == 0) {
+            snprintf(host_mode, sizeof host_mode, "%s", a);
+        } else if (n >= 2 && strcmp(word, "count") == 0) {
+            counted = strcmp(a, "unknown") == 0 ? -2 : atoi(a);
         } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
             struct gpu *g = &gpus[gpu_count++];
             snprintf(g->uuid, sizeof g->uuid, "%s", a);
             g->total_mib = strtoull(b, NULL, 10);
             g->external_mib = strtoull(c, NULL, 10);
             g->util = (unsigned int)strtoul(d, NULL, 10);
-            g->fail = n >= 6 && strcmp(e, "fail") == 0;
+            g->fail = NVML_SUCCESS;
+            if (n >= 6 && strcmp(e, "fail") == 0) g->fail = NVML_ERROR_GPU_IS_LOST;
+            if (n >= 6 && strcmp(e, "reset") == 0) g->fail = NVML_ERROR_RESET_REQUIRED;
+            if (n >= 6 && strcmp(e, "unknown") == 0) g->fail = NVML_ERROR_UNKNOWN;
         } else if (n >= 4 && strcmp(word, "proc") == 0 && proc_count < MAX_PROCS) {
             struct proc *p = &procs[proc_count++];
             p->gpu = (unsigned int)strtoul(a, NULL, 10);
@@ -104,13 +127,25 @@ static void load_state(void) {
     fclose(f);
 }
 
+/* What every call returns while the host's driver is broken. */
+static nvmlReturn_t host_status(void) {
+    if (strcmp(host_mode, "driver_not_loaded") == 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (strcmp(host_mode, "version_mismatch") == 0) return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    return NVML_SUCCESS;
+}
+
+static unsigned int device_count(void) {
+    return counted >= 0 && (unsigned int)counted < gpu_count ? (unsigned int)counted : gpu_count;
+}
+
 /* Device handles are 1-based indices disguised as pointers. */
 static nvmlReturn_t lookup(nvmlDevice_t device, unsigned int *index) {
     uintptr_t i = (uintptr_t)device;
     load_state();
-    if (i == 0 || i > gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (host_status() != NVML_SUCCESS) return host_status();
+    if (i == 0 || i > device_count()) return NVML_ERROR_INVALID_ARGUMENT;
     *index = (unsigned int)(i - 1);
-    return gpus[i - 1].fail ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+    return gpus[i - 1].fail;
 }
 
 #define LOOKUP(device)                           \
@@ -122,6 +157,7 @@ static nvmlReturn_t lookup(nvmlDevice_t device, unsigned int *index) {
 
 nvmlReturn_t nvmlInit_v2(void) {
     load_state();
+    if (host_status() != NVML_SUCCESS) return host_status();
     if (strcmp(init_mode, "driver_not_loaded") == 0) return NVML_ERROR_DRIVER_NOT_LOADED;
     if (strcmp(init_mode, "no_permission") == 0) return NVML_ERROR_NO_PERMISSION;
     return NVML_SUCCESS;
@@ -137,24 +173,33 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires reset";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     default: return "Unknown Error";
     }
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    load_state();
+    if (host_status() != NVML_SUCCESS) return host_status();
     snprintf(version, length, "%s", "999.0-fake");
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     load_state();
-    *count = gpu_count;
+    if (host_status() != NVML_SUCCESS) return host_status();
+    if (counted == -2) return NVML_ERROR_UNKNOWN;
+    *count = device_count();
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     load_state();
-    if (index >= gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (host_status() != NVML_SUCCESS) return host_status();
+    if (index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpus[index].fail != NVML_SUCCESS) return gpus[index].fail;
     *device = (nvmlDevice_t)(uintptr_t)(index + 1);
     return NVML_SUCCESS;
 }

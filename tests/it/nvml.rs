@@ -230,8 +230,17 @@ fn missing_library_exits_2_naming_it() {
     assert!(out.stderr.contains("--sim"), "{}", out.stderr);
 }
 
+/// status.json as the scheduler last wrote it.
+fn status_json(env: &Env) -> serde_json::Value {
+    std::fs::read_to_string(env.logs.join("status.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 #[test]
-fn failing_device_mid_run_pauses_dispatch_but_spares_running_jobs() {
+fn a_gpu_lost_mid_run_is_closed_alone_and_the_box_runs_its_queue_to_the_end() {
+    // Job 1 takes the tighter hole, GPU 0; then GPU 0 falls off the bus.
     let nvml = Nvml::new(
         "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
         TWO_GPUS,
@@ -239,7 +248,186 @@ fn failing_device_mid_run_pauses_dispatch_but_spares_running_jobs() {
     let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
     let env = &nvml.env;
     wait_for("job 1 to start", &mut || !env.events("started").is_empty());
-    nvml.set_state(&TWO_GPUS.replace("24000 0 10", "24000 0 10 fail"));
+    assert_eq!(env.job_events(1, "started")[0]["gpus"], json!([0]));
+    nvml.set_state(&TWO_GPUS.replace("24000 20000 50", "24000 20000 50 fail"));
+    wait_for("GPU 0 to be closed", &mut || {
+        sched
+            .stdout()
+            .contains("GPU 0 closed: NVML_ERROR_GPU_IS_LOST")
+    });
+    assert!(
+        sched.stdout().contains("job 1 on it is left alone"),
+        "{}",
+        sched.stdout()
+    );
+    wait_for("the board and status.json to say why", &mut || {
+        env.board().contains("GPU 0: CLOSED since")
+            && status_json(env)["gpus"][0]["fault"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("NVML_ERROR_GPU_IS_LOST"))
+    });
+    common::assert_valid_status(&status_json(env));
+    assert!(!env.board().contains("PAUSED"), "{}", env.board());
+    // The rest of the box goes on: new jobs run on GPU 1.
+    env.append_jobs(
+        "[vram=1000] echo $CUDA_VISIBLE_DEVICES > second.txt\n\
+         [vram=1000] echo $CUDA_VISIBLE_DEVICES > third.txt\n",
+    );
+    wait_for("jobs 2 and 3 to run", &mut || {
+        env.status_of_opt(2).is_some() && env.status_of_opt(3).is_some()
+    });
+    for file in ["second.txt", "third.txt"] {
+        assert_eq!(std::fs::read_to_string(env.path(file)).unwrap(), "1\n");
+    }
+    // The job on the lost GPU is unharmed and its outcome recorded.
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    // It answers again: after a few good samples it is open again.
+    nvml.set_state(TWO_GPUS);
+    wait_for("GPU 0 to open again", &mut || {
+        sched.stdout().contains("GPU 0 answers again")
+    });
+    env.append_jobs("[vram=1000 on=0] echo $CUDA_VISIBLE_DEVICES > fourth.txt\n");
+    wait_for("job 4 to run on GPU 0", &mut || {
+        env.path("fourth.txt").exists()
+    });
+    assert_eq!(
+        std::fs::read_to_string(env.path("fourth.txt")).unwrap(),
+        "0\n"
+    );
+    sched.stop();
+}
+
+#[test]
+fn a_gpu_missing_from_the_count_or_needing_a_reset_at_start_is_closed_and_the_rest_start() {
+    // GPU 0 needs a reset: the start goes on without it.
+    let nvml = Nvml::new(
+        "[vram=1000] echo $CUDA_VISIBLE_DEVICES > a.txt\n",
+        &TWO_GPUS.replace("24000 20000 50", "24000 20000 50 reset"),
+    );
+    let out = nvml.run(&["--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("GPU 0 closed: NVML_ERROR_RESET_REQUIRED"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(nvml.env.path("a.txt")).unwrap(),
+        "1\n"
+    );
+    // GPU 1 gone from the device count mid-run: it is closed, GPU 0 works.
+    let nvml = Nvml::new(
+        "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    nvml.set_state(&format!("{TWO_GPUS}count 1\n"));
+    wait_for("GPU 1 to be closed", &mut || {
+        sched
+            .stdout()
+            .contains("GPU 1 closed: missing from NVML's device count (it counts 1)")
+    });
+    env.append_jobs("[vram=1000] echo $CUDA_VISIBLE_DEVICES > b.txt\n");
+    wait_for("job 2 to run", &mut || env.status_of_opt(2).is_some());
+    assert_eq!(std::fs::read_to_string(env.path("b.txt")).unwrap(), "0\n");
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    sched.stop();
+}
+
+#[test]
+fn undrain_opens_a_closed_gpu_at_once() {
+    // --poll 30: five good samples would take minutes; only undrain opens
+    // it within the test.
+    let nvml = Nvml::new(
+        "[vram=1000 on=0] echo $CUDA_VISIBLE_DEVICES > a.txt\n",
+        &TWO_GPUS.replace("24000 20000 50", "24000 20000 50 unknown"),
+    );
+    let sched = nvml.spawn(&["--poll", "30", "--watch"]);
+    let env = &nvml.env;
+    wait_for("GPU 0 to be closed", &mut || {
+        env.board().contains("GPU 0: CLOSED since")
+    });
+    assert!(
+        sched.stdout().contains("GPU 0 closed: NVML_ERROR_UNKNOWN"),
+        "{}",
+        sched.stdout()
+    );
+    nvml.set_state(TWO_GPUS);
+    assert!(!env.path("a.txt").exists(), "GPU 0 is still closed");
+    let out = env.verb(&["undrain", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("job 1 to run on GPU 0", &mut || env.path("a.txt").exists());
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "0\n");
+    assert!(
+        sched
+            .stdout()
+            .contains("GPU 0 opened by `gpusched undrain`"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}
+
+#[test]
+fn a_host_wide_nvml_fault_pauses_at_once_and_recovers_without_a_restart() {
+    let nvml = Nvml::new(
+        "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    // The driver was updated under us: every NVML call fails so.
+    nvml.set_state(&format!("{TWO_GPUS}host version_mismatch\n"));
+    wait_for("dispatch to pause", &mut || {
+        env.board().contains("PAUSED: GPU stack fault")
+    });
+    let out = sched.stdout();
+    assert!(out.contains("version mismatch"), "{out}");
+    assert!(out.contains("reboot"), "the hint: {out}");
+    assert!(!out.contains("GPU 0 closed"), "no GPU is blamed: {out}");
+    env.append_jobs("[vram=1000] echo second > second.txt\n");
+    wait_for("the new job to be queued", &mut || {
+        env.board().contains("· job 2")
+    });
+    let ticks = env.ticks();
+    env.wait_for_ticks(ticks + 3);
+    assert!(env.job_events(2, "started").is_empty());
+    // The running job is unharmed and completes.
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(env.job_events(2, "started").is_empty());
+    // The driver is back: NVML is initialised again and dispatch resumes.
+    nvml.set_state(TWO_GPUS);
+    wait_for("job 2 to run", &mut || env.path("second.txt").exists());
+    assert!(
+        sched.stdout().contains("dispatching resumes"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}
+
+#[test]
+fn failing_queries_of_the_whole_box_pause_dispatch_after_several_in_a_row() {
+    // Neither one GPU's fault nor the host's: NVML cannot even count the
+    // GPUs (NVML_ERROR_UNKNOWN), round after round.
+    let nvml = Nvml::new(
+        "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    nvml.set_state(&format!("{TWO_GPUS}count unknown\n"));
     wait_for("dispatch to pause", &mut || {
         sched
             .stdout()

@@ -32,37 +32,63 @@ impl Scheduler {
             return Vec::new();
         };
         let mut booked = self.booked_by_others();
-        let mut loads = snapshot
+        // A GPU closed because it stopped answering keeps its last seen
+        // memory (one never seen counts as the largest GPU, or as
+        // unbounded when none answers), so that no job is judged
+        // infeasible while it is away; it is closed to new jobs
+        // ([`Scheduler::closed_gpus_changed`]).
+        let largest = snapshot.gpus.iter().map(|g| g.total_mib).max();
+        let away = self
+            .core
+            .gpu
+            .health
+            .faulted
+            .iter()
+            .filter(|(index, _)| !snapshot.gpus.iter().any(|g| g.index == **index))
+            .map(|(&index, f)| {
+                let total = match f.total_mib {
+                    0 => largest.unwrap_or(u64::MAX),
+                    seen => seen,
+                };
+                (index, total, f.used_mib)
+            });
+        let mut rows: Vec<(u32, u64, u64)> = snapshot
             .gpus
             .iter()
-            .filter(|g| self.cfg.allows(g.index))
-            .map(|g| GpuLoad {
-                index: g.index,
-                total_mib: g.total_mib,
-                used_mib: g.used_mib.saturating_sub(
+            .map(|g| (g.index, g.total_mib, g.used_mib))
+            .chain(away)
+            .filter(|(index, _, _)| self.cfg.allows(*index))
+            .collect();
+        rows.sort_unstable();
+        let mut loads = rows
+            .into_iter()
+            .map(|(index, total_mib, used_mib)| GpuLoad {
+                index,
+                total_mib,
+                used_mib: used_mib.saturating_sub(
                     self.core
                         .running
                         .iter()
                         .filter(|(key, _)| without.contains(&key.as_str()))
-                        .filter_map(|(_, j)| j.usage.current_mib.get(&g.index))
+                        .filter_map(|(_, j)| j.usage.current_mib.get(&index))
                         .fold(0, |sum, mib| sum.saturating_add(*mib)),
                 ),
-                external_peak_sum_mib: self.core.gpu.external_peaks.sum_on(g.index),
+                external_peak_sum_mib: self.core.gpu.external_peaks.sum_on(index),
                 occupants: self
                     .core
                     .running
                     .iter()
                     .filter(|(key, _)| !without.contains(&key.as_str()))
                     .map(|(_, j)| j)
-                    .filter(|j| j.gpus.contains(&g.index))
+                    .filter(|j| j.gpus.contains(&index))
                     .map(|j| Occupant {
                         declared_mib: j.vram_mib,
-                        peak_mib: j.usage.peak_mib.get(&g.index).copied(),
-                        current_mib: j.usage.current_mib.get(&g.index).copied(),
+                        peak_mib: j.usage.peak_mib.get(&index).copied(),
+                        current_mib: j.usage.current_mib.get(&index).copied(),
                     })
                     .collect(),
-                booked_mib: booked.get(&g.index).map_or(0, |b| b.0),
-                booked_by: booked.remove(&g.index).map(|b| b.1).unwrap_or_default(),
+                booked_mib: booked.get(&index).map_or(0, |b| b.0),
+                booked_by: booked.remove(&index).map(|b| b.1).unwrap_or_default(),
                 share_held: Vec::new(),
                 share_held_mib: 0,
             })

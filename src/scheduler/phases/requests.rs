@@ -71,10 +71,19 @@ impl Scheduler {
             )
         })?;
         self.core.control = control;
-        self.cfg.place.drained_mask = self.core.control.drained_mask();
-        self.due.dispatch_needed = true;
-        self.round.last_dispatch_loads = None;
         say(&said);
+        if let ControlChange::Undrain { gpus } = change {
+            for &gpu in gpus {
+                if let Some(was) = self.core.gpu.health.reopen(gpu) {
+                    // Its memory is read afresh before a job goes there.
+                    self.due.sample_now = true;
+                    say(&format!(
+                        "GPU {gpu} opened by `gpusched undrain` (it was closed: {was}); it is closed again if it stops answering"
+                    ));
+                }
+            }
+        }
+        self.closed_gpus_changed();
         Ok(())
     }
 

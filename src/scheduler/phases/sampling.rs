@@ -7,8 +7,9 @@
 
 use crate::console::{say, warn};
 use crate::files;
-use crate::gpu::GpuSnapshot;
 use crate::gpu::attribution;
+use crate::gpu::health::{HealthChange, REOPEN_AFTER_SAMPLES};
+use crate::gpu::{GpuSnapshot, HostFault};
 use crate::process;
 use crate::progress;
 use crate::scheduler::Scheduler;
@@ -133,11 +134,23 @@ impl Scheduler {
     }
 
     /// Counts a failed query; warns up to the pause, then once every 60
-    /// rounds, so a dead driver does not flood the pane.
+    /// rounds, so a dead driver does not flood the pane. A fault of the
+    /// host's whole GPU stack ([`HostFault`]) pauses at once, with its
+    /// hint (docs/HARDWARE.md "Host-wide faults").
     fn record_gpu_failure(&mut self, error: &anyhow::Error) {
         self.core.gpu.failures += 1;
         let failures = self.core.gpu.failures;
-        if failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60) {
+        let host = error.downcast_ref::<HostFault>();
+        if self.core.mode == Mode::Scheduling
+            && let Some(fault) = host
+        {
+            let reason =
+                format!("GPU stack fault: {fault}; no new job starts until NVML answers again");
+            warn(&reason);
+            self.core.mode = Mode::PausedOnGpuErrors { reason };
+            return;
+        }
+        if host.is_none() && (failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60)) {
             warn(&format!(
                 "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
             ));
@@ -151,6 +164,57 @@ impl Scheduler {
         }
     }
 
+    /// Closes the GPUs that stopped answering and opens those that answer
+    /// again (docs/HARDWARE.md "A sick GPU"), saying so.
+    fn record_health(&mut self, snapshot: &GpuSnapshot) {
+        let changes = self.core.gpu.health.observe(
+            snapshot,
+            self.core.gpu.snapshot.as_ref(),
+            crate::clock::now_ts(),
+        );
+        if changes.is_empty() {
+            return;
+        }
+        for change in changes {
+            match change {
+                HealthChange::Closed { index, reason } => {
+                    let on_it: Vec<u32> = self
+                        .core
+                        .running
+                        .values()
+                        .filter(|j| j.gpus.contains(&index))
+                        .map(|j| j.no)
+                        .collect();
+                    let left_alone = match on_it.len() {
+                        0 => String::new(),
+                        1 => format!("; job {} on it is left alone", on_it[0]),
+                        _ => format!(
+                            "; jobs {} on it are left alone",
+                            crate::console::gpu_ids(&on_it, ", ")
+                        ),
+                    };
+                    warn(&format!(
+                        "GPU {index} closed: {reason}; no new job starts there, the other GPUs go on{left_alone}; it opens again after {REOPEN_AFTER_SAMPLES} good samples in a row, or with `gpusched undrain {index}`"
+                    ));
+                }
+                HealthChange::Reopened { index, was } => say(&format!(
+                    "GPU {index} answers again ({REOPEN_AFTER_SAMPLES} good samples in a row since {was}); open to new jobs"
+                )),
+            }
+        }
+        self.closed_gpus_changed();
+    }
+
+    /// Placement's closed set after `drain`, `undrain` or a GPU's health
+    /// changed: drained GPUs and GPUs that stopped answering; the next
+    /// round places again.
+    pub(in crate::scheduler) fn closed_gpus_changed(&mut self) {
+        self.cfg.place.drained_mask =
+            self.core.control.drained_mask() | self.core.gpu.health.mask();
+        self.due.dispatch_needed = true;
+        self.round.last_dispatch_loads = None;
+    }
+
     /// Takes a snapshot in: attribution, peaks, utilization, warnings,
     /// progress, per-GPU statistics (docs/BEHAVIOUR.md "Monitoring").
     pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
@@ -161,6 +225,7 @@ impl Scheduler {
             }
             self.core.gpu.failures = 0;
         }
+        self.record_health(&snapshot);
         // Map each GPU process to one of our jobs through its process group.
         let by_pgid: HashMap<u32, String> = self
             .core

@@ -238,6 +238,10 @@ pub struct GpuStatus {
     /// Drained by `gpusched drain`: no new job starts on it (docs/BEHAVIOUR.md "Queue policy").
     #[serde(default)]
     pub drained: bool,
+    /// Closed because it stopped answering (docs/HARDWARE.md "A sick
+    /// GPU"): why and since when; `null` while it answers.
+    #[serde(default)]
+    pub fault: Option<GpuFaultStatus>,
     /// Device utilization, percent; null when not reported.
     pub util_percent: Option<u32>,
     /// Display numbers of our jobs on it.
@@ -258,6 +262,20 @@ pub struct GpuStatus {
     /// `timeout`.
     #[serde(default)]
     pub expected_free_source: Option<String>,
+}
+
+/// Why a GPU is closed after it stopped answering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuFaultStatus {
+    /// What NVML said: `NVML_ERROR_GPU_IS_LOST: device fell off the bus …`.
+    pub reason: String,
+    /// When it was closed (Unix seconds).
+    pub since: f64,
+    /// Good samples in a row since its latest failure; it opens again at
+    /// `reopen_after`.
+    pub good_samples: u32,
+    /// Good samples in a row that open it again.
+    pub reopen_after: u32,
 }
 
 impl JobStatus {

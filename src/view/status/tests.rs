@@ -37,6 +37,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             headroom_mib: 20000,
             closed: false,
             drained: false,
+            fault: None,
             util_percent: Some(50),
             jobs: vec![2],
             busy_fraction: Some(0.5),

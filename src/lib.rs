@@ -68,19 +68,23 @@ pub fn open_backend(
     if args.slurm.slurm {
         return Ok((Box::new(launcher::ClusterGpus), None));
     }
-    open_gpus(args.sim, args.sim_dir.as_deref(), &log_dir)
+    let nvlink = args.sim_nvlink.as_ref().map_or(&[][..], |p| &p.0[..]);
+    open_gpus(args.sim, args.sim_dir.as_deref(), &log_dir, nvlink)
 }
 
 /// The GPUs themselves: `sim` simulated GPUs in `sim_dir` (else
-/// `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`), or NVML; with the
-/// simulator's directory, if any.
+/// `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`) joined by the NVLink
+/// pairs `nvlink` (GPU, GPU, links), or NVML; with the simulator's
+/// directory, if any.
 ///
 /// Errors: NVML missing or failing ([`error::Error::Gpu`]); the sim
-/// directory cannot be created.
+/// directory cannot be created; an NVLink pair names a GPU the simulation
+/// does not have ([`error::Error::Usage`]).
 pub fn open_gpus(
     sim: Option<u32>,
     sim_dir: Option<&std::path::Path>,
     log_dir: &std::path::Path,
+    nvlink: &[(u32, u32, u32)],
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
     Ok(match sim {
         Some(count) => {
@@ -89,7 +93,14 @@ pub fn open_gpus(
                 (None, Some(dir)) => files::absolute(std::path::Path::new(&dir)),
                 (None, None) => files::absolute(log_dir).join("sim"),
             };
-            let sim = gpu::sim::SimBackend::new(count, &dir)?;
+            if let Some(&(a, b, _)) = nvlink.iter().find(|(a, b, _)| *a >= count || *b >= count) {
+                return Err(error::Error::Usage(format!(
+                    "--sim-nvlink names GPU pair {a}-{b}, but --sim {count} has GPU 0 to {}",
+                    count - 1
+                ))
+                .into());
+            }
+            let sim = gpu::sim::SimBackend::new(count, &dir)?.with_nvlink(nvlink);
             (Box::new(sim), Some(dir))
         }
         None => (Box::new(gpu::nvml::NvmlBackend::open()?), None),

@@ -14,9 +14,14 @@ pub struct PlaceOptions {
     pub spike_buffer: f64,
     /// At most one of our jobs per GPU.
     pub exclusive: bool,
-    /// GPUs drained by `gpusched drain` (bit i = GPU i): closed to new
-    /// jobs, but still counted by the infeasible rule (docs/BEHAVIOUR.md "Queue policy").
+    /// GPUs drained by `gpusched drain`, or closed because they stopped
+    /// answering (bit i = GPU i): closed to new jobs, but still counted by
+    /// the infeasible rule (docs/BEHAVIOUR.md "Queue policy", docs/HARDWARE.md
+    /// "A sick GPU").
     pub drained_mask: u64,
+    /// How the GPUs are connected, for multi-GPU jobs (docs/HARDWARE.md
+    /// "Topology"); `None` when unknown.
+    pub topology: Option<std::sync::Arc<Topology>>,
 }
 
 impl Default for PlaceOptions {
@@ -27,6 +32,7 @@ impl Default for PlaceOptions {
             spike_buffer: 0.10,
             exclusive: false,
             drained_mask: 0,
+            topology: None,
         }
     }
 }
@@ -178,27 +184,30 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
         .filter(|g| request.may_use(g.index) && !is_drained(g.index, opts))
         .collect();
     let gpus = allowed.as_slice();
-    let mut chosen: Vec<u32> = match request.vram_mib {
-        None => {
-            // Lowest index first, whatever the order of the snapshot.
-            let mut idle: Vec<u32> = gpus
-                .iter()
-                .filter(|g| is_idle(g, opts))
-                .map(|g| g.index)
-                .collect();
-            idle.sort_unstable();
-            idle.truncate(wanted);
-            idle
-        }
+    // The GPUs with room, each with its headroom (MiB).
+    let mut fits: Vec<(u64, u32)> = match request.vram_mib {
+        // Lowest index first, whatever the order of the snapshot.
+        None => gpus
+            .iter()
+            .filter(|g| is_idle(g, opts))
+            .map(|g| (0, g.index))
+            .collect(),
         Some(vram) => {
             let need = vram.saturating_add(opts.margin_mib);
-            let mut fits: Vec<(u64, u32)> = gpus
-                .iter()
+            gpus.iter()
                 .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
                 .filter(|g| !opts.exclusive || g.occupants.is_empty())
                 .map(|g| (headroom_mib(g, opts.spike_buffer), g.index))
                 .filter(|&(headroom, _)| headroom >= need)
-                .collect();
+                .collect()
+        }
+    };
+    let mut chosen: Vec<u32> = match &opts.topology {
+        // Several GPUs on a box whose links differ: the best-connected set.
+        Some(topology) if wanted > 1 && topology.matters() => {
+            topology.best_set(&fits, wanted).unwrap_or_default()
+        }
+        _ => {
             fits.sort_unstable();
             fits.into_iter()
                 .take(wanted)
@@ -685,6 +694,9 @@ impl Planned {
         self.placement == Placement::NotNow
     }
 }
+
+pub mod topology;
+pub use topology::Topology;
 
 #[cfg(test)]
 mod tests;

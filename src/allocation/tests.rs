@@ -573,3 +573,57 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
     let now = plan_with_reservation(&[big, small], &mut [gpu], &opts, Some(&reservation));
     assert_eq!(now[0], Placement::Start(vec![0]));
 }
+
+#[test]
+fn multi_gpu_jobs_get_nvlink_pairs_not_the_lowest_indices() {
+    use super::topology::{Link, PcieLevel};
+    let mut topology = Topology::default();
+    for a in 0..4 {
+        for b in a + 1..4 {
+            let nvlinks = if (a, b) == (0, 2) || (a, b) == (1, 3) {
+                4
+            } else {
+                0
+            };
+            let pcie = Some(PcieLevel::HostBridge);
+            topology.set(a, b, Link { nvlinks, pcie });
+        }
+    }
+    let opts = PlaceOptions {
+        topology: Some(std::sync::Arc::new(topology)),
+        ..opts()
+    };
+    // 16000 MiB: a pair holds one such job (two would share it by
+    // memory, best fit, like one-GPU jobs).
+    let pair = Request {
+        gpus: 2,
+        ..declared(16000)
+    };
+    let mut gpus: Vec<GpuLoad> = (0..4).map(gpu).collect();
+    assert_eq!(
+        plan(&[pair, pair, declared(1000)], &mut gpus, &opts),
+        vec![
+            Placement::Start(vec![0, 2]),
+            Placement::Start(vec![1, 3]),
+            // A one-GPU job is placed by memory alone, as before.
+            Placement::Start(vec![0]),
+        ]
+    );
+    // Without topology, the lowest indices, as before.
+    let mut gpus: Vec<GpuLoad> = (0..4).map(gpu).collect();
+    assert_eq!(
+        plan(&[pair, pair], &mut gpus, &PlaceOptions::default()),
+        vec![Placement::Start(vec![0, 1]), Placement::Start(vec![2, 3])]
+    );
+    // An undeclared job needs idle GPUs; among them, the NVLink pair.
+    let mut gpus: Vec<GpuLoad> = (0..4).map(gpu).collect();
+    gpus[2].used_mib = 5000;
+    let undeclared_pair = Request {
+        gpus: 2,
+        ..UNDECLARED
+    };
+    assert_eq!(
+        place(&undeclared_pair, &gpus, &opts),
+        Placement::Start(vec![1, 3])
+    );
+}

@@ -287,6 +287,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", requires = "sim")]
     pub sim_dir: Option<PathBuf>,
 
+    /// GPU pairs joined by NVLink in the simulation (with --sim), e.g.
+    /// `0-2,1-3` for two NVLink pairs, `0-1x12` for 12 links (default 4).
+    /// Other pairs meet at the host bridge. Multi-GPU jobs get the
+    /// best-connected GPUs, as on a real box (docs/HARDWARE.md "Topology").
+    #[arg(long, value_name = "PAIRS", requires = "sim", value_parser = parse_nvlink_pairs)]
+    pub sim_nvlink: Option<NvlinkPairs>,
+
     /// The ledger directory shared with other schedulers on this box: each
     /// books its running jobs' memory there, so two schedulers never start
     /// jobs into the same free memory. Default: /dev/shm/gpusched (with
@@ -799,6 +806,33 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
         ));
     }
     Ok(value)
+}
+
+/// `--sim-nvlink`: (GPU, GPU, links) triples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvlinkPairs(pub Vec<(u32, u32, u32)>);
+
+fn parse_nvlink_pairs(text: &str) -> Result<NvlinkPairs, String> {
+    let pair = |item: &str| -> Option<(u32, u32, u32)> {
+        let (gpus, links) = match item.split_once('x') {
+            Some((gpus, links)) => (gpus, links.trim().parse().ok().filter(|&n| n > 0)?),
+            None => (item, 4),
+        };
+        let (a, b) = gpus.split_once('-')?;
+        let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        (a != b).then_some((a, b, links))
+    };
+    text.split(',')
+        .map(|item| {
+            pair(item.trim()).ok_or_else(|| {
+                format!(
+                    "'{}' is not a GPU pair: write two different GPU indices as A-B, optionally with a link count as A-BxN (e.g. 0-2,1-3 or 0-1x12)",
+                    item.trim()
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(NvlinkPairs)
 }
 
 fn parse_poll(text: &str) -> Result<f64, String> {

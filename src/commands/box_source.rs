@@ -28,7 +28,8 @@ pub fn open_box(
     create: bool,
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Ledger, Option<BoxRules>)> {
     let rules = crate::rules::load(args.box_rules.as_deref())?;
-    let (backend, sim_dir) = crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir)?;
+    let (backend, sim_dir) =
+        crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir, &[])?;
     let dir = match (&args.ledger, &sim_dir) {
         (Some(dir), _) => crate::files::absolute(dir),
         (None, Some(sim)) => sim.join("ledger"),

@@ -85,6 +85,11 @@ pub trait GpuBackend {
     /// whole box (a [`HostFault`], or a transient failure): the scheduler
     /// warns and keeps running jobs (docs/BEHAVIOUR.md "NVML").
     fn snapshot(&mut self) -> anyhow::Result<GpuSnapshot>;
+    /// How the GPUs are connected (docs/HARDWARE.md "Topology"), read once;
+    /// `None` when the backend cannot tell.
+    fn topology(&self) -> Option<crate::allocation::Topology> {
+        None
+    }
     /// A short description for the start-up line, e.g. `2 simulated GPUs`.
     fn describe(&self) -> String;
     /// Whether this backend is the simulator (jobs then get

@@ -9,13 +9,19 @@
 //! 2^64 − 1.
 
 use super::{GpuBackend, GpuFault, GpuInfo, GpuProcess, GpuSnapshot, HostFault, bytes_to_mib};
+use crate::allocation::topology::{Link, PcieLevel, Topology};
 use crate::error::Error;
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
+use std::collections::BTreeMap;
 
 /// The NVML library the backend loads (the NVIDIA driver installs it).
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// NVLinks a device may have (nvml.h `NVML_NVLINK_MAX_LINKS`).
+const NVLINK_MAX_LINKS: u32 = 18;
 
 /// What is known of one device: its index from the start-up count, and
 /// its UUID and name once it has answered.
@@ -32,6 +38,8 @@ pub struct NvmlBackend {
     nvml: Option<Nvml>,
     devices: Vec<Device>,
     driver: String,
+    /// How the GPUs are connected, read once at start.
+    topology: Topology,
 }
 
 /// Turns an NVML start-up error into a message a user can act on.
@@ -110,7 +118,9 @@ impl NvmlBackend {
         let driver = nvml
             .sys_driver_version()
             .unwrap_or_else(|_| "unknown".into());
+        let topology = read_topology(&nvml, count);
         let mut backend = NvmlBackend {
+            topology,
             nvml: Some(nvml),
             devices: (0..count)
                 .map(|index| Device {
@@ -210,6 +220,85 @@ impl NvmlBackend {
     }
 }
 
+/// How the GPUs are connected (docs/HARDWARE.md "Topology"): each pair's
+/// PCIe distance (`nvmlDeviceGetTopologyCommonAncestor`) and the active
+/// NVLinks between them (`nvmlDeviceGetNvLinkState`, and
+/// `nvmlDeviceGetNvLinkRemotePciInfo_v2` matched against each GPU's
+/// `nvmlDeviceGetPciInfo_v3` bus id). Links to an NVSwitch (a bus id that
+/// is no GPU's) join every pair of GPUs that both reach a switch, by the
+/// fewer of their switch links. What NVML cannot tell stays unknown;
+/// reading never fails.
+fn read_topology(nvml: &Nvml, count: u32) -> Topology {
+    let bus_ids: Vec<Option<String>> = (0..count)
+        .map(|i| {
+            let pci = nvml.device_by_index(i).and_then(|d| d.pci_info()).ok()?;
+            Some(pci.bus_id.to_ascii_uppercase())
+        })
+        .collect();
+    let mut nvlinks: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+    let mut switch_links: Vec<u32> = vec![0; count as usize];
+    for a in 0..count {
+        let Ok(device) = nvml.device_by_index(a) else {
+            continue;
+        };
+        for link in 0..NVLINK_MAX_LINKS {
+            let wrapper = device.link_wrapper_for(link);
+            match wrapper.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                // No NVLink on this board, or past its last link.
+                Err(_) => break,
+            }
+            let Ok(remote) = wrapper.remote_pci_info() else {
+                continue;
+            };
+            let remote = remote.bus_id.to_ascii_uppercase();
+            match bus_ids.iter().position(|id| id.as_deref() == Some(&remote)) {
+                Some(b) if b as u32 != a => {
+                    let b = b as u32;
+                    // Each side counts the link: keep one count per pair.
+                    if a < b {
+                        *nvlinks.entry((a, b)).or_default() += 1;
+                    }
+                }
+                Some(_) => {}
+                None => switch_links[a as usize] += 1,
+            }
+        }
+    }
+    let mut topology = Topology::default();
+    for a in 0..count {
+        for b in a + 1..count {
+            let pcie = nvml
+                .device_by_index(a)
+                .and_then(|da| {
+                    let db = nvml.device_by_index(b)?;
+                    da.topology_common_ancestor(db)
+                })
+                .ok()
+                .map(|level| match level {
+                    TopologyLevel::Internal => PcieLevel::SameBoard,
+                    TopologyLevel::Single => PcieLevel::SingleSwitch,
+                    TopologyLevel::Multiple => PcieLevel::MultipleSwitches,
+                    TopologyLevel::HostBridge => PcieLevel::HostBridge,
+                    TopologyLevel::Node => PcieLevel::NumaNode,
+                    TopologyLevel::System => PcieLevel::System,
+                });
+            let direct = nvlinks.get(&(a, b)).copied().unwrap_or(0);
+            let switched = switch_links[a as usize].min(switch_links[b as usize]);
+            topology.set(
+                a,
+                b,
+                Link {
+                    nvlinks: direct + switched,
+                    pcie,
+                },
+            );
+        }
+    }
+    topology
+}
+
 /// Why one device could not be read.
 enum Fault {
     /// The whole host's GPU stack failed: the snapshot fails.
@@ -282,6 +371,10 @@ impl GpuBackend for NvmlBackend {
             .processes
             .retain(|p| snapshot.gpus.iter().any(|g| g.index == p.gpu));
         Ok(snapshot)
+    }
+
+    fn topology(&self) -> Option<Topology> {
+        Some(self.topology.clone())
     }
 
     fn describe(&self) -> String {

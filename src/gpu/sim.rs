@@ -4,6 +4,7 @@
 //! A report whose pid is dead is dropped (and removed).
 
 use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot};
+use crate::allocation::topology::{Link, PcieLevel, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,9 @@ pub struct SimReport {
 pub struct SimBackend {
     count: u32,
     dir: PathBuf,
+    /// Every pair meets at the host bridge, and some are joined by NVLink
+    /// (`--sim-nvlink`).
+    topology: Topology,
 }
 
 impl SimBackend {
@@ -42,10 +46,42 @@ impl SimBackend {
                 crate::files::io_reason(&e)
             ))
         })?;
+        let mut topology = Topology::default();
+        for a in 0..count {
+            for b in a + 1..count {
+                topology.set(
+                    a,
+                    b,
+                    Link {
+                        nvlinks: 0,
+                        pcie: Some(PcieLevel::HostBridge),
+                    },
+                );
+            }
+        }
         Ok(SimBackend {
             count,
             dir: dir.to_path_buf(),
+            topology,
         })
+    }
+
+    /// The same GPUs with NVLinks between the pairs `nvlink` (GPU, GPU,
+    /// links); pairs naming a GPU past the count are ignored.
+    pub fn with_nvlink(mut self, nvlink: &[(u32, u32, u32)]) -> Self {
+        for &(a, b, nvlinks) in nvlink {
+            if a < self.count && b < self.count {
+                self.topology.set(
+                    a,
+                    b,
+                    Link {
+                        nvlinks,
+                        pcie: Some(PcieLevel::HostBridge),
+                    },
+                );
+            }
+        }
+        self
     }
 }
 
@@ -90,11 +126,27 @@ impl GpuBackend for SimBackend {
         })
     }
 
+    fn topology(&self) -> Option<Topology> {
+        Some(self.topology.clone())
+    }
+
     fn describe(&self) -> String {
+        let nvlinks: Vec<String> = (0..self.count)
+            .flat_map(|a| (a + 1..self.count).map(move |b| (a, b)))
+            .filter_map(|(a, b)| {
+                let n = self.topology.link(a, b).nvlinks;
+                (n > 0).then(|| format!("{a}-{b}x{n}"))
+            })
+            .collect();
         format!(
-            "{} simulated GPU{} of {SIM_TOTAL_MIB} MiB",
+            "{} simulated GPU{} of {SIM_TOTAL_MIB} MiB{}",
             self.count,
-            if self.count == 1 { "" } else { "s" }
+            if self.count == 1 { "" } else { "s" },
+            if nvlinks.is_empty() {
+                String::new()
+            } else {
+                format!(", NVLink {}", nvlinks.join(","))
+            }
         )
     }
 

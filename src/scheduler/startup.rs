@@ -40,7 +40,7 @@ impl Scheduler {
             .jobs_file
             .clone()
             .ok_or_else(|| Error::Usage("no jobs file given".into()))?;
-        let cfg = config(args);
+        let mut cfg = config(args);
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
 
@@ -50,6 +50,7 @@ impl Scheduler {
         create_log_dir(&cfg.log_dir)?;
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
         let (backend, sim_dir) = open_backend(args)?;
+        cfg.place.topology = backend.topology().map(std::sync::Arc::new);
         let launcher = if args.slurm.slurm {
             Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
         } else {
@@ -285,6 +286,7 @@ fn config(args: &RunArgs) -> Config {
             spike_buffer: args.spike_buffer,
             exclusive: args.exclusive,
             drained_mask: 0,
+            topology: None,
         },
         tolerance: args.tolerance,
         poll: Duration::from_secs_f64(args.poll),

@@ -17,6 +17,15 @@
  *   gpu <uuid> <total MiB> <external used MiB> <util %> [fail|reset|unknown]
  *   proc <gpu index> <pid> <MiB>          a process with known memory
  *   proc <gpu index> <pid> na <MiB>       memory NVML cannot report
+ *   topo <a> <b> <level>                  PCIe distance of GPUs a and b:
+ *                                         internal, single, multiple,
+ *                                         hostbridge (the default), node,
+ *                                         system (nvmlGpuTopologyLevel_t)
+ *   nvlink <a> <b> <n>                    n active NVLinks between a and b
+ *
+ * GPU i sits on PCI bus 0x10 * (i + 1). A GPU without NVLinks answers
+ * NVML_ERROR_NOT_SUPPORTED for its links, as PCIe-only boards do; one with
+ * links has NVML_NVLINK_MAX_LINKS (18) of them, the unused ones inactive.
  *
  * GPUs are numbered by their order in the file. A device's used memory is
  * its external MiB plus its processes' MiB. "fail" makes every query of
@@ -35,6 +44,7 @@ typedef void *nvmlDevice_t;
 #define NVML_SUCCESS 0
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NO_PERMISSION 4
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
@@ -46,6 +56,8 @@ typedef void *nvmlDevice_t;
 #define MIB (1024ULL * 1024ULL)
 #define MAX_GPUS 16
 #define MAX_PROCS 256
+#define MAX_LINKS 18
+#define MAX_TOPO 128
 
 typedef struct {
     unsigned int version;
@@ -72,6 +84,21 @@ struct gpu {
     unsigned long long total_mib, external_mib;
     unsigned int util;
     nvmlReturn_t fail;
+    int links; /* NVLinks in use, each to remote[k] */
+    unsigned int remote[MAX_LINKS];
+};
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+struct topo {
+    unsigned int a, b, level;
 };
 struct proc {
     unsigned int gpu, pid;
@@ -86,6 +113,21 @@ static unsigned int gpu_count;
 static int counted; /* -1: the number of gpu lines; -2: the count fails */
 static struct proc procs[MAX_PROCS];
 static unsigned int proc_count;
+static struct topo topos[MAX_TOPO];
+static unsigned int topo_count;
+
+static unsigned int topo_level(const char *word) {
+    if (strcmp(word, "internal") == 0) return 0;
+    if (strcmp(word, "single") == 0) return 10;
+    if (strcmp(word, "multiple") == 0) return 20;
+    if (strcmp(word, "node") == 0) return 40;
+    if (strcmp(word, "system") == 0) return 50;
+    return 30;
+}
+
+static void add_links(unsigned int a, unsigned int b, int n) {
+    for (int k = 0; k < n && gpus[a].links < MAX_LINKS; k++) gpus[a].remote[gpus[a].links++] = b;
+}
 
 static void load_state(void) {
     strcpy(init_mode, "ok");
@@ -93,6 +135,7 @@ static void load_state(void) {
     counted = -1;
     gpu_count = 0;
     proc_count = 0;
+    topo_count = 0;
     const char *path = getenv("FAKE_NVML_STATE");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
@@ -108,6 +151,7 @@ static void load_state(void) {
             counted = strcmp(a, "unknown") == 0 ? -2 : atoi(a);
         } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
             struct gpu *g = &gpus[gpu_count++];
+            g->links = 0;
             snprintf(g->uuid, sizeof g->uuid, "%s", a);
             g->total_mib = strtoull(b, NULL, 10);
             g->external_mib = strtoull(c, NULL, 10);
@@ -116,6 +160,17 @@ static void load_state(void) {
             if (n >= 6 && strcmp(e, "fail") == 0) g->fail = NVML_ERROR_GPU_IS_LOST;
             if (n >= 6 && strcmp(e, "reset") == 0) g->fail = NVML_ERROR_RESET_REQUIRED;
             if (n >= 6 && strcmp(e, "unknown") == 0) g->fail = NVML_ERROR_UNKNOWN;
+        } else if (n >= 4 && strcmp(word, "topo") == 0 && topo_count < MAX_TOPO) {
+            struct topo *t = &topos[topo_count++];
+            t->a = (unsigned int)strtoul(a, NULL, 10);
+            t->b = (unsigned int)strtoul(b, NULL, 10);
+            t->level = topo_level(c);
+        } else if (n >= 4 && strcmp(word, "nvlink") == 0) {
+            unsigned int x = (unsigned int)strtoul(a, NULL, 10), y = (unsigned int)strtoul(b, NULL, 10);
+            if (x < gpu_count && y < gpu_count && x != y) {
+                add_links(x, y, atoi(c));
+                add_links(y, x, atoi(c));
+            }
         } else if (n >= 4 && strcmp(word, "proc") == 0 && proc_count < MAX_PROCS) {
             struct proc *p = &procs[proc_count++];
             p->gpu = (unsigned int)strtoul(a, NULL, 10);
@@ -257,5 +312,51 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
         k++;
     }
     *count = k;
+    return NVML_SUCCESS;
+}
+
+static void fill_pci(unsigned int i, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    pci->bus = 0x10 * (i + 1);
+    pci->pciDeviceId = 0x233010DE;
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    LOOKUP(device);
+    fill_pci(i, pci);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 unsigned int *level) {
+    unsigned int a, b;
+    nvmlReturn_t status = lookup(device1, &a);
+    if (status != NVML_SUCCESS) return status;
+    status = lookup(device2, &b);
+    if (status != NVML_SUCCESS) return status;
+    *level = a == b ? 0 : 30;
+    for (unsigned int t = 0; t < topo_count; t++)
+        if ((topos[t].a == a && topos[t].b == b) || (topos[t].a == b && topos[t].b == a))
+            *level = topos[t].level;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *isActive) {
+    LOOKUP(device);
+    if (g->links == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = (int)link < g->links;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci) {
+    LOOKUP(device);
+    if (g->links == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((int)link >= g->links) return NVML_ERROR_NOT_SUPPORTED;
+    fill_pci(g->remote[link], pci);
     return NVML_SUCCESS;
 }

@@ -30,4 +30,5 @@ mod slurm;
 mod steering;
 mod stopping;
 mod timeline;
+mod topology;
 mod verbs;

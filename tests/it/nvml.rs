@@ -230,6 +230,34 @@ fn missing_library_exits_2_naming_it() {
     assert!(out.stderr.contains("--sim"), "{}", out.stderr);
 }
 
+#[test]
+fn multi_gpu_jobs_get_the_gpus_nvml_says_are_best_connected() {
+    // Four GPUs on one host bridge; NVLink joins 0 with 2 and 1 with 3.
+    let four =
+        "gpu GPU-0 24000 0 0\ngpu GPU-1 24000 0 0\ngpu GPU-2 24000 0 0\ngpu GPU-3 24000 0 0\n";
+    let nvml = Nvml::new(
+        "[vram=16G gpus=2] echo $CUDA_VISIBLE_DEVICES > a.txt\n\
+         [vram=16G gpus=2] echo $CUDA_VISIBLE_DEVICES > b.txt\n",
+        &format!("{four}nvlink 0 2 4\nnvlink 1 3 4\n"),
+    );
+    let out = nvml.run(&["--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let read = |env: &Env, f: &str| std::fs::read_to_string(env.path(f)).unwrap();
+    assert_eq!(read(&nvml.env, "a.txt"), "0,2\n");
+    assert_eq!(read(&nvml.env, "b.txt"), "1,3\n");
+    // No NVLink: PCIe distance decides; 1 and 3 share a switch, the rest
+    // cross CPUs.
+    let nvml = Nvml::new(
+        "[vram=16G gpus=2] echo $CUDA_VISIBLE_DEVICES > a.txt\n",
+        &format!(
+            "{four}topo 0 1 system\ntopo 0 2 system\ntopo 0 3 system\ntopo 1 2 system\ntopo 2 3 system\ntopo 1 3 single\n"
+        ),
+    );
+    let out = nvml.run(&["--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(read(&nvml.env, "a.txt"), "1,3\n");
+}
+
 /// status.json as the scheduler last wrote it.
 fn status_json(env: &Env) -> serde_json::Value {
     std::fs::read_to_string(env.logs.join("status.json"))

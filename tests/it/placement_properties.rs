@@ -89,18 +89,48 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         0.0f64..0.5,
         any::<bool>(),
         prop_oneof![Just(0u64), any::<u8>().prop_map(u64::from)],
+        topology(),
     )
         .prop_map(
-            |(idle_threshold_mib, margin_mib, spike_buffer, exclusive, drained_mask)| {
+            |(idle_threshold_mib, margin_mib, spike_buffer, exclusive, drained_mask, topology)| {
                 PlaceOptions {
                     idle_threshold_mib,
                     margin_mib,
                     spike_buffer,
                     exclusive,
                     drained_mask,
+                    topology,
                 }
             },
         )
+}
+
+/// No topology, or random NVLinks and PCIe distances among the first 8
+/// GPUs: which set a multi-GPU job gets may change, never whether it fits.
+fn topology() -> impl Strategy<Value = Option<std::sync::Arc<gpusched::allocation::Topology>>> {
+    use gpusched::allocation::topology::{Link, PcieLevel};
+    let level = prop_oneof![
+        Just(PcieLevel::SameBoard),
+        Just(PcieLevel::SingleSwitch),
+        Just(PcieLevel::MultipleSwitches),
+        Just(PcieLevel::HostBridge),
+        Just(PcieLevel::NumaNode),
+        Just(PcieLevel::System),
+    ];
+    prop_oneof![
+        Just(None),
+        proptest::collection::vec(
+            (0u32..8, 0u32..8, 0u32..13, proptest::option::of(level)),
+            0..20
+        )
+        .prop_map(|pairs| {
+            let mut topology = gpusched::allocation::Topology::default();
+            for (a, b, nvlinks, pcie) in pairs {
+                topology.set(a, b, Link { nvlinks, pcie });
+            }
+            Some(std::sync::Arc::new(topology))
+        }),
+    ]
 }
 
 /// total − effective external − Σ budgets, without saturating at 0.

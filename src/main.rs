@@ -58,6 +58,7 @@ fn main() {
         Some(Command::Export(args)) => gpusched::commands::export::run(args),
         Some(Command::Completions(args)) => gpusched::commands::completions::completions(args),
         Some(Command::Man(args)) => gpusched::commands::completions::man(args),
+        Some(Command::Doctor(args)) => gpusched::commands::doctor::run(args),
         Some(Command::Ledger(args)) => match &args.action {
             gpusched::cli::LedgerAction::Init { ledger } => gpusched::ledger::store::init(ledger)
                 .map(|said| {

@@ -188,6 +188,29 @@ pub enum Command {
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.
     Simjob(SimjobArgs),
+    /// Check this machine for gpusched, first thing on a new box: NVML and
+    /// the driver, each GPU (lost, persistence, ECC, pages to retire, MIG),
+    /// how the GPUs are connected, the PID namespace, the shared ledger
+    /// and the log directory; each problem with its fix. Exit 1 on errors.
+    Doctor(DoctorArgs),
+}
+
+/// Arguments of `gpusched doctor`.
+#[derive(Debug, Args, Clone)]
+pub struct DoctorArgs {
+    /// Check N simulated GPUs instead of NVML, as the scheduler's --sim N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub sim: Option<u32>,
+    /// NVLink pairs of the simulated GPUs, as the scheduler's --sim-nvlink.
+    #[arg(long, value_name = "PAIRS", requires = "sim", value_parser = parse_nvlink_pairs)]
+    pub sim_nvlink: Option<NvlinkPairs>,
+    /// The ledger directory, as the scheduler's --ledger (default:
+    /// /dev/shm/gpusched; with --sim: LOG_DIR/sim/ledger).
+    #[arg(long, value_name = "DIR")]
+    pub ledger: Option<PathBuf>,
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
 }
 
 /// Options of the scheduler (`gpusched JOBS_FILE [options]`).

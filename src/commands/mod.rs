@@ -6,6 +6,7 @@ pub mod box_source;
 pub mod cancel;
 pub mod completions;
 pub mod control;
+pub mod doctor;
 pub mod export;
 pub mod grid;
 pub mod index;

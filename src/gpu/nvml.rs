@@ -393,3 +393,95 @@ impl GpuBackend for NvmlBackend {
         )
     }
 }
+
+/// What `gpusched doctor` learns about one GPU from NVML
+/// (docs/HARDWARE.md "gpusched doctor"). `None` in a field: NVML does not
+/// support the query on this GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceReport {
+    /// NVML index.
+    pub index: u32,
+    /// Product name.
+    pub name: String,
+    /// UUID (`GPU-…`).
+    pub uuid: String,
+    /// Total memory (MiB).
+    pub total_mib: u64,
+    /// Memory in use (MiB).
+    pub used_mib: u64,
+    /// Persistence mode (`nvmlDeviceGetPersistenceMode`).
+    pub persistence: Option<bool>,
+    /// ECC enabled now (`nvmlDeviceGetEccMode`).
+    pub ecc: Option<bool>,
+    /// Retired pages waiting for a reset
+    /// (`nvmlDeviceGetRetiredPagesPendingStatus`).
+    pub pages_pending: Option<bool>,
+    /// MIG mode enabled now (`nvmlDeviceGetMigMode`).
+    pub mig: Option<bool>,
+    /// The pids NVML reports computing on it.
+    pub pids: Vec<u32>,
+    /// Why it could not be read, when it could not (its other fields
+    /// are then empty).
+    pub error: Option<String>,
+}
+
+/// What `gpusched doctor` learns from NVML about the host.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostReport {
+    /// NVML's version (`nvmlSystemGetNVMLVersion`).
+    pub nvml_version: String,
+    /// The driver's version.
+    pub driver_version: String,
+    /// Every GPU NVML counts.
+    pub devices: Vec<DeviceReport>,
+    /// How they are connected.
+    pub topology: Topology,
+}
+
+/// Reads what `gpusched doctor` shows (docs/HARDWARE.md "gpusched
+/// doctor"); a GPU that fails is reported with its error, not skipped.
+///
+/// Errors: NVML cannot be loaded or initialised, or cannot count the
+/// GPUs (the NVML error, for the caller to explain).
+pub fn inspect() -> Result<HostReport, NvmlError> {
+    let nvml = Nvml::init()?;
+    let count = nvml.device_count()?;
+    let optional = |r: Result<bool, NvmlError>| r.ok();
+    let devices = (0..count)
+        .map(|index| {
+            let read = || -> Result<DeviceReport, NvmlError> {
+                let device = nvml.device_by_index(index)?;
+                let memory = device.memory_info()?;
+                Ok(DeviceReport {
+                    index,
+                    name: device.name()?,
+                    uuid: device.uuid()?,
+                    total_mib: bytes_to_mib(memory.total),
+                    used_mib: bytes_to_mib(memory.used),
+                    persistence: optional(device.is_in_persistent_mode()),
+                    ecc: device.is_ecc_enabled().ok().map(|e| e.currently_enabled),
+                    pages_pending: optional(device.are_pages_pending_retired()),
+                    mig: device.mig_mode().ok().map(|m| m.current == 1),
+                    pids: device
+                        .running_compute_processes()
+                        .map(|list| list.into_iter().map(|p| p.pid).collect())
+                        .unwrap_or_default(),
+                    error: None,
+                })
+            };
+            read().unwrap_or_else(|e| DeviceReport {
+                index,
+                error: Some(describe_error(&e)),
+                ..DeviceReport::default()
+            })
+        })
+        .collect();
+    Ok(HostReport {
+        nvml_version: nvml.sys_nvml_version().unwrap_or_else(|_| "unknown".into()),
+        driver_version: nvml
+            .sys_driver_version()
+            .unwrap_or_else(|_| "unknown".into()),
+        devices,
+        topology: read_topology(&nvml, count),
+    })
+}

@@ -22,6 +22,9 @@
  *                                         hostbridge (the default), node,
  *                                         system (nvmlGpuTopologyLevel_t)
  *   nvlink <a> <b> <n>                    n active NVLinks between a and b
+ *   attr <gpu index> <key> <on|off>       persistence (default on), ecc,
+ *                                         pages_pending, mig (default: not
+ *                                         supported, as on consumer boards)
  *
  * GPU i sits on PCI bus 0x10 * (i + 1). A GPU without NVLinks answers
  * NVML_ERROR_NOT_SUPPORTED for its links, as PCIe-only boards do; one with
@@ -85,6 +88,7 @@ struct gpu {
     unsigned int util;
     nvmlReturn_t fail;
     int links; /* NVLinks in use, each to remote[k] */
+    int persistence, ecc, pages_pending, mig; /* 1 on, 0 off, -1 not supported */
     unsigned int remote[MAX_LINKS];
 };
 typedef struct {
@@ -152,6 +156,8 @@ static void load_state(void) {
         } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
             struct gpu *g = &gpus[gpu_count++];
             g->links = 0;
+            g->persistence = 1;
+            g->ecc = g->pages_pending = g->mig = -1;
             snprintf(g->uuid, sizeof g->uuid, "%s", a);
             g->total_mib = strtoull(b, NULL, 10);
             g->external_mib = strtoull(c, NULL, 10);
@@ -165,6 +171,15 @@ static void load_state(void) {
             t->a = (unsigned int)strtoul(a, NULL, 10);
             t->b = (unsigned int)strtoul(b, NULL, 10);
             t->level = topo_level(c);
+        } else if (n >= 4 && strcmp(word, "attr") == 0) {
+            unsigned int x = (unsigned int)strtoul(a, NULL, 10);
+            int on = strcmp(c, "on") == 0;
+            if (x < gpu_count) {
+                if (strcmp(b, "persistence") == 0) gpus[x].persistence = on;
+                if (strcmp(b, "ecc") == 0) gpus[x].ecc = on;
+                if (strcmp(b, "pages_pending") == 0) gpus[x].pages_pending = on;
+                if (strcmp(b, "mig") == 0) gpus[x].mig = on;
+            }
         } else if (n >= 4 && strcmp(word, "nvlink") == 0) {
             unsigned int x = (unsigned int)strtoul(a, NULL, 10), y = (unsigned int)strtoul(b, NULL, 10);
             if (x < gpu_count && y < gpu_count && x != y) {
@@ -359,4 +374,42 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned i
     if ((int)link >= g->links) return NVML_ERROR_NOT_SUPPORTED;
     fill_pci(g->remote[link], pci);
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    load_state();
+    if (host_status() != NVML_SUCCESS) return host_status();
+    snprintf(version, length, "%s", "12.999.0-fake");
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t answer(int value, int *out) {
+    if (value < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *out = value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode) {
+    LOOKUP(device);
+    return answer(g->persistence, mode);
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending) {
+    LOOKUP(device);
+    nvmlReturn_t r = answer(g->ecc, current);
+    if (r == NVML_SUCCESS) *pending = *current;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    LOOKUP(device);
+    return answer(g->pages_pending, pending);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    LOOKUP(device);
+    int mode;
+    nvmlReturn_t r = answer(g->mig, &mode);
+    if (r == NVML_SUCCESS) *current = *pending = (unsigned int)mode;
+    return r;
 }

@@ -258,6 +258,116 @@ fn multi_gpu_jobs_get_the_gpus_nvml_says_are_best_connected() {
     assert_eq!(read(&nvml.env, "a.txt"), "1,3\n");
 }
 
+/// `gpusched doctor ARGS…` against the fake NVML with `state`.
+fn doctor(env: &Env, state: &str, args: &[&str]) -> std::process::Output {
+    let path = env.path("doctor_state");
+    std::fs::write(&path, state).unwrap();
+    Command::new(common::bin())
+        .arg("doctor")
+        .args(args)
+        .arg("--log-dir")
+        .arg(&env.logs)
+        .env("LD_LIBRARY_PATH", fake_nvml_dir())
+        .env("FAKE_NVML_STATE", &path)
+        .current_dir(env.path(""))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn doctor_reports_each_gpu_its_faults_and_the_topology_with_fixes() {
+    let env = Env::new("echo hi\n");
+    let healthy = "gpu GPU-aaaa 24000 100 0\ngpu GPU-bbbb 24000 0 0\nnvlink 0 1 4\nattr 0 ecc on\nattr 1 ecc on\n";
+    let out = doctor(
+        &env,
+        healthy,
+        &["--ledger", env.path("ledger").to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ok    NVML 12.999.0-fake loaded; driver 999.0-fake; 2 GPUs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok    GPU 0: Fake NVIDIA GPU (GPU-aaaa), 24000 MiB, 100 MiB used; persistence on, ECC on"),
+        "{text}"
+    );
+    assert!(text.contains("  GPU0  X     NV4\n"), "the matrix: {text}");
+    // A lost GPU is an error with its fix; persistence off, pages to
+    // retire, MIG and processes from another PID namespace are warnings.
+    let sick = "gpu GPU-aaaa 24000 100 0 fail\ngpu GPU-bbbb 24000 0 0\nattr 1 persistence off\nattr 1 pages_pending on\nattr 1 mig on\nproc 1 4194303 100\n";
+    let out = doctor(
+        &env,
+        sick,
+        &["--ledger", env.path("ledger").to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for expected in [
+        "error GPU 0: NVML_ERROR_GPU_IS_LOST",
+        "→ fix: look at `nvidia-smi` and `dmesg`",
+        "warn  GPU 1: persistence mode is off",
+        "→ fix: sudo nvidia-smi -pm 1 -i 1",
+        "warn  GPU 1: memory pages are waiting to be retired",
+        "warn  GPU 1: MIG mode is on",
+        "cannot see (pid 4194303)",
+        "\n1 error, ",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    // The host's driver is broken: an error with the hint.
+    let out = doctor(&env, &format!("{healthy}host version_mismatch\n"), &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("error NVML cannot start"), "{text}");
+    assert!(text.contains("reboot"), "{text}");
+}
+
+#[test]
+fn doctor_on_a_machine_without_nvidia_says_so_in_one_line() {
+    let env = Env::new("echo hi\n");
+    let has_system_nvml = Command::new("sh")
+        .args(["-c", "ldconfig -p 2>/dev/null | grep -q libnvidia-ml.so.1"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_system_nvml {
+        eprintln!("skipped: this machine has a system-wide libnvidia-ml.so.1");
+        return;
+    }
+    let empty = env.path("no-libs");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = Command::new(common::bin())
+        .args(["doctor", "--log-dir"])
+        .arg(&env.logs)
+        .env("LD_LIBRARY_PATH", &empty)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with("gpusched doctor: no NVIDIA driver here"),
+        "{text}"
+    );
+    assert!(text.contains("--sim N"), "{text}");
+    // With --sim it checks the simulated box instead.
+    let out = Command::new(common::bin())
+        .args(["doctor", "--sim", "2", "--sim-nvlink", "0-1", "--log-dir"])
+        .arg(&env.logs)
+        .env("LD_LIBRARY_PATH", &empty)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ok    2 simulated GPUs of 24000 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("  GPU0  X     NV4\n"), "{text}");
+    assert!(text.contains("0 errors, 0 warnings"), "{text}");
+}
+
 /// status.json as the scheduler last wrote it.
 fn status_json(env: &Env) -> serde_json::Value {
     std::fs::read_to_string(env.logs.join("status.json"))

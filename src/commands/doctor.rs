@@ -1,0 +1,399 @@
+//! `gpusched doctor` (docs/HARDWARE.md "gpusched doctor"): what a lab
+//! admin runs first. It reads the GPUs as the scheduler would (NVML, or
+//! `--sim`), and checks what gpusched needs around them: the ledger
+//! directory and the log directory. Each finding is `ok`, `warn` or
+//! `error`, with a fix where there is one; the exit code is 1 when any is
+//! an error. On a machine without the NVIDIA driver it says so in one line.
+
+use crate::allocation::Topology;
+use crate::cli::DoctorArgs;
+use crate::gpu::nvml::{self, DeviceReport, HostReport};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// How much a finding matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// As it should be.
+    Ok,
+    /// Works, but worth a look.
+    Warn,
+    /// gpusched cannot work so: the exit code is 1.
+    Error,
+}
+
+impl Level {
+    const fn word(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        }
+    }
+}
+
+/// One thing the doctor found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// How much it matters.
+    pub level: Level,
+    /// What was found.
+    pub text: String,
+    /// What to do about it, if anything.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    fn new(level: Level, text: impl Into<String>) -> Finding {
+        Finding {
+            level,
+            text: text.into(),
+            fix: None,
+        }
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Finding {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// Runs the checks and prints them; 0 when nothing is an error, else 1.
+///
+/// Errors: none beyond printing; every problem is a finding.
+pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
+    let mut findings = Vec::new();
+    let mut matrix = None;
+    match args.sim {
+        Some(count) => {
+            findings.push(Finding::new(
+                Level::Ok,
+                format!(
+                    "{count} simulated GPUs of {} MiB (--sim; no NVML needed)",
+                    crate::gpu::sim::SIM_TOTAL_MIB
+                ),
+            ));
+            let mut topology = sim_topology(count);
+            for &(a, b, links) in args.sim_nvlink.as_ref().map_or(&[][..], |p| &p.0[..]) {
+                if a < count && b < count {
+                    topology.set(
+                        a,
+                        b,
+                        crate::allocation::topology::Link {
+                            nvlinks: links,
+                            ..topology.link(a, b)
+                        },
+                    );
+                }
+            }
+            matrix = Some((topology, (0..count).collect::<Vec<u32>>()));
+        }
+        None => match nvml::inspect() {
+            Ok(report) => {
+                findings.extend(gpu_findings(&report, |pid| {
+                    Path::new(&format!("/proc/{pid}")).exists()
+                }));
+                let indices = report.devices.iter().map(|d| d.index).collect();
+                matrix = Some((report.topology, indices));
+            }
+            Err(nvml_wrapper::error::NvmlError::LibloadingError(e)) => {
+                println!(
+                    "gpusched doctor: no NVIDIA driver here: cannot load {} ({e}); install the NVIDIA driver, or try gpusched without GPUs with --sim N",
+                    nvml::NVML_LIBRARY
+                );
+                return Ok(1);
+            }
+            Err(e) => findings.push(nvml_start_finding(&e)),
+        },
+    }
+    let ledger = args.ledger.clone().unwrap_or_else(|| match &args.sim {
+        Some(_) => crate::files::absolute(&args.log_dir)
+            .join("sim")
+            .join("ledger"),
+        None => crate::ledger::store::DEFAULT_DIR.into(),
+    });
+    findings.push(ledger_finding(&ledger, args.sim.is_some()));
+    findings.push(log_dir_finding(&args.log_dir));
+    print!("{}", render(&findings, matrix.as_ref()));
+    Ok(i32::from(findings.iter().any(|f| f.level == Level::Error)))
+}
+
+/// Simulated GPUs meet at one host bridge, as the simulator has it.
+fn sim_topology(count: u32) -> Topology {
+    let mut topology = Topology::default();
+    for a in 0..count {
+        for b in a + 1..count {
+            topology.set(
+                a,
+                b,
+                crate::allocation::topology::Link {
+                    nvlinks: 0,
+                    pcie: Some(crate::allocation::topology::PcieLevel::HostBridge),
+                },
+            );
+        }
+    }
+    topology
+}
+
+/// Why NVML did not start, with the fix.
+fn nvml_start_finding(error: &nvml_wrapper::error::NvmlError) -> Finding {
+    let fix = match nvml::host_fault(error) {
+        Some(fault) => fault.hint,
+        None => "check `nvidia-smi`".into(),
+    };
+    Finding::new(Level::Error, format!("NVML cannot start: {error}")).fix(fix)
+}
+
+/// The findings about the GPUs; `visible(pid)` says whether a pid exists
+/// in this PID namespace.
+pub fn gpu_findings(report: &HostReport, visible: impl Fn(u32) -> bool) -> Vec<Finding> {
+    let mut findings = vec![Finding::new(
+        Level::Ok,
+        format!(
+            "NVML {} loaded; driver {}; {} GPU{}",
+            report.nvml_version,
+            report.driver_version,
+            report.devices.len(),
+            if report.devices.len() == 1 { "" } else { "s" }
+        ),
+    )];
+    if report.devices.is_empty() {
+        findings.push(
+            Finding::new(Level::Error, "NVML counts no GPU")
+                .fix("check `nvidia-smi`; use --sim N to try gpusched without GPUs"),
+        );
+    }
+    for device in &report.devices {
+        findings.extend(device_findings(device));
+    }
+    let hidden: Vec<u32> = report
+        .devices
+        .iter()
+        .flat_map(|d| d.pids.iter().copied())
+        .filter(|&pid| !visible(pid))
+        .collect();
+    if !hidden.is_empty() {
+        findings.push(
+            Finding::new(
+                Level::Warn,
+                format!(
+                    "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched runs in a container without the host's PID namespace, so it cannot tell its jobs' VRAM apart",
+                    crate::console::gpu_ids(&hidden, ", ")
+                ),
+            )
+            .fix("run it in the host's PID namespace (`docker run --pid=host`)"),
+        );
+    }
+    findings
+}
+
+/// The findings about one GPU.
+fn device_findings(device: &DeviceReport) -> Vec<Finding> {
+    let index = device.index;
+    if let Some(error) = &device.error {
+        return vec![
+            Finding::new(Level::Error, format!("GPU {index}: {error}"))
+                .fix(format!("look at `nvidia-smi` and `dmesg` (XID errors); reset it (`nvidia-smi -r -i {index}`) or reboot; meanwhile gpusched keeps it closed and uses the others")),
+        ];
+    }
+    let on_off = |v: Option<bool>| match v {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "n/a",
+    };
+    let mut findings = vec![Finding::new(
+        Level::Ok,
+        format!(
+            "GPU {index}: {} ({}), {} MiB, {} MiB used; persistence {}, ECC {}",
+            device.name,
+            device.uuid,
+            device.total_mib,
+            device.used_mib,
+            on_off(device.persistence),
+            on_off(device.ecc)
+        ),
+    )];
+    if device.persistence == Some(false) {
+        findings.push(
+            Finding::new(Level::Warn, format!("GPU {index}: persistence mode is off: the driver may unload between jobs, and each start then waits for it"))
+                .fix(format!("sudo nvidia-smi -pm 1 -i {index} (or enable nvidia-persistenced)")),
+        );
+    }
+    if device.pages_pending == Some(true) {
+        findings.push(
+            Finding::new(
+                Level::Warn,
+                format!("GPU {index}: memory pages are waiting to be retired after ECC errors"),
+            )
+            .fix(format!(
+                "reset the GPU (`nvidia-smi -r -i {index}`) or reboot when it is idle"
+            )),
+        );
+    }
+    if device.mig == Some(true) {
+        findings.push(
+            Finding::new(Level::Warn, format!("GPU {index}: MIG mode is on; gpusched does not place jobs on MIG instances yet and sees this GPU as one device, which CUDA cannot use whole"))
+                .fix(format!("leave it out with --gpus, or disable MIG (`sudo nvidia-smi -mig 0 -i {index}`)")),
+        );
+    }
+    findings
+}
+
+/// The shared ledger directory: present, and owned by root with mode 1777
+/// (docs/BEHAVIOUR.md "Sharing a box"). `sim`: a simulation's own ledger,
+/// which need not belong to root.
+fn ledger_finding(dir: &Path, sim: bool) -> Finding {
+    let meta = match std::fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(_) if sim => {
+            return Finding::new(
+                Level::Ok,
+                format!("ledger {}: made at the first run", dir.display()),
+            );
+        }
+        Err(_) => {
+            return Finding::new(
+                Level::Warn,
+                format!("ledger {} does not exist: the first scheduler makes it, owned by its user", dir.display()),
+            )
+            .fix("sudo gpusched ledger init (root-owned, mode 1777: nobody can remove another user's bookings)");
+        }
+    };
+    let mode = meta.mode() & 0o7777;
+    if sim || (meta.uid() == 0 && mode == 0o1777) {
+        return Finding::new(
+            Level::Ok,
+            format!(
+                "ledger {}: owner uid {}, mode {mode:o}",
+                dir.display(),
+                meta.uid()
+            ),
+        );
+    }
+    Finding::new(
+        Level::Warn,
+        format!(
+            "ledger {}: owner uid {}, mode {mode:o}; other users' schedulers may not be able to book, or may remove bookings",
+            dir.display(),
+            meta.uid()
+        ),
+    )
+    .fix("sudo gpusched ledger init")
+}
+
+/// The log directory: writable, and whether a scheduler runs on it.
+fn log_dir_finding(dir: &Path) -> Finding {
+    if !dir.exists() {
+        return Finding::new(
+            Level::Ok,
+            format!("log directory {}: made at the first run", dir.display()),
+        );
+    }
+    if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Finding::new(
+            Level::Error,
+            format!("log directory {} cannot be written", dir.display()),
+        )
+        .fix("give yourself write access, or choose another with --log-dir DIR");
+    }
+    let running = crate::lockfile::holder(dir)
+        .map_or("no scheduler runs on it".to_string(), |pid| {
+            format!("scheduler pid {pid} runs on it")
+        });
+    Finding::new(
+        Level::Ok,
+        format!("log directory {}: writable; {running}", dir.display()),
+    )
+}
+
+/// The report: one line per finding (`ok    …`, `warn  …  → fix: …`),
+/// the topology matrix, and a count.
+pub fn render(findings: &[Finding], matrix: Option<&(Topology, Vec<u32>)>) -> String {
+    let mut out = String::new();
+    for finding in findings {
+        out.push_str(&format!("{:<6}{}\n", finding.level.word(), finding.text));
+        if let Some(fix) = &finding.fix {
+            out.push_str(&format!("      → fix: {fix}\n"));
+        }
+    }
+    if let Some((topology, gpus)) = matrix
+        && gpus.len() > 1
+    {
+        out.push_str("\ntopology (as `nvidia-smi topo -m`: NV# = NVLinks, PIX/PXB = PCIe switches, PHB = host bridge, NODE = NUMA node, SYS = across CPUs):\n");
+        for line in topology.matrix(gpus).lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    let count = |level| findings.iter().filter(|f| f.level == level).count();
+    out.push_str(&format!(
+        "\n{} error{}, {} warning{}\n",
+        count(Level::Error),
+        if count(Level::Error) == 1 { "" } else { "s" },
+        count(Level::Warn),
+        if count(Level::Warn) == 1 { "" } else { "s" }
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(index: u32) -> DeviceReport {
+        DeviceReport {
+            index,
+            name: "A100".into(),
+            uuid: format!("GPU-{index}"),
+            total_mib: 81_920,
+            used_mib: 0,
+            persistence: Some(true),
+            ecc: Some(true),
+            ..DeviceReport::default()
+        }
+    }
+
+    #[test]
+    fn a_lost_gpu_is_an_error_and_soft_problems_are_warnings() {
+        let mut lost = device(1);
+        lost.error = Some("NVML_ERROR_GPU_IS_LOST: device fell off the bus".into());
+        let mut tired = device(2);
+        tired.persistence = Some(false);
+        tired.pages_pending = Some(true);
+        tired.mig = Some(true);
+        tired.pids = vec![4242];
+        let report = HostReport {
+            nvml_version: "12.555".into(),
+            driver_version: "555.42".into(),
+            devices: vec![device(0), lost, tired],
+            topology: Topology::default(),
+        };
+        let findings = gpu_findings(&report, |pid| pid != 4242);
+        let levels: Vec<Level> = findings.iter().map(|f| f.level).collect();
+        assert_eq!(
+            levels,
+            [
+                Level::Ok,
+                Level::Ok,
+                Level::Error,
+                Level::Ok,
+                Level::Warn,
+                Level::Warn,
+                Level::Warn,
+                Level::Warn
+            ]
+        );
+        assert!(findings[2].text.contains("GPU 1: NVML_ERROR_GPU_IS_LOST"));
+        assert!(findings[7].text.contains("pid 4242"), "{:?}", findings[7]);
+        let text = render(&findings, None);
+        assert!(text.contains("→ fix: sudo nvidia-smi -pm 1 -i 2"), "{text}");
+        assert!(text.ends_with("\n1 error, 4 warnings\n"), "{text}");
+    }
+
+    #[test]
+    fn the_matrix_is_shown_for_more_than_one_gpu() {
+        let text = render(&[], Some(&(sim_topology(2), vec![0, 1])));
+        assert!(text.contains("  GPU0  X     PHB\n"), "{text}");
+        assert!(!render(&[], Some(&(sim_topology(1), vec![0]))).contains("topology"));
+    }
+}

@@ -169,6 +169,15 @@ impl NvmlBackend {
         };
         let device = &self.devices[i];
         let handle = nvml.device_by_index(device.index)?;
+        // CUDA cannot use a GPU in MIG mode as a whole: its memory belongs
+        // to its instances, which are not scheduled yet (docs/HARDWARE.md
+        // "Not yet handled"), so it is closed like a GPU that does not
+        // answer, and opens again when MIG is turned off.
+        if handle.mig_mode().is_ok_and(|m| m.current == 1) {
+            return Err(Fault::Device(
+                "in MIG mode: CUDA cannot use it whole, and gpusched does not place jobs on MIG instances yet".into(),
+            ));
+        }
         let memory = handle.memory_info()?;
         let total_mib = bytes_to_mib(memory.total);
         let util_percent = match handle.utilization_rates() {

@@ -480,6 +480,27 @@ fn a_gpu_missing_from_the_count_or_needing_a_reset_at_start_is_closed_and_the_re
 }
 
 #[test]
+fn a_gpu_in_mig_mode_is_never_given_whole() {
+    // GPU 0 in MIG mode: its 80 GiB belong to its instances; a 50G job
+    // must not be placed on the parent.
+    let nvml = Nvml::new(
+        "[vram=50G] echo $CUDA_VISIBLE_DEVICES > a.txt\n",
+        "gpu GPU-11111111-aaaa 81920 0 0\ngpu GPU-22222222-bbbb 81920 0 0\nattr 0 mig on\n",
+    );
+    let out = nvml.run(&["--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("GPU 0 closed: in MIG mode"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(nvml.env.path("a.txt")).unwrap(),
+        "1\n"
+    );
+}
+
+#[test]
 fn undrain_opens_a_closed_gpu_at_once() {
     // --poll 30: five good samples would take minutes; only undrain opens
     // it within the test.

@@ -69,7 +69,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
             findings.push(Finding::new(
                 Level::Ok,
                 format!(
-                    "{count} simulated GPUs of {} MiB (--sim; no NVML needed)",
+                    "{count} simulated GPU{} of {} MiB (--sim; no NVML needed)",
+                    if count == 1 { "" } else { "s" },
                     crate::gpu::sim::SIM_TOTAL_MIB
                 ),
             ));

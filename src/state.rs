@@ -91,6 +91,11 @@ pub struct Usage {
     pub reported_peak_mib: u64,
     /// The last progress marker read from its log.
     pub progress: Option<Progress>,
+    /// MiB that processes this PID namespace cannot see held on each of
+    /// its GPUs when it started, for measuring it per GPU in a container
+    /// (docs/HARDWARE.md "Containers"); `None` when not known (an adopted
+    /// orphan), and it is then never measured so.
+    pub hidden_baseline_mib: Option<BTreeMap<u32, u64>>,
 }
 
 impl Usage {
@@ -497,6 +502,9 @@ pub struct GpuState {
     pub reservation_use: HashMap<(u32, u32), u64>,
     /// Failed queries in a row.
     pub failures: u32,
+    /// Processes NVML reports that `/proc` here does not show
+    /// (docs/HARDWARE.md "Containers").
+    pub hidden: crate::gpu::attribution::HiddenProcesses,
     /// GPUs closed because they stopped answering (docs/HARDWARE.md "A
     /// sick GPU").
     pub health: crate::gpu::health::Health,

@@ -109,9 +109,144 @@ impl ExternalPeaks {
     }
 }
 
+/// Processes NVML reports whose pids this PID namespace cannot see
+/// (docs/HARDWARE.md "Containers"): inside a container without the host's
+/// PID namespace, NVML reports host pids, so even our own jobs' processes
+/// cannot be matched to their process groups.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct HiddenProcesses {
+    /// The hidden (GPU, pid) pairs of the last sample.
+    last: HashSet<GpuPid>,
+    /// MiB of hidden processes per GPU at the last sample (known memory
+    /// only): what a job that starts now finds there already.
+    pub per_gpu_mib: HashMap<u32, u64>,
+    /// Whether hidden processes were seen in two samples in a row, which
+    /// a pid that merely exited between NVML's answer and `/proc` cannot
+    /// cause.
+    pub detected: bool,
+}
+
+impl HiddenProcesses {
+    /// Takes in one sample's external processes, of which `hidden` (pids)
+    /// could not be found in `/proc`. Returns `true` the first time hidden
+    /// processes are detected (to say so once).
+    pub fn observe(&mut self, external: &[(GpuPid, Option<u64>)], hidden: &HashSet<u32>) -> bool {
+        let now: HashSet<GpuPid> = external
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| hidden.contains(&p.pid))
+            .collect();
+        self.per_gpu_mib.clear();
+        for (process, used) in external {
+            if let (true, Some(mib)) = (now.contains(process), used) {
+                let slot = self.per_gpu_mib.entry(process.gpu).or_insert(0);
+                *slot = slot.saturating_add(*mib);
+            }
+        }
+        let newly = !self.detected && now.intersection(&self.last).next().is_some();
+        self.detected |= newly;
+        self.last = now;
+        newly
+    }
+}
+
+/// Measurement per GPU when processes are hidden (docs/HARDWARE.md
+/// "Containers"): a job alone among ours on a GPU, with no memory of its
+/// own attributed there, is taken to use the hidden processes' memory on
+/// that GPU beyond what was there when it started (`baseline(job, gpu)`;
+/// `None` when that is not known, e.g. an adopted orphan, and then it
+/// stays unmeasured). The memory so attributed leaves `external`, so that
+/// it is not counted twice. Where two of our jobs share a GPU their
+/// shares cannot be told apart and stay unmeasured.
+pub fn per_gpu_fallback<J: Clone + Eq + Hash>(
+    attribution: &mut Attribution<J>,
+    hidden: &HashSet<u32>,
+    jobs_on: &BTreeMap<u32, Vec<J>>,
+    baseline: impl Fn(&J, u32) -> Option<u64>,
+) {
+    for (gpu, jobs) in jobs_on {
+        let [job] = jobs.as_slice() else {
+            continue;
+        };
+        if attribution
+            .per_job
+            .get(job)
+            .is_some_and(|g| g.contains_key(gpu))
+        {
+            continue;
+        }
+        let Some(before) = baseline(job, *gpu) else {
+            continue;
+        };
+        let on_gpu = |(p, _): &(GpuPid, Option<u64>)| p.gpu == *gpu && hidden.contains(&p.pid);
+        let hidden_mib: u64 = attribution
+            .external
+            .iter()
+            .filter(|e| on_gpu(e))
+            .filter_map(|(_, used)| *used)
+            .fold(0, u64::saturating_add);
+        let mine = hidden_mib.saturating_sub(before);
+        if mine == 0 {
+            continue;
+        }
+        attribution
+            .per_job
+            .entry(job.clone())
+            .or_default()
+            .insert(*gpu, mine);
+        attribution.external.retain(|e| !on_gpu(e));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_processes_are_detected_when_they_persist_and_measured_per_gpu() {
+        let hidden: HashSet<u32> = [900, 901, 902].into();
+        let p = |gpu, pid| GpuPid { gpu, pid };
+        let mut seen = HiddenProcesses::default();
+        // A pid that vanished between NVML and /proc once is no container.
+        assert!(!seen.observe(&[(p(0, 900), Some(100))], &hidden));
+        assert!(!seen.observe(&[(p(0, 901), Some(100))], &hidden));
+        assert!(seen.observe(&[(p(0, 901), Some(100)), (p(1, 902), Some(7))], &hidden));
+        assert!(
+            !seen.observe(&[(p(0, 901), Some(100))], &hidden),
+            "said once"
+        );
+        assert!(seen.detected);
+        assert_eq!(seen.per_gpu_mib, HashMap::from([(0, 100)]));
+        // Job "a" alone on GPU 0 started when 100 MiB hidden were there;
+        // now 2100: it uses 2000. GPU 1 holds "b" and "c": unmeasured.
+        let mut attribution = Attribution {
+            per_job: HashMap::new(),
+            external: vec![
+                (p(0, 901), Some(100)),
+                (p(0, 902), Some(2000)),
+                (p(1, 903), Some(500)),
+                (p(0, 42), Some(300)),
+            ],
+        };
+        let jobs_on = BTreeMap::from([(0, vec!["a"]), (1, vec!["b", "c"])]);
+        let hidden: HashSet<u32> = [901, 902, 903].into();
+        per_gpu_fallback(&mut attribution, &hidden, &jobs_on, |_, _| Some(100));
+        assert_eq!(attribution.per_job["a"], BTreeMap::from([(0, 2000)]));
+        assert!(!attribution.per_job.contains_key("b"));
+        // The hidden memory on GPU 0 is now ours; the visible process and
+        // GPU 1's stay external.
+        assert_eq!(
+            attribution.external,
+            vec![(p(1, 903), Some(500)), (p(0, 42), Some(300))]
+        );
+        // Unknown baseline: unmeasured, never a guess.
+        let mut attribution = Attribution::<&str> {
+            per_job: HashMap::new(),
+            external: vec![(p(0, 902), Some(2000))],
+        };
+        per_gpu_fallback(&mut attribution, &hidden, &jobs_on, |_, _| None);
+        assert!(attribution.per_job.is_empty());
+    }
 
     fn proc_(pid: u32, gpu: u32, used_mib: Option<u64>) -> GpuProcess {
         GpuProcess { pid, gpu, used_mib }

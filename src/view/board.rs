@@ -232,6 +232,9 @@ pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
             width,
         ));
     }
+    if let Some(note) = &doc.scheduler.hidden_processes {
+        lines.push(crate::console::shorten(&format!("note: {note}"), width));
+    }
     if !doc.scheduler.drained.is_empty() {
         lines.push(crate::console::shorten(
             &format!(

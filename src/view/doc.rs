@@ -292,6 +292,9 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             jobs_file_problem: input.core.jobs.source.last_error.clone(),
             queue_paused: input.core.control.paused,
             drained: input.core.control.drained.iter().copied().collect(),
+            hidden_processes: input.core.gpu.hidden.detected.then(|| {
+                "NVML reports GPU processes this PID namespace cannot see; a job alone on its GPU is measured by that GPU's memory, others show n/a (run in the host's PID namespace to measure every job)".to_string()
+            }),
             reservation: input
                 .journal
                 .priority_reservation()

@@ -368,6 +368,42 @@ fn doctor_on_a_machine_without_nvidia_says_so_in_one_line() {
     assert!(text.contains("0 errors, 0 warnings"), "{text}");
 }
 
+#[test]
+fn in_a_container_a_job_alone_on_its_gpu_is_measured_by_the_gpus_memory() {
+    // NVML reports host pids this PID namespace cannot see: someone's
+    // 500 MiB on GPU 1 from the start, then the job's own 3000 MiB.
+    let hidden_other = format!("{TWO_GPUS}proc 1 4194002 500\n");
+    let nvml = Nvml::new(
+        "[vram=4G] while [ ! -e release ]; do sleep 0.05; done\n",
+        &hidden_other,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("the hidden processes to be noticed", &mut || {
+        sched
+            .stdout()
+            .contains("NVML reports GPU processes this PID namespace cannot see (pid 4194002)")
+    });
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    assert_eq!(env.job_events(1, "started")[0]["gpus"], json!([1]));
+    nvml.set_state(&format!("{hidden_other}proc 1 4194001 3000\n"));
+    wait_for("job 1's VRAM to be measured on its GPU", &mut || {
+        status_json(env)["jobs"][0]["current_mib"]["1"] == json!(3000)
+    });
+    assert!(
+        env.board().contains("note: NVML reports GPU processes"),
+        "{}",
+        env.board()
+    );
+    common::assert_valid_status(&status_json(env));
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish in status.json", &mut || {
+        status_json(env)["jobs"][0]["state"] == "ok"
+    });
+    assert_eq!(status_json(env)["jobs"][0]["peak_mib"]["max"], json!(3000));
+    sched.stop();
+}
+
 /// status.json as the scheduler last wrote it.
 fn status_json(env: &Env) -> serde_json::Value {
     std::fs::read_to_string(env.logs.join("status.json"))

@@ -298,6 +298,16 @@ impl Scheduler {
         let pgid = Pgid(handle.pgid);
         let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
         let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
+        // What hidden processes held on its GPUs before it
+        // (docs/HARDWARE.md "Containers").
+        let hidden_baseline = launch
+            .gpus
+            .iter()
+            .map(|g| {
+                let held = self.core.gpu.hidden.per_gpu_mib.get(g);
+                (*g, held.copied().unwrap_or(0))
+            })
+            .collect();
         self.core.running.insert(
             launch.spec.key.clone(),
             Running {
@@ -314,7 +324,10 @@ impl Scheduler {
                 },
                 exit_record: launch.exit_record,
                 proc,
-                usage: Usage::default(),
+                usage: Usage {
+                    hidden_baseline_mib: Some(hidden_baseline),
+                    ..Usage::default()
+                },
                 timeout_at: timeout_s
                     .and_then(|t| started.checked_add(Duration::try_from_secs_f64(t).ok()?)),
                 kill: None,

@@ -14,7 +14,7 @@ use crate::process;
 use crate::progress;
 use crate::scheduler::Scheduler;
 use crate::state::{Mode, Running};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// When after a job's start it is sampled, whatever `--poll`: its first
@@ -234,11 +234,16 @@ impl Scheduler {
             .map(|(key, job)| (job.pgid.0, key.clone()))
             .collect();
         let mut group_of: HashMap<u32, u32> = HashMap::new();
+        let mut hidden: HashSet<u32> = HashSet::new();
         let mut seen = attribution::attribute(&snapshot.processes, |pid| {
-            let stat = process::read_stat(pid)?;
+            let Some(stat) = process::read_stat(pid) else {
+                hidden.insert(pid);
+                return None;
+            };
             group_of.insert(pid, stat.pgrp);
             by_pgid.get(&stat.pgrp).cloned()
         });
+        self.measure_hidden(&mut seen, &hidden);
         self.core.gpu.external_peaks.observe(&seen.external);
         self.core.gpu.external_by_group = attribution::by_group(&seen.external, &group_of);
         let util: HashMap<u32, Option<u32>> = snapshot
@@ -255,6 +260,43 @@ impl Scheduler {
         self.record_gpu_stats(&snapshot);
         self.read_progress();
         self.core.gpu.snapshot = Some(snapshot);
+    }
+
+    /// Processes `/proc` does not show (docs/HARDWARE.md "Containers"):
+    /// says once when they persist, then measures a job alone on its GPU
+    /// by what hidden processes hold there beyond what they held when it
+    /// started.
+    fn measure_hidden(
+        &mut self,
+        seen: &mut attribution::Attribution<String>,
+        hidden: &HashSet<u32>,
+    ) {
+        if self.core.gpu.hidden.observe(&seen.external, hidden) {
+            let pids: Vec<u32> = hidden
+                .iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            warn(&format!(
+                "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched seems to run in a container without the host's PID namespace; a job alone on its GPU is measured by that GPU's memory, others show n/a; run gpusched in the host's PID namespace (docker run --pid=host) to measure every job",
+                crate::console::gpu_ids(&pids, ", ")
+            ));
+        }
+        if !self.core.gpu.hidden.detected {
+            return;
+        }
+        let mut jobs_on: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (key, job) in &self.core.running {
+            for gpu in &job.gpus {
+                jobs_on.entry(*gpu).or_default().push(key.clone());
+            }
+        }
+        let running = &self.core.running;
+        attribution::per_gpu_fallback(seen, hidden, &jobs_on, |key, gpu| {
+            let baseline = running.get(key)?.usage.hidden_baseline_mib.as_ref()?;
+            Some(baseline.get(&gpu).copied().unwrap_or(0))
+        });
     }
 
     /// Feeds the usage record (docs/BEHAVIOUR.md "Timeline"): each running job's MiB per GPU,

@@ -188,6 +188,11 @@ pub struct SchedulerStatus {
     /// GPUs `gpusched drain` closed to new jobs.
     #[serde(default)]
     pub drained: Vec<u32>,
+    /// Set when NVML reports GPU processes this PID namespace cannot see
+    /// (a container without the host's PID namespace): how VRAM is
+    /// measured then (docs/HARDWARE.md "Containers").
+    #[serde(default)]
+    pub hidden_processes: Option<String>,
     /// The reservation against starvation in force (docs/BEHAVIOUR.md "Queue policy"), if any.
     #[serde(default)]
     pub reservation: Option<ReservationStatus>,

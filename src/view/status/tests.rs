@@ -19,6 +19,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             jobs_file_problem: None,
             queue_paused: false,
             drained: Vec::new(),
+            hidden_processes: None,
             reservation: None,
             jobs_file: "jobs.txt".into(),
             log_dir: "gpusched_logs".into(),

@@ -23,6 +23,9 @@ pub struct FaultedGpu {
     pub since: f64,
     /// Good samples in a row since its latest failure.
     pub good_samples: u32,
+    /// Closed until `gpusched undrain`, whatever it answers (an XID
+    /// error event).
+    pub lasting: bool,
     /// Its memory when it was last seen answering (MiB); 0 when it never
     /// answered in this run.
     pub total_mib: u64,
@@ -40,6 +43,8 @@ pub enum HealthChange {
         index: u32,
         /// Why.
         reason: String,
+        /// Only `gpusched undrain` opens it again.
+        lasting: bool,
     },
     /// GPU `index` answered [`REOPEN_AFTER_SAMPLES`] times in a row and
     /// is open to new jobs again.
@@ -71,10 +76,16 @@ impl Health {
         now: f64,
     ) -> Vec<HealthChange> {
         let mut changes = Vec::new();
-        for GpuFault { index, reason } in &snapshot.faults {
+        for GpuFault {
+            index,
+            reason,
+            lasting,
+        } in &snapshot.faults
+        {
             match self.faulted.get_mut(index) {
                 Some(closed) => {
                     closed.good_samples = 0;
+                    closed.lasting |= lasting;
                     closed.reason.clone_from(reason);
                 }
                 None => {
@@ -87,6 +98,7 @@ impl Health {
                             reason: reason.clone(),
                             since: now,
                             good_samples: 0,
+                            lasting: *lasting,
                             total_mib: seen.0,
                             used_mib: seen.1,
                         },
@@ -94,6 +106,7 @@ impl Health {
                     changes.push(HealthChange::Closed {
                         index: *index,
                         reason: reason.clone(),
+                        lasting: *lasting,
                     });
                 }
             }
@@ -102,9 +115,12 @@ impl Health {
             let Some(closed) = self.faulted.get_mut(&gpu.index) else {
                 continue;
             };
-            closed.good_samples += 1;
             closed.total_mib = gpu.total_mib;
             closed.used_mib = gpu.used_mib;
+            if closed.lasting || snapshot.faults.iter().any(|f| f.index == gpu.index) {
+                continue;
+            }
+            closed.good_samples += 1;
             if closed.good_samples >= REOPEN_AFTER_SAMPLES {
                 let was = self.faulted.remove(&gpu.index).map(|c| c.reason);
                 changes.push(HealthChange::Reopened {
@@ -154,6 +170,7 @@ mod tests {
                 .map(|&index| GpuFault {
                     index,
                     reason: "NVML: GPU is lost".into(),
+                    lasting: false,
                 })
                 .collect(),
         }
@@ -169,7 +186,8 @@ mod tests {
             changes,
             vec![HealthChange::Closed {
                 index: 0,
-                reason: "NVML: GPU is lost".into()
+                reason: "NVML: GPU is lost".into(),
+                lasting: false,
             }]
         );
         assert_eq!(health.mask(), 0b1);
@@ -212,6 +230,27 @@ mod tests {
             }]
         );
         assert_eq!(health.mask(), 0);
+    }
+
+    #[test]
+    fn an_xid_error_keeps_a_gpu_closed_until_undrain_however_well_it_answers() {
+        let mut health = Health::default();
+        let mut xid = snapshot(&[0, 1], &[]);
+        xid.faults.push(GpuFault {
+            index: 1,
+            reason: "XID 79".into(),
+            lasting: true,
+        });
+        assert_eq!(health.observe(&xid, None, 1.0).len(), 1);
+        for _ in 0..3 * REOPEN_AFTER_SAMPLES {
+            assert!(
+                health
+                    .observe(&snapshot(&[0, 1], &[]), None, 2.0)
+                    .is_empty()
+            );
+        }
+        assert_eq!(health.mask(), 0b10);
+        assert_eq!(health.reopen(1).as_deref(), Some("XID 79"));
     }
 
     #[test]

@@ -43,13 +43,16 @@ pub struct GpuProcess {
 /// A GPU that did not answer in a snapshot although the others did
 /// (docs/HARDWARE.md "A sick GPU"): NVML said `GPU is lost`, `reset
 /// required` or an unknown error for it, it could not be opened, or it
-/// left the device count.
+/// left the device count; or a critical XID error event came from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuFault {
     /// NVML device index.
     pub index: u32,
     /// What went wrong, for people: `NVML: GPU is lost`.
     pub reason: String,
+    /// It stays closed until `gpusched undrain`, however well it answers
+    /// (an XID error: the GPU may answer queries and still be broken).
+    pub lasting: bool,
 }
 
 /// The state of every GPU at one moment.
@@ -59,8 +62,9 @@ pub struct GpuSnapshot {
     pub gpus: Vec<GpuInfo>,
     /// Every compute process on any of them.
     pub processes: Vec<GpuProcess>,
-    /// The GPUs that did not answer, by ascending index; never also in
-    /// [`GpuSnapshot::gpus`].
+    /// The GPUs that did not answer, by ascending index, never also in
+    /// [`GpuSnapshot::gpus`]; and lasting faults (XID errors) of GPUs
+    /// that may have answered.
     pub faults: Vec<GpuFault>,
 }
 

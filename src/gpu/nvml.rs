@@ -12,10 +12,13 @@ use super::{GpuBackend, GpuFault, GpuInfo, GpuProcess, GpuSnapshot, HostFault, b
 use crate::allocation::topology::{Link, PcieLevel, Topology};
 use crate::error::Error;
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use std::collections::BTreeMap;
+use std::sync::mpsc;
 
 /// The NVML library the backend loads (the NVIDIA driver installs it).
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -40,6 +43,8 @@ pub struct NvmlBackend {
     driver: String,
     /// How the GPUs are connected, read once at start.
     topology: Topology,
+    /// Critical XID errors (GPU index, XID) from [`watch_xids`].
+    xids: mpsc::Receiver<(u32, u64)>,
 }
 
 /// Turns an NVML start-up error into a message a user can act on.
@@ -119,7 +124,13 @@ impl NvmlBackend {
             .sys_driver_version()
             .unwrap_or_else(|_| "unknown".into());
         let topology = read_topology(&nvml, count);
+        let (sender, xids) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("gpusched-xid".into())
+            .spawn(move || watch_xids(&sender))
+            .map_err(|e| Error::Gpu(format!("cannot start the NVML event thread: {e}")))?;
         let mut backend = NvmlBackend {
+            xids,
             topology,
             nvml: Some(nvml),
             devices: (0..count)
@@ -308,6 +319,84 @@ fn read_topology(nvml: &Nvml, count: u32) -> Topology {
     topology
 }
 
+/// XIDs that applications cause, not the GPU (13 graphics engine
+/// exception, 31 memory page fault, 43 stopped channel, 45 preemptive
+/// cleanup, 68 video processor exception, 109 context switch timeout):
+/// the NVIDIA device plugin skips them too.
+pub const APPLICATION_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
+
+/// Waits for critical XID error events (`nvmlEventTypeXidCriticalError`)
+/// on every GPU and sends (GPU index, XID) for each one that is not an
+/// application's ([`APPLICATION_XIDS`]). Runs on its own thread with its
+/// own NVML handle (NVML counts initialisations), until the receiver is
+/// gone; ends quietly where events are not supported.
+fn watch_xids(sender: &mpsc::Sender<(u32, u64)>) {
+    let Ok(nvml) = Nvml::init() else {
+        return;
+    };
+    let Ok(mut set) = nvml.create_event_set() else {
+        return;
+    };
+    let mut registered: Vec<u32> = Vec::new();
+    for index in 0..nvml.device_count().unwrap_or(0) {
+        let Ok(device) = nvml.device_by_index(index) else {
+            continue;
+        };
+        match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(kept) => {
+                set = kept;
+                registered.push(index);
+            }
+            Err(e) => {
+                // A failed registration frees the set: a new one, with the
+                // GPUs that took it.
+                tracing::debug!("no XID events from GPU {index}: {e}");
+                let Ok(fresh) = register_xids(&nvml, &registered) else {
+                    return;
+                };
+                set = fresh;
+            }
+        }
+    }
+    if registered.is_empty() {
+        return;
+    }
+    loop {
+        match set.wait(1000) {
+            Ok(event) => {
+                let (Ok(index), Some(XidError::Value(xid))) =
+                    (event.device.index(), event.event_data)
+                else {
+                    continue;
+                };
+                if !APPLICATION_XIDS.contains(&xid) && sender.send((index, xid)).is_err() {
+                    return;
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                tracing::debug!("NVML event wait failed: {e}");
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// A new event set with critical XID events of the GPUs `indices`.
+fn register_xids<'n>(
+    nvml: &'n Nvml,
+    indices: &[u32],
+) -> Result<nvml_wrapper::EventSet<'n>, NvmlError> {
+    let mut set = nvml.create_event_set()?;
+    for &index in indices {
+        set = nvml
+            .device_by_index(index)?
+            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .map_err(|e| e.error)?;
+    }
+    Ok(set)
+}
+
 /// Why one device could not be read.
 enum Fault {
     /// The whole host's GPU stack failed: the snapshot fails.
@@ -364,12 +453,17 @@ impl GpuBackend for NvmlBackend {
                 snapshot.faults.push(GpuFault {
                     index,
                     reason: format!("missing from NVML's device count (it counts {count})"),
+                    lasting: false,
                 });
                 continue;
             }
             match self.read_device(i, &mut snapshot.processes) {
                 Ok(info) => snapshot.gpus.push(info),
-                Err(Fault::Device(reason)) => snapshot.faults.push(GpuFault { index, reason }),
+                Err(Fault::Device(reason)) => snapshot.faults.push(GpuFault {
+                    index,
+                    reason,
+                    lasting: false,
+                }),
                 Err(Fault::Host(fault)) => {
                     self.nvml = None;
                     return Err(fault.into());
@@ -379,6 +473,15 @@ impl GpuBackend for NvmlBackend {
         snapshot
             .processes
             .retain(|p| snapshot.gpus.iter().any(|g| g.index == p.gpu));
+        while let Ok((index, xid)) = self.xids.try_recv() {
+            snapshot.faults.push(GpuFault {
+                index,
+                reason: format!(
+                    "XID {xid}, a critical error event from the driver; look at `dmesg` and NVIDIA's XID catalogue"
+                ),
+                lasting: true,
+            });
+        }
         Ok(snapshot)
     }
 

@@ -278,13 +278,18 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         // Its memory is not known while it does not answer; why it is
         // closed is what matters, on a line of its own so that it is
         // never the part cut off (docs/HARDWARE.md "A sick GPU").
+        let opens = if fault.lasting {
+            format!("closed until `gpusched undrain {}`", gpu.index)
+        } else {
+            format!(
+                "opens after {} good samples in a row ({} so far) or `gpusched undrain {}`",
+                fault.reopen_after, fault.good_samples, gpu.index
+            )
+        };
         let line = format!(
-            "GPU {}: CLOSED since {}, jobs {jobs}; opens after {} good samples in a row ({} so far) or `gpusched undrain {}`",
+            "GPU {}: CLOSED since {}, jobs {jobs}; {opens}",
             gpu.index,
             crate::console::clock(fault.since),
-            fault.reopen_after,
-            fault.good_samples,
-            gpu.index,
         );
         return format!(
             "{}\n{}",

@@ -362,6 +362,7 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                     since: f.since,
                     good_samples: f.good_samples,
                     reopen_after: crate::gpu::health::REOPEN_AFTER_SAMPLES,
+                    lasting: f.lasting,
                 }),
                 util_percent: info.and_then(|g| g.util_percent),
                 jobs: input

@@ -22,9 +22,15 @@
  *                                         hostbridge (the default), node,
  *                                         system (nvmlGpuTopologyLevel_t)
  *   nvlink <a> <b> <n>                    n active NVLinks between a and b
+ *   xid <gpu index> <code>                a critical XID error event
+ *                                         (nvmlEventTypeXidCriticalError),
+ *                                         delivered once, in file order
  *   attr <gpu index> <key> <on|off>       persistence (default on), ecc,
  *                                         pages_pending, mig (default: not
  *                                         supported, as on consumer boards)
+ *
+ * The state is per thread (__thread), as a program may call NVML from
+ * several threads (gpusched waits for events on one of its own).
  *
  * GPU i sits on PCI bus 0x10 * (i + 1). A GPU without NVLinks answers
  * NVML_ERROR_NOT_SUPPORTED for its links, as PCIe-only boards do; one with
@@ -40,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
@@ -110,15 +117,15 @@ struct proc {
     unsigned long long mib;
 };
 
-static char init_mode[96];
-static char host_mode[96];
-static struct gpu gpus[MAX_GPUS];
-static unsigned int gpu_count;
-static int counted; /* -1: the number of gpu lines; -2: the count fails */
-static struct proc procs[MAX_PROCS];
-static unsigned int proc_count;
-static struct topo topos[MAX_TOPO];
-static unsigned int topo_count;
+static __thread char init_mode[96];
+static __thread char host_mode[96];
+static __thread struct gpu gpus[MAX_GPUS];
+static __thread unsigned int gpu_count;
+static __thread int counted; /* -1: the number of gpu lines; -2: the count fails */
+static __thread struct proc procs[MAX_PROCS];
+static __thread unsigned int proc_count;
+static __thread struct topo topos[MAX_TOPO];
+static __thread unsigned int topo_count;
 
 static unsigned int topo_level(const char *word) {
     if (strcmp(word, "internal") == 0) return 0;
@@ -412,4 +419,85 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, un
     nvmlReturn_t r = answer(g->mig, &mode);
     if (r == NVML_SUCCESS) *current = *pending = (unsigned int)mode;
     return r;
+}
+
+/* Events (nvml.h nvmlEventSet_t, nvmlEventData_t). The set is a dummy
+ * handle; waiting reads the xid lines of the state file itself. */
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+#define NVML_ERROR_TIMEOUT 10
+#define XID_CRITICAL_ERROR 0x8ULL
+static __thread unsigned int xid_delivered;
+
+nvmlReturn_t nvmlEventSetCreate(void **set) {
+    *set = (void *)(uintptr_t)0xE7E7;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetFree(void *set) {
+    (void)set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, void *set) {
+    (void)set;
+    LOOKUP(device);
+    return (types & XID_CRITICAL_ERROR) ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    LOOKUP(device);
+    *index = i;
+    return NVML_SUCCESS;
+}
+
+/* The n-th xid line of the state file, if there is one. */
+static int nth_xid(unsigned int n, unsigned int *gpu, unsigned long long *code) {
+    const char *path = getenv("FAKE_NVML_STATE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[512];
+    unsigned int seen = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        char word[32] = "";
+        unsigned int g;
+        unsigned long long c;
+        if (sscanf(line, "%31s %u %llu", word, &g, &c) == 3 && strcmp(word, "xid") == 0) {
+            if (seen++ == n) {
+                *gpu = g;
+                *code = c;
+                found = 1;
+            }
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    (void)set;
+    unsigned int waited = 0;
+    for (;;) {
+        unsigned int gpu;
+        unsigned long long code;
+        if (nth_xid(xid_delivered, &gpu, &code)) {
+            xid_delivered++;
+            memset(data, 0, sizeof *data);
+            data->device = (nvmlDevice_t)(uintptr_t)(gpu + 1);
+            data->eventType = XID_CRITICAL_ERROR;
+            data->eventData = code;
+            return NVML_SUCCESS;
+        }
+        if (waited >= timeoutms) return NVML_ERROR_TIMEOUT;
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        waited += 20;
+    }
 }

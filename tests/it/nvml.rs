@@ -537,6 +537,51 @@ fn a_gpu_in_mig_mode_is_never_given_whole() {
 }
 
 #[test]
+fn a_critical_xid_closes_its_gpu_until_undrain_and_application_xids_do_not() {
+    let nvml = Nvml::new(
+        "[vram=1000 on=1] echo $CUDA_VISIBLE_DEVICES > before.txt\n",
+        TWO_GPUS,
+    );
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let env = &nvml.env;
+    wait_for("job 1 to run", &mut || env.status_of_opt(1).is_some());
+    // XID 13 is the application's (a graphics engine exception), 79 the
+    // GPU's (fallen off the bus).
+    nvml.set_state(&format!("{TWO_GPUS}xid 0 13\nxid 1 79\n"));
+    wait_for("GPU 1 to be closed", &mut || {
+        sched.stdout().contains("GPU 1 closed: XID 79")
+    });
+    let out = sched.stdout();
+    assert!(
+        out.contains("it stays closed until `gpusched undrain 1`"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("GPU 0 closed"),
+        "XID 13 is no GPU fault: {out}"
+    );
+    // It answers every query, yet stays closed.
+    env.append_jobs("[vram=1000 on=1] echo $CUDA_VISIBLE_DEVICES > after.txt\n");
+    wait_for("the board to say so", &mut || {
+        env.board().contains("GPU 1: CLOSED since") && env.board().contains("· job 2")
+    });
+    let ticks = env.ticks();
+    env.wait_for_ticks(ticks + 10);
+    assert!(!env.path("after.txt").exists(), "GPU 1 opened by itself");
+    assert_eq!(status_json(env)["gpus"][1]["fault"]["lasting"], json!(true));
+    let out = env.verb(&["undrain", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("job 2 to run on GPU 1", &mut || {
+        env.path("after.txt").exists()
+    });
+    assert_eq!(
+        std::fs::read_to_string(env.path("after.txt")).unwrap(),
+        "1\n"
+    );
+    sched.stop();
+}
+
+#[test]
 fn undrain_opens_a_closed_gpu_at_once() {
     // --poll 30: five good samples would take minutes; only undrain opens
     // it within the test.

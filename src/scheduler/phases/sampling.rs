@@ -177,7 +177,11 @@ impl Scheduler {
         }
         for change in changes {
             match change {
-                HealthChange::Closed { index, reason } => {
+                HealthChange::Closed {
+                    index,
+                    reason,
+                    lasting,
+                } => {
                     let on_it: Vec<u32> = self
                         .core
                         .running
@@ -193,8 +197,15 @@ impl Scheduler {
                             crate::console::gpu_ids(&on_it, ", ")
                         ),
                     };
+                    let opens = if lasting {
+                        format!("it stays closed until `gpusched undrain {index}`")
+                    } else {
+                        format!(
+                            "it opens again after {REOPEN_AFTER_SAMPLES} good samples in a row, or with `gpusched undrain {index}`"
+                        )
+                    };
                     warn(&format!(
-                        "GPU {index} closed: {reason}; no new job starts there, the other GPUs go on{left_alone}; it opens again after {REOPEN_AFTER_SAMPLES} good samples in a row, or with `gpusched undrain {index}`"
+                        "GPU {index} closed: {reason}; no new job starts there, the other GPUs go on{left_alone}; {opens}"
                     ));
                 }
                 HealthChange::Reopened { index, was } => say(&format!(

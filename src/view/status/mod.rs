@@ -281,6 +281,9 @@ pub struct GpuFaultStatus {
     pub good_samples: u32,
     /// Good samples in a row that open it again.
     pub reopen_after: u32,
+    /// Only `gpusched undrain` opens it (an XID error event).
+    #[serde(default)]
+    pub lasting: bool,
 }
 
 impl JobStatus {

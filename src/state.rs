@@ -38,6 +38,9 @@ pub struct Config {
     pub reserve_after: Duration,
     /// `--auto-vram`: every job without `vram=` is `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
     pub auto_vram: bool,
+    /// Framework memory caps from declarations, unless
+    /// `--no-framework-caps` (docs/HARDWARE.md "Preallocating frameworks").
+    pub framework_caps: bool,
 }
 
 impl Config {

@@ -273,6 +273,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub auto_vram: bool,
 
+    /// Do not give declared jobs the framework memory caps: by default a
+    /// job with vram= gets XLA_PYTHON_CLIENT_MEM_FRACTION and
+    /// XLA_CLIENT_MEM_FRACTION at its declaration's share of its GPU, and
+    /// TF_FORCE_GPU_ALLOW_GROWTH=true, so JAX and TensorFlow do not take
+    /// the whole GPU (unless you set them yourself).
+    #[arg(long)]
+    pub no_framework_caps: bool,
+
     /// A file of measured peaks shared between log directories (JSON
     /// lines, appended under a lock, kept small): vram=auto jobs learn from
     /// every run recorded there, and every ok run here is added to it.

@@ -296,6 +296,7 @@ fn config(args: &RunArgs) -> Config {
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
         reserve_after: Duration::from_secs_f64(args.reserve_after),
         auto_vram: args.auto_vram,
+        framework_caps: !args.no_framework_caps,
     }
 }
 

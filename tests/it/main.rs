@@ -8,6 +8,7 @@ mod box_view;
 mod chaos;
 mod checks;
 mod common;
+mod declarations;
 mod exactly_once;
 mod expected;
 mod first_day;

@@ -100,6 +100,9 @@ impl Scheduler {
         // those of adopted attempts (`remove_stale_exit_records`).
         let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
         let mut env = self.job_env(&spec, no, attempt, &gpus);
+        if self.cfg.framework_caps {
+            env.extend(self.framework_caps(&spec.command, request.vram_mib, &gpus));
+        }
         if preempted {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
@@ -340,6 +343,27 @@ impl Scheduler {
                 },
             },
         );
+    }
+
+    /// The framework memory caps for a job declaring `vram_mib` on `gpus`
+    /// ([`crate::policy::caps`]): left out where the scheduler's own
+    /// environment or the job's line sets them.
+    fn framework_caps(
+        &self,
+        command: &str,
+        vram_mib: Option<u64>,
+        gpus: &[u32],
+    ) -> Vec<(String, String)> {
+        let device_mib = self.core.gpu.snapshot.as_ref().and_then(|s| {
+            s.gpus
+                .iter()
+                .filter(|g| gpus.contains(&g.index))
+                .map(|g| g.total_mib)
+                .min()
+        });
+        crate::policy::caps::framework_caps(vram_mib, device_mib, |name| {
+            std::env::var_os(name).is_some() || crate::policy::caps::line_sets(command, name)
+        })
     }
 
     /// A job's environment (docs/BEHAVIOUR.md "Running a job"): `CUDA_VISIBLE_DEVICES`,

@@ -24,11 +24,14 @@ pub enum DoneStatus {
     Infeasible,
     /// A job it runs `after=` ended in anything but `ok` (docs/BEHAVIOUR.md "Queue policy").
     DependencyFailed,
+    /// Stopped for using more VRAM than it declared (`--enforce stop`)
+    /// with no retries left (docs/BEHAVIOUR.md "Declarations that hold").
+    OverDeclared,
 }
 
 impl DoneStatus {
     /// Every status, in the order the board and metrics list them.
-    pub const ALL: [DoneStatus; 7] = [
+    pub const ALL: [DoneStatus; 8] = [
         DoneStatus::Ok,
         DoneStatus::Failed,
         DoneStatus::FailedOom,
@@ -36,6 +39,7 @@ impl DoneStatus {
         DoneStatus::Cancelled,
         DoneStatus::Infeasible,
         DoneStatus::DependencyFailed,
+        DoneStatus::OverDeclared,
     ];
 
     /// The word used in the journal, on the board and in completion lines.
@@ -48,6 +52,7 @@ impl DoneStatus {
             DoneStatus::Cancelled => "cancelled",
             DoneStatus::Infeasible => "infeasible",
             DoneStatus::DependencyFailed => "dependency_failed",
+            DoneStatus::OverDeclared => "over_declared",
         }
     }
 
@@ -69,6 +74,49 @@ impl DoneStatus {
     /// (docs/BEHAVIOUR.md "Board and terminal": only ok and cancelled do not).
     pub fn is_failure(self) -> bool {
         !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
+    }
+}
+
+/// Why an attempt that ran out of GPU memory, or was stopped for using
+/// more than it declared, runs again (docs/BEHAVIOUR.md "Out of memory
+/// and timeouts", "Declarations that hold"); journaled with its `oom`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomCause {
+    /// Stopped under `--enforce stop` at this measured peak (MiB per GPU)
+    /// over its declaration; retried with a bigger one.
+    OverDeclared {
+        /// Its highest per-GPU peak (MiB).
+        peak_mib: Option<u64>,
+    },
+    /// It ran out because another job on its GPU was over its own
+    /// declaration at the time: retried with the same declaration, and
+    /// no retry used.
+    Neighbour(Culprit),
+}
+
+/// A job that was over its declaration on a GPU where another ran out of
+/// memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Culprit {
+    /// Its display number.
+    pub job: u32,
+    /// What it used there at its highest (MiB).
+    pub peak_mib: u64,
+    /// What it declared (MiB per GPU).
+    pub declared_mib: u64,
+}
+
+impl Culprit {
+    /// `job 1 (13900 MiB on a 10240 MiB declaration, +36%)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "job {} ({} MiB on a {} MiB declaration, +{:.0}%)",
+            self.job,
+            self.peak_mib,
+            self.declared_mib,
+            (self.peak_mib as f64 / self.declared_mib.max(1) as f64 - 1.0) * 100.0
+        )
     }
 }
 

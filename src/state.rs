@@ -41,6 +41,9 @@ pub struct Config {
     /// Framework memory caps from declarations, unless
     /// `--no-framework-caps` (docs/HARDWARE.md "Preallocating frameworks").
     pub framework_caps: bool,
+    /// `--enforce`: what happens to a job over its declaration, unless
+    /// its line says (docs/BEHAVIOUR.md "Declarations that hold").
+    pub enforce: crate::jobspec::Enforce,
 }
 
 impl Config {
@@ -559,6 +562,19 @@ impl Mode {
     pub fn is_stopping(&self) -> bool {
         matches!(self, Mode::Stopping { .. })
     }
+}
+
+/// What happened during this run, for the exit code, the metrics
+/// counters and the summary.
+#[derive(Debug, Default)]
+pub struct ThisRun {
+    /// Keys that ended, with their outcome.
+    pub ended: HashMap<String, Ended>,
+    /// Attempts started.
+    pub dispatched: u32,
+    /// OOMs another job's over-use caused: (the victim's display number,
+    /// the job to blame; docs/BEHAVIOUR.md "Declarations that hold").
+    pub culprits: Vec<(u32, crate::model::Culprit)>,
 }
 
 /// How a job that ended during this run ended (for the exit code and the

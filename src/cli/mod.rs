@@ -36,7 +36,7 @@ pub struct Cli {
 /// The jobs-file attributes, as `--help` and the man page list them:
 /// (attribute as written, what it does). The parser's list is
 /// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
-pub const ATTRIBUTE_HELP: [(&str, &str); 12] = [
+pub const ATTRIBUTE_HELP: [(&str, &str); 13] = [
     (
         "vram=SIZE",
         "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
@@ -65,6 +65,10 @@ pub const ATTRIBUTE_HELP: [(&str, &str); 12] = [
     ),
     ("group=NAME", "the job's group, for limit="),
     ("limit=N", "at most N jobs of the group run at once"),
+    (
+        "enforce=MODE",
+        "over its declaration: stop (stop and retry bigger) or warn",
+    ),
     (
         "preemptible",
         "a blocked job above it may stop it and queue it again",
@@ -240,6 +244,14 @@ pub struct RunArgs {
     /// A job whose peak exceeds its declaration by more gets a warning.
     #[arg(long, value_name = "FRAC", default_value_t = 0.10, value_parser = parse_fraction)]
     pub tolerance: f64,
+
+    /// What happens to a job whose measured VRAM goes beyond its
+    /// declaration plus --tolerance: `warn` (a warning; it runs on) or
+    /// `stop` (stopped at once, before it can take a neighbour down, and
+    /// retried as an OOM is with a bigger declaration). A line's
+    /// enforce=stop|warn overrides it. `stop` is the one for shared boxes.
+    #[arg(long, value_name = "MODE", default_value = "warn", value_parser = parse_enforce)]
+    pub enforce: crate::jobspec::Enforce,
 
     /// Buffer over observed peaks, as a fraction (0.10 = 10 %), applied to
     /// other users' processes and to jobs that outgrew their declaration.
@@ -827,6 +839,11 @@ fn parse_float(text: &str, what: &str) -> Result<f64, String> {
         .ok()
         .filter(|v| v.is_finite())
         .ok_or_else(|| format!("'{text}' is not {what}"))
+}
+
+fn parse_enforce(text: &str) -> Result<crate::jobspec::Enforce, String> {
+    crate::jobspec::Enforce::from_word(text)
+        .ok_or_else(|| format!("'{text}' is not a mode: use warn or stop"))
 }
 
 fn parse_fraction(text: &str) -> Result<f64, String> {

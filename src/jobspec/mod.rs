@@ -64,6 +64,40 @@ pub struct Rare {
     /// `limit=N`: at most N jobs of its group run at once (the smallest
     /// among the group's lines wins).
     pub limit: Option<u32>,
+    /// `enforce=stop|warn`: what happens when it uses more VRAM than it
+    /// declared, instead of the scheduler's `--enforce` (docs/BEHAVIOUR.md
+    /// "Declarations that hold").
+    pub enforce: Option<Enforce>,
+}
+
+/// What happens to a job whose measured VRAM goes beyond its declaration
+/// plus the tolerance (docs/BEHAVIOUR.md "Declarations that hold").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Enforce {
+    /// A warning, nothing more: the job runs on.
+    #[default]
+    Warn,
+    /// The job is stopped as soon as it is seen over, before it can take
+    /// a neighbour down, and retried as an OOM is with a bigger
+    /// declaration.
+    Stop,
+}
+
+impl Enforce {
+    /// The word in the jobs file and on the command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Enforce::Warn => "warn",
+            Enforce::Stop => "stop",
+        }
+    }
+
+    /// The mode named `word`, if any.
+    pub fn from_word(word: &str) -> Option<Enforce> {
+        [Enforce::Warn, Enforce::Stop]
+            .into_iter()
+            .find(|e| e.as_str() == word)
+    }
 }
 
 impl JobSpec {
@@ -101,6 +135,11 @@ impl JobSpec {
     /// `retries=` ([`Rare::retries`]).
     pub fn retries(&self) -> Option<u32> {
         self.rare.as_ref()?.retries
+    }
+
+    /// `enforce=` ([`Rare::enforce`]).
+    pub fn enforce(&self) -> Option<Enforce> {
+        self.rare.as_ref()?.enforce
     }
 
     /// `name=` ([`Rare::name`]).
@@ -447,7 +486,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
 
 /// The attributes a line's `[...]` block may hold, as the help lists them
 /// (docs/BEHAVIOUR.md "Jobs file").
-pub const ATTRIBUTES: [&str; 12] = [
+pub const ATTRIBUTES: [&str; 13] = [
     "vram=",
     "gpus=",
     "timeout=",
@@ -458,6 +497,7 @@ pub const ATTRIBUTES: [&str; 12] = [
     "family=",
     "group=",
     "limit=",
+    "enforce=",
     "preemptible",
     "cancel",
 ];
@@ -536,6 +576,12 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             spec.rare_mut().on_mask = Some(mask);
         }
         "preemptible" => spec.preemptible = bare(value)?,
+        "enforce" => {
+            let v = need(value)?;
+            spec.rare_mut().enforce = Some(Enforce::from_word(&v).ok_or_else(|| {
+                format!("bad enforce value '{v}': expected enforce=stop or enforce=warn")
+            })?);
+        }
         "after" => {
             let v = need(value)?;
             let refs: Vec<String> = v.split(',').map(str::to_string).collect();

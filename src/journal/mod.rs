@@ -55,10 +55,15 @@ pub enum Event {
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (docs/BEHAVIOUR.md "Out of memory and timeouts").
     Oom {
-        /// OOM attempts so far, this one included.
+        /// OOM attempts so far, this one included (a neighbour's fault
+        /// uses none).
         attempts: u32,
         /// Declaration per GPU in MiB for the next attempt.
         next_vram: Option<u64>,
+        /// Why, when not simply its own OOM: stopped for over-use, or a
+        /// neighbour's over-use (docs/BEHAVIOUR.md "Declarations that hold").
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<crate::model::OomCause>,
     },
     /// The attempt died with a previous scheduler; the job is pending again.
     Interrupted {},
@@ -604,6 +609,7 @@ impl Journal {
             Event::Oom {
                 attempts,
                 next_vram,
+                ..
             } => Fold::Oom {
                 attempts: *attempts,
                 next_vram: *next_vram,

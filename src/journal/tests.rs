@@ -116,6 +116,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
                 Event::Oom {
                     attempts: 1,
                     next_vram: Some(10000),
+                    cause: None,
                 },
             )
             .unwrap();
@@ -207,6 +208,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
             Event::Oom {
                 attempts: 1,
                 next_vram: Some(10000),
+                cause: None,
             },
         )
         .unwrap();

@@ -48,6 +48,7 @@ fn outcome(facts: &EndFacts) -> Outcome {
         declared_mib: None,
         peak_mib: None,
         verdict: facts.verdict,
+        neighbour_over: None,
     })
 }
 
@@ -59,6 +60,7 @@ fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
         KillReason::Cancel,
         KillReason::Timeout,
         KillReason::Preempt,
+        KillReason::OverDeclared,
     ] {
         let kill = Some((reason, 100.0));
         // Exited 0 before the kill reached it: ok, whatever the kill.
@@ -81,6 +83,8 @@ fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
             KillReason::Cancel => Outcome::Done(DoneStatus::Cancelled),
             KillReason::Timeout => Outcome::Done(DoneStatus::Timeout),
             KillReason::Preempt => Outcome::Preempted,
+            // No retries in `outcome`'s facts.
+            KillReason::OverDeclared => Outcome::Done(DoneStatus::OverDeclared),
         };
         assert_eq!(outcome(&killed.end_facts(nowhere, kill)), expected);
     }

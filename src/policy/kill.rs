@@ -10,6 +10,10 @@ pub enum KillReason {
     /// A blocked job above it needs its GPUs and it is `preemptible`
     /// (docs/BEHAVIOUR.md "Queue policy"): journaled `preempted`, pending again, no retry used.
     Preempt,
+    /// It used more VRAM than it declared, under `--enforce stop`
+    /// (docs/BEHAVIOUR.md "Declarations that hold"): retried as an OOM is,
+    /// with a bigger declaration, or ends `over_declared`.
+    OverDeclared,
     /// Its `timeout=` was reached (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `timeout`.
     Timeout,
     /// The user added `cancel` to its line (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `cancelled`.
@@ -20,11 +24,12 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    /// The word for boards and notes: `preempt`, `timeout`, `cancel`,
-    /// `shutdown`.
+    /// The word for boards and notes: `preempt`, `over_declared`,
+    /// `timeout`, `cancel`, `shutdown`.
     pub fn as_str(self) -> &'static str {
         match self {
             KillReason::Preempt => "preempt",
+            KillReason::OverDeclared => "over_declared",
             KillReason::Timeout => "timeout",
             KillReason::Cancel => "cancel",
             KillReason::Shutdown => "shutdown",

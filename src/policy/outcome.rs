@@ -2,7 +2,7 @@
 //! ended, why we killed it (if we did), its log tail and its retry budget,
 //! [`decide`] returns the [`Outcome`] the loop then journals and prints.
 
-use crate::model::DoneStatus;
+use crate::model::{Culprit, DoneStatus, OomCause};
 use crate::policy::kill::KillReason;
 use crate::policy::oom::Exhausted;
 
@@ -80,6 +80,9 @@ pub struct AttemptEnd {
     pub peak_mib: Option<u64>,
     /// What whoever ran it said beyond the exit (docs/BEHAVIOUR.md "Slurm"), if anything.
     pub verdict: Option<Verdict>,
+    /// Another job on its GPUs that was over its own declaration when
+    /// this one ended (docs/BEHAVIOUR.md "Declarations that hold").
+    pub neighbour_over: Option<Culprit>,
 }
 
 /// What a launcher says about an ended attempt that no exit code carries
@@ -113,22 +116,42 @@ pub enum Outcome {
     /// A CUDA OOM with retries left: record `oom` and requeue with a
     /// bigger declaration (docs/BEHAVIOUR.md "Out of memory and timeouts").
     OomRetry {
-        /// OOM attempts so far, this one included.
+        /// OOM attempts so far, this one included (unchanged when a
+        /// neighbour caused it).
         attempts: u32,
         /// Declaration per GPU (MiB) for the next attempt.
         next_vram_mib: Option<u64>,
+        /// Why, when not simply its own OOM.
+        cause: Option<OomCause>,
     },
     /// It ended for good with this status.
     Done(DoneStatus),
 }
 
 /// The outcome rule. A kill decides first (shutdown, cancel, timeout: a
-/// cancel uses no retry); then an unknown exit is `interrupted`; exit 0 is
-/// `ok`; a failure whose log shows a CUDA OOM is retried while retries are
-/// left, else `failed_oom`; any other failure is `failed`.
+/// cancel uses no retry; a stop for over-use is retried as an OOM with a
+/// bigger declaration while retries are left, else `over_declared`); then
+/// an unknown exit is `interrupted`; exit 0 is `ok`; a failure whose log
+/// shows a CUDA OOM is retried with the same declaration and no retry
+/// used when a neighbour was over its declaration, else with a bigger one
+/// while retries are left, else `failed_oom`; any other failure is
+/// `failed`.
 pub fn decide(end: &AttemptEnd) -> Outcome {
     match end.kill {
         Some(KillReason::Shutdown) => return Outcome::StoppedWithScheduler,
+        Some(KillReason::OverDeclared) => {
+            return if end.oom_retries_used < end.oom_retries_allowed {
+                Outcome::OomRetry {
+                    attempts: end.oom_retries_used + 1,
+                    next_vram_mib: oom_bump(end.declared_mib, end.peak_mib),
+                    cause: Some(OomCause::OverDeclared {
+                        peak_mib: end.peak_mib,
+                    }),
+                }
+            } else {
+                Outcome::Done(DoneStatus::OverDeclared)
+            };
+        }
         Some(KillReason::Cancel) => return Outcome::Done(DoneStatus::Cancelled),
         Some(KillReason::Timeout) => return Outcome::Done(DoneStatus::Timeout),
         Some(KillReason::Preempt) => return Outcome::Preempted,
@@ -149,10 +172,19 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
     if end.ran_out_of != Some(Exhausted::Gpu) {
         return Outcome::Done(DoneStatus::Failed);
     }
+    // Its declaration was right: the same again, no retry used.
+    if let Some(culprit) = end.neighbour_over {
+        return Outcome::OomRetry {
+            attempts: end.oom_retries_used,
+            next_vram_mib: end.declared_mib,
+            cause: Some(OomCause::Neighbour(culprit)),
+        };
+    }
     if end.oom_retries_used < end.oom_retries_allowed {
         Outcome::OomRetry {
             attempts: end.oom_retries_used + 1,
             next_vram_mib: oom_bump(end.declared_mib, end.peak_mib),
+            cause: None,
         }
     } else {
         Outcome::Done(DoneStatus::FailedOom)
@@ -215,7 +247,66 @@ mod tests {
             declared_mib: Some(4000),
             peak_mib: Some(4500),
             verdict: None,
+            neighbour_over: None,
         }
+    }
+
+    #[test]
+    fn a_job_stopped_for_over_use_is_retried_bigger_within_its_budget() {
+        let stopped = |used| {
+            end(
+                Some(Exit::Signal(15)),
+                Some(KillReason::OverDeclared),
+                "",
+                used,
+            )
+        };
+        assert_eq!(
+            decide(&stopped(0)),
+            Outcome::OomRetry {
+                attempts: 1,
+                // At least the peak it reached: 1.25 × 4500.
+                next_vram_mib: Some(5625),
+                cause: Some(OomCause::OverDeclared {
+                    peak_mib: Some(4500)
+                }),
+            }
+        );
+        assert_eq!(decide(&stopped(2)), Outcome::Done(DoneStatus::OverDeclared));
+    }
+
+    #[test]
+    fn a_neighbours_over_use_is_blamed_and_costs_the_victim_nothing() {
+        let culprit = Culprit {
+            job: 1,
+            peak_mib: 13_900,
+            declared_mib: 10_240,
+        };
+        let victim = |used| AttemptEnd {
+            neighbour_over: Some(culprit),
+            ..end(Some(Exit::Code(1)), None, OOM_LOG, used)
+        };
+        // Same declaration, no retry used, even with none left.
+        for used in [0, 2] {
+            assert_eq!(
+                decide(&victim(used)),
+                Outcome::OomRetry {
+                    attempts: used,
+                    next_vram_mib: Some(4000),
+                    cause: Some(OomCause::Neighbour(culprit)),
+                }
+            );
+        }
+        // A failure that is no OOM is its own, whoever was over.
+        let crashed = AttemptEnd {
+            neighbour_over: Some(culprit),
+            ..end(Some(Exit::Code(1)), None, "Segmentation fault", 0)
+        };
+        assert_eq!(decide(&crashed), Outcome::Done(DoneStatus::Failed));
+        assert_eq!(
+            culprit.describe(),
+            "job 1 (13900 MiB on a 10240 MiB declaration, +36%)"
+        );
     }
 
     #[test]
@@ -281,6 +372,7 @@ mod tests {
                 Outcome::OomRetry {
                     attempts: 1,
                     next_vram_mib: Some(5625),
+                    cause: None,
                 },
             ),
             (
@@ -288,6 +380,7 @@ mod tests {
                 Outcome::OomRetry {
                     attempts: 2,
                     next_vram_mib: Some(5625),
+                    cause: None,
                 },
             ),
             // No retries left.

@@ -70,6 +70,7 @@ impl Scheduler {
         self.guard(|s| s.fail_broken_dependencies());
         if self.sample_due(now) {
             self.sample_gpus(now);
+            self.enforce_declarations(now);
             self.guard(|s| s.complete_ended_orphans());
         }
         self.core.jobs.skip_ended(&self.io.journal);

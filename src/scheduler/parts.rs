@@ -15,10 +15,9 @@ use crate::launcher::Launcher;
 use crate::ledger::Booking;
 use crate::ledger::store::Ledger;
 use crate::lockfile::SchedulerLock;
-use crate::state::Ended;
+use crate::state::ThisRun;
 use crate::timeline::usage::UsageLog;
 use crate::view::doc::QueueView;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -98,10 +97,8 @@ pub struct Reporting {
     pub status_written: Option<Instant>,
     /// `--notify` and `--on-finish` (docs/BEHAVIOUR.md "Being told").
     pub told: Told,
-    /// Keys that ended during this run, with their outcome.
-    pub ended_this_run: HashMap<String, Ended>,
-    /// Attempts started during this run.
-    pub dispatched_this_run: u32,
+    /// What ended, started and went wrong during this run.
+    pub this_run: ThisRun,
     /// When this scheduler started (Unix seconds).
     pub started_ts: f64,
     /// Ticks run so far (status.json `ticks`).
@@ -116,8 +113,7 @@ impl Reporting {
             queue_view_cost: None,
             status_written: None,
             told,
-            ended_this_run: HashMap::new(),
-            dispatched_this_run: 0,
+            this_run: ThisRun::default(),
             started_ts,
             ticks: 0,
         }

@@ -297,6 +297,7 @@ fn config(args: &RunArgs) -> Config {
         reserve_after: Duration::from_secs_f64(args.reserve_after),
         auto_vram: args.auto_vram,
         framework_caps: !args.no_framework_caps,
+        enforce: args.enforce,
     }
 }
 

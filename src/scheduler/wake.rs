@@ -265,7 +265,11 @@ impl Wakes {
 impl Scheduler {
     /// The next moment the loop must run even if nothing wakes it.
     fn next_deadline(&self, now: Instant) -> Instant {
-        let mut deadline = self.core.gpu.last_sample.map_or(now, |t| t + self.cfg.poll);
+        let mut deadline = self
+            .core
+            .gpu
+            .last_sample
+            .map_or(now, |t| t + self.sample_every());
         if let Some(early) = self.next_early_sample() {
             deadline = deadline.min(early);
         }

@@ -26,6 +26,9 @@ pub enum Outcome {
     Oom,
     /// Killed at its `timeout=`.
     Timeout,
+    /// Stopped for using more VRAM than it declared (`--enforce stop`;
+    /// retried, or `over_declared`).
+    OverDeclared,
     /// Cancelled.
     Cancelled,
     /// Stopped for a blocked job and requeued.
@@ -38,11 +41,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in legend order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Ok,
         Outcome::Failed,
         Outcome::Oom,
         Outcome::Timeout,
+        Outcome::OverDeclared,
         Outcome::Cancelled,
         Outcome::Preempted,
         Outcome::Interrupted,
@@ -56,6 +60,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Oom => "oom",
             Outcome::Timeout => "timeout",
+            Outcome::OverDeclared => "over_declared",
             Outcome::Cancelled => "cancelled",
             Outcome::Preempted => "preempted",
             Outcome::Interrupted => "interrupted",
@@ -68,6 +73,7 @@ impl Outcome {
             DoneStatus::Ok => Outcome::Ok,
             DoneStatus::FailedOom => Outcome::Oom,
             DoneStatus::Timeout => Outcome::Timeout,
+            DoneStatus::OverDeclared => Outcome::OverDeclared,
             DoneStatus::Cancelled => Outcome::Cancelled,
             _ => Outcome::Failed,
         }
@@ -221,10 +227,13 @@ pub fn build(
                 open.insert(key.to_string(), attempt);
             }
             Event::Oom { .. } | Event::Preempted { .. } => {
-                let (kind, outcome) = if matches!(line.event, Event::Oom { .. }) {
-                    (MarkerKind::OomRetry, Outcome::Oom)
-                } else {
-                    (MarkerKind::Preempted, Outcome::Preempted)
+                let (kind, outcome) = match &line.event {
+                    Event::Oom {
+                        cause: Some(crate::model::OomCause::OverDeclared { .. }),
+                        ..
+                    } => (MarkerKind::OomRetry, Outcome::OverDeclared),
+                    Event::Oom { .. } => (MarkerKind::OomRetry, Outcome::Oom),
+                    _ => (MarkerKind::Preempted, Outcome::Preempted),
                 };
                 if let Some(attempt) = open.get(key) {
                     run.markers.push(Marker {

@@ -373,6 +373,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
             current_mib: job.current_mib.values().copied().max(),
             peak_mib: job.peak_mib.values().copied().max().flatten(),
             vram_mib: job.vram_mib,
+            over: job.over_declared,
             note: {
                 let parts: Vec<String> = [
                     running_note(job).or_else(|| job.vram_source.clone()),
@@ -452,6 +453,7 @@ mod tests {
             peak_mib: Default::default(),
             attempt: 1,
             oom_attempts: 0,
+            over_declared: false,
             queued: None,
             started: None,
             finished: None,

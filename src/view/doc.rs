@@ -13,11 +13,11 @@ use crate::policy::learned;
 use crate::policy::queue;
 use crate::process::Pgid;
 use crate::progress;
-use crate::state::{Config, Core, Ended, LastRound, Proc, Running};
+use crate::state::{Config, Core, LastRound, Proc, Running};
 use crate::view::report;
 use crate::view::status::ReservationStatus;
 use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Which journal, queue and running set a [`QueueView`] was built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,8 @@ pub struct ViewInput<'a> {
     pub round: &'a LastRound,
     /// The GPU loads placement sees now.
     pub loads: Vec<GpuLoad>,
-    /// Jobs ended during this run.
-    pub ended_this_run: &'a HashMap<String, Ended>,
+    /// What ended and went wrong during this run.
+    pub this_run: &'a crate::state::ThisRun,
     /// Expected ends, starts and free GPUs (docs/BEHAVIOUR.md "Expected
     /// times").
     pub expected: &'a crate::policy::expected::Expectations,
@@ -151,6 +151,7 @@ pub fn job_status(
         peak_mib: BTreeMap::new(),
         attempt: state.attempts,
         oom_attempts: state.oom_attempts,
+        over_declared: false,
         queued: Some(state.seen_ts),
         started: state.first_started_ts(),
         finished: None,
@@ -168,7 +169,7 @@ pub fn job_status(
         expected_source: None,
     };
     if let Some(run) = input.core.running.get(key) {
-        fill_running(&mut job, run);
+        fill_running(&mut job, run, input.cfg.tolerance);
     } else if job.state.is_waiting() {
         job.reason = input.round.wait_reasons.get(key).map(ToString::to_string);
         if let Some(spec) = spec.filter(|s| input.cfg.is_auto(s)) {
@@ -201,7 +202,7 @@ pub fn job_status(
 }
 
 /// The fields of a running job.
-fn fill_running(job: &mut JobStatus, run: &Running) {
+fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
     let elapsed = run.started.elapsed().as_secs_f64();
     job.state = JobState::Running;
     job.command = run.command.clone();
@@ -220,6 +221,10 @@ fn fill_running(job: &mut JobStatus, run: &Running) {
         .iter()
         .map(|g| (g.to_string(), run.usage.peak_mib.get(g).copied()))
         .collect();
+    job.over_declared = run
+        .vram_mib
+        .zip(run.usage.peak_max_mib())
+        .is_some_and(|(declared, peak)| peak as f64 > declared as f64 * (1.0 + tolerance));
     job.duration_s = Some(elapsed);
     job.avg_util = run.usage.avg_util();
     job.log = Some(run.log.path.display().to_string());
@@ -272,7 +277,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
     }
     jobs.extend(view.finished.iter().cloned());
     let mut finished_this_run: BTreeMap<String, u64> = BTreeMap::new();
-    for ended in input.ended_this_run.values() {
+    for ended in input.this_run.ended.values() {
         *finished_this_run
             .entry(ended.status.as_str().into())
             .or_default() += 1;
@@ -318,6 +323,17 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
         gpus: gpu_statuses(input),
         jobs,
         box_rules: None,
+        oom_blame: input
+            .this_run
+            .culprits
+            .iter()
+            .map(|(victim, c)| status::OomBlame {
+                victim: *victim,
+                culprit: c.job,
+                peak_mib: c.peak_mib,
+                declared_mib: c.declared_mib,
+            })
+            .collect(),
     }
 }
 

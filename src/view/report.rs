@@ -142,6 +142,8 @@ pub enum BoardState {
         peak_mib: Option<u64>,
         /// Declaration per GPU.
         vram_mib: Option<u64>,
+        /// Measured beyond its declaration plus the tolerance.
+        over: bool,
         /// Extra words (`orphan pgid 123`, `stopping`).
         note: Option<String>,
     },
@@ -236,10 +238,16 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             current_mib,
             peak_mib,
             vram_mib,
+            over,
             note,
         } => {
             let unit = if gpus.len() > 1 { "MiB/GPU" } else { "MiB" };
             let declared = vram_mib.map_or(String::new(), |v| format!(" of {v}"));
+            let unit = if *over {
+                format!("{unit} OVER")
+            } else {
+                unit.to_string()
+            };
             let details = if gpus.is_empty() {
                 // On a Slurm cluster: where and how much is Slurm's to know.
                 format!(
@@ -432,6 +440,7 @@ mod tests {
                     current_mib: Some(100),
                     peak_mib: Some(200),
                     vram_mib: Some(8000),
+                    over: false,
                     note: None,
                 },
             }],

@@ -66,3 +66,113 @@ fn no_framework_caps_sets_none() {
         seen(&env, "declared.txt")
     );
 }
+
+/// A job that declares 8G and quickly takes 16000 MiB, beside an honest
+/// 12G job that ramps slowly, on one 24000 MiB simulated GPU: together
+/// they do not fit.
+const LIAR_AND_HONEST: &str = "[vram=8G retries=1 name=liar] gpusched simjob --vram 16000 --ramp 0.3 --hold 3\n\
+     [vram=12G name=honest] gpusched simjob --vram 12000 --ramp 4 --hold 1\n";
+
+#[test]
+fn enforce_stop_stops_the_liar_before_it_takes_the_honest_job_down() {
+    let env = Env::new(LIAR_AND_HONEST);
+    let out = env.run(&["--sim", "1", "--poll", "0.2", "--enforce", "stop"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("job 1 uses")
+            && out
+                .stdout
+                .contains("stopping it before it takes a neighbour down"),
+        "{}",
+        out.stdout
+    );
+    // The honest job never ran out of memory: one attempt, ok.
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+    assert_eq!(env.job_events(2, "started").len(), 1, "{}", out.stdout);
+    assert!(env.job_events(2, "oom").is_empty());
+    // The liar ran again with a declaration of at least its peak, and
+    // finished.
+    let oom = env.job_events(1, "oom");
+    assert_eq!(oom.len(), 1, "{}", out.stdout);
+    assert_eq!(oom[0]["cause"]["over_declared"]["peak_mib"], 16000);
+    assert!(oom[0]["next_vram"].as_u64().unwrap() >= 16000, "{oom:?}");
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(
+        out.stdout.contains("was stopped after")
+            && out.stdout.contains("for using more VRAM than it declared"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn without_enforcement_the_victim_is_retried_unbumped_and_the_liar_is_named() {
+    let env = Env::new(LIAR_AND_HONEST);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2"]);
+    // While it runs, the board and status.json mark the liar.
+    env.wait_for("the board to mark job 1 over its declaration", || {
+        env.board().contains("16000 of 8192 MiB OVER")
+    });
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap();
+    let liar = doc["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["no"] == 1)
+        .unwrap();
+    assert_eq!(liar["over_declared"], true, "{liar}");
+    common::assert_valid_status(&doc);
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    // The honest job ran out of memory because of the liar: retried with
+    // the same declaration and no retry used.
+    let oom = env.job_events(2, "oom");
+    assert_eq!(oom.len(), 1, "{}", out.stdout);
+    assert_eq!(oom[0]["cause"]["neighbour"]["job"], 1, "{oom:?}");
+    assert_eq!(oom[0]["attempts"], 0);
+    assert_eq!(oom[0]["next_vram"], 12288);
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+    // The liar was never stopped (warn is the default).
+    assert!(env.job_events(1, "oom").is_empty());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(
+        out.stdout.contains("job 2 ran out of CUDA memory after")
+            && out.stdout.contains(
+                "because job 1 (16000 MiB on a 8192 MiB declaration, +95%) was over its declaration"
+            ),
+        "{}",
+        out.stdout
+    );
+    // The summary names who caused it.
+    assert!(
+        out.stdout
+            .contains("OOM of job 2 caused by job 1: 16000 MiB on a 8192 MiB declaration (+95%)"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_line_overrides_the_enforcement_mode() {
+    // --enforce stop, but the liar's line says warn: it is not stopped.
+    let env = Env::new(&LIAR_AND_HONEST.replace(
+        "[vram=8G retries=1 name=liar]",
+        "[vram=8G retries=1 name=liar enforce=warn]",
+    ));
+    let out = env.run(&["--sim", "1", "--poll", "0.2", "--enforce", "stop"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("stopping it"), "{}", out.stdout);
+    assert!(env.job_events(1, "oom").is_empty());
+    // A bad mode names the line.
+    let env = Env::new("[vram=8G enforce=kill] echo hi\n");
+    let out = env.run(&["--sim", "1"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("line 1: bad enforce value 'kill': expected enforce=stop or enforce=warn"),
+        "{}",
+        out.stderr
+    );
+}

@@ -6,7 +6,7 @@ use crate::console::{say, warn};
 use crate::files;
 use crate::journal::Event;
 use crate::launcher::EndFacts;
-use crate::model::DoneStatus;
+use crate::model::{Culprit, DoneStatus, OomCause};
 use crate::policy::dependencies::Readiness;
 use crate::policy::oom;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
@@ -14,6 +14,13 @@ use crate::scheduler::Scheduler;
 use crate::state::{Ended, Running};
 use crate::view::report::{self, CompletionLine};
 use std::collections::BTreeMap;
+
+/// An attempt to be retried as an OOM, as [`Outcome::OomRetry`] decided.
+struct OomRetry {
+    attempts: u32,
+    next_vram_mib: Option<u64>,
+    cause: Option<OomCause>,
+}
 
 /// Spent exit records kept before they are removed in one batch.
 const SPENT_RECORDS_BATCH: usize = 10_000;
@@ -68,6 +75,9 @@ impl Scheduler {
                 .unwrap_or(self.cfg.oom_retries),
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
+            neighbour_over: (ran_out_of.map(|s| s.memory) == Some(oom::Exhausted::Gpu))
+                .then(|| self.neighbour_over(&job))
+                .flatten(),
         });
         // A failure for want of host memory says so: it is no GPU OOM
         // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
@@ -116,6 +126,39 @@ impl Scheduler {
                 Err(e)
             }
         }
+    }
+
+    /// The job on `job`'s GPUs most over its own declaration (beyond
+    /// `--tolerance`), if any, while `job` kept to its own: the one to
+    /// blame when `job` ran out of memory (docs/BEHAVIOUR.md "Declarations
+    /// that hold").
+    fn neighbour_over(&self, job: &Running) -> Option<Culprit> {
+        let over =
+            |declared: u64, peak: u64| peak as f64 > declared as f64 * (1.0 + self.cfg.tolerance);
+        // A job over its own declaration ran out on its own account.
+        if let (Some(declared), Some(peak)) = (job.vram_mib, job.usage.peak_max_mib())
+            && over(declared, peak)
+        {
+            return None;
+        }
+        self.core
+            .running
+            .values()
+            .filter_map(|other| {
+                let declared = other.vram_mib?;
+                let peak = job
+                    .gpus
+                    .iter()
+                    .filter_map(|g| other.usage.peak_mib.get(g))
+                    .max()
+                    .copied()?;
+                over(declared, peak).then_some(Culprit {
+                    job: other.no,
+                    peak_mib: peak,
+                    declared_mib: declared,
+                })
+            })
+            .max_by_key(|c| c.peak_mib.saturating_sub(c.declared_mib))
     }
 
     /// Journals and prints one decided outcome.
@@ -178,8 +221,14 @@ impl Scheduler {
             Outcome::OomRetry {
                 attempts,
                 next_vram_mib,
+                cause,
             } => {
-                self.record_oom_retry(key, job, attempts, next_vram_mib, &peaks, duration_s)?;
+                let retry = OomRetry {
+                    attempts,
+                    next_vram_mib,
+                    cause,
+                };
+                self.record_oom_retry(key, job, retry, &peaks, duration_s)?;
                 self.tell_requeued(
                     key,
                     job,
@@ -195,23 +244,29 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Journals and says a CUDA OOM that is retried with `next_vram_mib`.
+    /// Journals and says an attempt retried as an OOM: its own, a stop
+    /// for over-use, or a neighbour's over-use.
     ///
     /// Errors: the journal cannot be written.
     fn record_oom_retry(
         &mut self,
         key: &str,
         job: &Running,
-        attempts: u32,
-        next_vram_mib: Option<u64>,
+        retry: OomRetry,
         peaks: &BTreeMap<u32, Option<u64>>,
         duration_s: f64,
     ) -> anyhow::Result<()> {
+        let OomRetry {
+            attempts,
+            next_vram_mib,
+            cause,
+        } = retry;
         self.io.journal.append(
             key,
             Event::Oom {
                 attempts,
                 next_vram: next_vram_mib,
+                cause,
             },
         )?;
         let allowed = self
@@ -220,14 +275,32 @@ impl Scheduler {
             .spec(key)
             .and_then(|s| s.retries())
             .unwrap_or(self.cfg.oom_retries);
-        warn(&format!(
-            "↻ job {} ran out of CUDA memory after {} ({}); retry {attempts} of {allowed} with vram {}",
-            job.no,
-            crate::console::human_duration(duration_s),
-            report::peaks_text(peaks),
-            next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB")),
-        ));
-        self.learn_from_oom(key, next_vram_mib);
+        let next = next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"));
+        let after = crate::console::human_duration(duration_s);
+        let peaks = report::peaks_text(peaks);
+        warn(&match cause {
+            None => format!(
+                "↻ job {} ran out of CUDA memory after {after} ({peaks}); retry {attempts} of {allowed} with vram {next}",
+                job.no
+            ),
+            Some(OomCause::OverDeclared { .. }) => format!(
+                "↻ job {} was stopped after {after} for using more VRAM than it declared ({peaks}, declared {}); retry {attempts} of {allowed} with vram {next}",
+                job.no,
+                job.vram_mib
+                    .map_or("nothing".to_string(), |v| format!("{v} MiB"))
+            ),
+            Some(OomCause::Neighbour(culprit)) => {
+                self.report.this_run.culprits.push((job.no, culprit));
+                format!(
+                    "↻ job {} ran out of CUDA memory after {after} because {} was over its declaration on the same GPU; it runs again with vram {next}, no retry used",
+                    job.no,
+                    culprit.describe()
+                )
+            }
+        });
+        if !matches!(cause, Some(OomCause::Neighbour(_))) {
+            self.learn_from_oom(key, next_vram_mib);
+        }
         Ok(())
     }
 
@@ -336,7 +409,8 @@ impl Scheduler {
             },
         )?;
         self.report
-            .ended_this_run
+            .this_run
+            .ended
             .insert(key.to_string(), Ended { status, returncode });
         self.due.dispatch_needed = true;
         Ok(notify)

@@ -46,7 +46,8 @@ impl Scheduler {
         });
         let this_run = self
             .report
-            .ended_this_run
+            .this_run
+            .ended
             .values()
             .map(|e| (e.status, e.returncode));
         let ended: Vec<_> = in_file.chain(this_run).collect();
@@ -61,7 +62,7 @@ impl Scheduler {
         say(&format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
             crate::console::human_duration(now_ts() - self.report.started_ts),
-            self.report.dispatched_this_run,
+            self.report.this_run.dispatched,
             if any_failure {
                 " — some jobs did not succeed, see status.txt"
             } else {

@@ -265,7 +265,7 @@ impl Scheduler {
                 launch.no
             )),
         }
-        self.report.dispatched_this_run += 1;
+        self.report.this_run.dispatched += 1;
         if let Some((family, p)) = &launch.learned {
             let entry = self
                 .core

@@ -10,7 +10,9 @@
 //! 5. [`cancels`]: apply `cancel` flags (docs/BEHAVIOUR.md "Out of memory and timeouts"); then [`dependencies`]:
 //!    end jobs whose `after=` dependency failed (docs/BEHAVIOUR.md "Queue policy").
 //! 6. [`sampling`]: when due, query the GPUs and attribute their processes
-//!    (docs/BEHAVIOUR.md "Monitoring"); then [`orphans`]: finish adopted jobs that ended (docs/BEHAVIOUR.md "The live queue").
+//!    (docs/BEHAVIOUR.md "Monitoring"); [`enforce`]: stop jobs over their
+//!    declaration under `enforce=stop` (docs/BEHAVIOUR.md "Declarations that
+//!    hold"); then [`orphans`]: finish adopted jobs that ended (docs/BEHAVIOUR.md "The live queue").
 //! 7. [`dispatch`]: place pending jobs and start those that fit (docs/BEHAVIOUR.md "Placement",
 //!    "Running a job"), with [`reservations`] against starvation and [`preemption`]
 //!    for the first blocked job (docs/BEHAVIOUR.md "Queue policy"), deciding and booking under the
@@ -33,6 +35,7 @@ mod children;
 mod completion;
 mod dependencies;
 mod dispatch;
+mod enforce;
 mod exit;
 mod expected;
 mod file_digest;

@@ -60,7 +60,7 @@ impl Scheduler {
             core: &self.core,
             round: &self.round,
             loads: self.gpu_loads(),
-            ended_this_run: &self.report.ended_this_run,
+            this_run: &self.report.this_run,
             state: self.scheduler_state(),
             started_ts: self.report.started_ts,
             ticks: self.report.ticks,

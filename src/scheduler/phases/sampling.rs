@@ -25,6 +25,10 @@ const EARLY_SAMPLES: [Duration; 2] = [Duration::from_millis(500), Duration::from
 /// Early samples closer than this to one already asked for are shared.
 const EARLY_SAMPLE_SLACK: Duration = Duration::from_millis(250);
 
+/// The longest time between samples while a job runs under
+/// `enforce=stop` (docs/BEHAVIOUR.md "Declarations that hold").
+pub const ENFORCE_POLL: Duration = Duration::from_millis(500);
+
 /// Failed GPU queries in a row after which dispatch pauses (docs/BEHAVIOUR.md "NVML").
 const MAX_GPU_FAILURES: u32 = 5;
 
@@ -49,7 +53,29 @@ impl Scheduler {
                 .core
                 .gpu
                 .last_sample
-                .is_none_or(|t| now >= t + self.cfg.poll)
+                .is_none_or(|t| now >= t + self.sample_every())
+    }
+
+    /// The time between samples: `--poll`, at most [`ENFORCE_POLL`] while
+    /// a job runs under `enforce=stop`, so that an over-use is caught
+    /// before it takes a neighbour down (docs/BEHAVIOUR.md "Declarations
+    /// that hold").
+    pub(in crate::scheduler) fn sample_every(&self) -> Duration {
+        let enforced = self.core.running.iter().any(|(key, job)| {
+            job.vram_mib.is_some()
+                && self
+                    .core
+                    .jobs
+                    .spec(key)
+                    .and_then(|s| s.enforce())
+                    .unwrap_or(self.cfg.enforce)
+                    == crate::jobspec::Enforce::Stop
+        });
+        if enforced {
+            self.cfg.poll.min(ENFORCE_POLL)
+        } else {
+            self.cfg.poll
+        }
     }
 
     /// Asks for the samples of [`EARLY_SAMPLES`] after a job started at

@@ -225,7 +225,7 @@ impl Scheduler {
     /// (when the filter picks it and this run started something).
     pub(in crate::scheduler) fn tell_drained(&mut self) {
         if self.report.told.drained_told
-            || self.report.dispatched_this_run == 0
+            || self.report.this_run.dispatched == 0
             || !self.report.told.filter.wants_drained()
             || self.report.told.notifier.is_none()
         {

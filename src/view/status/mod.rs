@@ -47,6 +47,23 @@ pub struct StatusDoc {
     /// force (docs/BEHAVIOUR.md "Rules for a shared box").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub box_rules: Option<BoxStatus>,
+    /// OOMs during this run that another job's over-use caused
+    /// (docs/BEHAVIOUR.md "Declarations that hold"), oldest first.
+    #[serde(default)]
+    pub oom_blame: Vec<OomBlame>,
+}
+
+/// One OOM caused by another job's over-use.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OomBlame {
+    /// The job that ran out of memory (display number).
+    pub victim: u32,
+    /// The job that was over its declaration on the same GPU.
+    pub culprit: u32,
+    /// What the culprit used there at its highest (MiB).
+    pub peak_mib: u64,
+    /// What the culprit declared (MiB per GPU).
+    pub declared_mib: u64,
 }
 
 /// The box rules as one user's scheduler sees them.
@@ -369,6 +386,10 @@ pub struct JobStatus {
     pub attempt: u32,
     /// Attempts that ended in a CUDA OOM so far.
     pub oom_attempts: u32,
+    /// Running and measured beyond its declaration plus `--tolerance`
+    /// (docs/BEHAVIOUR.md "Declarations that hold").
+    #[serde(default)]
+    pub over_declared: bool,
     /// When queued (first seen), Unix seconds.
     pub queued: Option<f64>,
     /// When its first attempt started.
@@ -436,8 +457,8 @@ impl StatusDoc {
 }
 
 /// The terminal states: the words of [`DoneStatus::ALL`].
-pub const TERMINAL_STATES: [&str; 7] = {
-    let mut words = [""; 7];
+pub const TERMINAL_STATES: [&str; DoneStatus::ALL.len()] = {
+    let mut words = [""; DoneStatus::ALL.len()];
     let mut i = 0;
     while i < words.len() {
         words[i] = DoneStatus::ALL[i].as_str();
@@ -448,19 +469,11 @@ pub const TERMINAL_STATES: [&str; 7] = {
 
 /// Every state a job can be in, as `counts` keys: the live states, then
 /// the terminal ones.
-pub const JOB_STATES: [&str; 10] = {
-    let mut words = [
-        "running",
-        "pending",
-        "retry_wait",
-        "",
-        "",
-        "",
-        "",
-        "",
-        "",
-        "",
-    ];
+pub const JOB_STATES: [&str; 3 + DoneStatus::ALL.len()] = {
+    let mut words = [""; 3 + DoneStatus::ALL.len()];
+    words[0] = "running";
+    words[1] = "pending";
+    words[2] = "retry_wait";
     let mut i = 0;
     while i < TERMINAL_STATES.len() {
         words[3 + i] = TERMINAL_STATES[i];

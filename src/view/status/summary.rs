@@ -68,6 +68,24 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
             )
         );
     }
+    // Who caused whose OOM (docs/BEHAVIOUR.md "Declarations that hold").
+    for blame in &doc.oom_blame {
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::console::shorten(
+                &format!(
+                    "OOM of job {} caused by job {}: {} MiB on a {} MiB declaration (+{:.0}%)",
+                    blame.victim,
+                    blame.culprit,
+                    blame.peak_mib,
+                    blame.declared_mib,
+                    (blame.peak_mib as f64 / blame.declared_mib.max(1) as f64 - 1.0) * 100.0
+                ),
+                width
+            )
+        );
+    }
     let mut gpu_rows = vec![[
         "GPU".to_string(),
         "BUSY".into(),

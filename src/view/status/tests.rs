@@ -61,6 +61,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 gpus: vec![0],
                 gpus_wanted: 1,
                 oom_attempts: 0,
+                over_declared: false,
                 note: None,
                 reason: None,
                 preempted_s: None,
@@ -90,6 +91,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 gpus: vec![0],
                 gpus_wanted: 1,
                 oom_attempts: 0,
+                over_declared: false,
                 note: None,
                 reason: None,
                 preempted_s: None,
@@ -116,6 +118,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             },
         ],
         box_rules: None,
+        oom_blame: Vec::new(),
     }
 }
 

@@ -246,10 +246,12 @@ pub struct RunArgs {
     pub tolerance: f64,
 
     /// What happens to a job whose measured VRAM goes beyond its
-    /// declaration plus --tolerance: `warn` (a warning; it runs on) or
+    /// declaration plus --tolerance: `warn` (a warning; it runs on),
     /// `stop` (stopped at once, before it can take a neighbour down, and
-    /// retried as an OOM is with a bigger declaration). A line's
-    /// enforce=stop|warn overrides it. `stop` is the one for shared boxes.
+    /// retried as an OOM is with a bigger declaration), or `mps` (NVIDIA
+    /// MPS limits each job's memory to its declaration; for GPUs one user
+    /// has to themselves). A line's enforce=stop|warn overrides it. `stop`
+    /// is the one for shared boxes.
     #[arg(long, value_name = "MODE", default_value = "warn", value_parser = parse_enforce)]
     pub enforce: crate::jobspec::Enforce,
 
@@ -843,7 +845,7 @@ fn parse_float(text: &str, what: &str) -> Result<f64, String> {
 
 fn parse_enforce(text: &str) -> Result<crate::jobspec::Enforce, String> {
     crate::jobspec::Enforce::from_word(text)
-        .ok_or_else(|| format!("'{text}' is not a mode: use warn or stop"))
+        .ok_or_else(|| format!("'{text}' is not a mode: use warn, stop or mps"))
 }
 
 fn parse_fraction(text: &str) -> Result<f64, String> {

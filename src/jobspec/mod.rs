@@ -81,6 +81,9 @@ pub enum Enforce {
     /// a neighbour down, and retried as an OOM is with a bigger
     /// declaration.
     Stop,
+    /// NVIDIA MPS holds each job to its declaration (`--enforce mps`
+    /// only, for the whole scheduler).
+    Mps,
 }
 
 impl Enforce {
@@ -89,12 +92,13 @@ impl Enforce {
         match self {
             Enforce::Warn => "warn",
             Enforce::Stop => "stop",
+            Enforce::Mps => "mps",
         }
     }
 
     /// The mode named `word`, if any.
     pub fn from_word(word: &str) -> Option<Enforce> {
-        [Enforce::Warn, Enforce::Stop]
+        [Enforce::Warn, Enforce::Stop, Enforce::Mps]
             .into_iter()
             .find(|e| e.as_str() == word)
     }
@@ -578,9 +582,13 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         "preemptible" => spec.preemptible = bare(value)?,
         "enforce" => {
             let v = need(value)?;
-            spec.rare_mut().enforce = Some(Enforce::from_word(&v).ok_or_else(|| {
-                format!("bad enforce value '{v}': expected enforce=stop or enforce=warn")
-            })?);
+            spec.rare_mut().enforce = Some(
+                Enforce::from_word(&v)
+                    .filter(|e| *e != Enforce::Mps)
+                    .ok_or_else(|| {
+                        format!("bad enforce value '{v}': expected enforce=stop or enforce=warn")
+                    })?,
+            );
         }
         "after" => {
             let v = need(value)?;

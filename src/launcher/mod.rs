@@ -28,6 +28,7 @@
 
 pub mod cluster;
 mod local;
+pub mod mps;
 pub mod slurm;
 
 pub use cluster::{Cluster, ClusterGpus, ClusterJob};

@@ -43,6 +43,9 @@ pub struct Io {
     /// Supervised attempts whose outcome is journaled but waits for the
     /// group commit's fsync before the supervisor hears `ack`.
     pub unacked: Vec<u64>,
+    /// Our MPS daemon under `--enforce mps` (docs/BEHAVIOUR.md
+    /// "Declarations that hold"); it quits when this is dropped.
+    pub mps: Option<crate::launcher::mps::Mps>,
 }
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").

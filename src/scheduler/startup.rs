@@ -57,6 +57,17 @@ impl Scheduler {
             Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
         };
         let lock = prepare_log_dir(&cfg.log_dir)?;
+        // Under the lock: one daemon per log directory.
+        let mps = match cfg.enforce {
+            crate::jobspec::Enforce::Mps if sim_dir.is_some() || args.slurm.slurm => {
+                return Err(Error::Usage(
+                    "--enforce mps needs this machine's NVIDIA GPUs (not --sim or --slurm); use --enforce stop".into(),
+                )
+                .into());
+            }
+            crate::jobspec::Enforce::Mps => Some(crate::launcher::mps::Mps::start(&cfg.log_dir)?),
+            _ => None,
+        };
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -108,6 +119,7 @@ impl Scheduler {
             usage,
             spent_records: Vec::new(),
             unacked: Vec::new(),
+            mps,
         };
         let share = Sharing {
             ledger,

@@ -94,7 +94,36 @@ impl Scheduler {
             })
             .collect::<Vec<_>>();
         self.hold_for_fair_share(&mut loads);
+        self.refuse_shared_gpus_for_mps(&mut loads);
         loads
+    }
+
+    /// Under `--enforce mps`, a GPU where another user's schedulers book
+    /// memory is refused whole: MPS serves one user per GPU at a time, and
+    /// would time-slice the two (docs/BEHAVIOUR.md "Declarations that
+    /// hold"). It counts as booked by them, which is what the job's wait
+    /// reason says.
+    fn refuse_shared_gpus_for_mps(&self, loads: &mut [GpuLoad]) {
+        let (Some(_), Some(ledger), Some(snapshot)) =
+            (&self.io.mps, &self.share.ledger, &self.core.gpu.snapshot)
+        else {
+            return;
+        };
+        let me = crate::files::user_name(nix::unistd::getuid().as_raw());
+        for load in loads {
+            let Some(gpu) = snapshot.gpus.iter().find(|g| g.index == load.index) else {
+                continue;
+            };
+            let others: Vec<String> = crate::ledger::per_user(&ledger.foreign, &gpu.uuid)
+                .into_iter()
+                .map(|(user, _, _)| user)
+                .filter(|user| *user != me)
+                .collect();
+            if !others.is_empty() {
+                load.booked_mib = load.total_mib;
+                load.booked_by = others;
+            }
+        }
     }
 
     /// The pending jobs in priority (file) order, as indices into the specs,

@@ -103,6 +103,9 @@ impl Scheduler {
         if self.cfg.framework_caps {
             env.extend(self.framework_caps(&spec.command, request.vram_mib, &gpus));
         }
+        if let Some(mps) = &self.io.mps {
+            env.extend(mps.job_env(request.vram_mib, gpus.len()));
+        }
         if preempted {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }

@@ -164,7 +164,10 @@ pub fn expand(
         if axes[..i].iter().any(|a| a.key == axis.key) {
             return Err(format!("{} is given twice", axis.key));
         }
-        if !pieces.iter().any(|p| p == &Piece::Key(axis.key.clone())) {
+        if !pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Key { key, .. } if *key == axis.key))
+        {
             return Err(format!(
                 "{} is not used: the template has no {{{}}}",
                 axis.key, axis.key
@@ -172,7 +175,7 @@ pub fn expand(
         }
     }
     for piece in &pieces {
-        if let Piece::Key(key) = piece
+        if let Piece::Key { key, .. } = piece
             && !axes.iter().any(|a| &a.key == key)
         {
             return Err(format!(
@@ -222,24 +225,82 @@ pub fn expand(
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
-    Key(String),
+    Key {
+        key: String,
+        /// How its values are written into the line.
+        quoting: Quoting,
+    },
+}
+
+/// Where a placeholder stands, which decides how a value is written there
+/// so that the shell reads it back as one word, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// As written: in the attribute block, or `{KEY:raw}`.
+    Raw,
+    /// Outside quotes: quoted for the shell when it needs it (`'a b'`).
+    Bare,
+    /// Inside `'…'`: each `'` becomes `'\''`.
+    Single,
+    /// Inside `"…"`: `\`, `"`, `$` and `` ` `` get a backslash.
+    Double,
+}
+
+/// The quoting context at the end of `text`, shell text read from
+/// outside any quotes.
+fn context_after(text: &str) -> Quoting {
+    let mut context = Quoting::Bare;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        context = match (context, c) {
+            (Quoting::Bare | Quoting::Double, '\\') => {
+                chars.next();
+                context
+            }
+            (Quoting::Bare, '\'') => Quoting::Single,
+            (Quoting::Bare, '"') => Quoting::Double,
+            (Quoting::Single, '\'') | (Quoting::Double, '"') => Quoting::Bare,
+            _ => context,
+        };
+    }
+    context
 }
 
 fn pieces(template: &str) -> Vec<Piece> {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut rest = template;
+    // The attribute block, if the template has one, is no shell text.
+    let block_end = template
+        .trim_start()
+        .starts_with('[')
+        .then(|| template.find(']'))
+        .flatten();
+    let command_start = block_end.map_or(0, |end| end + 1);
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
-        let close = after.find('}');
-        let key = close.map(|c| &after[..c]);
+        let inner = after.find('}').map(|c| &after[..c]);
+        let (key, raw) = match inner.map(|i| (i, i.strip_suffix(":raw"))) {
+            Some((_, Some(key))) => (key, true),
+            Some((inner, None)) => (inner, false),
+            None => ("", false),
+        };
         let shells = rest[..open].ends_with('$');
-        match key {
-            Some(key) if is_key(key) && !shells => {
+        match inner {
+            Some(inner) if is_key(key) && !shells => {
+                let at = template.len() - rest.len() + open;
+                let quoting = if raw || at < command_start {
+                    Quoting::Raw
+                } else {
+                    context_after(&template[command_start..at])
+                };
                 text.push_str(&rest[..open]);
                 out.push(Piece::Text(std::mem::take(&mut text)));
-                out.push(Piece::Key(key.to_string()));
-                rest = &after[key.len() + 1..];
+                out.push(Piece::Key {
+                    key: key.to_string(),
+                    quoting,
+                });
+                rest = &after[inner.len() + 1..];
             }
             _ => {
                 text.push_str(&rest[..=open]);
@@ -250,6 +311,24 @@ fn pieces(template: &str) -> Vec<Piece> {
     text.push_str(rest);
     out.push(Piece::Text(text));
     out
+}
+
+/// `value` written at a placeholder quoted so.
+fn quoted(value: &str, quoting: Quoting) -> String {
+    match quoting {
+        Quoting::Raw => value.to_string(),
+        Quoting::Bare => {
+            shlex::try_quote(value).map_or_else(|_| value.to_string(), std::borrow::Cow::into_owned)
+        }
+        Quoting::Single => value.replace('\'', r"'\''"),
+        Quoting::Double => value
+            .chars()
+            .flat_map(|c| {
+                let escape = matches!(c, '\\' | '"' | '$' | '`');
+                escape.then_some('\\').into_iter().chain([c])
+            })
+            .collect(),
+    }
 }
 
 /// The line for combination number `index`.
@@ -270,10 +349,10 @@ fn fill(pieces: &[Piece], axes: &[Axis], combine: Combine, index: u64) -> String
     pieces
         .iter()
         .map(|piece| match piece {
-            Piece::Text(text) => text.as_str(),
-            Piece::Key(key) => {
+            Piece::Text(text) => text.clone(),
+            Piece::Key { key, quoting } => {
                 let i = axes.iter().position(|a| &a.key == key).unwrap_or(0);
-                axes[i].values[digits[i]].as_str()
+                quoted(&axes[i].values[digits[i]], *quoting)
             }
         })
         .collect()

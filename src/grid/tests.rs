@@ -158,3 +158,43 @@ fn mistakes_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn values_are_quoted_for_where_they_stand_and_read_back_as_written() {
+    let n = parse_axis("n=a b,c;d,it's,plain").unwrap();
+    let lines = |template: &str| {
+        expand(template, std::slice::from_ref(&n), Combine::Product, None).unwrap()
+    };
+    // Outside quotes, in '…' and in "…": the shell reads each value back
+    // as one word, as written.
+    for template in [
+        "python t.py --name {n}",
+        "sh -c 'echo {n}'",
+        "python t.py --name \"{n}\"",
+    ] {
+        for (line, value) in lines(template).iter().zip(&n.values) {
+            let words = shlex::split(line).unwrap_or_else(|| panic!("{line}"));
+            let last = words.last().unwrap();
+            assert!(
+                last.ends_with(value.as_str()),
+                "{template}: {line} → {words:?}"
+            );
+            if template.starts_with("python") {
+                assert_eq!(last, value, "{line}");
+            }
+        }
+    }
+    assert_eq!(
+        lines("python t.py --name {n}")[0],
+        "python t.py --name 'a b'"
+    );
+    assert_eq!(
+        lines("python t.py --name {n}")[3],
+        "python t.py --name plain"
+    );
+    // The attribute block and `{n:raw}` take the value as written.
+    assert_eq!(
+        lines("[name=x-{n}] echo {n:raw}")[1],
+        "[name=x-c;d] echo c;d"
+    );
+}

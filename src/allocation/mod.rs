@@ -645,12 +645,31 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
 fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {
     let wanted = request.gpus.max(1) as usize;
     let allowed: Vec<&GpuLoad> = gpus.iter().filter(|g| request.may_use(g.index)).collect();
-    let gpus = allowed.as_slice();
-    if wanted > gpus.len() {
+    if wanted > allowed.len() {
+        // GPUs its on= names that this scheduler does not have.
+        let unknown: Vec<u32> = request
+            .on_mask
+            .map(crate::model::gpus_of_mask)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|i| !gpus.iter().any(|g| g.index == *i))
+            .collect();
+        let mut present: Vec<u32> = gpus.iter().map(|g| g.index).collect();
+        present.sort_unstable();
+        let missing = if unknown.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; its on= names GPU {}, which {} not among this scheduler's GPUs ({})",
+                crate::console::gpu_ids(&unknown, ", "),
+                if unknown.len() == 1 { "is" } else { "are" },
+                crate::console::gpu_ids(&present, ", ")
+            )
+        };
         return Some(format!(
-            "needs {wanted} GPUs but only {} {} allowed{}",
-            gpus.len(),
-            if gpus.len() == 1 { "is" } else { "are" },
+            "needs {wanted} GPUs but only {} {} allowed{}{missing}",
+            allowed.len(),
+            if allowed.len() == 1 { "is" } else { "are" },
             if request.on_mask.is_some() {
                 " by its on= and --gpus"
             } else {
@@ -658,6 +677,7 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
             }
         ));
     }
+    let gpus = allowed.as_slice();
     let vram = request.vram_mib?;
     let need = vram.saturating_add(opts.margin_mib);
     let big_enough = gpus.iter().filter(|g| g.total_mib >= need).count();

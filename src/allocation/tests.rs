@@ -627,3 +627,18 @@ fn multi_gpu_jobs_get_nvlink_pairs_not_the_lowest_indices() {
         Placement::Start(vec![1, 3])
     );
 }
+
+#[test]
+fn an_on_list_naming_a_gpu_the_box_lacks_says_so() {
+    let on_seven = Request {
+        on_mask: Some(1 << 7),
+        ..declared(1000)
+    };
+    match place(&on_seven, &[gpu(0), gpu(1)], &opts()) {
+        Placement::Infeasible(reason) => assert_eq!(
+            reason,
+            "needs 1 GPUs but only 0 are allowed by its on= and --gpus; its on= names GPU 7, which is not among this scheduler's GPUs (0, 1)"
+        ),
+        other => panic!("expected infeasible, got {other:?}"),
+    }
+}

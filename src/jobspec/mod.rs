@@ -561,24 +561,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                 })?);
         }
         "cancel" => spec.cancel = bare(value)?,
-        "on" => {
-            let v = need(value)?;
-            let mut mask = 0u64;
-            for part in v.split(',') {
-                let index = part
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|&i| i < 64)
-                    .ok_or_else(|| {
-                        format!("bad on value '{v}': expected GPU indices below 64, like on=0,2")
-                    })?;
-                if mask & (1u64 << index) != 0 {
-                    return Err(format!("bad on value '{v}': GPU {index} is listed twice"));
-                }
-                mask |= 1u64 << index;
-            }
-            spec.rare_mut().on_mask = Some(mask);
-        }
+        "on" => spec.rare_mut().on_mask = Some(parse_on(&need(value)?)?),
         "preemptible" => spec.preemptible = bare(value)?,
         "enforce" => {
             let v = need(value)?;
@@ -647,6 +630,27 @@ fn label(name: &str, value: String) -> Result<String, String> {
             "bad {name} '{value}': use up to 64 letters, digits, '_', '.' and '-'"
         ))
     }
+}
+
+/// An `on=` value: GPU indices below 64, each once, as a bit mask.
+///
+/// Errors: the reason, naming the value.
+fn parse_on(v: &str) -> Result<u64, String> {
+    let mut mask = 0u64;
+    for part in v.split(',') {
+        let index = part
+            .parse::<u32>()
+            .ok()
+            .filter(|&i| i < 64)
+            .ok_or_else(|| {
+                format!("bad on value '{v}': expected GPU indices below 64, like on=0,2")
+            })?;
+        if mask & (1u64 << index) != 0 {
+            return Err(format!("bad on value '{v}': GPU {index} is listed twice"));
+        }
+        mask |= 1u64 << index;
+    }
+    Ok(mask)
 }
 
 fn parse_positive_int(text: &str) -> Option<u32> {

@@ -51,23 +51,10 @@ impl Scheduler {
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
         let (backend, sim_dir) = open_backend(args)?;
         cfg.place.topology = backend.topology().map(std::sync::Arc::new);
-        let launcher = if args.slurm.slurm {
-            Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
-        } else {
-            Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
-        };
+        let launcher = launcher_for(args, &cfg)?;
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
-        let mps = match cfg.enforce {
-            crate::jobspec::Enforce::Mps if sim_dir.is_some() || args.slurm.slurm => {
-                return Err(Error::Usage(
-                    "--enforce mps needs this machine's NVIDIA GPUs (not --sim or --slurm); use --enforce stop".into(),
-                )
-                .into());
-            }
-            crate::jobspec::Enforce::Mps => Some(crate::launcher::mps::Mps::start(&cfg.log_dir)?),
-            _ => None,
-        };
+        let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -285,6 +272,33 @@ impl Scheduler {
                     .join(", ")
             ));
         }
+    }
+}
+
+/// Where attempts run: on a Slurm cluster with `--slurm`, else here.
+///
+/// Errors: the cluster cannot be reached.
+fn launcher_for(args: &RunArgs, cfg: &Config) -> anyhow::Result<Launcher> {
+    Ok(if args.slurm.slurm {
+        Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
+    } else {
+        Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
+    })
+}
+
+/// Our MPS daemon under `--enforce mps`, else `None`; `not_local`: the
+/// GPUs are simulated or Slurm's.
+///
+/// Errors ([`Error::Usage`], exit 2): MPS asked for on GPUs that are not
+/// this machine's, or it cannot start.
+fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::launcher::mps::Mps>> {
+    match cfg.enforce {
+        crate::jobspec::Enforce::Mps if not_local => Err(Error::Usage(
+            "--enforce mps needs this machine's NVIDIA GPUs (not --sim or --slurm); use --enforce stop".into(),
+        )
+        .into()),
+        crate::jobspec::Enforce::Mps => Ok(Some(crate::launcher::mps::Mps::start(&cfg.log_dir)?)),
+        _ => Ok(None),
     }
 }
 

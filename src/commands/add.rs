@@ -54,9 +54,35 @@ pub fn run_to(
             .map(|index| index.jobs.iter().map(|j| (j.no, j.key.clone())).collect())
             .unwrap_or_default()
     };
+    // The jobs the journal knew before the line was added: the same
+    // command at the same place among its look-alikes is the same job
+    // (docs/BEHAVIOUR.md "Identity"), and one that already ran does not
+    // run again by being added back.
+    let before = JobIndex::read(&args.log_dir).map_or_else(|_| Vec::new(), |index| index.jobs);
     let (key, line) = edit::add(&file, &job, &known)?;
     writeln!(out, "{key}")?;
     writeln!(err, "added to {}: {line}", file.display())?;
+    let earlier = before.into_iter().find(|j| j.key == key);
+    if let Some(job) = earlier {
+        return match job.last {
+            super::index::LastWord::Done { status, .. } => {
+                writeln!(
+                    err,
+                    "this command already ran as job {} ({status}), so the line is that job again and does not run; `gpusched retry {}` runs it again",
+                    job.no, job.no
+                )?;
+                Ok(1)
+            }
+            _ => {
+                writeln!(
+                    err,
+                    "this command is job {} already, which has not finished; the line is that job again",
+                    job.no
+                )?;
+                Ok(0)
+            }
+        };
+    }
     let Some(pid) = lockfile::holder(&args.log_dir) else {
         writeln!(
             err,

@@ -385,3 +385,36 @@ fn jobs_can_be_named_in_every_verb() {
     let no = later["no"].as_u64().unwrap();
     assert_eq!(env.status_of(no).as_deref(), Some("cancelled"));
 }
+
+#[test]
+fn adding_back_a_command_that_already_ran_says_so_and_fails() {
+    let env = Env::new("echo first\necho other\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("both jobs to finish", &mut || {
+        env.status_of_opt(2).is_some()
+    });
+    // The finished line deleted, then added back.
+    env.write_jobs("echo first\n");
+    let add = |words: &[&str]| {
+        Command::new(bin())
+            .args(["add", "--log-dir"])
+            .arg(&env.logs)
+            .arg("--")
+            .args(words)
+            .current_dir(env.path(""))
+            .output()
+            .unwrap()
+    };
+    let out = add(&["echo", "other"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("already ran as job 2 (ok)")
+            && text(&out.stderr).contains("`gpusched retry 2` runs it again"),
+        "{out:?}"
+    );
+    // A new command is queued as ever.
+    let out = add(&["echo", "third"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stderr).contains("queued as job 3"), "{out:?}");
+    sched.stop();
+}

@@ -28,8 +28,13 @@ pub fn open_box(
     create: bool,
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Ledger, Option<BoxRules>)> {
     let rules = crate::rules::load(args.box_rules.as_deref())?;
-    let (backend, sim_dir) =
-        crate::open_gpus(args.sim, args.sim_dir.as_deref(), &args.log_dir, &[])?;
+    // Without --sim, the GPUs of the scheduler on --log-dir: simulated
+    // ones if it runs on them.
+    let (sim, sim_dir) = match (args.sim, following_sim(&args.log_dir)) {
+        (None, Some((count, dir))) => (Some(count), Some(dir)),
+        _ => (args.sim, args.sim_dir.clone()),
+    };
+    let (backend, sim_dir) = crate::open_gpus(sim, sim_dir.as_deref(), &args.log_dir, &[])?;
     let dir = match (&args.ledger, &sim_dir) {
         (Some(dir), _) => crate::files::absolute(dir),
         (None, Some(sim)) => sim.join("ledger"),
@@ -41,6 +46,20 @@ pub fn open_box(
         BoxRules::max_reservation_s,
     );
     Ok((backend, ledger, rules))
+}
+
+/// The simulated GPUs (count and directory) of the scheduler whose
+/// status.json is in `log_dir`, when it runs with `--sim`.
+fn following_sim(log_dir: &std::path::Path) -> Option<(u32, PathBuf)> {
+    let text = std::fs::read(log_dir.join("status.json")).ok()?;
+    let doc: crate::view::status::StatusDoc = serde_json::from_slice(&text).ok()?;
+    if doc.scheduler.backend != "sim" {
+        return None;
+    }
+    let dir = doc.scheduler.sim_dir.map(PathBuf::from)?;
+    // Its GPUs may be fewer than the simulation's (--gpus): the highest.
+    let count = doc.gpus.iter().map(|g| g.index + 1).max().unwrap_or(1);
+    Some((count, dir))
 }
 
 impl BoxSource {

@@ -75,6 +75,8 @@ pub struct ViewInput<'a> {
     pub backend: (bool, String),
     /// Other schedulers' trusted bookings (docs/BEHAVIOUR.md "Sharing a box").
     pub foreign: &'a [crate::ledger::Foreign],
+    /// The simulated GPUs' directory, with `--sim`.
+    pub sim_dir: Option<&'a std::path::Path>,
 }
 
 impl ViewInput<'_> {
@@ -292,6 +294,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             poll_s: input.cfg.poll.as_secs_f64(),
             backend: if input.backend.0 { "sim" } else { "nvml" }.into(),
             backend_detail: input.backend.1.clone(),
+            sim_dir: input.sim_dir.map(|d| d.display().to_string()),
             state: input.state,
             paused_reason: input.core.mode.paused_reason().map(str::to_string),
             jobs_file_problem: input.core.jobs.source.last_error.clone(),

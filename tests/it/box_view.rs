@@ -391,3 +391,30 @@ fn top_in_an_80_by_24_tmux_shows_both_users_and_when_gpus_free_and_quits_on_q() 
     bs.stop();
     std::thread::sleep(Duration::from_millis(1));
 }
+
+#[test]
+fn top_follows_a_simulated_scheduler_on_its_log_directory() {
+    // No --sim for top: it takes the backend from the scheduler's
+    // status.json, instead of failing to load NVML.
+    let env = Env::new("[vram=5000] gpusched simjob --vram 4000 --hold 30\n");
+    let sched = env.spawn(&["--sim", "3", "--poll", "0.2", "--watch"]);
+    wait_for("the job to use its memory", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|t| t.contains("\"current_mib\":{\"0\":4000}"))
+    });
+    let printed = Command::new(common::bin())
+        .args(["top", "--once", "--log-dir"])
+        .arg(&env.logs)
+        .env("LD_LIBRARY_PATH", env.path("no-libs"))
+        .current_dir(env.path(""))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&printed.stdout);
+    assert!(
+        printed.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    assert!(text.contains("GPU 2") && text.contains("4000"), "{text}");
+    sched.stop();
+}

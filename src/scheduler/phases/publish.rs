@@ -65,6 +65,7 @@ impl Scheduler {
             started_ts: self.report.started_ts,
             ticks: self.report.ticks,
             backend: (self.io.backend.is_sim(), self.io.backend.describe()),
+            sim_dir: self.io.sim_dir.as_deref(),
             foreign: self
                 .share
                 .ledger

@@ -187,6 +187,10 @@ pub struct SchedulerStatus {
     pub backend: String,
     /// E.g. `2 simulated GPUs of 24000 MiB`.
     pub backend_detail: String,
+    /// With `--sim`: the simulated GPUs' directory, so that `top`, `serve`
+    /// and `reserve` see the same GPUs.
+    #[serde(default)]
+    pub sim_dir: Option<String>,
     /// `running` (dispatching), `draining` (no job left to start; waiting for
     /// running ones), `paused-by-errors` (GPU queries failing), `stopping`
     /// (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or `finished`

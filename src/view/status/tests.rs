@@ -14,6 +14,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             poll_s: 5.0,
             backend: "sim".into(),
             backend_detail: "1 simulated GPU of 24000 MiB".into(),
+            sim_dir: None,
             state: SchedulerState::Finished,
             paused_reason: None,
             jobs_file_problem: None,

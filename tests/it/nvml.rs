@@ -836,3 +836,69 @@ fn a_new_job_is_sampled_at_once_and_the_views_stay_fresh_whatever_poll() {
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
+
+#[test]
+fn enforce_mps_refuses_a_gpu_where_another_users_jobs_are() {
+    use common::users::{open_env, shared_ledger, users, users_env};
+    use std::os::unix::process::CommandExt;
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let root = open_env("");
+    let ledger = shared_ledger(&root);
+    let state = root.path("nvml_state");
+    std::fs::write(&state, TWO_GPUS).unwrap();
+    let nvml_env = |cmd: &mut Command| {
+        cmd.arg("--ledger")
+            .arg(&ledger)
+            .env("LD_LIBRARY_PATH", fake_nvml_dir())
+            .env("FAKE_NVML_STATE", &state);
+    };
+    // Alice's scheduler runs a job on GPU 0.
+    let a = users_env(
+        "[vram=2G on=0] while [ ! -e release ]; do sleep 0.05; done\n",
+        alice,
+    );
+    let mut cmd = a.command(&["--poll", "0.2"]);
+    nvml_env(&mut cmd);
+    cmd.uid(alice.0).gid(alice.1);
+    let alices = Sched::from_command(cmd);
+    wait_for("alice's job to start", &mut || {
+        !a.events("started").is_empty()
+    });
+    // Ours, under MPS: GPU 0 is refused while her job is there.
+    let ours = open_env("[vram=1G on=0] echo zero > zero.txt\n[vram=1G on=1] echo one > one.txt\n");
+    let bin_dir = ours.path("fake-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    fake_mps_control(&bin_dir);
+    let mut cmd = ours.command(&["--poll", "0.2", "--enforce", "mps", "--watch"]);
+    nvml_env(&mut cmd);
+    cmd.env(
+        "PATH",
+        format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+    );
+    let sched = Sched::from_command(cmd);
+    wait_for("the job on GPU 1 to run", &mut || {
+        ours.path("one.txt").exists()
+    });
+    wait_for("job 1 to say why it waits", &mut || {
+        status_json(&ours)["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|j| {
+                j["no"] == 1
+                    && j["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("gpusched-t-alice"))
+            })
+    });
+    assert!(!ours.path("zero.txt").exists());
+    // Her job ends: GPU 0 is ours to use.
+    std::fs::write(a.path("release"), "").unwrap();
+    wait_for("job 1 to run on GPU 0", &mut || {
+        ours.path("zero.txt").exists()
+    });
+    sched.stop();
+    alices.finish();
+}

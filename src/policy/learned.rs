@@ -77,6 +77,10 @@ pub enum Source {
         /// How many ok runs it is taken from (at most
         /// [`PREDICTION_RUNS`]).
         runs: usize,
+        /// Whether its runs' peaks differ by more than 2× (runs that
+        /// differ in, say, a batch-size argument): the largest is used,
+        /// and the board says so.
+        spread: bool,
     },
     /// Raised above the history during this run.
     Raised(Raise),
@@ -100,11 +104,16 @@ impl std::fmt::Display for Prediction {
             (None, _) | (_, Source::Cold) => {
                 write!(f, "auto: no ok run of its family yet, needs an idle GPU")
             }
-            (Some(mib), Source::History { runs }) => write!(
+            (Some(mib), Source::History { runs, spread }) => write!(
                 f,
-                "auto {} from {runs} run{}",
+                "auto {} from {runs} run{}{}",
                 size(mib),
-                if runs == 1 { "" } else { "s" }
+                if runs == 1 { "" } else { "s" },
+                if spread {
+                    " (they differ by more than 2×: the largest is used; give differing runs their own family=)"
+                } else {
+                    ""
+                }
             ),
             (Some(mib), Source::Raised(Raise::Oom)) => {
                 write!(f, "auto {} raised after an OOM", size(mib))
@@ -166,17 +175,19 @@ impl Families {
                 source: Source::Cold,
             };
         };
-        let learned = entry
-            .peaks
-            .iter()
-            .map(|(_, p)| *p)
-            .max()
-            .map(|p| buffered_mib(p, spike_buffer));
+        let peaks = entry.peaks.iter().map(|(_, p)| *p);
+        let learned = peaks.clone().max().map(|p| buffered_mib(p, spike_buffer));
+        let spread = peaks
+            .clone()
+            .min()
+            .zip(peaks.max())
+            .is_some_and(|(lo, hi)| hi > lo.saturating_mul(2));
         match (learned, entry.raised) {
             (Some(l), Some((r, _))) if l >= r => Prediction {
                 mib: Some(l),
                 source: Source::History {
                     runs: entry.peaks.len(),
+                    spread,
                 },
             },
             (_, Some((r, why))) => Prediction {
@@ -187,6 +198,7 @@ impl Families {
                 mib: Some(l),
                 source: Source::History {
                     runs: entry.peaks.len(),
+                    spread,
                 },
             },
             (None, None) => Prediction {
@@ -260,7 +272,13 @@ mod tests {
         );
         f.record_ok("t", "a#0", 6000);
         assert_eq!(f.predict("t", 0.1).mib, Some(buffered_mib(6000, 0.1)));
-        assert_eq!(f.predict("t", 0.1).source, Source::History { runs: 1 });
+        assert_eq!(
+            f.predict("t", 0.1).source,
+            Source::History {
+                runs: 1,
+                spread: false
+            }
+        );
         assert_eq!(f.predict("t", 0.1).to_string(), "auto 6.4G from 1 run");
         // An old high peak falls out after five newer runs.
         f.record_ok("t", "a#1", 9000);
@@ -268,13 +286,44 @@ mod tests {
             f.record_ok("t", &format!("b#{i}"), peak);
         }
         assert_eq!(f.predict("t", 0.0).mib, Some(5400));
-        assert_eq!(f.predict("t", 0.0).source, Source::History { runs: 5 });
+        assert_eq!(
+            f.predict("t", 0.0).source,
+            Source::History {
+                runs: 5,
+                spread: false
+            }
+        );
         assert_eq!(f.peaks("t"), vec![5000, 5100, 5200, 5300, 5400]);
         // The same run read twice counts once, with its latest peak.
         f.record_ok("t", "b#4", 5500);
         assert_eq!(f.peaks("t"), vec![5000, 5100, 5200, 5300, 5500]);
         // Other families are not affected.
         assert_eq!(f.predict("u", 0.1).source, Source::Cold);
+    }
+
+    #[test]
+    fn a_family_whose_runs_differ_by_more_than_twice_says_so_and_uses_the_largest() {
+        let mut f = Families::default();
+        f.record_ok("t", "a#0", 3000);
+        f.record_ok("t", "a#1", 9000);
+        let p = f.predict("t", 0.0);
+        assert_eq!(p.mib, Some(9000));
+        assert_eq!(
+            p.source,
+            Source::History {
+                runs: 2,
+                spread: true
+            }
+        );
+        assert!(
+            p.to_string()
+                .contains("differ by more than 2×: the largest is used"),
+            "{p}"
+        );
+        // Within 2×: nothing to say.
+        f.record_ok("u", "b#0", 5000);
+        f.record_ok("u", "b#1", 9000);
+        assert_eq!(f.predict("u", 0.0).to_string(), "auto 8.8G from 2 runs");
     }
 
     #[test]
@@ -291,7 +340,13 @@ mod tests {
         // History that catches up wins again.
         f.record_ok("t", "a#1", 8000);
         assert_eq!(f.predict("t", 0.1).mib, Some(buffered_mib(8000, 0.1)));
-        assert_eq!(f.predict("t", 0.1).source, Source::History { runs: 2 });
+        assert_eq!(
+            f.predict("t", 0.1).source,
+            Source::History {
+                runs: 2,
+                spread: false
+            }
+        );
         // A cold family raised by an OOM gets a declaration.
         f.raise("cold", 30000, Raise::Oom);
         assert_eq!(f.predict("cold", 0.1).mib, Some(30000));

@@ -104,11 +104,18 @@ fn whole_gpu_multi_gpu_and_shard_jobs_see_their_devices_and_exit_codes_land() {
     let env = Env::new(
         "[vram=6G] echo \"devices=$CUDA_VISIBLE_DEVICES job=$GPUSCHED_JOB\"\n\
          [gpus=2] echo \"devices=$CUDA_VISIBLE_DEVICES\"\n\
-         echo \"devices=$CUDA_VISIBLE_DEVICES\"\n\
+         [on=1] echo \"devices=$CUDA_VISIBLE_DEVICES\"\n\
          echo oops; exit 7\n",
     );
     let out = env.spawn(&SLURM).finish_within(SLURM_DEADLINE);
     assert_eq!(out.code, 7, "the one failed job's exit code: {out:?}");
+    // Slurm picks the GPUs: an on= is said to be ignored.
+    assert!(
+        out.stdout
+            .contains("job line 3: on= is ignored on a Slurm cluster"),
+        "{}",
+        out.stdout
+    );
     for no in 1..=3 {
         assert_eq!(env.status_of(no).as_deref(), Some("ok"), "{out:?}");
     }

@@ -44,6 +44,12 @@ impl Scheduler {
             dispatched += 1;
             self.round.pending_at_last_round -= 1;
             let spec = self.core.jobs.specs[index].clone();
+            if spec.on_mask().is_some() {
+                crate::console::warn(&format!(
+                    "job line {}: on= is ignored on a Slurm cluster, where Slurm picks the GPUs",
+                    spec.line
+                ));
+            }
             launches.extend(self.launch(spec, request, Vec::new(), dispatched)?);
         }
         if !launches.is_empty() {

@@ -362,14 +362,16 @@ fn cached_name(cache: &mut HashMap<u32, String>, uid: u32) -> String {
         .clone()
 }
 
-/// The `systemd-tmpfiles` line that keeps the default ledger directory
-/// as it must be across reboots.
-pub const TMPFILES_LINE: &str = "d /dev/shm/gpusched 1777 root root -";
+/// The `systemd-tmpfiles` line that keeps ledger directory `dir` as it
+/// must be across reboots.
+pub fn tmpfiles_line(dir: &Path) -> String {
+    format!("d {} 1777 root root -", dir.display())
+}
 
 /// Creates the ledger directory, or checks the existing one (docs/
 /// BEHAVIOUR.md "Sharing a box"). In a sticky directory its owner can
 /// still delete anyone's files, so a shared ledger must be owned by root
-/// (made by `gpusched ledger init`, or the [`TMPFILES_LINE`]); a directory
+/// (made by `gpusched ledger init`, or the [`tmpfiles_line`]); a directory
 /// of our own is a private ledger. Made by root it is shared (mode 1777);
 /// made by another user it is private (0755: others can read it, and are
 /// refused if they try to book in it).
@@ -403,8 +405,27 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
         0o755
     };
     match std::fs::create_dir(dir) {
-        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e)),
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
+            // In a place everyone may write (/dev/shm), the first user on
+            // a box makes a ledger nobody else may book in: say so now,
+            // not when the second is refused. (A ledger in one's own
+            // directory, as a simulation's, is private by intent.)
+            let shared_place = dir
+                .parent()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .is_some_and(|m| m.mode() & 0o002 != 0);
+            if mode != 0o1777 && shared_place {
+                crate::console::warn(&format!(
+                    "made the ledger directory {} as {}'s own (mode 0755): other users' schedulers will be refused there; for a box several people share, ask root to run `sudo gpusched ledger init --ledger {}` (it fixes this one), or give this scheduler a --ledger DIR of its own",
+                    dir.display(),
+                    crate::files::user_name(nix::unistd::getuid().as_raw()),
+                    dir.display()
+                ));
+            }
+            Ok(())
+        }
         // Another scheduler created it a moment ago.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
         Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
@@ -418,10 +439,11 @@ fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> Result<(), Error> {
     let mode = meta.mode() & 0o7777;
     if meta.uid() != 0 && meta.uid() != me {
         return Err(Error::Usage(format!(
-            "the ledger directory {} belongs to {} (mode {mode:04o}), who could delete everyone's bookings in it; a shared ledger must belong to root: ask root to run `gpusched ledger init --ledger {}` (or install the systemd-tmpfiles rule `{TMPFILES_LINE}`), or use a private --ledger DIR of your own, or --no-ledger",
+            "the ledger directory {} belongs to {} (mode {mode:04o}), who could delete everyone's bookings in it; a shared ledger must belong to root: ask root to run `gpusched ledger init --ledger {}` (or install the systemd-tmpfiles rule `{}`), or use a private --ledger DIR of your own, or --no-ledger",
             dir.display(),
             crate::files::user_name(meta.uid()),
-            dir.display()
+            dir.display(),
+            tmpfiles_line(dir)
         )));
     }
     if mode & 0o002 != 0 && mode & 0o1000 == 0 {

@@ -287,3 +287,47 @@ fn a_hostile_lock_holder_cannot_cause_a_double_booking() {
         }
     }
 }
+
+#[test]
+fn the_first_user_to_make_a_ledger_is_told_others_cannot_join_and_the_second_gets_its_real_path() {
+    let Some([alice, bob, _]) = common::users::users() else {
+        return;
+    };
+    let root = open_env("");
+    // A ledger path nobody made yet, in a directory everyone may write.
+    let shared = root.path("box");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o1777);
+    let ledger = shared.join("ledger");
+    let arg = ledger.display().to_string();
+    let a = common::users::users_env("echo a\n", alice);
+    let mut cmd = a.command(&["--sim", "1", "--poll", "0.1", "--ledger", &arg]);
+    cmd.uid(alice.0).gid(alice.1);
+    let out = common::Sched::from_command(cmd).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!(
+            "made the ledger directory {arg} as gpusched-t-alice's own (mode 0755): other users' schedulers will be refused there"
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("sudo gpusched ledger init --ledger {arg}")),
+        "{}",
+        out.stdout
+    );
+    // Bob is refused, with the rule for this path, not the default one.
+    let b = common::users::users_env("echo b\n", bob);
+    let mut cmd = b.command(&["--sim", "1", "--ledger", &arg]);
+    cmd.uid(bob.0).gid(bob.1);
+    let out = common::Sched::from_command(cmd).finish();
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(&format!("`d {arg} 1777 root root -`")),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("/dev/shm/gpusched"), "{}", out.stderr);
+}

@@ -55,7 +55,7 @@ fn ask_scheduler(log_dir: &Path, change: &ControlChange) -> anyhow::Result<i32> 
         std::process::id(),
         crate::clock::now_ts().to_bits()
     ));
-    crate::files::write_atomic(&path, &serde_json::to_vec(change)?)
+    super::request::write_request(&dir, &path, &serde_json::to_vec(change)?)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     let deadline = Instant::now() + PICKUP_WAIT;
     while Instant::now() < deadline {

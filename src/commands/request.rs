@@ -23,13 +23,40 @@ pub const PICKUP_WAIT: Duration = Duration::from_secs(10);
 ///
 /// Errors: [`Error::Usage`] naming the directory.
 pub fn require_log_dir(log_dir: &Path) -> Result<(), Error> {
-    if log_dir.is_dir() {
-        return Ok(());
+    use std::os::unix::fs::MetadataExt;
+    let Some(meta) = std::fs::metadata(log_dir).ok().filter(|m| m.is_dir()) else {
+        return Err(Error::Usage(format!(
+            "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
+            log_dir.display()
+        )));
+    };
+    // Only its owner and root may change a scheduler's queue.
+    let me = nix::unistd::geteuid().as_raw();
+    if me != 0 && meta.uid() != me {
+        let owner = crate::files::user_name(meta.uid());
+        return Err(Error::Usage(format!(
+            "the jobs of {} belong to {owner}: only {owner} or root may change them (nothing was changed)",
+            log_dir.display()
+        )));
     }
-    Err(Error::Usage(format!(
-        "no log directory {}: is --log-dir right? (nothing was changed; to prepare a new one, `mkdir` it first)",
-        log_dir.display()
-    )))
+    Ok(())
+}
+
+/// Writes a request file into `dir` (a log directory's `requests/`) so
+/// that the scheduler there can read it (and, owning the directory,
+/// remove it): root writing into another user's directory makes the file
+/// readable to them, and stays its owner, which is how the scheduler
+/// knows root asked.
+///
+/// Errors: the file cannot be written.
+pub fn write_request(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    crate::files::write_atomic(path, bytes)?;
+    let log_dir = dir.parent().unwrap_or(dir);
+    if nix::unistd::geteuid().is_root() && std::fs::metadata(log_dir)?.uid() != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
 }
 
 /// What became of one request.
@@ -87,7 +114,7 @@ pub fn deliver(
             request.key(),
             std::process::id()
         ));
-        crate::files::write_atomic(&path, &serde_json::to_vec(request)?)
+        write_request(&dir, &path, &serde_json::to_vec(request)?)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     }
     let mut taken = vec![false; requests.len()];

@@ -331,3 +331,55 @@ fn the_first_user_to_make_a_ledger_is_told_others_cannot_join_and_the_second_get
     );
     assert!(!out.stderr.contains("/dev/shm/gpusched"), "{}", out.stderr);
 }
+
+#[test]
+fn root_may_cancel_a_users_job_and_another_user_is_told_whose_it_is() {
+    let Some([_, bob, mallory]) = common::users::users() else {
+        return;
+    };
+    let b = common::users::users_env(
+        "[name=runaway] while [ ! -e release ]; do sleep 0.05; done\n",
+        bob,
+    );
+    let mut cmd = b.command(&["--sim", "1", "--poll", "0.1", "--watch", "--no-ledger"]);
+    cmd.uid(bob.0).gid(bob.1);
+    let sched = common::Sched::from_command(cmd);
+    common::wait_for("bob's job to start", &mut || {
+        !b.events("started").is_empty()
+    });
+    // Another user: one clear refusal, nothing changed.
+    let out = Command::new(common::bin())
+        .args(["cancel", "runaway", "--log-dir"])
+        .arg(&b.logs)
+        .uid(mallory.0)
+        .gid(mallory.1)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("belong to gpusched-t-bob: only gpusched-t-bob or root may change them"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("(os error 13): Permission denied"),
+        "{stderr}"
+    );
+    // Root: taken, and the scheduler says who asked.
+    let out = Command::new(common::bin())
+        .args(["cancel", "runaway", "--log-dir"])
+        .arg(&b.logs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    common::wait_for("the job to end cancelled", &mut || {
+        b.status_of_opt(1).is_some()
+    });
+    assert_eq!(b.status_of(1).as_deref(), Some("cancelled"));
+    assert!(
+        sched.stdout().contains("cancel of job 1 asked by root"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}

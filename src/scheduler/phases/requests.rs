@@ -14,6 +14,44 @@ use crate::control::{JobRequest, requests_dir};
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
 
+/// A request file's bytes, and who wrote it when that is root rather than
+/// this scheduler's user; `None`, with a warning, for a file that cannot
+/// be read or that another user wrote (only the scheduler's user and root
+/// may change its queue).
+fn read_request(path: &std::path::Path) -> Option<(Vec<u8>, Option<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let owner = match std::fs::metadata(path) {
+        Ok(meta) => meta.uid(),
+        Err(e) => {
+            warn(&format!(
+                "cannot look at the request {} ({e}); it is dropped",
+                path.display()
+            ));
+            return None;
+        }
+    };
+    if owner != me && owner != 0 {
+        warn(&format!(
+            "a request from {} refused: only {} or root may change this scheduler's queue ({})",
+            crate::files::user_name(owner),
+            crate::files::user_name(me),
+            path.display()
+        ));
+        return None;
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => Some((bytes, (owner != me).then(|| crate::files::user_name(owner)))),
+        Err(e) => {
+            warn(&format!(
+                "cannot read the request {} ({e}); it is dropped (gpusched's own verbs write requests this scheduler can read)",
+                path.display()
+            ));
+            None
+        }
+    }
+}
+
 impl Scheduler {
     /// Applies the requests waiting in `<log_dir>/requests`, if any.
     ///
@@ -34,15 +72,32 @@ impl Scheduler {
             .collect();
         paths.sort();
         for path in paths {
-            let bytes = std::fs::read(&path).unwrap_or_default();
+            let Some((bytes, by)) = read_request(&path) else {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
             let applied = if let Ok(request) = serde_json::from_slice::<JobRequest>(&bytes) {
+                if let Some(by) = &by {
+                    say(&format!(
+                        "{} of job {} asked by {by}",
+                        request.verb(),
+                        self.io.journal.state(request.key()).map_or(0, |s| s.no)
+                    ));
+                }
                 match &request {
                     JobRequest::Retry(key) => self.retry(key),
                     JobRequest::Cancel(key) => self.cancel(key),
                 }
             } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
+                if let Some(by) = &by {
+                    say(&format!("a change of the queue asked by {by}:"));
+                }
                 self.change_control(&change)
             } else {
+                warn(&format!(
+                    "{} is no request gpusched understands; it is dropped",
+                    path.display()
+                ));
                 Ok(())
             };
             if let Err(e) = applied {

@@ -1,6 +1,6 @@
 //! The arguments of the commands about the whole box (docs/BEHAVIOUR.md
 //! "Rules for a shared box", "Seeing the whole box"): `reserve`,
-//! `release`, `top` and `serve`, which take the scheduler's own options to
+//! `release`, `top`, `serve` and `doctor`, which take the scheduler's own options to
 //! find the same GPUs, ledger and rules.
 
 use super::parse_poll;
@@ -103,4 +103,49 @@ fn parse_size(text: &str) -> Result<u64, String> {
 fn parse_duration_arg(text: &str) -> Result<f64, String> {
     crate::jobspec::parse_duration_s(text)
         .map_err(|_| format!("'{text}' is not a duration: use 90s, 15m, 2h or 1.5d"))
+}
+
+/// Arguments of `gpusched doctor`.
+#[derive(Debug, Args, Clone)]
+pub struct DoctorArgs {
+    /// Check N simulated GPUs instead of NVML, as the scheduler's --sim N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub sim: Option<u32>,
+    /// NVLink pairs of the simulated GPUs, as the scheduler's --sim-nvlink.
+    #[arg(long, value_name = "PAIRS", requires = "sim", value_parser = parse_nvlink_pairs)]
+    pub sim_nvlink: Option<NvlinkPairs>,
+    /// The ledger directory, as the scheduler's --ledger (default:
+    /// /dev/shm/gpusched; with --sim: LOG_DIR/sim/ledger).
+    #[arg(long, value_name = "DIR")]
+    pub ledger: Option<PathBuf>,
+    /// The scheduler's log directory.
+    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    pub log_dir: PathBuf,
+}
+
+/// `--sim-nvlink`: (GPU, GPU, links) triples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvlinkPairs(pub Vec<(u32, u32, u32)>);
+
+pub(super) fn parse_nvlink_pairs(text: &str) -> Result<NvlinkPairs, String> {
+    let pair = |item: &str| -> Option<(u32, u32, u32)> {
+        let (gpus, links) = match item.split_once('x') {
+            Some((gpus, links)) => (gpus, links.trim().parse().ok().filter(|&n| n > 0)?),
+            None => (item, 4),
+        };
+        let (a, b) = gpus.split_once('-')?;
+        let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        (a != b).then_some((a, b, links))
+    };
+    text.split(',')
+        .map(|item| {
+            pair(item.trim()).ok_or_else(|| {
+                format!(
+                    "'{}' is not a GPU pair: write two different GPU indices as A-B, optionally with a link count as A-BxN (e.g. 0-2,1-3 or 0-1x12)",
+                    item.trim()
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(NvlinkPairs)
 }

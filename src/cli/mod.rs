@@ -199,24 +199,6 @@ pub enum Command {
     Doctor(DoctorArgs),
 }
 
-/// Arguments of `gpusched doctor`.
-#[derive(Debug, Args, Clone)]
-pub struct DoctorArgs {
-    /// Check N simulated GPUs instead of NVML, as the scheduler's --sim N.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub sim: Option<u32>,
-    /// NVLink pairs of the simulated GPUs, as the scheduler's --sim-nvlink.
-    #[arg(long, value_name = "PAIRS", requires = "sim", value_parser = parse_nvlink_pairs)]
-    pub sim_nvlink: Option<NvlinkPairs>,
-    /// The ledger directory, as the scheduler's --ledger (default:
-    /// /dev/shm/gpusched; with --sim: LOG_DIR/sim/ledger).
-    #[arg(long, value_name = "DIR")]
-    pub ledger: Option<PathBuf>,
-    /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
-    pub log_dir: PathBuf,
-}
-
 /// Options of the scheduler (`gpusched JOBS_FILE [options]`).
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
@@ -858,33 +840,6 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// `--sim-nvlink`: (GPU, GPU, links) triples.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NvlinkPairs(pub Vec<(u32, u32, u32)>);
-
-fn parse_nvlink_pairs(text: &str) -> Result<NvlinkPairs, String> {
-    let pair = |item: &str| -> Option<(u32, u32, u32)> {
-        let (gpus, links) = match item.split_once('x') {
-            Some((gpus, links)) => (gpus, links.trim().parse().ok().filter(|&n| n > 0)?),
-            None => (item, 4),
-        };
-        let (a, b) = gpus.split_once('-')?;
-        let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-        (a != b).then_some((a, b, links))
-    };
-    text.split(',')
-        .map(|item| {
-            pair(item.trim()).ok_or_else(|| {
-                format!(
-                    "'{}' is not a GPU pair: write two different GPU indices as A-B, optionally with a link count as A-BxN (e.g. 0-2,1-3 or 0-1x12)",
-                    item.trim()
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(NvlinkPairs)
-}
-
 fn parse_poll(text: &str) -> Result<f64, String> {
     let value = parse_float(text, "a number of seconds")?;
     if value <= 0.0 {
@@ -910,7 +865,10 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 }
 
 mod box_args;
-pub use box_args::{BoxArgs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs};
+use box_args::parse_nvlink_pairs;
+pub use box_args::{
+    BoxArgs, DoctorArgs, NvlinkPairs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs,
+};
 
 #[cfg(test)]
 mod tests;

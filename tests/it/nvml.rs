@@ -496,6 +496,25 @@ fn enforce_mps_runs_a_daemon_of_its_own_and_limits_each_declared_job() {
     );
 }
 
+/// After a pause on GPU errors with job 1 running and job 2 waiting: job 1
+/// is released and ends ok while job 2 still waits; NVML answers again
+/// and job 2 runs (it writes `second.txt`).
+fn release_then_answer_again(nvml: &Nvml, sched: Sched) {
+    let env = &nvml.env;
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(env.job_events(2, "started").is_empty());
+    nvml.set_state(TWO_GPUS);
+    wait_for("job 2 to run", &mut || env.path("second.txt").exists());
+    assert!(
+        sched.stdout().contains("dispatching resumes"),
+        "{}",
+        sched.stdout()
+    );
+    sched.stop();
+}
+
 /// status.json as the scheduler last wrote it.
 fn status_json(env: &Env) -> serde_json::Value {
     std::fs::read_to_string(env.logs.join("status.json"))
@@ -732,20 +751,9 @@ fn a_host_wide_nvml_fault_pauses_at_once_and_recovers_without_a_restart() {
     let ticks = env.ticks();
     env.wait_for_ticks(ticks + 3);
     assert!(env.job_events(2, "started").is_empty());
-    // The running job is unharmed and completes.
-    std::fs::write(env.path("release"), "").unwrap();
-    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
-    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
-    assert!(env.job_events(2, "started").is_empty());
-    // The driver is back: NVML is initialised again and dispatch resumes.
-    nvml.set_state(TWO_GPUS);
-    wait_for("job 2 to run", &mut || env.path("second.txt").exists());
-    assert!(
-        sched.stdout().contains("dispatching resumes"),
-        "{}",
-        sched.stdout()
-    );
-    sched.stop();
+    // The running job is unharmed and completes; when NVML answers again
+    // (the driver back), dispatch resumes.
+    release_then_answer_again(&nvml, sched);
 }
 
 #[test]
@@ -778,20 +786,9 @@ fn failing_queries_of_the_whole_box_pause_dispatch_after_several_in_a_row() {
         env.board().contains("· job 2")
     });
     assert!(env.job_events(2, "started").is_empty());
-    // The running job is unharmed and completes.
-    std::fs::write(env.path("release"), "").unwrap();
-    wait_for("job 1 to finish", &mut || env.status_of_opt(1).is_some());
-    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
-    assert!(env.job_events(2, "started").is_empty());
-    // NVML answers again: dispatch resumes.
-    nvml.set_state(TWO_GPUS);
-    wait_for("job 2 to run", &mut || env.path("second.txt").exists());
-    assert!(
-        sched.stdout().contains("dispatching resumes"),
-        "{}",
-        sched.stdout()
-    );
-    sched.stop();
+    // The running job is unharmed and completes; when NVML answers again
+    // (the driver back), dispatch resumes.
+    release_then_answer_again(&nvml, sched);
 }
 
 #[test]

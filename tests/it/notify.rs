@@ -249,6 +249,32 @@ fn an_outcome_is_posted_once_across_kill_9_and_restart() {
 }
 
 #[test]
+fn a_job_that_failed_while_no_scheduler_ran_is_posted_once_at_the_next_start() {
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new("sh -c 'while [ ! -e release ]; do sleep 0.05; done; exit 9'\n");
+    let sched = env.spawn(&notify_args(&server.url, &["--watch"]));
+    wait_for("the job to start", &mut || {
+        !env.events("started").is_empty()
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    // It fails while no scheduler runs; its supervisor keeps the exit.
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("the exit record", &mut || {
+        std::fs::read_dir(env.logs.join("exits")).is_ok_and(|mut d| d.next().is_some())
+    });
+    let out = env.run(&notify_args(&server.url, &[]));
+    assert_eq!(out.code, 9, "{out:?}");
+    assert_eq!(env.status_of(1).as_deref(), Some("failed"));
+    assert_eq!(server.bodies().len(), 1, "{:#?}", server.bodies());
+    assert!(
+        !out.stdout.contains("an earlier scheduler had not sent"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn the_hook_gets_the_facts_in_its_environment_and_never_runs_job_text() {
     let env = Env::new("[name=probe] echo '$(touch pwned)' > /dev/null; exit 2\n");
     let out = env.run(&[

@@ -244,17 +244,19 @@ impl Scheduler {
     }
 
     /// Outcomes of an earlier scheduler whose message never went (its
-    /// `done` asked for one, no `notified` followed): posted now.
-    pub(in crate::scheduler) fn tell_what_was_not_told(&mut self) {
+    /// `done` asked for one, no `notified` followed), as
+    /// [`Scheduler::owed_outcomes`] found them before this start recorded
+    /// anything: posted now.
+    pub(in crate::scheduler) fn tell_what_was_not_told(&mut self, owed: Vec<String>) {
         if self.report.told.notifier.is_none() {
             return;
         }
-        let owed: Vec<(String, JobFacts)> = self
-            .io
-            .journal
-            .states()
-            .filter(|(_, state)| state.notify_pending)
-            .filter_map(|(key, _)| Some((key.to_string(), self.facts_of_finished(key)?)))
+        let owed: Vec<(String, JobFacts)> = owed
+            .into_iter()
+            .filter_map(|key| {
+                let facts = self.facts_of_finished(&key)?;
+                Some((key, facts))
+            })
             .collect();
         if !owed.is_empty() {
             say(&format!(
@@ -265,6 +267,20 @@ impl Scheduler {
         for (key, facts) in owed {
             self.report.told.post(Subject::Outcome(facts), Some(key));
         }
+    }
+
+    /// The keys whose outcome an earlier scheduler journaled and did not
+    /// post to `--notify` (docs/BEHAVIOUR.md "Being told").
+    pub(in crate::scheduler) fn owed_outcomes(&self) -> Vec<String> {
+        if self.report.told.notifier.is_none() {
+            return Vec::new();
+        }
+        self.io
+            .journal
+            .states()
+            .filter(|(_, state)| state.notify_pending)
+            .map(|(key, _)| key.to_string())
+            .collect()
     }
 
     /// Before exiting: waits up to `limit` ([`FLUSH_LIMIT`] when the

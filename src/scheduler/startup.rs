@@ -128,9 +128,7 @@ impl Scheduler {
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
-        // What earlier schedulers owed, taken before this start records
-        // the ends of their attempts: those are posted as they are
-        // recorded, and must not be posted a second time as owed.
+        // Owed before this start records (and posts) their attempts' ends.
         let owed = scheduler.owed_outcomes();
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
         scheduler.tell_what_was_not_told(owed);

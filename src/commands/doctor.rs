@@ -74,19 +74,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
                     crate::gpu::sim::SIM_TOTAL_MIB
                 ),
             ));
-            let mut topology = sim_topology(count);
-            for &(a, b, links) in args.sim_nvlink.as_ref().map_or(&[][..], |p| &p.0[..]) {
-                if a < count && b < count {
-                    topology.set(
-                        a,
-                        b,
-                        crate::allocation::topology::Link {
-                            nvlinks: links,
-                            ..topology.link(a, b)
-                        },
-                    );
-                }
-            }
+            let nvlink = args.sim_nvlink.as_ref().map_or(&[][..], |p| &p.0[..]);
+            let topology = crate::gpu::sim::topology(count, nvlink);
             matrix = Some((topology, (0..count).collect::<Vec<u32>>()));
         }
         None => match nvml::inspect() {
@@ -117,24 +106,6 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
     findings.push(log_dir_finding(&args.log_dir));
     print!("{}", render(&findings, matrix.as_ref()));
     Ok(i32::from(findings.iter().any(|f| f.level == Level::Error)))
-}
-
-/// Simulated GPUs meet at one host bridge, as the simulator has it.
-fn sim_topology(count: u32) -> Topology {
-    let mut topology = Topology::default();
-    for a in 0..count {
-        for b in a + 1..count {
-            topology.set(
-                a,
-                b,
-                crate::allocation::topology::Link {
-                    nvlinks: 0,
-                    pcie: Some(crate::allocation::topology::PcieLevel::HostBridge),
-                },
-            );
-        }
-    }
-    topology
 }
 
 /// Why NVML did not start, with the fix.
@@ -393,8 +364,10 @@ mod tests {
 
     #[test]
     fn the_matrix_is_shown_for_more_than_one_gpu() {
-        let text = render(&[], Some(&(sim_topology(2), vec![0, 1])));
+        let text = render(&[], Some(&(crate::gpu::sim::topology(2, &[]), vec![0, 1])));
         assert!(text.contains("  GPU0  X     PHB\n"), "{text}");
-        assert!(!render(&[], Some(&(sim_topology(1), vec![0]))).contains("topology"));
+        assert!(
+            !render(&[], Some(&(crate::gpu::sim::topology(1, &[]), vec![0]))).contains("topology")
+        );
     }
 }

@@ -46,43 +46,39 @@ impl SimBackend {
                 crate::files::io_reason(&e)
             ))
         })?;
-        let mut topology = Topology::default();
-        for a in 0..count {
-            for b in a + 1..count {
-                topology.set(
-                    a,
-                    b,
-                    Link {
-                        nvlinks: 0,
-                        pcie: Some(PcieLevel::HostBridge),
-                    },
-                );
-            }
-        }
         Ok(SimBackend {
             count,
             dir: dir.to_path_buf(),
-            topology,
+            topology: topology(count, &[]),
         })
     }
 
-    /// The same GPUs with NVLinks between the pairs `nvlink` (GPU, GPU,
-    /// links); pairs naming a GPU past the count are ignored.
+    /// The same GPUs with NVLinks between the pairs `nvlink` (see
+    /// [`topology`]).
     pub fn with_nvlink(mut self, nvlink: &[(u32, u32, u32)]) -> Self {
-        for &(a, b, nvlinks) in nvlink {
-            if a < self.count && b < self.count {
-                self.topology.set(
-                    a,
-                    b,
-                    Link {
-                        nvlinks,
-                        pcie: Some(PcieLevel::HostBridge),
-                    },
-                );
-            }
-        }
+        self.topology = topology(self.count, nvlink);
         self
     }
+}
+
+/// How `count` simulated GPUs are connected: every pair at one host
+/// bridge, joined by NVLink where `nvlink` (GPU, GPU, links) says; pairs
+/// naming a GPU past the count are ignored.
+pub fn topology(count: u32, nvlink: &[(u32, u32, u32)]) -> Topology {
+    let mut topology = Topology::default();
+    for a in 0..count {
+        for b in a + 1..count {
+            // The last pair given for it wins.
+            let nvlinks = nvlink
+                .iter()
+                .rev()
+                .find(|&&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b))
+                .map_or(0, |&(_, _, n)| n);
+            let pcie = Some(PcieLevel::HostBridge);
+            topology.set(a, b, Link { nvlinks, pcie });
+        }
+    }
+    topology
 }
 
 impl GpuBackend for SimBackend {

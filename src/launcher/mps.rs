@@ -27,6 +27,8 @@ pub const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
 pub struct Mps {
     pipe_dir: PathBuf,
     log_dir: PathBuf,
+    /// Whose daemon it is: the only user it may serve on a GPU.
+    pub user: String,
 }
 
 impl Mps {
@@ -48,6 +50,7 @@ impl Mps {
         let mps = Mps {
             pipe_dir: log_dir.join("mps").join("pipe"),
             log_dir: log_dir.join("mps").join("log"),
+            user: crate::files::user_name(nix::unistd::getuid().as_raw()),
         };
         for dir in [&mps.pipe_dir, &mps.log_dir] {
             std::fs::create_dir_all(dir)
@@ -137,6 +140,7 @@ mod tests {
         let mps = Mps {
             pipe_dir: "/l/mps/pipe".into(),
             log_dir: "/l/mps/log".into(),
+            user: "alice".into(),
         };
         let env = mps.job_env(Some(8192), 2);
         assert_eq!(

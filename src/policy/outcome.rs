@@ -18,6 +18,15 @@ pub fn oom_bump(declared_mib: Option<u64>, peak_mib: Option<u64>) -> Option<u64>
     Some(base.saturating_mul(5).div_ceil(4))
 }
 
+/// Whether a peak of `peak_mib` is over a declaration of `declared_mib`
+/// beyond `--tolerance` (a fraction): what warns, what `enforce=stop`
+/// stops, what the board marks `OVER`, and who is blamed for a
+/// neighbour's OOM (docs/BEHAVIOUR.md "Monitoring", "Declarations that
+/// hold").
+pub fn beyond_declaration(declared_mib: u64, peak_mib: u64, tolerance: f64) -> bool {
+    peak_mib as f64 > declared_mib as f64 * (1.0 + tolerance)
+}
+
 /// How a job's process ended, as a shell reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

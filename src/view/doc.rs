@@ -223,10 +223,12 @@ fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
         .iter()
         .map(|g| (g.to_string(), run.usage.peak_mib.get(g).copied()))
         .collect();
-    job.over_declared = run
-        .vram_mib
-        .zip(run.usage.peak_max_mib())
-        .is_some_and(|(declared, peak)| peak as f64 > declared as f64 * (1.0 + tolerance));
+    job.over_declared =
+        run.vram_mib
+            .zip(run.usage.peak_max_mib())
+            .is_some_and(|(declared, peak)| {
+                crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
+            });
     job.duration_s = Some(elapsed);
     job.avg_util = run.usage.avg_util();
     job.log = Some(run.log.path.display().to_string());

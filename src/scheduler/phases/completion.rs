@@ -133,8 +133,7 @@ impl Scheduler {
     /// blame when `job` ran out of memory (docs/BEHAVIOUR.md "Declarations
     /// that hold").
     fn neighbour_over(&self, job: &Running) -> Option<Culprit> {
-        let over =
-            |declared: u64, peak: u64| peak as f64 > declared as f64 * (1.0 + self.cfg.tolerance);
+        let over = |declared, peak| outcome::beyond_declaration(declared, peak, self.cfg.tolerance);
         // A job over its own declaration ran out on its own account.
         if let (Some(declared), Some(peak)) = (job.vram_mib, job.usage.peak_max_mib())
             && over(declared, peak)

@@ -104,12 +104,11 @@ impl Scheduler {
     /// hold"). It counts as booked by them, which is what the job's wait
     /// reason says.
     fn refuse_shared_gpus_for_mps(&self, loads: &mut [GpuLoad]) {
-        let (Some(_), Some(ledger), Some(snapshot)) =
+        let (Some(mps), Some(ledger), Some(snapshot)) =
             (&self.io.mps, &self.share.ledger, &self.core.gpu.snapshot)
         else {
             return;
         };
-        let me = crate::files::user_name(nix::unistd::getuid().as_raw());
         for load in loads {
             let Some(gpu) = snapshot.gpus.iter().find(|g| g.index == load.index) else {
                 continue;
@@ -117,7 +116,7 @@ impl Scheduler {
             let others: Vec<String> = crate::ledger::per_user(&ledger.foreign, &gpu.uuid)
                 .into_iter()
                 .map(|(user, _, _)| user)
-                .filter(|user| *user != me)
+                .filter(|user| *user != mps.user)
                 .collect();
             if !others.is_empty() {
                 load.booked_mib = load.total_mib;

@@ -10,28 +10,41 @@
 use crate::console::warn;
 use crate::jobspec::Enforce;
 use crate::policy::kill::KillReason;
+use crate::policy::outcome::beyond_declaration;
 use crate::process;
 use crate::scheduler::Scheduler;
 use std::time::Instant;
 
 impl Scheduler {
+    /// What happens to job `key` over its declaration: its line's
+    /// `enforce=`, else `--enforce`.
+    pub(in crate::scheduler) fn enforce_mode(&self, key: &str) -> Enforce {
+        self.core
+            .jobs
+            .spec(key)
+            .and_then(|s| s.enforce())
+            .unwrap_or(self.cfg.enforce)
+    }
+
     /// Begins the stop of every job over its declaration under
     /// `enforce=stop`.
     pub(in crate::scheduler) fn enforce_declarations(&mut self, now: Instant) {
         let tolerance = self.cfg.tolerance;
-        for (key, job) in &mut self.core.running {
-            let mode = self
-                .core
-                .jobs
-                .spec(key)
-                .and_then(|s| s.enforce())
-                .unwrap_or(self.cfg.enforce);
-            let (Enforce::Stop, Some(declared), Some(peak)) =
-                (mode, job.vram_mib, job.usage.peak_max_mib())
-            else {
+        let stopping: Vec<String> = self
+            .core
+            .running
+            .keys()
+            .filter(|key| self.enforce_mode(key) == Enforce::Stop)
+            .cloned()
+            .collect();
+        for key in stopping {
+            let Some(job) = self.core.running.get_mut(&key) else {
                 continue;
             };
-            if job.kill.is_some() || peak as f64 <= declared as f64 * (1.0 + tolerance) {
+            let (Some(declared), Some(peak)) = (job.vram_mib, job.usage.peak_max_mib()) else {
+                continue;
+            };
+            if job.kill.is_some() || !beyond_declaration(declared, peak, tolerance) {
                 continue;
             }
             if job.begin_kill(KillReason::OverDeclared, now, &mut self.io.launcher) {

@@ -62,14 +62,7 @@ impl Scheduler {
     /// that hold").
     pub(in crate::scheduler) fn sample_every(&self) -> Duration {
         let enforced = self.core.running.iter().any(|(key, job)| {
-            job.vram_mib.is_some()
-                && self
-                    .core
-                    .jobs
-                    .spec(key)
-                    .and_then(|s| s.enforce())
-                    .unwrap_or(self.cfg.enforce)
-                    == crate::jobspec::Enforce::Stop
+            job.vram_mib.is_some() && self.enforce_mode(key) == crate::jobspec::Enforce::Stop
         });
         if enforced {
             self.cfg.poll.min(ENFORCE_POLL)
@@ -419,7 +412,7 @@ fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
     };
     if let Some(declared) = job.vram_mib
         && !job.usage.warned_over
-        && peak as f64 > declared as f64 * (1.0 + tolerance)
+        && crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
     {
         job.usage.warned_over = true;
         warn(&format!(

@@ -84,9 +84,19 @@ pub fn human_duration(seconds: f64) -> String {
     }
 }
 
-/// GPU indices for people and file names: `0`, `0-1` (joined by `sep`).
+/// Devices for people and file names: `0`, `0-1` (joined by `sep`), `0:1`
+/// for a MIG instance ([`crate::model::device_label`]).
 pub fn gpu_ids(gpus: &[u32], sep: &str) -> String {
     gpus.iter()
+        .map(|&id| crate::model::device_label(id))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// Numbers (job numbers, pids) joined by `sep`: `1,2`.
+pub fn numbers(values: &[u32], sep: &str) -> String {
+    values
+        .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(sep)

@@ -103,8 +103,8 @@ impl Control {
         }
     }
 
-    /// The drained GPUs as a bit mask (bit i = GPU i, indices below 64).
-    pub fn drained_mask(&self) -> u64 {
+    /// The drained GPUs as a bit mask ([`crate::model::gpu_mask`]).
+    pub fn drained_mask(&self) -> crate::model::GpuMask {
         crate::model::gpu_mask(&self.drained)
     }
 

@@ -120,22 +120,77 @@ impl Culprit {
     }
 }
 
-/// A set of GPU indices as a bit mask (bit i = GPU i). Indices of 64 and
-/// above cannot be represented and are left out.
-pub fn gpu_mask<'a>(gpus: impl IntoIterator<Item = &'a u32>) -> u64 {
+/// A set of devices as a bit mask (bit i = device id i, see
+/// [`mig_device_id`]): whole GPUs in bits 0–63, MIG instances above.
+pub type GpuMask = u128;
+
+/// The first device id of a MIG instance (docs/HARDWARE.md "MIG"). A whole
+/// GPU's device id is its NVML index (below 64); MIG device `m` of GPU
+/// `g` (nvidia-smi's "GPU g, MIG device m") is `64 + 8·g + m`, for `g`
+/// below 8 and `m` below 8 (a GPU has at most 7 MIG instances, and MIG
+/// boards come at most 8 to a box).
+pub const MIG_ID_BASE: u32 = 64;
+
+/// The device id of MIG device `mig` of GPU `gpu`; `None` when the pair
+/// is beyond what ids can name (GPU index ≥ 8 or MIG index ≥ 8).
+pub fn mig_device_id(gpu: u32, mig: u32) -> Option<u32> {
+    (gpu < 8 && mig < 8).then(|| MIG_ID_BASE + gpu * 8 + mig)
+}
+
+/// (GPU index, MIG device index) of a MIG instance's device id; `None`
+/// for a whole GPU.
+pub fn mig_of(id: u32) -> Option<(u32, u32)> {
+    (MIG_ID_BASE..MIG_ID_BASE + 64)
+        .contains(&id)
+        .then(|| ((id - MIG_ID_BASE) / 8, (id - MIG_ID_BASE) % 8))
+}
+
+/// The GPU a device is on: itself for a whole GPU, the parent for a MIG
+/// instance.
+pub fn parent_gpu(id: u32) -> u32 {
+    mig_of(id).map_or(id, |(gpu, _)| gpu)
+}
+
+/// A device as people and nvidia-smi name it: `1` for a whole GPU, `0:1`
+/// for MIG device 1 of GPU 0.
+pub fn device_label(id: u32) -> String {
+    match mig_of(id) {
+        Some((gpu, mig)) => format!("{gpu}:{mig}"),
+        None => id.to_string(),
+    }
+}
+
+/// Parses a [`device_label`] back: `1` or `0:1`; `None` when it names no
+/// device id.
+pub fn parse_device_label(text: &str) -> Option<u32> {
+    match text.split_once(':') {
+        Some((gpu, mig)) => mig_device_id(gpu.parse().ok()?, mig.parse().ok()?),
+        None => text.parse().ok().filter(|&i| i < MIG_ID_BASE),
+    }
+}
+
+/// A set of device ids as a bit mask. Ids of 128 and above cannot be
+/// represented and are left out.
+pub fn gpu_mask<'a>(gpus: impl IntoIterator<Item = &'a u32>) -> GpuMask {
     gpus.into_iter()
-        .filter(|&&g| g < 64)
-        .fold(0, |mask, g| mask | (1u64 << g))
+        .filter(|&&g| g < 128)
+        .fold(0, |mask, g| mask | (1u128 << g))
 }
 
-/// Whether GPU `index` is in `mask` (see [`gpu_mask`]).
-pub fn mask_has(mask: u64, index: u32) -> bool {
-    index < 64 && mask & (1u64 << index) != 0
+/// Whether device `index` is in `mask` (see [`gpu_mask`]).
+pub fn mask_has(mask: GpuMask, index: u32) -> bool {
+    index < 128 && mask & (1u128 << index) != 0
 }
 
-/// The GPU indices of `mask`, ascending.
-pub fn gpus_of_mask(mask: u64) -> Vec<u32> {
-    (0..64).filter(|&i| mask_has(mask, i)).collect()
+/// Whether device `index` is in `mask`, itself or through its parent GPU
+/// (a drained or `on=`-named GPU covers its MIG instances).
+pub fn mask_covers(mask: GpuMask, index: u32) -> bool {
+    mask_has(mask, index) || mask_has(mask, parent_gpu(index))
+}
+
+/// The device ids of `mask`, ascending.
+pub fn gpus_of_mask(mask: GpuMask) -> Vec<u32> {
+    (0..128).filter(|&i| mask_has(mask, i)).collect()
 }
 
 /// Where a job stands, as status.json (`state`), the board and `gpusched
@@ -266,11 +321,33 @@ mod tests {
     }
 
     #[test]
-    fn gpu_masks_round_trip_below_64() {
-        let mask = gpu_mask(&[0, 3, 63, 64, 99]);
-        assert_eq!(mask, 1 | (1 << 3) | (1 << 63));
-        assert_eq!(gpus_of_mask(mask), vec![0, 3, 63]);
-        assert!(mask_has(mask, 3) && !mask_has(mask, 1) && !mask_has(mask, 64));
+    fn gpu_masks_round_trip_whole_gpus_and_mig_instances() {
+        let mask = gpu_mask(&[0, 3, 63, 64, 99, 128]);
+        assert_eq!(mask, 1 | (1 << 3) | (1 << 63) | (1 << 64) | (1 << 99));
+        assert_eq!(gpus_of_mask(mask), vec![0, 3, 63, 64, 99]);
+        assert!(mask_has(mask, 3) && !mask_has(mask, 1) && !mask_has(mask, 128));
+        // GPU 2 covers its MIG instances; an instance does not cover its GPU.
+        let mig = mig_device_id(2, 1).unwrap();
+        assert!(mask_covers(gpu_mask(&[2]), mig) && !mask_covers(gpu_mask(&[mig]), 2));
+    }
+
+    #[test]
+    fn device_ids_name_whole_gpus_and_mig_instances() {
+        assert_eq!(mig_device_id(0, 1), Some(65));
+        assert_eq!(mig_device_id(8, 0), None);
+        assert_eq!(mig_device_id(0, 8), None);
+        assert_eq!(mig_of(65), Some((0, 1)));
+        assert_eq!(mig_of(7), None);
+        assert_eq!(parent_gpu(65), 0);
+        assert_eq!(parent_gpu(127), 7);
+        assert_eq!(parent_gpu(5), 5);
+        for id in [0, 5, 63, 64, 65, 127] {
+            assert_eq!(parse_device_label(&device_label(id)), Some(id));
+        }
+        assert_eq!(device_label(65), "0:1");
+        assert_eq!(parse_device_label("64"), None);
+        assert_eq!(parse_device_label("0:9"), None);
+        assert_eq!(parse_device_label("x"), None);
     }
 
     #[test]

@@ -74,7 +74,9 @@ pub struct Learned {
 impl Config {
     /// Whether `--gpus` lets the scheduler use GPU `index`.
     pub fn allows(&self, index: u32) -> bool {
-        self.allowed.as_ref().is_none_or(|a| a.contains(&index))
+        self.allowed
+            .as_ref()
+            .is_none_or(|a| a.contains(&index) || a.contains(&crate::model::parent_gpu(index)))
     }
 }
 

@@ -18,7 +18,7 @@ pub struct PlaceOptions {
     /// answering (bit i = GPU i): closed to new jobs, but still counted by
     /// the infeasible rule (docs/BEHAVIOUR.md "Queue policy", docs/HARDWARE.md
     /// "A sick GPU").
-    pub drained_mask: u64,
+    pub drained_mask: crate::model::GpuMask,
     /// How the GPUs are connected, for multi-GPU jobs (docs/HARDWARE.md
     /// "Topology"); `None` when unknown.
     pub topology: Option<std::sync::Arc<Topology>>,
@@ -98,14 +98,18 @@ pub struct Request {
     pub gpus: u32,
     /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
     /// `None` for any allowed GPU (docs/BEHAVIOUR.md "Queue policy").
-    pub on_mask: Option<u64>,
+    pub on_mask: Option<crate::model::GpuMask>,
 }
 
 impl Request {
-    /// Whether the job may use GPU `index` (its `on=` list).
+    /// Whether the job may use device `index`: its `on=` list names it
+    /// or its GPU, and it is not a MIG instance when the job needs more
+    /// than one GPU (CUDA shows a process one MIG instance only;
+    /// docs/HARDWARE.md "MIG").
     pub fn may_use(&self, index: u32) -> bool {
         self.on_mask
-            .is_none_or(|mask| crate::model::mask_has(mask, index))
+            .is_none_or(|mask| crate::model::mask_covers(mask, index))
+            && (self.gpus <= 1 || crate::model::mig_of(index).is_none())
     }
 }
 
@@ -242,7 +246,7 @@ pub struct PriorityReservation {
     /// Index of the reserved job in the plan's requests.
     pub request_index: usize,
     /// The reserved GPUs (bit i = GPU i).
-    pub gpu_mask: u64,
+    pub gpu_mask: crate::model::GpuMask,
 }
 
 /// [`plan`] with a reservation: every request but the reserved one sees
@@ -285,7 +289,7 @@ impl<'a> Planner<'a> {
     pub fn new(
         gpus: &'a mut [GpuLoad],
         opts: &'a PlaceOptions,
-        reserved_mask: Option<u64>,
+        reserved_mask: Option<crate::model::GpuMask>,
     ) -> Self {
         Planner {
             gpus,
@@ -444,15 +448,13 @@ pub enum WaitReason {
 
 impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let label = |index: u32| crate::model::device_label(index);
         match self {
             WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
             WaitReason::Held { gpus, for_no } => write!(
                 f,
                 "GPU {} held for job {for_no}",
-                gpus.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                crate::console::gpu_ids(gpus, ", ")
             ),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::Group {
@@ -463,28 +465,17 @@ impl std::fmt::Display for WaitReason {
             WaitReason::FairShare { gpus, users } => write!(
                 f,
                 "GPU {} kept for {} (fair share: a higher factor goes first)",
-                gpus.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                crate::console::gpu_ids(gpus, ", "),
                 users.join(", ")
             ),
             WaitReason::Quota { user, over } => write!(f, "quota: {user} {over}"),
-            WaitReason::Drained { gpus } => write!(
-                f,
-                "GPU {} drained",
-                gpus.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            WaitReason::Drained { gpus } => {
+                write!(f, "GPU {} drained", crate::console::gpu_ids(gpus, ", "))
+            }
             WaitReason::Booked { gpus, users } => write!(
                 f,
                 "GPU {} booked by {}",
-                gpus.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                crate::console::gpu_ids(gpus, ", "),
                 if users.is_empty() {
                     "another scheduler".to_string()
                 } else {
@@ -501,8 +492,10 @@ impl std::fmt::Display for WaitReason {
             } => {
                 write!(f, "needs {need_mib} MiB on 1 GPU")?;
                 match most_free {
-                    Some((index, 0)) => write!(f, "; most free: GPU {index} 0 MiB (closed)"),
-                    Some((index, mib)) => write!(f, "; most free: GPU {index} {mib} MiB"),
+                    Some((index, 0)) => {
+                        write!(f, "; most free: GPU {} 0 MiB (closed)", label(*index))
+                    }
+                    Some((index, mib)) => write!(f, "; most free: GPU {} {mib} MiB", label(*index)),
                     None => Ok(()),
                 }
             }
@@ -513,22 +506,18 @@ impl std::fmt::Display for WaitReason {
                 most_free,
             } => {
                 write!(f, "needs {need_mib} MiB × {gpus} GPUs; ")?;
-                let list = room
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let list = crate::console::gpu_ids(room, ", ");
                 match room.len() {
                     0 => write!(f, "none has room")?,
                     1 => write!(f, "GPU {list} has room")?,
                     n => write!(f, "{n} have room (GPU {list})")?,
                 }
                 match most_free {
-                    Some((index, 0)) => write!(f, ", GPU {index} is closed"),
+                    Some((index, 0)) => write!(f, ", GPU {} is closed", label(*index)),
                     Some((index, mib)) if room.is_empty() => {
-                        write!(f, "; most free: GPU {index} {mib} MiB")
+                        write!(f, "; most free: GPU {} {mib} MiB", label(*index))
                     }
-                    Some((index, mib)) => write!(f, ", GPU {index} only {mib} MiB"),
+                    Some((index, mib)) => write!(f, ", GPU {} only {mib} MiB", label(*index)),
                     None => Ok(()),
                 }
             }
@@ -536,9 +525,10 @@ impl std::fmt::Display for WaitReason {
     }
 }
 
-/// Whether `gpusched drain` closed GPU `index` to new jobs.
+/// Whether `gpusched drain` (or a fault) closed device `index` to new
+/// jobs, itself or through its GPU.
 pub fn is_drained(index: u32, opts: &PlaceOptions) -> bool {
-    crate::model::mask_has(opts.drained_mask, index)
+    crate::model::mask_covers(opts.drained_mask, index)
 }
 
 /// Whether a GPU is closed to new jobs: one of our undeclared jobs holds
@@ -666,8 +656,28 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
                 crate::console::gpu_ids(&present, ", ")
             )
         };
+        // MIG instances that would count but for being MIG instances.
+        let mig = gpus
+            .iter()
+            .filter(|g| crate::model::mig_of(g.index).is_some())
+            .filter(|g| {
+                Request {
+                    gpus: 1,
+                    ..*request
+                }
+                .may_use(g.index)
+            })
+            .count();
+        let mig = if mig == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {mig} MIG instance{} cannot serve it: CUDA shows a process one MIG instance only",
+                if mig == 1 { "" } else { "s" }
+            )
+        };
         return Some(format!(
-            "needs {wanted} GPUs but only {} {} allowed{}{missing}",
+            "needs {wanted} GPUs but only {} {} allowed{}{missing}{mig}",
             allowed.len(),
             if allowed.len() == 1 { "is" } else { "are" },
             if request.on_mask.is_some() {

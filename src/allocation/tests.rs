@@ -642,3 +642,72 @@ fn an_on_list_naming_a_gpu_the_box_lacks_says_so() {
         other => panic!("expected infeasible, got {other:?}"),
     }
 }
+
+/// MIG device `mig` of GPU `gpu` with `mib` of memory.
+fn instance(gpu_index: u32, mig: u32, mib: u64) -> GpuLoad {
+    GpuLoad {
+        total_mib: mib,
+        ..gpu(crate::model::mig_device_id(gpu_index, mig).unwrap())
+    }
+}
+
+#[test]
+fn a_multi_gpu_job_is_never_built_from_mig_instances() {
+    // GPU 0 in MIG mode (two instances), GPU 1 whole.
+    let gpus = vec![gpu(1), instance(0, 0, 20_000), instance(0, 1, 20_000)];
+    let pair = Request {
+        gpus: 2,
+        ..declared(1_000)
+    };
+    match place(&pair, &gpus, &opts()) {
+        Placement::Infeasible(reason) => assert!(
+            reason.contains("2 MIG instances cannot serve it"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Two whole GPUs beside them: the pair goes there.
+    let gpus = vec![
+        gpu(1),
+        gpu(2),
+        instance(0, 0, 20_000),
+        instance(0, 1, 20_000),
+    ];
+    assert_eq!(place(&pair, &gpus, &opts()), Placement::Start(vec![1, 2]));
+    // One GPU: best fit may pick an instance.
+    assert_eq!(
+        place(&declared(1_000), &gpus, &opts()),
+        Placement::Start(vec![64])
+    );
+}
+
+#[test]
+fn a_gpu_named_or_drained_covers_its_mig_instances() {
+    let gpus = vec![gpu(1), instance(0, 0, 20_000), instance(0, 1, 20_000)];
+    let on_zero = Request {
+        on_mask: Some(crate::model::gpu_mask(&[0])),
+        ..declared(1_000)
+    };
+    assert_eq!(place(&on_zero, &gpus, &opts()), Placement::Start(vec![64]));
+    let on_one_instance = Request {
+        on_mask: Some(crate::model::gpu_mask(&[65])),
+        ..declared(1_000)
+    };
+    assert_eq!(
+        place(&on_one_instance, &gpus, &opts()),
+        Placement::Start(vec![65])
+    );
+    let drained = PlaceOptions {
+        drained_mask: crate::model::gpu_mask(&[0]),
+        ..opts()
+    };
+    assert_eq!(place(&on_zero, &gpus, &drained), Placement::NotNow);
+    assert_eq!(
+        wait_reason(&on_zero, &gpus, &drained).to_string(),
+        "GPU 0:0 drained"
+    );
+    assert_eq!(
+        place(&declared(1_000), &gpus, &drained),
+        Placement::Start(vec![1])
+    );
+}

@@ -208,8 +208,9 @@ pub struct RunArgs {
     #[arg(value_name = "JOBS_FILE", required = true)]
     pub jobs_file: Option<PathBuf>,
 
-    /// GPU indices the scheduler may use, comma-separated (e.g. 0,1,3).
-    /// Default: all GPUs.
+    /// GPU indices the scheduler may use, comma-separated (e.g. 0,1,3); a
+    /// GPU in MIG mode brings its MIG instances, and `0:1` names one MIG
+    /// instance. Default: all GPUs.
     #[arg(long, value_name = "LIST", value_parser = parse_gpu_list, conflicts_with = "slurm")]
     pub gpus: Option<GpuList>,
 
@@ -642,8 +643,9 @@ pub struct LogDirArgs {
 /// Arguments of `gpusched drain` and `undrain`.
 #[derive(Debug, Args, Clone)]
 pub struct GpuArgs {
-    /// GPU indices.
-    #[arg(value_name = "GPU", required = true)]
+    /// GPU indices, or MIG instances as GPU:MIG device (`0:1`, as
+    /// nvidia-smi numbers them); draining a GPU drains its MIG instances.
+    #[arg(value_name = "GPU", required = true, value_parser = parse_device)]
     pub gpus: Vec<u32>,
     /// The scheduler's log directory.
     #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
@@ -784,15 +786,25 @@ pub fn typo_error(first: &std::ffi::OsStr) -> Option<crate::error::Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuList(pub Vec<u32>);
 
+/// A device: a GPU index below 64, or a MIG instance as `GPU:MIG device`
+/// (`0:1`), as [`crate::model::device_label`] writes it.
+fn parse_device(text: &str) -> Result<u32, String> {
+    crate::model::parse_device_label(text.trim())
+        .ok_or_else(|| format!("'{text}' is not a GPU index below 64 or a MIG instance like 0:1"))
+}
+
 fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
     let mut indices = Vec::new();
     for part in text.split(',') {
         let part = part.trim();
-        let index: u32 = part
-            .parse()
-            .map_err(|_| format!("'{part}' is not a GPU index (expected e.g. 0,1,3)"))?;
+        let index = parse_device(part).map_err(|_| {
+            format!("'{part}' is not a GPU index (expected e.g. 0,1,3, or 0:1 for a MIG instance)")
+        })?;
         if indices.contains(&index) {
-            return Err(format!("GPU {index} is listed twice"));
+            return Err(format!(
+                "GPU {} is listed twice",
+                crate::model::device_label(index)
+            ));
         }
         indices.push(index);
     }

@@ -151,7 +151,7 @@ pub fn gpu_findings(report: &HostReport, visible: impl Fn(u32) -> bool) -> Vec<F
                 Level::Warn,
                 format!(
                     "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched runs in a container without the host's PID namespace, so it cannot tell its jobs' VRAM apart",
-                    crate::console::gpu_ids(&hidden, ", ")
+                    crate::console::numbers(&hidden, ", ")
                 ),
             )
             .fix("run it in the host's PID namespace (`docker run --pid=host`)"),
@@ -203,11 +203,25 @@ fn device_findings(device: &DeviceReport) -> Vec<Finding> {
             )),
         );
     }
-    if device.mig == Some(true) {
+    if device.mig == Some(true) && device.mig_instances.is_empty() {
         findings.push(
-            Finding::new(Level::Warn, format!("GPU {index}: MIG mode is on; gpusched does not place jobs on MIG instances yet and sees this GPU as one device, which CUDA cannot use whole"))
-                .fix(format!("leave it out with --gpus, or disable MIG (`sudo nvidia-smi -mig 0 -i {index}`)")),
+            Finding::new(Level::Warn, format!("GPU {index}: MIG mode is on with no MIG instances: CUDA cannot use it whole, so no job can run on it"))
+                .fix(format!("create instances (`sudo nvidia-smi mig -i {index} -cgi 3g.40gb,3g.40gb -C`, see `nvidia-smi mig -lgip`), or disable MIG (`sudo nvidia-smi -mig 0 -i {index}`)")),
         );
+    }
+    for instance in &device.mig_instances {
+        findings.push(Finding::new(
+            Level::Ok,
+            format!(
+                "GPU {index}:{}: MIG {} ({}), {} MiB, {} MiB used; jobs on it get CUDA_VISIBLE_DEVICES={}",
+                instance.mig_index,
+                instance.profile,
+                instance.uuid,
+                instance.total_mib,
+                instance.used_mib,
+                instance.uuid
+            ),
+        ));
     }
     findings
 }

@@ -89,9 +89,13 @@ impl Health {
                     closed.reason.clone_from(reason);
                 }
                 None => {
-                    let seen = last
-                        .and_then(|s| s.gpus.iter().find(|g| g.index == *index))
-                        .map_or((0, 0), |g| (g.total_mib, g.used_mib));
+                    // A GPU in MIG mode was seen as its MIG instances.
+                    let seen = last.map_or((0, 0), |s| {
+                        s.gpus
+                            .iter()
+                            .filter(|g| crate::model::parent_gpu(g.index) == *index)
+                            .fold((0, 0), |(t, u), g| (t + g.total_mib, u + g.used_mib))
+                    });
                     self.faulted.insert(
                         *index,
                         FaultedGpu {
@@ -111,20 +115,30 @@ impl Health {
                 }
             }
         }
-        for gpu in &snapshot.gpus {
-            let Some(closed) = self.faulted.get_mut(&gpu.index) else {
+        let closed: Vec<u32> = self.faulted.keys().copied().collect();
+        for index in closed {
+            // A GPU in MIG mode answers through its MIG instances.
+            let answered: Vec<_> = snapshot
+                .gpus
+                .iter()
+                .filter(|g| crate::model::parent_gpu(g.index) == index || g.index == index)
+                .collect();
+            if answered.is_empty() {
+                continue;
+            }
+            let Some(closed) = self.faulted.get_mut(&index) else {
                 continue;
             };
-            closed.total_mib = gpu.total_mib;
-            closed.used_mib = gpu.used_mib;
-            if closed.lasting || snapshot.faults.iter().any(|f| f.index == gpu.index) {
+            closed.total_mib = answered.iter().map(|g| g.total_mib).sum();
+            closed.used_mib = answered.iter().map(|g| g.used_mib).sum();
+            if closed.lasting || snapshot.faults.iter().any(|f| f.index == index) {
                 continue;
             }
             closed.good_samples += 1;
             if closed.good_samples >= REOPEN_AFTER_SAMPLES {
-                let was = self.faulted.remove(&gpu.index).map(|c| c.reason);
+                let was = self.faulted.remove(&index).map(|c| c.reason);
                 changes.push(HealthChange::Reopened {
-                    index: gpu.index,
+                    index,
                     was: was.unwrap_or_default(),
                 });
             }
@@ -138,9 +152,8 @@ impl Health {
         self.faulted.remove(&index).map(|c| c.reason)
     }
 
-    /// The closed GPUs as a bit mask (bit i = GPU i; indices ≥ 64 are not
-    /// represented).
-    pub fn mask(&self) -> u64 {
+    /// The closed GPUs as a bit mask ([`crate::model::gpu_mask`]).
+    pub fn mask(&self) -> crate::model::GpuMask {
         crate::model::gpu_mask(self.faulted.keys())
     }
 }
@@ -158,6 +171,7 @@ mod tests {
             total_mib: 80_000,
             used_mib: 1_000 * u64::from(index + 1),
             util_percent: None,
+            profile: None,
         }
     }
 
@@ -261,5 +275,30 @@ mod tests {
         assert_eq!(health.reopen(2).as_deref(), Some("NVML: GPU is lost"));
         assert_eq!(health.reopen(2), None);
         assert_eq!(health.mask(), 0);
+    }
+
+    #[test]
+    fn a_gpu_in_mig_mode_answers_through_its_instances() {
+        let mut health = Health::default();
+        let instance = |mig| GpuInfo {
+            index: crate::model::mig_device_id(1, mig).unwrap(),
+            total_mib: 40_000,
+            used_mib: 500,
+            ..GpuInfo::default()
+        };
+        let before = GpuSnapshot {
+            gpus: vec![gpu(0), instance(0), instance(1)],
+            ..GpuSnapshot::default()
+        };
+        let _ = health.observe(&snapshot(&[0], &[1]), Some(&before), 1.0);
+        assert_eq!(
+            health.faulted[&1].total_mib, 80_000,
+            "both instances' memory"
+        );
+        for n in 1..=REOPEN_AFTER_SAMPLES {
+            let changes = health.observe(&before, None, 1.0 + f64::from(n));
+            assert_eq!(changes.is_empty(), n < REOPEN_AFTER_SAMPLES, "sample {n}");
+        }
+        assert!(health.faulted.is_empty());
     }
 }

@@ -5,16 +5,20 @@
 
 pub mod attribution;
 pub mod health;
+pub mod mig;
 pub mod nvml;
 pub mod sim;
 
-/// One GPU in a snapshot.
-#[derive(Debug, Clone, PartialEq)]
+/// One device in a snapshot: a whole GPU, or a MIG instance of a GPU in
+/// MIG mode (docs/HARDWARE.md "MIG").
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuInfo {
-    /// NVML device index (the number in `CUDA_VISIBLE_DEVICES` under
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+    /// Device id ([`crate::model::mig_device_id`]): a whole GPU's NVML
+    /// index (the number in `CUDA_VISIBLE_DEVICES` under
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`), or a MIG instance's id above 63.
     pub index: u32,
-    /// Device UUID (`GPU-…`).
+    /// Device UUID (`GPU-…`), or for a MIG instance the name CUDA takes
+    /// (`MIG-…`, [`mig::cuda_name`]).
     pub uuid: String,
     /// Product name.
     pub name: String,
@@ -25,6 +29,8 @@ pub struct GpuInfo {
     /// Device utilization over the driver's last sample period, percent;
     /// `None` when the device cannot report it.
     pub util_percent: Option<u32>,
+    /// A MIG instance's profile (`3g.40gb`); `None` for a whole GPU.
+    pub profile: Option<String>,
 }
 
 /// One compute process on one GPU.

@@ -172,22 +172,27 @@ impl NvmlBackend {
         }
     }
 
-    /// Reads device `i`: memory, utilization and compute processes.
-    fn read_device(&mut self, i: usize, processes: &mut Vec<GpuProcess>) -> Result<GpuInfo, Fault> {
+    /// Reads device `i`: memory, utilization and compute processes; for a
+    /// GPU in MIG mode, each of its MIG instances instead (never the GPU
+    /// whole, which CUDA cannot use; docs/HARDWARE.md "MIG").
+    fn read_device(
+        &mut self,
+        i: usize,
+        processes: &mut Vec<GpuProcess>,
+    ) -> Result<Vec<GpuInfo>, Fault> {
         self.identify(i)?;
         let Some(nvml) = &self.nvml else {
             return Err(Fault::Device("NVML is not initialised".into()));
         };
         let device = &self.devices[i];
         let handle = nvml.device_by_index(device.index)?;
-        // CUDA cannot use a GPU in MIG mode as a whole: its memory belongs
-        // to its instances, which are not scheduled yet (docs/HARDWARE.md
-        // "Not yet handled"), so it is closed like a GPU that does not
-        // answer, and opens again when MIG is turned off.
+        let uuid = device.uuid.clone().unwrap_or_default();
+        let name = device.name.clone().unwrap_or_default();
         if handle.mig_mode().is_ok_and(|m| m.current == 1) {
-            return Err(Fault::Device(
-                "in MIG mode: CUDA cannot use it whole, and gpusched does not place jobs on MIG instances yet".into(),
-            ));
+            let old = super::mig::driver_before_470_42(&self.driver);
+            let instances = super::mig::read_instances(nvml, &handle, &uuid, old)?;
+            return super::mig::as_devices(device.index, &name, instances, processes)
+                .map_err(Fault::Device);
         }
         let memory = handle.memory_info()?;
         let total_mib = bytes_to_mib(memory.total);
@@ -214,14 +219,15 @@ impl NvmlBackend {
             Err(NvmlError::NotSupported) => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(GpuInfo {
+        Ok(vec![GpuInfo {
             index: device.index,
-            uuid: device.uuid.clone().unwrap_or_default(),
-            name: device.name.clone().unwrap_or_default(),
+            uuid,
+            name,
             total_mib,
             used_mib: bytes_to_mib(memory.used).min(total_mib),
             util_percent,
-        })
+            profile: None,
+        }])
     }
 
     /// NVML, initialised again after a host-wide fault.
@@ -458,7 +464,7 @@ impl GpuBackend for NvmlBackend {
                 continue;
             }
             match self.read_device(i, &mut snapshot.processes) {
-                Ok(info) => snapshot.gpus.push(info),
+                Ok(devices) => snapshot.gpus.extend(devices),
                 Err(Fault::Device(reason)) => snapshot.faults.push(GpuFault {
                     index,
                     reason,
@@ -470,6 +476,8 @@ impl GpuBackend for NvmlBackend {
                 }
             }
         }
+        // MIG instances (ids above every whole GPU's) after the GPUs.
+        snapshot.gpus.sort_by_key(|g| g.index);
         snapshot
             .processes
             .retain(|p| snapshot.gpus.iter().any(|g| g.index == p.gpu));
@@ -530,6 +538,8 @@ pub struct DeviceReport {
     pub pages_pending: Option<bool>,
     /// MIG mode enabled now (`nvmlDeviceGetMigMode`).
     pub mig: Option<bool>,
+    /// Its MIG instances, when MIG mode is on.
+    pub mig_instances: Vec<super::mig::MigInstance>,
     /// The pids NVML reports computing on it.
     pub pids: Vec<u32>,
     /// Why it could not be read, when it could not (its other fields
@@ -559,21 +569,32 @@ pub fn inspect() -> Result<HostReport, NvmlError> {
     let nvml = Nvml::init()?;
     let count = nvml.device_count()?;
     let optional = |r: Result<bool, NvmlError>| r.ok();
+    let driver_version = nvml
+        .sys_driver_version()
+        .unwrap_or_else(|_| "unknown".into());
+    let old = super::mig::driver_before_470_42(&driver_version);
     let devices = (0..count)
         .map(|index| {
             let read = || -> Result<DeviceReport, NvmlError> {
                 let device = nvml.device_by_index(index)?;
                 let memory = device.memory_info()?;
+                let uuid = device.uuid()?;
+                let mig = device.mig_mode().ok().map(|m| m.current == 1);
+                let mig_instances = match mig {
+                    Some(true) => super::mig::read_instances(&nvml, &device, &uuid, old)?,
+                    _ => Vec::new(),
+                };
                 Ok(DeviceReport {
                     index,
                     name: device.name()?,
-                    uuid: device.uuid()?,
+                    uuid,
                     total_mib: bytes_to_mib(memory.total),
                     used_mib: bytes_to_mib(memory.used),
                     persistence: optional(device.is_in_persistent_mode()),
                     ecc: device.is_ecc_enabled().ok().map(|e| e.currently_enabled),
                     pages_pending: optional(device.are_pages_pending_retired()),
-                    mig: device.mig_mode().ok().map(|m| m.current == 1),
+                    mig,
+                    mig_instances,
                     pids: device
                         .running_compute_processes()
                         .map(|list| list.into_iter().map(|p| p.pid).collect())
@@ -590,9 +611,7 @@ pub fn inspect() -> Result<HostReport, NvmlError> {
         .collect();
     Ok(HostReport {
         nvml_version: nvml.sys_nvml_version().unwrap_or_else(|_| "unknown".into()),
-        driver_version: nvml
-            .sys_driver_version()
-            .unwrap_or_else(|_| "unknown".into()),
+        driver_version,
         devices,
         topology: read_topology(&nvml, count),
     })

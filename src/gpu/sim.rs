@@ -91,6 +91,7 @@ impl GpuBackend for SimBackend {
                 total_mib: SIM_TOTAL_MIB,
                 used_mib: 0,
                 util_percent: Some(0),
+                profile: None,
             })
             .collect();
         let mut processes = Vec::new();

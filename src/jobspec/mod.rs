@@ -51,7 +51,7 @@ pub struct Rare {
     pub name: Option<String>,
     /// `on=0,2`: the GPU indices (below 64) it may use, as a bit mask (bit
     /// i = GPU i); `None` for any GPU the scheduler may use (docs/BEHAVIOUR.md "Queue policy").
-    pub on_mask: Option<u64>,
+    pub on_mask: Option<crate::model::GpuMask>,
     /// `after=REF,…`: jobs that must end `ok` before this one starts, as
     /// written (names, display numbers or key prefixes; docs/BEHAVIOUR.md "Queue policy").
     pub after: Vec<String>,
@@ -151,8 +151,8 @@ impl JobSpec {
         self.rare.as_ref()?.name.as_deref()
     }
 
-    /// `on=` as a GPU bit mask ([`Rare::on_mask`]).
-    pub fn on_mask(&self) -> Option<u64> {
+    /// `on=` as a device bit mask ([`Rare::on_mask`]).
+    pub fn on_mask(&self) -> Option<crate::model::GpuMask> {
         self.rare.as_ref()?.on_mask
     }
 
@@ -632,23 +632,26 @@ fn label(name: &str, value: String) -> Result<String, String> {
     }
 }
 
-/// An `on=` value: GPU indices below 64, each once, as a bit mask.
+/// An `on=` value: GPU indices below 64 (`on=0,2`) and MIG instances
+/// as `GPU:MIG device` (`on=0:1`, docs/HARDWARE.md "MIG"), each once, as
+/// a device bit mask.
 ///
 /// Errors: the reason, naming the value.
-fn parse_on(v: &str) -> Result<u64, String> {
-    let mut mask = 0u64;
+fn parse_on(v: &str) -> Result<crate::model::GpuMask, String> {
+    let mut mask = 0;
     for part in v.split(',') {
-        let index = part
-            .parse::<u32>()
-            .ok()
-            .filter(|&i| i < 64)
-            .ok_or_else(|| {
-                format!("bad on value '{v}': expected GPU indices below 64, like on=0,2")
-            })?;
-        if mask & (1u64 << index) != 0 {
-            return Err(format!("bad on value '{v}': GPU {index} is listed twice"));
+        let index = crate::model::parse_device_label(part).ok_or_else(|| {
+            format!(
+                "bad on value '{v}': expected GPU indices below 64, like on=0,2, or MIG instances like on=0:1"
+            )
+        })?;
+        if crate::model::mask_has(mask, index) {
+            return Err(format!(
+                "bad on value '{v}': GPU {} is listed twice",
+                crate::model::device_label(index)
+            ));
         }
-        mask |= 1u64 << index;
+        mask |= crate::model::gpu_mask(&[index]);
     }
     Ok(mask)
 }

@@ -247,9 +247,18 @@ fn on_lists_gpus() {
     assert_eq!(one("[on=0,2] x").on_mask(), Some(0b101));
     assert_eq!(one("[on=63] x").on_mask(), Some(1 << 63));
     assert_eq!(one("x").on_mask(), None);
+    // MIG instances as GPU:MIG device (docs/HARDWARE.md "MIG").
+    let mig = crate::model::mig_device_id(0, 1).unwrap();
+    assert_eq!(
+        one("[on=0:1,2] x").on_mask(),
+        Some(crate::model::gpu_mask(&[mig, 2]))
+    );
     for bad in [
         "[on=] x",
         "[on=64] x",
+        "[on=0:9] x",
+        "[on=8:0] x",
+        "[on=0:1,0:1] x",
         "[on=a] x",
         "[on=1,1] x",
         "[on=0,,1] x",

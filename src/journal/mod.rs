@@ -197,9 +197,9 @@ pub struct Finished {
     pub avg_util: Option<f64>,
     /// Declaration per GPU of the last attempt (MiB).
     pub vram_mib: Option<u64>,
-    /// GPUs the last attempt held, as a bit mask (bit i = GPU index i;
-    /// indices ≥ 64 are not recorded).
-    pub gpu_mask: u64,
+    /// GPUs the last attempt held, as a bit mask
+    /// ([`crate::model::gpu_mask`]).
+    pub gpu_mask: crate::model::GpuMask,
 }
 
 #[cfg(test)]

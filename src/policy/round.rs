@@ -35,7 +35,7 @@ pub struct RoundRules<'a> {
     pub place: &'a PlaceOptions,
     /// The priority reservation in force when its job is ready: the job's
     /// index and the reserved GPUs as a mask.
-    pub reserved: Option<(usize, u64)>,
+    pub reserved: Option<(usize, crate::model::GpuMask)>,
     /// Every group's limit.
     pub groups: &'a GroupLimits,
     /// How many jobs of each group run now.

@@ -83,7 +83,7 @@ pub fn booked_per_gpu(request: &Request, gpu_mib: u64) -> u64 {
 
 /// Whether `request` may be placed now under `quota` given `held`, and
 /// where: `Ok(None)` anywhere, `Ok(Some(mask))` only on the GPUs of the
-/// bit mask (bit i = GPU i: the GPUs the user holds already, when one
+/// bit mask ([`crate::model::gpu_mask`]: the GPUs the user holds already, when one
 /// more would go over `max_gpus`), or the limit it would go over.
 /// `gpu_mib` is one GPU's memory (MiB), for an undeclared job.
 ///
@@ -95,7 +95,7 @@ pub fn admit(
     held: &QuotaUse,
     request: &Request,
     gpu_mib: u64,
-) -> Result<Option<u64>, Over> {
+) -> Result<Option<crate::model::GpuMask>, Over> {
     if let Some(limit) = quota.max_running
         && held.running >= limit
     {
@@ -114,11 +114,7 @@ pub fn admit(
     if holding.saturating_add(request.gpus.max(1)) <= limit {
         return Ok(None);
     }
-    let mask = held
-        .gpus
-        .iter()
-        .filter(|&&g| g < 64)
-        .fold(0u64, |m, &g| m | (1 << g));
+    let mask = crate::model::gpu_mask(&held.gpus);
     if (held.gpus.len() as u32) < request.gpus.max(1) {
         return Err(Over::Gpus(holding, limit));
     }
@@ -186,7 +182,7 @@ impl QuotaRound {
         match admit(&self.limits, &self.held, request, self.gpu_mib) {
             Ok(None) => Admission::Anywhere,
             Ok(Some(mask)) => Admission::Only(Request {
-                on_mask: Some(request.on_mask.unwrap_or(u64::MAX) & mask),
+                on_mask: Some(request.on_mask.unwrap_or(crate::model::GpuMask::MAX) & mask),
                 ..*request
             }),
             Err(over) => Admission::Wait(self.reason(&over)),

@@ -210,7 +210,12 @@ fn quota_arithmetic() {
         max_running: Some(3),
         ..Quota::default()
     };
-    type Case<'a> = (&'a Quota, QuotaUse, Request, Result<Option<u64>, Over>);
+    type Case<'a> = (
+        &'a Quota,
+        QuotaUse,
+        Request,
+        Result<Option<crate::model::GpuMask>, Over>,
+    );
     let cases: &[Case] = &[
         // Room for another GPU: anywhere.
         (&two_gpus, held(&[0], 0, 1), job(Some(1000), 1), Ok(None)),

@@ -214,10 +214,19 @@ impl Scheduler {
         if let Some(allowed) = &self.cfg.allowed {
             let mut present: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
             present.extend(snapshot.faults.iter().map(|f| f.index));
+            // A GPU in MIG mode is present through its instances.
+            present.extend(
+                snapshot
+                    .gpus
+                    .iter()
+                    .map(|g| crate::model::parent_gpu(g.index)),
+            );
             present.sort_unstable();
+            present.dedup();
             if let Some(missing) = allowed.iter().find(|i| !present.contains(i)) {
                 return Err(Error::Gpu(format!(
-                    "--gpus names GPU {missing}, but this machine has GPU {}",
+                    "--gpus names GPU {}, but this machine has GPU {}",
+                    crate::model::device_label(*missing),
                     crate::console::gpu_ids(&present, ", ")
                 ))
                 .into());

@@ -272,23 +272,26 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
     let jobs = if gpu.jobs.is_empty() {
         "-".to_string()
     } else {
-        crate::console::gpu_ids(&gpu.jobs, ",")
+        crate::console::numbers(&gpu.jobs, ",")
+    };
+    let name = match &gpu.profile {
+        Some(profile) => format!("{} {profile}", crate::model::device_label(gpu.index)),
+        None => crate::model::device_label(gpu.index),
     };
     if let Some(fault) = &gpu.fault {
         // Its memory is not known while it does not answer; why it is
         // closed is what matters, on a line of its own so that it is
         // never the part cut off (docs/HARDWARE.md "A sick GPU").
         let opens = if fault.lasting {
-            format!("closed until `gpusched undrain {}`", gpu.index)
+            format!("closed until `gpusched undrain {name}`")
         } else {
             format!(
-                "opens after {} good samples in a row ({} so far) or `gpusched undrain {}`",
-                fault.reopen_after, fault.good_samples, gpu.index
+                "opens after {} good samples in a row ({} so far) or `gpusched undrain {name}`",
+                fault.reopen_after, fault.good_samples
             )
         };
         let line = format!(
-            "GPU {}: CLOSED since {}, jobs {jobs}; {opens}",
-            gpu.index,
+            "GPU {name}: CLOSED since {}, jobs {jobs}; {opens}",
             crate::console::clock(fault.since),
         );
         return format!(
@@ -298,8 +301,7 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
         );
     }
     let line = format!(
-        "GPU {}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
-        gpu.index,
+        "GPU {name}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
         gpu.used_mib,
         gpu.total_mib,
         gpu.external_mib,

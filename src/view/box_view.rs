@@ -47,8 +47,13 @@ pub struct BoxDoc {
 /// One GPU of the box.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoxGpu {
-    /// NVML index.
+    /// Device id: a whole GPU's NVML index, or a MIG instance's id above
+    /// 63 (docs/HARDWARE.md "MIG").
     pub index: u32,
+    /// The device as nvidia-smi names it, with a MIG instance's profile:
+    /// `1`, `0:1 3g.40gb`.
+    #[serde(default)]
+    pub label: String,
     /// UUID.
     pub uuid: String,
     /// Product name.
@@ -297,6 +302,10 @@ fn box_gpu(
     };
     BoxGpu {
         index: g.index,
+        label: match &g.profile {
+            Some(profile) => format!("{} {profile}", crate::model::device_label(g.index)),
+            None => crate::model::device_label(g.index),
+        },
         uuid: g.uuid.clone(),
         name: g.name.clone(),
         total_mib: g.total_mib,
@@ -437,7 +446,10 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         lines.push(crate::console::shorten(
             &format!(
                 "GPU {} {:>6}/{} MiB  {}",
-                g.index, g.used_mib, g.total_mib, free
+                crate::model::device_label(g.index),
+                g.used_mib,
+                g.total_mib,
+                free
             ),
             width,
         ));

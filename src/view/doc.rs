@@ -366,6 +366,8 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                 .filter(|s| s.samples > 0);
             GpuStatus {
                 index: load.index,
+                label: crate::model::device_label(load.index),
+                profile: info.and_then(|g| g.profile.clone()),
                 uuid: info.map(|g| g.uuid.clone()).unwrap_or_default(),
                 name: info.map(|g| g.name.clone()).unwrap_or_default(),
                 // A GPU that never answered has no size to show.

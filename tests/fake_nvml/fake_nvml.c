@@ -28,6 +28,14 @@
  *   attr <gpu index> <key> <on|off>       persistence (default on), ecc,
  *                                         pages_pending, mig (default: not
  *                                         supported, as on consumer boards)
+ *   mig <gpu index> <uuid> <profile> <total MiB> [<gi> <ci>]
+ *                                         a MIG instance of a GPU in MIG
+ *                                         mode (MIG device indices in file
+ *                                         order; GPU/compute instance ids
+ *                                         default to index + 1 and 0)
+ *   proc <gpu>:<mig> <pid> <MiB>          a process on MIG device <mig>
+ *   driver <version>                      the driver version (default
+ *                                         999.0-fake)
  *
  * The state is per thread (__thread), as a program may call NVML from
  * several threads (gpusched waits for events on one of its own).
@@ -35,6 +43,14 @@
  * GPU i sits on PCI bus 0x10 * (i + 1). A GPU without NVLinks answers
  * NVML_ERROR_NOT_SUPPORTED for its links, as PCIe-only boards do; one with
  * links has NVML_NVLINK_MAX_LINKS (18) of them, the unused ones inactive.
+ *
+ * A MIG device handle is 0x1000 + 16 * GPU + MIG device index; as with a
+ * real driver, it answers name, UUID, memory, processes and the MIG
+ * queries, NVML_ERROR_NOT_SUPPORTED for utilization, and
+ * NVML_ERROR_INVALID_ARGUMENT elsewhere. A GPU in MIG mode answers
+ * nvmlDeviceGetMaxMigDeviceCount with 7 and NVML_ERROR_NOT_FOUND for a MIG
+ * device index without an instance; its own process list holds its
+ * instances' processes, with their GPU and compute instance ids.
  *
  * GPUs are numbered by their order in the file. A device's used memory is
  * its external MiB plus its processes' MiB. "fail" makes every query of
@@ -68,6 +84,9 @@ typedef void *nvmlDevice_t;
 #define MAX_PROCS 256
 #define MAX_LINKS 18
 #define MAX_TOPO 128
+#define MAX_MIG 7
+#define MIG_HANDLE 0x1000
+#define NVML_ERROR_NOT_FOUND 6
 
 typedef struct {
     unsigned int version;
@@ -89,8 +108,16 @@ typedef struct {
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+struct mig {
+    char uuid[96];
+    char profile[32];
+    unsigned long long total_mib;
+    unsigned int gi, ci;
+};
 struct gpu {
     char uuid[96];
+    struct mig migs[MAX_MIG];
+    unsigned int mig_count;
     unsigned long long total_mib, external_mib;
     unsigned int util;
     nvmlReturn_t fail;
@@ -113,12 +140,14 @@ struct topo {
 };
 struct proc {
     unsigned int gpu, pid;
+    int mig; /* MIG device index, -1 for the GPU itself */
     int known;
     unsigned long long mib;
 };
 
 static __thread char init_mode[96];
 static __thread char host_mode[96];
+static __thread char driver_version[96];
 static __thread struct gpu gpus[MAX_GPUS];
 static __thread unsigned int gpu_count;
 static __thread int counted; /* -1: the number of gpu lines; -2: the count fails */
@@ -143,6 +172,7 @@ static void add_links(unsigned int a, unsigned int b, int n) {
 static void load_state(void) {
     strcpy(init_mode, "ok");
     strcpy(host_mode, "ok");
+    strcpy(driver_version, "999.0-fake");
     counted = -1;
     gpu_count = 0;
     proc_count = 0;
@@ -152,10 +182,23 @@ static void load_state(void) {
     if (!f) return;
     char line[512];
     while (fgets(line, sizeof line, f)) {
-        char word[32] = "", a[96] = "", b[32] = "", c[32] = "", d[32] = "", e[32] = "";
-        int n = sscanf(line, "%31s %95s %31s %31s %31s %31s", word, a, b, c, d, e);
+        char word[32] = "", a[96] = "", b[96] = "", c[32] = "", d[32] = "", e[32] = "", f6[32] = "";
+        int n = sscanf(line, "%31s %95s %95s %31s %31s %31s %31s", word, a, b, c, d, e, f6);
         if (n >= 2 && strcmp(word, "init") == 0) {
             snprintf(init_mode, sizeof init_mode, "%s", a);
+        } else if (n >= 2 && strcmp(word, "driver") == 0) {
+            snprintf(driver_version, sizeof driver_version, "%s", a);
+        } else if (n >= 5 && strcmp(word, "mig") == 0) {
+            unsigned int x = (unsigned int)strtoul(a, NULL, 10);
+            if (x < gpu_count && gpus[x].mig_count < MAX_MIG) {
+                unsigned int m = gpus[x].mig_count++;
+                struct mig *instance = &gpus[x].migs[m];
+                snprintf(instance->uuid, sizeof instance->uuid, "%s", b);
+                snprintf(instance->profile, sizeof instance->profile, "%s", c);
+                instance->total_mib = strtoull(d, NULL, 10);
+                instance->gi = n >= 6 ? (unsigned int)strtoul(e, NULL, 10) : m + 1;
+                instance->ci = n >= 7 ? (unsigned int)strtoul(f6, NULL, 10) : 0;
+            }
         } else if (n >= 2 && strcmp(word, "host") == 0) {
             snprintf(host_mode, sizeof host_mode, "%s", a);
         } else if (n >= 2 && strcmp(word, "count") == 0) {
@@ -163,6 +206,7 @@ static void load_state(void) {
         } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
             struct gpu *g = &gpus[gpu_count++];
             g->links = 0;
+            g->mig_count = 0;
             g->persistence = 1;
             g->ecc = g->pages_pending = g->mig = -1;
             snprintf(g->uuid, sizeof g->uuid, "%s", a);
@@ -195,7 +239,9 @@ static void load_state(void) {
             }
         } else if (n >= 4 && strcmp(word, "proc") == 0 && proc_count < MAX_PROCS) {
             struct proc *p = &procs[proc_count++];
+            char *colon = strchr(a, ':');
             p->gpu = (unsigned int)strtoul(a, NULL, 10);
+            p->mig = colon ? atoi(colon + 1) : -1;
             p->pid = (unsigned int)strtoul(b, NULL, 10);
             p->known = strcmp(c, "na") != 0;
             p->mib = strtoull(p->known ? c : d, NULL, 10);
@@ -224,6 +270,36 @@ static nvmlReturn_t lookup(nvmlDevice_t device, unsigned int *index) {
     *index = (unsigned int)(i - 1);
     return gpus[i - 1].fail;
 }
+
+/* A MIG device handle's GPU and MIG device index; the GPU's own status. */
+static nvmlReturn_t lookup_mig(nvmlDevice_t device, unsigned int *gpu, unsigned int *mig) {
+    uintptr_t h = (uintptr_t)device;
+    load_state();
+    if (host_status() != NVML_SUCCESS) return host_status();
+    if (h < MIG_HANDLE) return NVML_ERROR_INVALID_ARGUMENT;
+    *gpu = (unsigned int)((h - MIG_HANDLE) / 16);
+    *mig = (unsigned int)((h - MIG_HANDLE) % 16);
+    if (*gpu >= device_count() || gpus[*gpu].mig != 1 || *mig >= gpus[*gpu].mig_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return gpus[*gpu].fail;
+}
+
+static int is_mig_handle(nvmlDevice_t device) { return (uintptr_t)device >= MIG_HANDLE; }
+
+/* MiB the processes on GPU i (mig -1) or on its MIG device mig use. */
+static unsigned long long procs_mib(unsigned int i, int mig) {
+    unsigned long long used = 0;
+    for (unsigned int p = 0; p < proc_count; p++)
+        if (procs[p].gpu == i && (mig < 0 || procs[p].mig == mig))
+            used += procs[p].mib;
+    return used;
+}
+
+#define LOOKUP_MIG(device)                                   \
+    unsigned int mg, mm;                                     \
+    nvmlReturn_t mstatus = lookup_mig((device), &mg, &mm);   \
+    if (mstatus != NVML_SUCCESS) return mstatus;             \
+    struct mig *instance = &gpus[mg].migs[mm];
 
 #define LOOKUP(device)                           \
     unsigned int i;                              \
@@ -260,7 +336,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     load_state();
     if (host_status() != NVML_SUCCESS) return host_status();
-    snprintf(version, length, "%s", "999.0-fake");
+    snprintf(version, length, "%s", driver_version);
     return NVML_SUCCESS;
 }
 
@@ -282,21 +358,40 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    if (is_mig_handle(device)) {
+        LOOKUP_MIG(device);
+        snprintf(name, length, "Fake NVIDIA GPU MIG %s", instance->profile);
+        return NVML_SUCCESS;
+    }
     LOOKUP(device);
     snprintf(name, length, "%s", "Fake NVIDIA GPU");
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    if (is_mig_handle(device)) {
+        LOOKUP_MIG(device);
+        snprintf(uuid, length, "%s", instance->uuid);
+        return NVML_SUCCESS;
+    }
     LOOKUP(device);
     snprintf(uuid, length, "%s", g->uuid);
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
-    LOOKUP(device);
     unsigned int expected = (unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24));
     if (memory->version != expected) return NVML_ERROR_INVALID_ARGUMENT;
+    if (is_mig_handle(device)) {
+        LOOKUP_MIG(device);
+        unsigned long long used = procs_mib(mg, (int)mm);
+        memory->total = instance->total_mib * MIB;
+        memory->used = used * MIB;
+        memory->reserved = 0;
+        memory->free = used < instance->total_mib ? (instance->total_mib - used) * MIB : 0;
+        return NVML_SUCCESS;
+    }
+    LOOKUP(device);
     unsigned long long used = g->external_mib;
     for (unsigned int p = 0; p < proc_count; p++)
         if (procs[p].gpu == i) used += procs[p].mib;
@@ -308,6 +403,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    if (is_mig_handle(device)) {
+        LOOKUP_MIG(device);
+        (void)instance;
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
     LOOKUP(device);
     utilization->gpu = g->util;
     utilization->memory = g->util / 2;
@@ -316,24 +416,79 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
-    LOOKUP(device);
+    unsigned int i;
+    int mig = -1; /* the processes of this MIG device only, or all the GPU's */
+    if (is_mig_handle(device)) {
+        unsigned int mm;
+        nvmlReturn_t status = lookup_mig(device, &i, &mm);
+        if (status != NVML_SUCCESS) return status;
+        mig = (int)mm;
+    } else {
+        nvmlReturn_t status = lookup(device, &i);
+        if (status != NVML_SUCCESS) return status;
+    }
     unsigned int n = 0;
     for (unsigned int p = 0; p < proc_count; p++)
-        if (procs[p].gpu == i) n++;
+        if (procs[p].gpu == i && (mig < 0 || procs[p].mig == mig)) n++;
     if (infos == NULL || *count < n) {
         *count = n;
         return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
     }
     unsigned int k = 0;
     for (unsigned int p = 0; p < proc_count; p++) {
-        if (procs[p].gpu != i) continue;
+        if (procs[p].gpu != i || (mig >= 0 && procs[p].mig != mig)) continue;
         infos[k].pid = procs[p].pid;
         infos[k].usedGpuMemory = procs[p].known ? procs[p].mib * MIB : NOT_AVAILABLE;
-        infos[k].gpuInstanceId = 0xFFFFFFFF;
-        infos[k].computeInstanceId = 0xFFFFFFFF;
+        int on = procs[p].mig;
+        int valid = on >= 0 && (unsigned int)on < gpus[i].mig_count;
+        infos[k].gpuInstanceId = valid ? gpus[i].migs[on].gi : 0xFFFFFFFF;
+        infos[k].computeInstanceId = valid ? gpus[i].migs[on].ci : 0xFFFFFFFF;
         k++;
     }
     *count = k;
+    return NVML_SUCCESS;
+}
+
+/* MIG (nvml.h "MIG Management"). */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    LOOKUP(device);
+    if (g->mig < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = MAX_MIG;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *migDevice) {
+    LOOKUP(device);
+    if (g->mig < 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (g->mig != 1 || index >= MAX_MIG) return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= g->mig_count) return NVML_ERROR_NOT_FOUND;
+    *migDevice = (nvmlDevice_t)(uintptr_t)(MIG_HANDLE + 16 * i + index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    *isMigDevice = is_mig_handle(device) ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                          nvmlDevice_t *device) {
+    LOOKUP_MIG(migDevice);
+    (void)instance;
+    *device = (nvmlDevice_t)(uintptr_t)(mg + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    LOOKUP_MIG(device);
+    *id = instance->gi;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    LOOKUP_MIG(device);
+    *id = instance->ci;
     return NVML_SUCCESS;
 }
 

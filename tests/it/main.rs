@@ -17,6 +17,7 @@ mod layers;
 mod learned;
 mod lifecycle;
 mod mcp;
+mod mig;
 mod never_panics;
 mod notify;
 mod nvml;

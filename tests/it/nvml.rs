@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// Builds the fake library once per test run; returns its directory.
-fn fake_nvml_dir() -> &'static Path {
+pub(crate) fn fake_nvml_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -30,13 +30,13 @@ fn fake_nvml_dir() -> &'static Path {
     })
 }
 
-struct Nvml {
-    env: Env,
+pub(crate) struct Nvml {
+    pub(crate) env: Env,
     state: PathBuf,
 }
 
 impl Nvml {
-    fn new(jobs: &str, state: &str) -> Nvml {
+    pub(crate) fn new(jobs: &str, state: &str) -> Nvml {
         let env = Env::new(jobs);
         let state_path = env.path("nvml_state");
         std::fs::write(&state_path, state).unwrap();
@@ -47,13 +47,13 @@ impl Nvml {
     }
 
     /// Rewrites the fake's state atomically (the fake reads it on every call).
-    fn set_state(&self, text: &str) {
+    pub(crate) fn set_state(&self, text: &str) {
         let tmp = self.env.path("nvml_state.tmp");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &self.state).unwrap();
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = self.env.command(args);
         // The test's own ledger, not the box's shared one (docs/BEHAVIOUR.md "Sharing a box").
         cmd.arg("--ledger")
@@ -63,11 +63,11 @@ impl Nvml {
         cmd
     }
 
-    fn spawn(&self, args: &[&str]) -> Sched {
+    pub(crate) fn spawn(&self, args: &[&str]) -> Sched {
         Sched::from_command(self.command(args))
     }
 
-    fn run(&self, args: &[&str]) -> common::Output {
+    pub(crate) fn run(&self, args: &[&str]) -> common::Output {
         let out = self.spawn(args).finish();
         self.env.assert_jobs_untouched();
         out
@@ -259,7 +259,7 @@ fn multi_gpu_jobs_get_the_gpus_nvml_says_are_best_connected() {
 }
 
 /// `gpusched doctor ARGS…` against the fake NVML with `state`.
-fn doctor(env: &Env, state: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn doctor(env: &Env, state: &str, args: &[&str]) -> std::process::Output {
     let path = env.path("doctor_state");
     std::fs::write(&path, state).unwrap();
     Command::new(common::bin())

@@ -71,7 +71,7 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
         (
             prop::option::of(100u64..30_000),
             1u32..4,
-            prop::option::of(any::<u8>().prop_map(u64::from)),
+            prop::option::of(any::<u8>().prop_map(u128::from)),
         )
             .prop_map(|(vram_mib, gpus, on_mask)| Request {
                 vram_mib,
@@ -88,7 +88,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         0u64..2000,
         0.0f64..0.5,
         any::<bool>(),
-        prop_oneof![Just(0u64), any::<u8>().prop_map(u64::from)],
+        prop_oneof![Just(0u128), any::<u8>().prop_map(u128::from)],
         topology(),
     )
         .prop_map(

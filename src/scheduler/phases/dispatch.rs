@@ -438,7 +438,7 @@ impl Scheduler {
     /// The journal's priority reservation, if its job is ready now: the
     /// job's index in the specs, the reserved GPUs as a mask, and its
     /// display number.
-    fn reserved_now(&self) -> Option<(usize, u64, u32)> {
+    fn reserved_now(&self) -> Option<(usize, crate::model::GpuMask, u32)> {
         let (key, gpus) = self.io.journal.priority_reservation()?;
         let index = self.core.jobs.index_of(key)?;
         let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);

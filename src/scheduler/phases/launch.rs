@@ -103,7 +103,11 @@ impl Scheduler {
         if self.cfg.framework_caps {
             env.extend(self.framework_caps(&spec.command, request.vram_mib, &gpus));
         }
-        if let Some(mps) = &self.io.mps {
+        // A MIG instance's memory is walled off by the hardware already,
+        // and one MPS daemon does not serve MIG instances (each needs its
+        // own): a job there runs without MPS (docs/HARDWARE.md "MIG").
+        let on_mig = gpus.iter().any(|&g| crate::model::mig_of(g).is_some());
+        if let Some(mps) = self.io.mps.as_ref().filter(|_| !on_mig) {
             env.extend(mps.job_env(request.vram_mib, gpus.len()));
         }
         if preempted {
@@ -379,26 +383,30 @@ impl Scheduler {
         attempt: u32,
         gpus: &[u32],
     ) -> Vec<(String, String)> {
-        let uuids: Vec<String> = gpus
+        let uuid_of = |i: &u32| {
+            self.core
+                .gpu
+                .snapshot
+                .as_ref()?
+                .gpus
+                .iter()
+                .find(|g| g.index == *i)
+                .map(|g| g.uuid.clone())
+        };
+        let uuids: Vec<String> = gpus.iter().filter_map(uuid_of).collect();
+        // A whole GPU by its index; a MIG instance by the name CUDA takes
+        // for it, `MIG-…` (docs/HARDWARE.md "MIG").
+        let visible: Vec<String> = gpus
             .iter()
-            .filter_map(|i| {
-                self.core
-                    .gpu
-                    .snapshot
-                    .as_ref()?
-                    .gpus
-                    .iter()
-                    .find(|g| g.index == *i)
-                    .map(|g| g.uuid.clone())
+            .map(|i| match crate::model::mig_of(*i) {
+                Some(_) => uuid_of(i).unwrap_or_default(),
+                None => i.to_string(),
             })
             .collect();
         let mut env = Vec::new();
         // On a cluster the GPUs are Slurm's to pick (and its to announce).
         if !gpus.is_empty() {
-            env.push((
-                "CUDA_VISIBLE_DEVICES".to_string(),
-                crate::console::gpu_ids(gpus, ","),
-            ));
+            env.push(("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")));
             env.push(("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")));
         }
         env.extend([

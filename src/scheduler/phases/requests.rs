@@ -133,7 +133,8 @@ impl Scheduler {
                     // Its memory is read afresh before a job goes there.
                     self.due.sample_now = true;
                     say(&format!(
-                        "GPU {gpu} opened by `gpusched undrain` (it was closed: {was}); it is closed again if it stops answering"
+                        "GPU {} opened by `gpusched undrain` (it was closed: {was}); it is closed again if it stops answering",
+                        crate::model::device_label(gpu)
                     ));
                 }
             }

@@ -310,7 +310,7 @@ impl Scheduler {
                 .collect();
             warn(&format!(
                 "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched seems to run in a container without the host's PID namespace; a job alone on its GPU is measured by that GPU's memory, others show n/a; run gpusched in the host's PID namespace (docker run --pid=host) to measure every job",
-                crate::console::gpu_ids(&pids, ", ")
+                crate::console::numbers(&pids, ", ")
             ));
         }
         if !self.core.gpu.hidden.detected {

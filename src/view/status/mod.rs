@@ -242,8 +242,16 @@ pub struct ReservationStatus {
 /// One GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuStatus {
-    /// NVML index.
+    /// Device id: a whole GPU's NVML index, or a MIG instance's id above
+    /// 63 (docs/HARDWARE.md "MIG").
     pub index: u32,
+    /// The device as nvidia-smi names it: `1`, or `0:1` for MIG device 1
+    /// of GPU 0.
+    #[serde(default)]
+    pub label: String,
+    /// A MIG instance's profile (`3g.40gb`); null for a whole GPU.
+    #[serde(default)]
+    pub profile: Option<String>,
     /// UUID.
     pub uuid: String,
     /// Product name.

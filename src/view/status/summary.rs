@@ -94,7 +94,7 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
     ]];
     for gpu in &doc.gpus {
         gpu_rows.push([
-            gpu.index.to_string(),
+            crate::model::device_label(gpu.index),
             gpu.busy_fraction
                 .map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
             gpu.mean_used_mib

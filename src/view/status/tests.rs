@@ -30,6 +30,8 @@ pub(crate) fn sample_doc() -> StatusDoc {
         counts: BTreeMap::from([("ok".to_string(), 1), ("running".to_string(), 1)]),
         finished_this_run: BTreeMap::from([("ok".to_string(), 1)]),
         gpus: vec![GpuStatus {
+            label: "0".into(),
+            profile: None,
             index: 0,
             uuid: "GPU-x".into(),
             name: "Simulated \"GPU\"".into(),

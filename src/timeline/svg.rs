@@ -56,9 +56,10 @@ pub fn render(run: &Run, options: &Options) -> String {
         let height = CHART + row_count as f64 * ROW + 4.0;
         let _ = write!(
             lanes,
-            r#"<g class="lane" data-gpu="{gpu}" data-y0="{y:.1}" data-y1="{:.1}"><rect class="lane-bg" x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{height:.1}"/><text class="lane-label" x="8" y="{:.1}">GPU {gpu}</text>"#,
+            r#"<g class="lane" data-gpu="{gpu}" data-y0="{y:.1}" data-y1="{:.1}"><rect class="lane-bg" x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{height:.1}"/><text class="lane-label" x="8" y="{:.1}">GPU {}</text>"#,
             y + height,
             y + CHART + 14.0,
+            crate::model::device_label(gpu),
         );
         scale(&mut lanes, total, y);
         memory(&mut lanes, run, gpu, total, y, &x, plot);
@@ -340,15 +341,12 @@ fn tooltip(a: &Attempt, gpu: u32) -> String {
         .vram_mib
         .map_or("undeclared".to_string(), |v| format!("{v} MiB declared"));
     format!(
-        "job {}{} attempt {} on GPU {} (this lane: GPU {gpu})\n{}\n{} after {}; peak {peak} / {declared}",
+        "job {}{} attempt {} on GPU {} (this lane: GPU {})\n{}\n{} after {}; peak {peak} / {declared}",
         a.no,
         a.name.as_ref().map_or(String::new(), |n| format!(" ({n})")),
         a.attempt,
-        a.gpus
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
+        crate::console::gpu_ids(&a.gpus, ","),
+        crate::model::device_label(gpu),
         a.command,
         a.outcome.as_str(),
         crate::console::human_duration(a.end - a.start),

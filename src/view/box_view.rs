@@ -446,7 +446,11 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         lines.push(crate::console::shorten(
             &format!(
                 "GPU {} {:>6}/{} MiB  {}",
-                crate::model::device_label(g.index),
+                if g.label.is_empty() {
+                    crate::model::device_label(g.index)
+                } else {
+                    g.label.clone()
+                },
                 g.used_mib,
                 g.total_mib,
                 free

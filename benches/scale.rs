@@ -138,6 +138,7 @@ fn placement_round() -> (f64, usize) {
                         declared_mib: Some(declared),
                         peak_mib: Some(declared / 2),
                         current_mib: Some(declared / 2),
+                        ends_at: None,
                     }
                 })
                 .collect();

@@ -49,6 +49,10 @@ pub struct Occupant {
     pub peak_mib: Option<u64>,
     /// VRAM its processes use on this GPU now (MiB); `None` when unknown.
     pub current_mib: Option<u64>,
+    /// When it is expected to end (Unix seconds; docs/BEHAVIOUR.md
+    /// "Backfill"); `None` when nothing tells, which backfill takes as
+    /// never.
+    pub ends_at: Option<f64>,
 }
 
 /// What placement needs to know about one GPU.
@@ -310,31 +314,52 @@ impl<'a> Planner<'a> {
     /// Places the next request of the queue (`reserved`: it is the job
     /// the reservation is for) and books a start on the loads.
     pub fn next(&mut self, request: &Request, reserved: bool) -> Placement {
+        let placement = self.try_place(request, reserved, 0);
+        if let Placement::Start(chosen) = &placement {
+            self.book(request, chosen, None);
+        }
+        placement
+    }
+
+    /// Where `request` would start now, with the GPUs of `avoid` closed
+    /// too, without booking it ([`Planner::book`] does).
+    pub fn try_place(
+        &mut self,
+        request: &Request,
+        reserved: bool,
+        avoid: crate::model::GpuMask,
+    ) -> Placement {
         if !reserved && self.blocked.contains(request) {
             return Placement::NotNow;
         }
-        let placement = if reserved {
-            place(request, self.gpus, self.opts)
+        let base = if reserved { self.opts } else { &self.others };
+        let placement = if avoid == 0 {
+            place(request, self.gpus, base)
         } else {
-            place(request, self.gpus, &self.others)
+            let closed = PlaceOptions {
+                drained_mask: base.drained_mask | avoid,
+                ..base.clone()
+            };
+            place(request, self.gpus, &closed)
         };
-        match &placement {
-            Placement::Start(chosen) => {
-                self.blocked.clear();
-                for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
-                    gpu.occupants.push(Occupant {
-                        declared_mib: request.vram_mib,
-                        peak_mib: None,
-                        current_mib: None,
-                    });
-                }
-            }
-            Placement::NotNow if !reserved => {
-                self.blocked.insert(*request);
-            }
-            Placement::NotNow | Placement::Infeasible(_) => {}
+        if placement == Placement::NotNow && !reserved && avoid == 0 {
+            self.blocked.insert(*request);
         }
         placement
+    }
+
+    /// Books a start of `request` on `chosen`, holding its full
+    /// declaration until `ends_at` (Unix seconds; `None`: unknown).
+    pub fn book(&mut self, request: &Request, chosen: &[u32], ends_at: Option<f64>) {
+        self.blocked.clear();
+        for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
+            gpu.occupants.push(Occupant {
+                declared_mib: request.vram_mib,
+                peak_mib: None,
+                current_mib: None,
+                ends_at,
+            });
+        }
     }
 }
 
@@ -421,6 +446,15 @@ pub enum WaitReason {
         /// Its limit.
         limit: u32,
     },
+    /// It would start now, but would then delay the head job, whose GPUs
+    /// are reserved from its expected start (docs/BEHAVIOUR.md
+    /// "Backfill").
+    WouldDelay {
+        /// The head job's display number.
+        no: u32,
+        /// Its expected start (whole Unix seconds).
+        at: u64,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -457,6 +491,11 @@ impl std::fmt::Display for WaitReason {
                 crate::console::gpu_ids(gpus, ", ")
             ),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
+            WaitReason::WouldDelay { no, at } => write!(
+                f,
+                "would delay job {no}, reserved for ~{}",
+                crate::console::clock_short(*at as f64)
+            ),
             WaitReason::Group {
                 name,
                 running,

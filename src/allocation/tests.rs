@@ -31,6 +31,7 @@ fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupa
         declared_mib: declared,
         peak_mib: peak,
         current_mib: current,
+        ends_at: None,
     }
 }
 
@@ -392,6 +393,7 @@ fn wait_reasons_say_what_is_missing() {
         declared_mib: None,
         peak_mib: None,
         current_mib: Some(1000),
+        ends_at: None,
     });
     let gpus = [closed, busy(1, 14336), busy(2, 20000)];
     let request = Request {
@@ -543,6 +545,7 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
             declared_mib: Some(8000),
             peak_mib: None,
             current_mib: None,
+            ends_at: None,
         });
     }
     let big = Request {

@@ -4,6 +4,8 @@
 //! live.
 //!
 //! * [`outcome`]: how an ended attempt is recorded (docs/BEHAVIOUR.md "Monitoring", "The live queue", "Out of memory and timeouts").
+//! * [`backfill`]: the head job's reservation and which later jobs may start before it
+//!   (docs/BEHAVIOUR.md "Backfill").
 //! * [`caps`]: framework memory caps from a job's declaration (docs/HARDWARE.md "Preallocating frameworks").
 //! * [`queue`]: which jobs are pending and with what request (docs/BEHAVIOUR.md "The live queue").
 //! * [`kill`]: why a job is being killed, and how kills escalate (docs/BEHAVIOUR.md "Running a job",
@@ -15,6 +17,7 @@
 //! * [`learned`]: families, and the declarations their history predicts
 //!   for `vram=auto` (docs/BEHAVIOUR.md "Learned VRAM").
 
+pub mod backfill;
 pub mod caps;
 pub mod dependencies;
 pub mod exit_code;

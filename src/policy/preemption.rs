@@ -105,6 +105,7 @@ mod tests {
                         declared_mib: Some(mib),
                         peak_mib: None,
                         current_mib: None,
+                        ends_at: None,
                     })
                     .collect(),
                 ..Default::default()

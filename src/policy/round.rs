@@ -12,6 +12,7 @@
 use crate::allocation::{
     GpuLoad, PlaceOptions, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
 };
+use crate::policy::backfill::Shadow;
 use crate::policy::groups::{self, GroupLimits};
 use crate::rules::quota::{Admission, QuotaRound};
 use std::collections::HashMap;
@@ -44,6 +45,12 @@ pub struct RoundRules<'a> {
     pub quota: Option<QuotaRound>,
     /// How many waiting jobs to keep (the views list no more).
     pub keep_waiting: usize,
+    /// Now (Unix seconds), for the expected ends of the round's starts.
+    pub now: f64,
+    /// How long the job of a line should run (seconds): its `timeout=`,
+    /// else its family's typical run time; `None` when unknown
+    /// (docs/BEHAVIOUR.md "Backfill"). Asked only of jobs that may start.
+    pub estimate_s: &'a dyn Fn(usize) -> Option<f64>,
 }
 
 /// What a round decided.
@@ -62,6 +69,13 @@ pub struct Round {
     pub reasons: Vec<(String, WaitReason)>,
     /// The priority reservation in force, as `planned` indexes it.
     pub reservation: Option<PriorityReservation>,
+    /// The head job's backfill reservation (docs/BEHAVIOUR.md
+    /// "Backfill"): its line index, expected start (Unix seconds) and
+    /// GPUs.
+    pub head: Option<(usize, f64, Vec<u32>)>,
+    /// Jobs that would start now but for the head job's reservation, by
+    /// key.
+    pub delayed: Vec<String>,
 }
 
 /// Plays one round over `ready` (in queue order) on `loads`, which it
@@ -74,6 +88,9 @@ pub fn plan<'a>(
     let mut planner = Planner::new(loads, rules.place, rules.reserved.map(|(_, mask)| mask));
     let mut round = Round::default();
     let mut waiting_kept = 0;
+    // The head job's reservation once the first job waits; `Err(())`
+    // when its start is unknown (no backfill protection this round).
+    let mut shadow: Option<Result<Shadow, ()>> = None;
     for job in ready {
         // A full group holds its job back, like a dependency: it is not
         // placed, and later jobs go on (backfill).
@@ -107,7 +124,41 @@ pub fn plan<'a>(
         };
         round.ready += 1;
         let is_reserved = rules.reserved.is_some_and(|(i, _)| i == job.index);
-        let mut placement = planner.next(&placed, is_reserved);
+        let mut placement = planner.try_place(&placed, is_reserved, 0);
+        let ends_at = match placement {
+            Placement::Start(_) => (rules.estimate_s)(job.index).map(|s| rules.now + s),
+            _ => None,
+        };
+        if let (Placement::Start(chosen), Some(Ok(head))) = (&placement, &shadow)
+            && !is_reserved
+            && !head.allows(&placed, chosen, ends_at, rules.place)
+        {
+            // Elsewhere, off the head job's GPUs, or not now.
+            placement = match planner.try_place(&placed, false, head.mask()) {
+                Placement::Start(other) => Placement::Start(other),
+                _ => {
+                    round.delayed.push(job.key.to_string());
+                    Placement::NotNow
+                }
+            };
+        }
+        match (&placement, &mut shadow) {
+            (Placement::Start(chosen), Some(Ok(head))) => {
+                planner.book(&placed, chosen, ends_at);
+                head.add(&placed, chosen, ends_at);
+            }
+            (Placement::Start(chosen), _) => planner.book(&placed, chosen, ends_at),
+            // The first job that waits (not the one a priority
+            // reservation already holds GPUs for) is the head job.
+            (Placement::NotNow, None) if !is_reserved => {
+                shadow =
+                    Some(Shadow::of(job.index, &placed, planner.loads(), rules.place).ok_or(()));
+                if let Some(Ok(head)) = &shadow {
+                    round.head = Some((head.head, head.at, head.gpus.clone()));
+                }
+            }
+            _ => {}
+        }
         if placed != job.request {
             // Kept to the GPUs our user holds: too few of them is a wait,
             // not an end, and the quota is why it waits.
@@ -234,8 +285,13 @@ mod tests {
             in_group: HashMap::new(),
             quota: None,
             keep_waiting: 50,
+            now: NOW,
+            estimate_s: &|_| None,
         }
     }
+
+    /// Now, in the tests' Unix seconds.
+    const NOW: f64 = 1_000.0;
 
     fn placements(round: &Round) -> Vec<(usize, Placement)> {
         round
@@ -453,5 +509,78 @@ mod tests {
             placements(&round),
             vec![(0, Placement::NotNow), (1, Placement::Start(vec![0]))]
         );
+    }
+
+    /// Two GPUs each running a 20G job of ours, ending at NOW + 6 and
+    /// NOW + 3 (the "Done when" of docs/BEHAVIOUR.md "Backfill").
+    fn two_busy_gpus() -> Vec<GpuLoad> {
+        let mut loads = gpus(2);
+        for (gpu, end) in loads.iter_mut().zip([6.0, 3.0]) {
+            gpu.occupants.push(crate::allocation::Occupant {
+                declared_mib: Some(20_480),
+                ends_at: Some(NOW + end),
+                ..Default::default()
+            });
+        }
+        loads
+    }
+
+    #[test]
+    fn later_jobs_backfill_only_where_they_do_not_delay_the_head_job() {
+        let place = PlaceOptions::default();
+        let groups = GroupLimits::default();
+        // GPU 1's job ended: 3G jobs fit there now. The head job (1) needs
+        // both GPUs, from NOW + 6 when GPU 0's job ends.
+        let mut loads = two_busy_gpus();
+        loads[1].occupants.clear();
+        let requests = [
+            declared(20_480, 2),
+            declared(3_072, 1),
+            declared(3_072, 1),
+            declared(3_072, 1),
+        ];
+        let keys = keys(4);
+        // Job 1 ends in 2 s, job 2 in 9 s, job 3 nobody knows.
+        let estimates = |index: usize| [None, None, Some(2.0), Some(9.0)][index];
+        let estimates: &dyn Fn(usize) -> Option<f64> = &|i| estimates(i);
+        let round = plan(
+            &mut loads,
+            RoundRules {
+                estimate_s: estimates,
+                ..rules(&place, &groups)
+            },
+            jobs(
+                &[requests[0], requests[1], requests[2], requests[3]],
+                &[],
+                &keys,
+            ),
+        );
+        assert_eq!(round.head, Some((0, NOW + 6.0, vec![0, 1])));
+        assert_eq!(
+            placements(&round),
+            vec![
+                (0, Placement::NotNow),
+                (1, Placement::NotNow),
+                (2, Placement::Start(vec![1])),
+                (3, Placement::NotNow),
+            ]
+        );
+        assert_eq!(round.delayed, vec!["j1".to_string(), "j3".to_string()]);
+        // Without the reservation (the head's start unknown), all fit now
+        // in turn: the old behaviour.
+        let mut loads = two_busy_gpus();
+        loads[1].occupants.clear();
+        loads[0].occupants[0].ends_at = None;
+        let round = plan(
+            &mut loads,
+            RoundRules {
+                estimate_s: estimates,
+                ..rules(&place, &groups)
+            },
+            jobs(&requests, &[], &keys),
+        );
+        assert_eq!(round.head, None);
+        assert!(round.delayed.is_empty());
+        assert_eq!(round.planned[1].placement, Placement::Start(vec![1]));
     }
 }

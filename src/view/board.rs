@@ -232,6 +232,17 @@ pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
             width,
         ));
     }
+    if let Some(head) = &doc.scheduler.backfill {
+        lines.push(crate::console::shorten(
+            &format!(
+                "backfill: job {} expected to start ~{} on GPU {}; later jobs start before it only if they do not delay it",
+                head.job,
+                crate::console::clock_short(head.start),
+                crate::console::gpu_ids(&head.gpus, ", "),
+            ),
+            width,
+        ));
+    }
     if let Some(note) = &doc.scheduler.hidden_processes {
         lines.push(crate::console::shorten(&format!("note: {note}"), width));
     }

@@ -318,6 +318,13 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
                         gpus: gpus.clone(),
                     })
                 }),
+            backfill: input.round.head.as_ref().and_then(|(key, start, gpus)| {
+                Some(status::BackfillStatus {
+                    job: input.journal.state(key)?.no,
+                    start: *start,
+                    gpus: gpus.clone(),
+                })
+            }),
             jobs_file: input.core.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,

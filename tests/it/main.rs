@@ -3,6 +3,7 @@
 //! in `--sim` mode, through the harness in `common`. Run one part with
 //! `cargo test --test it stopping::`.
 
+mod backfill;
 mod box_rules;
 mod box_view;
 mod chaos;

@@ -22,6 +22,7 @@ fn occupant() -> impl Strategy<Value = Occupant> {
             declared_mib,
             peak_mib,
             current_mib,
+            ends_at: None,
         })
 }
 

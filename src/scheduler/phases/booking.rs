@@ -190,6 +190,7 @@ impl Scheduler {
                     declared_mib,
                     peak_mib,
                     current_mib,
+                    ends_at: None,
                 },
                 self.cfg.place.spike_buffer,
             ),

@@ -38,6 +38,17 @@ impl Scheduler {
         // infeasible while it is away; it is closed to new jobs
         // ([`Scheduler::closed_gpus_changed`]).
         let largest = snapshot.gpus.iter().map(|g| g.total_mib).max();
+        let now = crate::clock::now_ts();
+        let ends: HashMap<&str, f64> = self
+            .core
+            .running
+            .iter()
+            // Whole seconds: an estimate read again a moment later is the
+            // same, so that unchanged loads skip the round.
+            .filter_map(|(key, run)| {
+                Some((key.as_str(), self.running_end(key, run, now)?.at.round()))
+            })
+            .collect();
         let away = self
             .core
             .gpu
@@ -79,12 +90,12 @@ impl Scheduler {
                     .running
                     .iter()
                     .filter(|(key, _)| !without.contains(&key.as_str()))
-                    .map(|(_, j)| j)
-                    .filter(|j| j.gpus.contains(&index))
-                    .map(|j| Occupant {
+                    .filter(|(_, j)| j.gpus.contains(&index))
+                    .map(|(key, j)| Occupant {
                         declared_mib: j.vram_mib,
                         peak_mib: j.usage.peak_mib.get(&index).copied(),
                         current_mib: j.usage.current_mib.get(&index).copied(),
+                        ends_at: ends.get(key.as_str()).copied(),
                     })
                     .collect(),
                 booked_mib: booked.get(&index).map_or(0, |b| b.0),
@@ -163,6 +174,8 @@ impl Scheduler {
         if !self.io.launcher.places_jobs() {
             return self.submit_ready();
         }
+        // Typical run times, for the expected ends backfill uses.
+        self.load_run_times();
         let mut loads = self.gpu_loads();
         let now = Instant::now();
         let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
@@ -177,10 +190,12 @@ impl Scheduler {
         // loads every older pending job would wait again (placement only
         // gets harder as a round starts jobs), so only the new lines need
         // placing — an append to a million-line file costs a few lines.
+        // Under a head job's backfill reservation an appended line might
+        // delay it: a full round, which checks.
         let mut appended_only = match (unchanged, self.core.jobs.appended_from.take()) {
             (true, None) => return Ok(()),
-            (true, Some(from)) => Some(from),
-            (false, _) => None,
+            (true, Some(from)) if self.round.head.is_none() => Some(from),
+            _ => None,
         };
         self.due.dispatch_needed = false;
         // Decide and book under the ledger's lock, against others'
@@ -220,9 +235,12 @@ impl Scheduler {
             planned,
             ready,
             blocked,
-            reasons,
+            mut reasons,
             reservation,
+            head,
+            delayed,
         } = self.plan_round(&mut loads);
+        self.note_head(head, delayed, &mut reasons);
         let blocked_count = blocked.len();
         self.publish_demand(&planned, &reasons, ready + blocked_count);
         if ready == 0 {
@@ -461,6 +479,8 @@ impl Scheduler {
             in_group: self.running_per_group(),
             quota: self.quota_round(gpu_mib),
             keep_waiting: crate::view::status::JSON_LIST_LIMIT,
+            now: crate::clock::now_ts(),
+            estimate_s: &|index| self.run_estimate_s(index),
         };
         let specs = &self.core.jobs.specs;
         let mut blocked = Vec::new();
@@ -477,10 +497,37 @@ impl Scheduler {
             ready: decided.ready,
             blocked,
             reasons: decided.reasons,
+            head: decided.head,
+            delayed: decided.delayed,
             reservation: decided
                 .reservation
                 .map(|r| (r, reserved.map_or(0, |(_, _, no)| no))),
         }
+    }
+
+    /// Keeps the head job's backfill reservation for the views, and says
+    /// why the `delayed` jobs wait (docs/BEHAVIOUR.md "Backfill").
+    fn note_head(
+        &mut self,
+        head: Option<(usize, f64, Vec<u32>)>,
+        delayed: Vec<String>,
+        reasons: &mut Vec<(String, WaitReason)>,
+    ) {
+        let head =
+            head.map(|(index, at, gpus)| (self.core.jobs.specs[index].key.clone(), at, gpus));
+        if let Some((key, at, _)) = &head {
+            let no = self.io.journal.state(key).map_or(0, |s| s.no);
+            reasons.extend(delayed.into_iter().map(|k| {
+                (
+                    k,
+                    WaitReason::WouldDelay {
+                        no,
+                        at: at.round() as u64,
+                    },
+                )
+            }));
+        }
+        self.round.head = head;
     }
 
     /// How many jobs of each group run now.
@@ -550,6 +597,11 @@ struct Round {
     /// The reservation in force, as `requests` index it, with its job's
     /// display number.
     reservation: Option<(PriorityReservation, u32)>,
+    /// The head job's backfill reservation: line index, expected start
+    /// (Unix seconds), GPUs.
+    head: Option<(usize, f64, Vec<u32>)>,
+    /// Jobs kept waiting so as not to delay the head job, by key.
+    delayed: Vec<String>,
 }
 
 /// What a round decided for the jobs that do not wait.

@@ -27,9 +27,44 @@ impl Scheduler {
         }
     }
 
+    /// When the running job `key` should end, at `now` (Unix seconds):
+    /// from its progress, its family's typical run time, or its
+    /// `timeout=` ([`expected::running_end`]).
+    pub(in crate::scheduler) fn running_end(
+        &self,
+        key: &str,
+        run: &crate::state::Running,
+        now: f64,
+    ) -> Option<Estimate> {
+        let elapsed = run.started.elapsed().as_secs_f64();
+        let eta = run
+            .usage
+            .progress
+            .as_ref()
+            .and_then(|p| crate::progress::eta_s(p, elapsed));
+        let typical = self
+            .family_of_key(key)
+            .and_then(|f| self.core.run_times.typical(&f));
+        let timeout = self.core.jobs.spec(key).and_then(|s| s.timeout_s());
+        expected::running_end(now, now - elapsed, eta, typical, timeout)
+    }
+
+    /// How long the job of line `index` should run (seconds), for
+    /// backfill (docs/BEHAVIOUR.md "Backfill"): its `timeout=`, the upper
+    /// bound, else its family's typical run time; `None` when neither is
+    /// known.
+    pub(in crate::scheduler) fn run_estimate_s(&self, index: usize) -> Option<f64> {
+        let spec = &self.core.jobs.specs[index];
+        spec.timeout_s().or_else(|| {
+            self.core
+                .run_times
+                .typical(&family_of(&spec.command, spec.family()))
+        })
+    }
+
     /// Fills the run times from the journal once (every ok job of the
     /// file, in file order).
-    fn load_run_times(&mut self) {
+    pub(in crate::scheduler) fn load_run_times(&mut self) {
         if self.core.run_times.loaded {
             return;
         }
@@ -61,19 +96,7 @@ impl Scheduler {
             .core
             .running
             .iter()
-            .map(|(key, run)| {
-                let elapsed = run.started.elapsed().as_secs_f64();
-                let eta = run
-                    .usage
-                    .progress
-                    .as_ref()
-                    .and_then(|p| crate::progress::eta_s(p, elapsed));
-                let typical = self
-                    .family_of_key(key)
-                    .and_then(|f| self.core.run_times.typical(&f));
-                let timeout = self.core.jobs.spec(key).and_then(|s| s.timeout_s());
-                expected::running_end(now, now - elapsed, eta, typical, timeout)
-            })
+            .map(|(key, run)| self.running_end(key, run, now))
             .collect();
         let mut out = Expectations::default();
         let mut per_gpu: std::collections::BTreeMap<u32, Vec<Option<Estimate>>> =

@@ -217,6 +217,12 @@ pub struct SchedulerStatus {
     /// The reservation against starvation in force (docs/BEHAVIOUR.md "Queue policy"), if any.
     #[serde(default)]
     pub reservation: Option<ReservationStatus>,
+    /// The head job's backfill reservation (docs/BEHAVIOUR.md
+    /// "Backfill"): the first job in queue order that waits, its expected
+    /// start and the GPUs it gets then; later jobs start only where they
+    /// do not delay it. Null when no job waits or its start is unknown.
+    #[serde(default)]
+    pub backfill: Option<BackfillStatus>,
     /// The jobs file.
     pub jobs_file: String,
     /// The log directory.
@@ -236,6 +242,17 @@ pub struct ReservationStatus {
     /// The job's display number.
     pub job: u32,
     /// The GPU indices held for it.
+    pub gpus: Vec<u32>,
+}
+
+/// The head job's backfill reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillStatus {
+    /// The head job's display number.
+    pub job: u32,
+    /// Its expected start (Unix seconds), as `squeue --start` shows it.
+    pub start: f64,
+    /// The GPUs it gets then.
     pub gpus: Vec<u32>,
 }
 

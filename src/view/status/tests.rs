@@ -22,6 +22,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             drained: Vec::new(),
             hidden_processes: None,
             reservation: None,
+            backfill: None,
             jobs_file: "jobs.txt".into(),
             log_dir: "gpusched_logs".into(),
             ticks: 0,

@@ -1,0 +1,80 @@
+//! Backfill that never delays the head job (docs/BEHAVIOUR.md
+//! "Backfill"): on two simulated GPUs, two 20G jobs run, a two-GPU job is
+//! next in the file, and twenty short 3G jobs follow. The two-GPU job
+//! starts within a second of the longer job's end; short jobs that end in
+//! time run before it, the others after.
+
+use crate::common;
+
+use common::{Env, wait_for};
+
+fn ts(event: &serde_json::Value) -> f64 {
+    event["ts"].as_f64().unwrap()
+}
+
+/// Checks the run of `env`, whose jobs `first`.. are: the long 20G job,
+/// the short 20G job, the two-GPU job, then twenty short 3G jobs.
+fn check_head_job_not_delayed(env: &Env, first: u64) {
+    let long_end = ts(&env.job_events(first, "done")[0]);
+    let pair_start = ts(&env.job_events(first + 2, "started")[0]);
+    assert!(
+        pair_start - long_end < 1.0,
+        "the two-GPU job started {:.2} s after the long job ended",
+        pair_start - long_end
+    );
+    let shorts: Vec<f64> = (first + 3..first + 23)
+        .map(|no| ts(&env.job_events(no, "started")[0]))
+        .collect();
+    let before = shorts.iter().filter(|&&t| t < pair_start).count();
+    assert!(
+        before >= 1,
+        "no short job backfilled before the two-GPU job"
+    );
+    assert!(before < 20, "every short job ran first: {shorts:?}");
+    for no in first..first + 23 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+    }
+}
+
+fn shorts(line: &str) -> String {
+    (0..20).map(|n| format!("{line} # {n}\n")).collect()
+}
+
+#[test]
+fn short_jobs_backfill_without_delaying_the_head_job_by_their_timeouts() {
+    let env = Env::new(&format!(
+        "[vram=20G timeout=7s] sleep 6\n\
+         [vram=20G timeout=4s] sleep 3\n\
+         [vram=20G gpus=2] echo pair\n\
+         {}",
+        shorts("[vram=3G timeout=3s] sleep 1")
+    ));
+    let out = env.run(&["--sim", "2", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    check_head_job_not_delayed(&env, 1);
+}
+
+#[test]
+fn short_jobs_backfill_without_delaying_the_head_job_by_their_history() {
+    // First the families' history: one ok run of each.
+    let warm_up = "[family=long] sleep 6\n[family=mid] sleep 3\n[family=short] sleep 1\n";
+    let env = Env::new(warm_up);
+    let out = env.run(&["--sim", "3", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    // Then the same jobs with no timeout: their run times come from it.
+    env.append_jobs(&format!(
+        "[vram=20G family=long] sleep 6; true\n\
+         [vram=20G family=mid] sleep 3; true\n\
+         [vram=20G gpus=2] echo pair\n\
+         {}",
+        shorts("[vram=3G family=short] sleep 1; true")
+    ));
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
+    wait_for("a short job to wait for the two-GPU job", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|s| s.contains("would delay job 6, reserved for ~"))
+    });
+    wait_for("every job to end", &mut || env.events("done").len() == 26);
+    sched.stop();
+    check_head_job_not_delayed(&env, 4);
+}

@@ -88,9 +88,7 @@ pub fn plan<'a>(
     let mut planner = Planner::new(loads, rules.place, rules.reserved.map(|(_, mask)| mask));
     let mut round = Round::default();
     let mut waiting_kept = 0;
-    // The head job's reservation once the first job waits; `Err(())`
-    // when its start is unknown (no backfill protection this round).
-    let mut shadow: Option<Result<Shadow, ()>> = None;
+    let mut shadow: HeadShadow = None;
     for job in ready {
         // A full group holds its job back, like a dependency: it is not
         // placed, and later jobs go on (backfill).
@@ -124,41 +122,15 @@ pub fn plan<'a>(
         };
         round.ready += 1;
         let is_reserved = rules.reserved.is_some_and(|(i, _)| i == job.index);
-        let mut placement = planner.try_place(&placed, is_reserved, 0);
-        let ends_at = match placement {
-            Placement::Start(_) => (rules.estimate_s)(job.index).map(|s| rules.now + s),
-            _ => None,
-        };
-        if let (Placement::Start(chosen), Some(Ok(head))) = (&placement, &shadow)
-            && !is_reserved
-            && !head.allows(&placed, chosen, ends_at, rules.place)
-        {
-            // Elsewhere, off the head job's GPUs, or not now.
-            placement = match planner.try_place(&placed, false, head.mask()) {
-                Placement::Start(other) => Placement::Start(other),
-                _ => {
-                    round.delayed.push(job.key.to_string());
-                    Placement::NotNow
-                }
-            };
-        }
-        match (&placement, &mut shadow) {
-            (Placement::Start(chosen), Some(Ok(head))) => {
-                planner.book(&placed, chosen, ends_at);
-                head.add(&placed, chosen, ends_at);
-            }
-            (Placement::Start(chosen), _) => planner.book(&placed, chosen, ends_at),
-            // The first job that waits (not the one a priority
-            // reservation already holds GPUs for) is the head job.
-            (Placement::NotNow, None) if !is_reserved => {
-                shadow =
-                    Some(Shadow::of(job.index, &placed, planner.loads(), rules.place).ok_or(()));
-                if let Some(Ok(head)) = &shadow {
-                    round.head = Some((head.head, head.at, head.gpus.clone()));
-                }
-            }
-            _ => {}
-        }
+        let mut placement = place_one(
+            &mut planner,
+            &mut shadow,
+            &rules,
+            &mut round,
+            &job,
+            &placed,
+            is_reserved,
+        );
         if placed != job.request {
             // Kept to the GPUs our user holds: too few of them is a wait,
             // not an end, and the quota is why it waits.
@@ -197,6 +169,59 @@ pub fn plan<'a>(
         });
     }
     round
+}
+
+/// The head job's reservation once the first job waits; `Err(())` when
+/// its start is unknown (no backfill protection this round).
+type HeadShadow = Option<Result<Shadow, ()>>;
+
+/// Places `placed` (what `job` asks, as the quota lets it) through the
+/// planner under the head job's reservation (docs/BEHAVIOUR.md
+/// "Backfill"): a start that would delay the head job goes elsewhere or
+/// waits (noted in `round.delayed`); a start is booked until its expected
+/// end; the first job that waits, unless a priority reservation already
+/// holds GPUs for it (`is_reserved`), becomes the head job.
+fn place_one(
+    planner: &mut Planner<'_>,
+    shadow: &mut HeadShadow,
+    rules: &RoundRules<'_>,
+    round: &mut Round,
+    job: &ReadyJob<'_>,
+    placed: &Request,
+    is_reserved: bool,
+) -> Placement {
+    let mut placement = planner.try_place(placed, is_reserved, 0);
+    let ends_at = match placement {
+        Placement::Start(_) => (rules.estimate_s)(job.index).map(|s| rules.now + s),
+        _ => None,
+    };
+    if let (Placement::Start(chosen), Some(Ok(head))) = (&placement, &*shadow)
+        && !is_reserved
+        && !head.allows(placed, chosen, ends_at, rules.place)
+    {
+        // Elsewhere, off the head job's GPUs, or not now.
+        placement = match planner.try_place(placed, false, head.mask()) {
+            Placement::Start(other) => Placement::Start(other),
+            _ => {
+                round.delayed.push(job.key.to_string());
+                Placement::NotNow
+            }
+        };
+    }
+    match (&placement, &mut *shadow) {
+        (Placement::Start(chosen), Some(Ok(head))) => {
+            planner.book(placed, chosen, ends_at);
+            head.add(placed, chosen, ends_at);
+        }
+        (Placement::Start(chosen), _) => planner.book(placed, chosen, ends_at),
+        (Placement::NotNow, None) if !is_reserved => {
+            let head = Shadow::of(job.index, placed, planner.loads(), rules.place);
+            round.head = head.as_ref().map(|h| (h.head, h.at, h.gpus.clone()));
+            *shadow = Some(head.ok_or(()));
+        }
+        _ => {}
+    }
+    placement
 }
 
 /// Why a job of `group` waits, if its group is full with `in_group`

@@ -403,6 +403,18 @@ fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<
     out.into_values().collect()
 }
 
+impl BoxGpu {
+    /// Its label (`1`, `0:1 3g.40gb`), or its index in a document from
+    /// before labels.
+    pub fn name(&self) -> String {
+        if self.label.is_empty() {
+            crate::model::device_label(self.index)
+        } else {
+            self.label.clone()
+        }
+    }
+}
+
 /// The box as plain text lines of at most `width` characters: what
 /// `gpusched top` prints when not on a terminal, and draws on one.
 pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
@@ -446,11 +458,7 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         lines.push(crate::console::shorten(
             &format!(
                 "GPU {} {:>6}/{} MiB  {}",
-                if g.label.is_empty() {
-                    crate::model::device_label(g.index)
-                } else {
-                    g.label.clone()
-                },
+                g.name(),
                 g.used_mib,
                 g.total_mib,
                 free

@@ -178,24 +178,10 @@ impl Scheduler {
         self.load_run_times();
         let mut loads = self.gpu_loads();
         let now = Instant::now();
-        let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
-            since
-                .checked_add(self.cfg.reserve_after)
-                .is_some_and(|due| now >= due)
-        });
-        let unchanged = !self.due.dispatch_needed
-            && !reservation_due
-            && self.round.last_dispatch_loads.as_ref() == Some(&loads);
-        // Nothing changed but lines appended to the file: under the same
-        // loads every older pending job would wait again (placement only
-        // gets harder as a round starts jobs), so only the new lines need
-        // placing — an append to a million-line file costs a few lines.
-        // Under a head job's backfill reservation an appended line might
-        // delay it: a full round, which checks.
-        let mut appended_only = match (unchanged, self.core.jobs.appended_from.take()) {
-            (true, None) => return Ok(()),
-            (true, Some(from)) if self.round.head.is_none() => Some(from),
-            _ => None,
+        let mut appended_only = match self.round_needed(&loads, now) {
+            RoundNeeded::No => return Ok(()),
+            RoundNeeded::Appended(from) => Some(from),
+            RoundNeeded::Full => None,
         };
         self.due.dispatch_needed = false;
         // Decide and book under the ledger's lock, against others'
@@ -271,6 +257,29 @@ impl Scheduler {
         );
         self.end_infeasible(decided.infeasible)?;
         self.launch_round(starts)
+    }
+
+    /// Whether placement must run: not when the loads and the queue are
+    /// as the last round left them; over the appended lines only when
+    /// lines were appended and nothing else changed (under the same loads
+    /// every older pending job would wait again, since placement only
+    /// gets harder as a round starts jobs — an append to a million-line
+    /// file costs a few lines), unless a head job's backfill reservation
+    /// is in force, which an appended line might delay.
+    fn round_needed(&mut self, loads: &[GpuLoad], now: Instant) -> RoundNeeded {
+        let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
+            since
+                .checked_add(self.cfg.reserve_after)
+                .is_some_and(|due| now >= due)
+        });
+        let unchanged = !self.due.dispatch_needed
+            && !reservation_due
+            && self.round.last_dispatch_loads.as_deref() == Some(loads);
+        match (unchanged, self.core.jobs.appended_from.take()) {
+            (true, None) => RoundNeeded::No,
+            (true, Some(from)) if self.round.head.is_none() => RoundNeeded::Appended(from),
+            _ => RoundNeeded::Full,
+        }
     }
 
     /// Publishes what our waiting jobs need, for others' fair share: not
@@ -578,6 +587,16 @@ impl Scheduler {
             self.round.reasons_generation += 1;
         }
     }
+}
+
+/// What [`Scheduler::round_needed`] says.
+enum RoundNeeded {
+    /// Nothing changed.
+    No,
+    /// Only lines from this index on were appended.
+    Appended(usize),
+    /// A round over the whole queue.
+    Full,
 }
 
 /// What [`Scheduler::plan_round`] keeps of a round: the jobs it kept, in

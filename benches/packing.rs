@@ -1,0 +1,281 @@
+//! Packing and backfill benchmark (docs/PERFORMANCE.md "Backfill"):
+//!
+//!     cargo bench --bench packing
+//!
+//! Seeded traces of declared-VRAM jobs (60 jobs on 4 GPUs of 24000 MiB;
+//! 2–22 GiB each, one in ten on two GPUs, 10–600 s, `timeout=` 1–1.5×
+//! the run time, which is what backfill knows) are played through the
+//! scheduler's own placement round (`policy::round::plan`) in simulated
+//! time, as the scheduler would play them with instant starts and ends:
+//! each job ends at its run time, and a round runs at every end. Prints,
+//! per trace and over all of them:
+//!
+//! 1. makespan ÷ the placement lower bound (Σ (declared + margin) × GPUs
+//!    × run time ÷ the box's capacity, or the longest job) with backfill
+//!    [≤ 1.10], with no reservation for the head job (first fit past any
+//!    waiting job, as before), and in strict file order (a job never
+//!    starts before an earlier one);
+//! 2. how many jobs start later than in strict file order, and the most
+//!    any job is delayed (s), with backfill and without the reservation.
+//!
+//! The Python original is not run here: it is not installed on the
+//! project's machines.
+
+use gpusched::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Planner, Request};
+use gpusched::policy::groups::GroupLimits;
+use gpusched::policy::round::{self, ReadyJob, RoundRules};
+use std::collections::HashMap;
+
+const GPUS: u32 = 4;
+const GPU_MIB: u64 = 24_000;
+const JOBS: usize = 60;
+const TRACES: u64 = 20;
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One job of a trace.
+#[derive(Clone, Copy)]
+struct Job {
+    request: Request,
+    /// Its real run time (s).
+    run_s: f64,
+    /// Its `timeout=` (s): what backfill knows.
+    timeout_s: f64,
+}
+
+/// A seeded trace.
+fn trace(seed: u64) -> Vec<Job> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    (0..JOBS)
+        .map(|_| {
+            let vram = (2 + rng.below(21)) * 1024;
+            let gpus = if rng.below(10) == 0 { 2 } else { 1 };
+            let run_s = (10 + rng.below(591)) as f64;
+            let timeout_s = (run_s * (1.0 + rng.below(51) as f64 / 100.0)).ceil();
+            Job {
+                request: Request {
+                    vram_mib: Some(vram),
+                    gpus,
+                    on_mask: None,
+                },
+                run_s,
+                timeout_s,
+            }
+        })
+        .collect()
+}
+
+/// The placement lower bound of a trace (s).
+fn lower_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
+    let work: f64 = jobs
+        .iter()
+        .map(|j| {
+            (j.request.vram_mib.unwrap() + opts.margin_mib) as f64
+                * f64::from(j.request.gpus)
+                * j.run_s
+        })
+        .sum();
+    let longest = jobs.iter().map(|j| j.run_s).fold(0.0, f64::max);
+    (work / (f64::from(GPUS) * GPU_MIB as f64)).max(longest)
+}
+
+/// A tighter lower bound (s): also, no two jobs that need more than half
+/// a GPU ever share one, so their GPU-seconds alone fill the box that long.
+fn tighter_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
+    let big: f64 = jobs
+        .iter()
+        .filter(|j| 2 * (j.request.vram_mib.unwrap() + opts.margin_mib) > GPU_MIB)
+        .map(|j| f64::from(j.request.gpus) * j.run_s)
+        .sum();
+    lower_bound(jobs, opts).max(big / f64::from(GPUS))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Policy {
+    /// The scheduler's round: backfill with the head job's reservation.
+    Backfill,
+    /// First fit past waiting jobs, no reservation (estimates unknown).
+    FirstFit,
+    /// A job never starts before an earlier one.
+    Strict,
+    /// Longest job first, first fit, file order ignored: a reference for
+    /// what packing alone could reach, not a policy gpusched may use.
+    LongestFirst,
+}
+
+/// Plays `jobs` under `policy`; returns each job's start (s).
+fn play(jobs: &[Job], policy: Policy, opts: &PlaceOptions) -> Vec<f64> {
+    let mut starts: Vec<Option<f64>> = vec![None; jobs.len()];
+    // Running: (job, GPUs, real end).
+    let mut running: Vec<(usize, Vec<u32>, f64)> = Vec::new();
+    let keys: Vec<String> = (0..jobs.len()).map(|i| format!("j{i}")).collect();
+    let groups = GroupLimits::default();
+    let mut now = 0.0;
+    while starts.iter().any(Option::is_none) {
+        let mut loads: Vec<GpuLoad> = (0..GPUS)
+            .map(|index| GpuLoad {
+                index,
+                total_mib: GPU_MIB,
+                occupants: running
+                    .iter()
+                    .filter(|(_, gpus, _)| gpus.contains(&index))
+                    .map(|&(j, _, _)| Occupant {
+                        declared_mib: jobs[j].request.vram_mib,
+                        ends_at: (policy == Policy::Backfill)
+                            .then(|| starts[j].unwrap() + jobs[j].timeout_s),
+                        ..Occupant::default()
+                    })
+                    .collect(),
+                ..GpuLoad::default()
+            })
+            .collect();
+        let mut pending: Vec<usize> = (0..jobs.len()).filter(|&i| starts[i].is_none()).collect();
+        if policy == Policy::LongestFirst {
+            pending.sort_by(|a, b| jobs[*b].run_s.total_cmp(&jobs[*a].run_s));
+        }
+        let started: Vec<(usize, Vec<u32>)> = if policy == Policy::LongestFirst {
+            let mut planner = Planner::new(&mut loads, opts, None);
+            pending
+                .iter()
+                .filter_map(|&i| match planner.next(&jobs[i].request, false) {
+                    Placement::Start(gpus) => Some((i, gpus)),
+                    _ => None,
+                })
+                .collect()
+        } else if policy == Policy::Strict {
+            let mut planner = Planner::new(&mut loads, opts, None);
+            let mut out = Vec::new();
+            for &i in &pending {
+                match planner.next(&jobs[i].request, false) {
+                    Placement::Start(gpus) => out.push((i, gpus)),
+                    _ => break,
+                }
+            }
+            out
+        } else {
+            let estimate = |i: usize| (policy == Policy::Backfill).then_some(jobs[i].timeout_s);
+            let rules = RoundRules {
+                place: opts,
+                reserved: None,
+                groups: &groups,
+                in_group: HashMap::new(),
+                quota: None,
+                keep_waiting: usize::MAX,
+                now,
+                estimate_s: &estimate,
+            };
+            let ready = pending.iter().map(|&i| ReadyJob {
+                index: i,
+                request: jobs[i].request,
+                key: &keys[i],
+                group: None,
+            });
+            round::plan(&mut loads, rules, ready)
+                .planned
+                .into_iter()
+                .filter_map(|p| match p.placement {
+                    Placement::Start(gpus) => Some((p.index, gpus)),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (i, gpus) in started {
+            starts[i] = Some(now);
+            running.push((i, gpus, now + jobs[i].run_s));
+        }
+        // On to the next end.
+        let Some(next) = running.iter().map(|r| r.2).min_by(f64::total_cmp) else {
+            panic!("nothing runs and jobs wait: a job that never fits");
+        };
+        now = next;
+        running.retain(|r| r.2 > now);
+    }
+    starts.into_iter().map(Option::unwrap).collect()
+}
+
+fn makespan(jobs: &[Job], starts: &[f64]) -> f64 {
+    jobs.iter()
+        .zip(starts)
+        .map(|(j, s)| s + j.run_s)
+        .fold(0.0, f64::max)
+}
+
+/// Jobs that start later than in strict order, and the most delay (s).
+fn delays(starts: &[f64], strict: &[f64]) -> (usize, f64) {
+    let late: Vec<f64> = starts
+        .iter()
+        .zip(strict)
+        .map(|(s, t)| s - t)
+        .filter(|d| *d > 1e-9)
+        .collect();
+    (late.len(), late.iter().copied().fold(0.0, f64::max))
+}
+
+fn main() {
+    let opts = PlaceOptions::default();
+    println!(
+        "{JOBS} declared-VRAM jobs on {GPUS} × {GPU_MIB} MiB, {TRACES} seeded traces; makespan ÷ lower bound, and jobs later than in strict file order (count, most seconds)"
+    );
+    println!(
+        "{:>5}  {:>9} {:>10} {:>7} {:>8}  {:>14} {:>14}",
+        "trace", "backfill", "first-fit", "strict", "longest", "late backfill", "late 1st-fit"
+    );
+    let mut ratios: [Vec<f64>; 4] = Default::default();
+    let mut tight: Vec<f64> = Vec::new();
+    let mut late_backfill = (0, 0.0f64);
+    for seed in 0..TRACES {
+        let jobs = trace(seed);
+        let bound = lower_bound(&jobs, &opts);
+        let strict = play(&jobs, Policy::Strict, &opts);
+        let backfill = play(&jobs, Policy::Backfill, &opts);
+        let first_fit = play(&jobs, Policy::FirstFit, &opts);
+        let longest = play(&jobs, Policy::LongestFirst, &opts);
+        let r = [
+            makespan(&jobs, &backfill) / bound,
+            makespan(&jobs, &first_fit) / bound,
+            makespan(&jobs, &strict) / bound,
+            makespan(&jobs, &longest) / bound,
+        ];
+        tight.push(makespan(&jobs, &backfill) / tighter_bound(&jobs, &opts));
+        let (lb, db) = delays(&backfill, &strict);
+        let (lf, df) = delays(&first_fit, &strict);
+        late_backfill = (late_backfill.0 + lb, late_backfill.1.max(db));
+        println!(
+            "{seed:>5}  {:>8.3}× {:>9.3}× {:>6.3}× {:>7.3}×  {:>5} {:>7.0} s {:>5} {:>7.0} s",
+            r[0], r[1], r[2], r[3], lb, db, lf, df
+        );
+        for (all, one) in ratios.iter_mut().zip(r) {
+            all.push(one);
+        }
+    }
+    let summary = |v: &[f64]| {
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let max = v.iter().copied().fold(0.0, f64::max);
+        format!("mean {mean:.3}×, worst {max:.3}×")
+    };
+    println!();
+    println!("backfill:  {} [≤ 1.10×]", summary(&ratios[0]));
+    println!(
+        "backfill against the tighter bound (jobs over half a GPU never share): {}",
+        summary(&tight)
+    );
+    println!("first fit: {}", summary(&ratios[1]));
+    println!("strict:    {}", summary(&ratios[2]));
+    println!(
+        "longest first, file order ignored (a reference only): {}",
+        summary(&ratios[3])
+    );
+    println!(
+        "with backfill, {} job(s) over all traces started later than in strict order; the most by {:.0} s",
+        late_backfill.0, late_backfill.1
+    );
+}

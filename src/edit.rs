@@ -36,6 +36,8 @@ pub struct NewJob {
     pub shell: bool,
     /// The command's words; each is shell-quoted as needed.
     pub argv: Vec<String>,
+    /// `cwd=`: the absolute directory it runs in.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// The jobs-file line for `job`: attribute block, then the words quoted so
@@ -94,6 +96,11 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
     }
     if job.preemptible {
         attributes.push("preemptible".into());
+    }
+    if let Some(dir) = &job.cwd {
+        let value = jobspec::encode_cwd(dir)
+            .map_err(|e| Error::Usage(format!("cannot write the directory as cwd=: {e}")))?;
+        attributes.push(format!("cwd={value}"));
     }
     let line = if attributes.is_empty() {
         command.clone()

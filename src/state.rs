@@ -20,6 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 pub struct Config {
     /// Absolute log directory.
     pub log_dir: PathBuf,
+    /// The scheduler's working directory: where a job without `cwd=`
+    /// runs.
+    pub workdir: Option<PathBuf>,
     /// Placement options (margin, idle threshold, spike buffer, exclusive).
     pub place: PlaceOptions,
     /// `--tolerance`, a fraction.

@@ -26,7 +26,12 @@ pub struct BoxArgs {
     pub box_rules: Option<PathBuf>,
     /// Your scheduler's log directory: whose queue, metrics and timeline
     /// `serve` shows, and where the default --sim-dir is.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -119,7 +124,12 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "DIR")]
     pub ledger: Option<PathBuf>,
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 

@@ -36,7 +36,7 @@ pub struct Cli {
 /// The jobs-file attributes, as `--help` and the man page list them:
 /// (attribute as written, what it does). The parser's list is
 /// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
-pub const ATTRIBUTE_HELP: [(&str, &str); 13] = [
+pub const ATTRIBUTE_HELP: [(&str, &str); 14] = [
     (
         "vram=SIZE",
         "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
@@ -58,7 +58,10 @@ pub const ATTRIBUTE_HELP: [(&str, &str); 13] = [
         "after=JOB,...",
         "start once these ended ok: names, job numbers, key prefixes",
     ),
-    ("on=GPU,...", "the only GPUs the job may use: on=0,2"),
+    (
+        "on=GPU,...",
+        "the only GPUs the job may use: on=0,2 (MIG instances: on=0:1)",
+    ),
     (
         "family=NAME",
         "whose runs a vram=auto job learns from (default: by command)",
@@ -68,6 +71,10 @@ pub const ATTRIBUTE_HELP: [(&str, &str); 13] = [
     (
         "enforce=MODE",
         "over its declaration: stop (stop and retry bigger) or warn",
+    ),
+    (
+        "cwd=DIR",
+        "run it in DIR, not the scheduler's directory (add writes it)",
     ),
     (
         "preemptible",
@@ -444,7 +451,12 @@ pub struct ExportArgs {
 #[derive(Debug, Args, Clone)]
 pub struct StatusArgs {
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
     /// Print status.json as it is (schema: docs/status.schema.json).
     #[arg(long)]
@@ -458,7 +470,12 @@ pub struct StatusArgs {
 #[derive(Debug, Args, Clone)]
 pub struct TimelineArgs {
     /// The scheduler's log directory (its journal and usage record).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
     /// Where to write the SVG (`-` for standard output). Default:
     /// <log-dir>/timeline.svg.
@@ -476,7 +493,12 @@ pub struct AddArgs {
     pub file: Option<PathBuf>,
     /// The scheduler's log directory (to find its jobs file and report the
     /// new job's number once it has seen it).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
     /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G; or auto to
     /// learn it from the runs of its family.
@@ -507,6 +529,10 @@ pub struct AddArgs {
     /// redirections kept): `gpusched add --shell 'python t.py > out.txt'`.
     #[arg(long)]
     pub shell: bool,
+    /// The directory the job runs in, written as `cwd=` on its line.
+    /// Default: the directory you run `gpusched add` from.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
     /// The command and its arguments (after `--` if they start with `-`).
     #[arg(
         value_name = "COMMAND",
@@ -529,7 +555,12 @@ pub struct CancelArgs {
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// The scheduler's log directory (its journal maps numbers to keys).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -547,7 +578,12 @@ pub struct LogArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: Option<u32>,
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -562,7 +598,12 @@ pub struct RetryArgs {
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -607,7 +648,12 @@ pub struct GridArgs {
 pub struct McpArgs {
     /// The scheduler's log directory (absolute is best: an MCP client may
     /// start the server in any directory).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
@@ -628,7 +674,12 @@ pub struct WaitArgs {
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -636,7 +687,12 @@ pub struct WaitArgs {
 #[derive(Debug, Args, Clone)]
 pub struct LogDirArgs {
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -648,7 +704,12 @@ pub struct GpuArgs {
     #[arg(value_name = "GPU", required = true, value_parser = parse_device)]
     pub gpus: Vec<u32>,
     /// The scheduler's log directory.
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
 }
 
@@ -664,7 +725,12 @@ pub struct CompletionsArgs {
 #[derive(Debug, Args, Clone)]
 pub struct StopArgs {
     /// The scheduler's log directory (its lock file names the scheduler).
-    #[arg(long, value_name = "DIR", default_value = "gpusched_logs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
     pub log_dir: PathBuf,
     /// Seconds to wait for it to exit (it gives its jobs a 10 s grace).
     #[arg(long, value_name = "SEC", default_value_t = 30.0, value_parser = parse_poll)]

@@ -9,6 +9,25 @@ use crate::lockfile;
 use crate::policy::dependencies::KnownJobs;
 use std::time::{Duration, Instant};
 
+/// The caller's directory, as pueue and task-spooler keep it, when the
+/// job would otherwise run elsewhere: the scheduler's working directory
+/// (from its status.json), or without one the jobs file's directory.
+fn caller_dir(log_dir: &std::path::Path, file: &std::path::Path) -> Option<std::path::PathBuf> {
+    let here = std::env::current_dir().ok()?;
+    let there = super::index::scheduler_workdir(log_dir).or_else(|| {
+        std::path::absolute(file)
+            .ok()?
+            .parent()
+            .map(std::path::Path::to_path_buf)
+    })?;
+    let same = |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize())
+    {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    (!same(&here, &there)).then_some(here)
+}
+
 /// How long to wait for a running scheduler to see the new line.
 const SEEN_WAIT: Duration = Duration::from_secs(10);
 
@@ -44,7 +63,20 @@ pub fn run_to(
         preemptible: args.preemptible,
         shell: args.shell,
         argv: args.command.clone(),
+        cwd: match &args.cwd {
+            Some(dir) => Some(std::path::absolute(dir).map_err(|e| {
+                crate::error::Error::Usage(format!("cannot resolve --cwd {}: {e}", dir.display()))
+            })?),
+            None => caller_dir(&args.log_dir, &file),
+        },
     };
+    if let Some(dir) = job.cwd.as_ref().filter(|d| !d.is_dir()) {
+        return Err(crate::error::Error::Usage(format!(
+            "--cwd {}: no such directory",
+            dir.display()
+        ))
+        .into());
+    }
     let mut tail = JournalTail::new(&args.log_dir);
     // Jobs the journal numbered, for an --after given by number.
     let known: KnownJobs = if job.after.is_empty() {

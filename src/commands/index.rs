@@ -337,6 +337,14 @@ pub fn specs_of(path: &Path) -> Vec<JobSpec> {
         .unwrap_or_default()
 }
 
+/// The directory the scheduler of `log_dir` runs its jobs in (its
+/// `status.json`'s `scheduler.cwd`), if one wrote it.
+pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read(log_dir.join("status.json")).ok()?;
+    let doc = serde_json::from_slice::<Value>(&text).ok()?;
+    doc["scheduler"]["cwd"].as_str().map(PathBuf::from)
+}
+
 /// The jobs file a scheduler with this log directory runs, from its
 /// status.json; else `./jobs.txt` if it exists.
 ///

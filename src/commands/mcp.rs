@@ -188,6 +188,7 @@ impl Server {
             after: job.after.unwrap_or_default(),
             preemptible: false,
             shell: true,
+            cwd: None,
             command: vec![job.command],
         };
         let (out, err) = verb(move |out, err| super::add::run_to(&args, out, err)).await?;

@@ -68,6 +68,62 @@ pub struct Rare {
     /// declared, instead of the scheduler's `--enforce` (docs/BEHAVIOUR.md
     /// "Declarations that hold").
     pub enforce: Option<Enforce>,
+    /// `cwd=DIR`: the absolute directory the job runs in, instead of the
+    /// scheduler's (docs/BEHAVIOUR.md "Everyday verbs"; `gpusched add`
+    /// writes the caller's). In the line, `%20` stands for a space, `%25`
+    /// for `%` and `%5D` for `]` ([`encode_cwd`]).
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+/// A directory as a `cwd=` value: the bytes a jobs-file attribute cannot
+/// hold (whitespace, `]`, `%`) as `%XX`. Errors: a directory that is not
+/// valid UTF-8, or holds a newline, cannot be written in a jobs file.
+pub fn encode_cwd(dir: &std::path::Path) -> Result<String, String> {
+    let text = dir
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8 text", dir.display()))?;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\0' => {
+                return Err(format!("{} holds a newline or NUL", dir.display()));
+            }
+            ' ' | '\t' | ']' | '%' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// A `cwd=` value back to its directory ([`encode_cwd`]).
+///
+/// Errors: a relative directory, or a `%` not followed by two hex digits.
+fn decode_cwd(value: &str) -> Result<std::path::PathBuf, String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    format!("bad cwd value '{value}': '%' must be followed by two hex digits, like %20 for a space")
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out).into_owned());
+    if !dir.is_absolute() {
+        return Err(format!(
+            "bad cwd value '{value}': expected an absolute directory, like cwd=/home/ada/exp"
+        ));
+    }
+    Ok(dir)
 }
 
 /// What happens to a job whose measured VRAM goes beyond its declaration
@@ -159,6 +215,11 @@ impl JobSpec {
     /// `after=` references as written ([`Rare::after`]).
     pub fn after(&self) -> &[String] {
         self.rare.as_ref().map_or(&[], |r| &r.after)
+    }
+
+    /// `cwd=` ([`Rare::cwd`]).
+    pub fn cwd(&self) -> Option<&std::path::Path> {
+        self.rare.as_ref()?.cwd.as_deref()
     }
 
     /// `family=` ([`Rare::family`]).
@@ -490,7 +551,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
 
 /// The attributes a line's `[...]` block may hold, as the help lists them
 /// (docs/BEHAVIOUR.md "Jobs file").
-pub const ATTRIBUTES: [&str; 13] = [
+pub const ATTRIBUTES: [&str; 14] = [
     "vram=",
     "gpus=",
     "timeout=",
@@ -502,6 +563,7 @@ pub const ATTRIBUTES: [&str; 13] = [
     "group=",
     "limit=",
     "enforce=",
+    "cwd=",
     "preemptible",
     "cancel",
 ];
@@ -598,6 +660,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         }
         "family" => spec.rare_mut().family = Some(label(name, need(value)?)?),
         "group" => spec.rare_mut().group = Some(label(name, need(value)?)?),
+        "cwd" => spec.rare_mut().cwd = Some(decode_cwd(&need(value)?)?),
         "limit" => {
             let v = need(value)?;
             spec.rare_mut().limit = Some(parse_positive_int(&v).ok_or_else(|| {

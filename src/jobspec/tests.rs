@@ -81,7 +81,7 @@ fn unknown_key_names_line_and_text() {
     assert_eq!(e.text, "[vrma=8G] python x.py");
     assert_eq!(
         e.to_string(),
-        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, family=, group=, limit=, enforce=, preemptible, cancel): [vrma=8G] python x.py"
+        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, name=, after=, on=, family=, group=, limit=, enforce=, cwd=, preemptible, cancel): [vrma=8G] python x.py"
     );
 }
 
@@ -334,4 +334,24 @@ fn editing_attributes_keeps_identity() {
     assert_eq!(before.key, after.key);
     let edited = one("[vram=8G] python train.py --seed 2");
     assert_ne!(before.key, edited.key);
+}
+
+#[test]
+fn cwd_is_an_absolute_directory_with_its_awkward_bytes_escaped() {
+    let dir = std::path::Path::new("/home/ada/my exp]/100%");
+    let value = encode_cwd(dir).unwrap();
+    assert_eq!(value, "/home/ada/my%20exp%5D/100%25");
+    let spec = one(&format!("[cwd={value} vram=1G] python t.py"));
+    assert_eq!(spec.cwd(), Some(dir));
+    assert_eq!(spec.command, "python t.py");
+    assert_eq!(one("x").cwd(), None);
+    for bad in [
+        "[cwd=relative/dir] x",
+        "[cwd=/a%2] x",
+        "[cwd=/a%zz] x",
+        "[cwd=] x",
+    ] {
+        assert_eq!(error(bad).line, 1, "{bad}");
+    }
+    assert!(encode_cwd(std::path::Path::new("/a\nb")).is_err());
 }

@@ -84,7 +84,7 @@ impl Cluster {
             preemptible: attempt.spec.preemptible,
             after: &attempt.after,
             log: attempt.log,
-            workdir: &self.slurm.workdir,
+            workdir: attempt.spec.cwd().unwrap_or(&self.slurm.workdir),
         };
         let script = slurm::batch_script(
             &attempt.spec.command,

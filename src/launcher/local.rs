@@ -47,7 +47,7 @@ impl Local {
     /// Errors: no supervisor can be started.
     pub(super) fn start(&mut self, attempt: Attempt) -> std::io::Result<u64> {
         let request = supervisor::Request {
-            command: attempt.spec.command.clone(),
+            command: super::command_in_cwd(attempt.spec),
             env: attempt.env,
             log: attempt.log.to_path_buf(),
             record: attempt.record.to_path_buf(),

@@ -51,6 +51,22 @@ pub enum Launcher {
     Slurm(Box<Cluster>),
 }
 
+/// The shell text that runs `spec`'s command: in its `cwd=` directory
+/// when it has one (docs/BEHAVIOUR.md "Everyday verbs"), saying so in the
+/// job's log and failing (exit 1) when that directory cannot be entered.
+pub fn command_in_cwd(spec: &JobSpec) -> String {
+    match spec.cwd() {
+        None => spec.command.clone(),
+        Some(dir) => {
+            let dir = slurm::shell_quote(&dir.to_string_lossy());
+            format!(
+                "cd -- {dir} || {{ echo \"gpusched: cannot enter the job's cwd= directory {dir}\" >&2; exit 1; }}\n{}",
+                spec.command
+            )
+        }
+    }
+}
+
 /// One attempt to start.
 pub struct Attempt<'a> {
     /// Its job line.

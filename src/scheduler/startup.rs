@@ -331,6 +331,7 @@ fn config(args: &RunArgs) -> Config {
         oom_retries: args.oom_retries,
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
+        workdir: std::env::current_dir().ok(),
         reserve_after: Duration::from_secs_f64(args.reserve_after),
         auto_vram: args.auto_vram,
         framework_caps: !args.no_framework_caps,

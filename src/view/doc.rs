@@ -325,6 +325,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
                     gpus: gpus.clone(),
                 })
             }),
+            cwd: input.cfg.workdir.as_ref().map(|d| d.display().to_string()),
             jobs_file: input.core.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,

@@ -418,3 +418,73 @@ fn adding_back_a_command_that_already_ran_says_so_and_fails() {
     assert!(text(&out.stderr).contains("queued as job 3"), "{out:?}");
     sched.stop();
 }
+
+#[test]
+fn add_runs_the_job_in_the_callers_directory_and_verbs_take_gpusched_log_dir() {
+    let env = Env::new("");
+    let sub = env.path("day/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    env.wait_for_ticks(1);
+    // From day/sub, naming the log directory only by GPUSCHED_LOG_DIR.
+    let add = |args: &[&str]| {
+        Command::new(bin())
+            .arg("add")
+            .args(args)
+            .current_dir(&sub)
+            .env("GPUSCHED_LOG_DIR", &env.logs)
+            .output()
+            .unwrap()
+    };
+    let out = add(&["--", "sh", "-c", "pwd > here.txt"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_for("the job to write here.txt in day/sub", &mut || {
+        sub.join("here.txt").exists()
+    });
+    let here = std::fs::read_to_string(sub.join("here.txt")).unwrap();
+    assert_eq!(
+        std::path::Path::new(here.trim()).canonicalize().unwrap(),
+        sub.canonicalize().unwrap()
+    );
+    let line = std::fs::read_to_string(&env.jobs).unwrap();
+    assert!(line.starts_with("[cwd=/"), "{line}");
+    // A directory that is gone by the time the job runs: the job fails,
+    // saying why in its log.
+    let gone = env.path("gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    let out = add(&["--cwd", gone.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_for("job 2 to end", &mut || env.status_of_opt(2).is_some());
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+    std::fs::remove_dir(&gone).unwrap();
+    env.append_jobs(&format!("[cwd={}] echo never\n", gone.to_str().unwrap()));
+    wait_for("job 3 to end", &mut || env.status_of_opt(3).is_some());
+    assert_eq!(env.status_of(3).as_deref(), Some("failed"));
+    let log = std::fs::read_dir(&env.logs)
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("job003"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap_or_default();
+    assert!(
+        log.contains("gpusched: cannot enter the job's cwd= directory"),
+        "{log}"
+    );
+    // --cwd must name a directory.
+    let out = add(&["--cwd", "/no/such/dir", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("no such directory"), "{out:?}");
+    // Other verbs find the scheduler by GPUSCHED_LOG_DIR too.
+    let out = Command::new(bin())
+        .arg("status")
+        .current_dir(&sub)
+        .env("GPUSCHED_LOG_DIR", &env.logs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains(&format!("jobs file: {}", env.jobs.display())),
+        "{out:?}"
+    );
+    sched.stop();
+}

@@ -177,6 +177,10 @@ pub struct PersonalReservation {
 pub struct SchedulerStatus {
     /// Its pid (to tell whether it still runs).
     pub pid: u32,
+    /// Its working directory: where a job without `cwd=` runs
+    /// (`gpusched add` writes `cwd=` only for another directory).
+    #[serde(default)]
+    pub cwd: Option<String>,
     /// gpusched version.
     pub version: String,
     /// When it started (Unix seconds).

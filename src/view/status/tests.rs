@@ -23,6 +23,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             hidden_processes: None,
             reservation: None,
             backfill: None,
+            cwd: None,
             jobs_file: "jobs.txt".into(),
             log_dir: "gpusched_logs".into(),
             ticks: 0,

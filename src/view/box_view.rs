@@ -69,6 +69,9 @@ pub struct BoxGpu {
     /// MiB used by processes no scheduler booked (people running things
     /// by hand, and notebooks in their reservations).
     pub unscheduled_mib: u64,
+    /// Those processes, each with its user and memory.
+    #[serde(default)]
+    pub unscheduled: Vec<UnscheduledProcess>,
     /// When everything held on it should end (Unix seconds): the latest
     /// expected end of the jobs there, and of the reservations; null when
     /// nothing is held (free now) or some end is unknown.
@@ -140,6 +143,17 @@ fn read_status(log_dir: &str) -> Option<StatusDoc> {
     serde_json::from_str(&text).ok()
 }
 
+/// A GPU process no scheduler booked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnscheduledProcess {
+    /// Its pid as NVML reports it.
+    pub pid: u32,
+    /// Its user; null when this PID namespace cannot see it.
+    pub user: Option<String>,
+    /// Its memory on this GPU (MiB); null when NVML cannot tell.
+    pub used_mib: Option<u64>,
+}
+
 /// What [`build`] needs besides the snapshot and the ledger, read from
 /// files, `/proc` and the clock by [`gather`].
 pub struct BoxFacts {
@@ -148,8 +162,24 @@ pub struct BoxFacts {
     pub statuses: Vec<(usize, StatusDoc)>,
     /// The process group of each GPU process still running (by pid).
     pub groups: HashMap<u32, u32>,
+    /// The user of each GPU process still running (by pid).
+    pub users: HashMap<u32, String>,
     /// When the facts were read (Unix ms).
     pub now_ms: u64,
+}
+
+/// The name of the user owning process `pid` (its `/proc` entry's owner);
+/// the uid as text when it has no name; `None` when the process is not
+/// visible here.
+fn process_user(pid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+    Some(
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| uid.to_string(), |u| u.name),
+    )
 }
 
 /// Reads what [`build`] needs: the peers' status.json files, the process
@@ -167,9 +197,15 @@ pub fn gather(snapshot: &GpuSnapshot, ledger: &Ledger) -> BoxFacts {
         .iter()
         .filter_map(|p| crate::process::read_stat(p.pid).map(|s| (p.pid, s.pgrp)))
         .collect();
+    let users = snapshot
+        .processes
+        .iter()
+        .filter_map(|p| Some((p.pid, process_user(p.pid)?)))
+        .collect();
     BoxFacts {
         statuses,
         groups,
+        users,
         now_ms: now_ms(),
     }
 }
@@ -284,7 +320,7 @@ fn box_gpu(
         }
     }
     let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
-    let unscheduled_mib = snapshot
+    let unscheduled: Vec<UnscheduledProcess> = snapshot
         .processes
         .iter()
         .filter(|p| p.gpu == g.index)
@@ -294,8 +330,13 @@ fn box_gpu(
                 .get(&p.pid)
                 .is_none_or(|pgrp| !booked_groups.contains(pgrp))
         })
-        .filter_map(|p| p.used_mib)
-        .sum();
+        .map(|p| UnscheduledProcess {
+            pid: p.pid,
+            user: facts.users.get(&p.pid).cloned(),
+            used_mib: p.used_mib,
+        })
+        .collect();
+    let unscheduled_mib = unscheduled.iter().filter_map(|p| p.used_mib).sum();
     let (expected_free, expected_free_source) = match (free_at, unknown_end) {
         (Some((t, source)), false) => (Some(t), Some(source)),
         _ => (None, None),
@@ -313,6 +354,7 @@ fn box_gpu(
         util_percent: g.util_percent,
         held: held.into_values().collect(),
         unscheduled_mib,
+        unscheduled,
         expected_free,
         expected_free_source,
     }
@@ -442,8 +484,18 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
                 };
                 format!("{} {} MiB ({what})", h.user, h.mib)
             })
+            .chain(g.unscheduled.iter().map(|p| {
+                format!(
+                    "unscheduled: {} pid {} {}",
+                    p.user.as_deref().unwrap_or("user unknown"),
+                    p.pid,
+                    p.used_mib.map_or("n/a".into(), |m| format!("{m} MiB"))
+                )
+            }))
             .chain(
-                (g.unscheduled_mib > 0).then(|| format!("unscheduled {} MiB", g.unscheduled_mib)),
+                // A document from before processes were listed.
+                (g.unscheduled.is_empty() && g.unscheduled_mib > 0)
+                    .then(|| format!("unscheduled {} MiB", g.unscheduled_mib)),
             )
             .collect();
         let free = match (&g.expected_free, g.held.is_empty()) {
@@ -491,29 +543,39 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
             ),
             width,
         ));
-        for j in &q.jobs {
+        if q.jobs.is_empty() {
+            continue;
+        }
+        let mut rows = vec![[
+            "JOB".to_string(),
+            "NAME".into(),
+            "STATE".into(),
+            "GPU".into(),
+            "WHEN".into(),
+            "COMMAND".into(),
+        ]];
+        rows.extend(q.jobs.iter().map(|j| {
             let when = match (j.expected_end, j.expected_start) {
                 (Some(t), _) => format!("ends ~{}", crate::console::clock_short(t)),
                 (None, Some(t)) => format!("starts ~{}", crate::console::clock_short(t)),
-                _ => String::new(),
+                _ => "-".to_string(),
             };
             let gpus = if j.gpus.is_empty() {
                 "-".to_string()
             } else {
-                j.gpus
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
+                crate::console::gpu_ids(&j.gpus, ",")
             };
-            lines.push(crate::console::shorten(
-                &format!(
-                    "  {:>4} {:<8} {:<5} {:<13} {}",
-                    j.no, j.state, gpus, when, j.command
-                ),
-                width,
-            ));
-        }
+            [
+                j.no.to_string(),
+                j.name.clone().unwrap_or_else(|| "-".into()),
+                j.state.clone(),
+                gpus,
+                when,
+                j.command.clone(),
+            ]
+        }));
+        let table = crate::view::status::table(&rows, width.saturating_sub(2));
+        lines.extend(table.lines().map(|l| format!("  {l}")));
     }
     lines
 }

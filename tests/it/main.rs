@@ -33,5 +33,6 @@ mod slurm;
 mod steering;
 mod stopping;
 mod timeline;
+mod top;
 mod topology;
 mod verbs;

@@ -3,7 +3,7 @@
 //! `release`, `top`, `serve` and `doctor`, which take the scheduler's own options to
 //! find the same GPUs, ledger and rules.
 
-use super::parse_poll;
+use super::values::parse_poll;
 use clap::Args;
 use std::path::PathBuf;
 

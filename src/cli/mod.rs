@@ -178,6 +178,11 @@ pub enum Command {
     /// with mode 1777, so nobody but root can remove another user's
     /// bookings.
     Ledger(LedgerArgs),
+    /// Keep a scheduler running without tmux: `gpusched service install
+    /// jobs.txt` writes a systemd user unit that runs `gpusched jobs.txt
+    /// --watch` at login (with `loginctl enable-linger`, from boot) and
+    /// restarts it if it fails.
+    Service(ServiceArgs),
     /// Keep GPU memory for yourself, not for a job — a notebook, a
     /// debugging session, a demo: `gpusched reserve --for 2h` keeps a
     /// whole GPU; every user's scheduler leaves it alone until it ends or
@@ -713,14 +718,6 @@ pub struct GpuArgs {
     pub log_dir: PathBuf,
 }
 
-/// Arguments of `gpusched completions`.
-#[derive(Debug, Args, Clone)]
-pub struct CompletionsArgs {
-    /// The shell: bash, zsh or fish (also elvish, powershell).
-    #[arg(value_name = "SHELL")]
-    pub shell: clap_complete::Shell,
-}
-
 /// Arguments of `gpusched stop`.
 #[derive(Debug, Args, Clone)]
 pub struct StopArgs {
@@ -740,37 +737,6 @@ pub struct StopArgs {
     /// they end (once).
     #[arg(long)]
     pub keep_jobs: bool,
-}
-
-/// Arguments of `gpusched man`.
-#[derive(Debug, Args, Clone)]
-pub struct ManArgs {
-    /// Write the page to PREFIX/share/man/man1/gpusched.1 for this binary
-    /// in PREFIX/bin (~/.cargo/share/man/man1 after `cargo install`), where
-    /// `man gpusched` finds it while PREFIX/bin is on the PATH.
-    #[arg(long)]
-    pub install: bool,
-}
-
-/// Arguments of `gpusched ledger`.
-#[derive(Debug, Args, Clone)]
-pub struct LedgerArgs {
-    /// What to do.
-    #[command(subcommand)]
-    pub action: LedgerAction,
-}
-
-/// `gpusched ledger` actions.
-#[derive(Debug, Subcommand, Clone)]
-pub enum LedgerAction {
-    /// Create (or fix) the shared ledger directory as root: owned by root,
-    /// mode 1777. Run once per boot, or install the systemd-tmpfiles rule
-    /// it prints.
-    Init {
-        /// The ledger directory.
-        #[arg(long, value_name = "DIR", default_value = "/dev/shm/gpusched")]
-        ledger: PathBuf,
-    },
 }
 
 /// Arguments of `gpusched simjob` (docs/BEHAVIOUR.md "Simulation").
@@ -848,104 +814,21 @@ pub fn typo_error(first: &std::ffi::OsStr) -> Option<crate::error::Error> {
     )))
 }
 
-/// A validated `--gpus` list: distinct indices, ascending.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuList(pub Vec<u32>);
-
-/// A device: a GPU index below 64, or a MIG instance as `GPU:MIG device`
-/// (`0:1`), as [`crate::model::device_label`] writes it.
-fn parse_device(text: &str) -> Result<u32, String> {
-    crate::model::parse_device_label(text.trim())
-        .ok_or_else(|| format!("'{text}' is not a GPU index below 64 or a MIG instance like 0:1"))
-}
-
-fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
-    let mut indices = Vec::new();
-    for part in text.split(',') {
-        let part = part.trim();
-        let index = parse_device(part).map_err(|_| {
-            format!("'{part}' is not a GPU index (expected e.g. 0,1,3, or 0:1 for a MIG instance)")
-        })?;
-        if indices.contains(&index) {
-            return Err(format!(
-                "GPU {} is listed twice",
-                crate::model::device_label(index)
-            ));
-        }
-        indices.push(index);
-    }
-    indices.sort_unstable();
-    Ok(GpuList(indices))
-}
-
-fn parse_mib(text: &str) -> Result<u64, String> {
-    let mib = text
-        .trim()
-        .parse::<u64>()
-        .map_err(|_| format!("'{text}' is not a whole number of MiB ≥ 0"))?;
-    if mib > crate::jobspec::MAX_VRAM_MIB {
-        return Err(format!(
-            "{mib} MiB is more than any GPU has (at most {} MiB)",
-            crate::jobspec::MAX_VRAM_MIB
-        ));
-    }
-    Ok(mib)
-}
-
-/// The longest `--poll` accepted, in seconds (one day).
-const MAX_POLL_S: f64 = 86400.0;
-
-fn parse_float(text: &str, what: &str) -> Result<f64, String> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| format!("'{text}' is not {what}"))
-}
-
-fn parse_enforce(text: &str) -> Result<crate::jobspec::Enforce, String> {
-    crate::jobspec::Enforce::from_word(text)
-        .ok_or_else(|| format!("'{text}' is not a mode: use warn, stop or mps"))
-}
-
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    let value = parse_float(text, "a fraction like 0.10")?;
-    if !(0.0..=10.0).contains(&value) {
-        return Err(format!(
-            "{value} is out of range: use a fraction from 0 to 10 (0.10 = 10 %)"
-        ));
-    }
-    Ok(value)
-}
-
-fn parse_poll(text: &str) -> Result<f64, String> {
-    let value = parse_float(text, "a number of seconds")?;
-    if value <= 0.0 {
-        return Err("the poll interval must be more than 0 seconds".into());
-    }
-    if value > MAX_POLL_S {
-        return Err(format!(
-            "{value} s is too long: at most {MAX_POLL_S} s (one day)"
-        ));
-    }
-    Ok(value)
-}
-
-fn parse_seconds(text: &str) -> Result<f64, String> {
-    let value = parse_float(text, "a number of seconds")?;
-    if value < 0.0 {
-        return Err("seconds must not be negative".into());
-    }
-    if value > crate::jobspec::MAX_TIMEOUT_S {
-        return Err(format!("{value} s is too long: at most 3650 days"));
-    }
-    Ok(value)
-}
+mod values;
+pub use values::GpuList;
+use values::{
+    parse_device, parse_enforce, parse_fraction, parse_gpu_list, parse_mib, parse_poll,
+    parse_seconds,
+};
 
 mod box_args;
+mod lab_args;
 use box_args::parse_nvlink_pairs;
 pub use box_args::{
     BoxArgs, DoctorArgs, NvlinkPairs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs,
+};
+pub use lab_args::{
+    CompletionsArgs, LedgerAction, LedgerArgs, ManArgs, ServiceAction, ServiceArgs,
 };
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod request;
 pub mod reserve;
 pub mod retry;
 pub mod serve;
+pub mod service;
 pub mod status;
 pub mod stop;
 pub mod timeline;

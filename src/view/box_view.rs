@@ -528,55 +528,62 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
         lines.push(crate::console::shorten(&r.line(), width));
     }
     for q in &doc.queues {
-        lines.push(String::new());
-        lines.push(crate::console::shorten(
-            &format!(
-                "{}'s queue ({} running, {} waiting){}",
-                q.user,
-                q.running,
-                q.pending,
-                if q.readable {
-                    ""
-                } else {
-                    " — status.json not readable"
-                }
-            ),
-            width,
-        ));
-        if q.jobs.is_empty() {
-            continue;
-        }
-        let mut rows = vec![[
-            "JOB".to_string(),
-            "NAME".into(),
-            "STATE".into(),
-            "GPU".into(),
-            "WHEN".into(),
-            "COMMAND".into(),
-        ]];
-        rows.extend(q.jobs.iter().map(|j| {
-            let when = match (j.expected_end, j.expected_start) {
-                (Some(t), _) => format!("ends ~{}", crate::console::clock_short(t)),
-                (None, Some(t)) => format!("starts ~{}", crate::console::clock_short(t)),
-                _ => "-".to_string(),
-            };
-            let gpus = if j.gpus.is_empty() {
-                "-".to_string()
-            } else {
-                crate::console::gpu_ids(&j.gpus, ",")
-            };
-            [
-                j.no.to_string(),
-                j.name.clone().unwrap_or_else(|| "-".into()),
-                j.state.clone(),
-                gpus,
-                when,
-                j.command.clone(),
-            ]
-        }));
-        let table = crate::view::status::table(&rows, width.saturating_sub(2));
-        lines.extend(table.lines().map(|l| format!("  {l}")));
+        lines.extend(queue_lines(q, width));
     }
+    lines
+}
+
+/// One user's queue in `top`: a heading and its jobs as a table.
+fn queue_lines(q: &BoxQueue, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    lines.push(String::new());
+    lines.push(crate::console::shorten(
+        &format!(
+            "{}'s queue ({} running, {} waiting){}",
+            q.user,
+            q.running,
+            q.pending,
+            if q.readable {
+                ""
+            } else {
+                " — status.json not readable"
+            }
+        ),
+        width,
+    ));
+    if q.jobs.is_empty() {
+        return lines;
+    }
+    let mut rows = vec![[
+        "JOB".to_string(),
+        "NAME".into(),
+        "STATE".into(),
+        "GPU".into(),
+        "WHEN".into(),
+        "COMMAND".into(),
+    ]];
+    rows.extend(q.jobs.iter().map(|j| {
+        let when = match (j.expected_end, j.expected_start) {
+            (Some(t), _) => format!("ends ~{}", crate::console::clock_short(t)),
+            (None, Some(t)) => format!("starts ~{}", crate::console::clock_short(t)),
+            _ => "-".to_string(),
+        };
+        let gpus = if j.gpus.is_empty() {
+            "-".to_string()
+        } else {
+            crate::console::gpu_ids(&j.gpus, ",")
+        };
+        [
+            j.no.to_string(),
+            j.name.clone().unwrap_or_else(|| "-".into()),
+            j.state.clone(),
+            gpus,
+            when,
+            j.command.clone(),
+        ]
+    }));
+    let table = crate::view::status::table(&rows, width.saturating_sub(2));
+    lines.extend(table.lines().map(|l| format!("  {l}")));
     lines
 }
 

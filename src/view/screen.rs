@@ -50,21 +50,29 @@ pub struct FinishedRow {
     pub command: String,
 }
 
-/// Renders `status.json` for people in lines of at most `width`
-/// characters: whether the scheduler still runs and how old the data is,
-/// the GPUs, the running and waiting jobs, then the finished ones
-/// ([`FinishedList`]); the summary once the run has finished.
-pub fn render(
-    doc: &StatusDoc,
-    now: f64,
-    colour: Colour,
-    width: usize,
-    finished: &FinishedList,
-) -> String {
-    let mut out = String::new();
+/// For a log directory no scheduler runs: how many of its jobs are not
+/// finished, and how to start it again (no lines when none is left).
+fn unattended(doc: &StatusDoc, width: usize) -> Vec<String> {
+    let left: usize = doc
+        .counts
+        .iter()
+        .filter(|(word, _)| JobState::from_word(word).is_some_and(|s| !s.is_terminal()))
+        .map(|(_, n)| n)
+        .sum();
+    if left == 0 {
+        return Vec::new();
+    }
+    let text = format!(
+        "{left} job(s) not finished and no scheduler to run them: start it again (`gpusched {} --watch`, or `systemctl --user start gpusched-NAME` if it is a service)",
+        doc.scheduler.jobs_file
+    );
+    crate::view::board::wrap(&text, width)
+}
+
+/// Whether the scheduler runs and how old the data is.
+fn first_line(doc: &StatusDoc, now: f64, live: bool) -> String {
     let age = human_duration(now - doc.updated);
-    let live = crate::process::is_alive(doc.scheduler.pid) && !doc.scheduler.state.is_final();
-    let first = if live {
+    if live {
         format!(
             "scheduler pid {} {} on {}; data from {age} ago",
             doc.scheduler.pid,
@@ -78,7 +86,23 @@ pub fn render(
             doc.scheduler.state.as_str(),
             date_time(doc.updated)
         )
-    };
+    }
+}
+
+/// Renders `status.json` for people in lines of at most `width`
+/// characters: whether the scheduler still runs and how old the data is,
+/// the GPUs, the running and waiting jobs, then the finished ones
+/// ([`FinishedList`]); the summary once the run has finished.
+pub fn render(
+    doc: &StatusDoc,
+    now: f64,
+    colour: Colour,
+    width: usize,
+    finished: &FinishedList,
+) -> String {
+    let mut out = String::new();
+    let live = crate::process::is_alive(doc.scheduler.pid) && !doc.scheduler.state.is_final();
+    let first = first_line(doc, now, live);
     for (i, line) in crate::view::board::wrap(&first, width)
         .into_iter()
         .enumerate()
@@ -99,6 +123,11 @@ pub fn render(
         "jobs file: {}",
         report::shorten_left(&doc.scheduler.jobs_file, width.saturating_sub(11))
     );
+    if !live {
+        for line in unattended(doc, width) {
+            let _ = writeln!(out, "{}", paint(colour, "33", &line));
+        }
+    }
     if let Some(reason) = &doc.scheduler.paused_reason {
         for line in crate::view::board::wrap(&format!("PAUSED: {reason}"), width) {
             let _ = writeln!(out, "{}", paint(colour, "31", &line));

@@ -27,6 +27,7 @@ mod queue_policy;
 mod reactivity;
 mod readme;
 mod scheduler;
+mod service;
 mod shared_dirs;
 mod sharing;
 mod slurm;

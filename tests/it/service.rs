@@ -1,0 +1,110 @@
+//! An always-on scheduler (docs/BEHAVIOUR.md "An always-on scheduler"):
+//! `gpusched service install` writes a systemd user unit that
+//! `systemd-analyze verify` accepts, and `gpusched status` says when no
+//! scheduler runs a queue that still has work.
+
+use crate::common;
+
+use common::{Env, bin, wait_for};
+use std::process::Command;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn service_install_writes_a_user_unit_that_systemd_accepts() {
+    let env = Env::new("echo hi\n");
+    let config = env.path("config");
+    let install = |args: &[&str]| {
+        Command::new(bin())
+            .args(["service", "install", "jobs.txt"])
+            .args(args)
+            .current_dir(env.path(""))
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap()
+    };
+    let out = install(&["--", "--gpus", "0", "--poll", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("systemctl --user enable --now gpusched-jobs"),
+        "{said}"
+    );
+    assert!(said.contains("loginctl enable-linger"), "{said}");
+    let unit = config.join("systemd/user/gpusched-jobs.service");
+    let written = std::fs::read_to_string(&unit).unwrap();
+    let jobs = env.jobs.canonicalize().unwrap();
+    assert!(
+        written.contains(&format!(
+            "ExecStart={} {} --watch --gpus 0 --poll 5\n",
+            std::path::Path::new(bin())
+                .canonicalize()
+                .unwrap()
+                .display(),
+            jobs.display()
+        )),
+        "{written}"
+    );
+    // A typo in the scheduler's options is caught now, not at boot.
+    let out = install(&["--name", "other", "--", "--gpu", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("the scheduler would not start with these options"),
+        "{out:?}"
+    );
+    assert!(!config.join("systemd/user/gpusched-other.service").exists());
+    let has_systemd = Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_systemd {
+        eprintln!(
+            "systemd-analyze is missing (Debian: apt install systemd): the unit was not verified"
+        );
+        return;
+    }
+    // systemd's own check, as for a user manager (it needs a runtime dir).
+    let runtime = env.path("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let verify = Command::new("systemd-analyze")
+        .args(["verify", "--user", "--man=no"])
+        .arg(&unit)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{verify:?}");
+    assert_eq!(text(&verify.stderr), "", "systemd-analyze complains");
+}
+
+#[test]
+fn status_says_when_no_scheduler_runs_a_queue_with_work() {
+    let env = Env::new("sleep 30\nsleep 30\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    wait_for("the scheduler to be gone", &mut || {
+        !std::path::Path::new(&format!("/proc/{}", sched.pid())).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", sched.pid()))
+                .is_ok_and(|s| s.contains(") Z "))
+    });
+    let out = env.verb(&["status"]);
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("2 job(s) not finished and no scheduler to run them"),
+        "{said}"
+    );
+    // The next start adopts job 1 and ends the test's jobs.
+    let out = env.verb(&["cancel", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = env.verb(&["cancel", "2"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}

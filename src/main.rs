@@ -60,6 +60,7 @@ fn main() {
         Some(Command::Man(args)) => gpusched::commands::completions::man(args),
         Some(Command::Doctor(args)) => gpusched::commands::doctor::run(args),
         Some(Command::Service(args)) => gpusched::commands::service::run(&args.action),
+        Some(Command::Report(args)) => gpusched::commands::report::run(args),
         Some(Command::Ledger(args)) => match &args.action {
             gpusched::cli::LedgerAction::Init { ledger } => gpusched::ledger::store::init(ledger)
                 .map(|said| {

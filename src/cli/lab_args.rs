@@ -1,5 +1,5 @@
-//! Arguments of the commands a lab sets a box up with: `ledger`,
-//! `service`, `man` and `completions`.
+//! Arguments of the commands a lab sets a box up and keeps accounts
+//! with: `ledger`, `service`, `report`, `man` and `completions`.
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -74,4 +74,39 @@ pub enum ServiceAction {
         #[arg(last = true, value_name = "SCHEDULER_OPTIONS")]
         options: Vec<String>,
     },
+}
+
+/// Arguments of `gpusched report`.
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// A scheduler's log directory to account for; repeat for several.
+    #[arg(
+        long = "log-dir",
+        value_name = "DIR",
+        default_value = "gpusched_logs",
+        env = "GPUSCHED_LOG_DIR"
+    )]
+    pub log_dirs: Vec<PathBuf>,
+    /// Every log directory a scheduler on this box ran with, as the
+    /// ledger remembers them (everyone's for root; others' only where
+    /// their journals are readable).
+    #[arg(long)]
+    pub all: bool,
+    /// The ledger directory, for --all.
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm/gpusched")]
+    pub ledger: PathBuf,
+    /// From this day (`2026-11-01`, local midnight) or this long ago
+    /// (`7d`, `12h`). Default: everything.
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Up to this day (exclusive) or this long ago. Default: now.
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// One row per user, or per user and job name (`name=`), or per user
+    /// and group (`group=`).
+    #[arg(long, value_name = "WHAT", default_value = "user", value_parser = ["user", "name", "group"])]
+    pub by: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -183,6 +183,10 @@ pub enum Command {
     /// --watch` at login (with `loginctl enable-linger`, from boot) and
     /// restarts it if it fails.
     Service(ServiceArgs),
+    /// Accounting, as sreport does it: GPU-hours, jobs, failures and
+    /// VRAM-hours per user (or per job name or group) over a period, from
+    /// the journals: `gpusched report --since 2026-11-01 --all`.
+    Report(ReportArgs),
     /// Keep GPU memory for yourself, not for a job — a notebook, a
     /// debugging session, a demo: `gpusched reserve --for 2h` keeps a
     /// whole GPU; every user's scheduler leaves it alone until it ends or
@@ -828,7 +832,7 @@ pub use box_args::{
     BoxArgs, DoctorArgs, NvlinkPairs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs,
 };
 pub use lab_args::{
-    CompletionsArgs, LedgerAction, LedgerArgs, ManArgs, ServiceAction, ServiceArgs,
+    CompletionsArgs, LedgerAction, LedgerArgs, ManArgs, ReportArgs, ServiceAction, ServiceArgs,
 };
 
 #[cfg(test)]

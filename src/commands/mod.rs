@@ -12,6 +12,7 @@ pub mod grid;
 pub mod index;
 pub mod log;
 pub mod mcp;
+pub mod report;
 pub mod request;
 pub mod reserve;
 pub mod retry;

@@ -270,3 +270,76 @@ pub fn add_usage(
     )?;
     Ok(after)
 }
+
+/// Log directories this user's schedulers ran with, as `<uid>.logdirs` in
+/// the ledger keeps them (one absolute path per line, at most this many,
+/// the latest last), for `gpusched report --all`.
+pub const LOG_DIRS_KEPT: usize = 1000;
+
+/// Adds `log_dir` to this user's `<uid>.logdirs` in `dir` (mode 0644),
+/// unless it is there already.
+///
+/// Errors: the directory cannot be written.
+pub fn remember_log_dir(dir: &Path, log_dir: &Path) -> std::io::Result<()> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let path = dir.join(format!("{uid}.logdirs"));
+    let line = log_dir.display().to_string();
+    let known: Vec<String> = read_small(&path)
+        .filter(|(_, owner)| *owner == uid)
+        .map(|(bytes, _)| {
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if known.contains(&line) {
+        return Ok(());
+    }
+    let mut kept: Vec<String> = known
+        .into_iter()
+        .rev()
+        .take(LOG_DIRS_KEPT - 1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    kept.push(line);
+    files::write_atomic_with(
+        &path,
+        format!("{}\n", kept.join("\n")).as_bytes(),
+        &AtomicOptions {
+            mode: Some(std::fs::Permissions::from_mode(0o644)),
+            sync: false,
+        },
+    )
+}
+
+/// Every user's remembered log directories in `dir` (files owned by the
+/// user they name), by uid.
+pub fn read_log_dirs(dir: &Path) -> BTreeMap<u32, Vec<std::path::PathBuf>> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(uid) = name
+            .strip_suffix(".logdirs")
+            .and_then(|u| u.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some((bytes, owner)) = read_small(&entry.path())
+            && owner == uid
+        {
+            let dirs = String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| l.starts_with('/'))
+                .map(std::path::PathBuf::from)
+                .collect();
+            out.insert(uid, dirs);
+        }
+    }
+    out
+}

@@ -71,7 +71,12 @@ impl Ledger {
     /// Errors: [`Error::Usage`] when `dir` is a symbolic link or not a
     /// directory; [`Error::Io`] when it cannot be created or written.
     pub fn open(dir: &Path, log_dir: &Path) -> Result<Ledger, Error> {
-        Ledger::open_as(dir, log_dir, std::process::id())
+        let ledger = Ledger::open_as(dir, log_dir, std::process::id())?;
+        // For `gpusched report --all`; accounting is not worth a failed start.
+        if let Err(e) = super::people::remember_log_dir(dir, log_dir) {
+            tracing::debug!("cannot remember the log directory in the ledger: {e}");
+        }
+        Ok(ledger)
     }
 
     /// Opens the ledger directory `dir` for a command that books no job:

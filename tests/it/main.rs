@@ -26,6 +26,7 @@ mod placement_properties;
 mod queue_policy;
 mod reactivity;
 mod readme;
+mod report;
 mod scheduler;
 mod service;
 mod shared_dirs;

@@ -171,6 +171,10 @@ pub enum Subject {
 /// The JSON body posted to every `--notify` URL.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Message {
+    /// The same for every post of this message, for receivers that drop
+    /// a repeat: `<key>/<attempt>` for a job's outcome (a post can reach
+    /// an endpoint whose answer is lost, and be tried again).
+    pub id: String,
     /// One line for people (what chat webhooks show).
     pub text: String,
     /// `job_ended`, `drained` or `paused`.
@@ -194,6 +198,10 @@ impl Message {
     /// The message about `subject` from `scheduler`.
     pub fn new(subject: Subject, scheduler: &SchedulerFacts, ts: f64) -> Message {
         let at = format!("{}@{}", scheduler.user, scheduler.host);
+        let id = match &subject {
+            Subject::Outcome(job) => format!("{}/{}", job.key, job.attempt),
+            _ => format!("{}/{}/{ts}", scheduler.host, scheduler.pid),
+        };
         let (text, event, job, reason, counts) = match subject {
             Subject::Outcome(job) => {
                 let name = job
@@ -242,6 +250,7 @@ impl Message {
             }
         };
         Message {
+            id,
             text,
             event,
             job,
@@ -265,11 +274,16 @@ fn mark(status: &str) -> &'static str {
 /// How long one POST may take.
 pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Tries per endpoint and message, with [`BACKOFF`] doubling between.
-pub const TRIES: u32 = 3;
-
-/// The wait after the first failed try.
+/// The wait after the first failed try of a message; it doubles with each
+/// failed try, up to [`BACKOFF_MAX`].
 const BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of a message.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// A message not delivered this long after it was queued is given up
+/// (said once, and its outcome counted as told).
+pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// A message handed to the sender thread, and the job key to report
 /// back once it went to every endpoint.
@@ -278,8 +292,17 @@ struct Queued {
     key: Option<String>,
 }
 
-/// The sender: a thread that posts queued messages in order, and the
-/// way back for what it delivered.
+/// A queued message on the sender thread: which endpoints still need it.
+struct Outgoing {
+    queued: Queued,
+    /// One flag per URL: posted to it.
+    sent: Vec<bool>,
+    /// When it was queued.
+    since: Instant,
+}
+
+/// The sender: a thread that posts queued messages in order, each until
+/// every endpoint took it, and the way back for what it delivered.
 pub struct Notifier {
     tx: Option<Sender<Queued>>,
     delivered: Receiver<Option<String>>,
@@ -296,18 +319,7 @@ impl Notifier {
         let (done_tx, delivered) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("notify".into())
-            .spawn(move || {
-                let agent = agent();
-                let mut streaks = vec![0u32; urls.len()];
-                for queued in rx {
-                    for (url, streak) in urls.iter().zip(streaks.iter_mut()) {
-                        post_with_tries(&agent, url, &queued.message, streak);
-                    }
-                    if done_tx.send(queued.key).is_err() {
-                        break;
-                    }
-                }
-            })?;
+            .spawn(move || send_all(&urls, &rx, &done_tx))?;
         Ok(Notifier {
             tx: Some(tx),
             delivered,
@@ -387,40 +399,95 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Posts `message` to `url`, up to [`TRIES`] times with a doubling wait
-/// (once while the endpoint is failing: a dead endpoint must not hold
-/// the messages behind it for minutes). The first failure of a streak is
-/// warned about, with the endpoint and the reason; the first success
-/// after a streak says so.
-fn post_with_tries(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32) {
+/// The sender thread's loop: takes messages in order and posts the first
+/// to every endpoint that has not taken it, again and again with a
+/// doubling wait (1 s up to [`BACKOFF_MAX`]) while one fails, until all
+/// took it or it is [`MAX_AGE`] old; then reports its key (an outcome's)
+/// as told and goes on with the next. A failing endpoint is warned about
+/// once per streak; the first success after one says so. Ends when the
+/// queue is closed and empty.
+fn send_all(urls: &[String], rx: &Receiver<Queued>, done: &Sender<Option<String>>) {
+    let agent = agent();
+    let mut queue: std::collections::VecDeque<Outgoing> = std::collections::VecDeque::new();
+    let mut streaks = vec![0u32; urls.len()];
     let mut wait = BACKOFF;
-    let tries = if *streak > 0 { 1 } else { TRIES };
-    for attempt in 1..=tries {
-        match post(agent, url, message) {
-            Ok(()) => {
-                if *streak > 0 {
-                    crate::console::say(&format!(
-                        "--notify {}: delivering again after {} failed message(s)",
-                        redact(url),
-                        *streak
-                    ));
-                }
-                *streak = 0;
+    let take = |queued: Queued, queue: &mut std::collections::VecDeque<Outgoing>| {
+        queue.push_back(Outgoing {
+            queued,
+            sent: vec![false; urls.len()],
+            since: Instant::now(),
+        });
+    };
+    loop {
+        if queue.is_empty() {
+            match rx.recv() {
+                Ok(queued) => take(queued, &mut queue),
+                Err(_) => return,
+            }
+        }
+        while let Ok(queued) = rx.try_recv() {
+            take(queued, &mut queue);
+        }
+        let head = queue.front_mut().expect("not empty");
+        for ((url, sent), streak) in urls.iter().zip(head.sent.iter_mut()).zip(&mut streaks) {
+            if !*sent {
+                *sent = try_post(&agent, url, &head.queued.message, streak);
+            }
+        }
+        let given_up = head.since.elapsed() >= MAX_AGE;
+        if head.sent.iter().all(|s| *s) || given_up {
+            if given_up {
+                crate::console::warn(&format!(
+                    "--notify: gave up \"{}\" after {} h undelivered",
+                    crate::console::shorten(&head.queued.message.text, 80),
+                    MAX_AGE.as_secs() / 3600
+                ));
+            }
+            let key = queue.pop_front().and_then(|o| o.queued.key);
+            if done.send(key).is_err() {
                 return;
             }
-            Err(reason) if attempt == tries => {
-                if *streak == 0 {
-                    crate::console::warn(&format!(
-                        "--notify {}: {reason} ({TRIES} tries); messages to it are dropped until it answers again, jobs are unaffected",
-                        redact(url)
-                    ));
-                }
-                *streak += 1;
+            wait = BACKOFF;
+            continue;
+        }
+        // Wait before the next try, taking in new messages meanwhile.
+        match rx.recv_timeout(wait) {
+            Ok(queued) => take(queued, &mut queue),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            // Closed: keep trying what is queued while the process lives.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        }
+        wait = (wait * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One POST of `message` to `url`; whether it went. The first failure of
+/// a streak is warned about, with the endpoint and the reason; the first
+/// success after a streak says so.
+fn try_post(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32) -> bool {
+    match post(agent, url, message) {
+        Ok(()) => {
+            if *streak > 0 {
+                crate::console::say(&format!(
+                    "--notify {}: delivering again after {} failed tries",
+                    redact(url),
+                    *streak
+                ));
             }
-            Err(_) => {
-                std::thread::sleep(wait);
-                wait *= 2;
+            *streak = 0;
+            true
+        }
+        Err(reason) => {
+            if *streak == 0 {
+                crate::console::warn(&format!(
+                    "--notify {}: {reason}; messages to it are kept and tried again (every 1 s, doubling up to {} s) until it answers, for up to {} h; jobs are unaffected",
+                    redact(url),
+                    BACKOFF_MAX.as_secs(),
+                    MAX_AGE.as_secs() / 3600
+                ));
             }
+            *streak += 1;
+            false
         }
     }
 }

@@ -202,9 +202,9 @@ fn a_slow_or_refusing_endpoint_never_delays_a_job() {
         "ten jobs took {span:.1} s behind a slow endpoint"
     );
     assert!(!slow.bodies().is_empty(), "nothing reached the slow server");
-    // Each message is tried 3 times (1 s, then 2 s apart) before the
-    // next: two given up make a streak of two.
-    let (span, out) = ten_failures_with(&refusing_url(), 2);
+    // A dead endpoint: the messages are kept and tried again, in order,
+    // none given up (none counted as told).
+    let (span, out) = ten_failures_with(&refusing_url(), 0);
     assert!(
         span < 8.0,
         "ten jobs took {span:.1} s behind a dead endpoint"
@@ -215,7 +215,74 @@ fn a_slow_or_refusing_endpoint_never_delays_a_job() {
         .matches("WARN --notify http://127.0.0.1:")
         .count();
     assert_eq!(warnings, 1, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("are kept and tried again"),
+        "{}",
+        out.stdout
+    );
     assert!(!out.stdout.contains("secret"), "{}", out.stdout);
+}
+
+#[test]
+fn an_endpoint_down_across_a_kill_9_loses_no_outcome_and_posts_none_twice() {
+    let dead = refusing_url();
+    let port = dead
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let env = Env::new("sh -c 'exit 3'\n");
+    let args = [
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--watch",
+        "--notify",
+        dead.as_str(),
+    ];
+    let sched = env.spawn(&args);
+    wait_for("a failed post", &mut || {
+        sched.stdout().contains("WARN --notify")
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    // The next scheduler owes job 1's outcome; job 2 fails while the
+    // endpoint is still down.
+    let sched = env.spawn(&args);
+    env.append_jobs("sh -c 'exit 4'\n");
+    wait_for("job 2's outcome", &mut || env.events("done").len() == 2);
+    assert!(
+        env.events("notified").is_empty(),
+        "nothing went, nothing is told"
+    );
+    let revived = Server::on(&format!("127.0.0.1:{port}"), Duration::ZERO);
+    wait_for("both outcomes, each told once", &mut || {
+        env.events("notified").len() == 2
+    });
+    let codes: Vec<i64> = revived
+        .of_event("job_ended")
+        .iter()
+        .map(|b| b["job"]["exit_code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(codes, vec![3, 4], "{:#?}", revived.bodies());
+    // Each carries an id a receiver could drop a repeat by.
+    let ids: Vec<String> = revived
+        .of_event("job_ended")
+        .iter()
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids[0] != ids[1] && ids.iter().all(|id| id.ends_with("/1")), "{ids:?}");
+    let out = sched.stop();
+    assert!(
+        out.stdout.contains("delivering again after"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(revived.of_event("job_ended").len(), 2);
 }
 
 #[test]

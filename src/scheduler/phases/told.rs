@@ -251,6 +251,25 @@ impl Scheduler {
         if self.report.told.notifier.is_none() {
             return;
         }
+        // Too old to be news: given up, as the sender gives up a message
+        // it could not deliver for that long.
+        let max_age = crate::notifier::MAX_AGE.as_secs_f64();
+        let (stale, owed): (Vec<String>, Vec<String>) = owed.into_iter().partition(|key| {
+            matches!(
+                self.io.journal.state(key).map(|s| &s.phase),
+                Some(Phase::Done(done)) if now_ts() - done.ts > max_age
+            )
+        });
+        if !stale.is_empty() {
+            say(&format!(
+                "--notify: not posting {} outcome(s) older than {} h that an earlier scheduler could not send",
+                stale.len(),
+                crate::notifier::MAX_AGE.as_secs() / 3600
+            ));
+        }
+        for key in stale {
+            let _ = self.io.journal.append(&key, Event::Notified {});
+        }
         let owed: Vec<(String, JobFacts)> = owed
             .into_iter()
             .filter_map(|key| {

@@ -31,8 +31,15 @@ pub enum NotifyOn {
     All,
     /// The queue drained: nothing runs or waits any more.
     Drained,
-    /// Dispatch paused because GPU queries or writes fail.
+    /// Dispatch paused because GPU queries or writes fail, and resumed.
     Paused,
+    /// A job ran out of GPU memory and is retried.
+    Oom,
+    /// A GPU closed because it stopped answering (or sent a critical
+    /// XID error).
+    Gpu,
+    /// A jobs-file edit that keeps new lines from being read.
+    Stalled,
 }
 
 /// The events `--notify-on` picked.
@@ -43,6 +50,9 @@ pub struct Filter {
     all: bool,
     drained: bool,
     paused: bool,
+    oom: bool,
+    gpu: bool,
+    stalled: bool,
 }
 
 impl Filter {
@@ -56,6 +66,9 @@ impl Filter {
                 NotifyOn::All => filter.all = true,
                 NotifyOn::Drained => filter.drained = true,
                 NotifyOn::Paused => filter.paused = true,
+                NotifyOn::Oom => filter.oom = true,
+                NotifyOn::Gpu => filter.gpu = true,
+                NotifyOn::Stalled => filter.stalled = true,
             }
         }
         filter
@@ -76,9 +89,25 @@ impl Filter {
         self.all || self.drained
     }
 
-    /// Whether a pause on errors is posted.
+    /// Whether a pause on errors (and its end) is posted.
     pub fn wants_paused(&self) -> bool {
         self.all || self.paused
+    }
+
+    /// Whether news of this kind is posted: an OOM retry, a closed GPU,
+    /// a stalled jobs file (the other kinds have their own question).
+    pub fn wants(&self, kind: NotifyOn) -> bool {
+        self.all
+            || match kind {
+                NotifyOn::Oom => self.oom,
+                NotifyOn::Gpu => self.gpu,
+                NotifyOn::Stalled => self.stalled,
+                NotifyOn::Paused => self.paused,
+                NotifyOn::Drained => self.drained,
+                NotifyOn::Failed => self.failed,
+                NotifyOn::Ok => self.ok,
+                NotifyOn::All => true,
+            }
     }
 }
 
@@ -108,6 +137,55 @@ pub struct JobFacts {
     pub gpus: Vec<u32>,
     /// 1-based attempt number.
     pub attempt: u32,
+    /// The last lines of its log, URLs cut to scheme and host
+    /// ([`log_tail`]), for a job that did not end ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}
+
+/// Lines of a failed job's log a message carries.
+pub const LOG_TAIL_LINES: usize = 10;
+
+/// The last [`LOG_TAIL_LINES`] lines of the log at `path` (at most its
+/// last 4 KiB), with every `http://` or `https://` URL cut to scheme and
+/// host ([`redact`]), since logs may print webhook or storage URLs with
+/// their secrets; `None` when it cannot be read or is empty.
+pub fn log_tail(path: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    // The job's own lines, not the header gpusched writes per attempt.
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("==== gpusched:"))
+        .collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    let tail = redact_urls(tail.trim_end());
+    (!tail.trim().is_empty()).then_some(tail)
+}
+
+/// `text` with every URL cut to scheme and host ([`redact`]).
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>'))
+            .map_or(rest.len(), |e| at + e);
+        out.push_str(&redact(&rest[at..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 impl JobFacts {
@@ -166,6 +244,9 @@ pub enum Subject {
     Drained(Vec<(String, usize)>),
     /// Dispatch paused because of errors, and why.
     Paused(String),
+    /// Other news: its `event` word (`oom_retry`, `resumed`,
+    /// `gpu_closed`, `jobs_file_problem`) and what the scheduler said.
+    News(&'static str, String),
 }
 
 /// The JSON body posted to every `--notify` URL.
@@ -217,13 +298,16 @@ impl Message {
                     Some(_) => format!(" after {}", crate::console::human_duration(job.duration_s)),
                     None => String::new(),
                 };
-                let text = format!(
+                let mut text = format!(
                     "{} job {}{name} {}{exit}{after} on {at}: {}",
                     mark(&job.status),
                     job.no,
                     job.status,
                     crate::console::shorten(&job.command, 120)
                 );
+                if let Some(tail) = &job.log_tail {
+                    text.push_str(&format!("\n```\n{tail}\n```"));
+                }
                 (text, "job_ended", Some(job), None, None)
             }
             Subject::Drained(counts) => {
@@ -247,6 +331,10 @@ impl Message {
             Subject::Paused(reason) => {
                 let text = format!("⚠ gpusched on {at} paused: {reason}");
                 (text, "paused", None, Some(reason), None)
+            }
+            Subject::News(event, said) => {
+                let text = format!("gpusched on {at}: {said}");
+                (text, event, None, None, None)
             }
         };
         Message {

@@ -13,6 +13,7 @@ fn facts(status: &str) -> JobFacts {
         duration_s: 61.5,
         gpus: vec![0, 2],
         attempt: 2,
+        log_tail: None,
     }
 }
 
@@ -104,5 +105,46 @@ fn urls_are_checked_and_printed_without_their_secret() {
     assert_eq!(
         redact("https://user:pw@hooks.slack.com/services/T0/B0/secret"),
         "https://hooks.slack.com/…"
+    );
+}
+
+#[test]
+fn log_tails_keep_the_last_lines_with_urls_cut_to_their_host() {
+    assert_eq!(
+        redact_urls("posting to https://hooks.slack.com/services/T0/B0/secret done"),
+        "posting to https://hooks.slack.com/… done"
+    );
+    assert_eq!(redact_urls("no url here"), "no url here");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.log");
+    let lines: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(
+        &path,
+        format!("{lines}error: see http://10.0.0.1:9000/bucket/key?token=abc\n"),
+    )
+    .unwrap();
+    let tail = log_tail(&path).unwrap();
+    assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+    assert!(tail.starts_with("line 22\n"), "{tail}");
+    assert!(
+        tail.ends_with("error: see http://10.0.0.1:9000/…"),
+        "{tail}"
+    );
+    assert!(!tail.contains("token"));
+    std::fs::write(&path, "").unwrap();
+    assert_eq!(log_tail(&path), None);
+    assert_eq!(log_tail(&dir.path().join("missing")), None);
+    // A failed job's message carries it under its line, in a code block.
+    let job = JobFacts {
+        log_tail: Some("Traceback …\nValueError: bad".into()),
+        ..facts("failed")
+    };
+    let message = Message::new(Subject::Outcome(job), &scheduler(), 0.0);
+    assert!(
+        message
+            .text
+            .ends_with("\n```\nTraceback …\nValueError: bad\n```"),
+        "{}",
+        message.text
     );
 }

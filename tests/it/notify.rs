@@ -275,7 +275,10 @@ fn an_endpoint_down_across_a_kill_9_loses_no_outcome_and_posts_none_twice() {
         .iter()
         .map(|b| b["id"].as_str().unwrap().to_string())
         .collect();
-    assert!(ids[0] != ids[1] && ids.iter().all(|id| id.ends_with("/1")), "{ids:?}");
+    assert!(
+        ids[0] != ids[1] && ids.iter().all(|id| id.ends_with("/1")),
+        "{ids:?}"
+    );
     let out = sched.stop();
     assert!(
         out.stdout.contains("delivering again after"),
@@ -424,6 +427,49 @@ fn wait_blocks_until_the_jobs_end_with_their_verdict() {
     assert!(
         text(&out.stdout).contains("3 job(s) ended: 1 failed, 2 ok"),
         "{out:?}"
+    );
+    sched.stop();
+}
+
+#[test]
+fn oom_retries_stalled_edits_and_failures_with_their_log_lines_are_posted() {
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new(
+        "[vram=2G retries=1] gpusched simjob --vram 1000 --ramp 0 --hold 0 --oom-once marker\n\
+         sh -c 'echo uploading to https://hooks.example.com/T0/secret-tok\"\"en; echo boom; exit 5'\n",
+    );
+    let sched = env.spawn(&notify_args(
+        &server.url,
+        &["--watch", "--notify-on", "failed,oom,stalled"],
+    ));
+    wait_for("the OOM retry and the failure", &mut || {
+        !server.of_event("oom_retry").is_empty() && !server.of_event("job_ended").is_empty()
+    });
+    let oom = &server.of_event("oom_retry")[0];
+    assert!(
+        oom["text"]
+            .as_str()
+            .unwrap()
+            .contains("ran out of CUDA memory"),
+        "{oom:#}"
+    );
+    let failed = &server.of_event("job_ended")[0];
+    let tail = failed["job"]["log_tail"].as_str().unwrap();
+    assert!(tail.ends_with("boom"), "{tail}");
+    assert!(tail.contains("https://hooks.example.com/…"), "{tail}");
+    assert!(
+        !failed.to_string().contains("secret-token"),
+        "the log line is cut: {failed:#}"
+    );
+    // An edit that stalls the queue: a line the scheduler cannot read.
+    env.append_jobs("[vram=lots] echo never\n");
+    wait_for("the stalled jobs file", &mut || {
+        !server.of_event("jobs_file_problem").is_empty()
+    });
+    let stalled = &server.of_event("jobs_file_problem")[0];
+    assert!(
+        stalled["text"].as_str().unwrap().contains("vram=lots"),
+        "{stalled:#}"
     );
     sched.stop();
 }

@@ -277,7 +277,7 @@ impl Scheduler {
         let next = next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"));
         let after = crate::console::human_duration(duration_s);
         let peaks = report::peaks_text(peaks);
-        warn(&match cause {
+        let said = match cause {
             None => format!(
                 "↻ job {} ran out of CUDA memory after {after} ({peaks}); retry {attempts} of {allowed} with vram {next}",
                 job.no
@@ -296,7 +296,11 @@ impl Scheduler {
                     culprit.describe()
                 )
             }
-        });
+        };
+        warn(&said);
+        self.report
+            .told
+            .tell(crate::notifier::NotifyOn::Oom, "oom_retry", &said);
         if !matches!(cause, Some(OomCause::Neighbour(_))) {
             self.learn_from_oom(key, next_vram_mib);
         }

@@ -182,6 +182,11 @@ impl Scheduler {
     fn warn_file_problem(&mut self, message: String) {
         if self.core.jobs.source.last_error.as_deref() != Some(message.as_str()) {
             warn(&message);
+            self.report.told.tell(
+                crate::notifier::NotifyOn::Stalled,
+                "jobs_file_problem",
+                &message,
+            );
             self.core.jobs.source.last_error = Some(message);
         }
     }

@@ -213,7 +213,7 @@ impl Scheduler {
                         1 => format!("; job {} on it is left alone", on_it[0]),
                         _ => format!(
                             "; jobs {} on it are left alone",
-                            crate::console::gpu_ids(&on_it, ", ")
+                            crate::console::numbers(&on_it, ", ")
                         ),
                     };
                     let opens = if lasting {
@@ -223,9 +223,13 @@ impl Scheduler {
                             "it opens again after {REOPEN_AFTER_SAMPLES} good samples in a row, or with `gpusched undrain {index}`"
                         )
                     };
-                    warn(&format!(
+                    let said = format!(
                         "GPU {index} closed: {reason}; no new job starts there, the other GPUs go on{left_alone}; {opens}"
-                    ));
+                    );
+                    warn(&said);
+                    self.report
+                        .told
+                        .tell(crate::notifier::NotifyOn::Gpu, "gpu_closed", &said);
                 }
                 HealthChange::Reopened { index, was } => say(&format!(
                     "GPU {index} answers again ({REOPEN_AFTER_SAMPLES} good samples in a row since {was}); open to new jobs"

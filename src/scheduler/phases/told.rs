@@ -14,6 +14,11 @@ use crate::scheduler::Scheduler;
 use crate::state::{Mode, Running};
 use std::time::{Duration, Instant};
 
+/// Whether an outcome word is one whose log lines a message carries.
+fn failed(status: &str) -> bool {
+    !matches!(status, "ok" | "cancelled" | "preempted")
+}
+
 /// The longest a scheduler that is about to exit waits for messages and
 /// hooks still queued.
 pub const FLUSH_LIMIT: Duration = Duration::from_secs(15);
@@ -89,6 +94,15 @@ impl Told {
         self.notifier.is_some() && self.filter.wants_outcome(status)
     }
 
+    /// Posts news of `kind` (an OOM retry, a closed GPU, a stalled jobs
+    /// file, a resume) as `event` with what the scheduler said, when
+    /// `--notify-on` picks it.
+    pub fn tell(&mut self, kind: crate::notifier::NotifyOn, event: &'static str, said: &str) {
+        if self.filter.wants(kind) {
+            self.post(Subject::News(event, said.to_string()), None);
+        }
+    }
+
     fn post(&mut self, subject: Subject, key: Option<String>) {
         if let Some(notifier) = &mut self.notifier {
             notifier.send(Message::new(subject, &self.sender, now_ts()), key);
@@ -123,6 +137,9 @@ impl Scheduler {
             duration_s: (duration_s * 1000.0).round() / 1000.0,
             gpus: job.gpus.clone(),
             attempt: job.attempt,
+            log_tail: failed(status)
+                .then(|| crate::notifier::log_tail(&job.log.path))
+                .flatten(),
         }
     }
 
@@ -175,7 +192,14 @@ impl Scheduler {
             let name = crate::view::report::log_name(state.no, &gpus);
             self.cfg.log_dir.join(name).display().to_string()
         });
+        let log_tail = match &log {
+            Some(path) if failed(done.status.as_str()) => {
+                crate::notifier::log_tail(std::path::Path::new(path))
+            }
+            _ => None,
+        };
         Some(JobFacts {
+            log_tail,
             no: state.no,
             key: key.to_string(),
             name: spec.and_then(|s| s.name().map(str::to_string)),
@@ -210,7 +234,13 @@ impl Scheduler {
                 self.report.told.paused_told = true;
                 self.report.told.post(Subject::Paused(reason), None);
             }
-            Mode::Scheduling => self.report.told.paused_told = false,
+            Mode::Scheduling if self.report.told.paused_told => {
+                self.report.told.paused_told = false;
+                self.report.told.post(
+                    Subject::News("resumed", "placement resumed after the pause".into()),
+                    None,
+                );
+            }
             _ => {}
         }
         Ok(())

@@ -87,7 +87,13 @@ fn service_install_writes_a_user_unit_that_systemd_accepts() {
 fn status_says_when_no_scheduler_runs_a_queue_with_work() {
     let env = Env::new("sleep 30\nsleep 30\n");
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
-    wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    wait_for("status.json to show job 1 running", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|doc| doc["jobs"].as_array().cloned())
+            .is_some_and(|jobs| jobs.iter().any(|j| j["no"] == 1 && j["state"] == "running"))
+    });
     sched.signal(nix::sys::signal::Signal::SIGKILL);
     wait_for("the scheduler to be gone", &mut || {
         !std::path::Path::new(&format!("/proc/{}", sched.pid())).exists()
@@ -107,4 +113,55 @@ fn status_says_when_no_scheduler_runs_a_queue_with_work() {
     assert!(out.status.success(), "{out:?}");
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}
+
+#[test]
+fn a_students_add_from_her_own_subdirectory_runs_there_as_her() {
+    use common::users::{Box_, chown, users, users_env};
+    use std::os::unix::process::CommandExt;
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("");
+    let env = users_env("", alice);
+    let sub = env.path("day/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    chown(&env.path("day"), alice);
+    chown(&sub, alice);
+    chown(&env.jobs, alice);
+    let mut args = b.args(1, false);
+    args.extend(["--poll", "0.2", "--watch"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = env.command(&args);
+    cmd.uid(alice.0).gid(alice.1);
+    let sched = common::Sched::from_command(cmd);
+    wait_for("alice's scheduler to write its status", &mut || {
+        env.logs.join("status.json").exists() || !sched.child_is_running()
+    });
+    if !sched.child_is_running() {
+        let out = sched.finish();
+        panic!("alice's scheduler ended: {}{}", out.stdout, out.stderr);
+    }
+    let out = Command::new(bin())
+        .args(["add", "--", "sh", "-c", "id -un > who.txt; pwd >> who.txt"])
+        .current_dir(&sub)
+        .env("GPUSCHED_LOG_DIR", &env.logs)
+        .uid(alice.0)
+        .gid(alice.1)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_for("the job to write who.txt", &mut || {
+        std::fs::read_to_string(sub.join("who.txt")).is_ok_and(|t| t.lines().count() == 2)
+    });
+    let who = std::fs::read_to_string(sub.join("who.txt")).unwrap();
+    let mut lines = who.lines();
+    assert_eq!(lines.next(), Some("gpusched-t-alice"), "{who}");
+    assert_eq!(
+        std::path::Path::new(lines.next().unwrap())
+            .canonicalize()
+            .unwrap(),
+        sub.canonicalize().unwrap()
+    );
+    sched.stop();
 }

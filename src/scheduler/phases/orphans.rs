@@ -72,7 +72,7 @@ impl Scheduler {
             } else if alive {
                 let held = match info.gpus.len() {
                     0 => "GPUs stay".to_string(),
-                    1 => format!("GPU {} stays", info.gpus[0]),
+                    1 => format!("GPU {} stays", crate::model::device_label(info.gpus[0])),
                     _ => format!("GPUs {} stay", crate::console::gpu_ids(&info.gpus, ",")),
                 };
                 say(&format!(

@@ -433,7 +433,9 @@ pub struct JobStatus {
     pub returncode: Option<i32>,
     /// Run time of the current or last attempt, seconds.
     pub duration_s: Option<f64>,
-    /// Mean device utilization, percent.
+    /// Mean utilization of its GPUs while it ran, percent: the whole
+    /// GPU's (NVML `nvmlDeviceGetUtilizationRates`), so a job sharing its
+    /// GPU shows its neighbours' work too.
     pub avg_util: Option<f64>,
     /// Its log file.
     pub log: Option<String>,

@@ -177,8 +177,12 @@ fn a_killed_supervisor_leaves_its_jobs_running_and_watched() {
     let job = format!("[vram=100M] {}\n", held_job(0));
     let env = Env::new(&format!("{job}{job}"));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
-    wait_for("both jobs to start", &mut || {
+    // Journaled `started` comes before the job leaves its gate: wait for
+    // both commands to have begun, or the kill would catch one at its
+    // gate, where a job rightly dies with its supervisor.
+    wait_for("both jobs to start and begin", &mut || {
         env.events("started").len() == 2
+            && std::fs::read_to_string(env.path("began")).is_ok_and(|t| t.lines().count() == 2)
     });
     let started = env.events("started");
     let supervisor = started[0]["supervisor"]["pid"].as_i64().unwrap();

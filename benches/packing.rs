@@ -21,6 +21,9 @@
 //! The Python original is not run here: it is not installed on the
 //! project's machines.
 
+mod common;
+
+use common::Rng;
 use gpusched::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Planner, Request};
 use gpusched::policy::groups::GroupLimits;
 use gpusched::policy::round::{self, ReadyJob, RoundRules};
@@ -30,17 +33,6 @@ const GPUS: u32 = 4;
 const GPU_MIB: u64 = 24_000;
 const JOBS: usize = 60;
 const TRACES: u64 = 20;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// One job of a trace.
 #[derive(Clone, Copy)]

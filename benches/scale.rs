@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::{cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
+use common::{Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
 use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -111,18 +111,6 @@ fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
     let rss = peak_rss_mib(child.id());
     stop(child);
     (startup, latencies[4], latencies[8], idle, rss)
-}
-
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// Figure 3: one placement round over 64 GPUs and 10,000 pending jobs, in

@@ -1,6 +1,6 @@
 //! Helpers shared by the benchmarks: starting the real binary in `--sim`
 //! mode in a directory, waiting on conditions, and reading a process's CPU
-//! and memory from `/proc`.
+//! and memory from `/proc`; a small seeded generator for traces.
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -70,4 +70,17 @@ pub fn peak_rss_mib(pid: u32) -> f64 {
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     let kib: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib / 1024.0
+}
+
+/// A seeded xorshift generator: the same traces on every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
 }

@@ -69,15 +69,7 @@ fn mig_instances_run_jobs_side_by_side_and_the_parent_never_runs_one() {
     assert_eq!(status["gpus"][1]["profile"], "3g.40gb");
     assert_eq!(status["gpus"][1]["uuid"], "MIG-aaaa-0000");
     // `top` shows the instances under their names too.
-    let top = std::process::Command::new(crate::common::bin())
-        .args(["top", "--once", "--ledger"])
-        .arg(env.path("ledger"))
-        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", env.path("nvml_state"))
-        .current_dir(env.path(""))
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&top.stdout);
+    let top = nvml.top();
     assert!(top.contains("GPU 0:1 3g.40gb   2000/40960 MiB"), "{top}");
     std::fs::write(env.path("release"), "").unwrap();
     let out = sched.finish();

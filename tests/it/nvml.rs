@@ -67,6 +67,19 @@ impl Nvml {
         Sched::from_command(self.command(args))
     }
 
+    /// `gpusched top --once` on this fake box, with the test's ledger.
+    pub(crate) fn top(&self) -> String {
+        let out = Command::new(common::bin())
+            .args(["top", "--once", "--ledger"])
+            .arg(self.env.path("ledger"))
+            .env("LD_LIBRARY_PATH", fake_nvml_dir())
+            .env("FAKE_NVML_STATE", &self.state)
+            .current_dir(self.env.path(""))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub(crate) fn run(&self, args: &[&str]) -> common::Output {
         let out = self.spawn(args).finish();
         self.env.assert_jobs_untouched();

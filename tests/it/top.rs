@@ -19,15 +19,7 @@ fn top_names_jobs_in_columns_and_shows_whose_process_runs_outside_every_schedule
     let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
     let env = &nvml.env;
     wait_for("job 1 to run", &mut || !env.events("started").is_empty());
-    let out = std::process::Command::new(crate::common::bin())
-        .args(["top", "--once", "--ledger"])
-        .arg(env.path("ledger"))
-        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", env.path("nvml_state"))
-        .current_dir(env.path(""))
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&out.stdout);
+    let top = nvml.top();
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .unwrap()
         .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);

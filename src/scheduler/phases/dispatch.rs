@@ -28,6 +28,31 @@ impl Scheduler {
     /// `without` (their budgets and their memory in use gone), for choosing
     /// preemption victims.
     pub(in crate::scheduler) fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
+        self.gpu_loads_ending(without, &self.running_ends())
+    }
+
+    /// Each running job's expected end (docs/BEHAVIOUR.md "Backfill"),
+    /// in whole seconds: an estimate read again a moment later is the
+    /// same, so that unchanged loads skip the round. Work it out once for
+    /// callers that ask for the loads many times.
+    pub(in crate::scheduler) fn running_ends(&self) -> HashMap<String, f64> {
+        let now = crate::clock::now_ts();
+        self.core
+            .running
+            .iter()
+            .filter_map(|(key, run)| {
+                Some((key.clone(), self.running_end(key, run, now)?.at.round()))
+            })
+            .collect()
+    }
+
+    /// [`Scheduler::gpu_loads_without`] with the running jobs' expected
+    /// `ends` already known ([`Scheduler::running_ends`]).
+    pub(in crate::scheduler) fn gpu_loads_ending(
+        &self,
+        without: &[&str],
+        ends: &HashMap<String, f64>,
+    ) -> Vec<GpuLoad> {
         let Some(snapshot) = &self.core.gpu.snapshot else {
             return Vec::new();
         };
@@ -38,17 +63,6 @@ impl Scheduler {
         // infeasible while it is away; it is closed to new jobs
         // ([`Scheduler::closed_gpus_changed`]).
         let largest = snapshot.gpus.iter().map(|g| g.total_mib).max();
-        let now = crate::clock::now_ts();
-        let ends: HashMap<&str, f64> = self
-            .core
-            .running
-            .iter()
-            // Whole seconds: an estimate read again a moment later is the
-            // same, so that unchanged loads skip the round.
-            .filter_map(|(key, run)| {
-                Some((key.as_str(), self.running_end(key, run, now)?.at.round()))
-            })
-            .collect();
         let away = self
             .core
             .gpu
@@ -95,7 +109,7 @@ impl Scheduler {
                         declared_mib: j.vram_mib,
                         peak_mib: j.usage.peak_mib.get(&index).copied(),
                         current_mib: j.usage.current_mib.get(&index).copied(),
-                        ends_at: ends.get(key.as_str()).copied(),
+                        ends_at: ends.get(key).copied(),
                     })
                     .collect(),
                 booked_mib: booked.get(&index).map_or(0, |b| b.0),

@@ -139,9 +139,15 @@ impl Scheduler {
             return out;
         }
         let requests: Vec<_> = waiting.iter().map(|(_, r)| *r).collect();
+        // The ends worked out above, as placement takes them.
+        let rounded: std::collections::HashMap<String, f64> = keys
+            .iter()
+            .zip(&ends)
+            .filter_map(|(key, end)| Some(((*key).clone(), end.as_ref()?.at.round())))
+            .collect();
         let without = |ended: &[usize]| {
             let gone: Vec<&str> = ended.iter().map(|i| keys[*i].as_str()).collect();
-            self.gpu_loads_without(&gone)
+            self.gpu_loads_ending(&gone, &rounded)
         };
         let starts = expected::waiting_starts(&tried, &without, &requests, &self.cfg.place);
         for ((index, _), start) in waiting.iter().zip(starts) {

@@ -53,6 +53,7 @@ impl Scheduler {
         if !candidates.iter().any(|c| c.preemptible) {
             return;
         }
+        let ends = self.running_ends();
         let victims = preemption::choose_victims(
             &first.request,
             file_index,
@@ -60,7 +61,7 @@ impl Scheduler {
             &self.cfg.place,
             |ids| {
                 let without: Vec<&str> = ids.iter().map(|&i| keys[i].as_str()).collect();
-                self.gpu_loads_without(&without)
+                self.gpu_loads_ending(&without, &ends)
             },
         );
         let Some(victims) = victims else {

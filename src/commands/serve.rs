@@ -12,10 +12,13 @@
 //! * `GET /login?token=T` — sets the token cookie and goes to `/`.
 //!
 //! It runs as its own process, never inside a scheduler's loop, and
-//! writes nothing. The box is read once a second by one background task;
+//! writes nothing. The box is read once a second by one background thread;
 //! requests are answered from that copy, so fifty clients cost what one
-//! does. HTTP is axum on tokio: the most used and best kept Rust HTTP
-//! stack, already on tokio like `gpusched mcp`.
+//! does. HTTP is tiny_http, a small synchronous server: a loopback page
+//! that answers from memory needs no async stack, and a fresh release
+//! build is faster without one (docs/PERFORMANCE.md "Building and
+//! CI"). A few threads answer; the timeline is drawn on the one that
+//! asked for it.
 //!
 //! Loopback addresses are served without a token (reach them with `ssh
 //! -L`); any other address needs `--token-file`, and then every request
@@ -25,12 +28,6 @@
 use super::box_source::BoxSource;
 use crate::cli::ServeArgs;
 use crate::error::Error;
-use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -125,13 +122,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Ok(mut slot) = shared.box_json.write() {
         *slot = first;
     }
-    // One thread serves: every handler reads a document the box reader
-    // keeps ready, and the timeline is drawn on the blocking pool.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(args.listen))
+    let server = tiny_http::Server::http(args.listen)
         .map_err(|e| Error::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
     println!(
         "gpusched serve: http://{}/ ({}); API /api/v1/status, /api/v1/box, /metrics",
@@ -142,22 +133,115 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             "loopback only, no token"
         }
     );
-    let app = router(shared);
-    runtime.block_on(async { axum::serve(listener, app).await })?;
+    let server = Arc::new(server);
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            let (server, shared) = (server.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name(format!("http-{i}"))
+                .spawn(move || {
+                    for request in server.incoming_requests() {
+                        let reply = answer(&shared, request.url(), request.headers());
+                        // A client that went away is not our problem.
+                        let _ = request.respond(reply.into_response());
+                    }
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    for worker in workers {
+        let _ = worker.join();
+    }
     Ok(0)
 }
 
-/// The routes, behind the token check.
-fn router(shared: Arc<Shared>) -> axum::Router {
-    axum::Router::new()
-        .route("/", get(page))
-        .route("/api/v1/status", get(status))
-        .route("/api/v1/box", get(box_doc))
-        .route("/metrics", get(metrics))
-        .route("/timeline.svg", get(timeline))
-        .route("/login", get(login))
-        .layer(middleware::from_fn_with_state(shared.clone(), authorize))
-        .with_state(shared)
+/// Threads answering requests.
+const WORKERS: usize = 4;
+
+/// An answer: status, headers and body.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    /// 200 with `content_type`, never cached (the documents change every
+    /// second).
+    fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status: 200,
+            headers: vec![
+                ("Content-Type", content_type.to_string()),
+                ("Cache-Control", "no-store".to_string()),
+            ],
+            body: body.into(),
+        }
+    }
+
+    /// `status` with a plain-text `message`.
+    fn text(status: u16, message: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            headers: vec![("Content-Type", "text/plain; charset=utf-8".to_string())],
+            body: message.into().into_bytes(),
+        }
+    }
+
+    /// 303 to `location`.
+    fn see_other(location: &str) -> Reply {
+        Reply {
+            status: 303,
+            headers: vec![("Location", location.to_string())],
+            body: Vec::new(),
+        }
+    }
+
+    fn into_response(self) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+        let mut response = tiny_http::Response::from_data(self.body).with_status_code(self.status);
+        for (name, value) in self.headers {
+            if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+                response.add_header(header);
+            }
+        }
+        response
+    }
+}
+
+/// The answer to a GET of `url` with `headers`: the token check, then the
+/// route.
+fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if path == "/login" {
+        return login(shared, query);
+    }
+    if let Some(token) = &shared.token
+        && !carried(headers).is_some_and(|given| same_token(&given, token))
+    {
+        let mut reply = Reply::text(
+            401,
+            "401: this gpusched serve needs its token: open /login?token=… once, or send Authorization: Bearer …\n",
+        );
+        reply.headers.push(("WWW-Authenticate", "Bearer".into()));
+        return reply;
+    }
+    match path {
+        "/" => Reply::ok("text/html; charset=utf-8", PAGE),
+        "/api/v1/status" => log_file(shared, "status.json", "application/json"),
+        "/metrics" => log_file(shared, "metrics.prom", "text/plain; version=0.0.4"),
+        "/api/v1/box" => {
+            let json = shared
+                .box_json
+                .read()
+                .map(|j| j.clone())
+                .unwrap_or_default();
+            Reply::ok("application/json", json)
+        }
+        "/timeline.svg" => timeline(shared),
+        _ => Reply::text(
+            404,
+            format!("404: no {path} here; try / or /api/v1/status\n"),
+        ),
+    }
 }
 
 /// Reads the token: the file's first line, trimmed.
@@ -204,126 +288,95 @@ fn same_token(given: &str, token: &str) -> bool {
 }
 
 /// The token a request carries: its bearer header, or our cookie.
-fn carried(headers: &HeaderMap) -> Option<String> {
-    if let Some(bearer) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    {
+fn carried(headers: &[tiny_http::Header]) -> Option<String> {
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.field.equiv(name))
+            .map(|h| h.value.as_str())
+    };
+    if let Some(bearer) = values("Authorization").find_map(|v| v.strip_prefix("Bearer ")) {
         return Some(bearer.trim().to_string());
     }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+    values("Cookie")
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
         .find(|(name, _)| *name == COOKIE)
         .map(|(_, value)| value.to_string())
 }
 
-/// Lets a request through when no token is required, or it carries the
-/// token; `/login` checks its own. Anything else: 401.
-async fn authorize(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let Some(token) = &shared.token else {
-        return next.run(request).await;
-    };
-    if request.uri().path() == "/login" {
-        return next.run(request).await;
-    }
-    match carried(request.headers()) {
-        Some(given) if same_token(&given, token) => next.run(request).await,
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "401: this gpusched serve needs its token: open /login?token=… once, or send Authorization: Bearer …\n",
-        )
-            .into_response(),
-    }
-}
-
 /// `/login?token=T`: with the right token, sets the cookie and goes to
 /// the page; else 401.
-async fn login(
-    State(shared): State<Arc<Shared>>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
+fn login(shared: &Shared, query: &str) -> Reply {
     let Some(token) = &shared.token else {
-        return Redirect::to("/").into_response();
+        return Reply::see_other("/");
     };
-    match query.get("token") {
-        Some(given) if same_token(given, token) => {
-            let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-            let mut response = Redirect::to("/").into_response();
-            if let Ok(value) = HeaderValue::from_str(&cookie) {
-                response.headers_mut().insert(header::SET_COOKIE, value);
-            }
-            response
+    let given = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(name, _)| *name == "token")
+        .map(|(_, value)| percent_decoded(value));
+    match given {
+        Some(given) if same_token(&given, token) => {
+            let mut reply = Reply::see_other("/");
+            reply.headers.push((
+                "Set-Cookie",
+                format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"),
+            ));
+            reply
         }
-        _ => (StatusCode::UNAUTHORIZED, "401: wrong token\n").into_response(),
+        _ => Reply::text(401, "401: wrong token\n"),
     }
 }
 
-async fn page() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        PAGE,
-    )
-        .into_response()
+/// A query value with `%XX` escapes and `+` decoded (RFC 3986, HTML
+/// forms); a malformed escape is kept as written.
+fn percent_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' => {
+                match (
+                    bytes.get(i + 1).and_then(|b| hex(*b)),
+                    bytes.get(i + 2).and_then(|b| hex(*b)),
+                ) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A file of the log directory, as `content_type`; 404 when the
 /// scheduler has not written it.
-fn log_file(shared: &Shared, name: &str, content_type: &'static str) -> Response {
+fn log_file(shared: &Shared, name: &str, content_type: &str) -> Reply {
     match std::fs::read(shared.log_dir.join(name)) {
-        Ok(bytes) => (
-            [
-                (header::CONTENT_TYPE, content_type),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            bytes,
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::NOT_FOUND,
+        Ok(bytes) => Reply::ok(content_type, bytes),
+        Err(e) => Reply::text(
+            404,
             format!(
                 "no {name} in {} ({}): no scheduler has run with this --log-dir\n",
                 shared.log_dir.display(),
                 crate::files::io_reason(&e)
             ),
-        )
-            .into_response(),
+        ),
     }
 }
 
-async fn status(State(shared): State<Arc<Shared>>) -> Response {
-    log_file(&shared, "status.json", "application/json")
-}
-
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    log_file(&shared, "metrics.prom", "text/plain; version=0.0.4")
-}
-
-async fn box_doc(State(shared): State<Arc<Shared>>) -> Response {
-    let json = shared
-        .box_json
-        .read()
-        .map(|j| j.clone())
-        .unwrap_or_default();
-    (
-        [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        json,
-    )
-        .into_response()
-}
-
-async fn timeline(State(shared): State<Arc<Shared>>) -> Response {
+/// The run's timeline, drawn at most every [`TIMELINE_TTL`].
+fn timeline(shared: &Shared) -> Reply {
     let fresh = shared
         .timeline
         .read()
@@ -332,56 +385,45 @@ async fn timeline(State(shared): State<Arc<Shared>>) -> Response {
         .filter(|(at, _)| at.elapsed() < TIMELINE_TTL);
     let svg = match fresh {
         Some((_, svg)) => svg,
-        None => {
-            let log_dir = shared.log_dir.clone();
-            match tokio::task::spawn_blocking(move || crate::timeline::render(&log_dir)).await {
-                Ok(Ok(svg)) => {
-                    if let Ok(mut slot) = shared.timeline.write() {
-                        *slot = Some((Instant::now(), svg.clone()));
-                    }
-                    svg
+        None => match crate::timeline::render(&shared.log_dir) {
+            Ok(svg) => {
+                if let Ok(mut slot) = shared.timeline.write() {
+                    *slot = Some((Instant::now(), svg.clone()));
                 }
-                _ => {
-                    return (
-                        StatusCode::NOT_FOUND,
-                        "no journal to draw a timeline from\n",
-                    )
-                        .into_response();
-                }
+                svg
             }
-        }
+            Err(_) => return Reply::text(404, "no journal to draw a timeline from\n"),
+        },
     };
-    (
-        [
-            (header::CONTENT_TYPE, "image/svg+xml"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        svg,
-    )
-        .into_response()
+    Reply::ok("image/svg+xml", svg)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn header(name: &str, value: &str) -> tiny_http::Header {
+        tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap()
+    }
+
     #[test]
     fn the_token_is_taken_from_the_bearer_header_or_the_cookie() {
-        let mut headers = HeaderMap::new();
+        let mut headers = Vec::new();
         assert_eq!(carried(&headers), None);
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; gpusched_token=s3cret; b=2"),
-        );
+        headers.push(header("cookie", "a=1; gpusched_token=s3cret; b=2"));
         assert_eq!(carried(&headers).as_deref(), Some("s3cret"));
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer t0k"),
-        );
+        headers.push(header("Authorization", "Bearer t0k"));
         assert_eq!(carried(&headers).as_deref(), Some("t0k"));
         assert!(same_token("s3cret", "s3cret"));
         assert!(!same_token("s3cre", "s3cret"));
         assert!(!same_token("s3creT", "s3cret"));
         assert!(!same_token("", "s3cret"));
+    }
+
+    #[test]
+    fn a_query_value_is_percent_decoded() {
+        assert_eq!(percent_decoded("a%2Fb+c%3d"), "a/b c=");
+        assert_eq!(percent_decoded("50%"), "50%");
+        assert_eq!(percent_decoded("%zz"), "%zz");
     }
 }

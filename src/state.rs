@@ -573,23 +573,14 @@ impl Mode {
 /// counters and the summary.
 #[derive(Debug, Default)]
 pub struct ThisRun {
-    /// Keys that ended, with their outcome.
-    pub ended: HashMap<String, Ended>,
+    /// Keys that ended for good during this run: their status and exit
+    /// code (for the exit code and the metrics counters).
+    pub ended: HashMap<String, (DoneStatus, Option<i32>)>,
     /// Attempts started.
     pub dispatched: u32,
     /// OOMs another job's over-use caused: (the victim's display number,
     /// the job to blame; docs/BEHAVIOUR.md "Declarations that hold").
     pub culprits: Vec<(u32, crate::model::Culprit)>,
-}
-
-/// How a job that ended during this run ended (for the exit code and the
-/// metrics counters).
-#[derive(Debug, Clone, Copy)]
-pub struct Ended {
-    /// Its terminal status.
-    pub status: DoneStatus,
-    /// Its exit code, if it ran.
-    pub returncode: Option<i32>,
 }
 
 /// Every input of the scheduler's decisions that lives between ticks: the

@@ -51,12 +51,16 @@ pub fn require_log_dir(log_dir: &Path) -> Result<(), Error> {
 /// Errors: the file cannot be written.
 pub fn write_request(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    crate::files::write_atomic(path, bytes)?;
     let log_dir = dir.parent().unwrap_or(dir);
-    if nix::unistd::geteuid().is_root() && std::fs::metadata(log_dir)?.uid() != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
-    }
-    Ok(())
+    // Readable by the scheduler's user before it appears under its name:
+    // the scheduler may read it the moment the rename lands.
+    let mode = (nix::unistd::geteuid().is_root() && std::fs::metadata(log_dir)?.uid() != 0)
+        .then(|| std::fs::Permissions::from_mode(0o644));
+    crate::files::write_atomic_with(
+        path,
+        bytes,
+        &crate::files::AtomicOptions { mode, sync: false },
+    )
 }
 
 /// What became of one request.

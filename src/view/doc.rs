@@ -281,10 +281,8 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
     }
     jobs.extend(view.finished.iter().cloned());
     let mut finished_this_run: BTreeMap<String, u64> = BTreeMap::new();
-    for ended in input.this_run.ended.values() {
-        *finished_this_run
-            .entry(ended.status.as_str().into())
-            .or_default() += 1;
+    for (status, _) in input.this_run.ended.values() {
+        *finished_this_run.entry(status.as_str().into()).or_default() += 1;
     }
     StatusDoc {
         schema: status::SCHEMA.into(),

@@ -11,7 +11,7 @@ use crate::policy::dependencies::Readiness;
 use crate::policy::oom;
 use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
 use crate::scheduler::Scheduler;
-use crate::state::{Ended, Running};
+use crate::state::Running;
 use crate::view::report::{self, CompletionLine};
 use std::collections::BTreeMap;
 
@@ -414,7 +414,7 @@ impl Scheduler {
         self.report
             .this_run
             .ended
-            .insert(key.to_string(), Ended { status, returncode });
+            .insert(key.to_string(), (status, returncode));
         self.due.dispatch_needed = true;
         Ok(notify)
     }

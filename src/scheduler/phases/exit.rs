@@ -44,12 +44,7 @@ impl Scheduler {
                 _ => None,
             }
         });
-        let this_run = self
-            .report
-            .this_run
-            .ended
-            .values()
-            .map(|e| (e.status, e.returncode));
+        let this_run = self.report.this_run.ended.values().copied();
         let ended: Vec<_> = in_file.chain(this_run).collect();
         let code = exit_code(ended.iter().copied());
         let any_failure = ended.iter().any(|(status, _)| status.is_failure());

@@ -329,34 +329,13 @@ fn login(shared: &Shared, query: &str) -> Reply {
     }
 }
 
-/// A query value with `%XX` escapes and `+` decoded (RFC 3986, HTML
-/// forms); a malformed escape is kept as written.
+/// A query value decoded as a browser's form sends it: `+` is a space,
+/// `%XX` a byte (what axum's `Query` did before); a malformed escape is
+/// kept as written.
 fn percent_decoded(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' => {
-                match (
-                    bytes.get(i + 1).and_then(|b| hex(*b)),
-                    bytes.get(i + 2).and_then(|b| hex(*b)),
-                ) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&value.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// A file of the log directory, as `content_type`; 404 when the

@@ -143,7 +143,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
                     for request in server.incoming_requests() {
                         let reply = answer(&shared, request.url(), request.headers());
                         // A client that went away is not our problem.
-                        let _ = request.respond(reply.into_response());
+                        let _ = request.respond(reply);
                     }
                 })
         })
@@ -157,54 +157,35 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
 /// Threads answering requests.
 const WORKERS: usize = 4;
 
-/// An answer: status, headers and body.
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: Vec<u8>,
+/// An answer to a request.
+type Reply = tiny_http::Response<std::io::Cursor<Vec<u8>>>;
+
+/// A header from parts we write ourselves (always valid ASCII).
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
+        .expect("a header gpusched writes is ASCII")
 }
 
-impl Reply {
-    /// 200 with `content_type`, never cached (the documents change every
-    /// second).
-    fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
-        Reply {
-            status: 200,
-            headers: vec![
-                ("Content-Type", content_type.to_string()),
-                ("Cache-Control", "no-store".to_string()),
-            ],
-            body: body.into(),
-        }
-    }
+/// 200 with `content_type`, never cached (the documents change every
+/// second).
+fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
+    tiny_http::Response::from_data(body.into())
+        .with_header(header("Content-Type", content_type))
+        .with_header(header("Cache-Control", "no-store"))
+}
 
-    /// `status` with a plain-text `message`.
-    fn text(status: u16, message: impl Into<String>) -> Reply {
-        Reply {
-            status,
-            headers: vec![("Content-Type", "text/plain; charset=utf-8".to_string())],
-            body: message.into().into_bytes(),
-        }
-    }
+/// `status` with a plain-text `message`.
+fn text(status: u16, message: impl Into<String>) -> Reply {
+    tiny_http::Response::from_data(message.into().into_bytes())
+        .with_status_code(status)
+        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+}
 
-    /// 303 to `location`.
-    fn see_other(location: &str) -> Reply {
-        Reply {
-            status: 303,
-            headers: vec![("Location", location.to_string())],
-            body: Vec::new(),
-        }
-    }
-
-    fn into_response(self) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-        let mut response = tiny_http::Response::from_data(self.body).with_status_code(self.status);
-        for (name, value) in self.headers {
-            if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-                response.add_header(header);
-            }
-        }
-        response
-    }
+/// 303 to `location`.
+fn see_other(location: &str) -> Reply {
+    tiny_http::Response::from_data(Vec::new())
+        .with_status_code(303)
+        .with_header(header("Location", location))
 }
 
 /// The answer to a GET of `url` with `headers`: the token check, then the
@@ -217,15 +198,14 @@ fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
     if let Some(token) = &shared.token
         && !carried(headers).is_some_and(|given| same_token(&given, token))
     {
-        let mut reply = Reply::text(
+        return text(
             401,
             "401: this gpusched serve needs its token: open /login?token=… once, or send Authorization: Bearer …\n",
-        );
-        reply.headers.push(("WWW-Authenticate", "Bearer".into()));
-        return reply;
+        )
+        .with_header(header("WWW-Authenticate", "Bearer"));
     }
     match path {
-        "/" => Reply::ok("text/html; charset=utf-8", PAGE),
+        "/" => ok("text/html; charset=utf-8", PAGE),
         "/api/v1/status" => log_file(shared, "status.json", "application/json"),
         "/metrics" => log_file(shared, "metrics.prom", "text/plain; version=0.0.4"),
         "/api/v1/box" => {
@@ -234,10 +214,10 @@ fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
                 .read()
                 .map(|j| j.clone())
                 .unwrap_or_default();
-            Reply::ok("application/json", json)
+            ok("application/json", json)
         }
         "/timeline.svg" => timeline(shared),
-        _ => Reply::text(
+        _ => text(
             404,
             format!("404: no {path} here; try / or /api/v1/status\n"),
         ),
@@ -248,13 +228,14 @@ fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
 ///
 /// Errors (exit 2): unreadable, empty, or readable by others.
 fn read_token(path: &Path) -> Result<String, Error> {
-    let meta = std::fs::metadata(path).map_err(|e| {
+    let unreadable = |e: std::io::Error| {
         Error::Usage(format!(
             "token file {}: {}",
             path.display(),
             crate::files::io_reason(&e)
         ))
-    })?;
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
     if meta.mode() & 0o077 != 0 {
         return Err(Error::Usage(format!(
             "token file {} can be read by others (mode {:04o}); `chmod 600 {}`",
@@ -263,14 +244,8 @@ fn read_token(path: &Path) -> Result<String, Error> {
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::Usage(format!(
-            "token file {}: {}",
-            path.display(),
-            crate::files::io_reason(&e)
-        ))
-    })?;
-    let token = text.lines().next().unwrap_or("").trim().to_string();
+    let contents = std::fs::read_to_string(path).map_err(unreadable)?;
+    let token = contents.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
         return Err(Error::Usage(format!(
             "token file {} is empty",
@@ -309,7 +284,7 @@ fn carried(headers: &[tiny_http::Header]) -> Option<String> {
 /// the page; else 401.
 fn login(shared: &Shared, query: &str) -> Reply {
     let Some(token) = &shared.token else {
-        return Reply::see_other("/");
+        return see_other("/");
     };
     let given = query
         .split('&')
@@ -317,15 +292,11 @@ fn login(shared: &Shared, query: &str) -> Reply {
         .find(|(name, _)| *name == "token")
         .map(|(_, value)| percent_decoded(value));
     match given {
-        Some(given) if same_token(&given, token) => {
-            let mut reply = Reply::see_other("/");
-            reply.headers.push((
-                "Set-Cookie",
-                format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"),
-            ));
-            reply
-        }
-        _ => Reply::text(401, "401: wrong token\n"),
+        Some(given) if same_token(&given, token) => see_other("/").with_header(header(
+            "Set-Cookie",
+            &format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"),
+        )),
+        _ => text(401, "401: wrong token\n"),
     }
 }
 
@@ -342,8 +313,8 @@ fn percent_decoded(value: &str) -> String {
 /// scheduler has not written it.
 fn log_file(shared: &Shared, name: &str, content_type: &str) -> Reply {
     match std::fs::read(shared.log_dir.join(name)) {
-        Ok(bytes) => Reply::ok(content_type, bytes),
-        Err(e) => Reply::text(
+        Ok(bytes) => ok(content_type, bytes),
+        Err(e) => text(
             404,
             format!(
                 "no {name} in {} ({}): no scheduler has run with this --log-dir\n",
@@ -371,19 +342,15 @@ fn timeline(shared: &Shared) -> Reply {
                 }
                 svg
             }
-            Err(_) => return Reply::text(404, "no journal to draw a timeline from\n"),
+            Err(_) => return text(404, "no journal to draw a timeline from\n"),
         },
     };
-    Reply::ok("image/svg+xml", svg)
+    ok("image/svg+xml", svg)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn header(name: &str, value: &str) -> tiny_http::Header {
-        tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap()
-    }
 
     #[test]
     fn the_token_is_taken_from_the_bearer_header_or_the_cookie() {

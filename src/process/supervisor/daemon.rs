@@ -5,7 +5,7 @@
 //! and written as the pipe takes them, so a busy scheduler that writes a
 //! round of starts cannot deadlock with it.
 
-use super::gate::{GatedJob, Prepared};
+use super::gate::{BaseEnv, GatedJob, Prepared};
 use super::{ExitRecord, FromSupervisor, ToSupervisor};
 use crate::clock::now_ts;
 use crate::policy::outcome::Exit;
@@ -14,10 +14,10 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use rustc_hash::FxHashMap;
-use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// How often a record that could not be written is tried again.
@@ -55,7 +55,7 @@ struct PendingRecord {
 /// The supervisor's state.
 struct Supervisor {
     /// The environment jobs start from (the scheduler's, at our start).
-    base_env: Vec<(OsString, OsString)>,
+    base_env: Rc<BaseEnv>,
     jobs: FxHashMap<u64, Job>,
     by_pid: FxHashMap<u32, u64>,
     /// Whether the scheduler still listens (stdin open, stdout writable).
@@ -79,7 +79,7 @@ pub fn run() -> anyhow::Result<i32> {
     super::set_nonblocking(std::io::stdin().as_raw_fd());
     super::set_nonblocking(std::io::stdout().as_raw_fd());
     let mut me = Supervisor {
-        base_env: std::env::vars_os().collect(),
+        base_env: Rc::new(BaseEnv::new(std::env::vars_os())),
         jobs: FxHashMap::default(),
         by_pid: FxHashMap::default(),
         scheduler: true,
@@ -222,11 +222,11 @@ impl Supervisor {
         Some(job)
     }
 
-    /// Forks a job at its gate; returns its pid and start time.
+    /// Starts a job at its gate; returns its pid and start time.
     fn start(&mut self, id: u64, job: super::Request) -> std::io::Result<(u32, Option<u64>)> {
         let log_file = crate::files::open_append(&job.log)?;
         let prepared = Prepared::new(&job.command, &self.base_env, &job.env)?;
-        let process = GatedJob::spawn(&prepared, &log_file)?;
+        let process = GatedJob::spawn(prepared, &log_file)?;
         drop(log_file);
         let pid = process.pid;
         let start_ticks = crate::process::read_stat(pid).map(|s| s.start_ticks);
@@ -265,6 +265,7 @@ impl Supervisor {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
+            job.process.reaped();
             if !job.process.released() {
                 // Killed or abandoned at its gate: it ran nothing. A
                 // scheduler that listens hears so (its `started` may be
@@ -329,6 +330,7 @@ impl Supervisor {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
+            job.process.reaped();
             if !job.process.released() {
                 job.process.abandon();
                 let record = record_of(job, None, None);

@@ -1,7 +1,19 @@
-//! A job's process between `fork` and `exec`: held at a gate until the
+//! A job's process between its start and `exec`: held at a gate until the
 //! supervisor lets it go, then `/bin/sh -c CMD` in place (same pid, same
 //! session and process group, same start time). No shell runs before the
-//! gate opens, so a start costs one `fork` and one `exec`.
+//! gate opens.
+//!
+//! The job is started with `clone(CLONE_VM)`: until its `exec` it runs on
+//! a small stack of its own inside the supervisor's memory, as `vfork`
+//! does, but without stopping the supervisor while it waits at its gate.
+//! So a start copies no page tables, the supervisor takes no
+//! copy-on-write faults while jobs wait, and the job's `exec` has no copy
+//! of the supervisor to tear down (docs/PERFORMANCE.md "Tiny jobs at the
+//! spawn limit"). Sharing memory has two rules, kept here: the job reads
+//! only memory the supervisor keeps unchanged until the job was reaped
+//! ([`GatedJob`] owns it), and it makes its system calls directly
+//! ([`super::raw`]), so it never writes libc's `errno`, which it would
+//! share with the supervisor.
 //!
 //! A command longer than one `exec` argument may be (Linux: 128 KiB,
 //! `MAX_ARG_STRLEN`) is handed to the shell as a script in an anonymous
@@ -10,9 +22,11 @@
 //! says why in the job's log and through a close-on-exec pipe, and exits as
 //! a shell would (127 not found, 126 otherwise).
 
+use super::raw;
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::rc::Rc;
 
 /// The longest command passed to the shell as its `-c` argument (bytes);
 /// Linux refuses one argument of 32 pages (131,072 bytes) or more,
@@ -25,7 +39,12 @@ const SCRIPT_FD: i32 = 4;
 /// The descriptor the child reports a failed `exec` on (close-on-exec).
 const EXEC_ERROR_FD: i32 = 5;
 
-/// A job forked and waiting at its gate.
+/// The size of the stack a job runs on until its `exec` (bytes), its
+/// lowest page a guard. The code before `exec` needs a few hundred bytes;
+/// pages never touched cost nothing.
+const STACK_SIZE: usize = 256 * 1024;
+
+/// A job started and waiting at its gate.
 pub struct GatedJob {
     /// Its pid (= its process group and session).
     pub pid: u32,
@@ -37,13 +56,41 @@ pub struct GatedJob {
     /// The read end of the child's `exec` error pipe: 4 bytes of errno
     /// when the shell could not be started, end of file when it was.
     exec_error: Option<OwnedFd>,
+    /// What the job reads until its `exec`: freed once it was reaped
+    /// ([`GatedJob::reaped`]), never before.
+    memory: Option<ChildMemory>,
 }
 
-/// Everything the child needs, prepared before the fork: after it, the
-/// child only calls async-signal-safe functions on this memory.
+/// The environment every job starts from, converted once for `execve`
+/// (`NAME=value` strings).
+#[derive(Default)]
+pub struct BaseEnv {
+    vars: Vec<CString>,
+}
+
+impl BaseEnv {
+    /// The environment `vars` (a variable holding a NUL byte cannot be
+    /// passed on and is left out).
+    pub fn new(vars: impl IntoIterator<Item = (OsString, OsString)>) -> BaseEnv {
+        let vars = vars
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let mut bytes = name.as_bytes().to_vec();
+                bytes.push(b'=');
+                bytes.extend_from_slice(value.as_bytes());
+                CString::new(bytes).ok()
+            })
+            .collect();
+        BaseEnv { vars }
+    }
+}
+
+/// Everything the child needs, prepared before it starts.
 pub struct Prepared {
     argv: [CString; 3],
-    envp: Vec<CString>,
+    base: Rc<BaseEnv>,
+    /// The job's own variables, `NAME=value`, each with its name's length.
+    extra: Vec<(CString, usize)>,
     /// A long command, as a script in an anonymous memory file.
     script: Option<OwnedFd>,
 }
@@ -54,23 +101,17 @@ impl Prepared {
     /// Errors: the command or a variable holds a NUL byte.
     pub fn new(
         command: &str,
-        base: &[(OsString, OsString)],
+        base: &Rc<BaseEnv>,
         extra: &[(String, String)],
     ) -> std::io::Result<Prepared> {
         let nul = |_| std::io::Error::other("the command or its environment holds a NUL byte");
-        let mut envp = Vec::with_capacity(base.len() + extra.len());
-        for (name, value) in base {
-            if extra.iter().any(|(n, _)| n.as_bytes() == name.as_bytes()) {
-                continue;
-            }
-            let mut bytes = name.as_bytes().to_vec();
-            bytes.push(b'=');
-            bytes.extend_from_slice(value.as_bytes());
-            envp.push(CString::new(bytes).map_err(nul)?);
-        }
-        for (name, value) in extra {
-            envp.push(CString::new(format!("{name}={value}")).map_err(nul)?);
-        }
+        let extra = extra
+            .iter()
+            .map(|(name, value)| {
+                CString::new(format!("{name}={value}")).map(|var| (var, name.len()))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(nul)?;
         if command.as_bytes().contains(&0) {
             return Err(std::io::Error::other(
                 "the command or its environment holds a NUL byte",
@@ -91,9 +132,31 @@ impl Prepared {
                 CString::new("-c").expect("no NUL"),
                 inline,
             ],
-            envp,
+            base: Rc::clone(base),
+            extra,
             script,
         })
+    }
+
+    /// The `execve` environment: the base variables the job does not set
+    /// itself, then the job's; null-terminated. The pointers are valid
+    /// while `self` is.
+    fn envp(&self) -> Vec<*const libc::c_char> {
+        let mut envp = Vec::with_capacity(self.base.vars.len() + self.extra.len() + 1);
+        for var in &self.base.vars {
+            let bytes = var.as_bytes();
+            let overridden = self.extra.iter().any(|(own, name_len)| {
+                bytes.len() > *name_len
+                    && bytes[*name_len] == b'='
+                    && own.as_bytes()[..=*name_len] == bytes[..=*name_len]
+            });
+            if !overridden {
+                envp.push(var.as_ptr());
+            }
+        }
+        envp.extend(self.extra.iter().map(|(var, _)| var.as_ptr()));
+        envp.push(std::ptr::null());
+        envp
     }
 }
 
@@ -114,51 +177,70 @@ fn script_file(text: &[u8]) -> std::io::Result<OwnedFd> {
 }
 
 impl GatedJob {
-    /// Forks the job: a new session (docs/BEHAVIOUR.md "Running a job"), stdin from /dev/null, stdout
-    /// and stderr to `log`, every other descriptor closed, signals as a
-    /// fresh process has them. It waits at its gate for `go` (anything
-    /// else, or end of file, means the start was abandoned: it exits
-    /// [`super::NEVER_RAN`] having run nothing), then execs the shell.
+    /// Starts the job: a new session (docs/BEHAVIOUR.md "Running a job"),
+    /// stdin from /dev/null, stdout and stderr to `log`, every other
+    /// descriptor closed, signals as a fresh process has them. It waits at
+    /// its gate for `go` (anything else, or end of file, means the start
+    /// was abandoned: it exits [`super::NEVER_RAN`] having run nothing),
+    /// then execs the shell.
     ///
-    /// Errors: the gate pipe or the fork fails.
-    pub fn spawn(prepared: &Prepared, log: &std::fs::File) -> std::io::Result<GatedJob> {
+    /// Errors: a pipe, the stack or the `clone` fails.
+    pub fn spawn(prepared: Prepared, log: &std::fs::File) -> std::io::Result<GatedJob> {
         let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (error_read, error_write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
         let null = std::fs::File::open("/dev/null")?;
-        let argv = [
-            prepared.argv[0].as_ptr(),
-            prepared.argv[1].as_ptr(),
-            prepared.argv[2].as_ptr(),
-            std::ptr::null(),
-        ];
-        let mut envp: Vec<*const libc::c_char> = prepared.envp.iter().map(|v| v.as_ptr()).collect();
-        envp.push(std::ptr::null());
-        let fds = ChildFds {
-            null: null.as_raw_fd(),
-            log: log.as_raw_fd(),
-            gate: gate_read.as_raw_fd(),
-            script: prepared.script.as_ref().map_or(-1, AsRawFd::as_raw_fd),
-            exec_error: error_write.as_raw_fd(),
+        let stack = Stack::new()?;
+        let envp = prepared.envp();
+        let mut child = Box::new(Child {
+            fds: ChildFds {
+                null: null.as_raw_fd(),
+                log: log.as_raw_fd(),
+                gate: gate_read.as_raw_fd(),
+                script: prepared.script.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                exec_error: error_write.as_raw_fd(),
+            },
+            argv: [std::ptr::null(); 4],
+            envp,
+            prepared,
+        });
+        for (slot, arg) in child.argv.iter_mut().zip(&child.prepared.argv) {
+            *slot = arg.as_ptr();
+        }
+        let flags = if raw::SHARES_MEMORY {
+            libc::CLONE_VM
+        } else {
+            0
+        } | libc::SIGCHLD;
+        let arg: *const Child = &*child;
+        // SAFETY: the child runs `child_main` on `stack`, reading only
+        // `child` (and the strings it points to), which live in `memory`
+        // until the child was reaped; it makes system calls directly and
+        // touches no other memory, so it is safe beside the supervisor's
+        // threads (docs of `raw`). Its descriptor table is its own copy.
+        let pid = unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                flags,
+                arg.cast_mut().cast::<libc::c_void>(),
+            )
         };
-        // SAFETY: the supervisor is single-threaded, and between fork and
-        // exec the child only calls async-signal-safe functions (setsid,
-        // dup2, syscall(close_range), sigprocmask, signal, read, execve,
-        // _exit) on memory prepared before the fork.
-        let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if pid == 0 {
-            unsafe { gated_child(&fds, &argv, &envp) }
-        }
         drop(gate_read);
         drop(error_write);
+        drop(null);
         Ok(GatedJob {
             pid: pid as u32,
             gate: Some(gate_write),
             released: false,
             exec_error: Some(error_read),
+            memory: Some(ChildMemory {
+                _child: child,
+                _stack: stack,
+            }),
         })
     }
 
@@ -203,6 +285,39 @@ impl GatedJob {
             );
         }
     }
+
+    /// Says that `waitpid` returned this job: it exec'd or died, so the
+    /// memory it ran on until then is freed.
+    pub fn reaped(&mut self) {
+        self.memory = None;
+    }
+}
+
+impl Drop for GatedJob {
+    /// A job dropped before it was reaped may still be reading its memory:
+    /// that memory is left allocated (a few KiB; it happens only when the
+    /// supervisor gives up on jobs at their gate).
+    fn drop(&mut self) {
+        if let Some(memory) = self.memory.take() {
+            std::mem::forget(memory);
+        }
+    }
+}
+
+/// What a started job reads until its `exec`, kept whole until it was
+/// reaped.
+struct ChildMemory {
+    _child: Box<Child>,
+    _stack: Stack,
+}
+
+/// The child's instructions: descriptors, and `execve`'s arguments with
+/// the strings they point to.
+struct Child {
+    fds: ChildFds,
+    argv: [*const libc::c_char; 4],
+    envp: Vec<*const libc::c_char>,
+    prepared: Prepared,
 }
 
 /// The descriptors the child arranges before its gate (`-1`: none).
@@ -214,86 +329,138 @@ struct ChildFds {
     exec_error: i32,
 }
 
-/// The child's side of [`GatedJob::spawn`]. Never returns.
-///
-/// # Safety
-///
-/// Call only in the child of a fork of a single-threaded process, with
-/// descriptors and pointers valid in it.
-unsafe fn gated_child(
-    fds: &ChildFds,
-    argv: &[*const libc::c_char; 4],
-    envp: &[*const libc::c_char],
-) -> ! {
-    unsafe {
-        // The gate's read end moves to fd 3, a long command's script to 4
-        // and the exec error pipe to 5; everything above (other jobs'
-        // gates and logs, the supervisor's pipes) is closed, so that no
-        // job holds another's gate open.
-        // Every source first moves above the targets, so that no dup2
-        // overwrites a source not yet moved.
-        let high = |fd: i32| {
-            if fd < 0 {
-                -1
-            } else {
-                libc::fcntl(fd, libc::F_DUPFD, 10)
-            }
+/// An anonymous mapping a child runs on until its `exec`, its lowest page
+/// left inaccessible so that an overflow faults instead of writing below.
+struct Stack {
+    base: *mut libc::c_void,
+}
+
+impl Stack {
+    /// Maps [`STACK_SIZE`] bytes.
+    ///
+    /// Errors: `mmap` or `mprotect` fails.
+    fn new() -> std::io::Result<Stack> {
+        // SAFETY: a fresh private anonymous mapping, owned from here on.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                STACK_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
         };
-        let (null, log, gate, script, exec_error) = (
-            high(fds.null),
-            high(fds.log),
-            high(fds.gate),
-            high(fds.script),
-            high(fds.exec_error),
-        );
-        if libc::setsid() < 0
-            || null < 0
-            || log < 0
-            || gate < 0
-            || exec_error < 0
-            || (fds.script >= 0 && script < 0)
-            || libc::dup2(null, 0) < 0
-            || libc::dup2(log, 1) < 0
-            || libc::dup2(log, 2) < 0
-            || libc::dup2(gate, 3) < 0
-            || (script >= 0 && libc::dup2(script, SCRIPT_FD) < 0)
-            || libc::dup2(exec_error, EXEC_ERROR_FD) < 0
-            || libc::fcntl(EXEC_ERROR_FD, libc::F_SETFD, libc::FD_CLOEXEC) < 0
-        {
-            libc::_exit(126);
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
         }
-        if script < 0 {
-            libc::close(SCRIPT_FD);
+        let stack = Stack { base };
+        // SAFETY: the first page of the mapping just made.
+        if unsafe { libc::mprotect(base, page_size(), libc::PROT_NONE) } < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-        libc::syscall(libc::SYS_close_range, 6u32, u32::MAX, 0u32);
-        // The supervisor blocks SIGCHLD and the Rust runtime ignores
-        // SIGPIPE; a job starts with neither (`yes | head` ends quietly).
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        let mut buf = [0u8; 3];
-        let mut got = 0usize;
-        while got < buf.len() {
-            let n = libc::read(3, buf.as_mut_ptr().add(got).cast(), buf.len() - got);
-            if n > 0 {
-                got += n as usize;
-            } else if n < 0 && *libc::__errno_location() == libc::EINTR {
-                continue;
-            } else {
-                break;
-            }
-        }
-        if buf[..got] != *b"go\n" {
-            libc::_exit(super::NEVER_RAN);
-        }
-        libc::close(3);
-        libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
-        let errno = *libc::__errno_location();
-        let bytes = errno.to_ne_bytes();
-        libc::write(EXEC_ERROR_FD, bytes.as_ptr().cast(), bytes.len());
-        let message = b"gpusched: cannot start the job's shell /bin/sh (see the completion line)\n";
-        libc::write(2, message.as_ptr().cast(), message.len());
-        libc::_exit(if errno == libc::ENOENT { 127 } else { 126 });
+        Ok(stack)
     }
+
+    /// The stack's first address (it grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        self.base.wrapping_byte_add(STACK_SIZE)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used by any child.
+        unsafe { libc::munmap(self.base, STACK_SIZE) };
+    }
+}
+
+/// The memory page size (bytes).
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// The child's entry point on its own stack. Never returns.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Child` that `spawn` keeps alive until this
+    // process was reaped.
+    let child = unsafe { &*arg.cast::<Child>() };
+    gated_child(child)
+}
+
+/// The child's side of [`GatedJob::spawn`]: only direct system calls on
+/// memory prepared before the start. Never returns.
+fn gated_child(child: &Child) -> ! {
+    let fds = &child.fds;
+    // The gate's read end moves to fd 3, a long command's script to 4 and
+    // the exec error pipe to 5; everything above (other jobs' gates and
+    // logs, the supervisor's pipes) is closed, so that no job holds
+    // another's gate open. Every source first moves above the targets, so
+    // that no dup overwrites a source not yet moved.
+    let high = |fd: i32| {
+        if fd < 0 {
+            -1
+        } else {
+            raw::dup_above(fd, 10) as i32
+        }
+    };
+    let (null, log, gate, script, exec_error) = (
+        high(fds.null),
+        high(fds.log),
+        high(fds.gate),
+        high(fds.script),
+        high(fds.exec_error),
+    );
+    if raw::setsid() < 0
+        || null < 0
+        || log < 0
+        || gate < 0
+        || exec_error < 0
+        || (fds.script >= 0 && script < 0)
+        || raw::dup_to(null, 0) < 0
+        || raw::dup_to(log, 1) < 0
+        || raw::dup_to(log, 2) < 0
+        || raw::dup_to(gate, 3) < 0
+        || (script >= 0 && raw::dup_to(script, SCRIPT_FD) < 0)
+        || raw::dup_to(exec_error, EXEC_ERROR_FD) < 0
+        || raw::set_cloexec(EXEC_ERROR_FD) < 0
+    {
+        raw::exit(126);
+    }
+    if script < 0 {
+        raw::close(SCRIPT_FD);
+    }
+    raw::close_range(6, u32::MAX);
+    // The supervisor blocks SIGCHLD and the Rust runtime ignores SIGPIPE;
+    // a job starts with neither (`yes | head` ends quietly).
+    raw::unblock_all_signals();
+    raw::default_action(libc::SIGPIPE);
+    let mut buf = [0u8; 3];
+    let mut got = 0usize;
+    while got < buf.len() {
+        let n = raw::read(3, &mut buf[got..]);
+        if n > 0 {
+            got += n as usize;
+        } else if n == -(libc::EINTR as isize) {
+            continue;
+        } else {
+            break;
+        }
+    }
+    if got != buf.len() || buf != *b"go\n" {
+        raw::exit(super::NEVER_RAN);
+    }
+    raw::close(3);
+    // SAFETY: argv and envp are null-terminated arrays of the prepared
+    // strings, alive until this process was reaped.
+    let error = unsafe { raw::execve(child.argv[0], child.argv.as_ptr(), child.envp.as_ptr()) };
+    let errno = (-error) as i32;
+    raw::write(EXEC_ERROR_FD, &errno.to_ne_bytes());
+    raw::write(
+        2,
+        b"gpusched: cannot start the job's shell /bin/sh (see the completion line)\n",
+    );
+    raw::exit(if errno == libc::ENOENT { 127 } else { 126 });
 }

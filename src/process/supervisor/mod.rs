@@ -6,7 +6,7 @@
 //! 1. The scheduler starts the supervisor as the leader of a process group
 //!    of its own (so the terminal's Ctrl-C never reaches it).
 //! 2. For each attempt the scheduler sends [`ToSupervisor::Start`]; the
-//!    supervisor forks the job as the leader of a new session, held at a
+//!    supervisor starts the job as the leader of a new session, held at a
 //!    gate before it execs `/bin/sh -c CMD`, and answers
 //!    [`FromSupervisor::Started`] with the job's pid and start time.
 //! 3. The scheduler journals `started` (fsynced) and only then sends
@@ -26,8 +26,8 @@
 //!    of waiting for this supervisor's other jobs). Once no scheduler
 //!    listens and its last job ended, the supervisor exits.
 //!
-//! One supervisor for many jobs means a job's start costs one `fork` of a
-//! small process and the `exec` of its shell, not the start of a second
+//! One supervisor for many jobs means a job's start costs one `clone`
+//! that shares the supervisor's memory until the `exec` of its shell, not the start of a second
 //! copy of this binary, and a job that ends writes no file when the
 //! scheduler takes its outcome. The supervisor sits outside every job's
 //! process group, so killing a job never kills its record-keeper.
@@ -35,6 +35,7 @@
 mod client;
 mod daemon;
 mod gate;
+mod raw;
 
 pub use client::{AtGate, Supervisor};
 pub use daemon::run;

@@ -1,6 +1,7 @@
-use super::gate::{GatedJob, Prepared};
+use super::gate::{BaseEnv, GatedJob, Prepared};
 use super::*;
 use std::ffi::OsString;
+use std::rc::Rc;
 
 #[test]
 fn exit_records_round_trip_and_say_how_the_job_ended() {
@@ -92,6 +93,7 @@ fn the_job_environment_overlays_the_supervisors() {
         ("PATH".into(), "/bin".into()),
         ("CUDA_VISIBLE_DEVICES".into(), "7".into()),
     ];
+    let base = Rc::new(BaseEnv::new(base));
     let prepared = Prepared::new(
         "echo \"$CUDA_VISIBLE_DEVICES $PATH\"",
         &base,
@@ -101,7 +103,7 @@ fn the_job_environment_overlays_the_supervisors() {
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("job.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut job = GatedJob::spawn(&prepared, &log).unwrap();
+    let mut job = GatedJob::spawn(prepared, &log).unwrap();
     job.go().unwrap();
     assert!(job.released());
     let status = wait(job.pid);
@@ -117,9 +119,10 @@ fn the_job_environment_overlays_the_supervisors() {
 fn an_abandoned_job_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("ran");
-    let prepared = Prepared::new(&format!("touch {}", marker.display()), &[], &[]).unwrap();
+    let prepared =
+        Prepared::new(&format!("touch {}", marker.display()), &Rc::default(), &[]).unwrap();
     let log = std::fs::File::create(dir.path().join("job.log")).unwrap();
-    let mut job = GatedJob::spawn(&prepared, &log).unwrap();
+    let mut job = GatedJob::spawn(prepared, &log).unwrap();
     job.abandon();
     assert!(!job.released());
     assert_ne!(wait(job.pid), 0);

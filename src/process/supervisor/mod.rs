@@ -171,7 +171,7 @@ pub enum FromSupervisor {
         /// Field 22 of the job's `/proc/<pid>/stat`.
         start_ticks: Option<u64>,
     },
-    /// The job could not be started (a fork failed, the log cannot be
+    /// The job could not be started (`clone` failed, the log cannot be
     /// opened, the command holds a NUL byte).
     Refused {
         /// The attempt's number with this supervisor.

@@ -330,7 +330,6 @@ impl Supervisor {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
-            job.process.reaped();
             if !job.process.released() {
                 job.process.abandon();
                 let record = record_of(job, None, None);

@@ -129,6 +129,29 @@ fn an_abandoned_job_runs_nothing() {
     assert!(!marker.exists(), "the command ran");
 }
 
+/// A job dropped at its gate without being reaped still runs on its own
+/// memory: it sees its gate close and exits as never run, where a freed
+/// stack would have killed it with SIGSEGV.
+#[test]
+fn a_job_dropped_at_its_gate_keeps_its_memory_and_exits_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let prepared =
+        Prepared::new(&format!("touch {}", marker.display()), &Rc::default(), &[]).unwrap();
+    let log = std::fs::File::create(dir.path().join("job.log")).unwrap();
+    let job = GatedJob::spawn(prepared, &log).unwrap();
+    let pid = job.pid;
+    // Let it reach its gate, then drop it with the gate still closed.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(job);
+    let status = wait(pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == NEVER_RAN,
+        "wait status {status:#x}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
 /// Waits for a child of this test process; its wait status.
 fn wait(pid: u32) -> i32 {
     let mut status = 0;

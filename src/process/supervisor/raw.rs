@@ -133,9 +133,11 @@ pub fn close_range(first: u32, last: u32) -> isize {
 }
 
 /// Unblocks every signal (`rt_sigprocmask(SIG_SETMASK, {}, NULL)`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn unblock_all_signals() -> isize {
     let none: u64 = 0;
-    // SAFETY: a kernel signal set of 8 bytes, read only.
+    // SAFETY: a kernel signal set of 8 bytes (64 signals on these
+    // architectures), read only.
     unsafe {
         call(
             libc::SYS_rt_sigprocmask,
@@ -148,6 +150,7 @@ pub fn unblock_all_signals() -> isize {
 }
 
 /// Gives `signal` its default action (`rt_sigaction` with `SIG_DFL`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn default_action(signal: i32) -> isize {
     // The kernel's `struct sigaction` on x86-64 and AArch64: handler,
     // flags, restorer, mask; all zero is SIG_DFL with no flags.
@@ -161,6 +164,30 @@ pub fn default_action(signal: i32) -> isize {
             0,
             8,
         )
+    }
+}
+
+/// Unblocks every signal, through libc (a job with memory of its own,
+/// where the kernel's signal set may be larger).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub fn unblock_all_signals() -> isize {
+    // SAFETY: an empty set built by libc, read only.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) as isize
+    }
+}
+
+/// Gives `signal` its default action, through libc (a job with memory of
+/// its own, where the kernel's `struct sigaction` differs).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub fn default_action(signal: i32) -> isize {
+    // SAFETY: SIG_DFL installs no handler.
+    if unsafe { libc::signal(signal, libc::SIG_DFL) } == libc::SIG_ERR {
+        -1
+    } else {
+        0
     }
 }
 

@@ -43,11 +43,10 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
         _ => false,
     };
     let started = Instant::now();
-    let end = if oom {
-        args.ramp
-    } else {
-        args.ramp + args.hold
-    };
+    // The hold counts from when the whole --vram is held, so a simjob the
+    // machine left unscheduled during its ramp still holds its peak for
+    // --hold seconds where the scheduler can sample it.
+    let mut full_since: Option<Instant> = None;
     let mut held = 0;
     let result = (|| -> anyhow::Result<Ending> {
         loop {
@@ -79,11 +78,19 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
             if stop.load(Ordering::Relaxed) {
                 return Ok(Ending::Signalled);
             }
-            if elapsed >= end {
+            let left = if fraction < 1.0 {
+                args.ramp - elapsed
+            } else if oom {
                 return Ok(Ending::Done);
-            }
-            let left = Duration::from_secs_f64(end - elapsed);
-            std::thread::sleep(REPORT_EVERY.min(left));
+            } else {
+                let since = *full_since.get_or_insert_with(Instant::now);
+                let held_s = since.elapsed().as_secs_f64();
+                if held_s >= args.hold {
+                    return Ok(Ending::Done);
+                }
+                args.hold - held_s
+            };
+            std::thread::sleep(REPORT_EVERY.min(Duration::from_secs_f64(left.max(0.0))));
         }
     })();
     let _ = std::fs::remove_file(&report_path);

@@ -550,3 +550,44 @@ fn torn_journal_line_is_skipped_with_a_warning() {
         "one\ntwo\n"
     );
 }
+
+/// `gpusched simjob --hold` counts from when the whole `--vram` is held:
+/// a simjob the machine leaves unscheduled during its ramp (here stopped
+/// with SIGSTOP past its ramp and hold) still shows its peak for the whole
+/// hold, so the scheduler's samples see it (docs/BEHAVIOUR.md "Simulation").
+#[test]
+fn a_simjob_stalled_in_its_ramp_still_holds_its_peak_for_the_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Command::new(common::bin())
+        .args(["simjob", "--vram", "1000", "--ramp", "0.5", "--hold", "0.6"])
+        .env("GPUSCHED_SIM_DIR", dir.path())
+        .env("CUDA_VISIBLE_DEVICES", "0")
+        .spawn()
+        .unwrap();
+    let report = dir.path().join(format!("{}.json", job.id()));
+    let pid = nix::unistd::Pid::from_raw(job.id() as i32);
+    wait_for("the simjob's first report", &mut || report.exists());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let continued = std::time::Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut peak_seen = false;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&report)
+            && serde_json::from_str::<Value>(&text).is_ok_and(|r| r["mib"]["0"] == 1000)
+        {
+            peak_seen = true;
+        }
+        if let Some(status) = job.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let held = continued.elapsed().as_secs_f64();
+    assert!(status.success(), "{status:?}");
+    assert!(peak_seen, "its 1000 MiB report was never there to sample");
+    assert!(
+        held >= 0.5,
+        "it exited {held:.2}s after it was continued, before its 0.6 s hold"
+    );
+}

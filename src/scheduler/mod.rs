@@ -92,13 +92,18 @@ impl Scheduler {
         } else {
             self.due.status_stale = true;
         }
+        self.report.speak();
         Ok(code)
     }
 
     /// Runs one phase; an error pauses dispatch until writes succeed again.
+    /// What the phases said so far is printed before and after it, so
+    /// lines keep their order with what lower modules print directly.
     fn guard(&mut self, phase: impl FnOnce(&mut Self) -> anyhow::Result<()>) {
+        self.report.speak();
         if let Err(error) = phase(self) {
             self.pause_on_io_error(&error);
         }
+        self.report.speak();
     }
 }

@@ -106,6 +106,27 @@ pub struct Reporting {
     pub started_ts: f64,
     /// Ticks run so far (status.json `ticks`).
     pub ticks: u64,
+    /// Terminal lines the phases said and [`Reporting::speak`] has not
+    /// printed yet, in order.
+    pub said: Vec<Said>,
+}
+
+impl Drop for Reporting {
+    /// Lines said but not yet printed when the scheduler ends early (an
+    /// error at start-up, a failure of the machine) are printed still.
+    fn drop(&mut self) {
+        self.speak();
+    }
+}
+
+/// A terminal line a phase said (docs/ARCHITECTURE.md "The order of one
+/// tick": the phases say, the reporter speaks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Said {
+    /// A line of what happened.
+    Line(String),
+    /// A warning: something the user should look at.
+    Warning(String),
 }
 
 impl Reporting {
@@ -119,6 +140,28 @@ impl Reporting {
             this_run: ThisRun::default(),
             started_ts,
             ticks: 0,
+            said: Vec::new(),
+        }
+    }
+
+    /// Says `text` on the terminal, when the phase is over.
+    pub fn say(&mut self, text: &str) {
+        self.said.push(Said::Line(text.to_string()));
+    }
+
+    /// Warns `text` on the terminal, when the phase is over.
+    pub fn warn(&mut self, text: &str) {
+        self.said.push(Said::Warning(text.to_string()));
+    }
+
+    /// Prints what the phases said, in order: the one place the loop's
+    /// terminal lines are printed (through [`crate::console`]).
+    pub fn speak(&mut self) {
+        for said in self.said.drain(..) {
+            match said {
+                Said::Line(text) => crate::console::say(&text),
+                Said::Warning(text) => crate::console::warn(&text),
+            }
         }
     }
 }

@@ -65,17 +65,12 @@ impl Scheduler {
         if let Some(problem) = problem {
             warn(&problem);
         }
-        let mut wakes = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
+        let (mut wakes, warnings) = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
+        warnings.iter().for_each(|w| warn(w));
         let rules = crate::rules::load(args.box_rules.as_deref())?;
         let box_state = crate::rules::BoxState::new(rules);
-        let mut ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?;
-        if let Some(ledger) = &mut ledger {
-            ledger.max_reservation_s = box_state.max_reservation_s();
-        }
-        if let Some(ledger) = &ledger {
-            let others = box_state.rules.is_some();
-            wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string(), others);
-        }
+        let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?
+            .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
         let told = super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir)?;
 
@@ -132,6 +127,7 @@ impl Scheduler {
         let owed = scheduler.owed_outcomes();
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
         scheduler.tell_what_was_not_told(owed);
+        scheduler.report.speak();
         Ok(scheduler)
     }
 
@@ -148,7 +144,7 @@ impl Scheduler {
         last_jobs_file: Option<&std::path::Path>,
     ) -> anyhow::Result<()> {
         let snapshot = self.first_snapshot()?;
-        say(&format!(
+        self.report.say(&format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
             env!("CARGO_PKG_VERSION"),
             self.io.backend.describe(),
@@ -175,7 +171,7 @@ impl Scheduler {
     /// Warns when the log directory was last used with another jobs file
     /// (`last`): its journal's jobs count for this file too, so a line
     /// whose command already ran there is taken as done.
-    fn warn_other_jobs_file(&self, last: &std::path::Path) {
+    fn warn_other_jobs_file(&mut self, last: &std::path::Path) {
         let same = |a: &std::path::Path, b: &std::path::Path| {
             a == b
                 || std::fs::canonicalize(a)
@@ -186,7 +182,7 @@ impl Scheduler {
         if same(last, &self.core.jobs.path) {
             return;
         }
-        warn(&format!(
+        self.report.warn(&format!(
             "log directory {} was last used with another jobs file, {}: jobs whose command finished there count as finished here too; give this file its own log directory with --log-dir DIR",
             self.cfg.log_dir.display(),
             last.display()
@@ -236,12 +232,13 @@ impl Scheduler {
     }
 
     /// Says at start what `gpusched pause` / `drain` left in force.
-    fn report_control(&self) {
+    fn report_control(&mut self) {
         if self.core.control.paused {
-            say("queue paused (by gpusched pause): no new job starts until `gpusched resume`");
+            self.report
+                .say("queue paused (by gpusched pause): no new job starts until `gpusched resume`");
         }
         if !self.core.control.drained.is_empty() {
-            say(&format!(
+            self.report.say(&format!(
                 "GPU {} drained (by gpusched drain): no new job starts there until `gpusched undrain`",
                 crate::console::gpu_ids(
                     &self
@@ -259,7 +256,7 @@ impl Scheduler {
 
     /// Says once at start how many jobs of the file the journal already
     /// finished (docs/BEHAVIOUR.md "Resume").
-    fn report_resume(&self) {
+    fn report_resume(&mut self) {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
         for spec in &self.core.jobs.specs {
             if let Some(KeyState {
@@ -272,7 +269,7 @@ impl Scheduler {
         }
         let total: usize = counts.values().sum();
         if total > 0 {
-            say(&format!(
+            self.report.say(&format!(
                 "resuming: {total} of {} job(s) already finished in {} ({}); skipping them (--fresh runs everything again)",
                 self.core.jobs.specs.len(),
                 self.io.journal.path().display(),
@@ -284,6 +281,23 @@ impl Scheduler {
             ));
         }
     }
+}
+
+/// `ledger` with the box's longest reservation, watched by `wakes` (and,
+/// under box rules, the other schedulers' bookings with it).
+fn watched_ledger(
+    mut ledger: crate::ledger::store::Ledger,
+    box_state: &crate::rules::BoxState,
+    wakes: &mut wake::Wakes,
+) -> crate::ledger::store::Ledger {
+    ledger.max_reservation_s = box_state.max_reservation_s();
+    let others = box_state.rules.is_some();
+    if let Some(warning) =
+        wakes.watch_ledger(ledger.dir(), ledger.own_name().to_os_string(), others)
+    {
+        warn(&warning);
+    }
+    ledger
 }
 
 /// Where attempts run: on a Slurm cluster with `--slurm`, else here.

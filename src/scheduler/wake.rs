@@ -5,7 +5,6 @@
 //! them and records what happened; the next tick acts on it.
 
 use super::Scheduler;
-use crate::console::warn;
 use crate::files::absolute;
 use crate::state::Mode;
 use std::path::{Path, PathBuf};
@@ -123,17 +122,19 @@ impl ReportWatch {
 
 impl Wakes {
     /// Installs the signal handlers, the watch on `jobs_path`'s directory
-    /// (falling back, with a warning, to checking the file every second)
-    /// and the watch on `<log_dir>/requests`.
+    /// (falling back to checking the file every second) and the watch on
+    /// `<log_dir>/requests`; returns them with a warning for each watch
+    /// that could not be set up, for the caller to say.
     ///
     /// Errors: the signal handlers cannot be installed.
-    pub fn set_up(jobs_path: &Path, log_dir: &Path) -> anyhow::Result<Wakes> {
+    pub fn set_up(jobs_path: &Path, log_dir: &Path) -> anyhow::Result<(Wakes, Vec<String>)> {
+        let mut warnings = Vec::new();
         let (tx, rx) = channel();
         spawn_signal_thread(tx.clone())?;
         let reports = match ReportWatch::start(tx.clone()) {
             Ok(watch) => Some(watch),
             Err(e) => {
-                warn(&format!(
+                warnings.push(format!(
                     "cannot watch the supervisor's replies ({e:#}); jobs' ends are checked every {}s",
                     IO_RETRY.as_secs()
                 ));
@@ -143,7 +144,7 @@ impl Wakes {
         let (watcher, file_poll) = match watch_jobs_file(jobs_path, log_dir, tx.clone()) {
             Ok(w) => (Some(w), None),
             Err(e) => {
-                warn(&format!(
+                warnings.push(format!(
                     "cannot watch {} for changes ({e}); checking it every {}s instead",
                     jobs_path.display(),
                     FILE_POLL_FALLBACK.as_secs()
@@ -151,7 +152,7 @@ impl Wakes {
                 (None, Some(FILE_POLL_FALLBACK))
             }
         };
-        Ok(Wakes {
+        let wakes = Wakes {
             rx,
             watcher,
             watching_exit_records: false,
@@ -160,7 +161,8 @@ impl Wakes {
             watched_supervisor: None,
             ledger_watcher: None,
             tx,
-        })
+        };
+        Ok((wakes, warnings))
     }
 
     /// Wakes the loop when `own` (our booking file) in the ledger directory
@@ -169,7 +171,14 @@ impl Wakes {
     /// at every tick.
     /// With `others`, it also wakes the loop when another scheduler's
     /// booking file or a reservation changes ([`Wake::LedgerChanged`]).
-    pub fn watch_ledger(&mut self, dir: &Path, own: std::ffi::OsString, others: bool) {
+    /// Returns the warning to say when the watch cannot be set up.
+    #[must_use]
+    pub fn watch_ledger(
+        &mut self,
+        dir: &Path,
+        own: std::ffi::OsString,
+        others: bool,
+    ) -> Option<String> {
         use notify::Watcher;
         let tx = self.tx.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -213,8 +222,11 @@ impl Wakes {
                 .map(|()| w)
         });
         match watcher {
-            Ok(w) => self.ledger_watcher = Some(w),
-            Err(e) => warn(&format!(
+            Ok(w) => {
+                self.ledger_watcher = Some(w);
+                None
+            }
+            Err(e) => Some(format!(
                 "cannot watch the ledger {} ({e}); a removed booking file is written again at the next tick",
                 dir.display()
             )),
@@ -223,23 +235,31 @@ impl Wakes {
 
     /// Wakes the loop on the replies of `supervisor` (a new one replaces
     /// the watch of one that died). Without a watch, the loop wakes every
-    /// [`IO_RETRY`] while jobs run, and reads replies then.
-    pub fn watch_supervisor(&mut self, supervisor: &crate::process::supervisor::Supervisor) {
+    /// [`IO_RETRY`] while jobs run, and reads replies then. Returns the
+    /// warning to say when the watch cannot be set up.
+    #[must_use]
+    pub fn watch_supervisor(
+        &mut self,
+        supervisor: &crate::process::supervisor::Supervisor,
+    ) -> Option<String> {
         let pid = Some(supervisor.pid());
         if self.watched_supervisor == pid {
-            return;
+            return None;
         }
         let watched = self.reports.as_ref().map(|w| w.watch(supervisor.fd()));
         match watched {
-            Some(Ok(())) => self.watched_supervisor = pid,
+            Some(Ok(())) => {
+                self.watched_supervisor = pid;
+                None
+            }
             Some(Err(e)) => {
-                warn(&format!(
+                self.reports = None;
+                Some(format!(
                     "cannot watch the supervisor's replies ({e}); jobs' ends are checked every {}s",
                     IO_RETRY.as_secs()
-                ));
-                self.reports = None;
+                ))
             }
-            None => {}
+            None => None,
         }
     }
 

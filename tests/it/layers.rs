@@ -266,3 +266,39 @@ fn no_function_is_over_100_lines() {
         vec![("long".to_string(), 3, 122)]
     );
 }
+
+/// Whether `code` calls the console's `say` or `warn` itself (by path or
+/// by an import of them).
+fn prints_directly(code: &str) -> bool {
+    code.contains("console::say(")
+        || code.contains("console::warn(")
+        || code.lines().any(|l| {
+            l.trim_start().starts_with("use crate::console::")
+                && (l.contains("say") || l.contains("warn"))
+        })
+}
+
+/// Only the reporter speaks (docs/ARCHITECTURE.md "The order of one
+/// tick"): the loop's phases and wake sources say their lines to
+/// `Reporting`, which prints them; only `scheduler/parts.rs` (the
+/// reporter) and `scheduler/startup.rs` (before the loop exists) reach the
+/// console.
+#[test]
+fn only_the_reporter_prints_the_loops_lines() {
+    let printing: Vec<String> = modules()
+        .into_iter()
+        .filter(|(module, _)| module.first().is_some_and(|m| m == "scheduler"))
+        .filter(|(module, _)| {
+            !matches!(module.get(1).map(String::as_str), Some("parts" | "startup"))
+        })
+        .filter(|(_, code)| prints_directly(code))
+        .map(|(module, _)| module.join("/"))
+        .collect();
+    assert!(
+        printing.is_empty(),
+        "these print directly instead of through Reporting: {printing:?}"
+    );
+    assert!(prints_directly("use crate::console::{say, warn};\n"));
+    assert!(prints_directly("    crate::console::warn(&x);\n"));
+    assert!(!prints_directly("crate::console::gpu_ids(&g, \",\")\n"));
+}

@@ -12,7 +12,6 @@
 //! waits that long when other schedulers are about.
 
 use crate::allocation::{Occupant, Request};
-use crate::console::say;
 use crate::ledger::{self, Booking, DecisionId};
 use crate::scheduler::Scheduler;
 use std::collections::HashSet;
@@ -114,7 +113,7 @@ impl Scheduler {
         for start in &withdrawn {
             let key = &self.core.jobs.specs[start.index].key;
             let no = self.io.journal.state(key).map_or(0, |s| s.no);
-            say(&if late {
+            self.report.say(&if late {
                 format!(
                     "job {no} waits: its booking took {} ms to publish, too long to be sure other schedulers saw it; the next round places it again",
                     published_ms.saturating_sub(since)

@@ -2,7 +2,6 @@
 //! ends `cancelled`, using no retry) and ends a pending one unrun. Removing
 //! the flag later does not bring the job back.
 
-use crate::console::say;
 use crate::journal::Phase;
 use crate::model::DoneStatus;
 use crate::policy::kill::KillReason;
@@ -34,7 +33,7 @@ impl Scheduler {
         for key in cancelled {
             if let Some(job) = self.core.running.get_mut(&key) {
                 if job.begin_kill(KillReason::Cancel, now, &mut self.io.launcher) {
-                    say(&format!(
+                    self.report.say(&format!(
                         "job {} cancelled: stopping {}",
                         job.no,
                         job.handle_text()
@@ -48,7 +47,8 @@ impl Scheduler {
             if matches!(state.phase, Phase::Waiting) {
                 let no = state.no;
                 self.record_unrun(&key, DoneStatus::Cancelled)?;
-                say(&format!("⊘ job {no} cancelled before it started"));
+                self.report
+                    .say(&format!("⊘ job {no} cancelled before it started"));
             }
         }
         Ok(())

@@ -10,7 +10,6 @@
 //! The round's outcomes are journaled with one fsync, and only then does
 //! the supervisor hear that it needs no exit records.
 
-use crate::console::warn;
 use crate::scheduler::Scheduler;
 use crate::state::Proc;
 
@@ -68,7 +67,7 @@ impl Scheduler {
             } = &job.proc
                 && *id < below
             {
-                warn(&format!(
+                self.report.warn(&format!(
                     "job {}'s supervisor ended before the job (process group {}); watching the group instead",
                     job.no, job.pgid
                 ));

@@ -3,7 +3,6 @@
 //! `dependency_failed`, naming the dependency. Jobs still waiting on a
 //! dependency are held back from placement by [`Scheduler::readiness_of`].
 
-use crate::console::say;
 use crate::journal::Phase;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::{self, Readiness};
@@ -75,7 +74,7 @@ impl Scheduler {
             if let Readiness::Failed { no, why } = self.readiness_of(&key) {
                 let own = self.io.journal.state(&key).map_or(0, |s| s.no);
                 self.record_unrun(&key, DoneStatus::DependencyFailed)?;
-                say(&format!(
+                self.report.say(&format!(
                     "✗ job {own} dependency_failed: it runs after job {no}, which {}",
                     if why.contains(' ') {
                         format!("is {why}")

@@ -7,7 +7,6 @@
 use crate::allocation::{
     self, GpuLoad, Occupant, Placement, Planned, PriorityReservation, Request, WaitReason,
 };
-use crate::console::say;
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::queue;
@@ -363,7 +362,8 @@ impl Scheduler {
             let (key, command) = (spec.key.clone(), spec.command.clone());
             let no = self.io.journal.state(&key).map_or(0, |s| s.no);
             self.record_unrun(&key, DoneStatus::Infeasible)?;
-            say(&format!("✗ job {no} infeasible: {reason}: {command}"));
+            self.report
+                .say(&format!("✗ job {no} infeasible: {reason}: {command}"));
         }
         Ok(())
     }

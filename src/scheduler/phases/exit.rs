@@ -3,7 +3,6 @@
 //! summary and exit with [`policy::exit_code`].
 
 use crate::clock::now_ts;
-use crate::console::say;
 use crate::journal::Phase;
 use crate::policy::exit_code::exit_code;
 use crate::scheduler::Scheduler;
@@ -25,7 +24,7 @@ impl Scheduler {
                     .values()
                     .map(|j| j.no.to_string())
                     .collect();
-                crate::console::warn(&format!(
+                self.report.warn(&format!(
                     "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
                     left.len(),
                     left.join(", ")
@@ -54,7 +53,7 @@ impl Scheduler {
         let mut out = std::io::stdout().lock();
         let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
         drop(out);
-        say(&format!(
+        self.report.say(&format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
             crate::console::human_duration(now_ts() - self.report.started_ts),
             self.report.this_run.dispatched,
@@ -64,6 +63,9 @@ impl Scheduler {
                 ""
             }
         ));
+        // The summary is printed before the timeline is drawn, which can
+        // take a second for a long run.
+        self.report.speak();
         self.write_timeline();
         self.flush_told_within(super::told::FLUSH_LIMIT);
         Some(code)
@@ -71,11 +73,13 @@ impl Scheduler {
 
     /// Draws the run into `<log_dir>/timeline.svg` (docs/BEHAVIOUR.md "Timeline"); a failure
     /// is a warning, never a different exit.
-    fn write_timeline(&self) {
+    fn write_timeline(&mut self) {
         let path = self.cfg.log_dir.join("timeline.svg");
         match crate::timeline::write(&self.cfg.log_dir, &path) {
-            Ok(()) => say(&format!("timeline: {}", path.display())),
-            Err(e) => crate::console::warn(&format!("cannot draw {}: {e:#}", path.display())),
+            Ok(()) => self.report.say(&format!("timeline: {}", path.display())),
+            Err(e) => self
+                .report
+                .warn(&format!("cannot draw {}: {e:#}", path.display())),
         }
     }
 }

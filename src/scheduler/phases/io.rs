@@ -5,7 +5,6 @@
 //! running entry and are retried; dispatch resumes once a probe write to
 //! the log directory and the retried writes succeed.
 
-use crate::console::{say, warn};
 use crate::scheduler::Scheduler;
 use crate::state::Mode;
 use std::io::Write;
@@ -24,7 +23,7 @@ impl Scheduler {
             let reason = format!(
                 "{error:#}; no new job starts until the log directory can be written again (running jobs are still supervised and recorded)"
             );
-            warn(&reason);
+            self.report.warn(&reason);
             self.core.mode = Mode::PausedOnIo { reason };
         } else {
             tracing::debug!("write failed while paused: {error:#}");
@@ -43,7 +42,8 @@ impl Scheduler {
             .and_then(|mut f| f.write_all(b"probe\n").and_then(|_| f.sync_data()));
         let _ = std::fs::remove_file(&probe);
         if written.is_ok() {
-            say("the log directory can be written again; dispatching resumes");
+            self.report
+                .say("the log directory can be written again; dispatching resumes");
             self.core.mode = Mode::Scheduling;
             self.due.dispatch_needed = true;
             self.core.jobs.source.stamp = None;

@@ -5,10 +5,10 @@
 
 use super::file_digest::{self, TextHash};
 use crate::clock::now_ts;
-use crate::console::{say, warn};
 use crate::jobspec::{self, JobSpec};
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
+use crate::scheduler::parts::Reporting;
 use crate::scheduler::wake::SETTLE;
 use crate::state::NO_STATE;
 use crate::state::{FileStamp, Unsettled};
@@ -88,7 +88,7 @@ impl Scheduler {
         }) {
             Ok((specs, after)) => {
                 if self.core.jobs.source.last_error.take().is_some() {
-                    say(&format!(
+                    self.report.say(&format!(
                         "{} parses again; queue updated",
                         self.core.jobs.path.display()
                     ));
@@ -145,7 +145,7 @@ impl Scheduler {
             return Ok(false);
         }
         if self.core.jobs.source.last_error.take().is_some() {
-            say(&format!(
+            self.report.say(&format!(
                 "{} parses again; queue updated",
                 self.core.jobs.path.display()
             ));
@@ -181,7 +181,7 @@ impl Scheduler {
     /// Warns about a jobs-file problem, once per distinct message.
     fn warn_file_problem(&mut self, message: String) {
         if self.core.jobs.source.last_error.as_deref() != Some(message.as_str()) {
-            warn(&message);
+            self.report.warn(&message);
             self.report.told.tell(
                 crate::notifier::NotifyOn::Stalled,
                 "jobs_file_problem",
@@ -263,7 +263,7 @@ impl Scheduler {
     fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
         let disagreement = self.core.jobs.groups.disagreement();
         if disagreement.is_some() && disagreement != self.core.jobs.groups_warned {
-            warn(&format!(
+            self.report.warn(&format!(
                 "{}: {}",
                 self.core.jobs.path.display(),
                 disagreement.as_deref().unwrap_or_default()
@@ -297,7 +297,7 @@ impl Scheduler {
             .filter(|(_, id)| **id == NO_STATE)
             .map(|(s, _)| s)
             .collect();
-        warn_unbracketed(&self.core.jobs.path, &new);
+        warn_unbracketed(&mut self.report, &self.core.jobs.path, &new);
         self.io.journal.reserve(new.len());
         let first_id = self.io.journal.key_count();
         // In chunks, so that a file of a million new lines never holds a
@@ -330,7 +330,7 @@ impl Scheduler {
 /// their brackets (`vram=4G python x.py` runs with nothing declared: the
 /// shell takes `vram=4G` for a variable); the first few by line, then a
 /// count.
-fn warn_unbracketed(path: &std::path::Path, new: &[&JobSpec]) {
+fn warn_unbracketed(report: &mut Reporting, path: &std::path::Path, new: &[&JobSpec]) {
     const SHOWN: usize = 3;
     let suspects: Vec<(&JobSpec, String)> = new
         .iter()
@@ -338,7 +338,7 @@ fn warn_unbracketed(path: &std::path::Path, new: &[&JobSpec]) {
         .collect();
     for (spec, block) in suspects.iter().take(SHOWN) {
         let rest = skip_words(&spec.command, block.split_whitespace().count());
-        warn(&format!(
+        report.warn(&format!(
             "{} line {}: `{}` has no brackets, so the shell takes it for a variable and nothing is declared; did you mean `{block} {}`?",
             path.display(),
             spec.line,
@@ -347,7 +347,7 @@ fn warn_unbracketed(path: &std::path::Path, new: &[&JobSpec]) {
         ));
     }
     if suspects.len() > SHOWN {
-        warn(&format!(
+        report.warn(&format!(
             "{} more lines of {} begin with attributes outside brackets",
             suspects.len() - SHOWN,
             path.display()

@@ -5,7 +5,6 @@
 //! `auto` jobs, which raise their family's prediction at once.
 
 use crate::allocation::{Request, buffered_mib};
-use crate::console::warn;
 use crate::history::Entry;
 use crate::jobspec::JobSpec;
 use crate::journal::{KeyState, Phase};
@@ -80,7 +79,7 @@ impl Scheduler {
         };
         let (entries, bad) = history.read_new();
         if bad > 0 {
-            warn(&format!(
+            self.report.warn(&format!(
                 "history {}: skipped {bad} torn or garbled line(s)",
                 history.path().display()
             ));
@@ -144,7 +143,7 @@ impl Scheduler {
                 ts: crate::clock::now_ts(),
             };
             if let Err(e) = history.append(&entry) {
-                warn(&format!(
+                self.report.warn(&format!(
                     "cannot add to history {}: {e}",
                     history.path().display()
                 ));

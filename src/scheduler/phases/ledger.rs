@@ -4,7 +4,6 @@
 //! own running jobs' budgets are published after every round that changed
 //! them, and withdrawn when the scheduler exits.
 
-use crate::console::warn;
 use crate::ledger::{self, Booking};
 use crate::scheduler::Scheduler;
 use std::collections::HashMap;
@@ -104,7 +103,7 @@ impl Scheduler {
             Ok(()) => self.share.ledger_failing = false,
             Err(e) if !self.share.ledger_failing => {
                 self.share.ledger_failing = true;
-                warn(&format!(
+                self.report.warn(&format!(
                     "cannot publish our bookings in the ledger {}: {e}; other schedulers see our jobs only by the memory they use",
                     ledger.dir().display()
                 ));

@@ -4,7 +4,6 @@
 //! with [`KillReason::Preempt`]; the outcome (`preempted`, pending again,
 //! no retry used) is decided in [`crate::policy::outcome`].
 
-use crate::console::say;
 use crate::policy::kill::KillReason;
 use crate::policy::preemption::{self, Candidate};
 use crate::process;
@@ -76,7 +75,7 @@ impl Scheduler {
             if let Some(job) = self.core.running.get_mut(&keys[id])
                 && job.begin_kill(KillReason::Preempt, now, &mut self.io.launcher)
             {
-                say(&format!(
+                self.report.say(&format!(
                     "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",
                     job.no,
                     job.pgid,

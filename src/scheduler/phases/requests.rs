@@ -8,23 +8,26 @@
 //! and applied by the cancels phase. A request that no longer holds is
 //! dropped with a warning.
 
-use crate::console::{say, warn};
 use crate::control::ControlChange;
 use crate::control::{JobRequest, requests_dir};
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
+use crate::scheduler::parts::Reporting;
 
 /// A request file's bytes, and who wrote it when that is root rather than
 /// this scheduler's user; `None`, with a warning, for a file that cannot
 /// be read or that another user wrote (only the scheduler's user and root
 /// may change its queue).
-fn read_request(path: &std::path::Path) -> Option<(Vec<u8>, Option<String>)> {
+fn read_request(
+    report: &mut Reporting,
+    path: &std::path::Path,
+) -> Option<(Vec<u8>, Option<String>)> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let owner = match std::fs::metadata(path) {
         Ok(meta) => meta.uid(),
         Err(e) => {
-            warn(&format!(
+            report.warn(&format!(
                 "cannot look at the request {} ({e}); it is dropped",
                 path.display()
             ));
@@ -32,7 +35,7 @@ fn read_request(path: &std::path::Path) -> Option<(Vec<u8>, Option<String>)> {
         }
     };
     if owner != me && owner != 0 {
-        warn(&format!(
+        report.warn(&format!(
             "a request from {} refused: only {} or root may change this scheduler's queue ({})",
             crate::files::user_name(owner),
             crate::files::user_name(me),
@@ -43,7 +46,7 @@ fn read_request(path: &std::path::Path) -> Option<(Vec<u8>, Option<String>)> {
     match std::fs::read(path) {
         Ok(bytes) => Some((bytes, (owner != me).then(|| crate::files::user_name(owner)))),
         Err(e) => {
-            warn(&format!(
+            report.warn(&format!(
                 "cannot read the request {} ({e}); it is dropped (gpusched's own verbs write requests this scheduler can read)",
                 path.display()
             ));
@@ -72,13 +75,13 @@ impl Scheduler {
             .collect();
         paths.sort();
         for path in paths {
-            let Some((bytes, by)) = read_request(&path) else {
+            let Some((bytes, by)) = read_request(&mut self.report, &path) else {
                 let _ = std::fs::remove_file(&path);
                 continue;
             };
             let applied = if let Ok(request) = serde_json::from_slice::<JobRequest>(&bytes) {
                 if let Some(by) = &by {
-                    say(&format!(
+                    self.report.say(&format!(
                         "{} of job {} asked by {by}",
                         request.verb(),
                         self.io.journal.state(request.key()).map_or(0, |s| s.no)
@@ -90,11 +93,12 @@ impl Scheduler {
                 }
             } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
                 if let Some(by) = &by {
-                    say(&format!("a change of the queue asked by {by}:"));
+                    self.report
+                        .say(&format!("a change of the queue asked by {by}:"));
                 }
                 self.change_control(&change)
             } else {
-                warn(&format!(
+                self.report.warn(&format!(
                     "{} is no request gpusched understands; it is dropped",
                     path.display()
                 ));
@@ -126,13 +130,13 @@ impl Scheduler {
             )
         })?;
         self.core.control = control;
-        say(&said);
+        self.report.say(&said);
         if let ControlChange::Undrain { gpus } = change {
             for &gpu in gpus {
                 if let Some(was) = self.core.gpu.health.reopen(gpu) {
                     // Its memory is read afresh before a job goes there.
                     self.due.sample_now = true;
-                    say(&format!(
+                    self.report.say(&format!(
                         "GPU {} opened by `gpusched undrain` (it was closed: {was}); it is closed again if it stops answering",
                         crate::model::device_label(gpu)
                     ));
@@ -149,7 +153,8 @@ impl Scheduler {
     /// Errors: the journal cannot be written (the request stays).
     fn cancel(&mut self, key: &str) -> anyhow::Result<()> {
         let Some(state) = self.io.journal.state(key) else {
-            warn(&format!("gpusched cancel: no job with key {key}; ignored"));
+            self.report
+                .warn(&format!("gpusched cancel: no job with key {key}; ignored"));
             return Ok(());
         };
         if matches!(state.phase, Phase::Done(_)) {
@@ -164,29 +169,31 @@ impl Scheduler {
     /// Queues finished job `key` again, if that still holds.
     fn retry(&mut self, key: &str) -> anyhow::Result<()> {
         let Some(state) = self.io.journal.state(key) else {
-            warn(&format!("gpusched retry: no job with key {key}; ignored"));
+            self.report
+                .warn(&format!("gpusched retry: no job with key {key}; ignored"));
             return Ok(());
         };
         let no = state.no;
         if !matches!(state.phase, Phase::Done(_)) {
-            warn(&format!(
+            self.report.warn(&format!(
                 "gpusched retry: job {no} has not finished; ignored"
             ));
             return Ok(());
         }
         match self.core.jobs.spec(key) {
-            None => warn(&format!(
+            None => self.report.warn(&format!(
                 "gpusched retry: job {no}'s line is no longer in {}; ignored",
                 self.core.jobs.path.display()
             )),
-            Some(spec) if spec.cancel => warn(&format!(
+            Some(spec) if spec.cancel => self.report.warn(&format!(
                 "gpusched retry: job {no}'s line carries `cancel`; ignored"
             )),
             Some(_) => {
                 self.io.journal.append(key, Event::Retry {})?;
                 self.core.jobs.done_prefix = 0;
                 self.due.dispatch_needed = true;
-                say(&format!("↺ job {no} queued again (gpusched retry)"));
+                self.report
+                    .say(&format!("↺ job {no} queued again (gpusched retry)"));
             }
         }
         Ok(())

@@ -5,7 +5,6 @@
 //! `-v` peak growth, read progress markers, and keep per-GPU statistics. A
 //! failed query is warned about; after several in a row dispatch pauses.
 
-use crate::console::{say, warn};
 use crate::files;
 use crate::gpu::attribution;
 use crate::gpu::health::{HealthChange, REOPEN_AFTER_SAMPLES};
@@ -13,6 +12,7 @@ use crate::gpu::{GpuSnapshot, HostFault};
 use crate::process;
 use crate::progress;
 use crate::scheduler::Scheduler;
+use crate::scheduler::parts::Reporting;
 use crate::state::{Mode, Running};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -165,12 +165,12 @@ impl Scheduler {
         {
             let reason =
                 format!("GPU stack fault: {fault}; no new job starts until NVML answers again");
-            warn(&reason);
+            self.report.warn(&reason);
             self.core.mode = Mode::PausedOnGpuErrors { reason };
             return;
         }
         if host.is_none() && (failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60)) {
-            warn(&format!(
+            self.report.warn(&format!(
                 "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
             ));
         }
@@ -178,7 +178,7 @@ impl Scheduler {
             let reason = format!(
                 "GPU queries failed {failures} times in a row; no new job starts until they answer again"
             );
-            warn(&reason);
+            self.report.warn(&reason);
             self.core.mode = Mode::PausedOnGpuErrors { reason };
         }
     }
@@ -226,12 +226,12 @@ impl Scheduler {
                     let said = format!(
                         "GPU {index} closed: {reason}; no new job starts there, the other GPUs go on{left_alone}; {opens}"
                     );
-                    warn(&said);
+                    self.report.warn(&said);
                     self.report
                         .told
                         .tell(crate::notifier::NotifyOn::Gpu, "gpu_closed", &said);
                 }
-                HealthChange::Reopened { index, was } => say(&format!(
+                HealthChange::Reopened { index, was } => self.report.say(&format!(
                     "GPU {index} answers again ({REOPEN_AFTER_SAMPLES} good samples in a row since {was}); open to new jobs"
                 )),
             }
@@ -255,7 +255,8 @@ impl Scheduler {
         if self.core.gpu.failures > 0 {
             if matches!(self.core.mode, Mode::PausedOnGpuErrors { .. }) {
                 self.core.mode = Mode::Scheduling;
-                say("GPU queries answer again; dispatching resumes");
+                self.report
+                    .say("GPU queries answer again; dispatching resumes");
             }
             self.core.gpu.failures = 0;
         }
@@ -288,7 +289,7 @@ impl Scheduler {
         for (key, job) in &mut self.core.running {
             let current = seen.per_job.remove(key).unwrap_or_default();
             observe_usage(job, current, &util);
-            check_declaration(job, self.cfg.tolerance, self.cfg.verbose);
+            check_declaration(&mut self.report, job, self.cfg.tolerance, self.cfg.verbose);
         }
         self.record_usage(&snapshot);
         self.record_gpu_stats(&snapshot);
@@ -312,7 +313,7 @@ impl Scheduler {
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            warn(&format!(
+            self.report.warn(&format!(
                 "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched seems to run in a container without the host's PID namespace; a job alone on its GPU is measured by that GPU's memory, others show n/a; run gpusched in the host's PID namespace (docker run --pid=host) to measure every job",
                 crate::console::numbers(&pids, ", ")
             ));
@@ -410,7 +411,7 @@ fn observe_usage(job: &mut Running, current: BTreeMap<u32, u64>, util: &HashMap<
 
 /// The "exceeds declared VRAM" warning (at once, docs/BEHAVIOUR.md "Monitoring") and `-v`
 /// growth lines for one job.
-fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
+fn check_declaration(report: &mut Reporting, job: &mut Running, tolerance: f64, verbose: bool) {
     let Some(peak) = job.usage.peak_max_mib() else {
         return;
     };
@@ -419,7 +420,7 @@ fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
         && crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
     {
         job.usage.warned_over = true;
-        warn(&format!(
+        report.warn(&format!(
             "job {} exceeds declared VRAM: peak {peak} MiB > {declared} MiB declared (+{:.0}%); its GPU neighbours may run out of memory — raise vram= for this job",
             job.no,
             (peak as f64 / declared as f64 - 1.0) * 100.0
@@ -427,7 +428,7 @@ fn check_declaration(job: &mut Running, tolerance: f64, verbose: bool) {
     }
     if verbose && peak >= job.usage.reported_peak_mib + VERBOSE_STEP_MIB {
         job.usage.reported_peak_mib = peak;
-        say(&format!(
+        report.say(&format!(
             "job {} VRAM peak {peak} MiB ({})",
             job.no,
             job.usage

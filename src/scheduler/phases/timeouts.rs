@@ -2,7 +2,6 @@
 //! the job's group gets SIGTERM, then SIGKILL after the grace, and the job
 //! ends `timeout`. No heuristic ever kills a job.
 
-use crate::console::warn;
 use crate::policy::kill::KillReason;
 use crate::process;
 use crate::scheduler::Scheduler;
@@ -16,7 +15,7 @@ impl Scheduler {
                 && job.timeout_at.is_some_and(|t| now >= t)
                 && job.begin_kill(KillReason::Timeout, now, &mut self.io.launcher)
             {
-                warn(&format!(
+                self.report.warn(&format!(
                     "job {} reached its timeout after {}: SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,
                     crate::console::human_duration(job.started.elapsed().as_secs_f64()),

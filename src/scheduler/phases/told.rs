@@ -5,7 +5,6 @@
 //! posts the outcomes whose `done` asked for a message that never went.
 
 use crate::clock::now_ts;
-use crate::console::say;
 use crate::journal::{Event, Phase};
 use crate::model::DoneStatus;
 use crate::notifier::hooks::Hooks;
@@ -291,7 +290,7 @@ impl Scheduler {
             )
         });
         if !stale.is_empty() {
-            say(&format!(
+            self.report.say(&format!(
                 "--notify: not posting {} outcome(s) older than {} h that an earlier scheduler could not send",
                 stale.len(),
                 crate::notifier::MAX_AGE.as_secs() / 3600
@@ -308,7 +307,7 @@ impl Scheduler {
             })
             .collect();
         if !owed.is_empty() {
-            say(&format!(
+            self.report.say(&format!(
                 "--notify: posting {} outcome(s) an earlier scheduler had not sent",
                 owed.len()
             ));
@@ -338,15 +337,22 @@ impl Scheduler {
     /// the next start.
     pub(in crate::scheduler) fn flush_told_within(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
+        let pending = self
+            .report
+            .told
+            .notifier
+            .as_ref()
+            .map_or(0, |n| n.pending());
+        if pending > 0 {
+            // Said at once: the wait below may take a while.
+            self.report.say(&format!(
+                "--notify: sending {pending} message(s) (up to {} s)",
+                limit.as_secs()
+            ));
+            self.report.speak();
+        }
         let delivered = match &mut self.report.told.notifier {
-            Some(notifier) if notifier.pending() > 0 => {
-                say(&format!(
-                    "--notify: sending {} message(s) (up to {} s)",
-                    notifier.pending(),
-                    limit.as_secs()
-                ));
-                notifier.flush(deadline)
-            }
+            Some(notifier) if pending > 0 => notifier.flush(deadline),
             _ => Vec::new(),
         };
         for key in delivered {

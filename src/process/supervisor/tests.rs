@@ -115,14 +115,19 @@ fn the_job_environment_overlays_the_supervisors() {
     );
 }
 
+/// A job at its gate that would create `<dir>/ran`, and that path.
+fn touching_job(dir: &std::path::Path) -> (GatedJob, std::path::PathBuf) {
+    let marker = dir.join("ran");
+    let prepared =
+        Prepared::new(&format!("touch {}", marker.display()), &Rc::default(), &[]).unwrap();
+    let log = std::fs::File::create(dir.join("job.log")).unwrap();
+    (GatedJob::spawn(prepared, &log).unwrap(), marker)
+}
+
 #[test]
 fn an_abandoned_job_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("ran");
-    let prepared =
-        Prepared::new(&format!("touch {}", marker.display()), &Rc::default(), &[]).unwrap();
-    let log = std::fs::File::create(dir.path().join("job.log")).unwrap();
-    let mut job = GatedJob::spawn(prepared, &log).unwrap();
+    let (mut job, marker) = touching_job(dir.path());
     job.abandon();
     assert!(!job.released());
     assert_ne!(wait(job.pid), 0);
@@ -135,11 +140,7 @@ fn an_abandoned_job_runs_nothing() {
 #[test]
 fn a_job_dropped_at_its_gate_keeps_its_memory_and_exits_never_run() {
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("ran");
-    let prepared =
-        Prepared::new(&format!("touch {}", marker.display()), &Rc::default(), &[]).unwrap();
-    let log = std::fs::File::create(dir.path().join("job.log")).unwrap();
-    let job = GatedJob::spawn(prepared, &log).unwrap();
+    let (job, marker) = touching_job(dir.path());
     let pid = job.pid;
     // Let it reach its gate, then drop it with the gate still closed.
     std::thread::sleep(std::time::Duration::from_millis(50));

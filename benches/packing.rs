@@ -17,7 +17,10 @@
 //!    starts before an earlier one);
 //! 2. how many jobs start later than in strict file order, and the most
 //!    any job is delayed (s), with backfill and without the reservation;
-//! 3. a stronger lower bound over the first (jobs that cannot share a GPU
+//! 3. how many head jobs got a reservation, and whether any started after
+//!    the start first reserved for it [none: backfill never delays the
+//!    head job];
+//! 4. a stronger lower bound over the first (jobs that cannot share a GPU
 //!    take their GPU-seconds one after another): the least makespan any
 //!    schedule could reach on the trace, whatever its order, and how far
 //!    backfill is from it.
@@ -128,8 +131,10 @@ enum Policy {
     LongestFirst,
 }
 
-/// Plays `jobs` under `policy`; returns each job's start (s).
-fn play(jobs: &[Job], policy: Policy, opts: &PlaceOptions) -> Vec<f64> {
+/// Plays `jobs` under `policy`; returns each job's start (s), and with
+/// backfill each head job's first reserved start (job, s).
+fn play(jobs: &[Job], policy: Policy, opts: &PlaceOptions) -> (Vec<f64>, Vec<(usize, f64)>) {
+    let mut reserved: HashMap<usize, f64> = HashMap::new();
     let mut starts: Vec<Option<f64>> = vec![None; jobs.len()];
     // Running: (job, GPUs, real end).
     let mut running: Vec<(usize, Vec<u32>, f64)> = Vec::new();
@@ -195,7 +200,11 @@ fn play(jobs: &[Job], policy: Policy, opts: &PlaceOptions) -> Vec<f64> {
                 key: &keys[i],
                 group: None,
             });
-            round::plan(&mut loads, rules, ready)
+            let round = round::plan(&mut loads, rules, ready);
+            if let Some((head, at, _)) = round.head {
+                reserved.entry(head).or_insert(at);
+            }
+            round
                 .planned
                 .into_iter()
                 .filter_map(|p| match p.placement {
@@ -215,7 +224,20 @@ fn play(jobs: &[Job], policy: Policy, opts: &PlaceOptions) -> Vec<f64> {
         now = next;
         running.retain(|r| r.2 > now);
     }
-    starts.into_iter().map(Option::unwrap).collect()
+    let mut reserved: Vec<(usize, f64)> = reserved.into_iter().collect();
+    reserved.sort_by_key(|r| r.0);
+    (starts.into_iter().map(Option::unwrap).collect(), reserved)
+}
+
+/// Head jobs that started after the start first reserved for them, and
+/// the most (s).
+fn heads_late(starts: &[f64], reserved: &[(usize, f64)]) -> (usize, f64) {
+    let late: Vec<f64> = reserved
+        .iter()
+        .map(|&(job, at)| starts[job] - at)
+        .filter(|d| *d > 1e-9)
+        .collect();
+    (late.len(), late.iter().copied().fold(0.0, f64::max))
 }
 
 fn makespan(jobs: &[Job], starts: &[f64]) -> f64 {
@@ -256,14 +278,18 @@ fn main() {
     let mut tight: Vec<f64> = Vec::new();
     let mut best_possible: Vec<f64> = Vec::new();
     let mut late_backfill = (0, 0.0f64);
+    // Head jobs reserved, started after their first reserved start, most (s).
+    let mut heads = (0usize, 0usize, 0.0f64);
     let mut late_first_fit = (0, 0.0f64);
     for seed in 0..TRACES {
         let jobs = trace(seed);
         let bound = lower_bound(&jobs, &opts);
-        let strict = play(&jobs, Policy::Strict, &opts);
-        let backfill = play(&jobs, Policy::Backfill, &opts);
-        let first_fit = play(&jobs, Policy::FirstFit, &opts);
-        let longest = play(&jobs, Policy::LongestFirst, &opts);
+        let (strict, _) = play(&jobs, Policy::Strict, &opts);
+        let (backfill, reserved) = play(&jobs, Policy::Backfill, &opts);
+        let (first_fit, _) = play(&jobs, Policy::FirstFit, &opts);
+        let (longest, _) = play(&jobs, Policy::LongestFirst, &opts);
+        let (late, most) = heads_late(&backfill, &reserved);
+        heads = (heads.0 + reserved.len(), heads.1 + late, heads.2.max(most));
         let r = [
             makespan(&jobs, &backfill) / bound,
             makespan(&jobs, &first_fit) / bound,
@@ -305,6 +331,10 @@ fn main() {
     println!(
         "longest first, file order ignored (a reference only): {}",
         summary(&ratios[3])
+    );
+    println!(
+        "with backfill, {} head job(s) got a reservation; {} started after the start first reserved for it (the most by {:.0} s) [0]",
+        heads.0, heads.1, heads.2
     );
     for (name, (count, most)) in [("backfill", late_backfill), ("first fit", late_first_fit)] {
         println!(

@@ -44,7 +44,7 @@ impl Scheduler {
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
 
-        let (mut specs, text_len, text_hash) = read_first_jobs_file(&jobs_path, cfg.watch)?;
+        let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
 
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
@@ -76,7 +76,7 @@ impl Scheduler {
 
         let core = Core {
             // Absolute, so commands run elsewhere find it in status.json.
-            jobs: JobsFile::new(absolute(&jobs_path), FileStamp::of(&jobs_path)),
+            jobs: JobsFile::new(absolute(&jobs_path), stamp),
             running: BTreeMap::new(),
             gpu: GpuState::default(),
             learned: state::Learned {
@@ -400,15 +400,21 @@ fn prepare_log_dir(log_dir: &std::path::Path) -> anyhow::Result<SchedulerLock> {
 }
 
 /// Reads and parses the jobs file at start: it must be readable and valid
-/// (exit 2 otherwise), and hold a job unless `watch`. Returns the jobs and
-/// the text's length and hash; the text itself is not kept (a
+/// (exit 2 otherwise), and hold a job unless `watch`. Returns the jobs,
+/// the text's length and hash, and the file's stamp from just before the
+/// read; the text itself is not kept (a
 /// million-line file is 40 MB, and the journal is opened next).
 ///
 /// Errors: [`Error::JobsFile`] naming the file, and the line for a bad one.
 fn read_first_jobs_file(
     path: &std::path::Path,
     watch: bool,
-) -> anyhow::Result<(Vec<crate::jobspec::JobSpec>, usize, u64)> {
+) -> anyhow::Result<(Vec<crate::jobspec::JobSpec>, usize, u64, Option<FileStamp>)> {
+    // The stamp is taken before the read: a line appended while the
+    // scheduler starts changes the file after it, so the first tick sees
+    // a new stamp and reads the line (a stamp taken later would match the
+    // longer file and hide the line until the next edit).
+    let stamp = FileStamp::of(path);
     let bytes = std::fs::read(path)
         .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", path.display())))?;
     let text =
@@ -423,7 +429,7 @@ fn read_first_jobs_file(
         ))
         .into());
     }
-    Ok((specs, text_len, text_hash))
+    Ok((specs, text_len, text_hash, stamp))
 }
 
 /// Opens the journal (removing it first with `--fresh`) and replays it,

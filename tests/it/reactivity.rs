@@ -97,3 +97,29 @@ fn appends_are_numbered_like_a_whole_file_and_a_grown_rewrite_is_not_an_append()
     // Jobs 1–3 once each, then only the two new lines (B and c).
     assert_eq!(lines, vec!["B", "a", "a", "b", "c"], "each job ran once");
 }
+
+/// A line appended while the scheduler starts runs (docs/BEHAVIOUR.md
+/// "Jobs file"): the file's stamp is taken before its first read, so an
+/// append after that read is seen by the first tick. A long journal to
+/// replay keeps the start-up busy after the read, where the append lands.
+#[test]
+fn a_line_appended_while_the_scheduler_starts_runs() {
+    let env = Env::new("echo first > first.txt\n");
+    std::fs::create_dir_all(&env.logs).unwrap();
+    let mut journal = String::with_capacity(100_000 * 90);
+    for i in 0..100_000 {
+        journal.push_str(&format!(
+            "{{\"ts\":1.0,\"key\":\"{i:012x}#0\",\"event\":\"seen\",\"no\":{},\"command\":\"old {i}\"}}\n",
+            i + 1
+        ));
+    }
+    std::fs::write(env.logs.join("journal.jsonl"), journal).unwrap();
+    let sched = env.spawn(&["--sim", "1", "--poll", "30", "--watch"]);
+    std::thread::sleep(Duration::from_millis(50));
+    env.append_jobs("echo appended > appended.txt\n");
+    wait_for_within("the appended job to run", WELL_BEFORE_THE_POLL, &mut || {
+        env.path("appended.txt").exists()
+    });
+    assert!(env.path("first.txt").exists());
+    sched.stop();
+}

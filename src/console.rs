@@ -56,6 +56,26 @@ pub fn date_time(unix_s: f64) -> String {
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
 }
 
+/// A terminal line said by a part of the loop and printed later by its
+/// reporter (docs/ARCHITECTURE.md "The order of one tick").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Said {
+    /// A line of what happened ([`say`]).
+    Line(String),
+    /// A warning: something the user should look at ([`warn`]).
+    Warning(String),
+}
+
+impl Said {
+    /// Prints it.
+    pub fn print(&self) {
+        match self {
+            Said::Line(text) => say(text),
+            Said::Warning(text) => warn(text),
+        }
+    }
+}
+
 /// Prints one terminal line, `[HH:MM:SS] text`, to stdout.
 pub fn say(text: &str) {
     let line = format!("[{}] {text}\n", clock(crate::clock::now_ts()));

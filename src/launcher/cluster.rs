@@ -5,6 +5,7 @@
 //! [`super::EndFacts`].
 
 use super::{Attempt, EndFacts, Proc, slurm};
+use crate::console::Said;
 use crate::policy::kill::KillReason;
 use crate::policy::outcome::Verdict;
 use crate::process::supervisor::ExitRecord;
@@ -29,6 +30,9 @@ pub struct Cluster {
     /// Set after a failed `sbatch`: it may have reached the controller
     /// anyway, so our jobs are listed by name before the next submission.
     pub recheck: bool,
+    /// What it has to say (Slurm failing, answering again), for the
+    /// loop's reporter to print ([`super::Launcher::take_said`]).
+    pub said: Vec<Said>,
 }
 
 /// An attempt running (or waiting) on the cluster.
@@ -68,6 +72,7 @@ impl Cluster {
             submit_paused_until: None,
             last_submit_error: None,
             recheck: false,
+            said: Vec::new(),
         })
     }
 
@@ -101,10 +106,10 @@ impl Cluster {
     pub(super) fn keep_pending_after(&mut self, error: &anyhow::Error, now: Instant) -> bool {
         let text = format!("{error:#}");
         if self.last_submit_error.as_ref() != Some(&text) {
-            crate::console::warn(&format!(
+            self.said.push(Said::Warning(format!(
                 "cannot submit to Slurm ({text}); the job stays pending and submission pauses for {:.0}s",
                 self.interval.as_secs_f64()
-            ));
+            )));
             self.last_submit_error = Some(text);
         }
         self.submit_paused_until = Some(now + self.interval);
@@ -149,17 +154,17 @@ impl Cluster {
         let states = match self.slurm.query(&ids) {
             Ok(states) => {
                 if self.failing {
-                    crate::console::say("Slurm answers again");
+                    self.said.push(Said::Line("Slurm answers again".into()));
                     self.failing = false;
                 }
                 states
             }
             Err(e) => {
                 if !self.failing {
-                    crate::console::warn(&format!(
+                    self.said.push(Said::Warning(format!(
                         "cannot ask Slurm for the state of {} job(s) ({e:#}); they are kept as running and asked again every --poll",
                         ids.len()
-                    ));
+                    )));
                     self.failing = true;
                 }
                 return true;
@@ -183,7 +188,9 @@ impl Cluster {
             }
         }
         if let Err(e) = self.slurm.release(&held) {
-            crate::console::warn(&format!("cannot release held Slurm job(s) {held:?}: {e:#}"));
+            self.said.push(Said::Warning(format!(
+                "cannot release held Slurm job(s) {held:?}: {e:#}"
+            )));
         }
         true
     }
@@ -191,7 +198,7 @@ impl Cluster {
     /// Our live Slurm jobs with output under `log_dir` (to find
     /// submissions whose id never reached the journal); `None` when Slurm
     /// cannot be asked (warned).
-    pub(super) fn unjournaled(&self, log_dir: &Path) -> Option<Vec<slurm::JobState>> {
+    pub(super) fn unjournaled(&mut self, log_dir: &Path) -> Option<Vec<slurm::JobState>> {
         match self.slurm.ours(log_dir) {
             Ok(jobs) => Some(
                 jobs.into_iter()
@@ -199,9 +206,9 @@ impl Cluster {
                     .collect(),
             ),
             Err(e) => {
-                crate::console::warn(&format!(
+                self.said.push(Said::Warning(format!(
                     "cannot list our Slurm jobs ({e:#}); a submission not yet journaled would be missed"
-                ));
+                )));
                 None
             }
         }
@@ -276,15 +283,17 @@ impl ClusterJob {
         );
     }
 
-    /// Asks Slurm to cancel the job (once).
-    pub fn cancel(&mut self) {
+    /// Asks Slurm to cancel the job (once); what to warn when `scancel`
+    /// fails.
+    #[must_use]
+    pub fn cancel(&mut self) -> Option<Said> {
         if self.cancelled {
-            return;
+            return None;
         }
         self.cancelled = true;
-        if let Err(e) = slurm::cancel(self.id) {
-            crate::console::warn(&format!("cannot cancel Slurm job {}: {e:#}", self.id));
-        }
+        slurm::cancel(self.id)
+            .err()
+            .map(|e| Said::Warning(format!("cannot cancel Slurm job {}: {e:#}", self.id)))
     }
 }
 

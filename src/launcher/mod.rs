@@ -248,10 +248,19 @@ impl Launcher {
 
     /// Our live Slurm jobs with output under `log_dir`; `None` for local
     /// jobs, or when Slurm cannot be asked (warned).
-    pub fn unjournaled(&self, log_dir: &Path) -> Option<Vec<slurm::JobState>> {
+    pub fn unjournaled(&mut self, log_dir: &Path) -> Option<Vec<slurm::JobState>> {
         match self {
             Launcher::Local(_) => None,
             Launcher::Slurm(cluster) => cluster.unjournaled(log_dir),
+        }
+    }
+
+    /// What the launcher had to say since it was last asked, in order,
+    /// for the loop's reporter to print.
+    pub fn take_said(&mut self) -> Vec<crate::console::Said> {
+        match self {
+            Launcher::Local(_) => Vec::new(),
+            Launcher::Slurm(cluster) => std::mem::take(&mut cluster.said),
         }
     }
 
@@ -293,9 +302,11 @@ impl Launcher {
     pub fn abandon(&mut self, ready: Ready) {
         match (self, ready) {
             (Launcher::Local(local), Ready::Local { id, .. }) => local.abandon(id),
-            (_, Ready::Slurm(id)) => {
-                if let Err(e) = slurm::cancel(id) {
-                    crate::console::warn(&format!("cannot cancel held Slurm job {id}: {e:#}"));
+            (launcher, Ready::Slurm(id)) => {
+                if let (Err(e), Launcher::Slurm(cluster)) = (slurm::cancel(id), launcher) {
+                    cluster.said.push(crate::console::Said::Warning(format!(
+                        "cannot cancel held Slurm job {id}: {e:#}"
+                    )));
                 }
             }
             (_, Ready::Local { .. }) => {}
@@ -361,7 +372,9 @@ impl Launcher {
             }
             Proc::Adopted { identity, .. } => crate::process::signal_verified(identity, signal),
             Proc::Slurm(job) => {
-                job.cancel();
+                if let (Some(said), Launcher::Slurm(cluster)) = (job.cancel(), self) {
+                    cluster.said.push(said);
+                }
                 true
             }
         }

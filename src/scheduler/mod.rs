@@ -92,18 +92,26 @@ impl Scheduler {
         } else {
             self.due.status_stale = true;
         }
-        self.report.speak();
+        self.speak();
         Ok(code)
+    }
+
+    /// Prints what the phases and the launcher said, in order, through
+    /// the reporter (docs/ARCHITECTURE.md "The order of one tick").
+    fn speak(&mut self) {
+        let launcher = self.io.launcher.take_said();
+        self.report.said.extend(launcher);
+        self.report.speak();
     }
 
     /// Runs one phase; an error pauses dispatch until writes succeed again.
     /// What the phases said so far is printed before and after it, so
     /// lines keep their order with what lower modules print directly.
     fn guard(&mut self, phase: impl FnOnce(&mut Self) -> anyhow::Result<()>) {
-        self.report.speak();
+        self.speak();
         if let Err(error) = phase(self) {
             self.pause_on_io_error(&error);
         }
-        self.report.speak();
+        self.speak();
     }
 }

@@ -9,6 +9,7 @@
 //! struct of forty fields.
 
 use super::phases::Told;
+use crate::console::Said;
 use crate::gpu::GpuBackend;
 use crate::journal::Journal;
 use crate::launcher::Launcher;
@@ -119,16 +120,6 @@ impl Drop for Reporting {
     }
 }
 
-/// A terminal line a phase said (docs/ARCHITECTURE.md "The order of one
-/// tick": the phases say, the reporter speaks).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Said {
-    /// A line of what happened.
-    Line(String),
-    /// A warning: something the user should look at.
-    Warning(String),
-}
-
 impl Reporting {
     /// Nothing reported yet, for a scheduler started at `started_ts`.
     pub fn new(told: Told, started_ts: f64) -> Reporting {
@@ -158,10 +149,7 @@ impl Reporting {
     /// terminal lines are printed (through [`crate::console`]).
     pub fn speak(&mut self) {
         for said in self.said.drain(..) {
-            match said {
-                Said::Line(text) => crate::console::say(&text),
-                Said::Warning(text) => crate::console::warn(&text),
-            }
+            said.print();
         }
     }
 }

@@ -127,7 +127,7 @@ impl Scheduler {
         let owed = scheduler.owed_outcomes();
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
         scheduler.tell_what_was_not_told(owed);
-        scheduler.report.speak();
+        scheduler.speak();
         Ok(scheduler)
     }
 

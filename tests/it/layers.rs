@@ -279,15 +279,19 @@ fn prints_directly(code: &str) -> bool {
 }
 
 /// Only the reporter speaks (docs/ARCHITECTURE.md "The order of one
-/// tick"): the loop's phases and wake sources say their lines to
-/// `Reporting`, which prints them; only `scheduler/parts.rs` (the
+/// tick"): the loop's phases, its wake sources and the launcher say their
+/// lines to `Reporting`, which prints them; only `scheduler/parts.rs` (the
 /// reporter) and `scheduler/startup.rs` (before the loop exists) reach the
 /// console.
 #[test]
 fn only_the_reporter_prints_the_loops_lines() {
     let printing: Vec<String> = modules()
         .into_iter()
-        .filter(|(module, _)| module.first().is_some_and(|m| m == "scheduler"))
+        .filter(|(module, _)| {
+            module
+                .first()
+                .is_some_and(|m| m == "scheduler" || m == "launcher")
+        })
         .filter(|(module, _)| {
             !matches!(module.get(1).map(String::as_str), Some("parts" | "startup"))
         })

@@ -437,3 +437,54 @@ fn a_group_limit_holds_submissions_back() {
     }
     assert_eq!(most, 1, "{marks}");
 }
+
+/// When `squeue` stops answering, the running job is kept, the scheduler
+/// warns once, says when Slurm answers again, and the job still ends ok
+/// (the launcher's lines reach the terminal through the loop's reporter).
+#[test]
+fn squeue_failing_is_warned_once_and_its_return_said() {
+    if !cluster_up() {
+        return;
+    }
+    let env = Env::new("[vram=1G] echo running; sleep 10; echo finished\n");
+    let real = Command::new("sh")
+        .args(["-c", "command -v squeue"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    let bin = env.dir.path().join("bin");
+    let down = env.dir.path().join("slurm-down");
+    std::fs::create_dir_all(&bin).unwrap();
+    let wrapper = bin.join("squeue");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e '{}' ]; then echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1; fi\nexec '{real}' \"$@\"\n",
+            down.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = env.command(&SLURM);
+    cmd.env(
+        "PATH",
+        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+    );
+    let sched = common::Sched::from_command(cmd);
+    wait_for_within("the job to run", SLURM_DEADLINE, &mut || {
+        log_of(&env, 1).contains("running")
+    });
+    std::fs::write(&down, "").unwrap();
+    let warning = "cannot ask Slurm for the state of 1 job(s)";
+    wait_for_within("the warning", SLURM_DEADLINE, &mut || {
+        sched.stdout().contains(warning)
+    });
+    std::fs::remove_file(&down).unwrap();
+    wait_for_within("Slurm answering again", SLURM_DEADLINE, &mut || {
+        sched.stdout().contains("Slurm answers again")
+    });
+    let out = sched.finish_within(SLURM_DEADLINE);
+    assert_eq!(last_done(&env, 1)["status"], "ok", "{out:?}");
+    assert_eq!(out.stdout.matches(warning).count(), 1, "{}", out.stdout);
+}

@@ -65,7 +65,7 @@ impl Scheduler {
         ));
         // The summary is printed before the timeline is drawn, which can
         // take a second for a long run.
-        self.report.speak();
+        self.speak();
         self.write_timeline();
         self.flush_told_within(super::told::FLUSH_LIMIT);
         Some(code)

@@ -349,7 +349,7 @@ impl Scheduler {
                 "--notify: sending {pending} message(s) (up to {} s)",
                 limit.as_secs()
             ));
-            self.report.speak();
+            self.speak();
         }
         let delivered = match &mut self.report.told.notifier {
             Some(notifier) if pending > 0 => notifier.flush(deadline),

@@ -106,7 +106,7 @@ impl Scheduler {
 
     /// Runs one phase; an error pauses dispatch until writes succeed again.
     /// What the phases said so far is printed before and after it, so
-    /// lines keep their order with what lower modules print directly.
+    /// lines keep their order with what the ledger still prints directly.
     fn guard(&mut self, phase: impl FnOnce(&mut Self) -> anyhow::Result<()>) {
         self.speak();
         if let Err(error) = phase(self) {

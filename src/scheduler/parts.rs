@@ -136,13 +136,13 @@ impl Reporting {
     }
 
     /// Says `text` on the terminal, when the phase is over.
-    pub fn say(&mut self, text: &str) {
-        self.said.push(Said::Line(text.to_string()));
+    pub fn say(&mut self, text: impl Into<String>) {
+        self.said.push(Said::Line(text.into()));
     }
 
     /// Warns `text` on the terminal, when the phase is over.
-    pub fn warn(&mut self, text: &str) {
-        self.said.push(Said::Warning(text.to_string()));
+    pub fn warn(&mut self, text: impl Into<String>) {
+        self.said.push(Said::Warning(text.into()));
     }
 
     /// Prints what the phases said, in order: the one place the loop's

@@ -144,7 +144,7 @@ impl Scheduler {
         last_jobs_file: Option<&std::path::Path>,
     ) -> anyhow::Result<()> {
         let snapshot = self.first_snapshot()?;
-        self.report.say(&format!(
+        self.report.say(format!(
             "gpusched {} on {}; jobs file {}; logs in {}",
             env!("CARGO_PKG_VERSION"),
             self.io.backend.describe(),
@@ -182,7 +182,7 @@ impl Scheduler {
         if same(last, &self.core.jobs.path) {
             return;
         }
-        self.report.warn(&format!(
+        self.report.warn(format!(
             "log directory {} was last used with another jobs file, {}: jobs whose command finished there count as finished here too; give this file its own log directory with --log-dir DIR",
             self.cfg.log_dir.display(),
             last.display()
@@ -238,7 +238,7 @@ impl Scheduler {
                 .say("queue paused (by gpusched pause): no new job starts until `gpusched resume`");
         }
         if !self.core.control.drained.is_empty() {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "GPU {} drained (by gpusched drain): no new job starts there until `gpusched undrain`",
                 crate::console::gpu_ids(
                     &self
@@ -269,7 +269,7 @@ impl Scheduler {
         }
         let total: usize = counts.values().sum();
         if total > 0 {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "resuming: {total} of {} job(s) already finished in {} ({}); skipping them (--fresh runs everything again)",
                 self.core.jobs.specs.len(),
                 self.io.journal.path().display(),

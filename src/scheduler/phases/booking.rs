@@ -113,7 +113,7 @@ impl Scheduler {
         for start in &withdrawn {
             let key = &self.core.jobs.specs[start.index].key;
             let no = self.io.journal.state(key).map_or(0, |s| s.no);
-            self.report.say(&if late {
+            self.report.say(if late {
                 format!(
                     "job {no} waits: its booking took {} ms to publish, too long to be sure other schedulers saw it; the next round places it again",
                     published_ms.saturating_sub(since)

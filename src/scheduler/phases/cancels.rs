@@ -33,7 +33,7 @@ impl Scheduler {
         for key in cancelled {
             if let Some(job) = self.core.running.get_mut(&key) {
                 if job.begin_kill(KillReason::Cancel, now, &mut self.io.launcher) {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "job {} cancelled: stopping {}",
                         job.no,
                         job.handle_text()
@@ -48,7 +48,7 @@ impl Scheduler {
                 let no = state.no;
                 self.record_unrun(&key, DoneStatus::Cancelled)?;
                 self.report
-                    .say(&format!("⊘ job {no} cancelled before it started"));
+                    .say(format!("⊘ job {no} cancelled before it started"));
             }
         }
         Ok(())

@@ -67,7 +67,7 @@ impl Scheduler {
             } = &job.proc
                 && *id < below
             {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "job {}'s supervisor ended before the job (process group {}); watching the group instead",
                     job.no, job.pgid
                 ));

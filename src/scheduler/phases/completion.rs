@@ -112,7 +112,7 @@ impl Scheduler {
             }
             // Stopping: the next start adopts or re-runs it anyway.
             Err(e) if decision == Outcome::StoppedWithScheduler => {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "cannot record job {} as interrupted: {e:#}",
                     job.no
                 ));
@@ -193,7 +193,7 @@ impl Scheduler {
                     facts.exit.map(Exit::returncode),
                     duration_s,
                 );
-                self.report.say(&format!(
+                self.report.say(format!(
                     "↩ job {} preempted after {}; it is pending again and runs as attempt {} (GPUSCHED_PREEMPTED=1)",
                     job.no,
                     crate::console::human_duration(duration_s),
@@ -203,15 +203,15 @@ impl Scheduler {
             Outcome::Interrupted => {
                 self.io.journal.append(key, Event::Interrupted {})?;
                 if facts.verdict == Some(Verdict::Requeue) {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "↻ job {}: Slurm cancelled it with its failed dependency, which runs again; it is submitted again after it",
                         job.no
                     ));
                 } else if let Some(words) = &facts.words {
                     self.report
-                        .say(&format!("job {}: {words}; it runs again", job.no));
+                        .say(format!("job {}: {words}; it runs again", job.no));
                 } else {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "job {} from a previous scheduler ended (process group {} is gone); its outcome is unknown, so it runs again",
                         job.no, job.pgid
                     ));
@@ -339,7 +339,7 @@ impl Scheduler {
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
-        self.report.say(&report::completion_line(&CompletionLine {
+        self.report.say(report::completion_line(&CompletionLine {
             no: job.no,
             status,
             duration_s,

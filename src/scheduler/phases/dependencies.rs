@@ -74,7 +74,7 @@ impl Scheduler {
             if let Readiness::Failed { no, why } = self.readiness_of(&key) {
                 let own = self.io.journal.state(&key).map_or(0, |s| s.no);
                 self.record_unrun(&key, DoneStatus::DependencyFailed)?;
-                self.report.say(&format!(
+                self.report.say(format!(
                     "✗ job {own} dependency_failed: it runs after job {no}, which {}",
                     if why.contains(' ') {
                         format!("is {why}")

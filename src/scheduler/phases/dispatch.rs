@@ -363,7 +363,7 @@ impl Scheduler {
             let no = self.io.journal.state(&key).map_or(0, |s| s.no);
             self.record_unrun(&key, DoneStatus::Infeasible)?;
             self.report
-                .say(&format!("✗ job {no} infeasible: {reason}: {command}"));
+                .say(format!("✗ job {no} infeasible: {reason}: {command}"));
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ impl Scheduler {
                 continue;
             }
             if job.begin_kill(KillReason::OverDeclared, now, &mut self.io.launcher) {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "job {} uses {peak} MiB on a {declared} MiB declaration (+{:.0}%, over --tolerance {:.0}%): stopping it before it takes a neighbour down (enforce=stop); SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,
                     (peak as f64 / declared as f64 - 1.0) * 100.0,

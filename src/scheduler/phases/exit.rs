@@ -24,7 +24,7 @@ impl Scheduler {
                     .values()
                     .map(|j| j.no.to_string())
                     .collect();
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
                     left.len(),
                     left.join(", ")
@@ -53,7 +53,7 @@ impl Scheduler {
         let mut out = std::io::stdout().lock();
         let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
         drop(out);
-        self.report.say(&format!(
+        self.report.say(format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
             crate::console::human_duration(now_ts() - self.report.started_ts),
             self.report.this_run.dispatched,
@@ -76,10 +76,10 @@ impl Scheduler {
     fn write_timeline(&mut self) {
         let path = self.cfg.log_dir.join("timeline.svg");
         match crate::timeline::write(&self.cfg.log_dir, &path) {
-            Ok(()) => self.report.say(&format!("timeline: {}", path.display())),
+            Ok(()) => self.report.say(format!("timeline: {}", path.display())),
             Err(e) => self
                 .report
-                .warn(&format!("cannot draw {}: {e:#}", path.display())),
+                .warn(format!("cannot draw {}: {e:#}", path.display())),
         }
     }
 }

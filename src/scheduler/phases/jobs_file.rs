@@ -88,7 +88,7 @@ impl Scheduler {
         }) {
             Ok((specs, after)) => {
                 if self.core.jobs.source.last_error.take().is_some() {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "{} parses again; queue updated",
                         self.core.jobs.path.display()
                     ));
@@ -145,7 +145,7 @@ impl Scheduler {
             return Ok(false);
         }
         if self.core.jobs.source.last_error.take().is_some() {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "{} parses again; queue updated",
                 self.core.jobs.path.display()
             ));
@@ -263,7 +263,7 @@ impl Scheduler {
     fn queue_changed(&mut self, text_len: usize, text_hash: u64) {
         let disagreement = self.core.jobs.groups.disagreement();
         if disagreement.is_some() && disagreement != self.core.jobs.groups_warned {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "{}: {}",
                 self.core.jobs.path.display(),
                 disagreement.as_deref().unwrap_or_default()
@@ -338,7 +338,7 @@ fn warn_unbracketed(report: &mut Reporting, path: &std::path::Path, new: &[&JobS
         .collect();
     for (spec, block) in suspects.iter().take(SHOWN) {
         let rest = skip_words(&spec.command, block.split_whitespace().count());
-        report.warn(&format!(
+        report.warn(format!(
             "{} line {}: `{}` has no brackets, so the shell takes it for a variable and nothing is declared; did you mean `{block} {}`?",
             path.display(),
             spec.line,
@@ -347,7 +347,7 @@ fn warn_unbracketed(report: &mut Reporting, path: &std::path::Path, new: &[&JobS
         ));
     }
     if suspects.len() > SHOWN {
-        report.warn(&format!(
+        report.warn(format!(
             "{} more lines of {} begin with attributes outside brackets",
             suspects.len() - SHOWN,
             path.display()

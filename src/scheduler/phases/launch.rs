@@ -82,7 +82,7 @@ impl Scheduler {
             // log directory): this job fails, nothing is written through
             // it, and the rest of the queue goes on.
             Err(e) if let Some(why) = planted(&log_path, &e) => {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "job {no} not started: its log {} {why} (remove it)",
                     log_path.display()
                 ));
@@ -125,7 +125,7 @@ impl Scheduler {
             Ok(spawning) => spawning,
             Err(e) if self.io.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
             Err(e) => {
-                self.report.warn(&format!("cannot start job {no}: {e:#}"));
+                self.report.warn(format!("cannot start job {no}: {e:#}"));
                 self.record_unrun(&spec.key, DoneStatus::Failed)?;
                 return Ok(None);
             }
@@ -161,14 +161,14 @@ impl Scheduler {
         if let Some(supervisor) = self.io.launcher.supervisor()
             && let Some(warning) = self.wakes.watch_supervisor(supervisor)
         {
-            self.report.warn(&warning);
+            self.report.warn(warning);
         }
         let mut to_release = Vec::new();
         for (launch, started_job) in ready {
             self.release(launch, started_job, &boot_id, &mut to_release);
         }
         if let Err(e) = self.io.launcher.release_all(&to_release) {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
             ));
         }
@@ -191,7 +191,7 @@ impl Scheduler {
                 // The supervisor died with the job at its gate, where it
                 // ran nothing: it stays pending for a new supervisor.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    self.report.warn(&format!(
+                    self.report.warn(format!(
                         "job {} was not started ({e}); it stays pending",
                         launch.no
                     ));
@@ -199,7 +199,7 @@ impl Scheduler {
                 }
                 Err(e) => {
                     self.report
-                        .warn(&format!("cannot start job {}: {e}", launch.no));
+                        .warn(format!("cannot start job {}: {e}", launch.no));
                     let _ = files::append_to(
                         &launch.log_path,
                         format!("gpusched: cannot start the job: {e}\n").as_bytes(),
@@ -269,7 +269,7 @@ impl Scheduler {
         let started = Instant::now();
         match self.io.launcher.release(&started_job) {
             Ok(id) => to_release.extend(id),
-            Err(e) => self.report.warn(&format!(
+            Err(e) => self.report.warn(format!(
                 "job {}'s supervisor is gone before the start: {e}",
                 launch.no
             )),
@@ -294,7 +294,7 @@ impl Scheduler {
                 crate::console::gpu_ids(&launch.gpus, ",")
             ),
         };
-        self.report.say(&format!(
+        self.report.say(format!(
             "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
             launch.no,
             launch.dispatched,

@@ -79,7 +79,7 @@ impl Scheduler {
         };
         let (entries, bad) = history.read_new();
         if bad > 0 {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "history {}: skipped {bad} torn or garbled line(s)",
                 history.path().display()
             ));
@@ -143,7 +143,7 @@ impl Scheduler {
                 ts: crate::clock::now_ts(),
             };
             if let Err(e) = history.append(&entry) {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "cannot add to history {}: {e}",
                     history.path().display()
                 ));

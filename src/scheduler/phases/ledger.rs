@@ -103,7 +103,7 @@ impl Scheduler {
             Ok(()) => self.share.ledger_failing = false,
             Err(e) if !self.share.ledger_failing => {
                 self.share.ledger_failing = true;
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "cannot publish our bookings in the ledger {}: {e}; other schedulers see our jobs only by the memory they use",
                     ledger.dir().display()
                 ));

@@ -42,7 +42,7 @@ impl Scheduler {
             };
             let running = self.adopted(&key, &state, info);
             if let Some(id) = info.slurm_job_id {
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} was submitted to Slurm by a previous scheduler (Slurm job {id}); following it, not submitting it again",
                     state.no
                 ));
@@ -54,12 +54,12 @@ impl Scheduler {
             let record = ExitRecord::read(&running.exit_record);
             if record.as_ref().is_some_and(|r| r.never_ran) {
                 self.io.journal.append(&key, Event::Interrupted {})?;
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
                     state.no
                 ));
             } else if let Some(record) = record {
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} ended while no scheduler ran ({}); recording its outcome",
                     state.no,
                     record
@@ -74,7 +74,7 @@ impl Scheduler {
                     1 => format!("GPU {} stays", crate::model::device_label(info.gpus[0])),
                     _ => format!("GPUs {} stay", crate::console::gpu_ids(&info.gpus, ",")),
                 };
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} is still running from a previous scheduler (process group {}); not starting it again, its {held} reserved until it ends",
                     state.no, info.pgid
                 ));
@@ -82,14 +82,14 @@ impl Scheduler {
                 adopted_any = true;
             } else {
                 self.io.journal.append(&key, Event::Interrupted {})?;
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} was interrupted with a previous scheduler (process group {} is gone); it is pending again",
                     state.no, info.pgid
                 ));
             }
         }
         if adopted_any && let Err(e) = self.wakes.watch_exit_records(&self.cfg.log_dir) {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "cannot watch {} for exit records ({e}); adopted jobs are checked every --poll",
                 self.cfg.log_dir.join("exits").display()
             ));
@@ -169,7 +169,7 @@ impl Scheduler {
                     slurm_job_id: Some(job.id),
                 },
             )?;
-            self.report.say(&format!(
+            self.report.say(format!(
                 "job {no} was submitted to Slurm by a previous scheduler that did not journal it (Slurm job {}); taking it as attempt {attempt}, not submitting it again",
                 job.id
             ));
@@ -180,7 +180,7 @@ impl Scheduler {
         }
         if let Err(e) = self.io.launcher.release_all(&release) {
             self.report
-                .warn(&format!("cannot release Slurm job(s) {release:?}: {e:#}"));
+                .warn(format!("cannot release Slurm job(s) {release:?}: {e:#}"));
         }
         Ok(Some(taken))
     }

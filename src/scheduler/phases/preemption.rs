@@ -75,7 +75,7 @@ impl Scheduler {
             if let Some(job) = self.core.running.get_mut(&keys[id])
                 && job.begin_kill(KillReason::Preempt, now, &mut self.io.launcher)
             {
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} preempted for job {for_no}: SIGTERM to its process group {} (its chance to checkpoint), SIGKILL in {}s",
                     job.no,
                     job.pgid,

@@ -82,7 +82,7 @@ impl Scheduler {
         self.round.blocked_first = None;
         self.due.dispatch_needed = true;
         let no = self.io.journal.state(&key).map_or(0, |s| s.no);
-        self.report.say(&format!(
+        self.report.say(format!(
             "job {no} has waited {} blocked: GPU {} reserved for it; no other job starts there until it does",
             crate::console::human_duration(now.saturating_duration_since(since).as_secs_f64()),
             crate::console::gpu_ids(&gpus, ", ")

@@ -27,7 +27,7 @@ fn read_request(
     let owner = match std::fs::metadata(path) {
         Ok(meta) => meta.uid(),
         Err(e) => {
-            report.warn(&format!(
+            report.warn(format!(
                 "cannot look at the request {} ({e}); it is dropped",
                 path.display()
             ));
@@ -35,7 +35,7 @@ fn read_request(
         }
     };
     if owner != me && owner != 0 {
-        report.warn(&format!(
+        report.warn(format!(
             "a request from {} refused: only {} or root may change this scheduler's queue ({})",
             crate::files::user_name(owner),
             crate::files::user_name(me),
@@ -46,7 +46,7 @@ fn read_request(
     match std::fs::read(path) {
         Ok(bytes) => Some((bytes, (owner != me).then(|| crate::files::user_name(owner)))),
         Err(e) => {
-            report.warn(&format!(
+            report.warn(format!(
                 "cannot read the request {} ({e}); it is dropped (gpusched's own verbs write requests this scheduler can read)",
                 path.display()
             ));
@@ -81,7 +81,7 @@ impl Scheduler {
             };
             let applied = if let Ok(request) = serde_json::from_slice::<JobRequest>(&bytes) {
                 if let Some(by) = &by {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "{} of job {} asked by {by}",
                         request.verb(),
                         self.io.journal.state(request.key()).map_or(0, |s| s.no)
@@ -94,11 +94,11 @@ impl Scheduler {
             } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
                 if let Some(by) = &by {
                     self.report
-                        .say(&format!("a change of the queue asked by {by}:"));
+                        .say(format!("a change of the queue asked by {by}:"));
                 }
                 self.change_control(&change)
             } else {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "{} is no request gpusched understands; it is dropped",
                     path.display()
                 ));
@@ -136,7 +136,7 @@ impl Scheduler {
                 if let Some(was) = self.core.gpu.health.reopen(gpu) {
                     // Its memory is read afresh before a job goes there.
                     self.due.sample_now = true;
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "GPU {} opened by `gpusched undrain` (it was closed: {was}); it is closed again if it stops answering",
                         crate::model::device_label(gpu)
                     ));
@@ -154,7 +154,7 @@ impl Scheduler {
     fn cancel(&mut self, key: &str) -> anyhow::Result<()> {
         let Some(state) = self.io.journal.state(key) else {
             self.report
-                .warn(&format!("gpusched cancel: no job with key {key}; ignored"));
+                .warn(format!("gpusched cancel: no job with key {key}; ignored"));
             return Ok(());
         };
         if matches!(state.phase, Phase::Done(_)) {
@@ -170,22 +170,22 @@ impl Scheduler {
     fn retry(&mut self, key: &str) -> anyhow::Result<()> {
         let Some(state) = self.io.journal.state(key) else {
             self.report
-                .warn(&format!("gpusched retry: no job with key {key}; ignored"));
+                .warn(format!("gpusched retry: no job with key {key}; ignored"));
             return Ok(());
         };
         let no = state.no;
         if !matches!(state.phase, Phase::Done(_)) {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "gpusched retry: job {no} has not finished; ignored"
             ));
             return Ok(());
         }
         match self.core.jobs.spec(key) {
-            None => self.report.warn(&format!(
+            None => self.report.warn(format!(
                 "gpusched retry: job {no}'s line is no longer in {}; ignored",
                 self.core.jobs.path.display()
             )),
-            Some(spec) if spec.cancel => self.report.warn(&format!(
+            Some(spec) if spec.cancel => self.report.warn(format!(
                 "gpusched retry: job {no}'s line carries `cancel`; ignored"
             )),
             Some(_) => {
@@ -193,7 +193,7 @@ impl Scheduler {
                 self.core.jobs.done_prefix = 0;
                 self.due.dispatch_needed = true;
                 self.report
-                    .say(&format!("↺ job {no} queued again (gpusched retry)"));
+                    .say(format!("↺ job {no} queued again (gpusched retry)"));
             }
         }
         Ok(())

@@ -170,7 +170,7 @@ impl Scheduler {
             return;
         }
         if host.is_none() && (failures <= MAX_GPU_FAILURES || failures.is_multiple_of(60)) {
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "GPU query failed ({failures} in a row): {error:#}; running jobs keep running"
             ));
         }
@@ -231,7 +231,7 @@ impl Scheduler {
                         .told
                         .tell(crate::notifier::NotifyOn::Gpu, "gpu_closed", &said);
                 }
-                HealthChange::Reopened { index, was } => self.report.say(&format!(
+                HealthChange::Reopened { index, was } => self.report.say(format!(
                     "GPU {index} answers again ({REOPEN_AFTER_SAMPLES} good samples in a row since {was}); open to new jobs"
                 )),
             }
@@ -313,7 +313,7 @@ impl Scheduler {
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            self.report.warn(&format!(
+            self.report.warn(format!(
                 "NVML reports GPU processes this PID namespace cannot see (pid {}): gpusched seems to run in a container without the host's PID namespace; a job alone on its GPU is measured by that GPU's memory, others show n/a; run gpusched in the host's PID namespace (docker run --pid=host) to measure every job",
                 crate::console::numbers(&pids, ", ")
             ));
@@ -420,7 +420,7 @@ fn check_declaration(report: &mut Reporting, job: &mut Running, tolerance: f64, 
         && crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
     {
         job.usage.warned_over = true;
-        report.warn(&format!(
+        report.warn(format!(
             "job {} exceeds declared VRAM: peak {peak} MiB > {declared} MiB declared (+{:.0}%); its GPU neighbours may run out of memory — raise vram= for this job",
             job.no,
             (peak as f64 / declared as f64 - 1.0) * 100.0
@@ -428,7 +428,7 @@ fn check_declaration(report: &mut Reporting, job: &mut Running, tolerance: f64, 
     }
     if verbose && peak >= job.usage.reported_peak_mib + VERBOSE_STEP_MIB {
         job.usage.reported_peak_mib = peak;
-        report.say(&format!(
+        report.say(format!(
             "job {} VRAM peak {peak} MiB ({})",
             job.no,
             job.usage

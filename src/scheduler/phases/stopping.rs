@@ -23,14 +23,14 @@ impl Scheduler {
                 _ => None,
             };
             match on_signal(signal, stopping, now, process::KILL_GRACE) {
-                Stop::KeepScheduling => self.report.say(&format!(
+                Stop::KeepScheduling => self.report.say(format!(
                     "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
                     self.cfg.log_dir.display()
                 )),
                 Stop::LeaveJobs => self.leave_jobs(),
                 Stop::Begin { give_up_at } => self.begin_stop(signal_name(signal), give_up_at, now),
                 Stop::Hurry { give_up_at } => {
-                    self.report.say(&format!(
+                    self.report.say(format!(
                         "{} again: killing every running job now",
                         signal_name(signal)
                     ));
@@ -59,7 +59,7 @@ impl Scheduler {
     fn leave_jobs(&mut self) {
         self.take_reports();
         let left = self.core.running.len();
-        self.report.say(&format!(
+        self.report.say(format!(
             "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
             self.cfg.log_dir.display()
         ));
@@ -85,12 +85,12 @@ impl Scheduler {
             .running
             .retain(|_, job| !job.proc.outlives_scheduler());
         if self.core.running.len() < before {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
                 before - self.core.running.len()
             ));
         }
-        self.report.say(&format!(
+        self.report.say(format!(
             "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
             self.core.running.len(),
             process::KILL_GRACE.as_secs()
@@ -103,7 +103,7 @@ impl Scheduler {
         // running; the next start adopts it.
         self.core.running.retain(|_, job| {
             if !job.may_signal() {
-                self.report.say(&format!(
+                self.report.say(format!(
                     "job {} (process group {}) cannot be verified as ours; leaving it running",
                     job.no, job.pgid
                 ));

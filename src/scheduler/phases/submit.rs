@@ -45,7 +45,7 @@ impl Scheduler {
             self.round.pending_at_last_round -= 1;
             let spec = self.core.jobs.specs[index].clone();
             if spec.on_mask().is_some() {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "job line {}: on= is ignored on a Slurm cluster, where Slurm picks the GPUs",
                     spec.line
                 ));

@@ -15,7 +15,7 @@ impl Scheduler {
                 && job.timeout_at.is_some_and(|t| now >= t)
                 && job.begin_kill(KillReason::Timeout, now, &mut self.io.launcher)
             {
-                self.report.warn(&format!(
+                self.report.warn(format!(
                     "job {} reached its timeout after {}: SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,
                     crate::console::human_duration(job.started.elapsed().as_secs_f64()),

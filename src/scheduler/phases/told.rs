@@ -290,7 +290,7 @@ impl Scheduler {
             )
         });
         if !stale.is_empty() {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "--notify: not posting {} outcome(s) older than {} h that an earlier scheduler could not send",
                 stale.len(),
                 crate::notifier::MAX_AGE.as_secs() / 3600
@@ -307,7 +307,7 @@ impl Scheduler {
             })
             .collect();
         if !owed.is_empty() {
-            self.report.say(&format!(
+            self.report.say(format!(
                 "--notify: posting {} outcome(s) an earlier scheduler had not sent",
                 owed.len()
             ));
@@ -345,7 +345,7 @@ impl Scheduler {
             .map_or(0, |n| n.pending());
         if pending > 0 {
             // Said at once: the wait below may take a while.
-            self.report.say(&format!(
+            self.report.say(format!(
                 "--notify: sending {pending} message(s) (up to {} s)",
                 limit.as_secs()
             ));

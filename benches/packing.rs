@@ -34,6 +34,8 @@
 //! `timeout=`, most VRAM, their product, best fit across jobs) and prints
 //! what each gains and what it costs the jobs that wait.
 //!
+//! `GPUSCHED_BENCH_GPU_MIB=81920` plays the same traces on bigger GPUs.
+//!
 //! The Python original is not run here: it is not installed on the
 //! project's machines.
 
@@ -43,12 +45,22 @@ use common::Rng;
 use gpusched::allocation::{
     GpuLoad, Occupant, PlaceOptions, Placement, Planner, Request, headroom_mib,
 };
+use gpusched::policy::backfill::RESERVED_JOBS;
 use gpusched::policy::groups::GroupLimits;
 use gpusched::policy::round::{self, ReadyJob, RoundRules};
 use std::collections::HashMap;
 
 const GPUS: u32 = 4;
-const GPU_MIB: u64 = 24_000;
+/// Each GPU's memory (MiB): 24000, or `GPUSCHED_BENCH_GPU_MIB`.
+fn gpu_mib() -> u64 {
+    static MIB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MIB.get_or_init(|| {
+        std::env::var("GPUSCHED_BENCH_GPU_MIB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(24_000)
+    })
+}
 const JOBS: usize = 60;
 const TRACES: u64 = 20;
 
@@ -95,7 +107,7 @@ fn lower_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
         })
         .sum();
     let longest = jobs.iter().map(|j| j.run_s).fold(0.0, f64::max);
-    (work / (f64::from(GPUS) * GPU_MIB as f64)).max(longest)
+    (work / (f64::from(GPUS) * gpu_mib() as f64)).max(longest)
 }
 
 /// The strongest lower bound here (s): the area bound, the longest job,
@@ -107,7 +119,7 @@ fn lower_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
 /// half fill what those over one half leave, and the rest needs GPU-
 /// seconds of its own. No schedule, whatever its order, ends sooner.
 fn tighter_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
-    let size = |j: &Job| (j.request.vram_mib.unwrap() + opts.margin_mib) as f64 / GPU_MIB as f64;
+    let size = |j: &Job| (j.request.vram_mib.unwrap() + opts.margin_mib) as f64 / gpu_mib() as f64;
     let gpu_s = |j: &Job| f64::from(j.request.gpus) * j.run_s;
     let mut best = lower_bound(jobs, opts);
     for alpha in jobs.iter().map(size).filter(|a| *a <= 0.5) {
@@ -132,9 +144,10 @@ fn tighter_bound(jobs: &[Job], opts: &PlaceOptions) -> f64 {
 /// How a trace is played.
 #[derive(Clone, PartialEq)]
 enum Policy {
-    /// The scheduler's round: backfill with the head job's reservation;
-    /// the jobs after the head job tried as `Pick` orders them.
-    Backfill(Pick),
+    /// The scheduler's round: backfill with a reservation for each of the
+    /// first this many waiting jobs (`RESERVED_JOBS`: gpusched; 1: EASY);
+    /// the jobs after the first waiting job tried as `Pick` orders them.
+    Backfill(usize, Pick),
     /// First fit past waiting jobs, no reservation (estimates unknown).
     FirstFit,
     /// A job never starts before an earlier one.
@@ -194,17 +207,17 @@ struct Trace<'a> {
 
 impl Trace<'_> {
     /// One placement round at `now` through the scheduler's own
-    /// `round::plan` over `order` (`estimates`: backfill knows the jobs'
-    /// `timeout=`); returns the starts and the head job's reservation
-    /// (job, s).
+    /// `round::plan` over `order`, with reservations for up to `reserve`
+    /// waiting jobs (0: none, and backfill knows no job's `timeout=`);
+    /// returns the starts and the first reservation (job, s).
     fn round(
         &self,
         loads: &mut [GpuLoad],
         order: &[usize],
         now: f64,
-        estimates: bool,
+        reserve: usize,
     ) -> (Starts, Option<(usize, f64)>) {
-        let estimate = |i: usize| estimates.then_some(self.jobs[i].timeout_s);
+        let estimate = |i: usize| (reserve > 0).then_some(self.jobs[i].timeout_s);
         let rules = RoundRules {
             place: self.opts,
             reserved: None,
@@ -214,6 +227,7 @@ impl Trace<'_> {
             keep_waiting: usize::MAX,
             now,
             estimate_s: &estimate,
+            reserve_jobs: reserve,
         };
         let ready = order.iter().map(|&i| ReadyJob {
             index: i,
@@ -233,16 +247,16 @@ impl Trace<'_> {
         (starts, round.head.map(|(head, at, _)| (head, at)))
     }
 
-    /// `pending` (file order) with the jobs after this round's head job
-    /// in the order `pick` tries them.
+    /// `pending` (file order) with the jobs after this round's first
+    /// reserved job in the order `pick` tries them.
     fn backfill_order(
         &self,
         loads: &[GpuLoad],
         pending: &[usize],
-        now: f64,
+        (now, reserve): (f64, usize),
         pick: Pick,
     ) -> Vec<usize> {
-        let (_, head) = self.round(&mut loads.to_vec(), pending, now, true);
+        let (_, head) = self.round(&mut loads.to_vec(), pending, now, reserve);
         let Some(after) = head.and_then(|(h, _)| pending.iter().position(|&i| i == h)) else {
             return pending.to_vec();
         };
@@ -265,7 +279,7 @@ impl Trace<'_> {
             .filter_map(|(at, &job)| {
                 let mut then = loads.to_vec();
                 let tried: Vec<usize> = order.iter().copied().chain([job]).collect();
-                let (starts, _) = self.round(&mut then, &tried, now, true);
+                let (starts, _) = self.round(&mut then, &tried, now, reserve);
                 let (_, gpus) = starts.iter().find(|(i, _)| *i == job)?;
                 let left = gpus
                     .iter()
@@ -291,7 +305,7 @@ fn play(jobs: &[Job], policy: &Policy, opts: &PlaceOptions) -> (Vec<f64>, Vec<(u
         keys: (0..jobs.len()).map(|i| format!("j{i}")).collect(),
         groups: GroupLimits::default(),
     };
-    let backfill = matches!(policy, Policy::Backfill(_));
+    let backfill = matches!(policy, Policy::Backfill(..));
     let mut reserved: HashMap<usize, f64> = HashMap::new();
     let mut starts: Vec<Option<f64>> = vec![None; jobs.len()];
     // Running: (job, GPUs, real end).
@@ -301,7 +315,7 @@ fn play(jobs: &[Job], policy: &Policy, opts: &PlaceOptions) -> (Vec<f64>, Vec<(u
         let mut loads: Vec<GpuLoad> = (0..GPUS)
             .map(|index| GpuLoad {
                 index,
-                total_mib: GPU_MIB,
+                total_mib: gpu_mib(),
                 occupants: running
                     .iter()
                     .filter(|(_, gpus, _)| gpus.contains(&index))
@@ -337,13 +351,13 @@ fn play(jobs: &[Job], policy: &Policy, opts: &PlaceOptions) -> (Vec<f64>, Vec<(u
                     })
                     .collect()
             }
-            Policy::FirstFit => trace.round(&mut loads, &pending, now, false).0,
-            Policy::Backfill(pick) => {
+            Policy::FirstFit => trace.round(&mut loads, &pending, now, 0).0,
+            Policy::Backfill(reserve, pick) => {
                 let order = match pick {
                     Pick::FileOrder => pending,
-                    _ => trace.backfill_order(&loads, &pending, now, *pick),
+                    _ => trace.backfill_order(&loads, &pending, (now, *reserve), *pick),
                 };
-                let (started, head) = trace.round(&mut loads, &order, now, true);
+                let (started, head) = trace.round(&mut loads, &order, now, *reserve);
                 if let Some((head, at)) = head {
                     reserved.entry(head).or_insert(at);
                 }
@@ -442,93 +456,163 @@ fn summary(v: &[f64]) -> String {
     format!("mean {mean:.3}×, worst {max:.3}×")
 }
 
+/// What one policy did over the traces.
+#[derive(Default)]
+struct Tally {
+    /// Makespan ÷ lower bound, per trace.
+    ratios: Vec<f64>,
+    /// Jobs later than in strict order, and the most (s).
+    late: (usize, f64),
+    /// First reserved jobs, those started after the start first reserved
+    /// for them, and the most (s).
+    heads: (usize, usize, f64),
+    /// First reserved jobs later than in strict order, and the most (s).
+    heads_late: (usize, f64),
+}
+
+impl Tally {
+    /// Adds one trace's play: `starts` and first reservations (job, s),
+    /// against strict order's starts and the trace's lower bound (s).
+    /// Returns the jobs later than in strict order and the most (s).
+    fn add(
+        &mut self,
+        jobs: &[Job],
+        (starts, reserved): &Played,
+        strict: &[f64],
+        bound: f64,
+    ) -> (usize, f64) {
+        self.ratios.push(makespan(jobs, starts) / bound);
+        let (count, most) = delays(starts, strict);
+        self.late = (self.late.0 + count, self.late.1.max(most));
+        let (late, by) = heads_late(starts, reserved);
+        self.heads = (
+            self.heads.0 + reserved.len(),
+            self.heads.1 + late,
+            self.heads.2.max(by),
+        );
+        let firsts: Vec<f64> = reserved.iter().map(|&(j, _)| starts[j]).collect();
+        let strict_firsts: Vec<f64> = reserved.iter().map(|&(j, _)| strict[j]).collect();
+        let (count_h, most_h) = delays(&firsts, &strict_firsts);
+        self.heads_late = (self.heads_late.0 + count_h, self.heads_late.1.max(most_h));
+        (count, most)
+    }
+
+    /// The summary lines.
+    fn print(&self, name: &str) {
+        println!("{name}: {}", summary(&self.ratios));
+        println!(
+            "  {} job(s) over all traces started later than in strict order, the most by {:.0} s",
+            self.late.0, self.late.1
+        );
+        if self.heads.0 > 0 {
+            println!(
+                "  {} first reserved job(s): {} started after the start first reserved for it (the most by {:.0} s) [0]; {} later than in strict order (the most by {:.0} s)",
+                self.heads.0, self.heads.1, self.heads.2, self.heads_late.0, self.heads_late.1
+            );
+        }
+    }
+}
+
+/// A play's starts (s), and its first reservations (job, s).
+type Played = (Vec<f64>, Vec<(usize, f64)>);
+
 fn main() {
     let opts = PlaceOptions::default();
     println!(
-        "{JOBS} declared-VRAM jobs on {GPUS} × {GPU_MIB} MiB, {TRACES} seeded traces; makespan ÷ lower bound, and jobs later than in strict file order (count, most seconds)"
+        "{JOBS} declared-VRAM jobs on {GPUS} × {} MiB, {TRACES} seeded traces; makespan ÷ lower bound, and jobs later than in strict file order (count, most seconds)",
+        gpu_mib()
     );
     println!(
-        "{:>5}  {:>9} {:>10} {:>7} {:>8} {:>8} {:>8}  {:>14} {:>14}",
+        "{:>5}  {:>9} {:>7} {:>10} {:>7} {:>8} {:>8} {:>8}  {:>14} {:>14}",
         "trace",
         "backfill",
+        "EASY",
         "first-fit",
         "strict",
         "longest",
         "found",
         "least",
         "late backfill",
-        "late 1st-fit"
+        "late EASY"
     );
-    let mut ratios: [Vec<f64>; 6] = Default::default();
-    let mut late_backfill = (0, 0.0f64);
-    // Head jobs reserved, started after their first reserved start, most (s).
-    let mut heads = (0usize, 0usize, 0.0f64);
-    let mut late_first_fit = (0, 0.0f64);
+    let policies = [
+        (
+            "backfill (gpusched: conservative)",
+            Policy::Backfill(RESERVED_JOBS, Pick::FileOrder),
+        ),
+        (
+            "EASY backfill (one reservation)",
+            Policy::Backfill(1, Pick::FileOrder),
+        ),
+        ("first fit, no reservation", Policy::FirstFit),
+        ("strict file order", Policy::Strict),
+    ];
+    let mut tallies: Vec<Tally> = policies.iter().map(|_| Tally::default()).collect();
+    let (mut longest, mut found, mut least) = (Vec::new(), Vec::new(), Vec::new());
     for seed in 0..TRACES {
         let jobs = trace(seed);
         let bound = lower_bound(&jobs, &opts);
-        let (strict, _) = play(&jobs, &Policy::Strict, &opts);
-        let (backfill, reserved) = play(&jobs, &Policy::Backfill(Pick::FileOrder), &opts);
-        let (first_fit, _) = play(&jobs, &Policy::FirstFit, &opts);
-        let (longest, _) = play(&jobs, &Policy::InOrder(longest_first(&jobs)), &opts);
-        let (late, most) = heads_late(&backfill, &reserved);
-        heads = (heads.0 + reserved.len(), heads.1 + late, heads.2.max(most));
-        let r = [
-            makespan(&jobs, &backfill) / bound,
-            makespan(&jobs, &first_fit) / bound,
-            makespan(&jobs, &strict) / bound,
-            makespan(&jobs, &longest) / bound,
-            best_found(&jobs, &opts, seed) / bound,
-            tighter_bound(&jobs, &opts) / bound,
-        ];
-        let (lb, db) = delays(&backfill, &strict);
-        let (lf, df) = delays(&first_fit, &strict);
-        late_backfill = (late_backfill.0 + lb, late_backfill.1.max(db));
-        late_first_fit = (late_first_fit.0 + lf, late_first_fit.1.max(df));
-        println!(
-            "{seed:>5}  {:>8.3}× {:>9.3}× {:>6.3}× {:>7.3}× {:>7.3}× {:>7.3}×  {:>5} {:>7.0} s {:>5} {:>7.0} s",
-            r[0], r[1], r[2], r[3], r[4], r[5], lb, db, lf, df
+        let strict = play(&jobs, &Policy::Strict, &opts).0;
+        let late: Vec<(usize, f64)> = policies
+            .iter()
+            .zip(&mut tallies)
+            .map(|((_, policy), tally)| {
+                tally.add(&jobs, &play(&jobs, policy, &opts), &strict, bound)
+            })
+            .collect();
+        longest.push(
+            makespan(
+                &jobs,
+                &play(&jobs, &Policy::InOrder(longest_first(&jobs)), &opts).0,
+            ) / bound,
         );
-        for (all, one) in ratios.iter_mut().zip(r) {
-            all.push(one);
-        }
+        found.push(best_found(&jobs, &opts, seed) / bound);
+        least.push(tighter_bound(&jobs, &opts) / bound);
+        let r: Vec<f64> = tallies.iter().map(|t| *t.ratios.last().unwrap()).collect();
+        println!(
+            "{seed:>5}  {:>8.3}× {:>6.3}× {:>9.3}× {:>6.3}× {:>7.3}× {:>7.3}× {:>7.3}×  {:>5} {:>7.0} s {:>5} {:>7.0} s",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            longest[seed as usize],
+            found[seed as usize],
+            least[seed as usize],
+            late[0].0,
+            late[0].1,
+            late[1].0,
+            late[1].1
+        );
     }
     println!();
-    println!("backfill:  {} [≤ 1.10×]", summary(&ratios[0]));
-    println!("first fit: {}", summary(&ratios[1]));
-    println!("strict:    {}", summary(&ratios[2]));
+    for ((name, _), tally) in policies.iter().zip(&tallies) {
+        tally.print(name);
+    }
+    println!("[backfill ≤ 1.10×]");
     println!(
         "longest first, file order ignored (a reference only): {}",
-        summary(&ratios[3])
+        summary(&longest)
     );
-    let within = ratios[4].iter().filter(|r| **r <= 1.10).count();
+    let within = found.iter().filter(|r| **r <= 1.10).count();
     println!(
         "found: the best of {} start orders, run times known and file order ignored: {}; {within} of {TRACES} traces within 1.10×",
         search_steps(),
-        summary(&ratios[4])
+        summary(&found)
     );
     println!(
         "least: no schedule can end sooner (the bound for jobs that cannot share a GPU): {}",
-        summary(&ratios[5])
+        summary(&least)
     );
-    let from_least: Vec<f64> = ratios[0]
+    let from_least: Vec<f64> = tallies[0]
+        .ratios
         .iter()
-        .zip(&ratios[5])
+        .zip(&least)
         .map(|(b, l)| b / l)
         .collect();
     println!(
         "backfill ÷ that least possible makespan: {}",
         summary(&from_least)
     );
-    println!(
-        "with backfill, {} head job(s) got a reservation; {} started after the start first reserved for it (the most by {:.0} s) [0]",
-        heads.0, heads.1, heads.2
-    );
-    for (name, (count, most)) in [("backfill", late_backfill), ("first fit", late_first_fit)] {
-        println!(
-            "with {name}, {count} job(s) over all traces started later than in strict order; the most by {most:.0} s"
-        );
-    }
     if std::env::args().any(|a| a == "--alternatives") {
         alternatives(&opts);
     } else {
@@ -538,29 +622,31 @@ fn main() {
     }
 }
 
-/// The orders tried for the jobs after the head job, beside file order.
+/// The orders tried for the jobs after the first reserved job, beside
+/// file order.
 fn alternatives(opts: &PlaceOptions) {
     println!();
-    println!("backfill, the jobs after the head job tried in another order than the file's:");
-    for (pick, name) in [(Pick::FileOrder, "file order (gpusched)")]
-        .into_iter()
-        .chain(Pick::ALTERNATIVES)
-    {
-        let (mut ratios, mut heads, mut late) = (Vec::new(), 0, (0, 0.0f64));
-        for seed in 0..TRACES {
-            let jobs = trace(seed);
-            let (strict, _) = play(&jobs, &Policy::Strict, opts);
-            let (starts, reserved) = play(&jobs, &Policy::Backfill(pick), opts);
-            ratios.push(makespan(&jobs, &starts) / lower_bound(&jobs, opts));
-            heads += heads_late(&starts, &reserved).0;
-            let (count, most) = delays(&starts, &strict);
-            late = (late.0 + count, late.1.max(most));
+    println!(
+        "backfill, the jobs after the first reserved job tried in another order than the file's:"
+    );
+    for reserve in [RESERVED_JOBS, 1] {
+        // Best fit takes the jobs that can start first, so with many
+        // reservations none of the later ones is reserved before they
+        // start: it is measured with one (EASY) only.
+        for (pick, name) in [(Pick::FileOrder, "file order (gpusched)")]
+            .into_iter()
+            .chain(Pick::ALTERNATIVES)
+            .filter(|(pick, _)| reserve == 1 || *pick != Pick::BestFit)
+        {
+            let mut tally = Tally::default();
+            for seed in 0..TRACES {
+                let jobs = trace(seed);
+                let strict = play(&jobs, &Policy::Strict, opts).0;
+                let played = play(&jobs, &Policy::Backfill(reserve, pick), opts);
+                tally.add(&jobs, &played, &strict, lower_bound(&jobs, opts));
+            }
+            let kind = if reserve == 1 { "EASY" } else { "conservative" };
+            tally.print(&format!("{kind}, {name}"));
         }
-        println!(
-            "  {name:<28} {}; head jobs started after their reserved start: {heads}; later than in strict order: {} job(s), the most by {:.0} s",
-            summary(&ratios),
-            late.0,
-            late.1
-        );
     }
 }

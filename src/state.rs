@@ -628,7 +628,8 @@ pub struct LastRound {
     /// Pending jobs as the round left them (for "n/N dispatched" in a
     /// round over appended lines only).
     pub pending_at_last_round: usize,
-    /// The head job's backfill reservation (docs/BEHAVIOUR.md
-    /// "Backfill"): its key, expected start (Unix seconds) and GPUs.
+    /// The first backfill reservation in queue order, the head job's when
+    /// its start is known (docs/BEHAVIOUR.md "Backfill"): its job's key,
+    /// expected start (Unix seconds) and GPUs.
     pub head: Option<(String, f64, Vec<u32>)>,
 }

@@ -321,6 +321,12 @@ impl<'a> Planner<'a> {
         placement
     }
 
+    /// The options a job is placed under: the reserved job's (`reserved`),
+    /// or every other job's, with the reserved GPUs closed.
+    pub fn options(&self, reserved: bool) -> &PlaceOptions {
+        if reserved { self.opts } else { &self.others }
+    }
+
     /// Where `request` would start now, with the GPUs of `avoid` closed
     /// too, without booking it ([`Planner::book`] does).
     pub fn try_place(
@@ -446,11 +452,11 @@ pub enum WaitReason {
         /// Its limit.
         limit: u32,
     },
-    /// It would start now, but would then delay the head job, whose GPUs
+    /// It would start now, but would then delay a waiting job, whose GPUs
     /// are reserved from its expected start (docs/BEHAVIOUR.md
     /// "Backfill").
     WouldDelay {
-        /// The head job's display number.
+        /// The reserved job's display number.
         no: u32,
         /// Its expected start (whole Unix seconds).
         at: u64,

@@ -1,21 +1,27 @@
-//! Backfill that never delays the head job (docs/BEHAVIOUR.md
-//! "Backfill"), as Slurm's backfill scheduler does it: the first job in
-//! queue order that cannot start now (the head job) gets a reservation at
-//! its earliest expected start — the first expected end of our running
-//! jobs after which placement gives it its GPUs — and a later job may
-//! start now only if that start stays where it is: the job goes on GPUs
-//! the reservation does not need, or it is expected to end before the
-//! reserved start, or it fits in the VRAM that stays free beside the head
-//! job then. A job without an expected end counts as running forever.
-//! One reservation per round (EASY backfill); docs/PERFORMANCE.md says
-//! why not more. Pure: loads, requests and Unix seconds in, answers out.
+//! Backfill that never delays a waiting job's reservation
+//! (docs/BEHAVIOUR.md "Backfill"), as Slurm's backfill scheduler does it:
+//! the first waiting jobs in queue order (up to [`RESERVED_JOBS`]) each
+//! get a reservation at their earliest expected start — the first expected
+//! end of our running jobs or of an earlier reservation from which
+//! placement gives them their GPUs for their whole expected run beside
+//! everything booked then — and any job may start now only if it fits for
+//! its whole expected run beside the reservations: on GPUs they do not
+//! need, or ending before they start, or in the VRAM that stays free beside
+//! them. A job without an expected end counts as running forever.
+//! Conservative backfill (a reservation per waiting job, not only the
+//! first: EASY); docs/PERFORMANCE.md "Backfill" has the measurement.
+//! Pure: loads, requests and Unix seconds in, answers out.
 
 use crate::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Request, place};
-use crate::model::GpuMask;
+use crate::model::{GpuMask, gpu_mask};
 
-/// Expected ends tried as the head job's start, earliest first: past
+/// Expected ends tried as a waiting job's start, earliest first: past
 /// these, its start counts as unknown.
 const ENDS_TRIED: usize = 64;
+
+/// How many waiting jobs, first in queue order, get a reservation in a
+/// round; later ones only start now where they delay none of these.
+pub const RESERVED_JOBS: usize = 32;
 
 /// The loads as they will be at `at` (Unix seconds): without the
 /// occupants expected to end by then, whose current memory frees.
@@ -40,99 +46,235 @@ pub fn loads_at(loads: &[GpuLoad], at: f64) -> Vec<GpuLoad> {
         .collect()
 }
 
-/// The head job's reservation in one round.
+/// One waiting job's reservation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Shadow {
-    /// The head job's index in the jobs file's lines.
-    pub head: usize,
-    /// What it asks for, kept to the reserved GPUs.
+pub struct Reservation {
+    /// The job's index in the jobs file's lines.
+    pub job: usize,
+    /// What it asks for.
     request: Request,
     /// When it is expected to start (Unix seconds).
     pub at: f64,
+    /// When it is expected to end (Unix seconds; infinite when unknown).
+    until: f64,
     /// The GPUs it gets then, ascending.
     pub gpus: Vec<u32>,
-    /// The loads at [`Shadow::at`], with the jobs started since that run
-    /// past it.
-    loads: Vec<GpuLoad>,
 }
 
-impl Shadow {
-    /// The reservation of the head job `head` (line index), which asks
-    /// for `request` and cannot start on `loads` now: the earliest
-    /// expected end of an occupant after which it is placed; `None` when
-    /// no known end frees enough (its start is unknown).
-    pub fn of(
-        head: usize,
+impl Reservation {
+    /// Whether it holds its GPUs at `at` (Unix seconds).
+    fn holds_at(&self, at: f64) -> bool {
+        self.at <= at && at < self.until
+    }
+
+    /// Whether it holds any of `gpus` at some moment of [from, to).
+    fn overlaps(&self, gpus: &[u32], from: f64, to: f64) -> bool {
+        self.at < to && from < self.until && gpus.iter().any(|g| self.gpus.contains(g))
+    }
+}
+
+/// The reservations of one round, in queue order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reservations {
+    list: Vec<Reservation>,
+    /// Waiting jobs a reservation was sought for, found or not.
+    tried: usize,
+    /// Requests refused a start, with their expected end's bits, and the
+    /// reservation each would delay (job, start): within a round the
+    /// loads and reservations only grow, so an equal request is refused
+    /// again (a long queue of look-alike jobs costs a look-up each).
+    refused: std::collections::HashMap<(Request, u64), (usize, f64)>,
+}
+
+impl Reservations {
+    /// The reservations so far, in queue order.
+    pub fn list(&self) -> &[Reservation] {
+        &self.list
+    }
+
+    /// How many waiting jobs a reservation was sought for, found or not.
+    pub fn tried(&self) -> usize {
+        self.tried
+    }
+
+    /// Where `request` may start now (`now`, Unix seconds) and run until
+    /// `until` (infinite: unknown) beside `loads` (our jobs as they run
+    /// now, with their expected ends) without moving any reservation:
+    /// `chosen` when it fits there for the whole run, else the GPUs
+    /// placement gives it under `opts` with the reservations held, else
+    /// `Err` with the first reservation it would delay (its job's line
+    /// index and expected start).
+    pub fn start_now(
+        &mut self,
         request: &Request,
+        chosen: &[u32],
+        (now, until): (f64, f64),
         loads: &[GpuLoad],
         opts: &PlaceOptions,
-    ) -> Option<Shadow> {
-        let mut ends: Vec<f64> = loads
-            .iter()
-            .flat_map(|g| g.occupants.iter().filter_map(|o| o.ends_at))
-            .filter(|t| t.is_finite())
-            .collect();
-        ends.sort_by(f64::total_cmp);
-        ends.dedup();
-        ends.into_iter().take(ENDS_TRIED).find_map(|at| {
-            let then = loads_at(loads, at);
-            let Placement::Start(gpus) = place(request, &then, opts) else {
-                return None;
-            };
-            Some(Shadow {
-                head,
-                request: Request {
-                    on_mask: Some(crate::model::gpu_mask(&gpus)),
-                    ..*request
-                },
-                at,
-                gpus,
-                loads: then,
-            })
+    ) -> Result<Vec<u32>, (usize, f64)> {
+        let window = Window {
+            from: now,
+            to: until,
+            now,
+        };
+        if self.list.is_empty() {
+            return Ok(chosen.to_vec());
+        }
+        let seen = (*request, until.to_bits());
+        if let Some(&delayed) = self.refused.get(&seen) {
+            return Err(delayed);
+        }
+        if self.fits_on(request, chosen, window, loads, opts) {
+            return Ok(chosen.to_vec());
+        }
+        self.place(request, window, loads, opts).ok_or_else(|| {
+            let first = self
+                .list
+                .iter()
+                .find(|r| r.overlaps(chosen, now, until))
+                .unwrap_or(&self.list[0]);
+            self.refused.insert(seen, (first.job, first.at));
+            (first.job, first.at)
         })
     }
 
-    /// The reserved GPUs as a mask.
-    pub fn mask(&self) -> GpuMask {
-        crate::model::gpu_mask(&self.gpus)
+    /// Reserves for `job`, which asks for `request`, cannot start now
+    /// (`now`, Unix seconds) and is expected to run `estimate_s` (`None`:
+    /// for ever): the earliest expected end, of a running job on `loads`
+    /// or of a reservation, from which it fits for its whole run. `None`
+    /// when no known end frees enough (its start is unknown, and no later
+    /// job is held for it).
+    pub fn reserve(
+        &mut self,
+        job: usize,
+        request: &Request,
+        (now, estimate_s): (f64, Option<f64>),
+        loads: &[GpuLoad],
+        opts: &PlaceOptions,
+    ) -> Option<&Reservation> {
+        self.tried += 1;
+        let mut ends: Vec<f64> = loads
+            .iter()
+            .flat_map(|g| g.occupants.iter().filter_map(|o| o.ends_at))
+            .chain(self.list.iter().map(|r| r.until))
+            .filter(|t| t.is_finite())
+            .map(|t| t.max(now))
+            .collect();
+        ends.sort_by(f64::total_cmp);
+        ends.dedup();
+        let run_s = estimate_s.unwrap_or(f64::INFINITY);
+        let (at, gpus) = ends.into_iter().take(ENDS_TRIED).find_map(|at| {
+            let window = Window {
+                from: at,
+                to: at + run_s,
+                now: f64::NEG_INFINITY,
+            };
+            Some((at, self.place(request, window, loads, opts)?))
+        })?;
+        self.list.push(Reservation {
+            job,
+            request: *request,
+            at,
+            until: at + run_s,
+            gpus,
+        });
+        self.list.last()
     }
 
-    /// Whether `request` may start now on `chosen`, expected to end at
-    /// `ends_at` (Unix seconds; `None`: never known), without moving the
-    /// head job's start: it avoids the reserved GPUs, or it ends by the
-    /// reserved start, or the head job still fits on its GPUs beside it.
-    pub fn allows(
+    /// GPUs for `request` that hold it over `window`: placement at the
+    /// window's start, its GPUs checked at every moment a reservation
+    /// begins within it, those that fail closed and placement tried again.
+    fn place(
         &self,
         request: &Request,
-        chosen: &[u32],
-        ends_at: Option<f64>,
+        window: Window,
+        loads: &[GpuLoad],
         opts: &PlaceOptions,
-    ) -> bool {
-        if chosen.iter().all(|g| !self.gpus.contains(g)) {
-            return true;
+    ) -> Option<Vec<u32>> {
+        let mut closed: GpuMask = 0;
+        loop {
+            let first = self.loads_then(loads, window.from, window);
+            let opts_now = PlaceOptions {
+                drained_mask: opts.drained_mask | closed,
+                ..opts.clone()
+            };
+            let Placement::Start(gpus) = place(request, &first, &opts_now) else {
+                return None;
+            };
+            let failing: Vec<u32> = gpus
+                .iter()
+                .copied()
+                .filter(|g| !self.fits_on(request, &[*g], window, loads, opts))
+                .collect();
+            if failing.is_empty() && self.fits_on(request, &gpus, window, loads, opts) {
+                return Some(gpus);
+            }
+            let before = closed;
+            closed |= gpu_mask(if failing.is_empty() { &gpus } else { &failing });
+            if closed == before {
+                return None;
+            }
         }
-        if ends_at.is_some_and(|end| end <= self.at) {
-            return true;
-        }
-        let mut then = self.loads.clone();
-        hold(&mut then, request, chosen);
-        matches!(place(&self.request, &then, opts), Placement::Start(_))
     }
 
-    /// Takes in a start that [`Shadow::allows`]: one that runs past the
-    /// reserved start holds its declaration there.
-    pub fn add(&mut self, request: &Request, chosen: &[u32], ends_at: Option<f64>) {
-        if ends_at.is_none_or(|end| end > self.at) {
-            hold(&mut self.loads, request, chosen);
+    /// Whether `request` fits on exactly `gpus` at every moment of
+    /// `window` that matters: its start and each reservation's start
+    /// within it (our running jobs only end, so nothing else grows).
+    fn fits_on(
+        &self,
+        request: &Request,
+        gpus: &[u32],
+        window: Window,
+        loads: &[GpuLoad],
+        opts: &PlaceOptions,
+    ) -> bool {
+        let kept = Request {
+            gpus: gpus.len() as u32,
+            on_mask: Some(gpu_mask(gpus)),
+            ..*request
+        };
+        let starts = self
+            .list
+            .iter()
+            .map(|r| r.at)
+            .filter(|&at| window.from < at && at < window.to);
+        std::iter::once(window.from).chain(starts).all(|at| {
+            let then = self.loads_then(loads, at, window);
+            matches!(place(&kept, &then, opts), Placement::Start(_))
+        })
+    }
+
+    /// The loads at `at`: our running jobs as they run now (at `now`) or
+    /// as expected then, with the reservations that hold their GPUs then.
+    fn loads_then(&self, loads: &[GpuLoad], at: f64, window: Window) -> Vec<GpuLoad> {
+        let mut then = if at <= window.now {
+            loads.to_vec()
+        } else {
+            loads_at(loads, at)
+        };
+        for r in self.list.iter().filter(|r| r.holds_at(at)) {
+            hold(&mut then, &r.request, &r.gpus, Some(r.until));
         }
+        then
     }
 }
 
-/// Adds `request` as an occupant holding its full declaration on `chosen`.
-fn hold(loads: &mut [GpuLoad], request: &Request, chosen: &[u32]) {
+/// A stretch of time a job would run (Unix seconds), and now: the loads
+/// at or before `now` are the real ones, later ones are as expected.
+#[derive(Clone, Copy)]
+struct Window {
+    from: f64,
+    to: f64,
+    now: f64,
+}
+
+/// Adds `request` as an occupant holding its full declaration on `chosen`
+/// until `ends_at`.
+fn hold(loads: &mut [GpuLoad], request: &Request, chosen: &[u32], ends_at: Option<f64>) {
     for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
         gpu.occupants.push(Occupant {
             declared_mib: request.vram_mib,
+            ends_at: ends_at.filter(|t| t.is_finite()),
             ..Occupant::default()
         });
     }
@@ -172,78 +314,166 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_head_job_starts_at_the_first_end_that_frees_enough() {
-        // Two 20G jobs end at 1006 and 1003; a two-GPU 20G job needs both.
-        let loads = busy(&[(20_480, Some(NOW + 6.0)), (20_480, Some(NOW + 3.0))]);
+    /// Reserves for `job` on `loads` with `estimate_s`; its start and GPUs.
+    fn reserve(
+        r: &mut Reservations,
+        job: usize,
+        request: Request,
+        estimate_s: Option<f64>,
+        loads: &[GpuLoad],
+    ) -> Option<(f64, Vec<u32>)> {
         let opts = PlaceOptions::default();
-        let shadow = Shadow::of(2, &declared(20_480, 2), &loads, &opts).unwrap();
-        assert_eq!(
-            (shadow.head, shadow.at, shadow.gpus.clone()),
-            (2, NOW + 6.0, vec![0, 1])
-        );
-        // One GPU is enough for a 10G job: the first end.
-        let shadow = Shadow::of(2, &declared(10_240, 1), &loads, &opts).unwrap();
-        assert_eq!((shadow.at, shadow.gpus), (NOW + 3.0, vec![1]));
-        // An end nobody knows frees nothing.
-        let loads = busy(&[(20_480, None), (20_480, Some(NOW + 3.0))]);
-        assert_eq!(Shadow::of(2, &declared(20_480, 2), &loads, &opts), None);
+        r.reserve(job, &request, (NOW, estimate_s), loads, &opts)
+            .map(|r| (r.at, r.gpus.clone()))
+    }
+
+    /// Whether `request` may start now on `chosen` until `until`.
+    fn starts(
+        r: &mut Reservations,
+        request: Request,
+        chosen: &[u32],
+        until: Option<f64>,
+        loads: &[GpuLoad],
+    ) -> Result<Vec<u32>, (usize, f64)> {
+        let run = (NOW, until.unwrap_or(f64::INFINITY));
+        r.start_now(&request, chosen, run, loads, &PlaceOptions::default())
     }
 
     #[test]
-    fn a_later_job_starts_only_where_it_does_not_delay_the_head() {
-        let opts = PlaceOptions::default();
-        // GPU 1 is free now; the head needs both GPUs once GPU 0's job ends
-        // at 1006.
+    fn a_waiting_job_is_reserved_at_the_first_end_that_frees_enough() {
+        // Two 20G jobs end at 1006 and 1003; a two-GPU 20G job needs both.
+        let loads = busy(&[(20_480, Some(NOW + 6.0)), (20_480, Some(NOW + 3.0))]);
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 2, declared(20_480, 2), None, &loads),
+            Some((NOW + 6.0, vec![0, 1]))
+        );
+        // One GPU is enough for a 10G job: the first end.
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 2, declared(10_240, 1), Some(5.0), &loads),
+            Some((NOW + 3.0, vec![1]))
+        );
+        // An end nobody knows frees nothing: no reservation, but tried.
+        let loads = busy(&[(20_480, None), (20_480, Some(NOW + 3.0))]);
+        let mut r = Reservations::default();
+        assert_eq!(reserve(&mut r, 2, declared(20_480, 2), None, &loads), None);
+        assert!(r.list().is_empty());
+        assert_eq!(r.tried(), 1);
+    }
+
+    #[test]
+    fn a_job_starts_now_only_where_it_delays_no_reservation() {
+        // GPU 1 is free now; the first waiting job needs both GPUs once
+        // GPU 0's job ends at 1006.
         let mut loads = busy(&[(20_480, Some(NOW + 6.0)), (0, None)]);
         loads[1].occupants.clear();
-        let shadow = Shadow::of(0, &declared(20_480, 2), &loads, &opts).unwrap();
-        assert_eq!(shadow.at, NOW + 6.0);
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 0, declared(20_480, 2), None, &loads),
+            Some((NOW + 6.0, vec![0, 1]))
+        );
         let short = declared(3_072, 1);
         // Ends before the reserved start: fine.
-        assert!(shadow.allows(&short, &[1], Some(NOW + 3.0), &opts));
-        assert!(shadow.allows(&short, &[1], Some(NOW + 6.0), &opts));
-        // Runs past it, or for ever: 3G beside the head's 20G does not fit.
-        assert!(!shadow.allows(&short, &[1], Some(NOW + 9.0), &opts));
-        assert!(!shadow.allows(&short, &[1], None, &opts));
-        // A small one fits beside the head job: fine even for ever.
+        assert_eq!(
+            starts(&mut r, short, &[1], Some(NOW + 3.0), &loads),
+            Ok(vec![1])
+        );
+        assert_eq!(
+            starts(&mut r, short, &[1], Some(NOW + 6.0), &loads),
+            Ok(vec![1])
+        );
+        // Runs past it, or for ever: 3G beside its 20G does not fit.
+        let delays = Err((0, NOW + 6.0));
+        assert_eq!(starts(&mut r, short, &[1], Some(NOW + 9.0), &loads), delays);
+        assert_eq!(starts(&mut r, short, &[1], None, &loads), delays);
+        // A small one fits beside it: fine even for ever.
         let tiny = declared(1_024, 1);
-        assert!(shadow.allows(&tiny, &[1], None, &opts));
-        // GPUs the reservation does not need: fine.
-        // (GPU 2, 48000 MiB, holds a 20G job for ever: best fit keeps the
-        // head on GPUs 0 and 1.)
+        assert_eq!(starts(&mut r, tiny, &[1], None, &loads), Ok(vec![1]));
+        // GPUs the reservation does not need: fine, and a job placed on
+        // its GPUs goes there instead. (GPU 2, 48000 MiB, holds a 20G job
+        // for ever: best fit keeps the reservation on GPUs 0 and 1.)
         let mut three = loads.clone();
         let mut big = busy(&[(20_480, None)]).remove(0);
         big.index = 2;
         big.total_mib = 48_000;
         three.push(big);
-        let shadow = Shadow::of(0, &declared(20_480, 2), &three, &opts).unwrap();
-        assert_eq!(shadow.gpus, vec![0, 1]);
-        assert!(shadow.allows(&short, &[2], None, &opts));
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 0, declared(20_480, 2), None, &three),
+            Some((NOW + 6.0, vec![0, 1]))
+        );
+        assert_eq!(starts(&mut r, short, &[2], None, &three), Ok(vec![2]));
+        assert_eq!(starts(&mut r, short, &[1], None, &three), Ok(vec![2]));
+    }
+
+    #[test]
+    fn every_waiting_job_gets_its_own_reservation_and_none_is_delayed() {
+        // GPU 0: a 20G job until 1006; GPU 1: a 12G job until 1003.
+        let loads = busy(&[(20_480, Some(NOW + 6.0)), (12_288, Some(NOW + 3.0))]);
+        let mut r = Reservations::default();
+        // The first waiting job (20G, 10 s) gets GPU 1 from 1003 to 1013.
+        assert_eq!(
+            reserve(&mut r, 0, declared(20_480, 1), Some(10.0), &loads),
+            Some((NOW + 3.0, vec![1]))
+        );
+        // The second (20G, 4 s) is not pushed behind it: GPU 0 from 1006.
+        assert_eq!(
+            reserve(&mut r, 1, declared(20_480, 1), Some(4.0), &loads),
+            Some((NOW + 6.0, vec![0]))
+        );
+        // The third (a two-GPU 20G job) after both: 1013, when the first
+        // ends (the second ends at 1010).
+        assert_eq!(
+            reserve(&mut r, 2, declared(20_480, 2), None, &loads),
+            Some((NOW + 13.0, vec![0, 1]))
+        );
+        // A 3G job of 5 s fits now on neither GPU without delaying one:
+        // it would delay the first reservation on GPU 1 (and the second
+        // on GPU 0).
+        let small = declared(3_072, 1);
+        assert_eq!(
+            starts(&mut r, small, &[1], Some(NOW + 5.0), &loads),
+            Err((0, NOW + 3.0))
+        );
+        // One of 2 s ends before either: fine.
+        assert_eq!(
+            starts(&mut r, small, &[1], Some(NOW + 2.0), &loads),
+            Ok(vec![1])
+        );
+        // A refusal is remembered for equal requests.
+        assert_eq!(
+            starts(&mut r, small, &[0], Some(NOW + 5.0), &loads),
+            Err((0, NOW + 3.0))
+        );
     }
 
     #[test]
     fn starts_taken_in_count_for_the_next_job() {
-        let opts = PlaceOptions::default();
-        let mut loads = busy(&[(20_480, Some(NOW + 6.0)), (0, None)]);
-        loads[1].occupants.clear();
-        let mut shadow = Shadow::of(0, &declared(18_000, 1), &loads, &opts).unwrap();
-        assert_eq!(shadow.gpus, vec![0], "ties go to the lowest index");
+        // A 10G job until 1006; an 18G job waits for it.
+        let mut loads = busy(&[(10_240, Some(NOW + 6.0))]);
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 0, declared(18_000, 1), None, &loads),
+            Some((NOW + 6.0, vec![0]))
+        );
         // 2G jobs that run for ever beside it: 24000 - 18000 - 512 MiB
-        // leaves room for two.
+        // leaves room for two (five would fit now).
         let small = declared(2_048, 1);
-        assert!(shadow.allows(&small, &[0], None, &opts));
-        shadow.add(&small, &[0], None);
-        assert!(shadow.allows(&small, &[0], None, &opts));
-        shadow.add(&small, &[0], None);
-        assert!(
-            !shadow.allows(&small, &[0], None, &opts),
+        for _ in 0..2 {
+            assert_eq!(starts(&mut r, small, &[0], None, &loads), Ok(vec![0]));
+            hold(&mut loads, &small, &[0], None);
+        }
+        assert_eq!(
+            starts(&mut r, small, &[0], None, &loads),
+            Err((0, NOW + 6.0)),
             "a third would delay it"
         );
-        // One that ends in time is not held at the reserved start.
-        shadow.add(&small, &[0], Some(NOW + 1.0));
-        assert!(!shadow.allows(&small, &[0], None, &opts));
-        assert!(shadow.allows(&small, &[0], Some(NOW + 2.0), &opts));
+        // One that ends in time is not there at the reserved start.
+        assert_eq!(
+            starts(&mut r, small, &[0], Some(NOW + 2.0), &loads),
+            Ok(vec![0])
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! live.
 //!
 //! * [`outcome`]: how an ended attempt is recorded (docs/BEHAVIOUR.md "Monitoring", "The live queue", "Out of memory and timeouts").
-//! * [`backfill`]: the head job's reservation and which later jobs may start before it
+//! * [`backfill`]: the waiting jobs' reservations and which jobs may start before them
 //!   (docs/BEHAVIOUR.md "Backfill").
 //! * [`caps`]: framework memory caps from a job's declaration (docs/HARDWARE.md "Preallocating frameworks").
 //! * [`queue`]: which jobs are pending and with what request (docs/BEHAVIOUR.md "The live queue").

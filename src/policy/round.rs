@@ -12,7 +12,7 @@
 use crate::allocation::{
     GpuLoad, PlaceOptions, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
 };
-use crate::policy::backfill::Shadow;
+use crate::policy::backfill::Reservations;
 use crate::policy::groups::{self, GroupLimits};
 use crate::rules::quota::{Admission, QuotaRound};
 use std::collections::HashMap;
@@ -49,8 +49,13 @@ pub struct RoundRules<'a> {
     pub now: f64,
     /// How long the job of a line should run (seconds): its `timeout=`,
     /// else its family's typical run time; `None` when unknown
-    /// (docs/BEHAVIOUR.md "Backfill"). Asked only of jobs that may start.
+    /// (docs/BEHAVIOUR.md "Backfill"). Asked of jobs that may start and
+    /// of those that get a reservation.
     pub estimate_s: &'a dyn Fn(usize) -> Option<f64>,
+    /// How many waiting jobs, first in queue order, get a backfill
+    /// reservation ([`crate::policy::backfill::RESERVED_JOBS`]; 1 is EASY
+    /// backfill, 0 none).
+    pub reserve_jobs: usize,
 }
 
 /// What a round decided.
@@ -69,13 +74,14 @@ pub struct Round {
     pub reasons: Vec<(String, WaitReason)>,
     /// The priority reservation in force, as `planned` indexes it.
     pub reservation: Option<PriorityReservation>,
-    /// The head job's backfill reservation (docs/BEHAVIOUR.md
-    /// "Backfill"): its line index, expected start (Unix seconds) and
-    /// GPUs.
+    /// The first backfill reservation in queue order (docs/BEHAVIOUR.md
+    /// "Backfill"): its job's line index, expected start (Unix seconds)
+    /// and GPUs; `None` when no waiting job's start is known.
     pub head: Option<(usize, f64, Vec<u32>)>,
-    /// Jobs that would start now but for the head job's reservation, by
-    /// key.
-    pub delayed: Vec<String>,
+    /// Jobs that would start now but for a reservation: each job's key,
+    /// and the line index and expected start (Unix seconds) of the first
+    /// reservation it would delay.
+    pub delayed: Vec<(String, usize, f64)>,
 }
 
 /// Plays one round over `ready` (in queue order) on `loads`, which it
@@ -88,7 +94,7 @@ pub fn plan<'a>(
     let mut planner = Planner::new(loads, rules.place, rules.reserved.map(|(_, mask)| mask));
     let mut round = Round::default();
     let mut waiting_kept = 0;
-    let mut shadow: HeadShadow = None;
+    let mut reservations = Reservations::default();
     for job in ready {
         // A full group holds its job back, like a dependency: it is not
         // placed, and later jobs go on (backfill).
@@ -124,7 +130,7 @@ pub fn plan<'a>(
         let is_reserved = rules.reserved.is_some_and(|(i, _)| i == job.index);
         let mut placement = place_one(
             &mut planner,
-            &mut shadow,
+            &mut reservations,
             &rules,
             &mut round,
             &job,
@@ -168,22 +174,23 @@ pub fn plan<'a>(
             placement,
         });
     }
+    round.head = reservations
+        .list()
+        .first()
+        .map(|r| (r.job, r.at, r.gpus.clone()));
     round
 }
 
-/// The head job's reservation once the first job waits; `Err(())` when
-/// its start is unknown (no backfill protection this round).
-type HeadShadow = Option<Result<Shadow, ()>>;
-
 /// Places `placed` (what `job` asks, as the quota lets it) through the
-/// planner under the head job's reservation (docs/BEHAVIOUR.md
-/// "Backfill"): a start that would delay the head job goes elsewhere or
-/// waits (noted in `round.delayed`); a start is booked until its expected
-/// end; the first job that waits, unless a priority reservation already
-/// holds GPUs for it (`is_reserved`), becomes the head job.
+/// planner under the backfill reservations (docs/BEHAVIOUR.md
+/// "Backfill"): a start that would delay one goes elsewhere or waits
+/// (noted in `round.delayed`); a start is booked until its expected end;
+/// a job that waits, unless a priority reservation already holds GPUs for
+/// it (`is_reserved`), gets a reservation while fewer than
+/// `rules.reserve_jobs` have one.
 fn place_one(
     planner: &mut Planner<'_>,
-    shadow: &mut HeadShadow,
+    reservations: &mut Reservations,
     rules: &RoundRules<'_>,
     round: &mut Round,
     job: &ReadyJob<'_>,
@@ -191,33 +198,34 @@ fn place_one(
     is_reserved: bool,
 ) -> Placement {
     let mut placement = planner.try_place(placed, is_reserved, 0);
-    let ends_at = match placement {
-        Placement::Start(_) => (rules.estimate_s)(job.index).map(|s| rules.now + s),
-        _ => None,
+    let estimate_s = match placement {
+        Placement::Start(_) | Placement::NotNow => (rules.estimate_s)(job.index),
+        Placement::Infeasible(_) => None,
     };
-    if let (Placement::Start(chosen), Some(Ok(head))) = (&placement, &*shadow)
+    let ends_at = estimate_s.map(|s| rules.now + s);
+    if let Placement::Start(chosen) = &placement
         && !is_reserved
-        && !head.allows(placed, chosen, ends_at, rules.place)
     {
-        // Elsewhere, off the head job's GPUs, or not now.
-        placement = match planner.try_place(placed, false, head.mask()) {
-            Placement::Start(other) => Placement::Start(other),
-            _ => {
-                round.delayed.push(job.key.to_string());
+        let run = (rules.now, ends_at.unwrap_or(f64::INFINITY));
+        let opts = planner.options(false);
+        placement = match reservations.start_now(placed, chosen, run, planner.loads(), opts) {
+            Ok(gpus) => Placement::Start(gpus),
+            Err((first, at)) => {
+                round.delayed.push((job.key.to_string(), first, at));
                 Placement::NotNow
             }
         };
     }
-    match (&placement, &mut *shadow) {
-        (Placement::Start(chosen), Some(Ok(head))) => {
-            planner.book(placed, chosen, ends_at);
-            head.add(placed, chosen, ends_at);
-        }
-        (Placement::Start(chosen), _) => planner.book(placed, chosen, ends_at),
-        (Placement::NotNow, None) if !is_reserved => {
-            let head = Shadow::of(job.index, placed, planner.loads(), rules.place);
-            round.head = head.as_ref().map(|h| (h.head, h.at, h.gpus.clone()));
-            *shadow = Some(head.ok_or(()));
+    match &placement {
+        Placement::Start(chosen) => planner.book(placed, chosen, ends_at),
+        Placement::NotNow if !is_reserved && reservations.tried() < rules.reserve_jobs => {
+            let _ = reservations.reserve(
+                job.index,
+                placed,
+                (rules.now, estimate_s),
+                planner.loads(),
+                rules.place,
+            );
         }
         _ => {}
     }
@@ -312,6 +320,7 @@ mod tests {
             keep_waiting: 50,
             now: NOW,
             estimate_s: &|_| None,
+            reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
         }
     }
 
@@ -590,7 +599,13 @@ mod tests {
                 (3, Placement::NotNow),
             ]
         );
-        assert_eq!(round.delayed, vec!["j1".to_string(), "j3".to_string()]);
+        assert_eq!(
+            round.delayed,
+            vec![
+                ("j1".to_string(), 0, NOW + 6.0),
+                ("j3".to_string(), 0, NOW + 6.0)
+            ]
+        );
         // Without the reservation (the head's start unknown), all fit now
         // in turn: the old behaviour.
         let mut loads = two_busy_gpus();
@@ -607,5 +622,52 @@ mod tests {
         assert_eq!(round.head, None);
         assert!(round.delayed.is_empty());
         assert_eq!(round.planned[1].placement, Placement::Start(vec![1]));
+    }
+
+    #[test]
+    fn a_job_that_would_delay_the_second_waiting_job_waits_too() {
+        let place = PlaceOptions::default();
+        let groups = GroupLimits::default();
+        // GPU 0: a 16G job until NOW + 6; GPU 1: a 12G job until NOW + 3.
+        let mut loads = two_busy_gpus();
+        loads[0].occupants[0].declared_mib = Some(16_384);
+        loads[1].occupants[0].declared_mib = Some(12_288);
+        // Two 20G jobs wait (10 s and 4 s); then a 3G job of 10 s.
+        let requests = [declared(20_480, 1), declared(20_480, 1), declared(3_072, 1)];
+        let keys = keys(3);
+        let estimates: &dyn Fn(usize) -> Option<f64> = &|i| [Some(10.0), Some(4.0), Some(10.0)][i];
+        let round = plan(
+            &mut loads.clone(),
+            RoundRules {
+                estimate_s: estimates,
+                ..rules(&place, &groups)
+            },
+            jobs(&requests, &[], &keys),
+        );
+        // Job 0 on GPU 1 from NOW + 3, job 1 on GPU 0 from NOW + 6: the
+        // 3G job fits on GPU 0 now but would still run then.
+        assert_eq!(round.head, Some((0, NOW + 3.0, vec![1])));
+        assert_eq!(
+            placements(&round),
+            vec![
+                (0, Placement::NotNow),
+                (1, Placement::NotNow),
+                (2, Placement::NotNow),
+            ]
+        );
+        assert_eq!(round.delayed, vec![("j2".to_string(), 1, NOW + 6.0)]);
+        // With one reservation (EASY) only job 0 is held for, and the 3G
+        // job starts on GPU 0, pushing job 1 back to NOW + 10.
+        let round = plan(
+            &mut loads,
+            RoundRules {
+                estimate_s: estimates,
+                reserve_jobs: 1,
+                ..rules(&place, &groups)
+            },
+            jobs(&requests, &[], &keys),
+        );
+        assert_eq!(round.planned[2].placement, Placement::Start(vec![0]));
+        assert!(round.delayed.is_empty());
     }
 }

@@ -277,8 +277,8 @@ impl Scheduler {
     /// lines were appended and nothing else changed (under the same loads
     /// every older pending job would wait again, since placement only
     /// gets harder as a round starts jobs — an append to a million-line
-    /// file costs a few lines), unless a head job's backfill reservation
-    /// is in force, which an appended line might delay.
+    /// file costs a few lines), unless a backfill reservation is in
+    /// force, which an appended line might delay.
     fn round_needed(&mut self, loads: &[GpuLoad], now: Instant) -> RoundNeeded {
         let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
             since
@@ -504,6 +504,7 @@ impl Scheduler {
             keep_waiting: crate::view::status::JSON_LIST_LIMIT,
             now: crate::clock::now_ts(),
             estimate_s: &|index| self.run_estimate_s(index),
+            reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
         };
         let specs = &self.core.jobs.specs;
         let mut blocked = Vec::new();
@@ -528,29 +529,22 @@ impl Scheduler {
         }
     }
 
-    /// Keeps the head job's backfill reservation for the views, and says
-    /// why the `delayed` jobs wait (docs/BEHAVIOUR.md "Backfill").
+    /// Keeps the first backfill reservation for the views, and says why
+    /// the `delayed` jobs wait (docs/BEHAVIOUR.md "Backfill").
     fn note_head(
         &mut self,
         head: Option<(usize, f64, Vec<u32>)>,
-        delayed: Vec<String>,
+        delayed: Vec<(String, usize, f64)>,
         reasons: &mut Vec<(String, WaitReason)>,
     ) {
-        let head =
-            head.map(|(index, at, gpus)| (self.core.jobs.specs[index].key.clone(), at, gpus));
-        if let Some((key, at, _)) = &head {
-            let no = self.io.journal.state(key).map_or(0, |s| s.no);
-            reasons.extend(delayed.into_iter().map(|k| {
-                (
-                    k,
-                    WaitReason::WouldDelay {
-                        no,
-                        at: at.round() as u64,
-                    },
-                )
-            }));
-        }
-        self.round.head = head;
+        let specs = &self.core.jobs.specs;
+        let journal = &self.io.journal;
+        reasons.extend(delayed.into_iter().map(|(key, reserved, at)| {
+            let no = journal.state(&specs[reserved].key).map_or(0, |s| s.no);
+            let at = at.round() as u64;
+            (key, WaitReason::WouldDelay { no, at })
+        }));
+        self.round.head = head.map(|(index, at, gpus)| (specs[index].key.clone(), at, gpus));
     }
 
     /// How many jobs of each group run now.
@@ -630,11 +624,12 @@ struct Round {
     /// The reservation in force, as `requests` index it, with its job's
     /// display number.
     reservation: Option<(PriorityReservation, u32)>,
-    /// The head job's backfill reservation: line index, expected start
-    /// (Unix seconds), GPUs.
+    /// The first backfill reservation: line index, expected start (Unix
+    /// seconds), GPUs.
     head: Option<(usize, f64, Vec<u32>)>,
-    /// Jobs kept waiting so as not to delay the head job, by key.
-    delayed: Vec<String>,
+    /// Jobs kept waiting so as not to delay a reservation: key, and the
+    /// reserved job's line index and expected start (Unix seconds).
+    delayed: Vec<(String, usize, f64)>,
 }
 
 /// What a round decided for the jobs that do not wait.

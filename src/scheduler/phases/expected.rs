@@ -11,8 +11,8 @@ use crate::scheduler::Scheduler;
 const WAITING_ESTIMATED: usize = 50;
 
 /// A job expected to run its family's typical time is taken to run
-/// `typical × .0 + .1` seconds when it asks to start before the head job
-/// (docs/BEHAVIOUR.md "Backfill").
+/// `typical × .0 + .1` seconds by backfill, when it asks to start before a
+/// waiting job or is reserved for (docs/BEHAVIOUR.md "Backfill").
 pub const HISTORY_MARGIN: (f64, f64) = (1.25, 1.0);
 
 /// Running jobs' ends tried as moments something may start.
@@ -58,7 +58,7 @@ impl Scheduler {
     /// backfill (docs/BEHAVIOUR.md "Backfill"): its `timeout=`, the upper
     /// bound, else its family's typical run time with a margin
     /// ([`HISTORY_MARGIN`]: a median is no bound, and a job that runs past
-    /// it delays the head job); `None` when neither is known.
+    /// it delays a waiting job); `None` when neither is known.
     pub(in crate::scheduler) fn run_estimate_s(&self, index: usize) -> Option<f64> {
         let spec = &self.core.jobs.specs[index];
         spec.timeout_s().or_else(|| {

@@ -222,9 +222,10 @@ pub struct SchedulerStatus {
     #[serde(default)]
     pub reservation: Option<ReservationStatus>,
     /// The head job's backfill reservation (docs/BEHAVIOUR.md
-    /// "Backfill"): the first job in queue order that waits, its expected
-    /// start and the GPUs it gets then; later jobs start only where they
-    /// do not delay it. Null when no job waits or its start is unknown.
+    /// "Backfill"): the first job in queue order that waits (or, when its
+    /// start is unknown, the first whose start is known), its expected
+    /// start and the GPUs it gets then; no job starts where it would delay
+    /// it. Null when no waiting job's start is known.
     #[serde(default)]
     pub backfill: Option<BackfillStatus>,
     /// The jobs file.

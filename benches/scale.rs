@@ -14,8 +14,11 @@
 //!    dispatch [≤ 2 s], append-to-start latency, median of 9 [≤ 100 ms],
 //!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 300 MiB];
 //! 3. 64 GPUs: one placement round over 10,000 pending jobs (1 to 8 GPUs
-//!    each), in process, per dispatched job [well under 1 ms]; and 2,000
-//!    `gpus=8` jobs end to end on `--sim 64`.
+//!    each), in process, per dispatched job [well under 1 ms]; one
+//!    backfill round over 64 busy GPUs and 10,000 pending jobs with
+//!    estimates, with a reservation for each of the first 32 waiting jobs
+//!    and with one (EASY); and 2,000 `gpus=8` jobs end to end on
+//!    `--sim 64`.
 //!
 //! Log directories are under the system's temp directory (`$TMPDIR`, else
 //! /tmp), as a user's would be on a disk.
@@ -24,6 +27,10 @@ mod common;
 
 use common::{Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
 use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
+use gpusched::policy::backfill::RESERVED_JOBS;
+use gpusched::policy::groups::GroupLimits;
+use gpusched::policy::round::{self, ReadyJob, RoundRules};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -171,6 +178,79 @@ fn placement_round() -> (f64, usize) {
     (times[10], started)
 }
 
+/// Figure 3b: one backfill round (the scheduler's own `round::plan`)
+/// over 64 busy GPUs whose jobs all have expected ends, and 10,000
+/// pending jobs with estimates, with `reserve` reservations (1: EASY).
+/// Returns the median round time (ms).
+fn backfill_round(reserve: usize) -> f64 {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let gpus: Vec<GpuLoad> = (0..64)
+        .map(|index| {
+            let occupants: Vec<Occupant> = (0..1 + rng.below(3))
+                .map(|_| Occupant {
+                    declared_mib: Some(20_000 + rng.below(6_000)),
+                    ends_at: Some(10.0 + rng.below(3_600) as f64),
+                    ..Occupant::default()
+                })
+                .collect();
+            GpuLoad {
+                index,
+                total_mib: 81_920,
+                occupants,
+                ..GpuLoad::default()
+            }
+        })
+        .collect();
+    let requests: Vec<(Request, f64)> = (0..10_000)
+        .map(|_| {
+            let gpus = match rng.below(10) {
+                0 => 8,
+                1 | 2 => 2 + rng.below(3) as u32,
+                _ => 1,
+            };
+            let request = Request {
+                vram_mib: Some(30_000 + rng.below(40_000)),
+                gpus,
+                on_mask: None,
+            };
+            (request, 60.0 + rng.below(3_600) as f64)
+        })
+        .collect();
+    let keys: Vec<String> = (0..requests.len()).map(|i| format!("j{i}")).collect();
+    let (opts, groups) = (PlaceOptions::default(), GroupLimits::default());
+    let estimate = |i: usize| Some(requests[i].1);
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let mut loads = gpus.clone();
+        let rules = RoundRules {
+            place: &opts,
+            reserved: None,
+            groups: &groups,
+            in_group: HashMap::new(),
+            quota: None,
+            keep_waiting: 200,
+            now: 0.0,
+            estimate_s: &estimate,
+            reserve_jobs: reserve,
+        };
+        let ready = requests
+            .iter()
+            .enumerate()
+            .map(|(index, (request, _))| ReadyJob {
+                index,
+                request: *request,
+                key: &keys[index],
+                group: None,
+            });
+        let t = Instant::now();
+        let round = round::plan(&mut loads, rules, ready);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(round.head.is_some(), "jobs wait with known starts");
+    }
+    times.sort_by(f64::total_cmp);
+    times[10]
+}
+
 fn main() {
     let fast = std::env::var_os("GPUSCHED_BENCH_FAST").is_some();
     let tmp = |name: &str| -> PathBuf {
@@ -231,6 +311,12 @@ fn main() {
         "placement round, 64 GPUs × 10,000 pending jobs (1–8 GPUs each): {round_ms:.2} ms, {started} started, {:.3} ms per started job   (target ≪ 1 ms)",
         round_ms / started.max(1) as f64
     );
+    for reserve in [RESERVED_JOBS, 1] {
+        let ms = backfill_round(reserve);
+        println!(
+            "backfill round, 64 busy GPUs × 10,000 pending jobs with estimates, {reserve} reservation(s): {ms:.2} ms"
+        );
+    }
     let dir = tmp("gpus64");
     let n = if fast { 500 } else { 2_000 };
     let (rate, _) = throughput(&dir, n, 64, "vram=10G gpus=8");

@@ -14,6 +14,7 @@
 
 use crate::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Request, place};
 use crate::model::{GpuMask, gpu_mask};
+use std::borrow::Cow;
 
 /// Expected ends tried as a waiting job's start, earliest first: past
 /// these, its start counts as unknown.
@@ -26,24 +27,35 @@ pub const RESERVED_JOBS: usize = 32;
 /// The loads as they will be at `at` (Unix seconds): without the
 /// occupants expected to end by then, whose current memory frees.
 pub fn loads_at(loads: &[GpuLoad], at: f64) -> Vec<GpuLoad> {
-    loads
+    loads.iter().map(|g| gpu_at(g, at)).collect()
+}
+
+/// One GPU's load as it will be at `at` (Unix seconds), as [`loads_at`].
+fn gpu_at(gpu: &GpuLoad, at: f64) -> GpuLoad {
+    let ended = |o: &Occupant| o.ends_at.is_some_and(|end| end <= at);
+    let freed = gpu
+        .occupants
         .iter()
-        .map(|g| {
-            let (gone, stay): (Vec<Occupant>, Vec<Occupant>) = g
-                .occupants
-                .iter()
-                .partition(|o| o.ends_at.is_some_and(|end| end <= at));
-            let freed = gone
-                .iter()
-                .filter_map(|o| o.current_mib)
-                .fold(0, u64::saturating_add);
-            GpuLoad {
-                used_mib: g.used_mib.saturating_sub(freed),
-                occupants: stay,
-                ..g.clone()
-            }
-        })
-        .collect()
+        .filter(|o| ended(o))
+        .filter_map(|o| o.current_mib)
+        .fold(0, u64::saturating_add);
+    // Field by field, so the occupants are copied once.
+    GpuLoad {
+        index: gpu.index,
+        total_mib: gpu.total_mib,
+        used_mib: gpu.used_mib.saturating_sub(freed),
+        external_peak_sum_mib: gpu.external_peak_sum_mib,
+        occupants: gpu
+            .occupants
+            .iter()
+            .filter(|o| !ended(o))
+            .copied()
+            .collect(),
+        booked_mib: gpu.booked_mib,
+        booked_by: gpu.booked_by.clone(),
+        share_held: gpu.share_held.clone(),
+        share_held_mib: gpu.share_held_mib,
+    }
 }
 
 /// One waiting job's reservation.
@@ -191,9 +203,9 @@ impl Reservations {
         loads: &[GpuLoad],
         opts: &PlaceOptions,
     ) -> Option<Vec<u32>> {
+        let first = self.loads_then(loads, window.from, window);
         let mut closed: GpuMask = 0;
         loop {
-            let first = self.loads_then(loads, window.from, window);
             let opts_now = PlaceOptions {
                 drained_mask: opts.drained_mask | closed,
                 ..opts.clone()
@@ -204,16 +216,12 @@ impl Reservations {
             let failing: Vec<u32> = gpus
                 .iter()
                 .copied()
-                .filter(|g| !self.fits_on(request, &[*g], window, loads, opts))
+                .filter(|&g| !self.holds_later(request, g, window, loads, opts))
                 .collect();
-            if failing.is_empty() && self.fits_on(request, &gpus, window, loads, opts) {
+            if failing.is_empty() {
                 return Some(gpus);
             }
-            let before = closed;
-            closed |= gpu_mask(if failing.is_empty() { &gpus } else { &failing });
-            if closed == before {
-                return None;
-            }
+            closed |= gpu_mask(&failing);
         }
     }
 
@@ -233,27 +241,68 @@ impl Reservations {
             on_mask: Some(gpu_mask(gpus)),
             ..*request
         };
-        let starts = self
-            .list
+        let first = self.loads_then(loads, window.from, window);
+        matches!(place(&kept, &first, opts), Placement::Start(_))
+            && gpus
+                .iter()
+                .all(|&g| self.holds_later(request, g, window, loads, opts))
+    }
+
+    /// Whether one GPU's share of `request` (its per-GPU VRAM) fits on GPU
+    /// `gpu` at each moment a reservation begins within `window` after its
+    /// start.
+    fn holds_later(
+        &self,
+        request: &Request,
+        gpu: u32,
+        window: Window,
+        loads: &[GpuLoad],
+        opts: &PlaceOptions,
+    ) -> bool {
+        let Some(load) = loads.iter().find(|g| g.index == gpu) else {
+            return false;
+        };
+        let one = Request {
+            gpus: 1,
+            on_mask: Some(gpu_mask(&[gpu])),
+            ..*request
+        };
+        self.list
             .iter()
-            .map(|r| r.at)
-            .filter(|&at| window.from < at && at < window.to);
-        std::iter::once(window.from).chain(starts).all(|at| {
-            let then = self.loads_then(loads, at, window);
-            matches!(place(&kept, &then, opts), Placement::Start(_))
-        })
+            .filter(|r| window.from < r.at && r.at < window.to && r.gpus.contains(&gpu))
+            .all(|r| {
+                let then = [self.gpu_then(load, r.at, window)];
+                matches!(place(&one, &then, opts), Placement::Start(_))
+            })
     }
 
     /// The loads at `at`: our running jobs as they run now (at `now`) or
-    /// as expected then, with the reservations that hold their GPUs then.
-    fn loads_then(&self, loads: &[GpuLoad], at: f64, window: Window) -> Vec<GpuLoad> {
+    /// as expected then, with the reservations that hold their GPUs then;
+    /// the loads themselves when nothing changes them.
+    fn loads_then<'l>(&self, loads: &'l [GpuLoad], at: f64, window: Window) -> Cow<'l, [GpuLoad]> {
+        if at <= window.now && !self.list.iter().any(|r| r.holds_at(at)) {
+            return Cow::Borrowed(loads);
+        }
+        Cow::Owned(loads.iter().map(|g| self.gpu_then(g, at, window)).collect())
+    }
+
+    /// One GPU's load at `at`, as [`Reservations::loads_then`] has it.
+    fn gpu_then(&self, gpu: &GpuLoad, at: f64, window: Window) -> GpuLoad {
         let mut then = if at <= window.now {
-            loads.to_vec()
+            gpu.clone()
         } else {
-            loads_at(loads, at)
+            gpu_at(gpu, at)
         };
-        for r in self.list.iter().filter(|r| r.holds_at(at)) {
-            hold(&mut then, &r.request, &r.gpus, Some(r.until));
+        for r in self
+            .list
+            .iter()
+            .filter(|r| r.holds_at(at) && r.gpus.contains(&then.index))
+        {
+            then.occupants.push(Occupant {
+                declared_mib: r.request.vram_mib,
+                ends_at: Some(r.until).filter(|t| t.is_finite()),
+                ..Occupant::default()
+            });
         }
         then
     }
@@ -268,21 +317,21 @@ struct Window {
     now: f64,
 }
 
-/// Adds `request` as an occupant holding its full declaration on `chosen`
-/// until `ends_at`.
-fn hold(loads: &mut [GpuLoad], request: &Request, chosen: &[u32], ends_at: Option<f64>) {
-    for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
-        gpu.occupants.push(Occupant {
-            declared_mib: request.vram_mib,
-            ends_at: ends_at.filter(|t| t.is_finite()),
-            ..Occupant::default()
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Adds `request` as an occupant holding its full declaration on `chosen`
+    /// until `ends_at`.
+    fn hold(loads: &mut [GpuLoad], request: &Request, chosen: &[u32], ends_at: Option<f64>) {
+        for gpu in loads.iter_mut().filter(|g| chosen.contains(&g.index)) {
+            gpu.occupants.push(Occupant {
+                declared_mib: request.vram_mib,
+                ends_at: ends_at.filter(|t| t.is_finite()),
+                ..Occupant::default()
+            });
+        }
+    }
 
     const NOW: f64 = 1_000.0;
 

@@ -198,9 +198,13 @@ fn place_one(
     is_reserved: bool,
 ) -> Placement {
     let mut placement = planner.try_place(placed, is_reserved, 0);
+    let reserves = !is_reserved && reservations.tried() < rules.reserve_jobs;
+    // Asked only of jobs that may start or be reserved for: a round over a
+    // long queue of waiting jobs asks a few.
     let estimate_s = match placement {
-        Placement::Start(_) | Placement::NotNow => (rules.estimate_s)(job.index),
-        Placement::Infeasible(_) => None,
+        Placement::Start(_) => (rules.estimate_s)(job.index),
+        Placement::NotNow if reserves => (rules.estimate_s)(job.index),
+        _ => None,
     };
     let ends_at = estimate_s.map(|s| rules.now + s);
     if let Placement::Start(chosen) = &placement
@@ -218,7 +222,7 @@ fn place_one(
     }
     match &placement {
         Placement::Start(chosen) => planner.book(placed, chosen, ends_at),
-        Placement::NotNow if !is_reserved && reservations.tried() < rules.reserve_jobs => {
+        Placement::NotNow if reserves => {
             let _ = reservations.reserve(
                 job.index,
                 placed,

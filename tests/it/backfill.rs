@@ -1,4 +1,4 @@
-//! Backfill that never delays the head job (docs/BEHAVIOUR.md
+//! Backfill that never delays a waiting job (docs/BEHAVIOUR.md
 //! "Backfill"): on two simulated GPUs, two 20G jobs run, a two-GPU job is
 //! next in the file, and twenty short 3G jobs follow. The two-GPU job
 //! starts within a second of the longer job's end; short jobs that end in
@@ -77,4 +77,45 @@ fn short_jobs_backfill_without_delaying_the_head_job_by_their_history() {
     wait_for("every job to end", &mut || env.events("done").len() == 26);
     sched.stop();
     check_head_job_not_delayed(&env, 4);
+}
+
+/// Every waiting job has a reservation, not only the first (conservative
+/// backfill): a short job that would fit now on GPU 0 but still run when
+/// the second waiting job is due there waits, so that job starts when
+/// GPU 0's job ends instead of when the short job does.
+#[test]
+fn a_later_job_does_not_delay_the_second_waiting_job() {
+    // Each its own family, so that the ends come from the timeouts (a
+    // shared `sleep` family would expect job 3 to end after 2 s, like
+    // job 2, and reserve GPU 1 for job 4).
+    let env = Env::new(
+        "[vram=16G timeout=5s family=a] sleep 4\n\
+         [vram=12G timeout=3s family=b] sleep 2\n\
+         [vram=20G timeout=8s family=c] sleep 6\n\
+         [vram=20G timeout=4s family=d] sleep 2\n\
+         [vram=3G timeout=8s family=e] sleep 6\n",
+    );
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
+    wait_for("the 3G job to wait for job 4", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|s| s.contains("would delay job 4, reserved for ~"))
+    });
+    wait_for("every job to end", &mut || env.events("done").len() == 5);
+    sched.stop();
+    let first_end = ts(&env.job_events(1, "done")[0]);
+    let second_start = ts(&env.job_events(4, "started")[0]);
+    assert!(
+        second_start - first_end < 1.0,
+        "job 4 started {:.2} s after GPU 0's job ended",
+        second_start - first_end
+    );
+    let small_start = ts(&env.job_events(5, "started")[0]);
+    assert!(
+        small_start >= second_start,
+        "the 3G job started {:.2} s before job 4",
+        second_start - small_start
+    );
+    for no in 1..=5 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+    }
 }

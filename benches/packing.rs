@@ -34,7 +34,8 @@
 //! `timeout=`, most VRAM, their product, best fit across jobs) and prints
 //! what each gains and what it costs the jobs that wait.
 //!
-//! `GPUSCHED_BENCH_GPU_MIB=81920` plays the same traces on bigger GPUs.
+//! `GPUSCHED_BENCH_GPU_MIB=81920` plays the same traces on bigger GPUs;
+//! `GPUSCHED_BENCH_EXACT=1` makes every `timeout=` the real run time.
 //!
 //! The Python original is not run here: it is not installed on the
 //! project's machines.
@@ -74,6 +75,12 @@ struct Job {
     timeout_s: f64,
 }
 
+/// Whether every `timeout=` is the job's real run time
+/// (`GPUSCHED_BENCH_EXACT=1`), to see what estimate errors cost.
+fn exact_estimates() -> bool {
+    std::env::var_os("GPUSCHED_BENCH_EXACT").is_some()
+}
+
 /// A seeded trace.
 fn trace(seed: u64) -> Vec<Job> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
@@ -83,6 +90,7 @@ fn trace(seed: u64) -> Vec<Job> {
             let gpus = if rng.below(10) == 0 { 2 } else { 1 };
             let run_s = (10 + rng.below(591)) as f64;
             let timeout_s = (run_s * (1.0 + rng.below(51) as f64 / 100.0)).ceil();
+            let timeout_s = if exact_estimates() { run_s } else { timeout_s };
             Job {
                 request: Request {
                     vram_mib: Some(vram),

@@ -136,18 +136,16 @@ impl Reservations {
         if let Some(&delayed) = self.refused.get(&seen) {
             return Err(delayed);
         }
-        if self.fits_on(request, chosen, window, loads, opts) {
-            return Ok(chosen.to_vec());
-        }
-        self.place(request, window, loads, opts).ok_or_else(|| {
-            let first = self
-                .list
-                .iter()
-                .find(|r| r.overlaps(chosen, now, until))
-                .unwrap_or(&self.list[0]);
-            self.refused.insert(seen, (first.job, first.at));
-            (first.job, first.at)
-        })
+        self.place(request, window, loads, opts, chosen)
+            .ok_or_else(|| {
+                let first = self
+                    .list
+                    .iter()
+                    .find(|r| r.overlaps(chosen, now, until))
+                    .unwrap_or(&self.list[0]);
+                self.refused.insert(seen, (first.job, first.at));
+                (first.job, first.at)
+            })
     }
 
     /// Reserves for `job`, which asks for `request`, cannot start now
@@ -181,7 +179,7 @@ impl Reservations {
                 to: at + run_s,
                 now: f64::NEG_INFINITY,
             };
-            Some((at, self.place(request, window, loads, opts)?))
+            Some((at, self.place(request, window, loads, opts, &[])?))
         })?;
         self.list.push(Reservation {
             job,
@@ -193,17 +191,33 @@ impl Reservations {
         self.list.last()
     }
 
-    /// GPUs for `request` that hold it over `window`: placement at the
-    /// window's start, its GPUs checked at every moment a reservation
-    /// begins within it, those that fail closed and placement tried again.
+    /// GPUs for `request` that hold it over `window`: `preferred` when
+    /// the job fits on exactly those at the window's start and at every
+    /// moment a reservation begins within it, else placement at the
+    /// window's start, its GPUs checked at those moments, those that fail
+    /// closed and placement tried again.
     fn place(
         &self,
         request: &Request,
         window: Window,
         loads: &[GpuLoad],
         opts: &PlaceOptions,
+        preferred: &[u32],
     ) -> Option<Vec<u32>> {
         let first = self.loads_then(loads, window.from, window);
+        let holds_later = |g: &u32| self.holds_later(request, *g, window, loads, opts);
+        if !preferred.is_empty() {
+            let kept = Request {
+                gpus: preferred.len() as u32,
+                on_mask: Some(gpu_mask(preferred)),
+                ..*request
+            };
+            if matches!(place(&kept, &first, opts), Placement::Start(_))
+                && preferred.iter().all(holds_later)
+            {
+                return Some(preferred.to_vec());
+            }
+        }
         let mut closed: GpuMask = 0;
         loop {
             let opts_now = PlaceOptions {
@@ -213,39 +227,12 @@ impl Reservations {
             let Placement::Start(gpus) = place(request, &first, &opts_now) else {
                 return None;
             };
-            let failing: Vec<u32> = gpus
-                .iter()
-                .copied()
-                .filter(|&g| !self.holds_later(request, g, window, loads, opts))
-                .collect();
+            let failing: Vec<u32> = gpus.iter().copied().filter(|g| !holds_later(g)).collect();
             if failing.is_empty() {
                 return Some(gpus);
             }
             closed |= gpu_mask(&failing);
         }
-    }
-
-    /// Whether `request` fits on exactly `gpus` at every moment of
-    /// `window` that matters: its start and each reservation's start
-    /// within it (our running jobs only end, so nothing else grows).
-    fn fits_on(
-        &self,
-        request: &Request,
-        gpus: &[u32],
-        window: Window,
-        loads: &[GpuLoad],
-        opts: &PlaceOptions,
-    ) -> bool {
-        let kept = Request {
-            gpus: gpus.len() as u32,
-            on_mask: Some(gpu_mask(gpus)),
-            ..*request
-        };
-        let first = self.loads_then(loads, window.from, window);
-        matches!(place(&kept, &first, opts), Placement::Start(_))
-            && gpus
-                .iter()
-                .all(|&g| self.holds_later(request, g, window, loads, opts))
     }
 
     /// Whether one GPU's share of `request` (its per-GPU VRAM) fits on GPU

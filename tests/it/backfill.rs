@@ -36,6 +36,19 @@ fn check_head_job_not_delayed(env: &Env, first: u64) {
     }
 }
 
+/// Runs `env`'s jobs on `--sim 2` with `--watch` until `jobs` have ended,
+/// after status.json has said that a job waits so as not to delay job
+/// `reserved`.
+fn run_seeing_a_delay(env: &Env, reserved: u64, jobs: usize) {
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
+    let reason = format!("would delay job {reserved}, reserved for ~");
+    wait_for(&format!("a job to wait for job {reserved}"), &mut || {
+        std::fs::read_to_string(env.logs.join("status.json")).is_ok_and(|s| s.contains(&reason))
+    });
+    wait_for("every job to end", &mut || env.events("done").len() == jobs);
+    sched.stop();
+}
+
 fn shorts(line: &str) -> String {
     (0..20).map(|n| format!("{line} # {n}\n")).collect()
 }
@@ -69,13 +82,7 @@ fn short_jobs_backfill_without_delaying_the_head_job_by_their_history() {
          {}",
         shorts("[vram=3G family=short] sleep 1; true")
     ));
-    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
-    wait_for("a short job to wait for the two-GPU job", &mut || {
-        std::fs::read_to_string(env.logs.join("status.json"))
-            .is_ok_and(|s| s.contains("would delay job 6, reserved for ~"))
-    });
-    wait_for("every job to end", &mut || env.events("done").len() == 26);
-    sched.stop();
+    run_seeing_a_delay(&env, 6, 26);
     check_head_job_not_delayed(&env, 4);
 }
 
@@ -95,13 +102,7 @@ fn a_later_job_does_not_delay_the_second_waiting_job() {
          [vram=20G timeout=4s family=d] sleep 2\n\
          [vram=3G timeout=8s family=e] sleep 6\n",
     );
-    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
-    wait_for("the 3G job to wait for job 4", &mut || {
-        std::fs::read_to_string(env.logs.join("status.json"))
-            .is_ok_and(|s| s.contains("would delay job 4, reserved for ~"))
-    });
-    wait_for("every job to end", &mut || env.events("done").len() == 5);
-    sched.stop();
+    run_seeing_a_delay(&env, 4, 5);
     let first_end = ts(&env.job_events(1, "done")[0]);
     let second_start = ts(&env.job_events(4, "started")[0]);
     assert!(

@@ -150,6 +150,14 @@ mod tests {
     }
 }
 
+/// What a request file's name carries when root asked through a verb
+/// (`cancel-<key>-<pid>-0.by-root.json`; docs/SECURITY.md "Root's verbs").
+pub const ROOT_MARK: &str = ".by-root";
+
+/// The largest request file a scheduler reads, in bytes (a request is a
+/// few hundred).
+pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
 /// The directory where commands leave requests for the scheduler.
 pub fn requests_dir(log_dir: &std::path::Path) -> std::path::PathBuf {
     log_dir.join("requests")

@@ -35,8 +35,11 @@ pub fn write_atomic_with(
     if options.sync {
         tmp.as_file().sync_data()?;
     }
+    // On the descriptor, never by path: in a directory someone else can
+    // write, the name could be swapped for a link between the create and
+    // a chmod by path (docs/SECURITY.md "One writer").
     if let Some(mode) = &options.mode {
-        std::fs::set_permissions(tmp.path(), mode.clone())?;
+        tmp.as_file().set_permissions(mode.clone())?;
     }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())

@@ -33,6 +33,7 @@ pub mod scheduler;
 pub mod simjob;
 pub mod state;
 pub mod timeline;
+pub mod trust;
 pub mod view;
 
 pub use error::exit_code_for;

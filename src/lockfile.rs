@@ -8,7 +8,7 @@ use crate::error::Error;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// The lock file's path in a log directory.
@@ -60,9 +60,23 @@ impl SchedulerLock {
 
 /// The pid of the scheduler holding `log_dir`'s lock, or `None` when no
 /// scheduler holds it (or there is no such file).
+///
+/// The pid written in the file is only believed when the kernel confirms
+/// it (docs/SECURITY.md "stop"): `/proc/locks` lists that pid as the
+/// holder of an exclusive `flock` on this very file (its inode), or, where
+/// `/proc/locks` lists no holder of it, that pid has the file open. A
+/// number someone wrote into a lock they hold themselves names nobody.
+/// The file is opened without following a link or blocking on a FIFO.
 pub fn holder(log_dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
     let path = lock_path(log_dir);
-    let file = File::open(&path).ok()?;
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+        .ok()?;
+    let meta = file.metadata().ok().filter(|m| m.is_file())?;
+    let reader = file.try_clone().ok()?;
     // If we can take a shared lock, nobody holds the exclusive one.
     if let Ok(unlocked) = Flock::lock(file, FlockArg::LockSharedNonblock) {
         drop(unlocked);
@@ -70,17 +84,61 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
     }
     // The holder writes its pid right after locking: allow it a moment.
     for _ in 0..50 {
-        let mut text = String::new();
-        if File::open(&path)
-            .and_then(|mut f| f.read_to_string(&mut text))
-            .is_ok()
-            && let Ok(pid) = text.trim().parse()
+        let mut bytes = [0u8; 32];
+        let read = reader.read_at(&mut bytes, 0).unwrap_or(0);
+        if let Some(pid) = std::str::from_utf8(&bytes[..read])
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            && confirmed_holder(pid, meta.dev(), meta.ino())
         {
             return Some(pid);
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     None
+}
+
+/// Whether the kernel says `pid` holds the lock on the file (`dev`,
+/// `ino`): an exclusive `flock` of that pid on that inode in
+/// `/proc/locks`, or, when `/proc/locks` names no holder of that inode
+/// (a file system that reports other numbers there), an open descriptor
+/// of `pid` on the very file.
+fn confirmed_holder(pid: u32, dev: u64, ino: u64) -> bool {
+    let holders = std::fs::read_to_string("/proc/locks")
+        .map(|text| flock_writers(&text, ino))
+        .unwrap_or_default();
+    if !holders.is_empty() {
+        return holders.contains(&pid);
+    }
+    has_open(pid, dev, ino)
+}
+
+/// The pids `/proc/locks` (its text) lists as holding an exclusive
+/// `flock` on inode `ino` (`1: FLOCK  ADVISORY  WRITE 1900 fe:00:5308740
+/// 0 EOF`; waiters, marked `->`, are not holders).
+fn flock_writers(text: &str, ino: u64) -> Vec<u32> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [_, kind, _, access, pid, file, ..] = fields[..] else {
+                return None;
+            };
+            let inode = file.rsplit(':').next()?.parse::<u64>().ok()?;
+            (kind == "FLOCK" && access == "WRITE" && inode == ino)
+                .then(|| pid.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Whether process `pid` has a descriptor open on the file (`dev`, `ino`).
+fn has_open(pid: u32, dev: u64, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino))
 }
 
 /// Opens (creating) the lock file, readable by everyone (0644 whatever
@@ -176,5 +234,31 @@ mod tests {
         drop(lock);
         assert_eq!(holder(dir.path()), None, "released on drop");
         let _again = SchedulerLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_pid_written_into_a_lock_its_writer_holds_names_nobody() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = lock_path(dir.path());
+        // Someone holds the lock with another process's pid in the file.
+        let file = open(&path).unwrap();
+        let held = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
+        std::fs::write(&path, "1\n").unwrap();
+        assert_eq!(holder(dir.path()), None, "pid 1 holds no lock here");
+        std::fs::write(&path, format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(holder(dir.path()), Some(std::process::id()));
+        drop(held);
+    }
+
+    #[test]
+    fn proc_locks_lines_name_the_writers_of_one_inode() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1900 fe:00:5308740 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 1901 fe:00:5308740 0 EOF\n\
+                    2: FLOCK  ADVISORY  READ 1902 fe:00:5308740 0 EOF\n\
+                    3: POSIX  ADVISORY  WRITE 1903 fe:00:5308740 0 EOF\n\
+                    4: FLOCK  ADVISORY  WRITE 1904 fe:00:77 0 EOF\n";
+        assert_eq!(flock_writers(text, 5308740), vec![1900]);
+        assert_eq!(flock_writers(text, 77), vec![1904]);
+        assert!(flock_writers(text, 1).is_empty());
     }
 }

@@ -20,11 +20,17 @@ fn main() {
     {
         finish(Err(error.into()));
     }
-    let cli = match Cli::from_arg_matches(&gpusched::cli::command().get_matches()) {
+    let mut cli = match Cli::from_arg_matches(&gpusched::cli::command().get_matches()) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
+    // Root acts in a user's log directory as that user (docs/SECURITY.md).
+    if let Some(log_dir) = cli.command.as_mut().and_then(|c| c.log_dir_mut())
+        && let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
+    {
+        finish(Err(error.into()));
+    }
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
         Some(Command::Status(args)) => gpusched::commands::status::run(args),

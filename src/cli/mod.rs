@@ -103,6 +103,31 @@ pub fn command() -> clap::Command {
     Cli::command().after_long_help(text)
 }
 
+impl Command {
+    /// The log directory a verb reads or changes, for root to act there as
+    /// its owner first (`trust::act_as_owner_of`, docs/SECURITY.md
+    /// "Root's verbs"); `None` for the commands that act on no one log
+    /// directory (the box views and accounts read others' files through
+    /// the untrusted reader instead).
+    pub fn log_dir_mut(&mut self) -> Option<&mut PathBuf> {
+        Some(match self {
+            Command::Status(a) => &mut a.log_dir,
+            Command::Add(a) => &mut a.log_dir,
+            Command::Cancel(a) => &mut a.log_dir,
+            Command::Log(a) => &mut a.log_dir,
+            Command::Retry(a) => &mut a.log_dir,
+            Command::Wait(a) => &mut a.log_dir,
+            Command::Mcp(a) => &mut a.log_dir,
+            Command::Pause(a) | Command::Resume(a) => &mut a.log_dir,
+            Command::Drain(a) | Command::Undrain(a) => &mut a.log_dir,
+            Command::Stop(a) => &mut a.log_dir,
+            Command::Timeline(a) => &mut a.log_dir,
+            Command::Export(a) => &mut a.log_dir,
+            _ => return None,
+        })
+    }
+}
+
 /// The exit statuses of the scheduler (docs/BEHAVIOUR.md "Exit status").
 pub const EXIT_STATUS: &str = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C or gpusched stop.";
 

@@ -50,13 +50,12 @@ fn ask_scheduler(log_dir: &Path, change: &ControlChange) -> anyhow::Result<i32> 
     let dir = requests_dir(log_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    let path = dir.join(format!(
-        "control-{}-{}.json",
+    let stem = format!(
+        "control-{}-{}",
         std::process::id(),
         crate::clock::now_ts().to_bits()
-    ));
-    super::request::write_request(&dir, &path, &serde_json::to_vec(change)?)
-        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    );
+    let path = super::request::write_request(&dir, &stem, &serde_json::to_vec(change)?)?;
     let deadline = Instant::now() + PICKUP_WAIT;
     while Instant::now() < deadline {
         if !path.exists() && Control::load(log_dir).0.shows(change) {

@@ -9,10 +9,10 @@ use super::index::JournalTail;
 use crate::error::Error;
 use crate::journal::Journal;
 use crate::lockfile::{self, SchedulerLock};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use crate::control::{JobRequest, requests_dir};
+pub use crate::control::{JobRequest, ROOT_MARK, requests_dir};
 
 /// How long to wait for a running scheduler to take a request.
 pub const PICKUP_WAIT: Duration = Duration::from_secs(10);
@@ -42,25 +42,23 @@ pub fn require_log_dir(log_dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes a request file into `dir` (a log directory's `requests/`) so
-/// that the scheduler there can read it (and, owning the directory,
-/// remove it): root writing into another user's directory makes the file
-/// readable to them, and stays its owner, which is how the scheduler
-/// knows root asked.
+/// Writes a request file named `<stem>.json` into `dir` (a log
+/// directory's `requests/`) for the scheduler there, and returns its path.
+/// A process that root started and that now acts as the directory's owner
+/// (docs/SECURITY.md "Root's verbs") names it `<stem>.by-root.json`, so
+/// the scheduler can say who asked; the file is its owner's either way.
 ///
-/// Errors: the file cannot be written.
-pub fn write_request(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let log_dir = dir.parent().unwrap_or(dir);
-    // Readable by the scheduler's user before it appears under its name:
-    // the scheduler may read it the moment the rename lands.
-    let mode = (nix::unistd::geteuid().is_root() && std::fs::metadata(log_dir)?.uid() != 0)
-        .then(|| std::fs::Permissions::from_mode(0o644));
-    crate::files::write_atomic_with(
-        path,
-        bytes,
-        &crate::files::AtomicOptions { mode, sync: false },
-    )
+/// Errors: [`Error::Io`] when the file cannot be written.
+pub fn write_request(dir: &Path, stem: &str, bytes: &[u8]) -> Result<PathBuf, Error> {
+    let by = if crate::trust::acting_for_root() {
+        ROOT_MARK
+    } else {
+        ""
+    };
+    let path = dir.join(format!("{stem}{by}.json"));
+    crate::files::write_atomic(&path, bytes)
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    Ok(path)
 }
 
 /// What became of one request.
@@ -112,14 +110,13 @@ pub fn deliver(
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
     let mut tail = JournalTail::new(log_dir);
     for (i, request) in requests.iter().enumerate() {
-        let path = dir.join(format!(
-            "{}-{}-{}-{i}.json",
+        let stem = format!(
+            "{}-{}-{}-{i}",
             request.verb(),
             request.key(),
             std::process::id()
-        ));
-        write_request(&dir, &path, &serde_json::to_vec(request)?)
-            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        );
+        write_request(&dir, &stem, &serde_json::to_vec(request)?)?;
     }
     let mut taken = vec![false; requests.len()];
     let deadline = Instant::now() + PICKUP_WAIT;

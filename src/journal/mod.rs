@@ -9,7 +9,7 @@ use read::{Batch, Parsed, SeenCommand, read_and_parse, read_line_at};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
 pub use crate::model::DoneStatus;
@@ -202,6 +202,36 @@ pub struct Finished {
     pub gpu_mask: crate::model::GpuMask,
 }
 
+/// Opens the journal at `path` for appending and reading, created if
+/// missing, never through a symbolic link and
+/// never blocking on a FIFO: a journal that is not a regular file is
+/// refused (docs/SECURITY.md "One writer").
+///
+/// Errors: the file cannot be opened, or is no regular file.
+fn open_journal(path: &Path) -> anyhow::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = File::options()
+        .create(true)
+        .append(true)
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            let why = match e.raw_os_error() {
+                Some(libc::ELOOP) => "it is a symbolic link".to_string(),
+                _ => e.to_string(),
+            };
+            anyhow::anyhow!("cannot open journal {}: {why}", path.display())
+        })?;
+    let meta = file.metadata()?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "cannot open journal {}: it is not a regular file",
+        path.display()
+    );
+    Ok(file)
+}
+
 #[cfg(test)]
 impl Finished {
     /// A bare outcome with `status`, for tests of rules that read it.
@@ -293,12 +323,7 @@ impl Journal {
     pub fn open(path: &Path) -> anyhow::Result<(Journal, Replay)> {
         let mut journal = Journal {
             path: path.to_path_buf(),
-            file: File::options()
-                .create(true)
-                .append(true)
-                .read(true)
-                .open(path)
-                .map_err(|e| anyhow::anyhow!("cannot open journal {}: {e}", path.display()))?,
+            file: open_journal(path)?,
             states: Vec::new(),
             keys: keys::Keys::default(),
             next_no: 1,
@@ -308,7 +333,8 @@ impl Journal {
             unsynced: false,
         };
         let mut replay = Replay::default();
-        let mut reader = File::open(path)?;
+        let mut reader = journal.file.try_clone()?;
+        reader.seek(std::io::SeekFrom::Start(0))?;
         // Roughly one job per 300 bytes of journal: reserve so that growing
         // the map never moves every entry.
         let len = reader.metadata().map_or(0, |m| m.len());

@@ -14,6 +14,7 @@ mod exactly_once;
 mod expected;
 mod first_day;
 mod groups;
+mod hostile;
 mod layers;
 mod learned;
 mod lifecycle;

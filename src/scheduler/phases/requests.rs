@@ -9,31 +9,33 @@
 //! dropped with a warning.
 
 use crate::control::ControlChange;
-use crate::control::{JobRequest, requests_dir};
+use crate::control::{JobRequest, MAX_REQUEST_BYTES, ROOT_MARK, requests_dir};
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
 use crate::scheduler::parts::Reporting;
 
-/// A request file's bytes, and who wrote it when that is root rather than
-/// this scheduler's user; `None`, with a warning, for a file that cannot
-/// be read or that another user wrote (only the scheduler's user and root
-/// may change its queue).
+/// A request file's bytes, and who asked when that is root rather than
+/// this scheduler's user (a root-owned file, or one a verb that root ran
+/// wrote as our user, marked [`ROOT_MARK`]); `None`, with a warning, for
+/// a file that cannot be read, is no regular file, or that another user
+/// wrote (only the scheduler's user and root may change its queue).
 fn read_request(
     report: &mut Reporting,
     path: &std::path::Path,
 ) -> Option<(Vec<u8>, Option<String>)> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
-    let owner = match std::fs::metadata(path) {
-        Ok(meta) => meta.uid(),
+    let (bytes, meta) = match crate::trust::read_untrusted(path, MAX_REQUEST_BYTES) {
+        Ok(read) => read,
         Err(e) => {
             report.warn(format!(
-                "cannot look at the request {} ({e}); it is dropped",
+                "cannot read the request {} ({e}); it is dropped (gpusched's own verbs write requests this scheduler can read)",
                 path.display()
             ));
             return None;
         }
     };
+    let owner = meta.uid();
     if owner != me && owner != 0 {
         report.warn(format!(
             "a request from {} refused: only {} or root may change this scheduler's queue ({})",
@@ -43,16 +45,16 @@ fn read_request(
         ));
         return None;
     }
-    match std::fs::read(path) {
-        Ok(bytes) => Some((bytes, (owner != me).then(|| crate::files::user_name(owner)))),
-        Err(e) => {
-            report.warn(format!(
-                "cannot read the request {} ({e}); it is dropped (gpusched's own verbs write requests this scheduler can read)",
-                path.display()
-            ));
-            None
-        }
-    }
+    let marked = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains(ROOT_MARK));
+    let by = if owner != me {
+        Some(crate::files::user_name(owner))
+    } else {
+        marked.then(|| "root".to_string())
+    };
+    Some((bytes, by))
 }
 
 impl Scheduler {

@@ -1,0 +1,210 @@
+//! docs/SECURITY.md: a hostile neighbour (the test user `gpusched-t-mal`)
+//! prepares their own log directory, then root runs an everyday verb on
+//! it. Each test performs one attack and checks that nothing outside the
+//! attacker's own files changed and that root's process acted as them.
+
+use crate::common::{self, Env, bin, wait_for};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Mallory's directory with a log directory of theirs, and a root-owned
+/// file beside it standing in for root's shell start-up file.
+struct Attack {
+    env: Env,
+    mal: (u32, u32),
+    victim: PathBuf,
+    _root_dir: tempfile::TempDir,
+}
+
+const VICTIM: &str = "# root's ~/.bashrc\n";
+
+impl Attack {
+    fn new(jobs: &str) -> Option<Attack> {
+        let [_, _, mal] = common::users::users()?;
+        let env = common::users::users_env(jobs, mal);
+        common::users::chown(&env.jobs, mal);
+        std::fs::create_dir(&env.logs).unwrap();
+        common::users::chown(&env.logs, mal);
+        // Root's own file, somewhere only root may write.
+        let root_dir = tempfile::tempdir().unwrap();
+        let victim = root_dir.path().join("bashrc");
+        std::fs::write(&victim, VICTIM).unwrap();
+        common::users::chmod(&victim, 0o644);
+        Some(Attack {
+            env,
+            mal,
+            victim,
+            _root_dir: root_dir,
+        })
+    }
+
+    /// Runs `cmd` as mallory, to prepare the attack.
+    fn as_mal(&self, script: &str) {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&self.env.logs)
+            .uid(self.mal.0)
+            .gid(self.mal.1)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+
+    /// Root's verb on mallory's log directory.
+    fn root_verb(&self, args: &[&str]) -> Output {
+        self.env.verb(args)
+    }
+
+    /// Nothing outside mallory's files changed: root's file is as it was,
+    /// and every file in mallory's log directory is mallory's.
+    fn assert_no_harm(&self, what: &str) {
+        assert_eq!(
+            std::fs::read_to_string(&self.victim).unwrap(),
+            VICTIM,
+            "{what}: root's file was written"
+        );
+        assert_eq!(
+            std::fs::metadata(&self.victim).unwrap().mode() & 0o7777,
+            0o644,
+            "{what}: root's file changed mode"
+        );
+        for path in walk(&self.env.logs) {
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            assert_eq!(
+                meta.uid(),
+                self.mal.0,
+                "{what}: {} is not mallory's (root left it there)",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Every path under `dir`, not following links.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
+
+/// Finding 1: a journal that is a link to root's start-up file, and a
+/// jobs line with `$(…)`: root's `cancel` with no scheduler running must
+/// not append the line to root's file.
+#[test]
+fn roots_cancel_never_writes_through_a_planted_journal_link() {
+    let Some(attack) = Attack::new("echo $(touch /tmp/gpusched-owned)\n") else {
+        return;
+    };
+    attack.as_mal(&format!(
+        "ln -s {} journal.jsonl && printf '{{\"jobs_file\":\"{}\"}}' > status.json",
+        attack.victim.display(),
+        attack.env.jobs.display()
+    ));
+    for verb in [
+        &["cancel", "1"][..],
+        &["retry", "1"],
+        &["pause"],
+        &["drain", "0"],
+    ] {
+        let out = attack.root_verb(verb);
+        attack.assert_no_harm(&format!("{verb:?}: {out:?}"));
+    }
+}
+
+/// Finding 2 and 7: root's verbs that write in mallory's directory (the
+/// lock, control.json, the journal) make mallory's files, so a swap of a
+/// temp file for a link between create and chmod could only ever reach
+/// mallory's own files; and mallory's scheduler still starts afterwards
+/// (a root-owned lock used to stop it with exit 1).
+#[test]
+fn roots_verbs_leave_only_the_owners_files_and_the_owners_scheduler_starts() {
+    let Some(attack) = Attack::new("echo hi\n") else {
+        return;
+    };
+    for verb in [
+        &["pause"][..],
+        &["resume"],
+        &["drain", "0"],
+        &["undrain", "0"],
+    ] {
+        let out = attack.root_verb(verb);
+        assert!(out.status.success(), "{verb:?}: {out:?}");
+        attack.assert_no_harm(&format!("{verb:?}"));
+    }
+    let mut cmd = attack
+        .env
+        .command(&["--sim", "1", "--poll", "0.1", "--no-ledger"]);
+    cmd.uid(attack.mal.0).gid(attack.mal.1);
+    let out = common::Sched::from_command(cmd).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}
+
+/// Finding 3: mallory holds the flock on their own lock file with the pid
+/// of a root process written in it; root's `stop` must not signal it.
+#[test]
+fn roots_stop_signals_only_a_scheduler_that_holds_the_lock() {
+    let Some(attack) = Attack::new("echo hi\n") else {
+        return;
+    };
+    let mut bystander = Command::new("sleep").arg("120").spawn().unwrap();
+    let lock = attack.env.logs.join("lock");
+    let mut holder = Command::new("flock")
+        .arg(&lock)
+        .args([
+            "sh",
+            "-c",
+            &format!("echo {} > {}; sleep 120", bystander.id(), lock.display()),
+        ])
+        .uid(attack.mal.0)
+        .gid(attack.mal.1)
+        .spawn()
+        .unwrap();
+    wait_for("mallory's lock with root's pid in it", &mut || {
+        std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == bystander.id().to_string())
+    });
+    let out = attack.root_verb(&["stop", "--timeout", "1"]);
+    let alive = bystander.try_wait().unwrap().is_none();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert!(alive, "root's process was signalled: {out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no scheduler is running"),
+        "{out:?}"
+    );
+}
+
+/// Root acting on its own log directory through a path another user
+/// controls (a link in mallory's directory) is refused: mallory could
+/// swap the link between root's check and root's writes.
+#[test]
+fn root_refuses_its_own_log_dir_under_a_path_another_user_controls() {
+    let Some(attack) = Attack::new("echo hi\n") else {
+        return;
+    };
+    // A root-owned log directory inside mallory's directory.
+    let inside = attack.env.path("roots-logs");
+    std::fs::create_dir(&inside).unwrap();
+    let out = Command::new(bin())
+        .args(["pause", "--log-dir"])
+        .arg(&inside)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("belongs to gpusched-t-mal") && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    assert!(!inside.join("control.json").exists());
+}

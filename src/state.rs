@@ -259,8 +259,13 @@ impl Running {
             return false;
         }
         match &self.proc {
-            Proc::Adopted { supervisor, .. } => {
-                self.exit_record.exists() || !supervisor.as_ref().is_some_and(process::is_running)
+            Proc::Adopted {
+                identity,
+                supervisor,
+            } => {
+                crate::process::supervisor::ExitRecord::read_for(&self.exit_record, identity)
+                    .is_some()
+                    || !supervisor.as_ref().is_some_and(process::is_running)
             }
             _ => true,
         }

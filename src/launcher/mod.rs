@@ -470,7 +470,7 @@ impl Proc {
                     ..EndFacts::default()
                 },
             },
-            Proc::Adopted { .. } => match ExitRecord::read(record) {
+            Proc::Adopted { identity, .. } => match ExitRecord::read_for(record, identity) {
                 Some(r) => {
                     let reached = r.killed || kill.is_some_and(|(_, at)| r.ended >= at);
                     let reason = match (reason, r.killed) {

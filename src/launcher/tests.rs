@@ -9,6 +9,7 @@ fn record(exit: Option<Exit>, killed: bool, ended: f64) -> ExitRecord {
         key: "k#0".into(),
         attempt: 1,
         pgid: 4242,
+        start_ticks: None,
         code: match exit {
             Some(Exit::Code(c)) => Some(c),
             _ => None,

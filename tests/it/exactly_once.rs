@@ -706,3 +706,140 @@ fn read_only_log_dir_pauses_dispatch_until_writable() {
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert_eq!(env.job_events(1, "done").len(), 1);
 }
+
+/// Bytes waiting unread in process `pid`'s standard input (a pipe),
+/// through a descriptor of our own on the same pipe.
+fn unread_stdin_bytes(pid: i32) -> usize {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(pipe) = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/0"))
+    else {
+        return 0;
+    };
+    let mut unread: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer given.
+    if unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut unread) } != 0 {
+        return 0;
+    }
+    unread.max(0) as usize
+}
+
+/// A process frozen by the cgroup v1 freezer (not stopped: a stopped
+/// process whose group is orphaned gets SIGHUP, a frozen one nothing);
+/// thawed and its cgroup removed when dropped.
+struct Frozen {
+    cgroup: PathBuf,
+    pid: i32,
+}
+
+impl Frozen {
+    /// Freezes `pid`; `None`, with the reason, where the freezer is
+    /// missing or not writable (the test then says it was skipped).
+    fn freeze(pid: i32) -> Option<Frozen> {
+        let root = Path::new("/sys/fs/cgroup/freezer");
+        let cgroup = root.join(format!("gpusched-test-{}-{pid}", std::process::id()));
+        let made = std::fs::create_dir(&cgroup)
+            .and_then(|_| std::fs::write(cgroup.join("cgroup.procs"), pid.to_string()))
+            .and_then(|_| std::fs::write(cgroup.join("freezer.state"), "FROZEN"));
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir(&cgroup);
+            eprintln!(
+                "SKIPPED: this test freezes a process with the cgroup v1 freezer at {} ({e})",
+                root.display()
+            );
+            return None;
+        }
+        let frozen = Frozen { cgroup, pid };
+        wait_for("the freezer to freeze", &mut || {
+            std::fs::read_to_string(frozen.cgroup.join("freezer.state"))
+                .is_ok_and(|s| s.trim() == "FROZEN")
+        });
+        Some(frozen)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.cgroup.join("freezer.state"), "THAWED");
+        let _ = std::fs::write(
+            Path::new("/sys/fs/cgroup/freezer/cgroup.procs"),
+            self.pid.to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
+}
+
+/// `kill -9` of the scheduler while its supervisor is frozen with a start
+/// still unread in its pipe, then a restart that runs that job, then the
+/// old supervisor thawed: it must not turn the unanswered start into a
+/// "never ran" record that a third scheduler takes for the outcome of
+/// the second scheduler's start (the job would run twice). Before the fix
+/// the third scheduler said "still at its gate … pending again" and ran
+/// job 2 a second time while it still ran.
+#[test]
+fn a_start_a_dead_scheduler_left_unread_never_passes_for_a_later_start() {
+    let env = Env::new(&format!("[vram=1000] {}\n", held_job(0)));
+    let args = ["--sim", "1", "--poll", "0.1", "--watch"];
+    let a = env.spawn(&args);
+    wait_until_running(&env);
+    let old_supervisor = nix::unistd::Pid::from_raw(
+        env.events("started")[0]["supervisor"]["pid"]
+            .as_i64()
+            .unwrap() as i32,
+    );
+    let Some(frozen) = Frozen::freeze(old_supervisor.as_raw()) else {
+        return;
+    };
+    env.append_jobs(
+        "[vram=1000] sh -c 'echo run >> runs2.txt; while [ ! -e release ]; do sleep 0.05; done'\n",
+    );
+    wait_for(
+        "the start of job 2 to wait in the frozen supervisor's pipe",
+        &mut || unread_stdin_bytes(old_supervisor.as_raw()) > 0,
+    );
+    a.signal(Signal::SIGKILL);
+    a.finish();
+
+    let b = env.spawn(&args);
+    wait_for("job 2 to start under the second scheduler", &mut || {
+        env.path("runs2.txt").exists()
+    });
+    drop(frozen);
+    wait_for("the thawed supervisor to read its pipe", &mut || {
+        unread_stdin_bytes(old_supervisor.as_raw()) == 0
+    });
+    // Give a thawed supervisor of the old kind the moment it needs to
+    // write its record (it does so in the same turn of its loop).
+    std::thread::sleep(Duration::from_millis(500));
+    b.signal(Signal::SIGKILL);
+    b.finish();
+
+    let c = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    // Job 2 is either adopted (right) or taken as never run (the bug).
+    wait_for("the third scheduler's word on job 2", &mut || {
+        c.stdout().lines().any(|l| {
+            l.contains("job 2 ")
+                && (l.contains("still running from a previous scheduler")
+                    || l.contains("pending again"))
+        })
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = c.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(env.path("runs2.txt")).unwrap(),
+        "run\n",
+        "job 2 ran once: {}",
+        out.stdout
+    );
+    assert_eq!(env.job_events(2, "started").len(), 1, "{}", out.stdout);
+    assert!(
+        env.job_events(2, "interrupted").is_empty(),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"), "{}", out.stdout);
+}

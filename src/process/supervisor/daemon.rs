@@ -42,6 +42,9 @@ struct Job {
     /// Set when a signal the scheduler asked for was sent to the job's
     /// group while its shell ran (copied into its record).
     killed: bool,
+    /// Field 22 of the job's `/proc/<pid>/stat` at its start (copied into
+    /// its record, so the record names this start and no other).
+    start_ticks: Option<u64>,
 }
 
 /// A record that could not be written yet.
@@ -137,9 +140,13 @@ impl Supervisor {
     fn read_requests(&mut self) {
         let open = self.input.fill(std::io::stdin().as_fd());
         // What came before the end of file still counts (a `go` written
-        // just before the scheduler died was journaled first).
+        // just before the scheduler died was journaled first) — except a
+        // start: its answer can reach no one, so no `started` can be
+        // journaled for it, and a job started now would wait at its gate
+        // for nothing (docs/BEHAVIOUR.md "Exit records").
         for request in self.input.take::<ToSupervisor>() {
             match request {
+                Ok(ToSupervisor::Start { .. }) if !open => {}
                 Ok(request) => self.handle(request),
                 Err(e) => eprintln!("gpusched supervisor: ignoring a garbled request ({e})"),
             }
@@ -151,6 +158,7 @@ impl Supervisor {
 
     fn handle(&mut self, request: ToSupervisor) {
         match request {
+            ToSupervisor::Start { .. } if !self.scheduler => {}
             ToSupervisor::Start { id, job } => {
                 let reply = match self.start(id, job) {
                     Ok((pid, start_ticks)) => FromSupervisor::Started {
@@ -241,6 +249,7 @@ impl Supervisor {
                 log: job.log,
                 ended: None,
                 killed: false,
+                start_ticks,
             },
         );
         Ok((pid, start_ticks))
@@ -381,6 +390,7 @@ fn record_of(job: &Job, exit: Option<Exit>, start_error: Option<String>) -> Exit
         key: job.key.clone(),
         attempt: job.attempt,
         pgid: job.process.pid,
+        start_ticks: job.start_ticks,
         code: match exit {
             Some(Exit::Code(code)) => Some(code),
             _ => None,

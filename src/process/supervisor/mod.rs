@@ -63,6 +63,12 @@ pub struct ExitRecord {
     pub attempt: u32,
     /// The job's process group.
     pub pgid: u32,
+    /// Field 22 of the job's `/proc/<pid>/stat` (its start in clock ticks
+    /// since boot), as the `started` event journals it: with `pgid` it
+    /// names the one start this record belongs to. `None` in records of
+    /// older versions and of Slurm jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ticks: Option<u64>,
     /// Its exit code, or `null` when killed by a signal.
     pub code: Option<i32>,
     /// The signal that killed it, or `null`.
@@ -97,9 +103,30 @@ impl ExitRecord {
             .or_else(|| self.signal.map(Exit::Signal))
     }
 
-    /// Reads the record at `path`; `None` when it is missing or garbled.
+    /// Reads the record at `path`; `None` when it is missing, garbled, no
+    /// regular file or over 64 KiB.
     pub fn read(path: &Path) -> Option<ExitRecord> {
-        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+        let (bytes, _) = crate::trust::read_untrusted(path, 64 * 1024).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Reads the record at `path` if it belongs to the start `identity`
+    /// names (docs/BEHAVIOUR.md "Exit records"): the same process group
+    /// and, where both are known, the same start time. A record of
+    /// another start under the same `<key>.<attempt>` name — a start
+    /// whose `started` never reached the journal, written late by a
+    /// supervisor that lost its scheduler — is no outcome of this one.
+    pub fn read_for(path: &Path, identity: &crate::process::GroupIdentity) -> Option<ExitRecord> {
+        ExitRecord::read(path).filter(|r| r.belongs_to(identity))
+    }
+
+    /// Whether this record is of the start `identity` names.
+    pub fn belongs_to(&self, identity: &crate::process::GroupIdentity) -> bool {
+        self.pgid == identity.pgid.0
+            && match (self.start_ticks, identity.start_ticks) {
+                (Some(ours), Some(theirs)) => ours == theirs,
+                _ => true,
+            }
     }
 }
 

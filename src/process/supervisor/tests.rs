@@ -13,6 +13,7 @@ fn exit_records_round_trip_and_say_how_the_job_ended() {
         key: "abc#0".into(),
         attempt: 2,
         pgid: 42,
+        start_ticks: None,
         code: None,
         signal: Some(9),
         ended: 1.0e9,
@@ -179,4 +180,42 @@ fn lines_keep_a_partial_line_for_the_next_read_and_see_the_end() {
     let taken = lines.take::<ToSupervisor>();
     assert_eq!(*taken[0].as_ref().unwrap(), ToSupervisor::Ack(1));
     assert!(lines.take::<ToSupervisor>().is_empty());
+}
+
+#[test]
+fn a_record_counts_only_for_the_start_it_names() {
+    use crate::process::{GroupIdentity, Pgid};
+    let record = ExitRecord {
+        key: "abc#0".into(),
+        attempt: 1,
+        pgid: 42,
+        start_ticks: Some(1000),
+        code: None,
+        signal: None,
+        ended: 1.0e9,
+        never_ran: true,
+        killed: false,
+        start_error: None,
+    };
+    let start = |pgid, start_ticks| GroupIdentity {
+        pgid: Pgid(pgid),
+        start_ticks,
+        boot_id: None,
+    };
+    assert!(record.belongs_to(&start(42, Some(1000))));
+    assert!(!record.belongs_to(&start(43, Some(1000))), "another group");
+    assert!(!record.belongs_to(&start(42, Some(1001))), "a reused pid");
+    assert!(
+        record.belongs_to(&start(42, None)),
+        "a journal without ticks"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = record_path(dir.path(), "abc#0", 1);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+    assert_eq!(
+        ExitRecord::read_for(&path, &start(42, Some(1000))),
+        Some(record)
+    );
+    assert_eq!(ExitRecord::read_for(&path, &start(7, Some(1000))), None);
 }

@@ -51,7 +51,12 @@ impl Scheduler {
             }
             // Liveness first: a supervisor writes its record before it exits.
             let alive = adopted_alive(&running, &table);
-            let record = ExitRecord::read(&running.exit_record);
+            // Only a record of this very start counts: one of a start
+            // that never reached the journal may bear the same name.
+            let record = running
+                .proc
+                .identity()
+                .and_then(|identity| ExitRecord::read_for(&running.exit_record, identity));
             if record.as_ref().is_some_and(|r| r.never_ran) {
                 self.io.journal.append(&key, Event::Interrupted {})?;
                 self.report.say(format!(

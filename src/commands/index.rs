@@ -330,9 +330,9 @@ impl JournalTail {
 /// The jobs of the file at `path`, or none when it cannot be read or
 /// parsed (for looking up names; the caller reports real problems).
 pub fn specs_of(path: &Path) -> Vec<JobSpec> {
-    std::fs::read(path)
+    crate::trust::read_untrusted(path, crate::trust::MAX_JOBS_FILE_BYTES)
         .ok()
-        .and_then(|bytes| jobspec::decode(bytes).ok())
+        .and_then(|(bytes, _)| jobspec::decode(bytes).ok())
         .map(|text| jobspec::parse_jobs_lenient(&text).0)
         .unwrap_or_default()
 }
@@ -340,7 +340,9 @@ pub fn specs_of(path: &Path) -> Vec<JobSpec> {
 /// The directory the scheduler of `log_dir` runs its jobs in (its
 /// `status.json`'s `scheduler.cwd`), if one wrote it.
 pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
-    let text = std::fs::read(log_dir.join("status.json")).ok()?;
+    let (text, _) =
+        crate::trust::read_untrusted(&log_dir.join("status.json"), crate::trust::MAX_STATUS_BYTES)
+            .ok()?;
     let doc = serde_json::from_slice::<Value>(&text).ok()?;
     doc["scheduler"]["cwd"].as_str().map(PathBuf::from)
 }
@@ -352,7 +354,7 @@ pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
 /// there.
 pub fn find_jobs_file(log_dir: &Path) -> Result<PathBuf, Error> {
     let status = log_dir.join("status.json");
-    if let Ok(text) = std::fs::read(&status)
+    if let Ok((text, _)) = crate::trust::read_untrusted(&status, crate::trust::MAX_STATUS_BYTES)
         && let Ok(doc) = serde_json::from_slice::<Value>(&text)
         && let Some(path) = doc["scheduler"]["jobs_file"].as_str()
     {

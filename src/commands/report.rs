@@ -205,27 +205,41 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
                 .flatten(),
         );
     }
-    let mut seen = HashSet::new();
-    dirs.retain(|d| seen.insert(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())));
     let mut rows = BTreeMap::new();
     let mut read = Vec::new();
+    // Each journal once, by its inode: two paths (a link among a user's
+    // listed directories) to one journal count it once.
+    let mut seen = HashSet::new();
     for dir in &dirs {
         let journal = dir.join("journal.jsonl");
-        let (bytes, uid) = match std::fs::read(&journal)
-            .and_then(|b| Ok((b, std::fs::metadata(&journal)?.uid())))
-        {
-            Ok(found) => found,
-            // A remembered directory may be gone; say which could not be read.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.all => continue,
-            Err(e) => {
-                eprintln!(
-                    "gpusched report: skipped {}: {}",
-                    journal.display(),
-                    crate::files::io_reason(&e)
-                );
-                continue;
-            }
-        };
+        // Read as a file someone else controls (docs/SECURITY.md): no
+        // link, FIFO or device, and counted for the journal's owner.
+        let (bytes, meta) =
+            match crate::trust::read_untrusted(&journal, crate::trust::MAX_JOURNAL_BYTES) {
+                Ok(found) => found,
+                // A remembered directory may be gone; say which could not be read.
+                Err(crate::trust::Untrusted::Io(e))
+                    if e.kind() == std::io::ErrorKind::NotFound && args.all =>
+                {
+                    continue;
+                }
+                Err(crate::trust::Untrusted::Io(e)) => {
+                    eprintln!(
+                        "gpusched report: skipped {}: {}",
+                        journal.display(),
+                        crate::files::io_reason(&e)
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("gpusched report: skipped {}: {e}", journal.display());
+                    continue;
+                }
+            };
+        if !seen.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        let uid = meta.uid();
         let records = crate::jsonl::parse::<Record>(&bytes).records;
         let labels = labels_of(dir, &args.by);
         account(

@@ -309,24 +309,30 @@ pub fn conflicts(
 /// MiB each GPU (by index) must keep free for others' bookings beyond what
 /// their processes already use there (docs/BEHAVIOUR.md "Sharing a box": a booking counts as the
 /// larger of the booking and the observed use, and the observed use is
-/// already in the GPU's used memory). `index_of` maps a GPU UUID to its
-/// index (GPUs we do not see are skipped); `observed` gives the MiB in use
-/// per (GPU index, process group) among processes that are not ours.
+/// already in the GPU's used memory). `gpus` maps a GPU UUID to its
+/// index and total MiB (GPUs we do not see are skipped); `observed` gives
+/// the MiB in use per (GPU index, process group) among processes that
+/// are not ours.
 ///
 /// A personal reservation (no process group) is used by its owner's own
 /// processes that no scheduler booked — a notebook: `by_owner` gives their
 /// MiB per (GPU index, owner uid), and the reservation counts as the
 /// larger of itself and that use, like a booking (docs/BEHAVIOUR.md
 /// "Rules for a shared box").
+///
+/// Bookings are what their users say (docs/SECURITY.md "The shared
+/// ledger"): one user's together count for at most the GPU's total, so
+/// bookings backed by any live process of theirs can hold at most what
+/// that user could really allocate there.
 pub fn booked_unused_mib(
     foreign: &[Foreign],
-    index_of: &HashMap<&str, u32>,
+    gpus: &HashMap<&str, (u32, u64)>,
     observed: &HashMap<(u32, u32), u64>,
     by_owner: &HashMap<(u32, u32), u64>,
 ) -> BTreeMap<u32, u64> {
-    let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut per_user: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for f in foreign {
-        let Some(&gpu) = index_of.get(f.booking.gpu_uuid.as_str()) else {
+        let Some(&(gpu, total_mib)) = gpus.get(f.booking.gpu_uuid.as_str()) else {
             continue;
         };
         let seen = if f.pid == 0 {
@@ -334,8 +340,13 @@ pub fn booked_unused_mib(
         } else {
             observed.get(&(gpu, f.booking.pgid)).copied().unwrap_or(0)
         };
+        let slot = per_user.entry((gpu, f.uid)).or_insert((0, total_mib));
+        slot.0 = slot.0.saturating_add(f.booking.mib.saturating_sub(seen));
+    }
+    let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+    for ((gpu, _), (mib, total_mib)) in per_user {
         let slot = out.entry(gpu).or_insert(0);
-        *slot = slot.saturating_add(f.booking.mib.saturating_sub(seen));
+        *slot = slot.saturating_add(mib.min(total_mib));
     }
     out
 }

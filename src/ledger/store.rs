@@ -124,7 +124,7 @@ impl Ledger {
         let uid = nix::unistd::getuid().as_raw();
         Ledger {
             dir: dir.to_path_buf(),
-            own_name: OsString::from(format!("{uid}.{pid}.json")),
+            own_name: booking_name(uid, pid),
             me: BookingFile {
                 version: super::FORMAT_VERSION,
                 pid,
@@ -226,6 +226,7 @@ impl Ledger {
         let mut peers = Vec::new();
         // One listing for bookings, reservations and usage files.
         let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        let procs = ProcFs::default();
         for entry in &entries {
             let name = entry.file_name();
             if name == self.own_name || !name.to_string_lossy().ends_with(".json") {
@@ -247,7 +248,7 @@ impl Ledger {
                     demand,
                     log_dir,
                 };
-                super::trusted(file, uid, &user, &ProcFs, now_ms())
+                super::trusted(file, uid, &user, &procs, now_ms())
                     .map(|bookings| (bookings, peer))
                     .inspect_err(|r| {
                         // Ours, left by a scheduler killed with SIGKILL: tidy up.
@@ -320,14 +321,23 @@ impl Ledger {
         self.me.bookings = bookings;
         self.published = false;
         let bytes = serde_json::to_vec(&self.me).map_err(std::io::Error::other)?;
-        files::write_atomic_with(
-            &self.dir.join(&self.own_name),
-            &bytes,
-            &AtomicOptions {
-                mode: Some(std::fs::Permissions::from_mode(0o644)),
-                sync: false,
-            },
-        )?;
+        let options = AtomicOptions {
+            mode: Some(std::fs::Permissions::from_mode(0o644)),
+            sync: false,
+        };
+        // A name someone else took (they cannot guess it, but may copy it
+        // once our file is gone) is left to them: we publish under a new
+        // one instead of failing (docs/SECURITY.md "The shared ledger").
+        let mut tries = 0;
+        loop {
+            match files::write_atomic_with(&self.dir.join(&self.own_name), &bytes, &options) {
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && tries < 3 => {
+                    tries += 1;
+                    self.own_name = booking_name(nix::unistd::getuid().as_raw(), self.me.pid);
+                }
+                result => break result?,
+            }
+        }
         self.published = true;
         Ok(())
     }
@@ -365,6 +375,25 @@ fn cached_name(cache: &mut HashMap<u32, String>, uid: u32) -> String {
         .entry(uid)
         .or_insert_with(|| crate::files::user_name(uid))
         .clone()
+}
+
+/// The name of our booking file: `<uid>.<pid>.<64 random bits>.json`.
+/// Nobody can take it before we do (a predictable `<uid>.<pid>.json` let a
+/// user pre-create the names of another user's next schedulers, which then
+/// could not publish in the sticky directory).
+fn booking_name(uid: u32, pid: u32) -> OsString {
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom writes at most `random.len()` bytes into it.
+    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    let nonce = if got == random.len() as isize {
+        u64::from_ne_bytes(random)
+    } else {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
+    OsString::from(format!("{uid}.{pid}.{nonce:016x}.json"))
 }
 
 /// The `systemd-tmpfiles` line that keeps ledger directory `dir` as it
@@ -475,33 +504,29 @@ pub fn init(dir: &Path) -> Result<String, Error> {
             dir.display()
         )));
     }
-    let created = match std::fs::symlink_metadata(dir) {
-        Ok(meta) if meta.file_type().is_symlink() || !meta.is_dir() => {
-            return Err(Error::Usage(format!(
+    let created = std::fs::symlink_metadata(dir).is_err();
+    if created {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    // Everything on one descriptor, opened without following a link: a
+    // user who swaps the path for a link between a check and a chown by
+    // path could make root hand them any directory (docs/SECURITY.md).
+    let opened = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => Error::Usage(format!(
                 "{} exists and is not a directory; remove it first",
                 dir.display()
-            )));
-        }
-        Ok(_) => false,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-            true
-        }
-        Err(e) => return Err(Error::io(format!("cannot look at {}", dir.display()), e)),
-    };
-    nix::unistd::chown(
-        dir,
-        Some(nix::unistd::Uid::from_raw(0)),
-        Some(nix::unistd::Gid::from_raw(0)),
-    )
-    .map_err(|e| {
-        Error::io(
-            format!("cannot make {} belong to root", dir.display()),
-            e.into(),
-        )
-    })?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+            )),
+            _ => Error::io(format!("cannot open {}", dir.display()), e),
+        })?;
+    std::os::unix::fs::fchown(&opened, Some(0), Some(0))
+        .map_err(|e| Error::io(format!("cannot make {} belong to root", dir.display()), e))?;
+    opened
+        .set_permissions(std::fs::Permissions::from_mode(0o1777))
         .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
     Ok(format!(
         "{} {}: owned by root, mode 1777 (sticky, everyone can book); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf: d {} 1777 root root -",
@@ -539,19 +564,34 @@ fn read_booking_file(path: &Path) -> Result<(BookingFile, u32), Rejection> {
 }
 
 /// [`Processes`] through `/proc`: a process's owner is the owner of its
-/// `/proc/<pid>` directory.
-struct ProcFs;
+/// `/proc/<pid>` directory. One per refresh, which looks each process up
+/// once however many bookings name it (a flood of bookings backed by one
+/// `sleep` costs one read of `/proc`, not one per booking).
+#[derive(Default)]
+struct ProcFs {
+    seen: std::cell::RefCell<HashMap<(u32, u64), Option<u32>>>,
+}
 
 impl Processes for ProcFs {
     fn owner(&self, pid: u32, start_ticks: u64) -> Option<u32> {
-        let stat = crate::process::read_stat(pid)?;
-        if stat.state == 'Z' || stat.start_ticks != start_ticks {
-            return None;
-        }
-        std::fs::metadata(format!("/proc/{pid}"))
-            .ok()
-            .map(|m| m.uid())
+        *self
+            .seen
+            .borrow_mut()
+            .entry((pid, start_ticks))
+            .or_insert_with(|| proc_owner(pid, start_ticks))
     }
+}
+
+/// The owner of process `pid` if it still runs and started at
+/// `start_ticks`.
+fn proc_owner(pid: u32, start_ticks: u64) -> Option<u32> {
+    let stat = crate::process::read_stat(pid)?;
+    if stat.state == 'Z' || stat.start_ticks != start_ticks {
+        return None;
+    }
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 #[cfg(test)]

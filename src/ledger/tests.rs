@@ -133,7 +133,9 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
         foreign("GPU-b", 5000, 202),  // nothing in use yet
         foreign("GPU-z", 9000, 203),  // a GPU we do not see
     ];
-    let index_of: HashMap<&str, u32> = [("GPU-a", 0), ("GPU-b", 1)].into_iter().collect();
+    let index_of: HashMap<&str, (u32, u64)> = [("GPU-a", (0, 24000)), ("GPU-b", (1, 24000))]
+        .into_iter()
+        .collect();
     let observed: HashMap<(u32, u32), u64> = [((0, 200), 4000), ((0, 201), 3000), ((1, 200), 999)]
         .into_iter()
         .collect();
@@ -160,6 +162,22 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     assert_eq!(
         booked_unused_mib(&held, &index_of, &observed, &by_owner),
         BTreeMap::from([(0, 8000), (1, 18000)])
+    );
+    // A user's bookings backed by live processes that use nothing (a
+    // `sleep` per booking) count for at most the GPU's total, per user.
+    let flood: Vec<Foreign> = (0..12)
+        .map(|i| Foreign {
+            uid: 1002,
+            user: "mallory".into(),
+            ..foreign("GPU-a", 23550, 300 + i)
+        })
+        .collect();
+    let mut both = flood.clone();
+    both.push(foreign("GPU-a", 2000, 400));
+    assert_eq!(
+        booked_unused_mib(&both, &index_of, &HashMap::new(), &HashMap::new()),
+        BTreeMap::from([(0, 24000 + 2000)]),
+        "mallory's 282,600 MiB count as 24,000; bob's booking as itself"
     );
     assert_eq!(
         per_user(&held, "GPU-b"),

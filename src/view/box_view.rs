@@ -137,10 +137,18 @@ pub struct BoxJob {
     pub reason: Option<String>,
 }
 
-/// A scheduler's status.json, when readable.
-fn read_status(log_dir: &str) -> Option<StatusDoc> {
-    let text = std::fs::read_to_string(PathBuf::from(log_dir).join("status.json")).ok()?;
-    serde_json::from_str(&text).ok()
+/// A scheduler's status.json, when readable and its user's (`uid`): it is
+/// read through the untrusted reader (docs/SECURITY.md), so a link to
+/// `/dev/zero`, a FIFO or a huge file in a log directory a booking names
+/// is skipped, never waited on.
+fn read_status(log_dir: &str, uid: u32) -> Option<StatusDoc> {
+    use std::os::unix::fs::MetadataExt;
+    let path = PathBuf::from(log_dir).join("status.json");
+    let (bytes, meta) = crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES).ok()?;
+    if meta.uid() != uid {
+        return None;
+    }
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// A GPU process no scheduler booked.
@@ -189,7 +197,7 @@ pub fn gather(snapshot: &GpuSnapshot, ledger: &Ledger) -> BoxFacts {
         .peers
         .iter()
         .enumerate()
-        .filter_map(|(i, p)| read_status(&p.log_dir).map(|d| (i, d)))
+        .filter_map(|(i, p)| read_status(&p.log_dir, p.uid).map(|d| (i, d)))
         .filter(|(i, d)| d.scheduler.pid == ledger.peers[*i].pid)
         .collect();
     let groups = snapshot

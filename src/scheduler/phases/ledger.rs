@@ -18,14 +18,14 @@ impl Scheduler {
         if ledger.foreign.is_empty() {
             return HashMap::new();
         }
-        let index_of: HashMap<&str, u32> = snapshot
+        let gpus: HashMap<&str, (u32, u64)> = snapshot
             .gpus
             .iter()
-            .map(|g| (g.uuid.as_str(), g.index))
+            .map(|g| (g.uuid.as_str(), (g.index, g.total_mib)))
             .collect();
         ledger::booked_unused_mib(
             &ledger.foreign,
-            &index_of,
+            &gpus,
             &self.core.gpu.external_by_group,
             &self.core.gpu.reservation_use,
         )

@@ -9,7 +9,10 @@
 #   2. the job saw the GPU it was placed on in CUDA_VISIBLE_DEVICES;
 #   3. a job whose first attempt runs out of device memory is retried as an
 #      OOM with a bigger declaration, and its second attempt ends ok;
-#   4. `gpusched doctor` finds no error.
+#   4. where JAX imports (a real GPU only), a declared JAX job runs on the
+#      GPU, not the CPU, under gpusched's default caps, and its whole
+#      process (pool and CUDA context) stays within its declaration;
+#   5. `gpusched doctor` finds no error.
 #
 # Usage: scripts/gpu-smoke.sh [--sim] [WORK_DIR]   (needs python3 and a
 # GPU with 2 GiB free; builds with `cargo build --release` unless
@@ -81,9 +84,30 @@ cat > "$work/jobs.txt" <<EOF
 [vram=1500 retries=1 name=oom] $(job 256 2 "$work/oom-marker")
 EOF
 
+# A JAX job, where JAX imports: matrix products for a few seconds on
+# whatever device JAX chose, which it prints.
+if [ -z "$sim" ] && python3 -c 'import jax' 2>/dev/null; then
+    cat > "$work/jax_job.py" <<'PY'
+import time
+import jax, jax.numpy as jnp
+device = jax.devices()[0]
+print("platform", device.platform, device, flush=True)
+x = jnp.ones((4096, 4096), jnp.float32)
+end, products = time.time() + 5, 0
+while time.time() < end:
+    x = (x @ x) / 4096.0
+    x.block_until_ready()
+    products += 1
+print("products", products, flush=True)
+PY
+    echo "[vram=4096 name=jax] python3 $work/jax_job.py" >> "$work/jobs.txt"
+else
+    echo "gpu-smoke: SKIPPED the JAX check: ${sim:+--sim}${sim:-JAX does not import here}"
+fi
+
 cd "$work"
 rm -rf logs "$work/oom-marker"
-echo "gpu-smoke: running 3 jobs in $work with $bin${sim:+ on a simulated GPU}"
+echo "gpu-smoke: running $(wc -l < jobs.txt) jobs in $work with $bin${sim:+ on a simulated GPU}"
 "$bin" jobs.txt --log-dir logs --poll 0.5 --ledger "$work/ledger" ${sim:+--sim 1}
 
 python3 - "$work/logs" <<'PY'
@@ -118,6 +142,16 @@ kinds = [e.get("event") for e in journal if e.get("key") == oom["key"]]
 check("oom" in kinds and oom["state"] == "ok",
       f"job oom: first attempt retried as an OOM, then ended {oom['state']} (events {kinds})")
 check((oom.get("vram_mib") or 0) > 1500, f"job oom: declaration raised to {oom.get('vram_mib')} MiB")
+
+jax = jobs.get("jax")
+if jax is not None:
+    log = open(jax["log"]).read() if jax.get("log") else ""
+    platform = next((l.split()[1] for l in log.splitlines() if l.startswith("platform ")), None)
+    peak = (jax.get("peak_mib") or {}).get("max")
+    check(jax["state"] == "ok", f"job jax ended ok ({jax['state']})")
+    check(platform == "gpu", f"job jax ran on the {platform} under the default caps (XLA_PYTHON_CLIENT_MEM_FRACTION only)")
+    check(peak is not None and 0 < peak <= 4096,
+          f"job jax: measured peak {peak} MiB (pool and CUDA context) within its 4096 MiB declaration")
 sys.exit(1 if failed else 0)
 PY
 

@@ -312,10 +312,11 @@ pub struct RunArgs {
     pub auto_vram: bool,
 
     /// Do not give declared jobs the framework memory caps: by default a
-    /// job with vram= gets XLA_PYTHON_CLIENT_MEM_FRACTION and
-    /// XLA_CLIENT_MEM_FRACTION at its declaration's share of its GPU, and
-    /// TF_FORCE_GPU_ALLOW_GROWTH=true, so JAX and TensorFlow do not take
-    /// the whole GPU (unless you set them yourself).
+    /// job with vram= gets XLA_PYTHON_CLIENT_MEM_FRACTION at its
+    /// declaration's share of its GPU (less 768 MiB for the CUDA context),
+    /// and TF_FORCE_GPU_ALLOW_GROWTH=true, so JAX and TensorFlow do not
+    /// take the whole GPU (unless you set them, or for JAX
+    /// XLA_CLIENT_MEM_FRACTION, yourself).
     #[arg(long)]
     pub no_framework_caps: bool,
 

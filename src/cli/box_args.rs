@@ -80,7 +80,9 @@ pub struct ServeArgs {
     pub listen: std::net::SocketAddr,
     /// A file holding the access token (readable by you alone): requests
     /// must carry it as `Authorization: Bearer TOKEN`, or open
-    /// /login?token=TOKEN once to get a cookie.
+    /// /login?token=TOKEN once to get a cookie. Default on loopback:
+    /// ~/.config/gpusched/serve-token, made on first run (the URL to open
+    /// is printed).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     #[command(flatten)]

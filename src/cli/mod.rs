@@ -227,8 +227,8 @@ pub enum Command {
     /// The same view as a web page that updates itself, with this user's
     /// queue and timeline, and a read-only API: /api/v1/status,
     /// /api/v1/box, /metrics. Listens on 127.0.0.1:8765 (reach it with
-    /// `ssh -L 8765:localhost:8765`); any other address needs
-    /// --token-file.
+    /// `ssh -L 8765:localhost:8765`) and prints the /login?token=… URL to
+    /// open; any other address needs --token-file.
     Serve(ServeArgs),
     /// A fake GPU job for --sim mode: holds simulated VRAM on the GPUs of
     /// CUDA_VISIBLE_DEVICES, reporting it to $GPUSCHED_SIM_DIR.

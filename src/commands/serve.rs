@@ -12,22 +12,27 @@
 //! * `GET /login?token=T` — sets the token cookie and goes to `/`.
 //!
 //! It runs as its own process, never inside a scheduler's loop, and
-//! writes nothing. The box is read once a second by one background thread;
-//! requests are answered from that copy, so fifty clients cost what one
-//! does. HTTP is tiny_http, a small synchronous server: a loopback page
-//! that answers from memory needs no async stack, and a fresh release
-//! build is faster without one (docs/PERFORMANCE.md "Building and
-//! CI"). A few threads answer; the timeline is drawn on the one that
-//! asked for it.
+//! writes nothing but its token file. The box is read once a second by
+//! one background thread; requests are answered from that copy, so fifty
+//! clients cost what one does. HTTP is `serve/http.rs`: GET only, one
+//! request per connection, with a cap on connections, on the request
+//! head's size and time, and on every write (docs/SECURITY.md "serve").
 //!
-//! Loopback addresses are served without a token (reach them with `ssh
-//! -L`); any other address needs `--token-file`, and then every request
-//! must carry the token as `Authorization: Bearer T` or the cookie
-//! `/login` sets, compared in constant time; anything else gets 401.
+//! Every request needs the token, on every address (docs/SECURITY.md):
+//! `Authorization: Bearer T` or the cookie `/login` sets, compared in
+//! constant time. On a loopback address the token is made on first run
+//! in `~/.config/gpusched/serve-token` (0600) and the printed URL carries
+//! it, as Jupyter's does; any other address needs `--token-file`. On
+//! loopback the Host header must name a loopback host, and an Origin
+//! header must be this server's own, so a web page that rebinds its name
+//! to 127.0.0.1 reads nothing.
+
+mod http;
 
 use super::box_source::BoxSource;
 use crate::cli::ServeArgs;
 use crate::error::Error;
+use http::{Reply, Request};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -51,8 +56,11 @@ struct Shared {
     box_json: RwLock<String>,
     /// The scheduler's log directory.
     log_dir: PathBuf,
-    /// The token, when one is required.
-    token: Option<String>,
+    /// The token every request must carry.
+    token: String,
+    /// Whether we listen on a loopback address (Host is checked, the
+    /// cookie is `Secure`: browsers treat loopback as a secure context).
+    loopback: bool,
     /// The last timeline drawn, and when.
     timeline: RwLock<Option<(Instant, String)>>,
 }
@@ -63,9 +71,10 @@ struct Shared {
 /// token file that others can read, or that is empty; the GPUs, ledger or
 /// rules cannot be opened; the address cannot be bound.
 pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
+    let loopback = args.listen.ip().is_loopback();
     let token = match &args.token_file {
-        Some(path) => Some(read_token(path)?),
-        None if args.listen.ip().is_loopback() => None,
+        Some(path) => read_token(path)?,
+        None if loopback => own_token()?,
         None => {
             return Err(Error::Usage(format!(
                 "serving on {} (not a loopback address) needs --token-file FILE: anyone who can reach the port would see every user's jobs; or listen on 127.0.0.1 and use `ssh -L {}:localhost:{}`",
@@ -85,6 +94,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         box_json: RwLock::new(String::new()),
         log_dir: crate::files::absolute(&args.place.log_dir),
         token,
+        loopback,
         timeline: RwLock::new(None),
     });
     let reader = shared.clone();
@@ -122,87 +132,83 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Ok(mut slot) = shared.box_json.write() {
         *slot = first;
     }
-    let server = tiny_http::Server::http(args.listen)
+    let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| Error::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
-    println!(
-        "gpusched serve: http://{}/ ({}); API /api/v1/status, /api/v1/box, /metrics",
+    let login = format!(
+        "http://{}/login?token={}",
         args.listen,
-        if shared.token.is_some() {
-            "token required: open /login?token=… once, or send Authorization: Bearer …"
-        } else {
-            "loopback only, no token"
-        }
+        percent_encoding::utf8_percent_encode(&shared.token, percent_encoding::NON_ALPHANUMERIC)
     );
-    let server = Arc::new(server);
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|i| {
-            let (server, shared) = (server.clone(), shared.clone());
-            std::thread::Builder::new()
-                .name(format!("http-{i}"))
-                .spawn(move || {
-                    for request in server.incoming_requests() {
-                        let reply = answer(&shared, request.url(), request.headers());
-                        // A client that went away is not our problem.
-                        let _ = request.respond(reply);
-                    }
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    for worker in workers {
-        let _ = worker.join();
-    }
+    println!(
+        "gpusched serve: open {login} (the token is in {}); API /api/v1/status, /api/v1/box, /metrics with Authorization: Bearer TOKEN",
+        args.token_file
+            .clone()
+            .or_else(default_token_file)
+            .map_or("?".into(), |p| p.display().to_string())
+    );
+    http::serve(
+        listener,
+        Arc::new(move |request: &Request| answer(&shared, request)),
+    );
     Ok(0)
-}
-
-/// Threads answering requests.
-const WORKERS: usize = 4;
-
-/// An answer to a request.
-type Reply = tiny_http::Response<std::io::Cursor<Vec<u8>>>;
-
-/// A header from parts we write ourselves (always valid ASCII).
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .expect("a header gpusched writes is ASCII")
 }
 
 /// 200 with `content_type`, never cached (the documents change every
 /// second).
 fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
-    tiny_http::Response::from_data(body.into())
-        .with_header(header("Content-Type", content_type))
-        .with_header(header("Cache-Control", "no-store"))
+    Reply::new(200, content_type, body).with_header("Cache-Control", "no-store")
 }
 
 /// `status` with a plain-text `message`.
 fn text(status: u16, message: impl Into<String>) -> Reply {
-    tiny_http::Response::from_data(message.into().into_bytes())
-        .with_status_code(status)
-        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+    Reply::new(status, "text/plain; charset=utf-8", message.into())
 }
 
 /// 303 to `location`.
 fn see_other(location: &str) -> Reply {
-    tiny_http::Response::from_data(Vec::new())
-        .with_status_code(303)
-        .with_header(header("Location", location))
+    Reply::new(303, "text/plain; charset=utf-8", Vec::new()).with_header("Location", location)
 }
 
-/// The answer to a GET of `url` with `headers`: the token check, then the
-/// route.
-fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
+/// Whether a request that reached a loopback listener names a loopback
+/// host (`localhost`, `127.0.0.1`, `[::1]`, any port): a page whose name
+/// was rebound to 127.0.0.1 sends its own name, and gets 421.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The answer to a GET: the Host and Origin checks, the token check,
+/// then the route.
+fn answer(shared: &Shared, request: &Request) -> Reply {
+    let host = request.header("Host").unwrap_or("");
+    if shared.loopback && !loopback_host(host) {
+        return text(
+            421,
+            format!("421: this gpusched serve answers to localhost, not to {host:?}\n"),
+        );
+    }
+    if let Some(origin) = request.header("Origin")
+        && origin != format!("http://{host}")
+    {
+        return text(403, "403: a page of another origin may not read this\n");
+    }
+    let url = request.target.as_str();
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     if path == "/login" {
         return login(shared, query);
     }
-    if let Some(token) = &shared.token
-        && !carried(headers).is_some_and(|given| same_token(&given, token))
-    {
+    if !carried(&request.headers).is_some_and(|given| same_token(&given, &shared.token)) {
         return text(
             401,
-            "401: this gpusched serve needs its token: open /login?token=… once, or send Authorization: Bearer …\n",
+            "401: this gpusched serve needs its token: open the /login?token=… URL it printed, or send Authorization: Bearer …\n",
         )
-        .with_header(header("WWW-Authenticate", "Bearer"));
+        .with_header("WWW-Authenticate", "Bearer");
     }
     match path {
         "/" => ok("text/html; charset=utf-8", PAGE),
@@ -224,6 +230,77 @@ fn answer(shared: &Shared, url: &str, headers: &[tiny_http::Header]) -> Reply {
     }
 }
 
+/// Where the token of a loopback `serve` lives:
+/// `$XDG_CONFIG_HOME/gpusched/serve-token`, else
+/// `~/.config/gpusched/serve-token`.
+fn default_token_file() -> Option<PathBuf> {
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(config.join("gpusched").join("serve-token"))
+}
+
+/// The token of a loopback `serve`: read from [`default_token_file`], or
+/// made there on first run (128 random bits as hex, mode 0600 set at
+/// creation, never through a link).
+///
+/// Errors (exit 2): no home directory, or the file cannot be made or
+/// read (with the `--token-file` to use instead).
+fn own_token() -> Result<String, Error> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let Some(path) = default_token_file() else {
+        return Err(Error::Usage(
+            "no HOME or XDG_CONFIG_HOME to keep serve's token in; give one with --token-file FILE"
+                .into(),
+        ));
+    };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    let made = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path);
+    match made {
+        Ok(mut file) => {
+            let token = random_token();
+            file.write_all(format!("{token}\n").as_bytes())
+                .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_token(&path),
+        Err(e) => Err(Error::Usage(format!(
+            "cannot make the token file {} ({}); give one with --token-file FILE",
+            path.display(),
+            crate::files::io_reason(&e)
+        ))),
+    }
+}
+
+/// 128 random bits as 32 hex digits (getrandom).
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the length given into the rest
+        // of `bytes`.
+        let got = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if got > 0 {
+            filled += got as usize;
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Reads the token: the file's first line, trimmed.
 ///
 /// Errors (exit 2): unreadable, empty, or readable by others.
@@ -235,7 +312,10 @@ fn read_token(path: &Path) -> Result<String, Error> {
             crate::files::io_reason(&e)
         ))
     };
-    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    let (contents, meta) = crate::trust::read_untrusted(path, 4096).map_err(|e| match e {
+        crate::trust::Untrusted::Io(e) => unreadable(e),
+        e => Error::Usage(format!("token file {}: {e}", path.display())),
+    })?;
     if meta.mode() & 0o077 != 0 {
         return Err(Error::Usage(format!(
             "token file {} can be read by others (mode {:04o}); `chmod 600 {}`",
@@ -244,7 +324,7 @@ fn read_token(path: &Path) -> Result<String, Error> {
             path.display()
         )));
     }
-    let contents = std::fs::read_to_string(path).map_err(unreadable)?;
+    let contents = String::from_utf8_lossy(&contents);
     let token = contents.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
         return Err(Error::Usage(format!(
@@ -258,19 +338,26 @@ fn read_token(path: &Path) -> Result<String, Error> {
 /// Whether `given` is the token, in time that does not depend on where
 /// they differ.
 fn same_token(given: &str, token: &str) -> bool {
+    use sha2::Digest;
     use subtle::ConstantTimeEq;
-    given.len() == token.len() && bool::from(given.as_bytes().ct_eq(token.as_bytes()))
+    // Digests of equal length: not even the token's length shows.
+    let (given, token) = (sha2::Sha256::digest(given), sha2::Sha256::digest(token));
+    bool::from(given.as_slice().ct_eq(token.as_slice()))
 }
 
-/// The token a request carries: its bearer header, or our cookie.
-fn carried(headers: &[tiny_http::Header]) -> Option<String> {
+/// The token a request carries: its bearer header (the scheme in any
+/// case, as RFC 9110 allows), or our cookie.
+fn carried(headers: &[(String, String)]) -> Option<String> {
     let values = |name: &'static str| {
         headers
             .iter()
-            .filter(move |h| h.field.equiv(name))
-            .map(|h| h.value.as_str())
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     };
-    if let Some(bearer) = values("Authorization").find_map(|v| v.strip_prefix("Bearer ")) {
+    if let Some(bearer) = values("Authorization").find_map(|v| {
+        let (scheme, rest) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+    }) {
         return Some(bearer.trim().to_string());
     }
     values("Cookie")
@@ -280,22 +367,25 @@ fn carried(headers: &[tiny_http::Header]) -> Option<String> {
         .map(|(_, value)| value.to_string())
 }
 
-/// `/login?token=T`: with the right token, sets the cookie and goes to
-/// the page; else 401.
+/// `/login?token=T`: with the right token, sets the cookie (`Secure` on
+/// loopback, which browsers count as a secure context; over plain HTTP
+/// on another address a `Secure` cookie would never be sent back) and
+/// goes to the page; else 401.
 fn login(shared: &Shared, query: &str) -> Reply {
-    let Some(token) = &shared.token else {
-        return see_other("/");
-    };
     let given = query
         .split('&')
         .filter_map(|pair| pair.split_once('='))
         .find(|(name, _)| *name == "token")
         .map(|(_, value)| percent_decoded(value));
     match given {
-        Some(given) if same_token(&given, token) => see_other("/").with_header(header(
+        Some(given) if same_token(&given, &shared.token) => see_other("/").with_header(
             "Set-Cookie",
-            &format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"),
-        )),
+            &format!(
+                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{}",
+                shared.token,
+                if shared.loopback { "; Secure" } else { "" }
+            ),
+        ),
         _ => text(401, "401: wrong token\n"),
     }
 }
@@ -354,16 +444,38 @@ mod tests {
 
     #[test]
     fn the_token_is_taken_from_the_bearer_header_or_the_cookie() {
+        let header = |n: &str, v: &str| (n.to_string(), v.to_string());
         let mut headers = Vec::new();
         assert_eq!(carried(&headers), None);
         headers.push(header("cookie", "a=1; gpusched_token=s3cret; b=2"));
         assert_eq!(carried(&headers).as_deref(), Some("s3cret"));
-        headers.push(header("Authorization", "Bearer t0k"));
-        assert_eq!(carried(&headers).as_deref(), Some("t0k"));
+        headers.push(header("Authorization", "bearer t0k"));
+        assert_eq!(carried(&headers).as_deref(), Some("t0k"), "any case");
         assert!(same_token("s3cret", "s3cret"));
         assert!(!same_token("s3cre", "s3cret"));
         assert!(!same_token("s3creT", "s3cret"));
         assert!(!same_token("", "s3cret"));
+    }
+
+    #[test]
+    fn only_loopback_names_pass_the_host_check() {
+        for host in [
+            "localhost:8765",
+            "127.0.0.1:8765",
+            "[::1]:8765",
+            "LOCALHOST",
+            "127.0.0.1",
+        ] {
+            assert!(loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example:8765",
+            "",
+            "10.0.0.1:8765",
+            "localhost.evil.example:8765",
+        ] {
+            assert!(!loopback_host(host), "{host}");
+        }
     }
 
     #[test]

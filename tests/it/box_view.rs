@@ -30,9 +30,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `gpusched serve` with `args`, as `user` (root when `None`), killed on
-/// drop.
-struct Serve(Child);
+/// `gpusched serve` with `args`, as `user` (root when `None`), with a
+/// config directory of its own (where a loopback serve makes its token),
+/// killed on drop.
+struct Serve(Child, tempfile::TempDir);
 
 impl Drop for Serve {
     fn drop(&mut self) {
@@ -41,16 +42,37 @@ impl Drop for Serve {
     }
 }
 
+impl Serve {
+    /// The token a loopback serve made on its first run.
+    fn token(&self) -> String {
+        let path = self.1.path().join("gpusched/serve-token");
+        let mut token = String::new();
+        wait_for("serve's token file", &mut || {
+            token = std::fs::read_to_string(&path).unwrap_or_default();
+            token.ends_with('\n')
+        });
+        token.trim().to_string()
+    }
+
+    /// `Authorization: Bearer <token>`.
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token())
+    }
+}
+
 fn serve(args: &[String], user: Option<(u32, u32)>) -> Serve {
+    let config = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(common::bin());
     cmd.arg("serve")
         .args(args)
+        .env("XDG_CONFIG_HOME", config.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(config.path(), Some(uid), Some(gid)).unwrap();
         cmd.uid(uid).gid(gid);
     }
-    Serve(cmd.spawn().unwrap())
+    Serve(cmd.spawn().unwrap(), config)
 }
 
 /// GET `path` on `port`: (status, body).
@@ -108,11 +130,13 @@ fn the_api_documents_match_their_schemas_with_two_users_running() {
     args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
     args.extend(["--log-dir".into(), a_env.logs.display().to_string()]);
     let [alice, _, _] = users().unwrap();
-    let _server = serve(&args, Some(alice));
-    wait_up(port, &[]);
+    let server = serve(&args, Some(alice));
+    let bearer = server.bearer();
+    let auth = [("Authorization", bearer.as_str())];
+    wait_up(port, &auth);
     let mut doc = Value::Null;
     wait_for("both users and alice's waiting job in the box", &mut || {
-        doc = serde_json::from_str(&get(port, "/api/v1/box", &[]).1).unwrap_or(Value::Null);
+        doc = serde_json::from_str(&get(port, "/api/v1/box", &auth).1).unwrap_or(Value::Null);
         let users: Vec<&str> = doc["users"]
             .as_array()
             .into_iter()
@@ -153,12 +177,12 @@ fn the_api_documents_match_their_schemas_with_two_users_running() {
         alices["jobs"][2]["reason"],
         "quota: gpusched-t-alice uses 2 of 2 GPUs"
     );
-    let status: Value = serde_json::from_str(&get(port, "/api/v1/status", &[]).1).unwrap();
+    let status: Value = serde_json::from_str(&get(port, "/api/v1/status", &auth).1).unwrap();
     common::assert_valid_status(&status);
-    let (code, metrics) = get(port, "/metrics", &[]);
+    let (code, metrics) = get(port, "/metrics", &auth);
     assert_eq!(code, 200);
     assert!(metrics.contains("gpusched_up 1"), "{metrics}");
-    let (code, page) = get(port, "/", &[]);
+    let (code, page) = get(port, "/", &auth);
     assert_eq!(code, 200);
     assert!(page.contains("<table id=\"gpus\">"));
     assert!(
@@ -282,12 +306,14 @@ fn a_real_browser_sees_the_page_change_when_a_job_ends_without_a_reload() {
     ]
     .map(String::from)
     .to_vec();
-    let _server = serve(&args, None);
-    wait_up(port, &[]);
+    let server = serve(&args, None);
+    let token = server.token();
+    wait_up(port, &[("Authorization", &format!("Bearer {token}"))]);
     let shot = env.path("page.png");
+    // The URL serve prints: the token once, then the cookie.
     let out = Command::new(python)
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/browser.py"))
-        .arg(format!("http://127.0.0.1:{port}/"))
+        .arg(format!("http://127.0.0.1:{port}/login?token={token}"))
         .arg(&shot)
         .output()
         .unwrap();
@@ -417,4 +443,119 @@ fn top_follows_a_simulated_scheduler_on_its_log_directory() {
     );
     assert!(text.contains("GPU 2") && text.contains("4000"), "{text}");
     sched.stop();
+}
+
+/// The status code of a raw request `head` (its blank line added) sent to
+/// `port`; 0 when the server closed without answering.
+fn raw_status(port: u16, head: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _ = stream.write_all(format!("{head}\r\n\r\n").as_bytes());
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// docs/SECURITY.md "serve": on loopback too, nothing without the token;
+/// a page that rebinds its name to 127.0.0.1 (its own Host) or reads from
+/// another origin gets nothing even with the cookie's token.
+#[test]
+fn loopback_needs_the_token_too_and_a_rebound_name_or_other_origin_gets_nothing() {
+    let b = Box_::new("");
+    let env = open_env("");
+    let port = free_port();
+    let mut args = b.args(1, false);
+    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
+    args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    let server = serve(&args, None);
+    let bearer = server.bearer();
+    wait_up(port, &[("Authorization", &bearer)]);
+    for path in ["/", "/api/v1/box", "/api/v1/status", "/metrics"] {
+        assert_eq!(get(port, path, &[]).0, 401, "{path} without a token");
+    }
+    let with = |host: &str, extra: &str| {
+        raw_status(
+            port,
+            &format!("GET /api/v1/box HTTP/1.1\r\nHost: {host}\r\nAuthorization: {bearer}{extra}"),
+        )
+    };
+    assert_eq!(with(&format!("127.0.0.1:{port}"), ""), 200);
+    assert_eq!(with(&format!("localhost:{port}"), ""), 200);
+    assert_eq!(with(&format!("rebound.example:{port}"), ""), 421);
+    assert_eq!(
+        with(
+            &format!("127.0.0.1:{port}"),
+            "\r\nOrigin: http://rebound.example"
+        ),
+        403
+    );
+    assert_eq!(
+        with(
+            &format!("127.0.0.1:{port}"),
+            &format!("\r\nOrigin: http://127.0.0.1:{port}")
+        ),
+        200
+    );
+    // A lower-case scheme is a bearer token too.
+    assert_eq!(
+        get(
+            port,
+            "/api/v1/box",
+            &[("Authorization", &bearer.replace("Bearer", "bearer"))]
+        )
+        .0,
+        200
+    );
+}
+
+/// docs/SECURITY.md "serve": hundreds of idle connections, an endless
+/// header line and a client that pipelines and never reads leave the
+/// server answering everyone else (tiny_http's accept thread died for
+/// good at ~600 idle connections; one non-reader blocked every worker).
+#[test]
+fn idle_connections_an_endless_header_and_a_non_reader_do_not_stop_serve() {
+    use std::io::Write;
+    let b = Box_::new("");
+    let env = open_env("");
+    let port = free_port();
+    let mut args = b.args(1, false);
+    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
+    args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    let mut server = serve(&args, None);
+    let bearer = server.bearer();
+    let auth = [("Authorization", bearer.as_str())];
+    wait_up(port, &auth);
+    // 300 connections that say nothing and stay open on our side.
+    let idle: Vec<std::net::TcpStream> = (0..300)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    // One that pipelines requests and never reads an answer.
+    let mut pipeliner = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = format!(
+        "GET /timeline.svg HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {bearer}\r\n\r\n"
+    );
+    let _ = pipeliner.write_all(request.repeat(200).as_bytes());
+    // An endless header line: answered 431 once it passes the limit.
+    let long = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Long: {}",
+        "a".repeat(64 * 1024)
+    );
+    wait_for("an answer beside the idle connections", &mut || {
+        get(port, "/api/v1/box", &auth).0 == 200
+    });
+    assert_eq!(raw_status(port, &long), 431);
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "serve is still running"
+    );
+    assert_eq!(get(port, "/api/v1/box", &auth).0, 200);
+    drop(idle);
+    drop(pipeliner);
 }

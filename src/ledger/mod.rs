@@ -280,24 +280,38 @@ pub fn decision_of(f: &Foreign) -> DecisionId {
     (f.pid, f.booking.gpu_uuid.clone(), f.booking.since_ms)
 }
 
+/// The longest a round's `starting` bookings may take from their stamp
+/// (`since_ms`) to being out in their scheduler's file (ms); a round that
+/// took longer withdraws its starts (docs/BEHAVIOUR.md "Sharing a box").
+pub const PUBLISH_WINDOW_MS: u64 = 25;
+
 /// The GPUs (by UUID) on which a round must withdraw its starts: where
 /// another scheduler published a booking that this round did not see when
-/// it decided (`seen`), before this round's own publication (`mine_since`,
-/// Unix ms; a tie goes to the lower (uid, pid), `me`). Of two decisions
-/// that did not see each other, the later publisher always sees the
-/// earlier one, so exactly one of them yields. Bookings of older
-/// schedulers (no `since_ms`) never conflict.
+/// it decided (`seen`, read from `looked_ms` on), before this round's own
+/// publication (`mine_since`, Unix ms; a tie goes to the lower (uid,
+/// pid), `me`). Of two decisions that did not see each other, the later
+/// publisher always sees the earlier one, so exactly one of them yields.
+/// Bookings of older schedulers (no `since_ms`) never conflict.
+///
+/// A booking unseen at our look that claims a stamp more than
+/// [`PUBLISH_WINDOW_MS`] before it lies: an honest one was out in its file
+/// by then, and we would have seen it. It never makes us yield (a user
+/// who re-stamped a booking "one second ago" every few ms stopped every
+/// start on a GPU; docs/SECURITY.md "The shared ledger").
 pub fn conflicts(
     starting_gpus: &[&str],
     mine_since: u64,
     me: (u32, u32),
     seen: &std::collections::HashSet<DecisionId>,
+    looked_ms: u64,
     foreign_now: &[Foreign],
 ) -> std::collections::BTreeSet<String> {
+    let earliest = looked_ms.saturating_sub(PUBLISH_WINDOW_MS);
     foreign_now
         .iter()
         .filter(|f| starting_gpus.contains(&f.booking.gpu_uuid.as_str()))
         .filter(|f| f.booking.since_ms > 0 && !seen.contains(&decision_of(f)))
+        .filter(|f| f.booking.since_ms >= earliest)
         .filter(|f| {
             f.booking.since_ms < mine_since
                 || (f.booking.since_ms == mine_since && (f.uid, f.pid) < me)

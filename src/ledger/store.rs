@@ -720,14 +720,14 @@ mod tests {
         let me = |l: &Ledger| (nix::unistd::getuid().as_raw(), l.me.pid);
         a.refresh();
         b.refresh();
-        let lost_a = super::super::conflicts(&["GPU-a"], now, me(&a), &seen_a, &a.foreign);
-        let lost_b = super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, &b.foreign);
+        let lost_a = super::super::conflicts(&["GPU-a"], now, me(&a), &seen_a, 0, &a.foreign);
+        let lost_b = super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, 0, &b.foreign);
         assert!(lost_a.is_empty(), "the earlier publisher keeps its start");
         assert_eq!(lost_b.into_iter().collect::<Vec<_>>(), ["GPU-a"]);
         // Had b seen a's booking when deciding, there would be no conflict.
         let seen_b = b.seen();
         assert!(
-            super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, &b.foreign).is_empty()
+            super::super::conflicts(&["GPU-a"], now + 1, me(&b), &seen_b, 0, &b.foreign).is_empty()
         );
         for p in &mut procs {
             let _ = p.kill();

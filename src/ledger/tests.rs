@@ -247,18 +247,26 @@ fn of_two_decisions_that_did_not_see_each_other_the_later_publisher_yields() {
     let all = vec![early.clone(), other_gpu, late, old_format];
     // We published at NOW on GPU-a: the earlier unseen one wins.
     assert_eq!(
-        conflicts(&["GPU-a"], NOW, (1000, 50), &seen, &all),
+        conflicts(&["GPU-a"], NOW, (1000, 50), &seen, 0, &all),
         std::collections::BTreeSet::from(["GPU-a".to_string()])
     );
     // One we saw when deciding is accounted for.
     let seen_early: std::collections::HashSet<DecisionId> = [decision_of(&early)].into();
-    assert!(conflicts(&["GPU-a"], NOW, (1000, 50), &seen_early, &all).is_empty());
+    assert!(conflicts(&["GPU-a"], NOW, (1000, 50), &seen_early, 0, &all).is_empty());
     // The earlier publisher keeps its start whatever it sees later.
-    assert!(conflicts(&["GPU-a"], NOW - 20, (1000, 50), &seen, &all).is_empty());
+    assert!(conflicts(&["GPU-a"], NOW - 20, (1000, 50), &seen, 0, &all).is_empty());
     // A tie goes to the lower (uid, pid), on both sides.
     let tie = vec![f(1001, 100, "GPU-a", NOW)];
-    assert!(!conflicts(&["GPU-a"], NOW, (1002, 1), &seen, &tie).is_empty());
-    assert!(conflicts(&["GPU-a"], NOW, (1000, 1), &seen, &tie).is_empty());
+    assert!(!conflicts(&["GPU-a"], NOW, (1002, 1), &seen, 0, &tie).is_empty());
+    assert!(conflicts(&["GPU-a"], NOW, (1000, 1), &seen, 0, &tie).is_empty());
+    // We looked at NOW - 5 and saw nothing: an honest earlier booking was
+    // stamped at most the publish window before that; one that claims a
+    // second earlier lies (it would have been in its file when we looked)
+    // and never makes us yield, however often it is re-stamped.
+    let liar = vec![f(1002, 200, "GPU-a", NOW - 1000)];
+    assert!(conflicts(&["GPU-a"], NOW, (1000, 50), &seen, NOW - 5, &liar).is_empty());
+    let honest = vec![f(1001, 100, "GPU-a", NOW - 5 - PUBLISH_WINDOW_MS)];
+    assert!(!conflicts(&["GPU-a"], NOW, (1000, 50), &seen, NOW - 5, &honest).is_empty());
 }
 
 #[test]

@@ -208,3 +208,38 @@ fn root_refuses_its_own_log_dir_under_a_path_another_user_controls() {
     );
     assert!(!inside.join("control.json").exists());
 }
+
+/// Finding 6: mallory pre-creates booking files under bob's uid for the
+/// next two thousand pids in the shared ledger; bob's scheduler must
+/// still start, publish and run (before, the rename onto a name mallory
+/// owned failed with EPERM and bob's scheduler exited at start).
+#[test]
+fn names_taken_in_the_ledger_do_not_stop_another_users_scheduler() {
+    let Some([_, bob, mal]) = common::users::users() else {
+        return;
+    };
+    let b = common::users::Box_::new("");
+    let next: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(1);
+    let script = format!(
+        "for p in $(seq {} {}); do : > {}/{}.$p.json; done",
+        next,
+        next + 2000,
+        b.ledger.display(),
+        bob.0
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .uid(mal.0)
+        .gid(mal.1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let env = common::users::users_env("[vram=1000] echo ran\n", bob);
+    let sched = common::users::spawn_as(&env, bob, &b, 1, false);
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
+}

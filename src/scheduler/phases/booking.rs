@@ -12,18 +12,10 @@
 //! waits that long when other schedulers are about.
 
 use crate::allocation::{Occupant, Request};
+use crate::ledger::PUBLISH_WINDOW_MS;
 use crate::ledger::{self, Booking, DecisionId};
 use crate::scheduler::Scheduler;
 use std::collections::HashSet;
-
-/// The longest a round's `starting` bookings may take from their stamp
-/// (`since_ms`) to being out in our file (ms); a round that took longer
-/// withdraws its starts, and every round that has others about reads the
-/// ledger again only once this long after its stamp. So of two rounds
-/// that did not see each other, the later-stamped one always sees the
-/// earlier's booking — also when a scheduler is descheduled between
-/// stamping and writing.
-const PUBLISH_WINDOW_MS: u64 = 25;
 
 /// A start a round decided on, to be booked and launched.
 pub(in crate::scheduler) struct Start {
@@ -37,9 +29,9 @@ pub(in crate::scheduler) struct Start {
     pub dispatched: usize,
 }
 
-/// The ledger's lock while a round decides, and the decisions of others
-/// the round saw when it began.
-pub(in crate::scheduler) type Held = (ledger::store::LedgerLock, HashSet<DecisionId>);
+/// The ledger's lock while a round decides, the decisions of others the
+/// round saw when it began, and when it began to look (Unix ms).
+pub(in crate::scheduler) type Held = (ledger::store::LedgerLock, HashSet<DecisionId>, u64);
 
 impl Scheduler {
     /// Publishes `starts` as `starting` bookings, lets go of the ledger's
@@ -50,7 +42,7 @@ impl Scheduler {
         starts: Vec<Start>,
         held: Option<Held>,
     ) -> Vec<Start> {
-        let Some((lock, seen)) = held else {
+        let Some((lock, seen, looked_ms)) = held else {
             return starts;
         };
         if starts.is_empty() {
@@ -93,7 +85,7 @@ impl Scheduler {
             // Others may have looked before our file was out: yield.
             mine.iter().map(|g| g.to_string()).collect()
         } else {
-            ledger::conflicts(&mine, since, me, &seen, &ledger.foreign)
+            ledger::conflicts(&mine, since, me, &seen, looked_ms, &ledger.foreign)
         };
         if lost.is_empty() {
             return starts;

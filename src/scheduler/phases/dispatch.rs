@@ -204,13 +204,14 @@ impl Scheduler {
         let booking = match &mut self.share.ledger {
             Some(ledger) => {
                 let lock = ledger.lock();
+                let looked_ms = crate::clock::now_ms();
                 ledger.refresh();
                 let seen = ledger.seen();
                 let before = std::mem::replace(&mut loads, self.gpu_loads());
                 if loads != before {
                     appended_only = None;
                 }
-                Some((lock, seen))
+                Some((lock, seen, looked_ms))
             }
             None => None,
         };

@@ -64,6 +64,13 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
                 "the argument {word:?} contains a line break, which a jobs-file line cannot hold"
             )));
         }
+        // Also with --shell (and MCP's add_job), which takes the text as
+        // it is: a NUL byte would reach the jobs file.
+        if word.contains('\0') {
+            return Err(Error::Usage(format!(
+                "the argument {word:?} contains a NUL byte, which a jobs-file line cannot hold"
+            )));
+        }
         if job.shell {
             words.push(word.trim().to_string());
             continue;
@@ -293,6 +300,16 @@ mod tests {
         );
         assert!(job_line(&argv(&[])).is_err());
         assert!(job_line(&argv(&["echo", "a\nb"])).is_err());
+        // A NUL byte, quoted or taken as shell text (--shell, MCP add_job).
+        assert!(job_line(&argv(&["echo", "a\0b"])).is_err());
+        let mut shell = argv(&["echo a\0b > out"]);
+        shell.shell = true;
+        assert!(
+            job_line(&shell)
+                .unwrap_err()
+                .to_string()
+                .contains("NUL byte")
+        );
     }
 
     #[test]

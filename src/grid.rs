@@ -112,7 +112,9 @@ fn range(from: &str, to: &str, step: Option<&str>) -> Result<Vec<String>, String
         ));
     }
     let count = (b - a) / s + 1;
-    if count as u64 > MAX_LINES {
+    // Compared as i128: the full i64 range has 2^64 values, which `as u64`
+    // would wrap to 0.
+    if count > i128::from(MAX_LINES) {
         return Err(format!("{count} values is over {MAX_LINES}"));
     }
     Ok((0..count)

@@ -144,10 +144,21 @@ fn has_open(pid: u32, dev: u64, ino: u64) -> bool {
 /// Opens (creating) the lock file, readable by everyone (0644 whatever
 /// the umask), never through a symbolic link.
 fn open(path: &Path) -> Result<File, Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let file = lock_file_options()
-        .open(path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let file = lock_file_options().open(path).map_err(|e| {
+        // Someone else's lock file in our directory (left by a verb that
+        // once ran as root): a usage error that names its owner and the
+        // fix, not a failure of the machine.
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if e.kind() == std::io::ErrorKind::PermissionDenied => Error::Usage(format!(
+                "cannot open {}: it belongs to {}, not to you; remove it (`rm {}`) and start again",
+                path.display(),
+                crate::files::user_name(meta.uid()),
+                path.display()
+            )),
+            _ => Error::io(format!("cannot open {}", path.display()), e),
+        }
+    })?;
     // Only the owner may change the mode; another user's file stays as is.
     let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
     Ok(file)

@@ -166,10 +166,12 @@ pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        // A shared --sim-dir is another user's to write: never follow a
+        // link, wait on a FIFO or read a huge file there.
+        let Ok((text, _)) = crate::trust::read_untrusted(&path, 64 * 1024) else {
             continue;
         };
-        let Ok(report) = serde_json::from_str::<SimReport>(&text) else {
+        let Ok(report) = serde_json::from_slice::<SimReport>(&text) else {
             continue;
         };
         if !crate::process::is_alive(report.pid) {
@@ -237,6 +239,14 @@ mod tests {
         // A pid that cannot exist (above pid_max's hard limit of 2^22).
         write_report(dir.path(), 99_999_999, &[(0, 5000)], 30);
         std::fs::write(dir.path().join("garbage.json"), "{not json").unwrap();
+        // A FIFO and a link to /dev/zero planted in a shared --sim-dir:
+        // skipped, never waited on or read without end.
+        nix::unistd::mkfifo(
+            &dir.path().join("fifo.json"),
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.json")).unwrap();
         let mut sim = SimBackend::new(2, dir.path()).unwrap();
         let snap = sim.snapshot().unwrap();
         assert_eq!(snap.gpus.len(), 2);

@@ -198,3 +198,18 @@ fn values_are_quoted_for_where_they_stand_and_read_back_as_written() {
         "[name=x-c;d] echo c;d"
     );
 }
+
+#[test]
+fn the_widest_ranges_are_refused_not_a_panic() {
+    for text in [
+        "9223372036854775807..-9223372036854775808",
+        "-9223372036854775808..9223372036854775807",
+        "0..18446744073709551615",
+    ] {
+        let error = parse_values(text).unwrap_err();
+        assert!(
+            error.contains("over 1000000") || error.contains("bad range"),
+            "{text}: {error}"
+        );
+    }
+}

@@ -202,6 +202,16 @@ pub struct Finished {
     pub gpu_mask: crate::model::GpuMask,
 }
 
+/// The largest display number a `seen` record may carry; one beyond it
+/// (a garbled or hand-made journal) is skipped, so that it cannot push
+/// every later job's number to the end of the range.
+pub const MAX_JOB_NO: u32 = 1 << 30;
+
+/// Whether `no` can be a display number this scheduler gave.
+fn plausible_no(no: u32) -> bool {
+    (1..=MAX_JOB_NO).contains(&no)
+}
+
 /// Opens the journal at `path` for appending and reading, created if
 /// missing, never through a symbolic link and
 /// never blocking on a FIFO: a journal that is not a regular file is
@@ -394,6 +404,9 @@ impl Journal {
     /// Folds one parsed journal line, remembering where a `seen` line was.
     fn fold_parsed(&mut self, key: String, ts: f64, step: Fold, offset: u64) {
         if let Fold::Seen { no } = step {
+            if !plausible_no(no) {
+                return;
+            }
             self.next_no = self.next_no.max(no.saturating_add(1));
             if self.keys.get(&key).is_none() {
                 let mut state = KeyState::new(no, ts);
@@ -674,6 +687,9 @@ impl Journal {
     /// The one place where events change a key's state.
     fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
+            if !plausible_no(no) {
+                return;
+            }
             self.next_no = self.next_no.max(no.saturating_add(1));
             if self.keys.get(key).is_none() {
                 self.insert(key, KeyState::new(no, ts));

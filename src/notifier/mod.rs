@@ -157,6 +157,12 @@ pub fn log_tail(path: &std::path::Path) -> Option<String> {
     file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
+    // Cut mid-file, the first line is a line's end: it may be the rest of
+    // a URL without its scheme, so it is dropped.
+    if len > 4096 {
+        let first = memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |n| n + 1);
+        bytes.drain(..first);
+    }
     let text = String::from_utf8_lossy(&bytes);
     // The job's own lines, not the header gpusched writes per attempt.
     let lines: Vec<&str> = text
@@ -168,23 +174,60 @@ pub fn log_tail(path: &std::path::Path) -> Option<String> {
     (!tail.trim().is_empty()).then_some(tail)
 }
 
-/// `text` with every URL cut to scheme and host ([`redact`]).
+/// `text` with every URL cut to scheme and host ([`redact`]): any scheme
+/// in any case (`HTTPS://`, `postgres://`, `s3://`), and credentials
+/// written as `user:password@host` outside a URL cut to `…@host`.
 pub fn redact_urls(text: &str) -> String {
+    let is_scheme = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-');
+    let ends = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`');
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = ["http://", "https://"]
-        .iter()
-        .filter_map(|scheme| rest.find(scheme))
-        .min()
-    {
-        out.push_str(&rest[..at]);
-        let end = rest[at..]
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>'))
-            .map_or(rest.len(), |e| at + e);
+    while let Some(sep) = rest.find("://") {
+        // The scheme: the letters, digits, `+`, `.` and `-` before `://`,
+        // starting with a letter.
+        let mut at = sep;
+        while let Some(c) = rest[..at].chars().next_back().filter(|&c| is_scheme(c)) {
+            at -= c.len_utf8();
+        }
+        while at < sep && !rest[at..].starts_with(|c: char| c.is_ascii_alphabetic()) {
+            at += 1;
+        }
+        let end = rest[sep + 3..]
+            .find(ends)
+            .map_or(rest.len(), |e| sep + 3 + e);
+        if at == sep {
+            // `://` with no scheme before it: keep it, look further.
+            out.push_str(&redact_credentials(&rest[..sep + 3]));
+            rest = &rest[sep + 3..];
+            continue;
+        }
+        out.push_str(&redact_credentials(&rest[..at]));
         out.push_str(&redact(&rest[at..end]));
         rest = &rest[end..];
     }
-    out.push_str(rest);
+    out.push_str(&redact_credentials(rest));
+    out
+}
+
+/// `text` with each word of the form `user:password@host` cut to
+/// `…@host`.
+fn redact_credentials(text: &str) -> String {
+    if !text.contains('@') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        match word.rsplit_once('@') {
+            Some((credentials, host)) if credentials.contains(':') && !host.is_empty() => {
+                out.push_str("…@");
+                out.push_str(host);
+            }
+            _ => out.push_str(word),
+        }
+    }
     out
 }
 

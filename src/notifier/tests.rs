@@ -115,6 +115,17 @@ fn log_tails_keep_the_last_lines_with_urls_cut_to_their_host() {
         "posting to https://hooks.slack.com/… done"
     );
     assert_eq!(redact_urls("no url here"), "no url here");
+    // Any scheme in any case, credentials outside a URL, and `://` alone.
+    assert_eq!(
+        redact_urls("GET HTTPS://Hooks.example/T0/secret and postgres://u:pw@db:5432/x"),
+        "GET HTTPS://Hooks.example/… and postgres://db:5432/…"
+    );
+    assert_eq!(
+        redact_urls("git push alice:hunter2@git.example main"),
+        "git push …@git.example main"
+    );
+    assert_eq!(redact_urls("a :// b"), "a :// b");
+    assert_eq!(redact_urls("mail me@example.org"), "mail me@example.org");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.log");
     let lines: String = (1..=30).map(|i| format!("line {i}\n")).collect();
@@ -147,4 +158,20 @@ fn log_tails_keep_the_last_lines_with_urls_cut_to_their_host() {
         "{}",
         message.text
     );
+}
+
+#[test]
+fn a_tail_cut_inside_a_url_drops_the_cut_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.log");
+    // The 4 KiB tail starts inside this URL's secret path.
+    let secret = "s".repeat(5000);
+    std::fs::write(
+        &path,
+        format!("upload to https://store.example/{secret}\nfailed: disk full\n"),
+    )
+    .unwrap();
+    let tail = log_tail(&path).unwrap();
+    assert!(!tail.contains("sss"), "{tail}");
+    assert_eq!(tail, "failed: disk full");
 }

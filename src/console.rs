@@ -76,8 +76,36 @@ impl Said {
     }
 }
 
-/// Prints one terminal line, `[HH:MM:SS] text`, to stdout.
+/// `text` as a terminal may show it: every control character (ESC and
+/// the other C0 and C1 codes, DEL) but the line breaks and tabs given in
+/// `keep` replaced by `�`, so a command or note someone wrote cannot move
+/// the cursor, retitle the window or hide text (docs/SECURITY.md).
+pub fn printable_keeping<'a>(text: &'a str, keep: &[char]) -> std::borrow::Cow<'a, str> {
+    if !text.chars().any(|c| c.is_control() && !keep.contains(&c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() && !keep.contains(&c) {
+                    '\u{fffd}'
+                } else {
+                    c
+                }
+            })
+            .collect(),
+    )
+}
+
+/// [`printable_keeping`] nothing: one line, no control character.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    printable_keeping(text, &[])
+}
+
+/// Prints one terminal line, `[HH:MM:SS] text`, to stdout (control
+/// characters but line breaks shown as `�`).
 pub fn say(text: &str) {
+    let text = printable_keeping(text, &['\n']);
     let line = format!("[{}] {text}\n", clock(crate::clock::now_ts()));
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(line.as_bytes());
@@ -122,12 +150,33 @@ pub fn numbers(values: &[u32], sep: &str) -> String {
         .join(sep)
 }
 
-/// `text` cut to `width` characters, with `…` when cut.
+/// `text` cut to `width` characters, with `…` when cut, its control
+/// characters shown as `�` ([`printable`]).
 pub fn shorten(command: &str, width: usize) -> String {
+    let command = printable(command);
     if command.chars().count() <= width {
         command.to_string()
     } else {
         let cut: String = command.chars().take(width.saturating_sub(1)).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        assert_eq!(printable("python train.py"), "python train.py");
+        assert_eq!(
+            printable("a\u{1b}]0;title\u{7}b\u{9b}c\u{7f}"),
+            "a\u{fffd}]0;title\u{fffd}b\u{fffd}c\u{fffd}"
+        );
+        assert_eq!(
+            printable_keeping("one\ntwo\u{1b}", &['\n']),
+            "one\ntwo\u{fffd}"
+        );
+        assert_eq!(shorten("ab\u{1b}[2Jcd", 5), "ab\u{fffd}[…");
     }
 }

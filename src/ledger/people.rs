@@ -141,9 +141,12 @@ pub fn read_reservations(
         let Some((bytes, owner)) = read_small(&entry.path()) else {
             continue;
         };
-        let Ok(reservation) = serde_json::from_slice::<Reservation>(&bytes) else {
+        let Ok(mut reservation) = serde_json::from_slice::<Reservation>(&bytes) else {
             continue;
         };
+        // Someone's words for every terminal that shows them: never a
+        // control sequence.
+        reservation.note = crate::console::printable(&reservation.note).into_owned();
         if owner != uid || name != reservation_name(uid, reservation.id) {
             continue;
         }

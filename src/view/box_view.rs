@@ -387,7 +387,8 @@ fn queue_jobs(doc: &StatusDoc) -> Vec<BoxJob> {
             name: j.name.clone(),
             state: j.state.as_str().to_string(),
             gpus: j.gpus.clone(),
-            command: j.command.clone(),
+            // Another user's text: never a terminal's control sequence.
+            command: crate::console::printable(&j.command).into_owned(),
             expected_end: j.expected_end.filter(|_| j.state == JobState::Running),
             expected_start: j.expected_start,
             expected_source: j.expected_source.clone(),

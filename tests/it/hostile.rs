@@ -243,3 +243,30 @@ fn names_taken_in_the_ledger_do_not_stop_another_users_scheduler() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
 }
+
+/// Finding 8 (and the views): escape sequences written in a command reach
+/// no terminal raw — neither the scheduler's lines, nor `gpusched
+/// status`, nor status.txt.
+#[test]
+fn escape_sequences_in_a_command_never_reach_a_terminal() {
+    let env = Env::new("echo '\u{1b}]0;owned\u{7}\u{1b}[2J' > /dev/null\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("owned"), "{}", out.stdout);
+    for (what, text) in [
+        ("the scheduler's lines", out.stdout.clone()),
+        (
+            "gpusched status",
+            String::from_utf8_lossy(&env.verb(&["status"]).stdout).into_owned(),
+        ),
+        (
+            "status.txt",
+            std::fs::read_to_string(env.logs.join("status.txt")).unwrap(),
+        ),
+    ] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{what}: {text:?}"
+        );
+    }
+}

@@ -432,7 +432,13 @@ fn gated_child(child: &Child) -> ! {
     if script < 0 {
         raw::close(SCRIPT_FD);
     }
-    raw::close_range(6, u32::MAX);
+    // Linux before 5.9 has no close_range: close one by one (every
+    // descriptor of the supervisor is close-on-exec as well).
+    if raw::close_range(6, u32::MAX) < 0 {
+        for fd in 6..1024 {
+            raw::close(fd);
+        }
+    }
     // The supervisor blocks SIGCHLD and the Rust runtime ignores SIGPIPE;
     // a job starts with neither (`yes | head` ends quietly).
     raw::unblock_all_signals();

@@ -86,14 +86,16 @@ unsafe fn call(number: c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
     }
 }
 
-/// `fcntl(fd, F_DUPFD, min)`: a copy of `fd` at `min` or above.
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a copy of `fd` at `min` or above,
+/// closed on exec (a job never inherits it, even where `close_range` is
+/// missing).
 pub fn dup_above(fd: i32, min: i32) -> isize {
     // SAFETY: no memory is passed.
     unsafe {
         call(
             libc::SYS_fcntl,
             fd as usize,
-            libc::F_DUPFD as usize,
+            libc::F_DUPFD_CLOEXEC as usize,
             min as usize,
             0,
         )

@@ -379,6 +379,11 @@ fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
         .name("signals".into())
         .spawn(move || {
             for signal in signals.forever() {
+                // A stop must not wait on a supervisor that does not
+                // answer (docs/SECURITY.md).
+                if [SIGINT, SIGTERM, SIGUSR1].contains(&signal) {
+                    crate::process::supervisor::give_up_waiting();
+                }
                 if tx.send(Wake::Signal(signal)).is_err() {
                     break;
                 }

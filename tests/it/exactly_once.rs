@@ -843,3 +843,36 @@ fn a_start_a_dead_scheduler_left_unread_never_passes_for_a_later_start() {
     );
     assert_eq!(env.status_of(2).as_deref(), Some("ok"), "{}", out.stdout);
 }
+
+/// SIGTERM while the supervisor is frozen with a start unanswered: the
+/// scheduler takes the stop at once instead of waiting for the answer
+/// forever, and the job it was starting never runs.
+#[test]
+fn sigterm_is_taken_while_the_supervisor_is_frozen() {
+    let env = Env::new(&format!("[vram=1000] {}\n", held_job(0)));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_until_running(&env);
+    let supervisor = env.events("started")[0]["supervisor"]["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let Some(frozen) = Frozen::freeze(supervisor) else {
+        return;
+    };
+    env.append_jobs("[vram=1000] echo run >> runs2.txt\n");
+    wait_for(
+        "the start of job 2 to wait in the frozen supervisor's pipe",
+        &mut || unread_stdin_bytes(supervisor) > 0,
+    );
+    sched.signal(Signal::SIGTERM);
+    wait_for("the scheduler to take the stop", &mut || {
+        sched.stdout().contains("SIGTERM: stopping")
+    });
+    drop(frozen);
+    let out = sched.finish();
+    assert!(
+        out.stdout.contains("job 2 was not started"),
+        "{}",
+        out.stdout
+    );
+    assert!(!env.path("runs2.txt").exists(), "job 2 ran: {}", out.stdout);
+}

@@ -250,7 +250,7 @@ mod tests {
     #[test]
     fn a_head_parses_into_method_target_and_headers() {
         let request =
-            parse(b"GET /api/v1/box?a=1 HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nX-A:  b \r\n").unwrap();
+            parse(b"GET /api/v1/box?a=1 HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nX-A:  b ").unwrap();
         assert_eq!(request.method, "GET");
         assert_eq!(request.target, "/api/v1/box?a=1");
         assert_eq!(request.header("host"), Some("127.0.0.1:8765"));

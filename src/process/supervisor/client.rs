@@ -9,6 +9,22 @@ use rustc_hash::FxHashMap;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a stop was asked (SIGINT, SIGTERM, SIGUSR1): waits for a
+/// supervisor's answer give up instead of blocking the stop.
+static GIVE_UP: AtomicBool = AtomicBool::new(false);
+
+/// How often a wait for a supervisor's answer looks at [`GIVE_UP`] (ms).
+const GIVE_UP_CHECK_MS: u16 = 200;
+
+/// Makes every wait for a supervisor's answer give up from now on: the
+/// scheduler's signal thread calls it when a stop is asked, so a
+/// supervisor that does not answer (frozen by a cgroup freezer, stopped)
+/// cannot make the scheduler ignore SIGTERM.
+pub fn give_up_waiting() {
+    GIVE_UP.store(true, Ordering::Relaxed);
+}
 
 /// A job at its gate, as the supervisor reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,12 +125,22 @@ impl Supervisor {
         })
     }
 
-    /// Waits until the job `id` is at its gate.
+    /// Waits until the job `id` is at its gate, or until a stop was asked
+    /// ([`give_up_waiting`]) while the supervisor does not answer (it may
+    /// be frozen, or stopped).
     ///
     /// Errors: the supervisor could not start it; or it died
-    /// ([`std::io::ErrorKind::BrokenPipe`]: the job ran nothing).
+    /// ([`std::io::ErrorKind::BrokenPipe`]: the job ran nothing); or a stop
+    /// was asked before it answered ([`std::io::ErrorKind::Interrupted`]:
+    /// the job never gets its `go`, so it runs nothing either).
     pub fn wait_at_gate(&mut self, id: u64) -> std::io::Result<AtGate> {
         loop {
+            if !self.at_gate.contains_key(&id) && GIVE_UP.load(Ordering::Relaxed) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    "a stop was asked while the supervisor did not answer",
+                ));
+            }
             if let Some(answer) = self.at_gate.remove(&id) {
                 return answer.map_err(std::io::Error::other);
             }
@@ -128,7 +154,9 @@ impl Supervisor {
                 self.from.as_fd(),
                 nix::poll::PollFlags::POLLIN,
             )];
-            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+            // Woken at least every GIVE_UP_CHECK_MS to see whether a
+            // stop was asked (the signals reach another thread).
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(GIVE_UP_CHECK_MS)) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -37,7 +37,7 @@ mod daemon;
 mod gate;
 mod raw;
 
-pub use client::{AtGate, Supervisor};
+pub use client::{AtGate, Supervisor, give_up_waiting};
 pub use daemon::run;
 
 /// The first argument that makes `gpusched` the scheduler's supervisor

@@ -190,7 +190,12 @@ impl Scheduler {
                 Ok(started) => ready.push((launch, started)),
                 // The supervisor died with the job at its gate, where it
                 // ran nothing: it stays pending for a new supervisor.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
                     self.report.warn(format!(
                         "job {} was not started ({e}); it stays pending",
                         launch.no

@@ -30,14 +30,117 @@ pub fn run(args: &McpArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        // Between stdin and the SDK: each line checked first, so that a
+        // line that is no JSON, or over MAX_MESSAGE_BYTES, is answered
+        // with a JSON-RPC error instead of being dropped in silence.
+        let (to_server, server_in) = tokio::io::duplex(1 << 20);
+        let (server_out, from_server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(screen_input(to_server));
+        tokio::spawn(copy_output(from_server));
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve((server_in, server_out))
             .await
             .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
         service.waiting().await?;
         anyhow::Ok(())
     })?;
     Ok(0)
+}
+
+/// The largest JSON-RPC message read from the client (bytes).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// One line for stdout, written whole (the SDK's messages and ours never
+/// interleave: each is one `write_all` under stdout's lock).
+fn write_line(line: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line);
+    let _ = out.flush();
+}
+
+/// A JSON-RPC error answer with no id (JSON-RPC 2.0 §5.1: the id could not
+/// be read).
+fn error_line(code: i32, message: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": code, "message": message},
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Reads stdin line by line into `to_server`: a line over
+/// [`MAX_MESSAGE_BYTES`] is skipped to its end and answered -32600
+/// (Invalid Request), one that is no JSON -32700 (Parse error); the rest
+/// goes on as it came. Never holds more than one message's bytes.
+async fn screen_input(mut to_server: tokio::io::DuplexStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut input = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let (done, used) = match input.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(bytes) => match memchr::memchr(b'\n', bytes) {
+                Some(at) => {
+                    if !too_long && line.len() + at <= MAX_MESSAGE_BYTES {
+                        line.extend_from_slice(&bytes[..at]);
+                    } else {
+                        too_long = true;
+                    }
+                    (true, at + 1)
+                }
+                None => {
+                    if !too_long && line.len() + bytes.len() <= MAX_MESSAGE_BYTES {
+                        line.extend_from_slice(bytes);
+                    } else {
+                        too_long = true;
+                        line = Vec::new();
+                    }
+                    (false, bytes.len())
+                }
+            },
+        };
+        input.consume(used);
+        if !done {
+            continue;
+        }
+        let blank = line.iter().all(u8::is_ascii_whitespace);
+        if too_long {
+            write_line(&error_line(
+                -32600,
+                &format!("message over {MAX_MESSAGE_BYTES} bytes: not read"),
+            ));
+        } else if !blank && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() {
+            write_line(&error_line(-32700, "parse error: the line is no JSON"));
+        } else if !blank {
+            line.push(b'\n');
+            if to_server.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+        line.clear();
+        too_long = false;
+    }
+    let _ = to_server.shutdown().await;
+}
+
+/// Copies the SDK's messages to stdout, line by line.
+async fn copy_output(from_server: tokio::io::DuplexStream) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(from_server);
+    let mut line = Vec::new();
+    while lines
+        .read_until(b'\n', &mut line)
+        .await
+        .is_ok_and(|n| n > 0)
+    {
+        write_line(&line);
+        line.clear();
+    }
 }
 
 /// The MCP server: where the scheduler is.
@@ -238,11 +341,88 @@ impl Server {
             attempt: None,
             log_dir: self.log_dir.clone(),
         };
-        let (out, _) = verb(move |out, err| super::log::run_to(&args, out, err)).await?;
-        let keep = lines.unwrap_or(200);
-        let all: Vec<&str> = out.lines().collect();
-        let text = all[all.len().saturating_sub(keep)..].join("\n");
-        Ok(Json(Log { text }))
+        let keep = lines.unwrap_or(200).min(MAX_LOG_LINES);
+        // Only the last lines are kept as the log streams by: a 400 MB
+        // log costs its reading, not its size in memory.
+        let ran = tokio::task::spawn_blocking(move || {
+            let (mut tail, mut err) = (LastLines::new(keep), Vec::new());
+            let code = super::log::run_to(&args, &mut tail, &mut err);
+            (code, tail.text(), err)
+        })
+        .await
+        .map_err(|e| format!("the command did not finish: {e}"))?;
+        match ran {
+            (Ok(0), text, _) => Ok(Json(Log { text })),
+            (Ok(_), text, err) => Err(said(&text, &String::from_utf8_lossy(&err)).0.message),
+            (Err(e), _, _) => Err(format!("{e:#}")),
+        }
+    }
+}
+
+/// The most lines `job_log` returns.
+pub const MAX_LOG_LINES: usize = 10_000;
+
+/// The longest line `job_log` keeps whole (bytes); longer ones are cut.
+const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// A writer that keeps only the last `keep` lines written to it, each cut
+/// at [`MAX_LINE_BYTES`].
+struct LastLines {
+    keep: usize,
+    lines: std::collections::VecDeque<Vec<u8>>,
+    current: Vec<u8>,
+}
+
+impl LastLines {
+    fn new(keep: usize) -> LastLines {
+        LastLines {
+            keep,
+            lines: std::collections::VecDeque::new(),
+            current: Vec::new(),
+        }
+    }
+
+    /// The lines kept, joined by newlines.
+    fn text(mut self) -> String {
+        if !self.current.is_empty() {
+            let last = std::mem::take(&mut self.current);
+            self.push(last);
+        }
+        let joined: Vec<u8> = self.lines.into_iter().collect::<Vec<_>>().join(&b'\n');
+        String::from_utf8_lossy(&joined).into_owned()
+    }
+
+    fn push(&mut self, line: Vec<u8>) {
+        if self.keep == 0 {
+            return;
+        }
+        if self.lines.len() == self.keep {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+}
+
+impl std::io::Write for LastLines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for piece in bytes.split_inclusive(|&b| b == b'\n') {
+            let (body, ends) = match piece.strip_suffix(b"\n") {
+                Some(body) => (body, true),
+                None => (piece, false),
+            };
+            let room = MAX_LINE_BYTES.saturating_sub(self.current.len());
+            self.current
+                .extend_from_slice(&body[..body.len().min(room)]);
+            if ends {
+                let line = std::mem::take(&mut self.current);
+                self.push(line);
+            }
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -251,4 +431,25 @@ fn said(out: &str, err: &str) -> Json<Said> {
     Json(Said {
         message: format!("{out}{err}").trim().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn only_the_last_lines_are_kept_and_long_lines_are_cut() {
+        let mut tail = LastLines::new(2);
+        for i in 0..100_000 {
+            writeln!(tail, "line {i}").unwrap();
+        }
+        tail.write_all(b"partial").unwrap();
+        assert_eq!(tail.text(), "line 99999\npartial");
+        let mut long = LastLines::new(1);
+        long.write_all(&vec![b'x'; 3 * MAX_LINE_BYTES]).unwrap();
+        long.write_all(b"\n").unwrap();
+        assert_eq!(long.text().len(), MAX_LINE_BYTES);
+        assert_eq!(LastLines::new(0).text(), "");
+    }
 }

@@ -67,3 +67,51 @@ fn an_agent_adds_a_job_reads_the_status_and_the_log() {
     );
     sched.stop();
 }
+
+/// docs/SECURITY.md: a line that is no JSON is answered -32700, one over
+/// 16 MiB -32600 (before, both were dropped without an answer), and the
+/// server still answers a proper request afterwards.
+#[test]
+fn garbage_and_oversized_messages_get_json_rpc_errors() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = Env::new("");
+    std::fs::create_dir_all(&env.logs).unwrap();
+    let mut server = Command::new(bin())
+        .args(["mcp", "--log-dir"])
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = server.stdin.take().unwrap();
+    let mut from = BufReader::new(server.stdout.take().unwrap());
+    let mut answer = || {
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    to.write_all(b"this is no json\n").unwrap();
+    let garbage = answer();
+    assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
+    assert!(garbage["id"].is_null(), "{garbage}");
+    let mut huge = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 17 << 20));
+    huge.extend_from_slice(b"\"}}\n");
+    to.write_all(&huge).unwrap();
+    let oversized = answer();
+    assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
+    to.write_all(
+        br#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    )
+    .unwrap();
+    to.write_all(b"\n").unwrap();
+    let initialized = answer();
+    assert_eq!(initialized["id"], 7, "{initialized}");
+    assert!(
+        initialized["result"]["serverInfo"].is_object(),
+        "{initialized}"
+    );
+    drop(to);
+    let _ = server.wait();
+}

@@ -270,3 +270,93 @@ fn escape_sequences_in_a_command_never_reach_a_terminal() {
         );
     }
 }
+
+/// Finding 7: a booking whose log directory holds a FIFO as status.json,
+/// and a list of log directories with a link to another user's log
+/// directory and a FIFO for a journal. `top --once` and root's `report
+/// --all` must finish (they hung on the FIFO) and count bob's journal once
+/// (the link counted it twice).
+#[test]
+fn fifos_and_links_in_others_files_neither_hang_nor_double_count_the_box_views() {
+    let Some([_, bob, mal]) = common::users::users() else {
+        return;
+    };
+    let b = common::users::Box_::new("");
+    // Bob's finished run: one job in his journal.
+    let bob_env = common::users::users_env("[vram=1000] true\n", bob);
+    let out = common::users::spawn_as(&bob_env, bob, &b, 1, false).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    // Mallory: a live process of hers backs a booking file naming a log
+    // directory whose status.json is a FIFO; her list of log directories
+    // names a link to bob's and a directory whose journal is a FIFO.
+    let mal_dir = tempfile::tempdir().unwrap();
+    common::users::chmod(mal_dir.path(), 0o755);
+    common::users::chown(mal_dir.path(), mal);
+    let m = mal_dir.path().display().to_string();
+    let mut sleeper = Command::new("sleep")
+        .arg("120")
+        .uid(mal.0)
+        .gid(mal.1)
+        .spawn()
+        .unwrap();
+    let ticks = common::start_ticks(sleeper.id());
+    let booking = format!(
+        r#"{{"version":1,"pid":{},"start_ticks":{ticks},"log_dir":"{m}/logs","bookings":[],"demand":[],"pending":0}}"#,
+        sleeper.id()
+    );
+    let script = format!(
+        "set -e; mkdir {m}/logs {m}/other; mkfifo {m}/logs/status.json {m}/other/journal.jsonl; \
+         ln -s {bob_logs} {m}/bobs; printf '%s' '{booking}' > {ledger}/{uid}.{pid}.0.json; \
+         printf '%s\\n' {bob_logs} {m}/bobs {m}/other > {ledger}/{uid}.logdirs",
+        bob_logs = bob_env.logs.display(),
+        ledger = b.ledger.display(),
+        uid = mal.0,
+        pid = sleeper.id(),
+    );
+    let prepared = Command::new("sh")
+        .args(["-c", &script])
+        .uid(mal.0)
+        .gid(mal.1)
+        .output()
+        .unwrap();
+    assert!(prepared.status.success(), "{prepared:?}");
+    let run = |args: &[&str]| {
+        let mut child = Command::new(bin())
+            .args(args)
+            .args(b.args(1, false))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > common::DEADLINE {
+                let _ = child.kill();
+                panic!("gpusched {args:?} hung on a FIFO");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let top = run(&["top", "--once"]);
+    assert!(top.status.success(), "{top:?}");
+    let report = Command::new(bin())
+        .args(["report", "--all", "--ledger"])
+        .arg(&b.ledger)
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{report:?}");
+    let bob_row = text
+        .lines()
+        .find(|l| l.starts_with("gpusched-t-bob"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let jobs: Vec<&str> = bob_row.split_whitespace().collect();
+    assert_eq!(
+        jobs.get(1),
+        Some(&"1"),
+        "bob's one job counted once: {text}"
+    );
+}

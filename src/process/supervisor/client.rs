@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// supervisor's answer give up instead of blocking the stop.
 static GIVE_UP: AtomicBool = AtomicBool::new(false);
 
+/// How long a wait for a supervisor's answer goes on after a stop was
+/// asked before it gives up.
+const GIVE_UP_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often a wait for a supervisor's answer looks at [`GIVE_UP`] (ms).
 const GIVE_UP_CHECK_MS: u16 = 200;
 
@@ -126,16 +130,23 @@ impl Supervisor {
     }
 
     /// Waits until the job `id` is at its gate, or until a stop was asked
-    /// ([`give_up_waiting`]) while the supervisor does not answer (it may
-    /// be frozen, or stopped).
+    /// ([`give_up_waiting`]) and the supervisor has not answered for a
+    /// second (it may be frozen, or stopped).
     ///
     /// Errors: the supervisor could not start it; or it died
     /// ([`std::io::ErrorKind::BrokenPipe`]: the job ran nothing); or a stop
     /// was asked before it answered ([`std::io::ErrorKind::Interrupted`]:
     /// the job never gets its `go`, so it runs nothing either).
     pub fn wait_at_gate(&mut self, id: u64) -> std::io::Result<AtGate> {
+        let since = std::time::Instant::now();
         loop {
-            if !self.at_gate.contains_key(&id) && GIVE_UP.load(Ordering::Relaxed) {
+            // A supervisor that answers does so in milliseconds: only one
+            // silent for GIVE_UP_AFTER is given up on, so a stop does not
+            // strand the starts of a healthy one at their gates.
+            if !self.at_gate.contains_key(&id)
+                && GIVE_UP.load(Ordering::Relaxed)
+                && since.elapsed() >= GIVE_UP_AFTER
+            {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::Interrupted,
                     "a stop was asked while the supervisor did not answer",

@@ -337,14 +337,19 @@ pub fn conflicts(
 /// Bookings are what their users say (docs/SECURITY.md "The shared
 /// ledger"): one user's together count for at most the GPU's total, so
 /// bookings backed by any live process of theirs can hold at most what
-/// that user could really allocate there.
+/// that user could really allocate there; and, where the box rules give
+/// that user a quota (`quota_of(user)`), on at most `max_gpus` GPUs (their
+/// largest) and `max_vram_mib` MiB in all.
 pub fn booked_unused_mib(
     foreign: &[Foreign],
     gpus: &HashMap<&str, (u32, u64)>,
     observed: &HashMap<(u32, u32), u64>,
     by_owner: &HashMap<(u32, u32), u64>,
+    quota_of: &dyn Fn(&str) -> crate::rules::quota::Quota,
 ) -> BTreeMap<u32, u64> {
+    // (uid, GPU index) → (MiB beyond use, the GPU's total).
     let mut per_user: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+    let mut names: HashMap<u32, &str> = HashMap::new();
     for f in foreign {
         let Some(&(gpu, total_mib)) = gpus.get(f.booking.gpu_uuid.as_str()) else {
             continue;
@@ -354,13 +359,31 @@ pub fn booked_unused_mib(
         } else {
             observed.get(&(gpu, f.booking.pgid)).copied().unwrap_or(0)
         };
-        let slot = per_user.entry((gpu, f.uid)).or_insert((0, total_mib));
+        let slot = per_user.entry((f.uid, gpu)).or_insert((0, total_mib));
         slot.0 = slot.0.saturating_add(f.booking.mib.saturating_sub(seen));
+        names.entry(f.uid).or_insert(f.user.as_str());
     }
     let mut out: BTreeMap<u32, u64> = BTreeMap::new();
-    for ((gpu, _), (mib, total_mib)) in per_user {
-        let slot = out.entry(gpu).or_insert(0);
-        *slot = slot.saturating_add(mib.min(total_mib));
+    let mut users = per_user.into_iter().peekable();
+    while let Some(((uid, gpu), (mib, total))) = users.next() {
+        // One user's GPUs, largest first.
+        let mut theirs = vec![(gpu, mib.min(total))];
+        while let Some(((_, gpu), (mib, total))) = users.next_if(|((u, _), _)| *u == uid) {
+            theirs.push((gpu, mib.min(total)));
+        }
+        theirs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let quota = names
+            .get(&uid)
+            .map(|user| quota_of(user))
+            .unwrap_or_default();
+        let mut left = quota.max_vram_mib.unwrap_or(u64::MAX);
+        let gpus_allowed = quota.max_gpus.map_or(usize::MAX, |g| g as usize);
+        for (gpu, mib) in theirs.into_iter().take(gpus_allowed) {
+            let counted = mib.min(left);
+            left -= counted;
+            let slot = out.entry(gpu).or_insert(0);
+            *slot = slot.saturating_add(counted);
+        }
     }
     out
 }

@@ -119,6 +119,11 @@ fn trust_rules() {
     );
 }
 
+/// No box rules: no quota.
+fn no_quota(_: &str) -> crate::rules::quota::Quota {
+    crate::rules::quota::Quota::default()
+}
+
 #[test]
 fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     let foreign = |gpu: &str, mib, pgid| Foreign {
@@ -139,7 +144,7 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     let observed: HashMap<(u32, u32), u64> = [((0, 200), 4000), ((0, 201), 3000), ((1, 200), 999)]
         .into_iter()
         .collect();
-    let extra = booked_unused_mib(&all, &index_of, &observed, &HashMap::new());
+    let extra = booked_unused_mib(&all, &index_of, &observed, &HashMap::new(), &no_quota);
     assert_eq!(extra, BTreeMap::from([(0, 10000), (1, 5000)]));
     // A reservation of bob's counts beyond what his unbooked processes
     // (his notebook) use on its GPU; another user's use does not count.
@@ -160,7 +165,7 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
         reservation("GPU-a", 8000, 1002),
     ];
     assert_eq!(
-        booked_unused_mib(&held, &index_of, &observed, &by_owner),
+        booked_unused_mib(&held, &index_of, &observed, &by_owner, &no_quota),
         BTreeMap::from([(0, 8000), (1, 18000)])
     );
     // A user's bookings backed by live processes that use nothing (a
@@ -175,9 +180,41 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
     let mut both = flood.clone();
     both.push(foreign("GPU-a", 2000, 400));
     assert_eq!(
-        booked_unused_mib(&both, &index_of, &HashMap::new(), &HashMap::new()),
+        booked_unused_mib(
+            &both,
+            &index_of,
+            &HashMap::new(),
+            &HashMap::new(),
+            &no_quota
+        ),
         BTreeMap::from([(0, 24000 + 2000)]),
         "mallory's 282,600 MiB count as 24,000; bob's booking as itself"
+    );
+    // Under a quota, her bookings count on at most max_gpus GPUs (her
+    // largest) and max_vram_mib in all.
+    let everywhere: Vec<Foreign> = ["GPU-a", "GPU-b"]
+        .iter()
+        .enumerate()
+        .map(|(i, gpu)| Foreign {
+            uid: 1002,
+            user: "mallory".into(),
+            ..foreign(gpu, 20000 - i as u64, 500 + i as u32)
+        })
+        .collect();
+    let quota = |user: &str| crate::rules::quota::Quota {
+        max_gpus: (user == "mallory").then_some(1),
+        max_vram_mib: (user == "mallory").then_some(15000),
+        max_running: None,
+    };
+    assert_eq!(
+        booked_unused_mib(
+            &everywhere,
+            &index_of,
+            &HashMap::new(),
+            &HashMap::new(),
+            &quota
+        ),
+        BTreeMap::from([(0, 15000)])
     );
     assert_eq!(
         per_user(&held, "GPU-b"),

@@ -23,11 +23,14 @@ impl Scheduler {
             .iter()
             .map(|g| (g.uuid.as_str(), (g.index, g.total_mib)))
             .collect();
+        let rules = self.core.box_state.rules.as_ref();
+        let quota_of = |user: &str| rules.map(|r| r.quota_for(user)).unwrap_or_default();
         ledger::booked_unused_mib(
             &ledger.foreign,
             &gpus,
             &self.core.gpu.external_by_group,
             &self.core.gpu.reservation_use,
+            &quota_of,
         )
         .into_iter()
         .map(|(gpu, mib)| {

@@ -141,11 +141,14 @@ fn watch(
 ) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Only the journal matters (status.json is rewritten every second).
+        // Only changes of the journal matter (status.json is rewritten
+        // every second); opening and reading it are events too, and our
+        // own reads would wake us at once, for ever (a core spent).
         let journal = |e: &notify::Event| {
-            e.paths
-                .iter()
-                .any(|p| p.file_name() == Some(std::ffi::OsStr::new("journal.jsonl")))
+            !matches!(e.kind, notify::EventKind::Access(_))
+                && e.paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(std::ffi::OsStr::new("journal.jsonl")))
         };
         if event.as_ref().map_or(true, journal) {
             let _ = tx.send(());

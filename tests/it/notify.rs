@@ -408,7 +408,9 @@ fn wait_blocks_until_the_jobs_end_with_their_verdict() {
         text(&out.stderr).contains("still waiting for job(s) 2"),
         "{out:?}"
     );
-    // A waiter for job 2 returns when it ends.
+    // A waiter for job 2 returns when it ends, and sleeps meanwhile: its
+    // own reads of the journal must not wake it (it spent a whole core,
+    // about 4.8 CPU-s in this window, when they did).
     let waiter = Command::new(bin())
         .args(["wait", "held", "--log-dir"])
         .arg(&env.logs)
@@ -416,6 +418,24 @@ fn wait_blocks_until_the_jobs_end_with_their_verdict() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let cpu = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let rest = &stat[stat.rfind(')').map_or(0, |at| at + 1)..];
+        let fields: Vec<f64> = rest
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // utime and stime, in clock ticks (usually 100 a second).
+        fields.get(10).copied().unwrap_or(0.0) + fields.get(11).copied().unwrap_or(0.0)
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu(waiter.id());
+    std::thread::sleep(Duration::from_secs(5));
+    let ticks = cpu(waiter.id()) - before;
+    assert!(
+        ticks <= 20.0,
+        "wait used {ticks} CPU ticks in 5 s while it waited"
+    );
     std::fs::write(env.path("release"), "").unwrap();
     let out = waiter.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");

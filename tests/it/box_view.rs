@@ -193,14 +193,21 @@ fn the_api_documents_match_their_schemas_with_two_users_running() {
     bs.stop();
 }
 
-#[test]
-fn a_public_address_needs_a_token_and_anything_else_gets_401() {
+/// A box of one simulated GPU and the `serve` arguments that listen on
+/// `host` at a free port, with a log directory of its own.
+fn one_gpu_box(host: &str) -> (Box_, Env, u16, Vec<String>) {
     let b = Box_::new("");
     let env = open_env("");
     let port = free_port();
     let mut args = b.args(1, false);
-    args.extend(["--listen".into(), format!("0.0.0.0:{port}")]);
+    args.extend(["--listen".into(), format!("{host}:{port}")]);
     args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    (b, env, port, args)
+}
+
+#[test]
+fn a_public_address_needs_a_token_and_anything_else_gets_401() {
+    let (_b, env, port, mut args) = one_gpu_box("0.0.0.0");
     let refused = |args: &[String], why: &str| {
         let out = Command::new(common::bin())
             .arg("serve")
@@ -468,12 +475,7 @@ fn raw_status(port: u16, head: &str) -> u16 {
 /// another origin gets nothing even with the cookie's token.
 #[test]
 fn loopback_needs_the_token_too_and_a_rebound_name_or_other_origin_gets_nothing() {
-    let b = Box_::new("");
-    let env = open_env("");
-    let port = free_port();
-    let mut args = b.args(1, false);
-    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
-    args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    let (_b, _env, port, args) = one_gpu_box("127.0.0.1");
     let server = serve(&args, None);
     let bearer = server.bearer();
     wait_up(port, &[("Authorization", &bearer)]);
@@ -522,12 +524,7 @@ fn loopback_needs_the_token_too_and_a_rebound_name_or_other_origin_gets_nothing(
 #[test]
 fn idle_connections_an_endless_header_and_a_non_reader_do_not_stop_serve() {
     use std::io::Write;
-    let b = Box_::new("");
-    let env = open_env("");
-    let port = free_port();
-    let mut args = b.args(1, false);
-    args.extend(["--listen".into(), format!("127.0.0.1:{port}")]);
-    args.extend(["--log-dir".into(), env.logs.display().to_string()]);
+    let (_b, _env, port, args) = one_gpu_box("127.0.0.1");
     let mut server = serve(&args, None);
     let bearer = server.bearer();
     let auth = [("Authorization", bearer.as_str())];

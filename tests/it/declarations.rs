@@ -32,36 +32,23 @@ fn declared_jobs_get_framework_caps_and_the_users_own_settings_win() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     // (6768 - 768 MiB for the CUDA context) of the simulated GPU's 24000
     // MiB, under the one JAX name old and new JAX read: never both (JAX
-    // 0.11 refuses the pair and runs on the CPU).
-    assert_eq!(
-        seen(&env, "declared.txt"),
-        [
-            "TF_FORCE_GPU_ALLOW_GROWTH=false",
-            "XLA_PYTHON_CLIENT_MEM_FRACTION=0.25"
-        ]
-        .map(String::from)
-    );
+    // 0.11 refuses the pair and runs on the CPU); a user who sets either
+    // JAX name gets exactly what they set.
+    for (file, jax) in [
+        ("declared.txt", "XLA_PYTHON_CLIENT_MEM_FRACTION=0.25"),
+        ("own.txt", "XLA_PYTHON_CLIENT_MEM_FRACTION=0.9"),
+        ("newer.txt", "XLA_CLIENT_MEM_FRACTION=0.5"),
+    ] {
+        assert_eq!(
+            seen(&env, file),
+            ["TF_FORCE_GPU_ALLOW_GROWTH=false", jax].map(String::from),
+            "{file}"
+        );
+    }
     // An undeclared job runs alone: nothing but what the scheduler had.
     assert_eq!(
         seen(&env, "undeclared.txt"),
         ["TF_FORCE_GPU_ALLOW_GROWTH=false"].map(String::from)
-    );
-    // A user who sets either JAX name gets exactly what they set.
-    assert_eq!(
-        seen(&env, "own.txt"),
-        [
-            "TF_FORCE_GPU_ALLOW_GROWTH=false",
-            "XLA_PYTHON_CLIENT_MEM_FRACTION=0.9"
-        ]
-        .map(String::from)
-    );
-    assert_eq!(
-        seen(&env, "newer.txt"),
-        [
-            "TF_FORCE_GPU_ALLOW_GROWTH=false",
-            "XLA_CLIENT_MEM_FRACTION=0.5"
-        ]
-        .map(String::from)
     );
 }
 

@@ -79,6 +79,7 @@ impl Scheduler {
         self.account_usage(now);
         if self.cfg.watch && self.core.running.is_empty() && self.pending().next().is_none() {
             self.tell_drained();
+            self.say_drained_watching();
         }
         let code = self.exit_code_if_done();
         if !self.io.spent_records.is_empty()

@@ -48,11 +48,7 @@ impl Scheduler {
         let code = exit_code(ended.iter().copied());
         let any_failure = ended.iter().any(|(status, _)| status.is_failure());
         self.tell_drained();
-        let mut summary = status::summary(&self.status_doc_now());
-        summary.push_str(&report::learned_summary(&self.core.learned.this_run));
-        let mut out = std::io::stdout().lock();
-        let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
-        drop(out);
+        self.print_summary();
         self.report.say(format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
             crate::console::human_duration(now_ts() - self.report.started_ts),
@@ -69,6 +65,16 @@ impl Scheduler {
         self.write_timeline();
         self.flush_told_within(super::told::FLUSH_LIMIT);
         Some(code)
+    }
+
+    /// Prints the summary of the run's jobs and what was learned, after
+    /// the lines said so far.
+    pub(in crate::scheduler) fn print_summary(&mut self) {
+        self.speak();
+        let mut summary = status::summary(&self.status_doc_now());
+        summary.push_str(&report::learned_summary(&self.core.learned.this_run));
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(&mut out, format!("\n{summary}\n").as_bytes());
     }
 
     /// Draws the run into `<log_dir>/timeline.svg` (docs/BEHAVIOUR.md "Timeline"); a failure

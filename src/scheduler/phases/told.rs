@@ -30,6 +30,9 @@ pub struct Told {
     sender: SchedulerFacts,
     /// Set once "drained" was posted; cleared when a job starts.
     drained_told: bool,
+    /// Set once a `--watch` scheduler said its queue drained (with the
+    /// summary); cleared when a job starts.
+    drained_said: bool,
     /// Set once the current pause was posted; cleared when it ends.
     paused_told: bool,
 }
@@ -83,6 +86,7 @@ impl Told {
                 log_dir: log_dir.display().to_string(),
             },
             drained_told: false,
+            drained_said: false,
             paused_told: false,
         })
     }
@@ -248,6 +252,23 @@ impl Scheduler {
     /// A job started: the next drained queue is news again.
     pub(in crate::scheduler) fn told_of_start(&mut self) {
         self.report.told.drained_told = false;
+        self.report.told.drained_said = false;
+    }
+
+    /// With `--watch`, nothing runs or waits: says so once per stretch of
+    /// work, with the summary, and that new lines of the jobs file start
+    /// it again (docs/BEHAVIOUR.md "Board and terminal").
+    pub(in crate::scheduler) fn say_drained_watching(&mut self) {
+        if self.report.told.drained_said || self.report.this_run.dispatched == 0 {
+            return;
+        }
+        self.report.told.drained_said = true;
+        self.print_summary();
+        self.report.say(format!(
+            "queue drained: {} job(s) dispatched this run; watching {} for new lines",
+            self.report.this_run.dispatched,
+            self.core.jobs.path.display()
+        ));
     }
 
     /// Nothing runs or waits: posts "drained" once per stretch of work

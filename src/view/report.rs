@@ -73,6 +73,22 @@ pub struct CompletionLine<'a> {
     pub tolerance: f64,
     /// Its log, named when it failed.
     pub log: Option<&'a std::path::Path>,
+    /// The last line the attempt wrote to its log ([`last_log_line`]),
+    /// shown when it failed: the reason is usually there.
+    pub last_line: Option<String>,
+}
+
+/// The last line with text that an attempt wrote to its log since byte
+/// `from` (gpusched's own header lines left out), its control characters
+/// shown as `�` and cut to 120 characters; `None` when there is none.
+pub fn last_log_line(path: &std::path::Path, from: u64) -> Option<String> {
+    let tail = crate::files::read_tail(path, from, 4096);
+    let line = tail
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("==== gpusched:"))?;
+    Some(crate::console::shorten(line, 120))
 }
 
 /// The completion line (docs/BEHAVIOUR.md "Monitoring"): status, duration, exit, per-GPU peak,
@@ -114,6 +130,11 @@ pub fn completion_line(c: &CompletionLine) -> String {
             );
         }
         (None, None) => {}
+    }
+    if let Some(last) = &c.last_line
+        && c.status.is_failure()
+    {
+        let _ = write!(line, " — {last}");
     }
     if c.status == crate::model::DoneStatus::FailedOom {
         line.push_str(" — CUDA out of memory, no retries left (add retries=N or --oom-retries N)");

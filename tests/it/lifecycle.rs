@@ -430,3 +430,25 @@ fn watch_says_when_the_queue_drained_and_again_after_an_append() {
     );
     sched.stop();
 }
+
+/// docs/BEHAVIOUR.md "Monitoring": a failed job's completion line carries
+/// the last line it wrote, where the reason usually is (before, only
+/// `gpusched log 1` showed `pythn: not found`); an ok job's does not.
+#[test]
+fn a_failed_jobs_completion_line_says_why() {
+    let env = Env::new("pythn train.py\necho fine\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 127, "{}", out.stdout);
+    let failed = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("✗ job 1 failed"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(failed.contains("pythn: not found"), "{failed}");
+    let ok = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("✓ job 2 ok"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(!ok.contains("fine"), "{ok}");
+}

@@ -350,6 +350,10 @@ impl Scheduler {
             vram_mib: job.vram_mib,
             tolerance: self.cfg.tolerance,
             log: Some(&job.log.path),
+            last_line: status
+                .is_failure()
+                .then(|| report::last_log_line(&job.log.path, job.log.offset))
+                .flatten(),
         }));
         Ok(())
     }

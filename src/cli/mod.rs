@@ -141,9 +141,10 @@ pub enum Command {
     /// Append one job to the jobs file, quoting its words for the shell:
     /// `gpusched add --vram 8G -- python train.py --name "run 1"`.
     Add(AddArgs),
-    /// Cancel a job by number, name or key: a running scheduler stops it
-    /// (SIGTERM, SIGKILL after 10 s) or never starts it. The jobs file is
-    /// not touched (the cancel is journaled); `gpusched retry` undoes it.
+    /// Cancel jobs by number, name, key or group=NAME (`gpusched cancel 3
+    /// 7 group=sweep1`): a running scheduler stops them (SIGTERM, SIGKILL
+    /// after 10 s) or never starts them. The jobs file is not touched (the
+    /// cancel is journaled); `gpusched retry` undoes it.
     Cancel(CancelArgs),
     /// Print a job's output (its last attempt, or --attempt K), whichever
     /// GPUs it ran on; -f follows it until the attempt ends.
@@ -581,10 +582,11 @@ pub struct AddArgs {
 /// Arguments of `gpusched cancel`.
 #[derive(Debug, Args, Clone)]
 pub struct CancelArgs {
-    /// The job: its display number (`7`), its `name=`, or its key
-    /// (`a1b2c3d4e5f6#0`, or a unique prefix of it).
-    #[arg(value_name = "JOB")]
-    pub job: String,
+    /// The jobs: display numbers (`7`), `name=`s, keys (`a1b2c3d4e5f6#0`,
+    /// or unique prefixes), or `group=NAME` for every job of a group not
+    /// yet ended: `gpusched cancel 3 7 group=sweep1`.
+    #[arg(value_name = "JOB", required = true)]
+    pub jobs: Vec<String>,
     /// The jobs file. Default: the file the scheduler with --log-dir runs
     /// (from its status.json), else ./jobs.txt if it exists.
     #[arg(long, value_name = "FILE")]

@@ -1,4 +1,4 @@
-//! `gpusched cancel JOB` (docs/BEHAVIOUR.md "Cancel"): stops a running job
+//! `gpusched cancel JOB…` (docs/BEHAVIOUR.md "Cancel"): stops running jobs
 //! (it ends `cancelled`, using no retry) or ends a waiting one unrun. It
 //! never writes the jobs file — a rewrite could lose a line someone appends
 //! at the same moment (`echo … >> jobs.txt`, over ssh) — but journals a
@@ -11,7 +11,7 @@ use super::index::{JobIndex, LastWord, find_jobs_file, specs_of};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
 use crate::cli::CancelArgs;
 
-/// Cancels the job `args.job` names.
+/// Cancels the jobs `args.jobs` name.
 ///
 /// Errors: [`Error::Usage`] for an unknown job or a log directory that does
 /// not exist; I/O errors on the log directory.
@@ -19,8 +19,20 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
     run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
+/// One job a reference named: its key, how it is called in messages
+/// (`7`, `on line 3`), whether it runs, and its command when no scheduler
+/// has read its line yet.
+struct Target {
+    key: String,
+    called: String,
+    running: bool,
+    unseen: Option<String>,
+}
+
 /// [`run`], saying what it did on `out` and `err` (the terminal's stdout
-/// and stderr, or an MCP tool's result: the same words either way).
+/// and stderr, or an MCP tool's result: the same words either way). Every
+/// reference is resolved before anything is cancelled: one unknown job
+/// cancels none.
 ///
 /// Errors: as [`run`].
 pub fn run_to(
@@ -36,7 +48,114 @@ pub fn run_to(
             .map(|f| specs_of(&f))
             .unwrap_or_default(),
     };
-    let (key, no, running, unseen) = match index.resolve_in(&args.job, &specs) {
+    let mut targets: Vec<Target> = Vec::new();
+    for reference in &args.jobs {
+        for target in resolve(reference, &index, &specs, out)? {
+            if !targets.iter().any(|t| t.key == target.key) {
+                targets.push(target);
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let unseen: Vec<(&str, &str)> = targets
+        .iter()
+        .filter_map(|t| Some((t.key.as_str(), t.unseen.as_deref()?)))
+        .collect();
+    let requests: Vec<JobRequest> = targets
+        .iter()
+        .map(|t| JobRequest::Cancel(t.key.clone()))
+        .collect();
+    let deliveries = deliver(&args.log_dir, &requests, &unseen)?;
+    let pid = |pid: Option<u32>| pid.map_or("?".to_string(), |p| p.to_string());
+    let mut code = 0;
+    for (target, delivery) in targets.iter().zip(deliveries) {
+        let (no, running) = (&target.called, target.running);
+        match delivery {
+            Delivery::Journaled => writeln!(
+                out,
+                "job {} cancelled: {}",
+                no,
+                if running {
+                    "the next scheduler on this log directory stops it"
+                } else {
+                    "it will not start (`gpusched retry` undoes this)"
+                }
+            )?,
+            Delivery::Taken(p) => writeln!(
+                out,
+                "job {} cancelled (scheduler pid {}){}",
+                no,
+                pid(p),
+                if running {
+                    ": stopping it (SIGTERM, SIGKILL after the grace)"
+                } else {
+                    ": it will not start"
+                }
+            )?,
+            Delivery::NotTaken(p) => {
+                writeln!(
+                    err,
+                    "gpusched: asked the scheduler (pid {}) to cancel job {}; it has not done so within {} s (see its output)",
+                    pid(p),
+                    no,
+                    PICKUP_WAIT.as_secs()
+                )?;
+                code = 1;
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// The jobs `reference` names: a job number, `name=`, key (or unique
+/// prefix), or `group=NAME` (every line of that group not yet ended). A
+/// job that already ended is said on `out` and left out.
+///
+/// Errors: [`Error::Usage`] when it names no job.
+fn resolve(
+    reference: &str,
+    index: &JobIndex,
+    specs: &[crate::jobspec::JobSpec],
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Vec<Target>> {
+    if let Some(group) = reference.strip_prefix("group=") {
+        let members: Vec<&crate::jobspec::JobSpec> =
+            specs.iter().filter(|s| s.group() == Some(group)).collect();
+        if members.is_empty() {
+            return Err(crate::error::Error::Usage(format!(
+                "no line of the jobs file is in group={group}"
+            ))
+            .into());
+        }
+        let mut targets = Vec::new();
+        for spec in members {
+            match index.jobs.iter().find(|j| j.key == spec.key) {
+                Some(job) if matches!(job.last, LastWord::Done { .. }) => {}
+                Some(job) => targets.push(Target {
+                    key: job.key.clone(),
+                    called: job.no.to_string(),
+                    running: job.last == LastWord::Started,
+                    unseen: None,
+                }),
+                None => targets.push(Target {
+                    key: spec.key.clone(),
+                    called: format!("on line {}", spec.line),
+                    running: false,
+                    unseen: Some(spec.command.clone()),
+                }),
+            }
+        }
+        if targets.is_empty() {
+            writeln!(
+                out,
+                "every job of group={group} already ended; nothing to cancel"
+            )?;
+        }
+        return Ok(targets);
+    }
+    match index.resolve_in(reference, specs) {
         Ok(job) => {
             if let LastWord::Done { status, .. } = &job.last {
                 writeln!(
@@ -44,67 +163,26 @@ pub fn run_to(
                     "job {} already ended ({status}); nothing to cancel (`gpusched retry {}` runs it again)",
                     job.no, job.no
                 )?;
-                return Ok(0);
+                return Ok(Vec::new());
             }
-            (
-                job.key.clone(),
-                job.no.to_string(),
-                job.last == LastWord::Started,
-                None,
-            )
+            Ok(vec![Target {
+                key: job.key.clone(),
+                called: job.no.to_string(),
+                running: job.last == LastWord::Started,
+                unseen: None,
+            }])
         }
         // A line no scheduler has read yet, by its name or key prefix.
-        Err(e) => match unseen_line(&args.job, &specs) {
-            Some(spec) => (
-                spec.key.clone(),
-                format!("on line {}", spec.line),
-                false,
-                Some(spec.command.clone()),
-            ),
-            None => return Err(e.into()),
+        Err(e) => match unseen_line(reference, specs) {
+            Some(spec) => Ok(vec![Target {
+                key: spec.key.clone(),
+                called: format!("on line {}", spec.line),
+                running: false,
+                unseen: Some(spec.command.clone()),
+            }]),
+            None => Err(e.into()),
         },
-    };
-    let unseen: Vec<(&str, &str)> = unseen
-        .as_deref()
-        .map(|command| (key.as_str(), command))
-        .into_iter()
-        .collect();
-    let delivery = deliver(&args.log_dir, &[JobRequest::Cancel(key.clone())], &unseen)?;
-    let pid = |pid: Option<u32>| pid.map_or("?".to_string(), |p| p.to_string());
-    match delivery.first().copied().unwrap_or(Delivery::Journaled) {
-        Delivery::Journaled => writeln!(
-            out,
-            "job {} cancelled: {}",
-            no,
-            if running {
-                "the next scheduler on this log directory stops it"
-            } else {
-                "it will not start (`gpusched retry` undoes this)"
-            }
-        )?,
-        Delivery::Taken(p) => writeln!(
-            out,
-            "job {} cancelled (scheduler pid {}){}",
-            no,
-            pid(p),
-            if running {
-                ": stopping it (SIGTERM, SIGKILL after the grace)"
-            } else {
-                ": it will not start"
-            }
-        )?,
-        Delivery::NotTaken(p) => {
-            writeln!(
-                err,
-                "gpusched: asked the scheduler (pid {}) to cancel job {}; it has not done so within {} s (see its output)",
-                pid(p),
-                no,
-                PICKUP_WAIT.as_secs()
-            )?;
-            return Ok(1);
-        }
     }
-    Ok(0)
 }
 
 /// The line `reference` names by its `name=` or a unique key prefix, among

@@ -311,7 +311,7 @@ impl Server {
     #[tool(name = "cancel_job")]
     pub async fn cancel_job(&self, params: Parameters<JobRef>) -> Result<Json<Said>, String> {
         let args = CancelArgs {
-            job: params.0.job,
+            jobs: vec![params.0.job],
             file: self.file.clone(),
             log_dir: self.log_dir.clone(),
         };

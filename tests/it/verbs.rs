@@ -488,3 +488,32 @@ fn add_runs_the_job_in_the_callers_directory_and_verbs_take_gpusched_log_dir() {
     );
     sched.stop();
 }
+
+/// `gpusched cancel` takes several jobs, by number, name and group=NAME,
+/// in one request (it took one job while retry took several); an unknown
+/// one cancels none.
+#[test]
+fn cancel_takes_several_jobs_numbers_names_and_a_group() {
+    let hold = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!(
+        "[vram=1000] {hold}\n[vram=1000 name=b] {hold}\n[vram=1000 group=g] {hold}\n[vram=1000 group=g] {hold}\n[vram=1000] {hold}\n"
+    ));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("five jobs started", &mut || {
+        env.events("started").len() == 5
+    });
+    let refused = env.verb(&["cancel", "1", "nosuchjob"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let out = env.verb(&["cancel", "1", "b", "group=g"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(said.matches("cancelled").count(), 4, "{said}");
+    wait_for("four jobs cancelled", &mut || {
+        (1..=4).all(|no| env.status_of_opt(no).as_deref() == Some("cancelled"))
+    });
+    assert_eq!(env.status_of_opt(5), None, "job 5 still runs");
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 5 to end", &mut || env.status_of_opt(5).is_some());
+    assert_eq!(env.status_of(5).as_deref(), Some("ok"));
+    sched.stop();
+}

@@ -667,6 +667,17 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                 format!("bad limit value '{v}': expected a whole number of jobs ≥ 1")
             })?);
         }
+        // `[vram=8 GB]`: a unit cut off its number by a space.
+        unit if value.is_none()
+            && spec.vram_mib.is_some()
+            && ["m", "mb", "mib", "g", "gb", "gib"]
+                .contains(&unit.to_ascii_lowercase().as_str()) =>
+        {
+            return Err(format!(
+                "'{unit}' stands alone: write the size without a space, like vram={}{unit}",
+                spec.vram_mib.unwrap_or(8)
+            ));
+        }
         other => {
             return Err(format!(
                 "unknown attribute '{other}' (known: {})",
@@ -741,6 +752,11 @@ pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
     let factor = match unit.to_ascii_lowercase().as_str() {
         "" | "m" | "mb" | "mib" => 1.0,
         "g" | "gb" | "gib" => 1024.0,
+        "t" | "tb" | "tib" | "p" | "pb" | "pib" | "k" | "kb" | "kib" => {
+            return Err(format!(
+                "bad vram value '{text}': '{unit}' is not a unit vram= takes; use M (MiB) or G (GiB), like vram=80G"
+            ));
+        }
         _ => return Err(bad()),
     };
     if number.is_empty() || (unit.is_empty() && number.contains('.')) {

@@ -355,3 +355,22 @@ fn cwd_is_an_absolute_directory_with_its_awkward_bytes_escaped() {
     }
     assert!(encode_cwd(std::path::Path::new("/a\nb")).is_err());
 }
+
+#[test]
+fn sizes_people_write_get_a_message_that_says_what_to_write() {
+    let e = error("[vram=999T] python x.py\n");
+    assert!(
+        e.reason
+            .contains("'T' is not a unit vram= takes; use M (MiB) or G (GiB)"),
+        "{e}"
+    );
+    let e = error("[vram=8 GB] python x.py\n");
+    assert!(
+        e.reason
+            .contains("'GB' stands alone: write the size without a space, like vram=8GB"),
+        "{e}"
+    );
+    // A word that is not a unit is still an unknown attribute.
+    let e = error("[vram=8 fast] python x.py\n");
+    assert!(e.reason.contains("unknown attribute 'fast'"), "{e}");
+}

@@ -263,6 +263,10 @@ impl Ledger {
                     foreign.append(&mut bookings);
                     peers.push(peer);
                 }
+                // A stale file that is gone now (ours, tidied up just above,
+                // left by a scheduler of ours killed with SIGKILL) is no
+                // one's news.
+                Err(Rejection::Stale) if std::fs::symlink_metadata(&path).is_err() => {}
                 Err(why) => {
                     if self.warned.insert(name.clone()) {
                         warn(&format!("ledger: ignoring {}: {why}", path.display()));

@@ -119,6 +119,12 @@ fn orphan_keeps_its_real_exit_code_after_kill_9() {
     std::fs::write(env.path("release"), "").unwrap();
     let out = sched.finish();
     assert_eq!(out.code, 7, "{}", out.stdout);
+    // Its predecessor's booking file is tidied up without a warning.
+    assert!(
+        !out.stdout.contains("its scheduler is no longer running"),
+        "{}",
+        out.stdout
+    );
     let done = env.job_events(1, "done");
     assert_eq!(done.len(), 1);
     assert_eq!(done[0]["status"], "failed");

@@ -233,10 +233,15 @@ impl Ledger {
                 continue;
             }
             let path = entry.path();
+            // Set for a stale file of this very log directory's earlier
+            // scheduler (killed with SIGKILL): tidied up without a word.
+            let mut predecessor = false;
             let result = read_booking_file(&path).and_then(|(file, uid)| {
                 let user = self.user_name(uid);
                 let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
                 let log_dir = file.log_dir.clone();
+                let ours = uid == me;
+                let same_log_dir = ours && !log_dir.is_empty() && log_dir == self.me.log_dir;
                 let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
                 let running = running.collect::<HashSet<_>>().len() as u64;
                 let peer = Peer {
@@ -252,8 +257,9 @@ impl Ledger {
                     .map(|bookings| (bookings, peer))
                     .inspect_err(|r| {
                         // Ours, left by a scheduler killed with SIGKILL: tidy up.
-                        if *r == Rejection::Stale && uid == me {
+                        if *r == Rejection::Stale && ours {
                             let _ = std::fs::remove_file(&path);
+                            predecessor = same_log_dir;
                         }
                     })
             });
@@ -263,10 +269,7 @@ impl Ledger {
                     foreign.append(&mut bookings);
                     peers.push(peer);
                 }
-                // A stale file that is gone now (ours, tidied up just above,
-                // left by a scheduler of ours killed with SIGKILL) is no
-                // one's news.
-                Err(Rejection::Stale) if std::fs::symlink_metadata(&path).is_err() => {}
+                Err(_) if predecessor => {}
                 Err(why) => {
                     if self.warned.insert(name.clone()) {
                         warn(&format!("ledger: ignoring {}: {why}", path.display()));

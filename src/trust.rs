@@ -79,6 +79,40 @@ pub fn read_untrusted(
     Ok((bytes, meta))
 }
 
+/// Fills `bytes` from the kernel's random source (getrandom(2), blocking
+/// only until the pool is seeded at boot; `/dev/urandom` where the call is
+/// missing): for names and tokens no other user may guess.
+pub fn random_bytes(bytes: &mut [u8]) {
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the length given into the rest
+        // of `bytes`.
+        let got = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if got > 0 {
+            filled += got as usize;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    if filled < bytes.len()
+        && std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes[filled..]))
+            .is_err()
+    {
+        // No kernel source at all: std's per-process random hash keys.
+        use std::hash::{BuildHasher, Hasher};
+        for chunk in bytes[filled..].chunks_mut(8) {
+            let word = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+                .to_ne_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+    }
+}
+
 /// Set once this process, started by root, became a directory's owner.
 static FOR_ROOT: AtomicBool = AtomicBool::new(false);
 
@@ -196,6 +230,15 @@ fn become_user(uid: u32, gid: u32) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_bytes_fill_the_buffer_and_differ() {
+        let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
+        random_bytes(&mut a);
+        random_bytes(&mut b);
+        assert_ne!(a, b);
+        assert_ne!(a, [0u8; 16]);
+    }
 
     #[test]
     fn the_untrusted_reader_refuses_links_fifos_and_oversized_files() {

@@ -284,20 +284,10 @@ fn own_token() -> Result<String, Error> {
     }
 }
 
-/// 128 random bits as 32 hex digits (getrandom).
+/// 128 random bits as 32 hex digits.
 fn random_token() -> String {
     let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the length given into the rest
-        // of `bytes`.
-        let got = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if got > 0 {
-            filled += got as usize;
-        }
-    }
+    crate::trust::random_bytes(&mut bytes);
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -10,9 +10,7 @@ use super::{Booking, Foreign, MAX_BOOKING_MIB};
 use crate::files::{self, AtomicOptions};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// Largest reservation or usage file read (bytes).
@@ -101,17 +99,7 @@ pub fn reservation_name(uid: u32, id: u32) -> String {
 /// Reads a small file of the ledger without following links or blocking
 /// on a FIFO: its bytes and owner, or `None`.
 fn read_small(path: &Path) -> Option<(Vec<u8>, u32)> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).ok()?;
+    let (bytes, meta) = crate::trust::read_untrusted(path, MAX_FILE_BYTES).ok()?;
     Some((bytes, meta.uid()))
 }
 

@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -390,16 +389,8 @@ fn cached_name(cache: &mut HashMap<u32, String>, uid: u32) -> String {
 /// could not publish in the sticky directory).
 fn booking_name(uid: u32, pid: u32) -> OsString {
     let mut random = [0u8; 8];
-    // SAFETY: getrandom writes at most `random.len()` bytes into it.
-    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
-    let nonce = if got == random.len() as isize {
-        u64::from_ne_bytes(random)
-    } else {
-        use std::hash::{BuildHasher, Hasher};
-        std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish()
-    };
+    crate::trust::random_bytes(&mut random);
+    let nonce = u64::from_ne_bytes(random);
     OsString::from(format!("{uid}.{pid}.{nonce:016x}.json"))
 }
 
@@ -546,27 +537,14 @@ pub fn init(dir: &Path) -> Result<String, Error> {
 /// Reads one booking file without following links or blocking on a FIFO,
 /// with its owner uid.
 fn read_booking_file(path: &Path) -> Result<(BookingFile, u32), Rejection> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Rejection::NotRegular,
-            // Gone between the listing and the open: a scheduler that just
-            // ended.
-            _ => Rejection::Stale,
-        })?;
-    let meta = file.metadata().map_err(|_| Rejection::Stale)?;
-    if !meta.is_file() {
-        return Err(Rejection::NotRegular);
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(Rejection::TooLarge(meta.len()));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Rejection::Malformed(e.to_string()))?;
+    use crate::trust::{Untrusted, read_untrusted};
+    let (bytes, meta) = read_untrusted(path, MAX_FILE_BYTES).map_err(|e| match e {
+        Untrusted::NotRegular => Rejection::NotRegular,
+        Untrusted::TooLarge(bytes, _) => Rejection::TooLarge(bytes),
+        // Gone between the listing and the open: a scheduler that just
+        // ended.
+        Untrusted::Io(_) => Rejection::Stale,
+    })?;
     Ok((super::parse(&bytes)?, meta.uid()))
 }
 

@@ -177,16 +177,14 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
             ..foreign("GPU-a", 23550, 300 + i)
         })
         .collect();
+    // Bookings backed by processes that use nothing yet.
+    let unused = |held: &[Foreign], quota: &dyn Fn(&str) -> crate::rules::quota::Quota| {
+        booked_unused_mib(held, &index_of, &HashMap::new(), &HashMap::new(), quota)
+    };
     let mut both = flood.clone();
     both.push(foreign("GPU-a", 2000, 400));
     assert_eq!(
-        booked_unused_mib(
-            &both,
-            &index_of,
-            &HashMap::new(),
-            &HashMap::new(),
-            &no_quota
-        ),
+        unused(&both, &no_quota),
         BTreeMap::from([(0, 24000 + 2000)]),
         "mallory's 282,600 MiB count as 24,000; bob's booking as itself"
     );
@@ -206,16 +204,7 @@ fn a_booking_counts_as_the_larger_of_booking_and_observed_use() {
         max_vram_mib: (user == "mallory").then_some(15000),
         max_running: None,
     };
-    assert_eq!(
-        booked_unused_mib(
-            &everywhere,
-            &index_of,
-            &HashMap::new(),
-            &HashMap::new(),
-            &quota
-        ),
-        BTreeMap::from([(0, 15000)])
-    );
+    assert_eq!(unused(&everywhere, &quota), BTreeMap::from([(0, 15000)]));
     assert_eq!(
         per_user(&held, "GPU-b"),
         vec![("bob".to_string(), 24000, 0)]

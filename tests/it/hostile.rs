@@ -42,14 +42,7 @@ impl Attack {
 
     /// Runs `cmd` as mallory, to prepare the attack.
     fn as_mal(&self, script: &str) {
-        let out = Command::new("sh")
-            .args(["-c", script])
-            .current_dir(&self.env.logs)
-            .uid(self.mal.0)
-            .gid(self.mal.1)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
+        run_as(self.mal, &self.env.logs, script);
     }
 
     /// Root's verb on mallory's log directory.
@@ -80,6 +73,19 @@ impl Attack {
             );
         }
     }
+}
+
+/// Runs the shell `script` as `user` in `dir`, to prepare an attack; it
+/// must succeed.
+fn run_as(user: (u32, u32), dir: &Path, script: &str) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .uid(user.0)
+        .gid(user.1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// Every path under `dir`, not following links.
@@ -230,13 +236,7 @@ fn names_taken_in_the_ledger_do_not_stop_another_users_scheduler() {
         b.ledger.display(),
         bob.0
     );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .uid(mal.0)
-        .gid(mal.1)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    run_as(mal, Path::new("/"), &script);
     let env = common::users::users_env("[vram=1000] echo ran\n", bob);
     let sched = common::users::spawn_as(&env, bob, &b, 1, false);
     let out = sched.finish();
@@ -313,13 +313,7 @@ fn fifos_and_links_in_others_files_neither_hang_nor_double_count_the_box_views()
         uid = mal.0,
         pid = sleeper.id(),
     );
-    let prepared = Command::new("sh")
-        .args(["-c", &script])
-        .uid(mal.0)
-        .gid(mal.1)
-        .output()
-        .unwrap();
-    assert!(prepared.status.success(), "{prepared:?}");
+    run_as(mal, Path::new("/"), &script);
     let run = |args: &[&str]| {
         let mut child = Command::new(bin())
             .args(args)

@@ -77,10 +77,26 @@ pub fn typical_runtime(durations: &[f64]) -> Option<f64> {
     })
 }
 
+/// A job expected to run its family's typical time is taken to run up to
+/// `typical × .0 + .1` seconds: by backfill, when it asks to start before
+/// a waiting job or is reserved for, and by a running job that is past its
+/// typical time but not past this, which is expected to end any moment
+/// (docs/BEHAVIOUR.md "Backfill", "Expected times").
+pub const HISTORY_MARGIN: (f64, f64) = (1.25, 1.0);
+
+/// `typical_s` seconds with [`HISTORY_MARGIN`].
+pub fn with_margin(typical_s: f64) -> f64 {
+    typical_s * HISTORY_MARGIN.0 + HISTORY_MARGIN.1
+}
+
 /// When a job that started at `started` (Unix seconds) should end, at
 /// `now`: from its progress (`eta_s` seconds left), else its family's
 /// `typical_s` run time (unless it already ran longer), else its
-/// `timeout_s`; never past the timeout.
+/// `timeout_s`; never past the timeout. A job without a timeout that ran a
+/// little longer than typical — not longer than that with
+/// [`HISTORY_MARGIN`] — ends `now`, any moment: a median is no bound, and
+/// handing its GPUs to backfill meanwhile would delay the job waiting for
+/// them.
 pub fn running_end(
     now: f64,
     started: f64,
@@ -97,10 +113,11 @@ pub fn running_end(
         })
         .or_else(|| {
             typical_s
-                .map(|t| started + t)
-                .filter(|at| *at > now)
-                .map(|at| Estimate {
-                    at,
+                .filter(|t| {
+                    started + t > now || (deadline.is_none() && started + with_margin(*t) > now)
+                })
+                .map(|t| Estimate {
+                    at: (started + t).max(now),
                     source: Source::History,
                 })
         });
@@ -207,13 +224,18 @@ mod tests {
     fn a_running_job_ends_by_progress_then_history_then_timeout() {
         let e = |at, source| Some(Estimate { at, source });
         type Row = (Option<f64>, Option<f64>, Option<f64>, Option<Estimate>);
-        let table: [Row; 7] = [
+        let table: [Row; 9] = [
             // eta, typical, timeout → expected end
             (Some(60.0), Some(500.0), None, e(1060.0, Source::Progress)),
             (None, Some(500.0), None, e(1400.0, Source::History)),
             (None, Some(500.0), Some(7200.0), e(1400.0, Source::History)),
-            // Longer than usual already: only the timeout is left.
-            (None, Some(50.0), Some(600.0), e(1500.0, Source::Timeout)),
+            // 100 s in: longer than usual already leaves the timeout;
+            // without one, a little late (90 s typical, 113.5 s with the
+            // margin) is any moment now, later than the margin (50 s
+            // typical, 63.5 s) unknown.
+            (None, Some(90.0), Some(600.0), e(1500.0, Source::Timeout)),
+            (None, Some(90.0), None, e(NOW, Source::History)),
+            (None, Some(50.0), None, None),
             (None, None, Some(600.0), e(1500.0, Source::Timeout)),
             // A guess past the timeout is the timeout.
             (Some(9000.0), None, Some(600.0), e(1500.0, Source::Timeout)),

@@ -10,11 +10,6 @@ use crate::scheduler::Scheduler;
 /// Waiting jobs given an expected start (the first in queue order).
 const WAITING_ESTIMATED: usize = 50;
 
-/// A job expected to run its family's typical time is taken to run
-/// `typical × .0 + .1` seconds by backfill, when it asks to start before a
-/// waiting job or is reserved for (docs/BEHAVIOUR.md "Backfill").
-pub const HISTORY_MARGIN: (f64, f64) = (1.25, 1.0);
-
 /// Running jobs' ends tried as moments something may start.
 const ENDS_TRIED: usize = 64;
 
@@ -57,7 +52,7 @@ impl Scheduler {
     /// How long the job of line `index` should run (seconds), for
     /// backfill (docs/BEHAVIOUR.md "Backfill"): its `timeout=`, the upper
     /// bound, else its family's typical run time with a margin
-    /// ([`HISTORY_MARGIN`]: a median is no bound, and a job that runs past
+    /// ([`expected::HISTORY_MARGIN`]: a median is no bound, and a job that runs past
     /// it delays a waiting job); `None` when neither is known.
     pub(in crate::scheduler) fn run_estimate_s(&self, index: usize) -> Option<f64> {
         let spec = &self.core.jobs.specs[index];
@@ -65,7 +60,7 @@ impl Scheduler {
             self.core
                 .run_times
                 .typical(&family_of(&spec.command, spec.family()))
-                .map(|t| t * HISTORY_MARGIN.0 + HISTORY_MARGIN.1)
+                .map(expected::with_margin)
         })
     }
 

@@ -34,6 +34,8 @@
 //! `timeout=`, most VRAM, their product, best fit across jobs) and prints
 //! what each gains and what it costs the jobs that wait.
 //!
+//! Then spread against pack under contention (see `packing/spread.rs`).
+//!
 //! `GPUSCHED_BENCH_GPU_MIB=81920` plays the same traces on bigger GPUs;
 //! `GPUSCHED_BENCH_EXACT=1` makes every `timeout=` the real run time.
 //!
@@ -41,6 +43,8 @@
 //! project's machines.
 
 mod common;
+#[path = "packing/spread.rs"]
+mod spread;
 
 use common::Rng;
 use gpusched::allocation::{
@@ -525,7 +529,12 @@ impl Tally {
 type Played = (Vec<f64>, Vec<(usize, f64)>);
 
 fn main() {
-    let opts = PlaceOptions::default();
+    // Best fit: these traces carry no utilisation (nothing to spread
+    // for); spread against pack is the last table.
+    let opts = PlaceOptions {
+        policy: gpusched::allocation::Policy::Pack,
+        ..PlaceOptions::default()
+    };
     println!(
         "{JOBS} declared-VRAM jobs on {GPUS} × {} MiB, {TRACES} seeded traces; makespan ÷ lower bound, and jobs later than in strict file order (count, most seconds)",
         gpu_mib()
@@ -621,6 +630,7 @@ fn main() {
         "backfill ÷ that least possible makespan: {}",
         summary(&from_least)
     );
+    spread::report(TRACES);
     if std::env::args().any(|a| a == "--alternatives") {
         alternatives(&opts);
     } else {

@@ -5,7 +5,10 @@
 //! 50 ms and removing it on exit (also on SIGTERM / SIGINT). Like a CUDA
 //! process, it fails with an out-of-memory error (exit 1) when a step of
 //! its ramp would push a GPU past its capacity, counting every process
-//! in the sim directory.
+//! in the sim directory. With `--work S` it ends after S seconds of work
+//! instead of `--hold`: full speed while the jobs on its GPUs ask for no
+//! more than 100 % of them (by their `--util`), slower in proportion when
+//! they ask for more — what sharing a GPU costs a compute-bound job.
 
 use crate::cli::SimjobArgs;
 use crate::gpu::sim::{self, SIM_TOTAL_MIB, SimReport};
@@ -48,8 +51,16 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
     // --hold seconds where the scheduler can sample it.
     let mut full_since: Option<Instant> = None;
     let mut held = 0;
+    // --work: seconds of work done, and when it was last counted.
+    let mut worked = 0.0;
+    let mut counted = started;
     let result = (|| -> anyhow::Result<Ending> {
         loop {
+            if args.work.is_some() {
+                let speed = speed(&sim::live_reports(&dir)?, pid, &gpus, args.util);
+                worked += counted.elapsed().as_secs_f64() * speed;
+                counted = Instant::now();
+            }
             let elapsed = started.elapsed().as_secs_f64();
             let fraction = if args.ramp > 0.0 {
                 (elapsed / args.ramp).min(1.0)
@@ -82,6 +93,11 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
                 args.ramp - elapsed
             } else if oom {
                 return Ok(Ending::Done);
+            } else if let Some(work) = args.work {
+                if worked >= work {
+                    return Ok(Ending::Done);
+                }
+                work - worked
             } else {
                 let since = *full_since.get_or_insert_with(Instant::now);
                 let held_s = since.elapsed().as_secs_f64();
@@ -94,9 +110,22 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
         }
     })();
     let _ = std::fs::remove_file(&report_path);
-    match result? {
-        Ending::Done => {}
-        Ending::Signalled => return Ok(143),
+    Ok(exit_code(result?, args, oom))
+}
+
+/// The exit code of a simjob whose loop ended in `ending`, after saying
+/// why on stderr as a CUDA process would (`oom`: `--oom-once` fired).
+fn exit_code(ending: Ending, args: &SimjobArgs, oom: bool) -> i32 {
+    match ending {
+        Ending::Done if oom => {
+            eprintln!(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated by gpusched simjob; marker {})",
+                args.oom_once.as_deref().unwrap_or(Path::new("")).display()
+            );
+            1
+        }
+        Ending::Done => i32::from(args.exit_code),
+        Ending::Signalled => 143,
         Ending::OutOfMemory {
             gpu,
             asked,
@@ -107,17 +136,27 @@ pub fn run(args: &SimjobArgs) -> anyhow::Result<i32> {
                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked} MiB. GPU {gpu} has a total capacity of {SIM_TOTAL_MIB} MiB of which {} MiB is free. This process has {held} MiB in use; other processes use {others} MiB. (simulated by gpusched simjob)",
                 SIM_TOTAL_MIB.saturating_sub(others + held)
             );
-            return Ok(1);
+            1
         }
     }
-    if oom {
-        eprintln!(
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated by gpusched simjob; marker {})",
-            args.oom_once.as_deref().unwrap_or(Path::new("")).display()
-        );
-        return Ok(1);
-    }
-    Ok(i32::from(args.exit_code))
+}
+
+/// How fast (0–1) a job asking for `util` percent of each of `gpus` works
+/// beside the other live `reports`: on each GPU, 1 while the jobs there
+/// ask for 100 % or less, else 100 ÷ what they ask for; the slowest of
+/// its GPUs sets the pace (a multi-GPU job waits for its slowest part).
+fn speed(reports: &[SimReport], pid: u32, gpus: &[String], util: u32) -> f64 {
+    gpus.iter()
+        .map(|gpu| {
+            let others: u32 = reports
+                .iter()
+                .filter(|r| r.pid != pid && r.mib.contains_key(gpu))
+                .map(|r| r.util)
+                .sum();
+            let asked = f64::from(others + util);
+            if asked <= 100.0 { 1.0 } else { 100.0 / asked }
+        })
+        .fold(1.0, f64::min)
 }
 
 /// The GPU indices of `CUDA_VISIBLE_DEVICES`, as the sim reports name
@@ -188,4 +227,34 @@ fn write_report(path: &Path, pid: u32, gpus: &[String], mib: u64, util: u32) -> 
         },
     )
     .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(pid: u32, gpus: &[&str], util: u32) -> SimReport {
+        SimReport {
+            pid,
+            mib: gpus.iter().map(|g| (g.to_string(), 1000)).collect(),
+            util,
+        }
+    }
+
+    #[test]
+    fn sharing_a_gpu_slows_a_job_in_proportion_to_what_the_jobs_ask() {
+        let gpu0 = ["0".to_string()];
+        // Alone, or beside jobs that together ask 100 % or less: full speed.
+        assert_eq!(speed(&[report(1, &["0"], 100)], 1, &gpu0, 100), 1.0);
+        assert_eq!(speed(&[report(2, &["0"], 30)], 1, &gpu0, 30), 1.0);
+        // Two compute-bound jobs: half speed; three: a third.
+        assert_eq!(speed(&[report(2, &["0"], 100)], 1, &gpu0, 100), 0.5);
+        let three = [report(2, &["0"], 100), report(3, &["0"], 100)];
+        assert!((speed(&three, 1, &gpu0, 100) - 1.0 / 3.0).abs() < 1e-9);
+        // A job on another GPU costs nothing; on two GPUs the slower sets
+        // the pace.
+        assert_eq!(speed(&[report(2, &["1"], 100)], 1, &gpu0, 100), 1.0);
+        let both = ["0".to_string(), "1".to_string()];
+        assert_eq!(speed(&[report(2, &["1"], 100)], 1, &both, 100), 0.5);
+    }
 }

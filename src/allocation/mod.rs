@@ -3,6 +3,10 @@
 //! builds [`GpuLoad`]s from its latest snapshot and running jobs, and this
 //! module decides. Most of the scheduler's rules are tested here.
 
+mod policy;
+pub use policy::{Policy, SATURATED_UTIL};
+use policy::{choice_cost, is_saturated};
+
 /// Options of placement, from the command line (docs/BEHAVIOUR.md "Command line").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlaceOptions {
@@ -22,6 +26,9 @@ pub struct PlaceOptions {
     /// How the GPUs are connected, for multi-GPU jobs (docs/HARDWARE.md
     /// "Topology"); `None` when unknown.
     pub topology: Option<std::sync::Arc<Topology>>,
+    /// How a declared job chooses among the GPUs it fits on
+    /// (`--placement`).
+    pub policy: Policy,
 }
 
 impl Default for PlaceOptions {
@@ -33,6 +40,7 @@ impl Default for PlaceOptions {
             exclusive: false,
             drained_mask: 0,
             topology: None,
+            policy: Policy::Spread,
         }
     }
 }
@@ -80,6 +88,10 @@ pub struct GpuLoad {
     pub share_held: Vec<String>,
     /// The part of [`GpuLoad::booked_mib`] kept for them (MiB).
     pub share_held_mib: u64,
+    /// Its utilisation over NVML's last sample period, percent, rounded
+    /// to tens (so that the loads stay equal between samples); `None`
+    /// when unknown.
+    pub util_percent: Option<u32>,
 }
 
 /// The outcome of [`place`].
@@ -179,7 +191,10 @@ pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
 ///
 /// Rules (docs/BEHAVIOUR.md "Placement"): an undeclared job needs idle GPUs, lowest index first; a
 /// declared job of E MiB needs headroom ≥ E + margin on each GPU, chosen
-/// best-fit (smallest sufficient headroom, ties by index); a GPU running an
+/// by `opts.policy` (spread: idle GPUs first, the least loaded, then best
+/// fit, never joining a job of ours on a GPU computing flat out; pack: best
+/// fit, the smallest sufficient headroom; ties by index),
+/// the best-connected set first for several GPUs; a GPU running an
 /// undeclared job of ours is closed; `exclusive` allows one of our jobs per
 /// GPU. A request that could not start even on empty GPUs is infeasible.
 pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placement {
@@ -192,7 +207,7 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
         .filter(|g| request.may_use(g.index) && !is_drained(g.index, opts))
         .collect();
     let gpus = allowed.as_slice();
-    // The GPUs with room, each with its headroom (MiB).
+    // The GPUs with room, each with what choosing it costs.
     let mut fits: Vec<(u64, u32)> = match request.vram_mib {
         // Lowest index first, whatever the order of the snapshot.
         None => gpus
@@ -205,8 +220,10 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
             gpus.iter()
                 .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
                 .filter(|g| !opts.exclusive || g.occupants.is_empty())
-                .map(|g| (headroom_mib(g, opts.spike_buffer), g.index))
-                .filter(|&(headroom, _)| headroom >= need)
+                .filter(|g| opts.policy == Policy::Pack || !is_saturated(g))
+                .map(|g| (g, headroom_mib(g, opts.spike_buffer)))
+                .filter(|&(_, headroom)| headroom >= need)
+                .map(|(g, headroom)| (choice_cost(g, headroom, opts), g.index))
                 .collect()
         }
     };
@@ -355,10 +372,14 @@ impl<'a> Planner<'a> {
     }
 
     /// Books a start of `request` on `chosen`, holding its full
-    /// declaration until `ends_at` (Unix seconds; `None`: unknown).
+    /// declaration until `ends_at` (Unix seconds; `None`: unknown). Its
+    /// GPUs count as computing flat out until a sample says otherwise, so
+    /// that under `--placement spread` one round does not stack jobs that
+    /// no sample has seen yet.
     pub fn book(&mut self, request: &Request, chosen: &[u32], ends_at: Option<f64>) {
         self.blocked.clear();
         for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
+            gpu.util_percent = Some(100);
             gpu.occupants.push(Occupant {
                 declared_mib: request.vram_mib,
                 peak_mib: None,
@@ -461,6 +482,12 @@ pub enum WaitReason {
         /// Its expected start (whole Unix seconds).
         at: u64,
     },
+    /// It would start but for GPUs that compute flat out with our jobs
+    /// ([`SATURATED_UTIL`]) under `--placement spread`.
+    Computing {
+        /// The GPUs it would share.
+        gpus: Vec<u32>,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -514,6 +541,11 @@ impl std::fmt::Display for WaitReason {
                 users.join(", ")
             ),
             WaitReason::Quota { user, over } => write!(f, "quota: {user} {over}"),
+            WaitReason::Computing { gpus } => write!(
+                f,
+                "GPU {} computing flat out (sharing would slow both; --placement pack shares)",
+                crate::console::gpu_ids(gpus, ", ")
+            ),
             WaitReason::Drained { gpus } => {
                 write!(f, "GPU {} drained", crate::console::gpu_ids(gpus, ", "))
             }
@@ -653,6 +685,15 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
                 gpus: chosen,
                 users,
             };
+        }
+    }
+    if opts.policy == Policy::Spread && request.vram_mib.is_some() {
+        let pack = PlaceOptions {
+            policy: Policy::Pack,
+            ..opts.clone()
+        };
+        if let Placement::Start(chosen) = place(request, gpus, &pack) {
+            return WaitReason::Computing { gpus: chosen };
         }
     }
     match request.vram_mib {

@@ -39,6 +39,15 @@ fn opts() -> PlaceOptions {
     PlaceOptions::default()
 }
 
+/// Best fit: one round stacks jobs on a GPU (spread, the default, waits
+/// for a sample after each start there).
+fn pack() -> PlaceOptions {
+    PlaceOptions {
+        policy: Policy::Pack,
+        ..opts()
+    }
+}
+
 #[test]
 fn undeclared_takes_lowest_idle_gpu() {
     let gpus = [gpu(0), gpu(1)];
@@ -231,6 +240,110 @@ fn declared_single_gpu_is_best_fit() {
     );
 }
 
+/// Spread (the default): eight 10G jobs on eight idle GPUs get a GPU
+/// each; pack puts two on each of the first four.
+#[test]
+fn spread_gives_each_job_an_idle_gpu_and_pack_fills_gpus() {
+    let requests = vec![declared(10_240); 8];
+    let gpus_used = |policy| {
+        let mut gpus: Vec<GpuLoad> = (0..8).map(gpu).collect();
+        let opts = PlaceOptions { policy, ..opts() };
+        let mut used: Vec<u32> = plan(&requests, &mut gpus, &opts)
+            .into_iter()
+            .map(|p| match p {
+                Placement::Start(chosen) => chosen[0],
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        used.sort_unstable();
+        used
+    };
+    assert_eq!(gpus_used(Policy::Spread), (0..8).collect::<Vec<_>>());
+    assert_eq!(gpus_used(Policy::Pack), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+}
+
+/// Spread: among idle GPUs the least loaded (memory, then utilisation);
+/// when every GPU has work, best fit among them.
+#[test]
+fn spread_prefers_the_least_loaded_idle_gpu_then_best_fit() {
+    let mut g0 = gpu(0);
+    g0.used_mib = 150; // idle (under the 200 MiB threshold), some memory
+    let mut g1 = gpu(1);
+    g1.util_percent = Some(40); // idle by memory, but computing
+    let g2 = gpu(2);
+    assert_eq!(
+        place(&declared(8000), &[g0.clone(), g1.clone(), g2], &opts()),
+        Placement::Start(vec![2])
+    );
+    assert_eq!(
+        place(&declared(8000), &[g0.clone(), g1.clone()], &opts()),
+        Placement::Start(vec![1])
+    );
+    // Every GPU has a job of ours: the tightest fit, as pack.
+    let mut busy0 = gpu(0);
+    busy0.occupants.push(occ(Some(4000), None, None)); // headroom 20000
+    let mut busy1 = gpu(1);
+    busy1.occupants.push(occ(Some(12000), None, None)); // headroom 12000
+    assert_eq!(
+        place(&declared(8000), &[busy0.clone(), busy1.clone()], &opts()),
+        Placement::Start(vec![1])
+    );
+    // One idle GPU left beside them: it goes there, whatever the fit.
+    assert_eq!(
+        place(&declared(8000), &[busy0, busy1, gpu(2)], &opts()),
+        Placement::Start(vec![2])
+    );
+    // Another user's booking makes a GPU busy too.
+    let mut booked = gpu(0);
+    booked.booked_mib = 4000;
+    assert_eq!(
+        place(&declared(8000), &[booked, g1], &opts()),
+        Placement::Start(vec![1])
+    );
+}
+
+/// Spread: a GPU computing flat out with a job of ours is waited for, not
+/// joined (sharing would slow both), and the wait says so; pack joins it,
+/// and so does spread where only other people's work computes there.
+#[test]
+fn spread_waits_rather_than_join_a_gpu_computing_flat_out() {
+    let mut busy = gpu(0);
+    busy.occupants.push(occ(Some(4000), None, None));
+    busy.util_percent = Some(SATURATED_UTIL);
+    assert_eq!(
+        place(&declared(4000), &[busy.clone()], &opts()),
+        Placement::NotNow
+    );
+    assert_eq!(
+        wait_reason(&declared(4000), &[busy.clone()], &opts()).to_string(),
+        "GPU 0 computing flat out (sharing would slow both; --placement pack shares)"
+    );
+    assert_eq!(
+        place(&declared(4000), &[busy.clone()], &pack()),
+        Placement::Start(vec![0])
+    );
+    // Below the mark it is shared (best fit, every GPU having work).
+    busy.util_percent = Some(SATURATED_UTIL - 10);
+    assert_eq!(
+        place(&declared(4000), &[busy.clone()], &opts()),
+        Placement::Start(vec![0])
+    );
+    // Another user's work alone: nothing says when it frees; shared.
+    let mut theirs = gpu(0);
+    theirs.used_mib = 6000;
+    theirs.util_percent = Some(100);
+    assert_eq!(
+        place(&declared(4000), &[theirs], &opts()),
+        Placement::Start(vec![0])
+    );
+    // One round does not stack jobs no sample has seen yet.
+    let mut gpus = vec![gpu(0)];
+    assert_eq!(
+        plan(&[declared(4000), declared(4000)], &mut gpus, &opts()),
+        vec![Placement::Start(vec![0]), Placement::NotNow]
+    );
+}
+
 #[test]
 fn ties_go_to_the_lowest_index() {
     let gpus = [gpu(0), gpu(1), gpu(2)];
@@ -340,7 +453,7 @@ fn file_order_with_backfill() {
         declared(4000),
         declared(4000),
     ];
-    let placements = plan(&queue, &mut gpus, &opts());
+    let placements = plan(&queue, &mut gpus, &pack());
     assert_eq!(
         placements,
         vec![
@@ -456,7 +569,7 @@ fn wait_reasons_say_what_is_missing() {
 
 #[test]
 fn on_lists_restrict_placement_and_infeasibility() {
-    let opts = PlaceOptions::default();
+    let opts = pack();
     let free = |index, total_mib| GpuLoad {
         index,
         total_mib,
@@ -594,7 +707,7 @@ fn multi_gpu_jobs_get_nvlink_pairs_not_the_lowest_indices() {
     }
     let opts = PlaceOptions {
         topology: Some(std::sync::Arc::new(topology)),
-        ..opts()
+        ..pack()
     };
     // 16000 MiB: a pair holds one such job (two would share it by
     // memory, best fit, like one-GPU jobs).
@@ -677,11 +790,14 @@ fn a_multi_gpu_job_is_never_built_from_mig_instances() {
         instance(0, 1, 20_000),
     ];
     assert_eq!(place(&pair, &gpus, &opts()), Placement::Start(vec![1, 2]));
-    // One GPU: best fit may pick an instance.
-    assert_eq!(
-        place(&declared(1_000), &gpus, &opts()),
-        Placement::Start(vec![64])
-    );
+    // One GPU: best fit may pick an instance, and so does spread (among
+    // idle GPUs alike, the smallest that fits: whole GPUs stay whole).
+    for opts in [pack(), opts()] {
+        assert_eq!(
+            place(&declared(1_000), &gpus, &opts),
+            Placement::Start(vec![64])
+        );
+    }
 }
 
 #[test]

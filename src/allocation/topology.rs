@@ -135,10 +135,11 @@ impl Topology {
         score
     }
 
-    /// The best-connected `wanted` GPUs among `candidates` (each with its
-    /// headroom in MiB): highest [`Topology::set_score`], then the least
-    /// headroom taken (best fit, so the roomier GPUs stay whole for larger
-    /// jobs), then the lowest indices. `None` when there are fewer
+    /// The best-connected `wanted` GPUs among `candidates` (each with what
+    /// choosing it costs: its headroom in MiB under best fit, so the
+    /// roomier GPUs stay whole for larger jobs; see `choice_cost`):
+    /// highest [`Topology::set_score`], then the least cost, then the
+    /// lowest indices. `None` when there are fewer
     /// candidates than `wanted`.
     pub fn best_set(&self, candidates: &[(u64, u32)], wanted: usize) -> Option<Vec<u32>> {
         if wanted == 0 || candidates.len() < wanted {

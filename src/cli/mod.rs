@@ -290,6 +290,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "SEC", default_value_t = 5.0, value_parser = parse_poll)]
     pub poll: f64,
 
+    /// How a declared job chooses among the GPUs it fits on: `spread` (a
+    /// GPU where nobody's job runs first, the least loaded; it shares a
+    /// GPU by best fit only when every GPU has work: sharing buys
+    /// concurrency, not speed) or `pack` (best fit always, the fullest GPU
+    /// that fits: for small memory-bound jobs, keeping GPUs whole for
+    /// large ones).
+    #[arg(long, value_name = "HOW", default_value = "spread")]
+    pub placement: crate::allocation::Policy,
+
     /// At most one of our jobs per GPU, declared or not.
     #[arg(long)]
     pub exclusive: bool,
@@ -794,6 +803,13 @@ pub struct SimjobArgs {
     /// Device utilization to report on each GPU, percent.
     #[arg(long, value_name = "PCT", default_value_t = 80, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub util: u32,
+    /// Instead of --hold: run until it has done SEC seconds of work, at
+    /// full speed while the simulated jobs on its GPUs ask for 100 % of
+    /// them or less (by --util), slower in proportion when they ask for
+    /// more (two --util 100 jobs on one GPU each run at half speed):
+    /// what sharing a GPU costs a compute-bound job.
+    #[arg(long, value_name = "SEC", value_parser = parse_seconds)]
+    pub work: Option<f64>,
 }
 
 /// Arguments of the internal `gpusched __supervise` (docs/BEHAVIOUR.md "Exactly once"): the

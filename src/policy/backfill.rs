@@ -55,6 +55,7 @@ fn gpu_at(gpu: &GpuLoad, at: f64) -> GpuLoad {
         booked_by: gpu.booked_by.clone(),
         share_held: gpu.share_held.clone(),
         share_held_mib: gpu.share_held_mib,
+        util_percent: gpu.util_percent,
     }
 }
 

@@ -308,7 +308,10 @@ mod tests {
             gpus: 1,
             on_mask: None,
         };
-        let opts = PlaceOptions::default();
+        let opts = PlaceOptions {
+            policy: crate::allocation::Policy::Pack,
+            ..PlaceOptions::default()
+        };
         // 4000 free now. 10000 fits once the 8000 job ends (1500); a
         // second 10000 behind it needs the 12000 job gone too (2000); a
         // 30000 never fits (nothing known).

@@ -314,6 +314,15 @@ mod tests {
         (0..n).map(|i| format!("j{i}")).collect()
     }
 
+    /// Best fit, so that one round stacks jobs on a GPU (spread waits for
+    /// a sample after each start there).
+    fn pack() -> PlaceOptions {
+        PlaceOptions {
+            policy: crate::allocation::Policy::Pack,
+            ..PlaceOptions::default()
+        }
+    }
+
     fn rules<'a>(place: &'a PlaceOptions, groups: &'a GroupLimits) -> RoundRules<'a> {
         RoundRules {
             place,
@@ -341,7 +350,7 @@ mod tests {
 
     #[test]
     fn jobs_start_in_queue_order_and_a_later_small_job_backfills() {
-        let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
+        let (place, groups) = (pack(), GroupLimits::default());
         let requests = [
             declared(16_000, 1),
             declared(16_000, 1),
@@ -390,7 +399,7 @@ mod tests {
             placements(&round),
             vec![
                 (0, Placement::Start(vec![0])),
-                (2, Placement::Start(vec![0]))
+                (2, Placement::Start(vec![1]))
             ]
         );
         assert_eq!(
@@ -565,7 +574,7 @@ mod tests {
 
     #[test]
     fn later_jobs_backfill_only_where_they_do_not_delay_the_head_job() {
-        let place = PlaceOptions::default();
+        let place = pack();
         let groups = GroupLimits::default();
         // GPU 1's job ended: 3G jobs fit there now. The head job (1) needs
         // both GPUs, from NOW + 6 when GPU 0's job ends.

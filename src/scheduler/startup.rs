@@ -338,6 +338,7 @@ fn config(args: &RunArgs) -> Config {
             exclusive: args.exclusive,
             drained_mask: 0,
             topology: None,
+            policy: args.placement,
         },
         tolerance: args.tolerance,
         poll: Duration::from_secs_f64(args.poll),

@@ -14,7 +14,10 @@ use std::time::Instant;
 fn sweep(attr: &str) -> String {
     (1..=10)
         .map(|seed| {
-            format!("{attr}SEED={seed} gpusched simjob --vram 6000 --ramp 0.2 --hold 1.2\n")
+            // Memory-bound (a quarter of the GPU each): they share it.
+            format!(
+                "{attr}SEED={seed} gpusched simjob --vram 6000 --ramp 0.2 --hold 1.2 --util 25\n"
+            )
         })
         .collect()
 }
@@ -72,7 +75,7 @@ fn an_auto_sweep_learns_from_its_first_run_and_packs_three_at_a_time() {
     assert!(out.stdout.contains("auto 6.4G from"), "{}", out.stdout);
     assert!(
         out.stdout.contains(
-            "  SEED=# gpusched simjob --vram # --ramp # --hold #\n    predicted 6601 MiB, actual 6000 MiB over 10 ok run(s)"
+            "  SEED=# gpusched simjob --vram # --ramp # --hold # --util #\n    predicted 6601 MiB, actual 6000 MiB over 10 ok run(s)"
         ),
         "{}",
         out.stdout

@@ -33,6 +33,7 @@ mod service;
 mod shared_dirs;
 mod sharing;
 mod slurm;
+mod spread;
 mod steering;
 mod stopping;
 mod timeline;

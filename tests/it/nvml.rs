@@ -538,12 +538,13 @@ fn status_json(env: &Env) -> serde_json::Value {
 
 #[test]
 fn a_gpu_lost_mid_run_is_closed_alone_and_the_box_runs_its_queue_to_the_end() {
-    // Job 1 takes the tighter hole, GPU 0; then GPU 0 falls off the bus.
+    // Job 1 takes the tighter hole (pack), GPU 0; then GPU 0 falls off
+    // the bus.
     let nvml = Nvml::new(
         "[vram=1000] while [ ! -e release ]; do sleep 0.05; done\n",
         TWO_GPUS,
     );
-    let sched = nvml.spawn(&["--poll", "0.1", "--watch"]);
+    let sched = nvml.spawn(&["--poll", "0.1", "--watch", "--placement", "pack"]);
     let env = &nvml.env;
     wait_for("job 1 to start", &mut || !env.events("started").is_empty());
     assert_eq!(env.job_events(1, "started")[0]["gpus"], json!([0]));

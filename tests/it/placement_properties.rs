@@ -9,7 +9,7 @@
 //!   all within its `on=` list and none drained;
 //! * the plan does not depend on the order of GPUs in the snapshot.
 
-use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
+use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Policy, Request};
 use proptest::prelude::*;
 
 fn occupant() -> impl Strategy<Value = Occupant> {
@@ -37,6 +37,7 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
             prop_oneof![Just(Vec::new()), prop::collection::vec(occupant(), 0..3)],
             // Memory other schedulers booked in the ledger (docs/BEHAVIOUR.md "Sharing a box").
             prop_oneof![Just(0u64), 0u64..20_000],
+            prop::option::of(0u32..=100),
         ),
         1..8,
     )
@@ -52,7 +53,7 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
             .into_iter()
             .zip(indices)
             .map(
-                |((total_mib, used_mib, external, occupants, booked_mib), index)| GpuLoad {
+                |((total_mib, used_mib, external, occupants, booked_mib, util), index)| GpuLoad {
                     index,
                     total_mib,
                     used_mib: used_mib.min(total_mib),
@@ -60,6 +61,7 @@ fn gpus() -> impl Strategy<Value = Vec<GpuLoad>> {
                     occupants,
                     booked_mib,
                     booked_by: Vec::new(),
+                    util_percent: util,
                     ..GpuLoad::default()
                 },
             )
@@ -91,9 +93,18 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         any::<bool>(),
         prop_oneof![Just(0u128), any::<u8>().prop_map(u128::from)],
         topology(),
+        prop_oneof![Just(Policy::Spread), Just(Policy::Pack)],
     )
         .prop_map(
-            |(idle_threshold_mib, margin_mib, spike_buffer, exclusive, drained_mask, topology)| {
+            |(
+                idle_threshold_mib,
+                margin_mib,
+                spike_buffer,
+                exclusive,
+                drained_mask,
+                topology,
+                policy,
+            )| {
                 PlaceOptions {
                     idle_threshold_mib,
                     margin_mib,
@@ -101,6 +112,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                     exclusive,
                     drained_mask,
                     topology,
+                    policy,
                 }
             },
         )
@@ -202,6 +214,32 @@ proptest! {
                     chosen
                 );
             }
+        }
+    }
+
+    /// Spread: a declared job shares a GPU (or takes one with someone's
+    /// memory on it) only when no idle GPU it may use has room for it.
+    #[test]
+    fn spread_takes_a_busy_gpu_only_when_no_idle_one_fits(
+        gpus in gpus(), request in requests(), opts in options()
+    ) {
+        let opts = PlaceOptions { policy: Policy::Spread, topology: None, ..opts };
+        for request in request.iter().filter(|r| r.vram_mib.is_some() && r.gpus == 1) {
+            let Placement::Start(chosen) = allocation::place(request, &gpus, &opts) else {
+                continue;
+            };
+            let on = gpus.iter().find(|g| g.index == chosen[0]).unwrap();
+            if allocation::is_idle(on, &opts) {
+                continue;
+            }
+            let need = i128::from(request.vram_mib.unwrap() + opts.margin_mib);
+            let idle_fit = gpus.iter().find(|g| {
+                request.may_use(g.index)
+                    && !allocation::is_drained(g.index, &opts)
+                    && allocation::is_idle(g, &opts)
+                    && signed_headroom(g, opts.spike_buffer) >= need
+            });
+            prop_assert!(idle_fit.is_none(), "busy GPU {} chosen over idle {:?}", chosen[0], idle_fit);
         }
     }
 

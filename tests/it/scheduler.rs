@@ -42,18 +42,21 @@ fn example_jobs_file_runs_to_ok() {
     assert!(done.iter().all(|e| e["status"] == "ok"), "{done:#?}");
     let journal = env.journal();
     let at = |kind: &str, no: u64| position(&journal, |e| is(e, kind, &env.key_of(no)));
-    // Jobs 1 and 2 pack on GPU 0.
-    assert_eq!(env.job_events(1, "started")[0]["gpus"], json!([0]));
-    assert_eq!(env.job_events(2, "started")[0]["gpus"], json!([0]));
+    // Jobs 1 and 2 spread over the two GPUs; 4 and 5 share them.
+    let gpu = |no| env.job_events(no, "started")[0]["gpus"].clone();
+    assert_eq!([gpu(1), gpu(2)], [json!([0]), json!([1])]);
+    assert_eq!([gpu(4), gpu(5)], [json!([0]), json!([1])]);
     assert!(at("started", 2) < at("done", 1));
+    assert!(at("started", 4) < at("done", 1) && at("started", 5) < at("done", 2));
     // The 2-GPU job gets two GPUs, after the smaller jobs behind it backfilled.
     assert_eq!(env.job_events(3, "started")[0]["gpus"], json!([0, 1]));
     assert!(at("started", 4) < at("started", 3) && at("started", 5) < at("started", 3));
-    // The undeclared job waits until a GPU is empty: GPU 1 once job 5 is
-    // done, or GPU 0 once jobs 1, 2 and 4 all are.
-    let gpu0_empty = at("done", 1).max(at("done", 2)).max(at("done", 4));
+    // The undeclared job waits until a GPU is empty: GPU 0 once jobs 1
+    // and 4 are done, or GPU 1 once jobs 2 and 5 are.
+    let gpu0_empty = at("done", 1).max(at("done", 4));
+    let gpu1_empty = at("done", 2).max(at("done", 5));
     assert!(
-        at("started", 6) > at("done", 5).min(gpu0_empty),
+        at("started", 6) > gpu0_empty.min(gpu1_empty),
         "{journal:#?}"
     );
 }

@@ -83,7 +83,8 @@ fn attempts_without_an_end(env: &Env) -> Vec<String> {
 fn stop_under_load(stop: impl FnOnce(&Env, &Sched)) {
     let env = Env::new("");
     env.write_jobs(&marked_jobs(600, env.dir.path()));
-    let sched = env.spawn(&["--sim", "4", "--poll", "0.2"]);
+    // Pack: the first round starts every job that fits, not one per GPU.
+    let sched = env.spawn(&["--sim", "4", "--poll", "0.2", "--placement", "pack"]);
     wait_for("the first round's starts", &mut || {
         !env.events("started").is_empty()
     });

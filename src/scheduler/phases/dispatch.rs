@@ -74,19 +74,37 @@ impl Scheduler {
                     0 => largest.unwrap_or(u64::MAX),
                     seen => seen,
                 };
-                (index, total, f.used_mib)
+                (index, total, f.used_mib, None)
             });
-        let mut rows: Vec<(u32, u64, u64)> = snapshot
+        // Utilisation in tens of percent, so that the loads stay equal
+        // between samples that barely differ; a GPU one of our jobs
+        // started on within the last --poll counts as computing flat out,
+        // as no regular sample has seen that job yet (docs/BEHAVIOUR.md
+        // "Spread or pack").
+        let just_started = |index: u32| {
+            self.core
+                .running
+                .values()
+                .any(|j| j.gpus.contains(&index) && j.started.elapsed() < self.cfg.poll)
+        };
+        let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
             .gpus
             .iter()
-            .map(|g| (g.index, g.total_mib, g.used_mib))
+            .map(|g| {
+                let util = if just_started(g.index) {
+                    Some(100)
+                } else {
+                    g.util_percent.map(|u| (u.min(100) + 5) / 10 * 10)
+                };
+                (g.index, g.total_mib, g.used_mib, util)
+            })
             .chain(away)
-            .filter(|(index, _, _)| self.cfg.allows(*index))
+            .filter(|(index, ..)| self.cfg.allows(*index))
             .collect();
         rows.sort_unstable();
         let mut loads = rows
             .into_iter()
-            .map(|(index, total_mib, used_mib)| GpuLoad {
+            .map(|(index, total_mib, used_mib, util_percent)| GpuLoad {
                 index,
                 total_mib,
                 used_mib: used_mib.saturating_sub(
@@ -115,6 +133,7 @@ impl Scheduler {
                 booked_by: booked.remove(&index).map(|b| b.1).unwrap_or_default(),
                 share_held: Vec::new(),
                 share_held_mib: 0,
+                util_percent,
             })
             .collect::<Vec<_>>();
         self.hold_for_fair_share(&mut loads);

@@ -1,0 +1,94 @@
+//! Spread or pack (docs/BEHAVIOUR.md "Spread or pack"): declared jobs take
+//! idle GPUs first, do not join a GPU computing flat out, and `--placement
+//! pack` keeps best fit; `gpusched simjob --work` shows what sharing costs.
+
+use crate::common;
+
+use common::{Env, wait_for};
+
+fn gpus_of(env: &Env, no: u64) -> Vec<u64> {
+    env.job_events(no, "started")[0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_u64().unwrap())
+        .collect()
+}
+
+fn ts(env: &Env, no: u64, kind: &str) -> f64 {
+    env.job_events(no, kind)[0]["ts"].as_f64().unwrap()
+}
+
+/// The run time of job `no`'s attempt (s), from the journal.
+fn ran_s(env: &Env, no: u64) -> f64 {
+    ts(env, no, "done") - ts(env, no, "started")
+}
+
+#[test]
+fn eight_declared_jobs_on_eight_gpus_get_one_each_and_pack_fills_four() {
+    let jobs = "[vram=10G] gpusched simjob --vram 9000 --ramp 0.1 --hold 2\n".repeat(8);
+    for (placement, per_gpu) in [("spread", 1), ("pack", 2)] {
+        let env = Env::new(&jobs);
+        let out = env.run(&["--sim", "8", "--poll", "0.2", "--placement", placement]);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        let mut used: Vec<u64> = (1..=8).flat_map(|no| gpus_of(&env, no)).collect();
+        used.sort_unstable();
+        let expected: Vec<u64> = (0..8 / per_gpu)
+            .flat_map(|g| std::iter::repeat_n(g, per_gpu as usize))
+            .collect();
+        assert_eq!(used, expected, "--placement {placement}");
+    }
+}
+
+/// Two compute-bound jobs on one GPU: spread runs them one after the
+/// other, each at full speed, and says why the second waits; pack runs
+/// them side by side, each at half speed (`simjob --work`).
+#[test]
+fn spread_does_not_join_a_gpu_computing_flat_out_and_pack_pays_for_sharing() {
+    let jobs = "[vram=4G] gpusched simjob --vram 3000 --ramp 0.1 --work 1.5 --util 100 # a\n\
+                [vram=4G] gpusched simjob --vram 3000 --ramp 0.1 --work 1.5 --util 100 # b\n";
+    let env = Env::new(jobs);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    wait_for("job 2 to wait for the busy GPU", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|s| s.contains("GPU 0 computing flat out (sharing would slow both"))
+    });
+    wait_for("both jobs to end", &mut || env.events("done").len() == 2);
+    sched.stop();
+    assert!(
+        ts(&env, 2, "started") >= ts(&env, 1, "done"),
+        "job 2 joined job 1"
+    );
+
+    let env = Env::new(jobs);
+    let out = env.run(&["--sim", "1", "--poll", "0.2", "--placement", "pack"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(ts(&env, 2, "started") < ts(&env, 1, "done"));
+    // 1.5 s of work each at half speed while both run: at least 2.25 s
+    // for the first to end (a loaded machine only makes it longer).
+    for no in [1, 2] {
+        assert!(
+            ran_s(&env, no) > 2.25,
+            "job {no} ran {:.2} s",
+            ran_s(&env, no)
+        );
+    }
+}
+
+/// Jobs that ask for little of a GPU (memory-bound) still share one once
+/// every GPU has work.
+#[test]
+fn memory_bound_jobs_still_share_a_gpu_under_spread() {
+    let jobs = "[vram=2G] gpusched simjob --vram 1500 --ramp 0.1 --hold 3 --util 20\n".repeat(4);
+    let env = Env::new(&jobs);
+    let out = env.run(&["--sim", "2", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let starts: Vec<f64> = (1..=4).map(|no| ts(&env, no, "started")).collect();
+    let first_end = (1..=4)
+        .map(|no| ts(&env, no, "done"))
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        starts.iter().all(|s| *s < first_end),
+        "all four should run at once on two GPUs: starts {starts:?}, first end {first_end}"
+    );
+}

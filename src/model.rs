@@ -93,6 +93,12 @@ pub enum OomCause {
     /// declaration at the time: retried with the same declaration, and
     /// no retry used.
     Neighbour(Culprit),
+    /// Under `--enforce mps` it hit its MPS memory limit, its declaration
+    /// (MiB per GPU): retried with a bigger one.
+    MpsLimit {
+        /// The limit it hit (MiB per GPU).
+        limit_mib: u64,
+    },
 }
 
 /// A job that was over its declaration on a GPU where another ran out of

@@ -50,6 +50,7 @@ fn outcome(facts: &EndFacts) -> Outcome {
         peak_mib: None,
         verdict: facts.verdict,
         neighbour_over: None,
+        mps_limited: false,
     })
 }
 

@@ -18,6 +18,20 @@ pub fn oom_bump(declared_mib: Option<u64>, peak_mib: Option<u64>) -> Option<u64>
     Some(base.saturating_mul(5).div_ceil(4))
 }
 
+/// The declaration (MiB per GPU) for the attempt after a stop for
+/// over-use or an OOM at its MPS limit (docs/BEHAVIOUR.md "Declarations
+/// that hold"): the larger of twice the declaration and ceil(1.25 × the
+/// peak seen). The job was stopped on its way up — its peak is where it
+/// was stopped, not where it would have ended — so 1.25 × that peak
+/// retries a ramping job short again and again; twice the declaration
+/// reaches a peak up to twice what was declared in one retry. With
+/// neither known the job stays undeclared. Saturates.
+pub fn enforced_bump(declared_mib: Option<u64>, peak_mib: Option<u64>) -> Option<u64> {
+    let doubled = declared_mib.map(|d| d.saturating_mul(2));
+    let peak = peak_mib.map(|p| p.saturating_mul(5).div_ceil(4));
+    doubled.max(peak)
+}
+
 /// Whether a peak of `peak_mib` is over a declaration of `declared_mib`
 /// beyond `--tolerance` (a fraction): what warns, what `enforce=stop`
 /// stops, what the board marks `OVER`, and who is blamed for a
@@ -92,6 +106,9 @@ pub struct AttemptEnd {
     /// Another job on its GPUs that was over its own declaration when
     /// this one ended (docs/BEHAVIOUR.md "Declarations that hold").
     pub neighbour_over: Option<Culprit>,
+    /// It ran under an MPS memory limit of its declaration (`--enforce
+    /// mps`): a GPU OOM is that limit.
+    pub mps_limited: bool,
 }
 
 /// What a launcher says about an ended attempt that no exit code carries
@@ -152,7 +169,7 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
             return if end.oom_retries_used < end.oom_retries_allowed {
                 Outcome::OomRetry {
                     attempts: end.oom_retries_used + 1,
-                    next_vram_mib: oom_bump(end.declared_mib, end.peak_mib),
+                    next_vram_mib: enforced_bump(end.declared_mib, end.peak_mib),
                     cause: Some(OomCause::OverDeclared {
                         peak_mib: end.peak_mib,
                     }),
@@ -189,11 +206,15 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
             cause: Some(OomCause::Neighbour(culprit)),
         };
     }
+    let mps_limit = end.declared_mib.filter(|_| end.mps_limited);
     if end.oom_retries_used < end.oom_retries_allowed {
         Outcome::OomRetry {
             attempts: end.oom_retries_used + 1,
-            next_vram_mib: oom_bump(end.declared_mib, end.peak_mib),
-            cause: None,
+            next_vram_mib: match mps_limit {
+                Some(_) => enforced_bump(end.declared_mib, end.peak_mib),
+                None => oom_bump(end.declared_mib, end.peak_mib),
+            },
+            cause: mps_limit.map(|limit_mib| OomCause::MpsLimit { limit_mib }),
         }
     } else {
         Outcome::Done(DoneStatus::FailedOom)
@@ -257,7 +278,52 @@ mod tests {
             peak_mib: Some(4500),
             verdict: None,
             neighbour_over: None,
+            mps_limited: false,
         }
+    }
+
+    /// A ramping job stopped at 7,395 MiB on its way to 12,000 used to be
+    /// retried at 9,244, then 10,466, and end `over_declared`: twice its
+    /// declaration reaches the peak in one retry; 1.25 × a peak far past
+    /// the declaration is used when larger.
+    #[test]
+    fn retries_after_enforcement_reach_a_ramping_peak() {
+        assert_eq!(enforced_bump(Some(6600), Some(7395)), Some(13_200));
+        assert_eq!(enforced_bump(Some(4000), Some(9000)), Some(11_250));
+        assert_eq!(enforced_bump(None, Some(4000)), Some(5000));
+        assert_eq!(enforced_bump(None, None), None);
+        assert_eq!(enforced_bump(Some(u64::MAX), None), Some(u64::MAX));
+    }
+
+    /// Under `--enforce mps` a GPU OOM is the job's MPS limit: retried at
+    /// the enforcement size and said so; without MPS the plain OOM bump.
+    #[test]
+    fn an_oom_at_the_mps_limit_is_retried_past_it() {
+        let mps = AttemptEnd {
+            mps_limited: true,
+            ..end(Some(Exit::Code(1)), None, OOM_LOG, 0)
+        };
+        assert_eq!(
+            decide(&mps),
+            Outcome::OomRetry {
+                attempts: 1,
+                next_vram_mib: Some(8000),
+                cause: Some(OomCause::MpsLimit { limit_mib: 4000 }),
+            }
+        );
+        assert_eq!(
+            decide(&end(Some(Exit::Code(1)), None, OOM_LOG, 0)),
+            Outcome::OomRetry {
+                attempts: 1,
+                next_vram_mib: Some(5625),
+                cause: None,
+            }
+        );
+        let last = AttemptEnd {
+            mps_limited: true,
+            ..end(Some(Exit::Code(1)), None, OOM_LOG, 2)
+        };
+        assert_eq!(decide(&last), Outcome::Done(DoneStatus::FailedOom));
     }
 
     #[test]
@@ -274,8 +340,9 @@ mod tests {
             decide(&stopped(0)),
             Outcome::OomRetry {
                 attempts: 1,
-                // At least the peak it reached: 1.25 × 4500.
-                next_vram_mib: Some(5625),
+                // Twice its declaration (4000), more than 1.25 × the
+                // 4500 it was stopped at on its way up.
+                next_vram_mib: Some(8000),
                 cause: Some(OomCause::OverDeclared {
                     peak_mib: Some(4500)
                 }),

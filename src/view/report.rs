@@ -69,6 +69,10 @@ pub struct CompletionLine<'a> {
     pub samples: u32,
     /// Its declaration per GPU (MiB).
     pub vram_mib: Option<u64>,
+    /// The MPS memory limit (MiB per GPU) it ran out of memory at, under
+    /// `--enforce mps`: said instead of the verdict, which would call a
+    /// job stopped at its limit over-declared.
+    pub mps_limit_mib: Option<u64>,
     /// `--tolerance`, for the verdict.
     pub tolerance: f64,
     /// Its log, named when it failed.
@@ -115,28 +119,34 @@ pub fn completion_line(c: &CompletionLine) -> String {
         );
     }
     let peak = c.peaks.values().copied().max().flatten();
-    match (c.vram_mib, peak) {
-        (Some(_), _) => {
+    match (c.vram_mib, peak, c.mps_limit_mib) {
+        (_, _, Some(limit)) => {
+            let _ = write!(
+                line,
+                " — hit its MPS memory limit of {limit} MiB (its declaration): raise vram="
+            );
+        }
+        (Some(_), _, None) => {
             if let Some(v) = verdict(c.vram_mib, peak, c.tolerance) {
                 line.push_str(" — ");
                 line.push_str(&v);
             }
         }
-        (None, Some(p)) => {
+        (None, Some(p), None) => {
             let _ = write!(
                 line,
                 " — undeclared; [vram={}] would fit",
                 crate::allocation::buffered_mib(p, c.tolerance)
             );
         }
-        (None, None) => {}
+        (None, None, None) => {}
     }
     if let Some(last) = &c.last_line
         && c.status.is_failure()
     {
         let _ = write!(line, " — {last}");
     }
-    if c.status == crate::model::DoneStatus::FailedOom {
+    if c.status == crate::model::DoneStatus::FailedOom && c.mps_limit_mib.is_none() {
         line.push_str(" — CUDA out of memory, no retries left (add retries=N or --oom-retries N)");
     }
     if let Some(path) = c.log

@@ -173,3 +173,66 @@ fn a_line_overrides_the_enforcement_mode() {
         out.stderr
     );
 }
+
+/// A job that declares 6G and ramps to 12,000 MiB, alone under `--enforce
+/// stop`: stopped on its way up, it is retried at twice its declaration,
+/// which reaches its peak — not at 1.25 × where it was stopped, which
+/// stopped it again and again until it ended `over_declared`.
+#[test]
+fn a_ramping_job_stopped_for_over_use_is_retried_big_enough_once() {
+    let env = Env::new("[vram=6G retries=2] gpusched simjob --vram 12000 --ramp 2 --hold 0.5\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--enforce", "stop"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let oom = env.job_events(1, "oom");
+    assert_eq!(oom.len(), 1, "{}", out.stdout);
+    // Twice 6144; more only when the stop came late, at a higher peak.
+    assert!(oom[0]["next_vram"].as_u64().unwrap() >= 12288, "{oom:?}");
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
+}
+
+/// Under `--enforce mps` a CUDA OOM is the job's MPS limit: the retry
+/// says so and goes past it; a job with no retries left is told to raise
+/// `vram=`, not that it was over-declared.
+#[test]
+fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
+    let oom_once = "if [ ! -e {m} ]; then touch {m}; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi";
+    let nvml = crate::nvml::Nvml::new(
+        &format!(
+            "[vram=4G retries=1] {}\n[vram=2G] {}\n",
+            oom_once.replace("{m}", "a"),
+            oom_once.replace("{m}", "b")
+        ),
+        crate::nvml::TWO_GPUS,
+    );
+    let env = &nvml.env;
+    let bin_dir = env.path("fake-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    crate::nvml::fake_mps_control(&bin_dir);
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let mut command = nvml.command(&["--poll", "0.1", "--enforce", "mps"]);
+    command.env("PATH", &path);
+    let out = Sched::from_command(command).finish();
+    let oom = env.job_events(1, "oom");
+    assert_eq!(oom.len(), 1, "{}", out.stdout);
+    assert_eq!(oom[0]["cause"]["mps_limit"]["limit_mib"], 4096, "{oom:?}");
+    assert_eq!(oom[0]["next_vram"], 8192, "{oom:?}");
+    assert!(
+        out.stdout
+            .contains("job 1 hit its MPS memory limit of 4096 MiB (its declaration) after"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(env.status_of(2).as_deref(), Some("failed_oom"));
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("✗ job 2"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("hit its MPS memory limit of 2048 MiB (its declaration): raise vram=")
+            && !line.contains("over-declared"),
+        "{}",
+        out.stdout
+    );
+}

@@ -87,7 +87,8 @@ impl Nvml {
     }
 }
 
-const TWO_GPUS: &str = "gpu GPU-11111111-aaaa 24000 20000 50\ngpu GPU-22222222-bbbb 24000 0 10\n";
+pub(crate) const TWO_GPUS: &str =
+    "gpu GPU-11111111-aaaa 24000 20000 50\ngpu GPU-22222222-bbbb 24000 0 10\n";
 
 #[test]
 fn places_jobs_by_nvml_memory() {
@@ -421,7 +422,7 @@ fn in_a_container_a_job_alone_on_its_gpu_is_measured_by_the_gpus_memory() {
 /// (its arguments, its pipe directory and what it read) in `dir/calls`;
 /// `-d` leaves a `control` file in the pipe directory as a daemon would,
 /// `quit` removes it.
-fn fake_mps_control(dir: &Path) {
+pub(crate) fn fake_mps_control(dir: &Path) {
     let script = dir.join("nvidia-cuda-mps-control");
     std::fs::write(
         &script,

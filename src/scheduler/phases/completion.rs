@@ -77,6 +77,7 @@ impl Scheduler {
             neighbour_over: (ran_out_of.map(|s| s.memory) == Some(oom::Exhausted::Gpu))
                 .then(|| self.neighbour_over(&job))
                 .flatten(),
+            mps_limited: self.mps_limited(&job),
         });
         // A failure for want of host memory says so: it is no GPU OOM
         // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
@@ -288,6 +289,10 @@ impl Scheduler {
                 job.vram_mib
                     .map_or("nothing".to_string(), |v| format!("{v} MiB"))
             ),
+            Some(OomCause::MpsLimit { limit_mib }) => format!(
+                "↻ job {} hit its MPS memory limit of {limit_mib} MiB (its declaration) after {after} ({peaks}); retry {attempts} of {allowed} with vram {next}",
+                job.no
+            ),
             Some(OomCause::Neighbour(culprit)) => {
                 self.report.this_run.culprits.push((job.no, culprit));
                 format!(
@@ -348,6 +353,9 @@ impl Scheduler {
             avg_util,
             samples: job.usage.samples,
             vram_mib: job.vram_mib,
+            mps_limit_mib: job
+                .vram_mib
+                .filter(|_| status == DoneStatus::FailedOom && self.mps_limited(job)),
             tolerance: self.cfg.tolerance,
             log: Some(&job.log.path),
             last_line: status
@@ -356,6 +364,15 @@ impl Scheduler {
                 .flatten(),
         }));
         Ok(())
+    }
+
+    /// Whether `job` ran under an MPS memory limit of its declaration
+    /// (`--enforce mps`; not on a MIG instance, docs/HARDWARE.md "MIG"),
+    /// so that its GPU OOM is that limit.
+    fn mps_limited(&self, job: &Running) -> bool {
+        self.io.mps.is_some()
+            && job.vram_mib.is_some()
+            && !job.gpus.iter().any(|&g| crate::model::mig_of(g).is_some())
     }
 
     /// Removes the exit records whose outcome is journaled (called in

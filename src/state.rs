@@ -98,6 +98,9 @@ pub struct Usage {
     pub samples: u32,
     /// Whether the "exceeds declared VRAM" warning was given.
     pub warned_over: bool,
+    /// Whether a sample ever showed a GPU process of its process group,
+    /// with known memory or not.
+    pub seen_on_gpu: bool,
     /// The peak (MiB) last reported by `-v`.
     pub reported_peak_mib: u64,
     /// The last progress marker read from its log.

@@ -112,6 +112,11 @@ pub enum Event {
         /// told").
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         notify: bool,
+        /// A declared job that ran long enough on GPUs where attribution
+        /// works and never showed a GPU process: it probably ran on the
+        /// CPU (docs/BEHAVIOUR.md "Monitoring").
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        no_gpu_memory: bool,
     },
     /// The outcome's message went to every `--notify` endpoint (each took
     /// it, or refused it every try): it is never posted again.
@@ -200,6 +205,9 @@ pub struct Finished {
     /// GPUs the last attempt held, as a bit mask
     /// ([`crate::model::gpu_mask`]).
     pub gpu_mask: crate::model::GpuMask,
+    /// Declared, yet no GPU process of it was ever seen: it probably ran
+    /// on the CPU (the `done` event's `no_gpu_memory`).
+    pub no_gpu_memory: bool,
 }
 
 /// The largest display number a `seen` record may carry; one beyond it
@@ -255,6 +263,7 @@ impl Finished {
             avg_util: None,
             vram_mib: None,
             gpu_mask: 0,
+            no_gpu_memory: false,
         }
     }
 }
@@ -665,6 +674,7 @@ impl Journal {
                 avg_util,
                 duration_s,
                 notify,
+                no_gpu_memory,
                 ..
             } => Fold::Done {
                 finished: Finished {
@@ -676,6 +686,7 @@ impl Journal {
                     avg_util: *avg_util,
                     vram_mib: None,
                     gpu_mask: 0,
+                    no_gpu_memory: *no_gpu_memory,
                 },
                 notify: *notify,
             },

@@ -133,6 +133,7 @@ struct RawRecord<'a> {
     avg_util: Option<f64>,
     peak_mib: Option<PeakMax>,
     notify: Option<bool>,
+    no_gpu_memory: Option<bool>,
 }
 
 impl RawRecord<'_> {
@@ -175,6 +176,7 @@ impl RawRecord<'_> {
                     avg_util: self.avg_util,
                     vram_mib: None,
                     gpu_mask: 0,
+                    no_gpu_memory: self.no_gpu_memory.unwrap_or(false),
                 },
                 notify: self.notify.unwrap_or(false),
             },

@@ -132,6 +132,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
                     duration_s: 1.5,
                     slurm_state: None,
                     notify: false,
+                    no_gpu_memory: true,
                 },
             )
             .unwrap();
@@ -153,6 +154,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
             assert_eq!(f.duration_s, 1.5);
             assert_eq!(f.vram_mib, Some(8000));
             assert_eq!(f.gpu_mask, 0b11);
+            assert!(f.no_gpu_memory);
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -229,6 +231,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
                 duration_s: 1.0,
                 slurm_state: Some("FAILED".into()),
                 notify: true,
+                no_gpu_memory: true,
             },
         )
         .unwrap();
@@ -363,6 +366,7 @@ fn an_outcome_to_post_stays_owed_until_notified_also_after_a_replay() {
         duration_s: 1.0,
         slurm_state: None,
         notify,
+        no_gpu_memory: false,
     };
     let (mut journal, _) = Journal::open(&path).unwrap();
     for (key, no) in [("a#0", 1), ("b#0", 2)] {

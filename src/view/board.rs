@@ -410,6 +410,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
         JobState::Done(status) => BoardState::Done {
             status,
             returncode: job.returncode,
+            no_gpu_memory: job.no_gpu_memory,
         },
     };
     BoardRow {
@@ -467,6 +468,7 @@ mod tests {
             attempt: 1,
             oom_attempts: 0,
             over_declared: false,
+            no_gpu_memory: false,
             queued: None,
             started: None,
             finished: None,
@@ -487,7 +489,8 @@ mod tests {
             board_row(&job).state,
             BoardState::Done {
                 status: DoneStatus::Timeout,
-                returncode: Some(143)
+                returncode: Some(143),
+                no_gpu_memory: false,
             }
         );
     }

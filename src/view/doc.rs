@@ -154,6 +154,7 @@ pub fn job_status(
         attempt: state.attempts,
         oom_attempts: state.oom_attempts,
         over_declared: false,
+        no_gpu_memory: false,
         queued: Some(state.seen_ts),
         started: state.first_started_ts(),
         finished: None,
@@ -192,6 +193,7 @@ pub fn job_status(
         job.returncode = done.returncode;
         job.duration_s = Some(done.duration_s);
         job.avg_util = done.avg_util;
+        job.no_gpu_memory = done.no_gpu_memory;
         if !job.gpus.is_empty() {
             let log = input
                 .cfg

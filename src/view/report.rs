@@ -80,7 +80,13 @@ pub struct CompletionLine<'a> {
     /// The last line the attempt wrote to its log ([`last_log_line`]),
     /// shown when it failed: the reason is usually there.
     pub last_line: Option<String>,
+    /// Declared, yet never seen on its GPUs: it probably ran on the CPU.
+    pub no_gpu_memory: bool,
 }
+
+/// What a completion line, the board and the summary say of a declared
+/// job that never showed GPU memory.
+pub const NO_GPU_MEMORY: &str = "no GPU memory seen: it probably ran on the CPU";
 
 /// The last line with text that an attempt wrote to its log since byte
 /// `from` (gpusched's own header lines left out), its control characters
@@ -141,6 +147,9 @@ pub fn completion_line(c: &CompletionLine) -> String {
         }
         (None, None, None) => {}
     }
+    if c.no_gpu_memory {
+        let _ = write!(line, " — {NO_GPU_MEMORY}");
+    }
     if let Some(last) = &c.last_line
         && c.status.is_failure()
     {
@@ -200,6 +209,9 @@ pub enum BoardState {
         status: crate::journal::DoneStatus,
         /// Exit code, if it ran.
         returncode: Option<i32>,
+        /// Declared, yet never seen on its GPUs: it probably ran on the
+        /// CPU.
+        no_gpu_memory: bool,
     },
 }
 
@@ -339,10 +351,21 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             "retry after OOM #{oom_attempts}, next vram {}",
             next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"))
         ),
-        BoardState::Done { status, returncode } => match returncode {
-            Some(rc) => format!("{} (exit {rc})", status.as_str()),
-            None => status.as_str().to_string(),
-        },
+        BoardState::Done {
+            status,
+            returncode,
+            no_gpu_memory,
+        } => {
+            let ended = match returncode {
+                Some(rc) => format!("{} (exit {rc})", status.as_str()),
+                None => status.as_str().to_string(),
+            };
+            if *no_gpu_memory {
+                format!("{ended}, no GPU memory seen (CPU?)")
+            } else {
+                ended
+            }
+        }
     };
     let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
     fit_line(&prefix, &row.command, width)
@@ -499,6 +522,7 @@ mod tests {
                     state: BoardState::Done {
                         status: DoneStatus::Cancelled,
                         returncode: None,
+                        no_gpu_memory: false,
                     },
                 })
                 .collect(),

@@ -500,3 +500,61 @@ fn oom_retries_stalled_edits_and_failures_with_their_log_lines_are_posted() {
     );
     sched.stop();
 }
+
+/// A declared job that runs 10 s and more and never shows a GPU process
+/// (a framework that found no GPU runs on the CPU without a word) is
+/// flagged on its completion line, in status.json, the board, the
+/// summary, and posted under the default filter; a job seen on its GPU
+/// is not.
+#[test]
+fn a_declared_job_never_seen_on_its_gpu_is_flagged_as_on_the_cpu() {
+    let server = Server::start(Duration::ZERO);
+    let env = Env::new(
+        "[vram=2G] sleep 10.5\n\
+         [vram=2G] gpusched simjob --vram 1000 --ramp 0.1 --hold 10.5\n",
+    );
+    let out = env.run(&["--sim", "2", "--poll", "0.5", "--notify", &server.url]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let said = "no GPU memory seen: it probably ran on the CPU";
+    let line = |no: u32| {
+        out.stdout
+            .lines()
+            .find(|l| l.contains(&format!("✓ job {no} ok")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line(1).ends_with(&format!("— {said}")), "{}", out.stdout);
+    assert!(!line(2).contains(said), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("job 1: {said}")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains(&format!("job 2: {said}")),
+        "{}",
+        out.stdout
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap();
+    common::assert_valid_status(&doc);
+    let flag = |no: u64| {
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["no"] == no)
+            .map(|j| j["no_gpu_memory"].clone())
+    };
+    assert_eq!((flag(1), flag(2)), (Some(true.into()), Some(false.into())));
+    assert!(
+        env.board()
+            .contains("ok (exit 0), no GPU memory seen (CPU?)"),
+        "{}",
+        env.board()
+    );
+    let posts = server.of_event("no_gpu_memory");
+    assert_eq!(posts.len(), 1, "{:#?}", server.bodies());
+    assert!(posts[0]["text"].as_str().unwrap().contains(said));
+}

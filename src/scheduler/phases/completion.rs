@@ -327,6 +327,7 @@ impl Scheduler {
         let exit = facts.exit;
         let returncode = exit.map(Exit::returncode);
         let avg_util = job.usage.avg_util();
+        let no_gpu_memory = self.never_on_its_gpu(job, duration_s);
         let notify = self.record_done(
             key,
             Done {
@@ -336,6 +337,7 @@ impl Scheduler {
                 avg_util,
                 duration_s,
                 slurm_state: job.proc.final_state(),
+                no_gpu_memory,
             },
         )?;
         if status == DoneStatus::Ok {
@@ -344,7 +346,7 @@ impl Scheduler {
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
-        self.report.say(report::completion_line(&CompletionLine {
+        let line = report::completion_line(&CompletionLine {
             no: job.no,
             status,
             duration_s,
@@ -362,8 +364,30 @@ impl Scheduler {
                 .is_failure()
                 .then(|| report::last_log_line(&job.log.path, job.log.offset))
                 .flatten(),
-        }));
+            no_gpu_memory,
+        });
+        if no_gpu_memory {
+            self.report
+                .told
+                .tell(crate::notifier::NotifyOn::Failed, "no_gpu_memory", &line);
+        }
+        self.report.say(line);
         Ok(())
+    }
+
+    /// Whether `job`, declared, ran at least [`CPU_SUSPECT_AFTER_S`] (its
+    /// run took `duration_s`) on GPUs of ours where attribution works —
+    /// sampled at least twice, every process visible to this PID
+    /// namespace — and no sample ever showed a process of its process
+    /// group there: it probably ran on the CPU (a framework that found no
+    /// GPU falls back to it silently; docs/BEHAVIOUR.md "Monitoring").
+    fn never_on_its_gpu(&self, job: &Running, duration_s: f64) -> bool {
+        job.vram_mib.is_some()
+            && duration_s >= CPU_SUSPECT_AFTER_S
+            && job.usage.samples >= 2
+            && !job.usage.seen_on_gpu
+            && !job.gpus.is_empty()
+            && !self.core.gpu.hidden.detected
     }
 
     /// Whether `job` ran under an MPS memory limit of its declaration
@@ -401,6 +425,7 @@ impl Scheduler {
                 avg_util: None,
                 duration_s: 0.0,
                 slurm_state: None,
+                no_gpu_memory: false,
             },
         )?;
         if notify {
@@ -430,6 +455,7 @@ impl Scheduler {
                 duration_s: (done.duration_s * 1000.0).round() / 1000.0,
                 slurm_state: done.slurm_state.map(str::to_string),
                 notify,
+                no_gpu_memory: done.no_gpu_memory,
             },
         )?;
         self.report
@@ -440,6 +466,10 @@ impl Scheduler {
         Ok(notify)
     }
 }
+
+/// Run time (seconds) after which a declared job that never showed a GPU
+/// process is flagged as having probably run on the CPU.
+pub const CPU_SUSPECT_AFTER_S: f64 = 10.0;
 
 /// What [`Scheduler::record_done`] journals.
 struct Done<'a> {
@@ -454,4 +484,6 @@ struct Done<'a> {
     duration_s: f64,
     /// Slurm's final state (docs/BEHAVIOUR.md "Slurm").
     slurm_state: Option<&'a str>,
+    /// Declared, yet never seen on its GPUs.
+    no_gpu_memory: bool,
 }

@@ -287,8 +287,9 @@ impl Scheduler {
             .map(|g| (g.index, g.util_percent))
             .collect();
         for (key, job) in &mut self.core.running {
-            let current = seen.per_job.remove(key).unwrap_or_default();
-            observe_usage(job, current, &util);
+            let current = seen.per_job.remove(key);
+            job.usage.seen_on_gpu |= current.is_some();
+            observe_usage(job, current.unwrap_or_default(), &util);
             check_declaration(&mut self.report, job, self.cfg.tolerance, self.cfg.verbose);
         }
         self.record_usage(&snapshot);

@@ -424,6 +424,11 @@ pub struct JobStatus {
     /// (docs/BEHAVIOUR.md "Declarations that hold").
     #[serde(default)]
     pub over_declared: bool,
+    /// Ended, declared, and never seen on its GPUs although it ran 10 s
+    /// or more where attribution works: it probably ran on the CPU
+    /// (docs/BEHAVIOUR.md "Monitoring").
+    #[serde(default)]
+    pub no_gpu_memory: bool,
     /// When queued (first seen), Unix seconds.
     pub queued: Option<f64>,
     /// When its first attempt started.

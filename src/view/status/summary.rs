@@ -54,38 +54,7 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
     }
     let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
     out.push_str(&table(&rows, width));
-    for job in doc.jobs.iter().filter(|j| j.preempted_s.is_some()) {
-        let _ = writeln!(
-            out,
-            "{}",
-            crate::console::shorten(
-                &format!(
-                    "job {} was preempted: {} of run time redone",
-                    job.no,
-                    human_duration(job.preempted_s.unwrap_or(0.0))
-                ),
-                width
-            )
-        );
-    }
-    // Who caused whose OOM (docs/BEHAVIOUR.md "Declarations that hold").
-    for blame in &doc.oom_blame {
-        let _ = writeln!(
-            out,
-            "{}",
-            crate::console::shorten(
-                &format!(
-                    "OOM of job {} caused by job {}: {} MiB on a {} MiB declaration (+{:.0}%)",
-                    blame.victim,
-                    blame.culprit,
-                    blame.peak_mib,
-                    blame.declared_mib,
-                    (blame.peak_mib as f64 / blame.declared_mib.max(1) as f64 - 1.0) * 100.0
-                ),
-                width
-            )
-        );
-    }
+    out.push_str(&notes(doc, &finished, width));
     let mut gpu_rows = vec![[
         "GPU".to_string(),
         "BUSY".into(),
@@ -105,6 +74,52 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
     // On a Slurm cluster there are no GPUs of ours to report.
     if !doc.gpus.is_empty() {
         out.push_str(&table(&gpu_rows, width));
+    }
+    out
+}
+
+/// The lines under the jobs table: preempted jobs, jobs that probably ran
+/// on the CPU, and who caused whose OOM.
+fn notes(doc: &StatusDoc, finished: &[&JobStatus], width: usize) -> String {
+    let mut out = String::new();
+    for job in doc.jobs.iter().filter(|j| j.preempted_s.is_some()) {
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::console::shorten(
+                &format!(
+                    "job {} was preempted: {} of run time redone",
+                    job.no,
+                    human_duration(job.preempted_s.unwrap_or(0.0))
+                ),
+                width
+            )
+        );
+    }
+    for job in finished.iter().filter(|j| j.no_gpu_memory) {
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::console::shorten(&format!("job {}: {}", job.no, report::NO_GPU_MEMORY), width)
+        );
+    }
+    // Who caused whose OOM (docs/BEHAVIOUR.md "Declarations that hold").
+    for blame in &doc.oom_blame {
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::console::shorten(
+                &format!(
+                    "OOM of job {} caused by job {}: {} MiB on a {} MiB declaration (+{:.0}%)",
+                    blame.victim,
+                    blame.culprit,
+                    blame.peak_mib,
+                    blame.declared_mib,
+                    (blame.peak_mib as f64 / blame.declared_mib.max(1) as f64 - 1.0) * 100.0
+                ),
+                width
+            )
+        );
     }
     out
 }

@@ -38,6 +38,9 @@ pub struct NewJob {
     pub argv: Vec<String>,
     /// `cwd=`: the absolute directory it runs in.
     pub cwd: Option<std::path::PathBuf>,
+    /// `env=`: the id of the environment saved for it
+    /// ([`crate::saved_env`]).
+    pub env: Option<String>,
 }
 
 /// The jobs-file line for `job`: attribute block, then the words quoted so
@@ -108,6 +111,9 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
         let value = jobspec::encode_cwd(dir)
             .map_err(|e| Error::Usage(format!("cannot write the directory as cwd=: {e}")))?;
         attributes.push(format!("cwd={value}"));
+    }
+    if let Some(id) = &job.env {
+        attributes.push(format!("env={id}"));
     }
     let line = if attributes.is_empty() {
         command.clone()

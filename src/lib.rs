@@ -29,6 +29,7 @@ pub mod policy;
 pub mod process;
 pub mod progress;
 pub mod rules;
+pub mod saved_env;
 pub mod scheduler;
 pub mod simjob;
 pub mod state;

@@ -36,7 +36,7 @@ pub struct Cli {
 /// The jobs-file attributes, as `--help` and the man page list them:
 /// (attribute as written, what it does). The parser's list is
 /// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
-pub const ATTRIBUTE_HELP: [(&str, &str); 14] = [
+pub const ATTRIBUTE_HELP: [(&str, &str); 15] = [
     (
         "vram=SIZE",
         "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
@@ -75,6 +75,10 @@ pub const ATTRIBUTE_HELP: [(&str, &str); 14] = [
     (
         "cwd=DIR",
         "run it in DIR, not the scheduler's directory (add writes it)",
+    ),
+    (
+        "env=ID",
+        "run it with the environment add saved, not the scheduler's",
     ),
     (
         "preemptible",
@@ -578,6 +582,12 @@ pub struct AddArgs {
     /// Default: the directory you run `gpusched add` from.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// Run the job with the scheduler's environment, not yours. By
+    /// default your environment (PATH, an active conda environment or
+    /// virtualenv, every variable) is saved in the log directory (0600)
+    /// and the job runs with it, named as env= on its line.
+    #[arg(long)]
+    pub no_env: bool,
     /// The command and its arguments (after `--` if they start with `-`).
     #[arg(
         value_name = "COMMAND",

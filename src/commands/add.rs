@@ -28,6 +28,60 @@ fn caller_dir(log_dir: &std::path::Path, file: &std::path::Path) -> Option<std::
     (!same(&here, &there)).then_some(here)
 }
 
+/// The job `args` ask for, to append to `file`: its `cwd=` the caller's
+/// directory unless `--cwd`, its `env=` the caller's environment, saved in
+/// the log directory, unless `--no-env` or that log directory's scheduler
+/// does not run `file` (then none could read it; docs/BEHAVIOUR.md "A
+/// job's environment").
+///
+/// Errors: `--cwd` names no directory, or the environment cannot be
+/// saved.
+fn new_job(args: &AddArgs, file: &std::path::Path) -> anyhow::Result<edit::NewJob> {
+    let mut job = edit::NewJob {
+        vram: args.vram.clone(),
+        gpus: args.gpus,
+        timeout: args.timeout.clone(),
+        retries: args.retries,
+        name: args.name.clone(),
+        after: args.after.clone(),
+        preemptible: args.preemptible,
+        shell: args.shell,
+        argv: args.command.clone(),
+        cwd: match &args.cwd {
+            Some(dir) => Some(std::path::absolute(dir).map_err(|e| {
+                crate::error::Error::Usage(format!("cannot resolve --cwd {}: {e}", dir.display()))
+            })?),
+            None => caller_dir(&args.log_dir, file),
+        },
+        env: None,
+    };
+    if let Some(dir) = job.cwd.as_ref().filter(|d| !d.is_dir()) {
+        return Err(crate::error::Error::Usage(format!(
+            "--cwd {}: no such directory",
+            dir.display()
+        ))
+        .into());
+    }
+    if !args.no_env && runs(&args.log_dir, file) {
+        job.env = Some(crate::saved_env::save(
+            &args.log_dir,
+            &crate::saved_env::capture(),
+        )?);
+    }
+    Ok(job)
+}
+
+/// Whether the scheduler of `log_dir` runs (or last ran) `file`, so that
+/// an environment saved there is the one it reads.
+fn runs(log_dir: &std::path::Path, file: &std::path::Path) -> bool {
+    super::index::status_jobs_file(log_dir).is_some_and(|theirs| {
+        match (theirs.canonicalize(), file.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => theirs == file,
+        }
+    })
+}
+
 /// How long to wait for a running scheduler to see the new line.
 const SEEN_WAIT: Duration = Duration::from_secs(10);
 
@@ -53,29 +107,14 @@ pub fn run_to(
         Some(file) => file.clone(),
         None => find_jobs_file(&args.log_dir)?,
     };
-    let job = edit::NewJob {
-        vram: args.vram.clone(),
-        gpus: args.gpus,
-        timeout: args.timeout.clone(),
-        retries: args.retries,
-        name: args.name.clone(),
-        after: args.after.clone(),
-        preemptible: args.preemptible,
-        shell: args.shell,
-        argv: args.command.clone(),
-        cwd: match &args.cwd {
-            Some(dir) => Some(std::path::absolute(dir).map_err(|e| {
-                crate::error::Error::Usage(format!("cannot resolve --cwd {}: {e}", dir.display()))
-            })?),
-            None => caller_dir(&args.log_dir, &file),
-        },
-    };
-    if let Some(dir) = job.cwd.as_ref().filter(|d| !d.is_dir()) {
-        return Err(crate::error::Error::Usage(format!(
-            "--cwd {}: no such directory",
-            dir.display()
-        ))
-        .into());
+    let job = new_job(args, &file)?;
+    if job.env.is_none() && !args.no_env {
+        writeln!(
+            err,
+            "note: the job runs with the scheduler's environment, not yours: no scheduler of {} runs {} to save yours for (give its --log-dir)",
+            args.log_dir.display(),
+            file.display()
+        )?;
     }
     let mut tail = JournalTail::new(&args.log_dir);
     // Jobs the journal numbered, for an --after given by number.

@@ -347,19 +347,25 @@ pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
     doc["scheduler"]["cwd"].as_str().map(PathBuf::from)
 }
 
+/// The jobs file the scheduler with this log directory runs (or last
+/// ran), from its status.json; `None` without one.
+pub fn status_jobs_file(log_dir: &Path) -> Option<PathBuf> {
+    let status = log_dir.join("status.json");
+    let (text, _) = crate::trust::read_untrusted(&status, crate::trust::MAX_STATUS_BYTES).ok()?;
+    let doc = serde_json::from_slice::<Value>(&text).ok()?;
+    doc["scheduler"]["jobs_file"].as_str().map(PathBuf::from)
+}
+
 /// The jobs file a scheduler with this log directory runs, from its
 /// status.json; else `./jobs.txt` if it exists.
 ///
 /// Errors: [`Error::Usage`] naming every path looked at when neither is
 /// there.
 pub fn find_jobs_file(log_dir: &Path) -> Result<PathBuf, Error> {
-    let status = log_dir.join("status.json");
-    if let Ok((text, _)) = crate::trust::read_untrusted(&status, crate::trust::MAX_STATUS_BYTES)
-        && let Ok(doc) = serde_json::from_slice::<Value>(&text)
-        && let Some(path) = doc["scheduler"]["jobs_file"].as_str()
-    {
-        return Ok(PathBuf::from(path));
+    if let Some(path) = status_jobs_file(log_dir) {
+        return Ok(path);
     }
+    let status = log_dir.join("status.json");
     let local = PathBuf::from("jobs.txt");
     if local.exists() {
         return Ok(local);

@@ -292,6 +292,7 @@ impl Server {
             preemptible: false,
             shell: true,
             cwd: None,
+            no_env: false,
             command: vec![job.command],
         };
         let (out, err) = verb(move |out, err| super::add::run_to(&args, out, err)).await?;

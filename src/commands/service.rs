@@ -59,7 +59,11 @@ pub fn run(action: &ServiceAction) -> anyhow::Result<i32> {
     let exe = std::env::current_exe()?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let dir = jobs_file.parent().unwrap_or(Path::new("/"));
-    let text = unit(&exe, &jobs_file, dir, options);
+    let env: Vec<(String, String)> = RECORDED_ENV
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect();
+    let text = unit(&exe, &jobs_file, dir, options, &env);
     if *print {
         print!("{text}");
         return Ok(0);
@@ -107,7 +111,41 @@ fn unit_dir() -> anyhow::Result<PathBuf> {
 /// alone and waits long enough (`KillMode=mixed`, `TimeoutStopSec=40`).
 /// Exit status 130 (`gpusched stop`) and 2 (a usage or jobs-file error)
 /// are not failures to restart after (systemd.service(5)).
-pub fn unit(exe: &Path, jobs_file: &Path, dir: &Path, options: &[String]) -> String {
+/// The variables of the installing shell the unit records, so that jobs
+/// find the same programs and Python environment as when it was installed
+/// (systemd starts user services with a bare environment): `PATH`, the
+/// active conda environment or virtualenv, and the library and module
+/// search paths (docs/BEHAVIOUR.md "A job's environment").
+pub const RECORDED_ENV: [&str; 9] = [
+    "PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "CONDA_EXE",
+    "CONDA_PYTHON_EXE",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+];
+
+/// One `Environment=` line (systemd.exec(5)): the assignment double-quoted
+/// with `\` and `"` escaped, `%` doubled.
+fn environment_line(name: &str, value: &str) -> String {
+    let assignment = escape(&format!("{name}={value}"))
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    format!("Environment=\"{assignment}\"\n")
+}
+
+/// The unit file, with `env` (from [`RECORDED_ENV`]) recorded as
+/// `Environment=` lines.
+pub fn unit(
+    exe: &Path,
+    jobs_file: &Path,
+    dir: &Path,
+    options: &[String],
+    env: &[(String, String)],
+) -> String {
     let mut exec = vec![
         quote(&exe.display().to_string()),
         quote(&jobs_file.display().to_string()),
@@ -131,12 +169,17 @@ pub fn unit(exe: &Path, jobs_file: &Path, dir: &Path, options: &[String]) -> Str
          SuccessExitStatus=130\n\
          RestartPreventExitStatus=2 130\n\
          Environment=NO_COLOR=1\n\
+         {environment}\
          \n\
          [Install]\n\
          WantedBy=default.target\n",
         jobs = escape(&jobs_file.display().to_string()),
         dir = quote(&dir.display().to_string()),
         exec = exec.join(" "),
+        environment = env
+            .iter()
+            .map(|(name, value)| environment_line(name, value))
+            .collect::<String>(),
     )
 }
 
@@ -183,6 +226,18 @@ mod tests {
             Path::new("/home/ada/exp/jobs.txt"),
             Path::new("/home/ada/exp"),
             &["--gpus".into(), "0,1".into()],
+            &[
+                ("PATH".into(), "/opt/conda/envs/a b/bin:/usr/bin".into()),
+                ("CONDA_PREFIX".into(), "/opt/conda/envs/100%\"q".into()),
+            ],
+        );
+        assert!(
+            text.contains("Environment=\"PATH=/opt/conda/envs/a b/bin:/usr/bin\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Environment=\"CONDA_PREFIX=/opt/conda/envs/100%%\\\"q\"\n"),
+            "{text}"
         );
         assert!(text.contains(
             "ExecStart=/usr/local/bin/gpusched /home/ada/exp/jobs.txt --watch --gpus 0,1\n"

@@ -73,6 +73,10 @@ pub struct Rare {
     /// writes the caller's). In the line, `%20` stands for a space, `%25`
     /// for `%` and `%5D` for `]` ([`encode_cwd`]).
     pub cwd: Option<std::path::PathBuf>,
+    /// `env=ID`: the environment it runs with, saved by `gpusched add` as
+    /// `LOG_DIR/env/ID.json` ([`crate::saved_env`]), instead of the
+    /// scheduler's.
+    pub env: Option<String>,
 }
 
 /// A directory as a `cwd=` value: the bytes a jobs-file attribute cannot
@@ -220,6 +224,11 @@ impl JobSpec {
     /// `cwd=` ([`Rare::cwd`]).
     pub fn cwd(&self) -> Option<&std::path::Path> {
         self.rare.as_ref()?.cwd.as_deref()
+    }
+
+    /// `env=` ([`Rare::env`]).
+    pub fn env_id(&self) -> Option<&str> {
+        self.rare.as_ref()?.env.as_deref()
     }
 
     /// `family=` ([`Rare::family`]).
@@ -551,7 +560,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
 
 /// The attributes a line's `[...]` block may hold, as the help lists them
 /// (docs/BEHAVIOUR.md "Jobs file").
-pub const ATTRIBUTES: [&str; 14] = [
+pub const ATTRIBUTES: [&str; 15] = [
     "vram=",
     "gpus=",
     "timeout=",
@@ -564,6 +573,7 @@ pub const ATTRIBUTES: [&str; 14] = [
     "limit=",
     "enforce=",
     "cwd=",
+    "env=",
     "preemptible",
     "cancel",
 ];
@@ -587,6 +597,20 @@ pub fn unbracketed_attributes(command: &str) -> Option<String> {
         })
         .collect();
     (!words.is_empty()).then(|| format!("[{}]", words.join(" ")))
+}
+
+/// A `name=` value: letters, digits, `_`, `.` and `-`, not only digits
+/// (which would read as a display number).
+fn job_name(v: String) -> Result<String, String> {
+    let valid = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !valid || v.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "bad name '{v}': use letters, digits, '_', '.' and '-' (not only digits)"
+        ));
+    }
+    Ok(v)
 }
 
 /// Applies one `name=value` (or bare flag) to `spec`; the error is the reason.
@@ -645,22 +669,19 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
             }
             spec.rare_mut().after = refs;
         }
-        "name" => {
-            let v = need(value)?;
-            let valid = v
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-            // A name of digits only would read as a display number.
-            if !valid || v.chars().all(|c| c.is_ascii_digit()) {
-                return Err(format!(
-                    "bad name '{v}': use letters, digits, '_', '.' and '-' (not only digits)"
-                ));
-            }
-            spec.rare_mut().name = Some(v);
-        }
+        "name" => spec.rare_mut().name = Some(job_name(need(value)?)?),
         "family" => spec.rare_mut().family = Some(label(name, need(value)?)?),
         "group" => spec.rare_mut().group = Some(label(name, need(value)?)?),
         "cwd" => spec.rare_mut().cwd = Some(decode_cwd(&need(value)?)?),
+        "env" => {
+            let v = need(value)?;
+            if !crate::saved_env::is_id(&v) {
+                return Err(format!(
+                    "bad env value '{v}': expected the id `gpusched add` wrote, 16 hex digits"
+                ));
+            }
+            spec.rare_mut().env = Some(v);
+        }
         "limit" => {
             let v = need(value)?;
             spec.rare_mut().limit = Some(parse_positive_int(&v).ok_or_else(|| {

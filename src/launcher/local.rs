@@ -49,6 +49,7 @@ impl Local {
         let request = supervisor::Request {
             command: super::command_in_cwd(attempt.spec),
             env: attempt.env,
+            whole_env: attempt.whole_env,
             log: attempt.log.to_path_buf(),
             record: attempt.record.to_path_buf(),
             key: attempt.spec.key.clone(),

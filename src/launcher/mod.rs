@@ -77,6 +77,10 @@ pub struct Attempt<'a> {
     pub vram_mib: Option<u64>,
     /// `GPUSCHED_*` (and, locally, `CUDA_VISIBLE_DEVICES`) for the job.
     pub env: Vec<(String, String)>,
+    /// `env` is the job's whole environment (one `gpusched add` saved),
+    /// not variables over the scheduler's own (docs/BEHAVIOUR.md "A job's
+    /// environment").
+    pub whole_env: bool,
     /// The job's log.
     pub log: &'a Path,
     /// Where the attempt's exit record is written.

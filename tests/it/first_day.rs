@@ -156,10 +156,10 @@ fn names_show_in_every_view_and_add_sets_every_attribute() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let file = std::fs::read_to_string(&env.jobs).unwrap();
+    let file = common::env_ids_as_id(&std::fs::read_to_string(&env.jobs).unwrap());
     assert!(
         file.ends_with(
-            "[vram=1G gpus=1 timeout=1h name=post after=prep preemptible] sh -c 'echo post >> post.txt'\n"
+            "[vram=1G gpus=1 timeout=1h name=post after=prep preemptible env=ID] sh -c 'echo post >> post.txt'\n"
         ),
         "{file}"
     );
@@ -173,7 +173,10 @@ fn names_show_in_every_view_and_add_sets_every_attribute() {
         let out = add(&env, bad);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
         assert!(text(&out.stderr).contains("nothing added"), "{out:?}");
-        assert_eq!(std::fs::read_to_string(&env.jobs).unwrap(), file);
+        assert_eq!(
+            common::env_ids_as_id(&std::fs::read_to_string(&env.jobs).unwrap()),
+            file
+        );
     }
     // The name in status.json, gpusched status and the board.
     wait_for("names in status.json", &mut || {

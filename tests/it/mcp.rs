@@ -61,9 +61,10 @@ fn an_agent_adds_a_job_reads_the_status_and_the_log() {
         "{seen:#}"
     );
     // The job went into the jobs file as the CLI would have written it.
+    // With the MCP server's environment saved, as `add` saves the caller's.
     assert_eq!(
-        std::fs::read_to_string(&env.jobs).unwrap(),
-        "[vram=1G name=agent] echo hello from an agent; echo second line\n"
+        common::env_ids_as_id(&std::fs::read_to_string(&env.jobs).unwrap()),
+        "[vram=1G name=agent env=ID] echo hello from an agent; echo second line\n"
     );
     sched.stop();
 }

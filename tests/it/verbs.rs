@@ -517,3 +517,76 @@ fn cancel_takes_several_jobs_numbers_names_and_a_group() {
     assert_eq!(env.status_of(5).as_deref(), Some("ok"));
     sched.stop();
 }
+
+/// `add` from a shell with its own `PATH` (a conda environment's `bin`
+/// first) and variables: the job runs with that shell's environment, not
+/// the scheduler's, as pueue does; `--no-env` keeps the scheduler's; a
+/// saved environment that is gone fails its job saying so.
+#[test]
+fn add_runs_the_job_with_the_callers_environment() {
+    let env = Env::new("");
+    let conda_bin = env.path("conda/envs/exp/bin");
+    std::fs::create_dir_all(&conda_bin).unwrap();
+    let tool = conda_bin.join("mytool");
+    std::fs::write(&tool, "#!/bin/sh\necho from-conda\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut command = env.command(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    command.env("FOO", "sched").env("ONLY_SCHED", "1");
+    let sched = common::Sched::from_command(command);
+    env.wait_for_ticks(1);
+    let add = |args: &[&str]| {
+        let path = format!("{}:{}", conda_bin.display(), std::env::var("PATH").unwrap());
+        Command::new(bin())
+            .arg("add")
+            .args(args)
+            .current_dir(env.dir.path())
+            .env("GPUSCHED_LOG_DIR", &env.logs)
+            .env("FOO", "caller")
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    };
+    let script = "echo $FOO ${ONLY_SCHED:-unset} $CUDA_VISIBLE_DEVICES > {f}; mytool >> {f} 2>&1";
+    let out = add(&["--shell", &script.replace("{f}", "mine.txt")]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = add(&["--no-env", "--shell", &script.replace("{f}", "theirs.txt")]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_for("both jobs to end", &mut || {
+        env.status_of_opt(1).is_some() && env.status_of_opt(2).is_some()
+    });
+    let read = |f: &str| std::fs::read_to_string(env.path(f)).unwrap();
+    assert_eq!(read("mine.txt"), "caller unset 0\nfrom-conda\n");
+    assert!(
+        read("theirs.txt").starts_with("sched 1 0\n"),
+        "{}",
+        read("theirs.txt")
+    );
+    assert!(!read("theirs.txt").contains("from-conda"));
+    // The line names the saved environment, kept 0600 in the log directory.
+    let lines = std::fs::read_to_string(&env.jobs).unwrap();
+    let id = lines
+        .split("env=")
+        .nth(1)
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("no env= in {lines}"))
+        .to_string();
+    assert_eq!(lines.matches("env=").count(), 1, "{lines}");
+    let saved = env.logs.join("env").join(format!("{id}.json"));
+    let mode = std::fs::metadata(&saved).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    // Gone: the job fails and says why.
+    std::fs::remove_file(&saved).unwrap();
+    env.append_jobs(&format!("[env={id}] echo never\n"));
+    wait_for("job 3 to end", &mut || env.status_of_opt(3).is_some());
+    assert_eq!(env.status_of(3).as_deref(), Some("failed"));
+    let out = sched.stop();
+    assert!(
+        out.stdout
+            .contains("job 3 not started: cannot read the saved environment"),
+        "{}",
+        out.stdout
+    );
+}

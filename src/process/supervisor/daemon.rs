@@ -233,7 +233,12 @@ impl Supervisor {
     /// Starts a job at its gate; returns its pid and start time.
     fn start(&mut self, id: u64, job: super::Request) -> std::io::Result<(u32, Option<u64>)> {
         let log_file = crate::files::open_append(&job.log)?;
-        let prepared = Prepared::new(&job.command, &self.base_env, &job.env)?;
+        let base = if job.whole_env {
+            Rc::new(BaseEnv::new(std::iter::empty()))
+        } else {
+            Rc::clone(&self.base_env)
+        };
+        let prepared = Prepared::new(&job.command, &base, &job.env)?;
         let process = GatedJob::spawn(prepared, &log_file)?;
         drop(log_file);
         let pid = process.pid;

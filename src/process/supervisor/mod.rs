@@ -143,6 +143,10 @@ pub struct Request {
     /// Extra environment for the job (the supervisor's own, inherited from
     /// the scheduler that started it, is the base).
     pub env: Vec<(String, String)>,
+    /// `env` is the job's whole environment: the supervisor's own is not
+    /// the base.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_env: bool,
     /// The job's log: its stdout and stderr (and the supervisor's
     /// complaints about it) are appended to it.
     pub log: PathBuf,

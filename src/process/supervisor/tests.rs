@@ -57,6 +57,7 @@ fn requests_and_replies_are_one_json_line_each() {
         job: Request {
             command: "echo 'a\nb'".into(),
             env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,1".into())],
+            whole_env: true,
             log: "logs/job007.log".into(),
             record: "logs/exits/k#0.1.json".into(),
             key: "k#0".into(),

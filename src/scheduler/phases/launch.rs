@@ -98,17 +98,11 @@ impl Scheduler {
         // No stale record can be there: start-up removed every record but
         // those of adopted attempts (`remove_stale_exit_records`).
         let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
-        let mut env = self.job_env(&spec, no, attempt, &gpus);
-        if self.cfg.framework_caps {
-            env.extend(self.framework_caps(&spec.command, request.vram_mib, &gpus));
-        }
-        // A MIG instance's memory is walled off by the hardware already,
-        // and one MPS daemon does not serve MIG instances (each needs its
-        // own): a job there runs without MPS (docs/HARDWARE.md "MIG").
-        let on_mig = gpus.iter().any(|&g| crate::model::mig_of(g).is_some());
-        if let Some(mps) = self.io.mps.as_ref().filter(|_| !on_mig) {
-            env.extend(mps.job_env(request.vram_mib, gpus.len()));
-        }
+        let Some((mut env, whole_env)) =
+            self.environment(&spec, (no, attempt), &gpus, request.vram_mib, &log_path)?
+        else {
+            return Ok(None);
+        };
         if preempted {
             env.push(("GPUSCHED_PREEMPTED".to_string(), "1".to_string()));
         }
@@ -118,6 +112,7 @@ impl Scheduler {
             attempt,
             vram_mib: request.vram_mib,
             env,
+            whole_env,
             log: &log_path,
             record: &exit_record,
             after,
@@ -359,6 +354,54 @@ impl Scheduler {
         );
     }
 
+    /// The environment attempt `attempt` of job `no` (`spec`) starts with
+    /// on `gpus`, and whether it is the whole of it: the one `gpusched add`
+    /// saved for it (docs/BEHAVIOUR.md "A job's environment"), else ours,
+    /// under [`Scheduler::job_env`], the framework caps of its
+    /// declaration `vram_mib` and the MPS limit. `None` when its saved
+    /// environment cannot be read: the job then fails, saying why on the
+    /// terminal and in its log (`log_path`).
+    ///
+    /// Errors: the journal cannot be written.
+    fn environment(
+        &mut self,
+        spec: &JobSpec,
+        (no, attempt): (u32, u32),
+        gpus: &[u32],
+        vram_mib: Option<u64>,
+        log_path: &Path,
+    ) -> anyhow::Result<Option<StartEnv>> {
+        let saved = match spec.env_id() {
+            Some(id) => match crate::saved_env::load(&self.cfg.log_dir, id) {
+                Ok(vars) => Some(vars),
+                Err(e) => {
+                    let why = format!(
+                        "job {no} not started: {e:#} (add it again, or remove env={id} from its line to run it with the scheduler's environment)"
+                    );
+                    let _ = files::append_to(log_path, format!("gpusched: {why}\n").as_bytes());
+                    self.report.warn(why);
+                    self.record_unrun(&spec.key, DoneStatus::Failed)?;
+                    return Ok(None);
+                }
+            },
+            None => None,
+        };
+        let mut env: Vec<(String, String)> =
+            saved.clone().unwrap_or_default().into_iter().collect();
+        env.extend(self.job_env(spec, no, attempt, gpus, saved.as_ref()));
+        if self.cfg.framework_caps {
+            env.extend(self.framework_caps(&spec.command, vram_mib, gpus, saved.as_ref()));
+        }
+        // A MIG instance's memory is walled off by the hardware already,
+        // and one MPS daemon does not serve MIG instances (each needs its
+        // own): a job there runs without MPS (docs/HARDWARE.md "MIG").
+        let on_mig = gpus.iter().any(|&g| crate::model::mig_of(g).is_some());
+        if let Some(mps) = self.io.mps.as_ref().filter(|_| !on_mig) {
+            env.extend(mps.job_env(vram_mib, gpus.len()));
+        }
+        Ok(Some((env, saved.is_some())))
+    }
+
     /// The framework memory caps for a job declaring `vram_mib` on `gpus`
     /// ([`crate::policy::caps`]): left out where the scheduler's own
     /// environment or the job's line sets them.
@@ -367,6 +410,7 @@ impl Scheduler {
         command: &str,
         vram_mib: Option<u64>,
         gpus: &[u32],
+        saved: Option<&Saved>,
     ) -> Vec<(String, String)> {
         let device_mib = self.core.gpu.snapshot.as_ref().and_then(|s| {
             s.gpus
@@ -376,19 +420,25 @@ impl Scheduler {
                 .min()
         });
         crate::policy::caps::framework_caps(vram_mib, device_mib, |name| {
-            std::env::var_os(name).is_some() || crate::policy::caps::line_sets(command, name)
+            let in_env = match saved {
+                Some(vars) => vars.contains_key(name),
+                None => std::env::var_os(name).is_some(),
+            };
+            in_env || crate::policy::caps::line_sets(command, name)
         })
     }
 
     /// A job's environment (docs/BEHAVIOUR.md "Running a job"): `CUDA_VISIBLE_DEVICES`,
     /// `CUDA_DEVICE_ORDER`, the `GPUSCHED_*` variables, and in `--sim` mode
-    /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`.
+    /// `GPUSCHED_SIM_DIR` with this binary's directory first on `PATH`
+    /// (the `PATH` of its `saved` environment, if it has one, else ours).
     fn job_env(
         &self,
         spec: &JobSpec,
         no: u32,
         attempt: u32,
         gpus: &[u32],
+        saved: Option<&Saved>,
     ) -> Vec<(String, String)> {
         let uuid_of = |i: &u32| {
             self.core
@@ -433,7 +483,10 @@ impl Scheduler {
                 .ok()
                 .and_then(|p| p.parent().map(Path::to_path_buf))
             {
-                let path = std::env::var_os("PATH").unwrap_or_default();
+                let path = match saved {
+                    Some(vars) => vars.get("PATH").map(Into::into).unwrap_or_default(),
+                    None => std::env::var_os("PATH").unwrap_or_default(),
+                };
                 let mut dirs: Vec<PathBuf> = vec![bin_dir];
                 dirs.extend(std::env::split_paths(&path));
                 if let Ok(joined) = std::env::join_paths(dirs) {
@@ -444,6 +497,13 @@ impl Scheduler {
         env
     }
 }
+
+/// An environment `gpusched add` saved for a job ([`crate::saved_env`]).
+type Saved = std::collections::BTreeMap<String, String>;
+
+/// The variables a job starts with, and whether they are the whole of its
+/// environment (a saved one) rather than ours overlaid.
+type StartEnv = (Vec<(String, String)>, bool);
 
 /// Why a job's log that could not be opened is not ours to write: a
 /// symbolic link, or a file of another user; `None` for other failures

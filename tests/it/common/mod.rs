@@ -267,6 +267,30 @@ impl Env {
     }
 }
 
+/// `text` with each `env=<16 hex digits>` (the environment `gpusched add`
+/// saved, whose id changes with the test's environment) as `env=ID`.
+pub fn env_ids_as_id(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("env=") {
+        let (before, after) = rest.split_at(at + 4);
+        out.push_str(before);
+        let id = after.get(..16).filter(|id| {
+            id.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        rest = match id {
+            Some(_) => {
+                out.push_str("ID");
+                &after[16..]
+            }
+            None => after,
+        };
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {
     wait_for_within(what, DEADLINE, cond)
 }

@@ -62,7 +62,9 @@ fn new_job(args: &AddArgs, file: &std::path::Path) -> anyhow::Result<edit::NewJo
         ))
         .into());
     }
-    if !args.no_env && runs(&args.log_dir, file) {
+    // Root acting in a user's log directory keeps its own environment
+    // (its paths, its secrets) out of that user's files.
+    if !args.no_env && !crate::trust::acting_for_root() && runs(&args.log_dir, file) {
         job.env = Some(crate::saved_env::save(
             &args.log_dir,
             &crate::saved_env::capture(),
@@ -109,11 +111,18 @@ pub fn run_to(
     };
     let job = new_job(args, &file)?;
     if job.env.is_none() && !args.no_env {
+        let why = if crate::trust::acting_for_root() {
+            "root's environment is not saved in another user's log directory".to_string()
+        } else {
+            format!(
+                "no scheduler of {} runs {} to save yours for (give its --log-dir)",
+                args.log_dir.display(),
+                file.display()
+            )
+        };
         writeln!(
             err,
-            "note: the job runs with the scheduler's environment, not yours: no scheduler of {} runs {} to save yours for (give its --log-dir)",
-            args.log_dir.display(),
-            file.display()
+            "note: the job runs with the scheduler's environment, not yours: {why}"
         )?;
     }
     let mut tail = JournalTail::new(&args.log_dir);

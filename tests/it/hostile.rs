@@ -354,3 +354,43 @@ fn fifos_and_links_in_others_files_neither_hang_nor_double_count_the_box_views()
         "bob's one job counted once: {text}"
     );
 }
+
+/// Root's `add` in a user's log directory saves no environment there: the
+/// user would read root's variables (a token in root's shell) in the file
+/// `add` saves for its job, and the job would run with root's `PATH`.
+#[test]
+fn roots_add_keeps_its_environment_out_of_the_users_log_directory() {
+    let Some(attack) = Attack::new("") else {
+        return;
+    };
+    // A status.json naming the jobs file, as the user's scheduler writes.
+    attack.as_mal(&format!(
+        "printf '{{\"scheduler\":{{\"jobs_file\":\"{}\"}}}}' > status.json",
+        attack.env.jobs.display()
+    ));
+    let out = Command::new(bin())
+        .args(["add", "--log-dir"])
+        .arg(&attack.env.logs)
+        .args(["--", "echo", "hi"])
+        .current_dir(attack.env.dir.path())
+        .env("ROOT_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("root's environment is not saved in another user's log directory"),
+        "{out:?}"
+    );
+    let line = std::fs::read_to_string(&attack.env.jobs).unwrap();
+    assert!(!line.contains("env="), "{line}");
+    for path in walk(&attack.env.logs) {
+        let text = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&text).contains("s3cret"),
+            "root's variable in {}",
+            path.display()
+        );
+    }
+    attack.assert_no_harm("add");
+}

@@ -275,13 +275,15 @@ pub struct RunArgs {
     pub tolerance: f64,
 
     /// What happens to a job whose measured VRAM goes beyond its
-    /// declaration plus --tolerance: `warn` (a warning; it runs on),
-    /// `stop` (stopped at once, before it can take a neighbour down, and
-    /// retried as an OOM is with a bigger declaration), or `mps` (NVIDIA
-    /// MPS limits each job's memory to its declaration; for GPUs one user
-    /// has to themselves). A line's enforce=stop|warn overrides it. `stop`
-    /// is the one for shared boxes.
-    #[arg(long, value_name = "MODE", default_value = "warn", value_parser = parse_enforce)]
+    /// declaration plus --tolerance: `auto` (stopped while it shares a GPU
+    /// with anyone — another job, another user's booking or processes —,
+    /// else warned: neighbours protected, someone alone not bothered),
+    /// `warn` (a warning; it runs on), `stop` (stopped at once, before it
+    /// can take a neighbour down, and retried as an OOM is with a bigger
+    /// declaration), or `mps` (NVIDIA MPS limits each job's memory to its
+    /// declaration; for GPUs one user has to themselves). A line's
+    /// enforce=stop|warn|auto overrides it.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_enforce)]
     pub enforce: crate::jobspec::Enforce,
 
     /// Buffer over observed peaks, as a fraction (0.10 = 10 %), applied to

@@ -58,7 +58,7 @@ pub(super) fn parse_float(text: &str, what: &str) -> Result<f64, String> {
 
 pub(super) fn parse_enforce(text: &str) -> Result<crate::jobspec::Enforce, String> {
     crate::jobspec::Enforce::from_word(text)
-        .ok_or_else(|| format!("'{text}' is not a mode: use warn, stop or mps"))
+        .ok_or_else(|| format!("'{text}' is not a mode: use auto, warn, stop or mps"))
 }
 
 pub(super) fn parse_fraction(text: &str) -> Result<f64, String> {

@@ -64,7 +64,7 @@ pub struct Rare {
     /// `limit=N`: at most N jobs of its group run at once (the smallest
     /// among the group's lines wins).
     pub limit: Option<u32>,
-    /// `enforce=stop|warn`: what happens when it uses more VRAM than it
+    /// `enforce=stop|warn|auto`: what happens when it uses more VRAM than it
     /// declared, instead of the scheduler's `--enforce` (docs/BEHAVIOUR.md
     /// "Declarations that hold").
     pub enforce: Option<Enforce>,
@@ -134,8 +134,12 @@ fn decode_cwd(value: &str) -> Result<std::path::PathBuf, String> {
 /// plus the tolerance (docs/BEHAVIOUR.md "Declarations that hold").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Enforce {
-    /// A warning, nothing more: the job runs on.
+    /// Stop while it shares a GPU with anyone (another job of ours,
+    /// another user's booking or processes), else warn: neighbours are
+    /// protected, someone alone on a GPU is not bothered. The default.
     #[default]
+    Auto,
+    /// A warning, nothing more: the job runs on.
     Warn,
     /// The job is stopped as soon as it is seen over, before it can take
     /// a neighbour down, and retried as an OOM is with a bigger
@@ -150,6 +154,7 @@ impl Enforce {
     /// The word in the jobs file and on the command line.
     pub const fn as_str(self) -> &'static str {
         match self {
+            Enforce::Auto => "auto",
             Enforce::Warn => "warn",
             Enforce::Stop => "stop",
             Enforce::Mps => "mps",
@@ -158,7 +163,7 @@ impl Enforce {
 
     /// The mode named `word`, if any.
     pub fn from_word(word: &str) -> Option<Enforce> {
-        [Enforce::Warn, Enforce::Stop, Enforce::Mps]
+        [Enforce::Auto, Enforce::Warn, Enforce::Stop, Enforce::Mps]
             .into_iter()
             .find(|e| e.as_str() == word)
     }
@@ -655,7 +660,9 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
                 Enforce::from_word(&v)
                     .filter(|e| *e != Enforce::Mps)
                     .ok_or_else(|| {
-                        format!("bad enforce value '{v}': expected enforce=stop or enforce=warn")
+                        format!(
+                            "bad enforce value '{v}': expected enforce=stop, enforce=warn or enforce=auto"
+                        )
                     })?,
             );
         }

@@ -105,7 +105,7 @@ fn enforce_stop_stops_the_liar_before_it_takes_the_honest_job_down() {
 #[test]
 fn without_enforcement_the_victim_is_retried_unbumped_and_the_liar_is_named() {
     let env = Env::new(LIAR_AND_HONEST);
-    let sched = env.spawn(&["--sim", "1", "--poll", "0.2"]);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--enforce", "warn"]);
     // While it runs, the board and status.json mark the liar.
     env.wait_for("the board to mark job 1 over its declaration", || {
         env.board().contains("16000 of 8192 MiB OVER")
@@ -131,7 +131,7 @@ fn without_enforcement_the_victim_is_retried_unbumped_and_the_liar_is_named() {
     assert_eq!(oom[0]["attempts"], 0);
     assert_eq!(oom[0]["next_vram"], 12288);
     assert_eq!(env.status_of(2).as_deref(), Some("ok"));
-    // The liar was never stopped (warn is the default).
+    // The liar was never stopped (warn).
     assert!(env.job_events(1, "oom").is_empty());
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert!(
@@ -167,8 +167,9 @@ fn a_line_overrides_the_enforcement_mode() {
     let out = env.run(&["--sim", "1"]);
     assert_eq!(out.code, 2);
     assert!(
-        out.stderr
-            .contains("line 1: bad enforce value 'kill': expected enforce=stop or enforce=warn"),
+        out.stderr.contains(
+            "line 1: bad enforce value 'kill': expected enforce=stop, enforce=warn or enforce=auto"
+        ),
         "{}",
         out.stderr
     );
@@ -235,4 +236,67 @@ fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
         "{}",
         out.stdout
     );
+}
+
+/// `--enforce auto`, the default: the liar beside the honest job is
+/// stopped before it takes it down; the same liar alone on its GPU is only
+/// warned about, and runs to its end.
+#[test]
+fn auto_stops_a_liar_that_shares_its_gpu_and_leaves_one_alone_be() {
+    let env = Env::new(LIAR_AND_HONEST);
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("stopping it before it takes a neighbour down (enforce=auto: it shares with job 2 on GPU 0)"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.job_events(1, "oom").len(), 1, "{}", out.stdout);
+    assert!(env.job_events(2, "oom").is_empty(), "{}", out.stdout);
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
+
+    let env = Env::new("[vram=8G name=alone] gpusched simjob --vram 16000 --ramp 0.3 --hold 2\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("job 1 exceeds declared VRAM"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("stopping it"), "{}", out.stdout);
+    assert!(env.job_events(1, "oom").is_empty());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+}
+
+/// An honest job that runs out of memory because a neighbour jumped past
+/// its declaration between two samples: the GPUs are looked at when the
+/// OOM is seen, the neighbour still holds its memory, and the honest job
+/// is retried with its own declaration, the neighbour named — no sample
+/// had caught the jump (`--poll 5`; the early samples at 0.5 s and 2 s
+/// after the starts miss a jump at 0.7 s that kills the neighbour at
+/// about 1.2 s).
+#[test]
+fn the_gpus_are_looked_at_when_an_oom_is_seen_so_the_right_job_is_blamed() {
+    let env = Env::new(
+        "[vram=8G name=liar] sleep 0.7; exec gpusched simjob --vram 20000 --ramp 0.05 --hold 3\n\
+         [vram=8G name=honest] gpusched simjob --vram 7000 --ramp 2 --hold 0.5\n",
+    );
+    // Pack: both start at once on the one GPU.
+    let out = env.run(&[
+        "--sim",
+        "1",
+        "--poll",
+        "5",
+        "--enforce",
+        "warn",
+        "--placement",
+        "pack",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let oom = env.job_events(2, "oom");
+    assert_eq!(oom.len(), 1, "{}", out.stdout);
+    assert_eq!(oom[0]["cause"]["neighbour"]["job"], 1, "{oom:?}");
+    assert_eq!(oom[0]["next_vram"], 8192, "{oom:?}");
+    assert_eq!(env.status_of(2).as_deref(), Some("ok"), "{}", out.stdout);
 }

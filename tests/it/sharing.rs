@@ -343,12 +343,13 @@ fn a_booking_counts_only_for_the_files_owner() {
 #[test]
 fn the_simulator_fails_an_allocation_past_capacity_like_cuda() {
     // Declared 5 GB but really 20 GB each: both are placed side by side
-    // and the second allocation to cross 24000 MiB fails.
+    // and the second allocation to cross 24000 MiB fails (warn: neither is
+    // stopped for its over-use first).
     let env = Env::new(
         "[vram=5000] gpusched simjob --vram 20000 --ramp 0.5 --hold 0.5\n\
          [vram=5000] gpusched simjob --vram 20000 --ramp 0.5 --hold 0.5\n",
     );
-    let out = env.run(&["--sim", "1", "--poll", "0.05"]);
+    let out = env.run(&["--sim", "1", "--poll", "0.05", "--enforce", "warn"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     let statuses: Vec<String> = (1..=2).filter_map(|no| env.status_of(no)).collect();
     assert!(statuses.contains(&"failed_oom".to_string()), "{statuses:?}");

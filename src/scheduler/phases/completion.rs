@@ -59,6 +59,10 @@ impl Scheduler {
                 OOM_TAIL_BYTES,
             ))
         };
+        let gpu_oom = ran_out_of.map(|s| s.memory) == Some(oom::Exhausted::Gpu);
+        if gpu_oom {
+            self.look_at_its_neighbours(&job);
+        }
         let state = self.io.journal.state(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
@@ -74,9 +78,7 @@ impl Scheduler {
                 .unwrap_or(self.cfg.oom_retries),
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
-            neighbour_over: (ran_out_of.map(|s| s.memory) == Some(oom::Exhausted::Gpu))
-                .then(|| self.neighbour_over(&job))
-                .flatten(),
+            neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
             mps_limited: self.mps_limited(&job),
         });
         // A failure for want of host memory says so: it is no GPU OOM
@@ -125,6 +127,22 @@ impl Scheduler {
                 self.core.running.insert(key.to_string(), job);
                 Err(e)
             }
+        }
+    }
+
+    /// Samples the GPUs at once when `job`, which ran out of GPU memory,
+    /// shared one with another job of ours: the one that took the memory
+    /// still holds it, and a jump between two samples would otherwise go
+    /// unseen, the honest job taking the blame (docs/BEHAVIOUR.md
+    /// "Declarations that hold").
+    fn look_at_its_neighbours(&mut self, job: &Running) {
+        let shared = self
+            .core
+            .running
+            .values()
+            .any(|other| other.gpus.iter().any(|g| job.gpus.contains(g)));
+        if shared {
+            self.sample_gpus(std::time::Instant::now());
         }
     }
 

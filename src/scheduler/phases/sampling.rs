@@ -57,12 +57,22 @@ impl Scheduler {
     }
 
     /// The time between samples: `--poll`, at most [`ENFORCE_POLL`] while
-    /// a job runs under `enforce=stop`, so that an over-use is caught
+    /// a job runs under `enforce=stop` (or `auto`, sharing a GPU), so that
+    /// an over-use is caught
     /// before it takes a neighbour down (docs/BEHAVIOUR.md "Declarations
     /// that hold").
     pub(in crate::scheduler) fn sample_every(&self) -> Duration {
+        use crate::jobspec::Enforce;
+        let booked = std::cell::OnceCell::new();
         let enforced = self.core.running.iter().any(|(key, job)| {
-            job.vram_mib.is_some() && self.enforce_mode(key) == crate::jobspec::Enforce::Stop
+            job.vram_mib.is_some()
+                && match self.enforce_mode(key) {
+                    Enforce::Stop => true,
+                    Enforce::Auto => self
+                        .shares_a_gpu(key, booked.get_or_init(|| self.booked_by_others()))
+                        .is_some(),
+                    Enforce::Warn | Enforce::Mps => false,
+                }
         });
         if enforced {
             self.cfg.poll.min(ENFORCE_POLL)

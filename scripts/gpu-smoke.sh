@@ -1,25 +1,35 @@
 #!/usr/bin/env bash
 # Smoke test on a real NVIDIA GPU (docs/HARDWARE.md "Checking a real box"):
 # the release binary, without --sim, runs jobs that allocate real device
-# memory through the CUDA driver API (Python ctypes on libcuda.so.1; no
-# framework needed), and this script checks what it measured:
+# memory, and this script checks what it measured. One command, a few
+# minutes on one GPU:
 #
-#   1. each job's measured peak covers what it allocated (plus the CUDA
-#      context, at most 1 GiB more);
+#   1. each job's measured peak covers what it allocated through the CUDA
+#      driver API (Python ctypes on libcuda.so.1) plus the CUDA context;
 #   2. the job saw the GPU it was placed on in CUDA_VISIBLE_DEVICES;
 #   3. a job whose first attempt runs out of device memory is retried as an
 #      OOM with a bigger declaration, and its second attempt ends ok;
-#   4. where JAX imports (a real GPU only), a declared JAX job runs on the
-#      GPU, not the CPU, under gpusched's default caps, and its whole
-#      process (pool and CUDA context) stays within its declaration;
-#   5. `gpusched doctor` finds no error.
+#   4. PyTorch, JAX and CuPy jobs (each where it imports; skipped with a
+#      line where not) run packed on one GPU (--placement pack), on the
+#      GPU, measured; JAX's allocator stays within its declaration under
+#      the default caps; each framework's own out-of-memory error is
+#      retried and the retry ends ok;
+#   5. a declared job hidden from its GPU (CUDA_VISIBLE_DEVICES empty) is
+#      flagged as having probably run on the CPU;
+#   6. a job that lies about its VRAM is stopped under --enforce stop and
+#      retried big enough, its honest neighbour untouched; where
+#      nvidia-cuda-mps-control exists, under --enforce mps the liar hits
+#      its MPS limit and is retried past it;
+#   7. `gpusched top --once` and `gpusched serve`'s /api/v1/box show the
+#      GPU memory nvidia-smi shows (within 5 % or 300 MiB);
+#   8. `gpusched doctor` finds no error.
 #
 # Usage: scripts/gpu-smoke.sh [--sim] [WORK_DIR]   (needs python3 and a
-# GPU with 2 GiB free; builds with `cargo build --release` unless
+# GPU with 30 GiB free; builds with `cargo build --release` unless
 # target/release already has the binary). Exit 0 when every check passes.
-# With --sim the same jobs and checks run on one simulated GPU, with
-# `gpusched simjob` in place of the CUDA allocations: a check of this
-# script itself on a machine without a GPU, not of the hardware.
+# With --sim the jobs and checks that need no framework run on simulated
+# GPUs, with `gpusched simjob` in place of the CUDA allocations: a check of
+# this script itself on a machine without a GPU, not of the hardware.
 set -euo pipefail
 
 sim=""
@@ -84,36 +94,78 @@ cat > "$work/jobs.txt" <<EOF
 [vram=1500 retries=1 name=oom] $(job 256 2 "$work/oom-marker")
 EOF
 
-# A JAX job, where JAX imports: matrix products for a few seconds on
-# whatever device JAX chose, which it prints.
-if [ -z "$sim" ] && python3 -c 'import jax' 2>/dev/null; then
-    cat > "$work/jax_job.py" <<'PY'
-import time
-import jax, jax.numpy as jnp
-device = jax.devices()[0]
-print("platform", device.platform, device, flush=True)
-x = jnp.ones((4096, 4096), jnp.float32)
-end, products = time.time() + 5, 0
-while time.time() < end:
-    x = (x @ x) / 4096.0
-    x.block_until_ready()
-    products += 1
-print("products", products, flush=True)
+# Framework jobs, each where its framework imports (a real GPU only):
+# fw.py FRAMEWORK MIB SECONDS [MARKER] holds MIB of device memory and
+# multiplies matrices for SECONDS on whatever device the framework chose,
+# which it prints; with a marker that does not exist yet it first asks
+# for 4 TiB and dies of the framework's own out-of-memory error.
+cat > "$work/fw.py" <<'PY'
+import os, sys, time
+
+fw, mib, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+marker = sys.argv[4] if len(sys.argv) > 4 else None
+oom = marker is not None and not os.path.exists(marker)
+if oom:
+    open(marker, "w").close()
+end = time.time() + seconds
+if fw == "torch":
+    import torch
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    print("device", "gpu" if dev == "cuda" else "cpu", flush=True)
+    if oom:
+        torch.empty(1 << 42, dtype=torch.uint8, device=dev)
+    hold = torch.empty(mib << 20, dtype=torch.uint8, device=dev)
+    a = torch.ones(2048, 2048, device=dev)
+    while time.time() < end:
+        a = (a @ a) / 2048.0
+        if dev == "cuda":
+            torch.cuda.synchronize()
+elif fw == "cupy":
+    import cupy
+    print("device gpu", flush=True)
+    if oom:
+        cupy.empty(1 << 42, dtype=cupy.uint8)
+    hold = cupy.empty(mib << 20, dtype=cupy.uint8)
+    a = cupy.ones((2048, 2048), dtype=cupy.float32)
+    while time.time() < end:
+        a = (a @ a) / 2048.0
+        cupy.cuda.Device().synchronize()
+elif fw == "jax":
+    import jax, jax.numpy as jnp
+    print("device", jax.devices()[0].platform, flush=True)
+    if oom:
+        jnp.ones((1 << 42,), jnp.uint8).block_until_ready()
+    hold = jnp.ones((mib << 20,), jnp.uint8).block_until_ready()
+    a = jnp.ones((2048, 2048), jnp.float32)
+    while time.time() < end:
+        a = ((a @ a) / 2048.0).block_until_ready()
 PY
-    echo "[vram=4096 name=jax] python3 $work/jax_job.py" >> "$work/jobs.txt"
+frameworks=""
+for fw in torch jax cupy; do
+    if [ -z "$sim" ] && python3 -c "import $fw" 2>/dev/null; then
+        frameworks="$frameworks $fw"
+        echo "[vram=4096 name=$fw] python3 $work/fw.py $fw 1024 6" >> "$work/jobs.txt"
+        echo "[vram=4096 retries=1 name=${fw}_oom] python3 $work/fw.py $fw 512 1 $work/$fw-oom-marker" >> "$work/jobs.txt"
+    else
+        echo "gpu-smoke: SKIPPED the $fw checks: $(if [ -n "$sim" ]; then echo "--sim"; else echo "$fw does not import here"; fi)"
+    fi
+done
+# A declared job that never touches its GPU: CUDA hidden from it.
+if [ -z "$sim" ] && python3 -c "import torch" 2>/dev/null; then
+    echo "[vram=2048 name=cpu] CUDA_VISIBLE_DEVICES= python3 $work/fw.py torch 16 11" >> "$work/jobs.txt"
 else
-    echo "gpu-smoke: SKIPPED the JAX check: ${sim:+--sim}${sim:-JAX does not import here}"
+    echo "[vram=2048 name=cpu] sleep 11" >> "$work/jobs.txt"
 fi
 
 cd "$work"
-rm -rf logs "$work/oom-marker"
-echo "gpu-smoke: running $(wc -l < jobs.txt) jobs in $work with $bin${sim:+ on a simulated GPU}"
-"$bin" jobs.txt --log-dir logs --poll 0.5 --ledger "$work/ledger" ${sim:+--sim 1}
+rm -rf logs logs-liar logs-mps logs-view ./*-marker
+echo "gpu-smoke: running $(wc -l < jobs.txt) jobs packed in $work with $bin${sim:+ on a simulated GPU}"
+"$bin" jobs.txt --log-dir logs --poll 0.5 --placement pack --ledger "$work/ledger" ${sim:+--sim 1} || true
 
-python3 - "$work/logs" <<'PY'
+python3 - "$work/logs" "$frameworks" <<'PY'
 import json, os, sys
 
-logs = sys.argv[1]
+logs, frameworks = sys.argv[1], sys.argv[2].split()
 status = json.load(open(os.path.join(logs, "status.json")))
 jobs = {j.get("name"): j for j in status["jobs"]}
 journal = [json.loads(l) for l in open(os.path.join(logs, "journal.jsonl")) if l.strip()]
@@ -124,36 +176,170 @@ def check(ok, text):
     print(("PASS " if ok else "FAIL ") + text)
     failed += not ok
 
+def events(job, kind):
+    return [e for e in journal if e.get("key") == job["key"] and e.get("event") == kind]
+
+def log_word(job, word):
+    log = open(job["log"]).read() if job.get("log") else ""
+    return next((l.split()[1] for l in log.splitlines() if l.startswith(word + " ")), None)
+
 for name, allocated in (("small", 512), ("large", 1024)):
     job = jobs[name]
     peak = (job.get("peak_mib") or {}).get("max")
     check(job["state"] == "ok", f"job {name} ended ok ({job['state']})")
     check(peak is not None and allocated <= peak <= allocated + 1024,
           f"job {name}: measured peak {peak} MiB covers its {allocated} MiB allocation (+ CUDA context, at most 1 GiB)")
-    started = [e for e in journal if e.get("key") == job["key"] and e.get("event") == "started"]
+    started = events(job, "started")
     gpus = started[-1].get("gpus") if started else None
-    log = open(job["log"]).read() if job.get("log") else ""
-    seen = next((l.split()[1] for l in log.splitlines() if l.startswith("visible ")), None)
+    seen = log_word(job, "visible")
     check(gpus is not None and seen == ",".join(str(g) for g in gpus),
           f"job {name}: CUDA_VISIBLE_DEVICES={seen} is the GPU it was placed on ({gpus})")
 
-oom = jobs["oom"]
-kinds = [e.get("event") for e in journal if e.get("key") == oom["key"]]
-check("oom" in kinds and oom["state"] == "ok",
-      f"job oom: first attempt retried as an OOM, then ended {oom['state']} (events {kinds})")
-check((oom.get("vram_mib") or 0) > 1500, f"job oom: declaration raised to {oom.get('vram_mib')} MiB")
+def retried(name, declared):
+    job = jobs[name]
+    kinds = [e.get("event") for e in journal if e.get("key") == job["key"]]
+    check("oom" in kinds and job["state"] == "ok",
+          f"job {name}: first attempt retried as an OOM, then ended {job['state']} (events {kinds})")
+    check((job.get("vram_mib") or 0) > declared, f"job {name}: declaration raised to {job.get('vram_mib')} MiB")
 
-jax = jobs.get("jax")
-if jax is not None:
-    log = open(jax["log"]).read() if jax.get("log") else ""
-    platform = next((l.split()[1] for l in log.splitlines() if l.startswith("platform ")), None)
-    peak = (jax.get("peak_mib") or {}).get("max")
-    check(jax["state"] == "ok", f"job jax ended ok ({jax['state']})")
-    check(platform == "gpu", f"job jax ran on the {platform} under the default caps (XLA_PYTHON_CLIENT_MEM_FRACTION only)")
-    check(peak is not None and 0 < peak <= 4096,
-          f"job jax: measured peak {peak} MiB (pool and CUDA context) within its 4096 MiB declaration")
+retried("oom", 1500)
+spans = {}
+for fw in frameworks:
+    job = jobs[fw]
+    peak = (job.get("peak_mib") or {}).get("max")
+    check(job["state"] == "ok", f"job {fw} ended ok ({job['state']})")
+    check(log_word(job, "device") == "gpu", f"job {fw} ran on the {log_word(job, 'device')}")
+    check(peak is not None and 1024 <= peak <= 4096,
+          f"job {fw}: measured peak {peak} MiB covers its 1024 MiB and stays within its 4096 MiB declaration")
+    start, done = events(job, "started"), events(job, "done")
+    if start and done:
+        spans[fw] = (start[-1]["ts"], done[-1]["ts"])
+    retried(f"{fw}_oom", 4096)
+names = sorted(spans)
+for i, a in enumerate(names):
+    for b in names[i + 1:]:
+        overlap = spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+        check(overlap, f"jobs {a} and {b} ran at the same time on the GPU (--placement pack)")
+cpu = jobs["cpu"]
+check(cpu.get("no_gpu_memory") is True,
+      f"job cpu, hidden from its GPU, flagged as on the CPU (no_gpu_memory {cpu.get('no_gpu_memory')})")
 sys.exit(1 if failed else 0)
 PY
+
+# The liar: declares 1000 MiB, takes 3000, beside an honest job.
+{
+    echo "[vram=1000 retries=1 name=liar] $(job 3000 5)"
+    echo "[vram=2000 name=honest] $(job 1000 5)"
+} > jobs-liar.txt
+echo "gpu-smoke: a liar beside an honest job under --enforce stop"
+"$bin" jobs-liar.txt --log-dir logs-liar --poll 0.5 --placement pack --enforce stop --ledger "$work/ledger" ${sim:+--sim 1} || true
+mps=""
+if [ -z "$sim" ] && command -v nvidia-cuda-mps-control > /dev/null; then
+    echo "[vram=1000 retries=2 name=liar] $(job 3000 2)" > jobs-mps.txt
+    echo "gpu-smoke: the liar under --enforce mps"
+    "$bin" jobs-mps.txt --log-dir logs-mps --poll 0.5 --enforce mps --ledger "$work/ledger" 2> mps-err.txt || true
+    if [ -e logs-mps/status.json ]; then
+        mps=1
+    else
+        echo "gpu-smoke: SKIPPED the MPS check: the scheduler could not start MPS: $(head -c 300 mps-err.txt)"
+    fi
+else
+    echo "gpu-smoke: SKIPPED the MPS check: $(if [ -n "$sim" ]; then echo "--sim"; else echo "no nvidia-cuda-mps-control here"; fi)"
+fi
+python3 - "$work" "$mps" <<'PY'
+import json, os, sys
+
+work, mps = sys.argv[1], sys.argv[2]
+failed = 0
+
+def check(ok, text):
+    global failed
+    print(("PASS " if ok else "FAIL ") + text)
+    failed += not ok
+
+def run(logs):
+    status = json.load(open(os.path.join(work, logs, "status.json")))
+    journal = [json.loads(l) for l in open(os.path.join(work, logs, "journal.jsonl")) if l.strip()]
+    return {j.get("name"): j for j in status["jobs"]}, journal
+
+jobs, journal = run("logs-liar")
+liar, honest = jobs["liar"], jobs["honest"]
+ooms = [e for e in journal if e.get("key") == liar["key"] and e.get("event") == "oom"]
+cause = ooms[0].get("cause") if ooms else None
+check(bool(ooms) and "over_declared" in (cause or {}), f"the liar was stopped for over-use (cause {cause})")
+check(liar["state"] == "ok" and (liar.get("vram_mib") or 0) >= 3000,
+      f"the liar's retry at {liar.get('vram_mib')} MiB ended {liar['state']}")
+starts = [e for e in journal if e.get("key") == honest["key"] and e.get("event") == "started"]
+check(honest["state"] == "ok" and len(starts) == 1,
+      f"the honest job ran once ({len(starts)} attempt(s)) and ended {honest['state']}")
+if mps:
+    jobs, journal = run("logs-mps")
+    liar = jobs["liar"]
+    ooms = [e for e in journal if e.get("key") == liar["key"] and e.get("event") == "oom"]
+    cause = ooms[0].get("cause") if ooms else None
+    check(bool(ooms) and "mps_limit" in (cause or {}), f"under MPS the liar hit its MPS limit (cause {cause})")
+    check(liar["state"] == "ok", f"under MPS the liar's retries ended {liar['state']} at {liar.get('vram_mib')} MiB")
+sys.exit(1 if failed else 0)
+PY
+
+# What top and serve show against nvidia-smi, while a job holds 2 GiB.
+view=(--ledger "$work/ledger")
+[ -z "$sim" ] || view+=(--sim 1 --sim-dir "$work/sim-view")
+echo "[vram=3000 name=hold] $(job 2048 30)" > jobs-view.txt
+"$bin" jobs-view.txt --log-dir logs-view --poll 0.5 --watch "${view[@]}" > view.txt 2>&1 &
+sched=$!
+for _ in $(seq 150); do
+    python3 -c 'import json,sys; d=json.load(open("logs-view/status.json")); sys.exit(0 if any(v for j in d["jobs"] for v in (j.get("peak_mib") or {}).values()) else 1)' 2>/dev/null && break
+    sleep 0.2
+done
+sleep 1
+(umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' > serve-token)
+port=$((20000 + RANDOM % 20000))
+"$bin" serve --listen "127.0.0.1:$port" --token-file serve-token --log-dir logs-view "${view[@]}" > serve.txt 2>&1 &
+serve=$!
+sleep 2
+"$bin" top --once --log-dir logs-view "${view[@]}" > top.txt 2>&1 || true
+if [ -z "$sim" ] && command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits > smi.txt
+else
+    : > smi.txt
+fi
+view_failed=""
+python3 - "$port" <<'PY' || view_failed=1
+import json, re, sys, urllib.request
+
+port = sys.argv[1]
+token = open("serve-token").read().strip()
+failed = 0
+
+def check(ok, text):
+    global failed
+    print(("PASS " if ok else "FAIL ") + text)
+    failed += not ok
+
+request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/box",
+                                 headers={"Authorization": f"Bearer {token}"})
+box = json.load(urllib.request.urlopen(request, timeout=10))
+served = {g["index"]: g["used_mib"] for g in box["gpus"]}
+top = {int(m.group(1)): int(m.group(2))
+       for m in re.finditer(r"^GPU (\d+)\s+(\d+)/\d+ MiB", open("top.txt").read(), re.M)}
+check(bool(top) and bool(served), f"top --once shows GPUs {sorted(top)}, serve shows {sorted(served)}")
+smi = {int(a): int(b) for a, b in (l.split(",") for l in open("smi.txt") if l.strip())}
+close = lambda a, b: abs(a - b) <= max(300, 0.05 * max(a, b))
+reference = smi or served
+what = "nvidia-smi" if smi else "serve (no nvidia-smi here)"
+for index, used in reference.items():
+    if index in top:
+        check(close(top[index], used), f"GPU {index}: top --once {top[index]} MiB, {what} {used} MiB")
+    if index in served:
+        check(close(served[index], used), f"GPU {index}: serve {served[index]} MiB, {what} {used} MiB")
+check(any(u >= 2048 for u in reference.values()), f"the held 2 GiB show: {reference}")
+sys.exit(1 if failed else 0)
+PY
+kill "$serve" 2>/dev/null || true
+"$bin" stop --log-dir logs-view > /dev/null 2>&1 || true
+wait "$sched" 2>/dev/null || true
+[ -z "$view_failed" ] || exit 1
 
 echo "gpu-smoke: gpusched doctor"
 "$bin" doctor --log-dir logs --ledger "$work/ledger" ${sim:+--sim 1}

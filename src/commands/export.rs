@@ -2,7 +2,9 @@
 //! command lines `--slurm` would run, one per job, as a shell script that
 //! submits them by hand (`… | sh`). Dependencies use the ids of the
 //! submissions above them (`--dependency=afterok:$j1`); jobs flagged
-//! `cancel` are left out.
+//! `cancel`, and jobs the log directory's journal says ended, are left
+//! out, as `--slurm` would leave them. Each is named for people: its
+//! `name=`, else `job<number>`.
 
 use crate::cli::ExportArgs;
 use crate::error::Error;
@@ -39,23 +41,58 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
     let text = jobspec::decode(bytes).map_err(|e| bad(e.to_string()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| bad(e.to_string()))?;
-    // Numbers as a first run would give them: file order from 1.
-    let known: KnownJobs = (1..).zip(specs.iter().map(|s| s.key.clone())).collect();
+    // Numbers and outcomes as the log directory's journal has them; jobs
+    // it never saw are numbered after them, in file order, as a run would.
+    let index = super::index::JobIndex::read(&args.log_dir).map_or_else(|_| Vec::new(), |i| i.jobs);
+    let mut next = index.iter().map(|j| j.no).max().unwrap_or(0) + 1;
+    let numbers: Vec<u32> = specs
+        .iter()
+        .map(|s| {
+            index.iter().find(|j| j.key == s.key).map_or_else(
+                || {
+                    next += 1;
+                    next - 1
+                },
+                |j| j.no,
+            )
+        })
+        .collect();
+    let ended = |key: &str| {
+        index
+            .iter()
+            .find(|j| j.key == key)
+            .and_then(|j| match &j.last {
+                super::index::LastWord::Done { status, .. } => Some(status.clone()),
+                _ => None,
+            })
+    };
+    let known: KnownJobs = numbers
+        .iter()
+        .copied()
+        .zip(specs.iter().map(|s| s.key.clone()))
+        .collect();
     let after = dependencies::resolve(&specs, &known).map_err(|e| bad(e.to_string()))?;
     let workdir = std::env::current_dir()?;
     let log_dir = absolute(&args.log_dir);
     let options = args.slurm.options();
     let mut out = format!(
-        "#!/bin/sh\n# {} job(s) of {} for Slurm, as `gpusched {} --slurm` would submit them.\nset -e\nmkdir -p {}\n",
+        "#!/bin/sh\n# {} job(s) of {} for Slurm, as `gpusched {} --slurm` would submit them (named for people: name=, else job<number>).\nset -e\nmkdir -p {}\n",
         specs.len(),
         path.display(),
         path.display(),
         slurm::shell_quote(&log_dir.display().to_string())
     );
     let mut var_of: HashMap<&str, String> = HashMap::new();
-    for (no, spec) in (1u32..).zip(&specs) {
+    for (&no, spec) in numbers.iter().zip(&specs) {
         if spec.cancel {
             let _ = writeln!(out, "# job {no} carries `cancel`: not submitted");
+            continue;
+        }
+        if let Some(status) = ended(&spec.key) {
+            let _ = writeln!(
+                out,
+                "# job {no} already ended {status}: not submitted (`gpusched retry {no}` queues it again)"
+            );
             continue;
         }
         let log = log_dir.join(report::log_name(no, &[]));
@@ -71,10 +108,24 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             workdir: &workdir,
         };
         let mut words = vec!["sbatch".to_string(), "--parsable".to_string()];
+        // Not `gpusched-<key>`: a scheduler with this log directory takes
+        // such submissions for its own.
+        let name = format!(
+            "--job-name={}",
+            spec.name()
+                .map_or_else(|| format!("job{no}"), str::to_string)
+        );
         words.extend(
             slurm::sbatch_options(&sub, &options)
-                .iter()
-                .map(|a| slurm::shell_quote(a)),
+                .into_iter()
+                .map(|a| {
+                    if a.starts_with("--job-name=") {
+                        name.clone()
+                    } else {
+                        a
+                    }
+                })
+                .map(|a| slurm::shell_quote(&a)),
         );
         let deps: Vec<&str> = after
             .get(&spec.key)

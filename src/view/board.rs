@@ -216,46 +216,38 @@ fn quota_words(q: &crate::rules::quota::Quota) -> String {
 }
 
 /// What `gpusched pause` and `drain` and the priority reservation hold in
-/// force, one line each.
+/// force, each wrapped at words to `width` characters.
 pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut texts = Vec::new();
     if doc.scheduler.queue_paused {
-        lines.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
+        texts.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
     }
     if let Some(reservation) = &doc.scheduler.reservation {
-        lines.push(crate::console::shorten(
-            &format!(
-                "reserved: GPU {} for job {} (it waited --reserve-after blocked)",
-                crate::console::gpu_ids(&reservation.gpus, ", "),
-                reservation.job
-            ),
-            width,
+        texts.push(format!(
+            "reserved: GPU {} for job {} (it waited --reserve-after blocked)",
+            crate::console::gpu_ids(&reservation.gpus, ", "),
+            reservation.job
         ));
     }
     if let Some(head) = &doc.scheduler.backfill {
-        lines.push(crate::console::shorten(
-            &format!(
-                "backfill: job {} expected to start ~{} on GPU {}; later jobs start before it only if they do not delay it",
-                head.job,
-                crate::console::clock_short(head.start),
-                crate::console::gpu_ids(&head.gpus, ", "),
-            ),
-            width,
+        texts.push(format!(
+            "backfill: job {} expected to start ~{} on GPU {}; later jobs start before it only if they do not delay it",
+            head.job,
+            crate::console::clock_short(head.start),
+            crate::console::gpu_ids(&head.gpus, ", "),
         ));
     }
     if let Some(note) = &doc.scheduler.hidden_processes {
-        lines.push(crate::console::shorten(&format!("note: {note}"), width));
+        texts.push(format!("note: {note}"));
     }
     if !doc.scheduler.drained.is_empty() {
-        lines.push(crate::console::shorten(
-            &format!(
-                "drained: GPU {} (`gpusched undrain` opens it again)",
-                crate::console::gpu_ids(&doc.scheduler.drained, ", ")
-            ),
-            width,
+        texts.push(format!(
+            "drained: GPU {} (`gpusched undrain` opens it again)",
+            crate::console::gpu_ids(&doc.scheduler.drained, ", ")
         ));
     }
-    lines
+    // Wrapped at words, never cut: each says something to act on.
+    texts.iter().flat_map(|text| wrap(text, width)).collect()
 }
 
 /// `jobs: 4 running, 2 pending, 3 ok` — every state with jobs, in the
@@ -441,6 +433,24 @@ fn running_note(job: &JobStatus) -> Option<String> {
 mod tests {
     use super::*;
     use crate::model::DoneStatus;
+
+    /// The 80-column header cut the backfill line mid-word; it wraps.
+    #[test]
+    fn control_lines_wrap_at_words_within_the_width() {
+        let mut doc = crate::view::status::tests::sample_doc();
+        doc.scheduler.queue_paused = true;
+        doc.scheduler.backfill = Some(status::BackfillStatus {
+            job: 3,
+            start: 1_700_000_000.0,
+            gpus: vec![0, 1],
+        });
+        let lines = control_lines(&doc, 80);
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.contains('…')), "{lines:?}");
+        let text = lines.join(" ");
+        assert!(text.ends_with("only if they do not delay it"), "{text}");
+        assert!(text.starts_with("QUEUE PAUSED"), "{text}");
+    }
 
     #[test]
     fn wrapping_keeps_lines_within_the_width() {

@@ -55,6 +55,14 @@ fn a_timeout_bounds_the_end_and_sets_the_next_start() {
     wait_for("the board to say it", &mut || {
         env.board().contains("ends ~") && env.board().contains("(timeout)")
     });
+    // A paused queue starts nothing: no start is predicted; the end is.
+    let out = env.verb(&["pause"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("the paused queue to predict no start", &mut || {
+        let doc = status(&env);
+        job(&doc, 2)["expected_start"].is_null() && job(&doc, 1)["expected_end"].is_number()
+    });
+    assert!(!env.board().contains("starts ~"), "{}", env.board());
     std::fs::write(env.path("release"), "").unwrap();
     sched.stop();
 }

@@ -373,6 +373,9 @@ fn export_prints_a_script_that_submits_in_order() {
     assert!(lines[1].contains("--requeue") && lines[1].contains("--account=lab"));
     assert!(lines[1].contains("--dependency=afterok:$j1"), "{script}");
     assert!(script.contains("# job 3 carries `cancel`"), "{script}");
+    // Named for people: name=, else the job number.
+    assert!(lines[0].contains("--job-name=prep "), "{script}");
+    assert!(lines[1].contains("--job-name=job2 "), "{script}");
     // Run it against a stand-in sbatch that records its arguments.
     let bin = env.path("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -400,6 +403,39 @@ fn export_prints_a_script_that_submits_in_order() {
     assert!(
         calls[1].contains("--wrap=python train.py --lr 0.1"),
         "{calls:?}"
+    );
+}
+
+/// Jobs that already ended in this log directory are left out, with the
+/// numbers the journal gave them, as `--slurm` would leave them.
+#[test]
+fn export_leaves_out_jobs_that_already_ended() {
+    let env = Env::new("[name=first] true\nsh -c 'exit 3'\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 3, "{}", out.stdout);
+    std::fs::write(&env.jobs, "[name=first] true\nsh -c 'exit 3'\necho third\n").unwrap();
+    let out = Command::new(common::bin())
+        .args(["export", "--slurm", "jobs.txt", "--log-dir", "logs"])
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
+    assert_eq!(lines.len(), 1, "{script}");
+    assert!(
+        lines[0].starts_with("j3=$(sbatch") && lines[0].contains("--job-name=job3 "),
+        "{script}"
+    );
+    assert!(
+        script.contains("# job 1 already ended ok: not submitted"),
+        "{script}"
+    );
+    assert!(
+        script.contains(
+            "# job 2 already ended failed: not submitted (`gpusched retry 2` queues it again)"
+        ),
+        "{script}"
     );
 }
 

@@ -126,7 +126,8 @@ impl Scheduler {
         for late in order.into_iter().skip(ENDS_TRIED) {
             tried[late] = None;
         }
-        if tried.iter().all(Option::is_none) {
+        // A paused queue starts nothing: no start is predicted.
+        if tried.iter().all(Option::is_none) || self.core.control.paused {
             return out;
         }
         let waiting = self.first_ready(WAITING_ESTIMATED);

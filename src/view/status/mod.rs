@@ -524,4 +524,4 @@ pub const JOB_STATES: [&str; 3 + DoneStatus::ALL.len()] = {
 };
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

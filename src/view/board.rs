@@ -403,6 +403,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
             status,
             returncode: job.returncode,
             no_gpu_memory: job.no_gpu_memory,
+            last_line: job.last_line.clone(),
         },
     };
     BoardRow {
@@ -479,6 +480,7 @@ mod tests {
             oom_attempts: 0,
             over_declared: false,
             no_gpu_memory: false,
+            last_line: None,
             queued: None,
             started: None,
             finished: None,
@@ -501,6 +503,7 @@ mod tests {
                 status: DoneStatus::Timeout,
                 returncode: Some(143),
                 no_gpu_memory: false,
+                last_line: None,
             }
         );
     }

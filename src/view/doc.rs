@@ -155,6 +155,7 @@ pub fn job_status(
         oom_attempts: state.oom_attempts,
         over_declared: false,
         no_gpu_memory: false,
+        last_line: None,
         queued: Some(state.seen_ts),
         started: state.first_started_ts(),
         finished: None,
@@ -194,6 +195,7 @@ pub fn job_status(
         job.duration_s = Some(done.duration_s);
         job.avg_util = done.avg_util;
         job.no_gpu_memory = done.no_gpu_memory;
+        job.last_line = input.this_run.last_lines.get(key).cloned();
         if !job.gpus.is_empty() {
             let log = input
                 .cfg

@@ -212,6 +212,8 @@ pub enum BoardState {
         /// Declared, yet never seen on its GPUs: it probably ran on the
         /// CPU.
         no_gpu_memory: bool,
+        /// For a failure: the last line it wrote to its log.
+        last_line: Option<String>,
     },
 }
 
@@ -355,16 +357,28 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             status,
             returncode,
             no_gpu_memory,
+            last_line,
         } => {
             let ended = match returncode {
                 Some(rc) => format!("{} (exit {rc})", status.as_str()),
                 None => status.as_str().to_string(),
             };
-            if *no_gpu_memory {
+            let details = if *no_gpu_memory {
                 format!("{ended}, no GPU memory seen (CPU?)")
             } else {
                 ended
+            };
+            let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
+            let mut line = fit_line(&prefix, &row.command, width);
+            // The reason, on a line of its own as a wait's is.
+            if let Some(last) = last_line {
+                line.push('\n');
+                line.push_str(&crate::console::shorten(
+                    &format!("           {last}"),
+                    width,
+                ));
             }
+            return line;
         }
     };
     let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
@@ -523,6 +537,7 @@ mod tests {
                         status: DoneStatus::Cancelled,
                         returncode: None,
                         no_gpu_memory: false,
+                        last_line: None,
                     },
                 })
                 .collect(),

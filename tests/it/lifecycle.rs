@@ -451,4 +451,34 @@ fn a_failed_jobs_completion_line_says_why() {
         .find(|l| l.contains("✓ job 2 ok"))
         .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(!ok.contains("fine"), "{ok}");
+    // status.json and the board say it too.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap();
+    common::assert_valid_status(&doc);
+    let last = |no: u64| {
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["no"] == no)
+            .map(|j| j["last_line"].clone())
+            .unwrap()
+    };
+    assert!(
+        last(1)
+            .as_str()
+            .is_some_and(|l| l.contains("pythn: not found")),
+        "{doc:#}"
+    );
+    assert!(last(2).is_null(), "{doc:#}");
+    let board = env.board();
+    let row = board.lines().position(|l| l.contains("✗ job 1")).unwrap();
+    assert!(
+        board
+            .lines()
+            .nth(row + 1)
+            .is_some_and(|l| l.contains("pythn: not found")),
+        "{board}"
+    );
 }

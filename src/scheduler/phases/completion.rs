@@ -364,6 +364,10 @@ impl Scheduler {
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
+        let last_line = status
+            .is_failure()
+            .then(|| report::last_log_line(&job.log.path, job.log.offset))
+            .flatten();
         let line = report::completion_line(&CompletionLine {
             no: job.no,
             status,
@@ -378,12 +382,15 @@ impl Scheduler {
                 .filter(|_| status == DoneStatus::FailedOom && self.mps_limited(job)),
             tolerance: self.cfg.tolerance,
             log: Some(&job.log.path),
-            last_line: status
-                .is_failure()
-                .then(|| report::last_log_line(&job.log.path, job.log.offset))
-                .flatten(),
+            last_line: last_line.clone(),
             no_gpu_memory,
         });
+        if let Some(last) = last_line {
+            self.report
+                .this_run
+                .last_lines
+                .insert(key.to_string(), last);
+        }
         if no_gpu_memory {
             self.report
                 .told

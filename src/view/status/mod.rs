@@ -429,6 +429,12 @@ pub struct JobStatus {
     /// (docs/BEHAVIOUR.md "Monitoring").
     #[serde(default)]
     pub no_gpu_memory: bool,
+    /// For a job that failed during this scheduler's run: the last line
+    /// it wrote to its log, where the reason usually is (`/bin/sh: 1:
+    /// pythn: not found`), control characters shown as `�`, at most 120
+    /// characters.
+    #[serde(default)]
+    pub last_line: Option<String>,
     /// When queued (first seen), Unix seconds.
     pub queued: Option<f64>,
     /// When its first attempt started.

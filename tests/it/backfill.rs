@@ -120,3 +120,44 @@ fn a_later_job_does_not_delay_the_second_waiting_job() {
         assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
     }
 }
+
+/// A `timeout=` far above the run time (`timeout=10m` on jobs that take
+/// half a second) no longer keeps jobs from backfilling: their family's
+/// history says how long they run, and they fill the free GPU before the
+/// two-GPU job's start, which they do not delay.
+#[test]
+fn history_not_a_generous_timeout_says_how_long_a_job_runs() {
+    let env = Env::new("[family=short] sleep 0.5\n");
+    let out = env.run(&["--sim", "2", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    env.append_jobs(&format!(
+        "[vram=20G timeout=8s family=long] sleep 6\n\
+         [vram=20G gpus=2] echo pair\n\
+         {}",
+        (0..5)
+            .map(|n| format!("[vram=3G timeout=10m family=short] sleep 0.5 # {n}\n"))
+            .collect::<String>()
+    ));
+    run_seeing_a_delay_or_not(&env, 8);
+    let long_end = ts(&env.job_events(2, "done")[0]);
+    let pair_start = ts(&env.job_events(3, "started")[0]);
+    let shorts: Vec<f64> = (4..=8)
+        .map(|no| ts(&env.job_events(no, "started")[0]))
+        .collect();
+    assert!(
+        shorts.iter().all(|s| *s < pair_start),
+        "the short jobs waited for the two-GPU job: {shorts:?}, pair at {pair_start}"
+    );
+    assert!(
+        pair_start - long_end < 1.0,
+        "the two-GPU job started {:.2} s after the long job ended",
+        pair_start - long_end
+    );
+}
+
+/// Runs `env`'s jobs on `--sim 2` until `jobs` have ended.
+fn run_seeing_a_delay_or_not(env: &Env, jobs: usize) {
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.2", "--watch"]);
+    wait_for("every job to end", &mut || env.events("done").len() == jobs);
+    sched.stop();
+}

@@ -50,18 +50,25 @@ impl Scheduler {
     }
 
     /// How long the job of line `index` should run (seconds), for
-    /// backfill (docs/BEHAVIOUR.md "Backfill"): its `timeout=`, the upper
-    /// bound, else its family's typical run time with a margin
-    /// ([`expected::HISTORY_MARGIN`]: a median is no bound, and a job that runs past
-    /// it delays a waiting job); `None` when neither is known.
+    /// backfill (docs/BEHAVIOUR.md "Backfill"): its family's typical run
+    /// time with a margin ([`expected::HISTORY_MARGIN`]: a median is no
+    /// bound, and a job that runs past it delays a waiting job), never
+    /// past its `timeout=`; else its `timeout=`, the upper bound; `None`
+    /// when neither is known. History first: a `timeout=` is a safety
+    /// limit, often far above the run time (`timeout=10m` on 45 s jobs
+    /// kept GPUs idle that the jobs would have left long before the
+    /// waiting job's start).
     pub(in crate::scheduler) fn run_estimate_s(&self, index: usize) -> Option<f64> {
         let spec = &self.core.jobs.specs[index];
-        spec.timeout_s().or_else(|| {
-            self.core
-                .run_times
-                .typical(&family_of(&spec.command, spec.family()))
-                .map(expected::with_margin)
-        })
+        let typical = self
+            .core
+            .run_times
+            .typical(&family_of(&spec.command, spec.family()))
+            .map(expected::with_margin);
+        match (typical, spec.timeout_s()) {
+            (Some(t), Some(limit)) => Some(t.min(limit)),
+            (t, limit) => t.or(limit),
+        }
     }
 
     /// Fills the run times from the journal once (every ok job of the

@@ -25,11 +25,27 @@ fn main() {
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
-    // Root acts in a user's log directory as that user (docs/SECURITY.md).
-    if let Some(log_dir) = cli.command.as_mut().and_then(|c| c.log_dir_mut())
-        && let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
-    {
-        finish(Err(error.into()));
+    if let Some(log_dir) = cli.command.as_mut().and_then(|c| c.log_dir_mut()) {
+        // From another directory: the caller's own running scheduler.
+        let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
+            || gpusched::ledger::store::DEFAULT_DIR.into(),
+            std::path::PathBuf::from,
+        );
+        match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
+            Ok(Some(found)) => {
+                eprintln!(
+                    "gpusched: using {} (your running scheduler's log directory)",
+                    found.display()
+                );
+                *log_dir = found;
+            }
+            Ok(None) => {}
+            Err(error) => finish(Err(error.into())),
+        }
+        // Root acts in a user's log directory as that user (docs/SECURITY.md).
+        if let Err(error) = gpusched::trust::act_as_owner_of(log_dir) {
+            finish(Err(error.into()));
+        }
     }
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),

@@ -18,8 +18,9 @@ pub struct BoxArgs {
     #[arg(long, value_name = "DIR", requires = "sim")]
     pub sim_dir: Option<PathBuf>,
     /// The ledger directory, as the scheduler's --ledger (default:
-    /// /dev/shm/gpusched; with --sim: SIM_DIR/ledger).
-    #[arg(long, value_name = "DIR")]
+    /// $GPUSCHED_LEDGER, else /dev/shm/gpusched; with --sim:
+    /// SIM_DIR/ledger).
+    #[arg(long, value_name = "DIR", env = "GPUSCHED_LEDGER")]
     pub ledger: Option<PathBuf>,
     /// The box rules, as the scheduler's --box-rules.
     #[arg(long, value_name = "FILE")]
@@ -122,8 +123,9 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "PAIRS", requires = "sim", value_parser = parse_nvlink_pairs)]
     pub sim_nvlink: Option<NvlinkPairs>,
     /// The ledger directory, as the scheduler's --ledger (default:
-    /// /dev/shm/gpusched; with --sim: LOG_DIR/sim/ledger).
-    #[arg(long, value_name = "DIR")]
+    /// $GPUSCHED_LEDGER, else /dev/shm/gpusched; with --sim:
+    /// LOG_DIR/sim/ledger).
+    #[arg(long, value_name = "DIR", env = "GPUSCHED_LEDGER")]
     pub ledger: Option<PathBuf>,
     /// The scheduler's log directory.
     #[arg(

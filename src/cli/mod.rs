@@ -382,9 +382,14 @@ pub struct RunArgs {
 
     /// The ledger directory shared with other schedulers on this box: each
     /// books its running jobs' memory there, so two schedulers never start
-    /// jobs into the same free memory. Default: /dev/shm/gpusched (with
-    /// --sim: SIM_DIR/ledger).
-    #[arg(long, value_name = "DIR", conflicts_with = "no_ledger")]
+    /// jobs into the same free memory. Default: $GPUSCHED_LEDGER, else
+    /// /dev/shm/gpusched (with --sim: SIM_DIR/ledger).
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "GPUSCHED_LEDGER",
+        conflicts_with = "no_ledger"
+    )]
     pub ledger: Option<PathBuf>,
 
     /// The box rules everyone's schedulers on this machine follow: fair

@@ -12,6 +12,7 @@ pub mod grid;
 pub mod index;
 pub mod log;
 pub mod mcp;
+pub mod own;
 pub mod report;
 pub mod request;
 pub mod reserve;

@@ -590,3 +590,59 @@ fn add_runs_the_job_with_the_callers_environment() {
         out.stdout
     );
 }
+
+/// From another directory, with neither `--log-dir` nor
+/// `GPUSCHED_LOG_DIR`, a verb finds the caller's one running scheduler
+/// through the ledger's booking files; with two running it names both.
+#[test]
+fn verbs_find_the_callers_running_scheduler_from_anywhere() {
+    let ledger = tempfile::tempdir().unwrap();
+    let hold = "[vram=1G name=hold] while [ ! -e release ]; do sleep 0.05; done\n";
+    let first = Env::new(hold);
+    let start = |env: &Env| {
+        let mut cmd = env.command(&["--sim", "1", "--poll", "0.1", "--watch"]);
+        cmd.env("GPUSCHED_LEDGER", ledger.path());
+        common::Sched::from_command(cmd)
+    };
+    let sched = start(&first);
+    wait_for("the first job to run", &mut || {
+        first.board().contains("▶ job 1")
+    });
+    let elsewhere = tempfile::tempdir().unwrap();
+    let status = || {
+        Command::new(bin())
+            .arg("status")
+            .current_dir(elsewhere.path())
+            .env_remove("GPUSCHED_LOG_DIR")
+            .env("GPUSCHED_LEDGER", ledger.path())
+            .output()
+            .unwrap()
+    };
+    let out = status();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(&format!("using {}", first.logs.display())),
+        "{out:?}"
+    );
+    assert!(text(&out.stdout).contains("hold"), "{out:?}");
+    // A second scheduler of the same user: the verb names both.
+    let second = Env::new(hold);
+    let other = start(&second);
+    wait_for("the second job to run", &mut || {
+        second.board().contains("▶ job 1")
+    });
+    let out = status();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("you run 2 schedulers")
+            && said.contains(&first.logs.display().to_string())
+            && said.contains(&second.logs.display().to_string()),
+        "{said}"
+    );
+    for env in [&first, &second] {
+        std::fs::write(env.path("release"), "").unwrap();
+    }
+    sched.stop();
+    other.stop();
+}

@@ -292,7 +292,7 @@ fn a_real_browser_sees_the_page_change_when_a_job_ends_without_a_reload() {
             std::env::var_os("GPUSCHED_BROWSER_REQUIRED").is_none(),
             "GPUSCHED_BROWSER_REQUIRED is set but chromium, chromedriver or Selenium is missing (scripts/browser-setup.sh)"
         );
-        eprintln!("SKIPPED: no chromium and chromedriver (scripts/browser-setup.sh)");
+        common::skipped("no chromium and chromedriver (scripts/browser-setup.sh)");
         return;
     };
     // Job 1 runs long enough for a slow browser start to see it running.

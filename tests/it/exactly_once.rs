@@ -587,15 +587,15 @@ impl Drop for Mount {
 /// skipped) when not root or mounting is not allowed here.
 fn mount(args: &[&str], target: &Path, test: &str) -> Option<Mount> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED {test}: needs root to mount a small filesystem");
+        common::skipped(&format!("{test}: needs root to mount a small filesystem"));
         return None;
     }
     let out = Command::new("mount").args(args).arg(target).output().ok()?;
     if !out.status.success() {
-        eprintln!(
-            "SKIPPED {test}: mount {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::skipped(&format!(
+            "{test}: mount {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
         return None;
     }
     Some(Mount(target.to_path_buf()))
@@ -757,10 +757,10 @@ impl Frozen {
             .and_then(|_| std::fs::write(cgroup.join("freezer.state"), "FROZEN"));
         if let Err(e) = made {
             let _ = std::fs::remove_dir(&cgroup);
-            eprintln!(
-                "SKIPPED: this test freezes a process with the cgroup v1 freezer at {} ({e})",
+            common::skipped(&format!(
+                "a test freezes a process with the cgroup v1 freezer at {} ({e})",
                 root.display()
-            );
+            ));
             return None;
         }
         let frozen = Frozen { cgroup, pid };

@@ -31,8 +31,8 @@ fn cluster_up() -> bool {
             std::env::var_os("GPUSCHED_SLURM_REQUIRED").is_none(),
             "GPUSCHED_SLURM_REQUIRED is set but no Slurm cluster answers (scripts/slurm-test-cluster.sh up)"
         );
-        eprintln!(
-            "SKIPPED: no Slurm cluster answers `sinfo`; start one as root with `scripts/slurm-test-cluster.sh up`"
+        common::skipped(
+            "no Slurm cluster answers `sinfo`; start one as root with `scripts/slurm-test-cluster.sh up`",
         );
     }
     up

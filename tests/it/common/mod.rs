@@ -511,6 +511,39 @@ pub fn assert_valid(doc: &Value, schema_file: &str) {
     );
 }
 
+/// Checks skipped in this run, by why.
+static SKIPPED: std::sync::Mutex<std::collections::BTreeMap<String, usize>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Says that a check is skipped and why (in the test's captured output),
+/// and counts it for the line the run ends with: `N check(s) SKIPPED`,
+/// each reason with its count, printed when the test binary exits, after
+/// libtest's own summary — so a run without a component a test needs
+/// says so at its end, not only in captured output that `ok` hides.
+pub fn skipped(why: &str) {
+    eprintln!("SKIPPED: {why}");
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        extern "C" fn report() {
+            let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+            let total: usize = skipped.values().sum();
+            let mut text = format!("\n{total} check(s) of this run were SKIPPED:\n");
+            for (why, count) in skipped.iter() {
+                text.push_str(&format!("  {count} × {why}\n"));
+            }
+            text.push_str("(.ci/run installs and starts what they need; see README.md)\n");
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+        // SAFETY: `report` is a plain function that outlives the process's
+        // exit; libtest leaves through `std::process::exit`.
+        unsafe {
+            libc::atexit(report);
+        }
+    }
+    *skipped.entry(why.to_string()).or_default() += 1;
+}
+
 /// A Python virtual environment under the build's temp dir with `pip`
 /// package `spec` installed (made once, kept between runs), checked by
 /// running `import_check`; its python. `None` (and a line saying SKIPPED)
@@ -546,7 +579,9 @@ pub fn python_venv(
                 std::env::var_os(required).is_none(),
                 "{required} is set but {what} could not be installed (python3 -m venv; pip install '{spec}')"
             );
-            eprintln!("SKIPPED: no python3 with venv, or {what} could not be installed");
+            skipped(&format!(
+                "no python3 with venv and a package index or wheel cache, or {what} could not be installed"
+            ));
             return None;
         }
     }

@@ -15,12 +15,12 @@ use std::time::Duration;
 /// a line saying why) without root.
 pub fn test_user(name: &str) -> Option<(u32, u32)> {
     if !nix::unistd::geteuid().is_root() {
-        let why = "skipped: the shared-directory tests need root to create test users";
+        let why = "the multi-user tests need root to create test users";
         assert!(
             std::env::var_os("GPUSCHED_USERS_REQUIRED").is_none(),
             "{why} (GPUSCHED_USERS_REQUIRED is set)"
         );
-        eprintln!("{why}");
+        super::skipped(why);
         return None;
     }
     // Tests run in parallel: another may be adding a user (useradd then

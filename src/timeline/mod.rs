@@ -307,10 +307,26 @@ fn frame(run: &mut Run, samples: &[usage::Sample], now: f64) {
     }
 }
 
-/// Our jobs' summed memory and others' memory per GPU, as step curves.
+/// Our jobs' summed memory and others' memory per GPU, as step curves. A
+/// job's memory ends with its attempt even where the record has no final
+/// 0 for it (its scheduler was killed before it could write one, and the
+/// job ended while none ran): no memory is drawn after a job's end.
 fn curves(run: &mut Run, samples: &[usage::Sample]) {
+    let closing: Vec<usage::Sample> = run
+        .attempts
+        .iter()
+        .filter(|a| a.outcome != Outcome::Running)
+        .flat_map(|a| {
+            a.gpus.iter().map(|&gpu| usage::Sample {
+                ts: a.end,
+                gpu,
+                key: Some(a.key.clone()),
+                mib: 0,
+            })
+        })
+        .collect();
     let mut per_job: BTreeMap<u32, HashMap<&str, u64>> = BTreeMap::new();
-    let mut sorted: Vec<&usage::Sample> = samples.iter().collect();
+    let mut sorted: Vec<&usage::Sample> = samples.iter().chain(&closing).collect();
     sorted.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     for sample in sorted {
         match &sample.key {

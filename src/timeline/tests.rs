@@ -78,6 +78,30 @@ fn memory_curves_sum_our_jobs_per_gpu() {
     assert_eq!(run.gpus[&0], 4500);
 }
 
+/// A job that ended while no scheduler ran has no final 0 in the record
+/// (its scheduler was killed): its memory still ends with its attempt,
+/// not at the end of the picture.
+#[test]
+fn a_jobs_memory_ends_with_its_attempt_without_a_final_sample() {
+    let journal = r#"{"ts":100.0,"key":"a#0","event":"seen","no":1,"command":"x"}
+{"ts":101.0,"key":"a#0","event":"started","pgid":10,"gpus":[0],"attempt":1,"vram_mib":6000}
+{"ts":150.0,"key":"a#0","event":"done","status":"ok","returncode":0,"peak_mib":{"0":13500},"avg_util":null,"duration_s":49.0}
+"#;
+    let samples = vec![usage::Sample {
+        ts: 102.0,
+        gpu: 0,
+        key: Some("a#0".into()),
+        mib: 13500,
+    }];
+    let run = build(
+        lines(journal),
+        &samples,
+        &BTreeMap::from([(0, 24000)]),
+        300.0,
+    );
+    assert_eq!(run.ours[&0], vec![(102.0, 13500), (150.0, 0)]);
+}
+
 #[test]
 fn the_svg_escapes_commands_and_has_a_lane_per_gpu() {
     let run = build(

@@ -296,3 +296,37 @@ fn the_timeline_command_draws_a_live_run_and_a_copied_log_directory() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `kill -9` of the scheduler while a job holds 13,500 MiB; the job ends
+/// while no scheduler runs: the next start records the peak the first one
+/// measured (not `peak n/a`), and the timeline drops the job's memory at
+/// its end instead of drawing it to the end of the picture.
+#[test]
+fn what_was_measured_survives_a_kill_9_and_the_memory_ends_with_the_job() {
+    let env = common::Env::new("[vram=14G] gpusched simjob --vram 13500 --ramp 0.1 --hold 2\n");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    common::wait_for("the peak in status.json", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .is_some_and(|doc| doc["jobs"][0]["peak_mib"]["0"] == 13500)
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    // The job ends (its supervisor records the exit) with no scheduler.
+    common::wait_for("the exit record", &mut || {
+        std::fs::read_dir(env.logs.join("exits")).is_ok_and(|d| d.count() > 0)
+    });
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("ended while no scheduler ran"),
+        "{}",
+        out.stdout
+    );
+    let done = env.job_events(1, "done");
+    assert_eq!(done[0]["peak_mib"]["0"], 13500, "{}", out.stdout);
+    let run = gpusched::timeline::from_log_dir(&env.logs, gpusched::clock::now_ts()).unwrap();
+    let end = run.attempts[0].end;
+    assert_eq!(run.ours[&0].last(), Some(&(end, 0)), "{:?}", run.ours);
+}

@@ -16,6 +16,7 @@ use crate::process::{self, GroupIdentity, Pgid, ProcTable};
 use crate::scheduler::Scheduler;
 use crate::state::{Proc, Running, Usage};
 use crate::view::report;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 impl Scheduler {
@@ -32,6 +33,9 @@ impl Scheduler {
             .map(|(k, s)| (k.to_string(), s.clone()))
             .collect();
         let mut adopted_any = false;
+        let measured = (!started.is_empty())
+            .then(|| self.predecessors_peaks())
+            .unwrap_or_default();
         // One read of /proc for every orphan.
         let table = (!started.is_empty())
             .then(ProcTable::scan)
@@ -40,7 +44,11 @@ impl Scheduler {
             let Phase::Started(info) = &state.phase else {
                 continue;
             };
-            let running = self.adopted(&key, &state, info);
+            let mut running = self.adopted(&key, &state, info);
+            // What the previous scheduler measured of this attempt.
+            if let Some(peaks) = measured.get(&(key.clone(), state.attempts)) {
+                running.usage.peak_mib = peaks.clone();
+            }
             if let Some(id) = info.slurm_job_id {
                 self.report.say(format!(
                     "job {} was submitted to Slurm by a previous scheduler (Slurm job {id}); following it, not submitting it again",
@@ -101,6 +109,36 @@ impl Scheduler {
         }
         self.remove_stale_exit_records();
         Ok(())
+    }
+
+    /// The per-GPU peaks (MiB) the previous scheduler measured of the
+    /// attempts it left running, by (key, attempt), from the status.json
+    /// it last wrote: a job that ends while no scheduler runs, or is
+    /// adopted, keeps what was measured of it (docs/BEHAVIOUR.md "Exactly
+    /// once"). Nothing when there is no such file or it does not parse.
+    fn predecessors_peaks(&self) -> HashMap<(String, u32), BTreeMap<u32, u64>> {
+        let path = self.cfg.log_dir.join("status.json");
+        let Ok((bytes, _)) = crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES)
+        else {
+            return HashMap::new();
+        };
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            return HashMap::new();
+        };
+        let jobs = doc["jobs"].as_array().map_or(&[][..], Vec::as_slice);
+        jobs.iter()
+            .filter(|j| j["state"] == "running")
+            .filter_map(|j| {
+                let key = j["key"].as_str()?.to_string();
+                let attempt = u32::try_from(j["attempt"].as_u64()?).ok()?;
+                let peaks: BTreeMap<u32, u64> = j["peak_mib"]
+                    .as_object()?
+                    .iter()
+                    .filter_map(|(gpu, mib)| Some((gpu.parse().ok()?, mib.as_u64()?)))
+                    .collect();
+                (!peaks.is_empty()).then_some(((key, attempt), peaks))
+            })
+            .collect()
     }
 
     /// Removes every exit record that is not the record of a running

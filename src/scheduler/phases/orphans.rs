@@ -33,9 +33,11 @@ impl Scheduler {
             .map(|(k, s)| (k.to_string(), s.clone()))
             .collect();
         let mut adopted_any = false;
-        let measured = (!started.is_empty())
-            .then(|| self.predecessors_peaks())
-            .unwrap_or_default();
+        let measured = if started.is_empty() {
+            HashMap::new()
+        } else {
+            self.predecessors_peaks()
+        };
         // One read of /proc for every orphan.
         let table = (!started.is_empty())
             .then(ProcTable::scan)

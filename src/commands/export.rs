@@ -41,31 +41,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
     let text = jobspec::decode(bytes).map_err(|e| bad(e.to_string()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| bad(e.to_string()))?;
-    // Numbers and outcomes as the log directory's journal has them; jobs
-    // it never saw are numbered after them, in file order, as a run would.
-    let index = super::index::JobIndex::read(&args.log_dir).map_or_else(|_| Vec::new(), |i| i.jobs);
-    let mut next = index.iter().map(|j| j.no).max().unwrap_or(0) + 1;
-    let numbers: Vec<u32> = specs
-        .iter()
-        .map(|s| {
-            index.iter().find(|j| j.key == s.key).map_or_else(
-                || {
-                    next += 1;
-                    next - 1
-                },
-                |j| j.no,
-            )
-        })
-        .collect();
-    let ended = |key: &str| {
-        index
-            .iter()
-            .find(|j| j.key == key)
-            .and_then(|j| match &j.last {
-                super::index::LastWord::Done { status, .. } => Some(status.clone()),
-                _ => None,
-            })
-    };
+    let (numbers, ended) = journal_numbers(&specs, &args.log_dir);
     let known: KnownJobs = numbers
         .iter()
         .copied()
@@ -88,7 +64,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             let _ = writeln!(out, "# job {no} carries `cancel`: not submitted");
             continue;
         }
-        if let Some(status) = ended(&spec.key) {
+        if let Some(status) = ended.get(&spec.key) {
             let _ = writeln!(
                 out,
                 "# job {no} already ended {status}: not submitted (`gpusched retry {no}` queues it again)"
@@ -143,4 +119,35 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         var_of.insert(&spec.key, var);
     }
     Ok(out)
+}
+
+/// Each job's number and, for those the journal of `log_dir` says ended,
+/// how (by key): numbers and outcomes as the journal has them; jobs it
+/// never saw are numbered after them, in file order, as a run would.
+fn journal_numbers(
+    specs: &[jobspec::JobSpec],
+    log_dir: &std::path::Path,
+) -> (Vec<u32>, HashMap<String, String>) {
+    let index = super::index::JobIndex::read(log_dir).map_or_else(|_| Vec::new(), |i| i.jobs);
+    let mut next = index.iter().map(|j| j.no).max().unwrap_or(0) + 1;
+    let numbers = specs
+        .iter()
+        .map(|s| {
+            index.iter().find(|j| j.key == s.key).map_or_else(
+                || {
+                    next += 1;
+                    next - 1
+                },
+                |j| j.no,
+            )
+        })
+        .collect();
+    let ended = index
+        .iter()
+        .filter_map(|j| match &j.last {
+            super::index::LastWord::Done { status, .. } => Some((j.key.clone(), status.clone())),
+            _ => None,
+        })
+        .collect();
+    (numbers, ended)
 }

@@ -359,30 +359,45 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             no_gpu_memory,
             last_line,
         } => {
-            let ended = match returncode {
-                Some(rc) => format!("{} (exit {rc})", status.as_str()),
-                None => status.as_str().to_string(),
-            };
-            let details = if *no_gpu_memory {
-                format!("{ended}, no GPU memory seen (CPU?)")
-            } else {
-                ended
-            };
-            let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
-            let mut line = fit_line(&prefix, &row.command, width);
-            // The reason, on a line of its own as a wait's is.
-            if let Some(last) = last_line {
-                line.push('\n');
-                line.push_str(&crate::console::shorten(
-                    &format!("           {last}"),
-                    width,
-                ));
-            }
-            return line;
+            return done_row(
+                row,
+                (*status, *returncode, *no_gpu_memory),
+                last_line,
+                width,
+            );
         }
     };
     let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
     fit_line(&prefix, &row.command, width)
+}
+
+/// An ended job's board line: how it ended, then its command; a failure's
+/// last log line on a line of its own, as a wait's reason is.
+fn done_row(
+    row: &BoardRow,
+    (status, returncode, no_gpu_memory): (crate::journal::DoneStatus, Option<i32>, bool),
+    last_line: &Option<String>,
+    width: usize,
+) -> String {
+    let ended = match returncode {
+        Some(rc) => format!("{} (exit {rc})", status.as_str()),
+        None => status.as_str().to_string(),
+    };
+    let details = if no_gpu_memory {
+        format!("{ended}, no GPU memory seen (CPU?)")
+    } else {
+        ended
+    };
+    let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
+    let mut line = fit_line(&prefix, &row.command, width);
+    if let Some(last) = last_line {
+        line.push('\n');
+        line.push_str(&crate::console::shorten(
+            &format!("           {last}"),
+            width,
+        ));
+    }
+    line
 }
 
 /// The jobs of one section of the board: the rows shown and how many the

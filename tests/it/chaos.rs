@@ -125,3 +125,68 @@ fn sigkill_at_random_moments_loses_nothing_and_runs_nothing_twice() {
         "the run with {KILLS} SIGKILLs took {ratio:.2}× the uninterrupted one"
     );
 }
+
+/// `kill -9` of the scheduler and its supervisor together (what `pkill -9
+/// -f gpusched` does to them), while jobs run and end: the jobs that end
+/// while neither lives keep their real exit codes (their own shells wrote
+/// their records), one still running is adopted, and nothing that
+/// finished runs again.
+#[test]
+fn killing_scheduler_and_supervisor_together_loses_no_outcome() {
+    let env = Env::new(
+        "sh -c 'echo a >> runs; sleep 1.5; exit 0'\n\
+         sh -c 'echo b >> runs; sleep 1.5; exit 3'\n\
+         sh -c 'echo c >> runs; sleep 4'\n\
+         sh -c 'echo d >> runs'\n",
+    );
+    let sched = env.spawn(&["--sim", "4", "--poll", "0.1", "--watch"]);
+    wait_for("four starts and job 4's end", &mut || {
+        env.events("started").len() == 4 && env.status_of_opt(4).is_some()
+    });
+    let supervisor = env.events("started")[0]["supervisor"]["pid"]
+        .as_i64()
+        .expect("the start names its supervisor");
+    let supervisor = nix::unistd::Pid::from_raw(supervisor as i32);
+    nix::sys::signal::kill(supervisor, Signal::SIGKILL).unwrap();
+    sched.signal(Signal::SIGKILL);
+    let _ = sched.finish();
+    // Jobs 1 and 2 end while nothing of gpusched runs.
+    let record = |no| {
+        env.logs
+            .join("exits")
+            .join(format!("{}.1.json", env.key_of(no)))
+    };
+    wait_for("jobs 1 and 2 to end", &mut || {
+        record(1).exists() && record(2).exists()
+    });
+    let out = env.run(&["--sim", "4", "--poll", "0.1"]);
+    assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
+    let mut runs: Vec<String> = std::fs::read_to_string(env.path("runs"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    runs.sort();
+    assert_eq!(runs, ["a", "b", "c", "d"], "{}", out.stdout);
+    assert!(env.events("interrupted").is_empty(), "{}", out.stdout);
+    let codes: Vec<(Option<String>, i64)> = (1..=4)
+        .map(|no| {
+            let done = env.job_events(no, "done");
+            (
+                env.status_of(no),
+                done[0]["returncode"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (Some("ok".into()), 0),
+            (Some("failed".into()), 3),
+            (Some("ok".into()), 0),
+            (Some("ok".into()), 0)
+        ],
+        "{}",
+        out.stdout
+    );
+}

@@ -94,23 +94,7 @@ impl Scheduler {
         }
         match self.apply_outcome(key, &job, decision, &facts, duration_s) {
             Ok(()) => {
-                match job.proc.supervised_id() {
-                    // Acknowledged with the group commit's fsync: the
-                    // supervisor writes no exit record.
-                    Some(id) if self.io.journal.sync_deferred() => self.io.unacked.push(id),
-                    Some(id) => self.io.launcher.ack(id),
-                    None => {
-                        // The journal has the outcome now; the record has
-                        // served. Records are removed in batches, not one
-                        // per job: on disk file systems a stream of
-                        // deletions makes every later file creation (each
-                        // job's log) slower, more so the longer the sweep.
-                        self.io.spent_records.push(job.exit_record);
-                        if self.io.spent_records.len() >= SPENT_RECORDS_BATCH {
-                            self.remove_spent_records();
-                        }
-                    }
-                }
+                self.served(job);
                 Ok(())
             }
             // Stopping: the next start adopts or re-runs it anyway.
@@ -127,6 +111,27 @@ impl Scheduler {
                 self.core.running.insert(key.to_string(), job);
                 Err(e)
             }
+        }
+    }
+
+    /// After `job`'s outcome is journaled: its supervisor's report is
+    /// acknowledged (with the group commit's fsync when deferred; the
+    /// supervisor then writes no exit record), and its exit record — the
+    /// one its own shell wrote, or the supervisor's for an adopted job —
+    /// has served. Records are removed in batches, not one per job: on
+    /// disk file systems a stream of deletions makes every later file
+    /// creation (each job's log) slower, more so the longer the sweep.
+    fn served(&mut self, job: Running) {
+        if let Some(id) = job.proc.supervised_id() {
+            if self.io.journal.sync_deferred() {
+                self.io.unacked.push(id);
+            } else {
+                self.io.launcher.ack(id);
+            }
+        }
+        self.io.spent_records.push(job.exit_record);
+        if self.io.spent_records.len() >= SPENT_RECORDS_BATCH {
+            self.remove_spent_records();
         }
     }
 

@@ -145,8 +145,9 @@ pub enum Command {
     /// Append one job to the jobs file, quoting its words for the shell:
     /// `gpusched add --vram 8G -- python train.py --name "run 1"`.
     Add(AddArgs),
-    /// Cancel jobs by number, name, key or group=NAME (`gpusched cancel 3
-    /// 7 group=sweep1`): a running scheduler stops them (SIGTERM, SIGKILL
+    /// Cancel jobs by number, name, key, group=NAME or a glob of names
+    /// (`gpusched cancel 3 7 group=sweep1 'lr0.1-*'`): a running scheduler
+    /// stops them (SIGTERM, SIGKILL
     /// after 10 s) or never starts them. The jobs file is not touched (the
     /// cancel is journaled); `gpusched retry` undoes it.
     Cancel(CancelArgs),
@@ -609,8 +610,10 @@ pub struct AddArgs {
 #[derive(Debug, Args, Clone)]
 pub struct CancelArgs {
     /// The jobs: display numbers (`7`), `name=`s, keys (`a1b2c3d4e5f6#0`,
-    /// or unique prefixes), or `group=NAME` for every job of a group not
-    /// yet ended: `gpusched cancel 3 7 group=sweep1`.
+    /// or unique prefixes), `group=NAME` for every job of a group not yet
+    /// ended, or a glob of names (`*` any characters, `?` one; quote it
+    /// from the shell) for every job whose name matches, not yet ended:
+    /// `gpusched cancel 3 7 group=sweep1 'lr0.1-*'`.
     #[arg(value_name = "JOB", required = true)]
     pub jobs: Vec<String>,
     /// The jobs file. Default: the file the scheduler with --log-dir runs

@@ -110,8 +110,9 @@ pub fn run_to(
 }
 
 /// The jobs `reference` names: a job number, `name=`, key (or unique
-/// prefix), or `group=NAME` (every line of that group not yet ended). A
-/// job that already ended is said on `out` and left out.
+/// prefix), `group=NAME` (every line of that group not yet ended), or a
+/// glob of names (`'lr0.1-*'`: every line whose `name=` matches, not yet
+/// ended). A job that already ended is said on `out` and left out.
 ///
 /// Errors: [`Error::Usage`] when it names no job.
 fn resolve(
@@ -120,14 +121,25 @@ fn resolve(
     specs: &[crate::jobspec::JobSpec],
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Vec<Target>> {
-    if let Some(group) = reference.strip_prefix("group=") {
-        let members: Vec<&crate::jobspec::JobSpec> =
-            specs.iter().filter(|s| s.group() == Some(group)).collect();
+    let many: Option<(Vec<&crate::jobspec::JobSpec>, String)> =
+        if let Some(group) = reference.strip_prefix("group=") {
+            let members = specs.iter().filter(|s| s.group() == Some(group)).collect();
+            Some((members, format!("group={group}")))
+        } else if reference.contains(['*', '?']) {
+            let pattern = name_glob(reference)?;
+            let members = specs
+                .iter()
+                .filter(|s| s.name().is_some_and(|n| pattern.is_match(n)))
+                .collect();
+            Some((members, format!("name {reference}")))
+        } else {
+            None
+        };
+    if let Some((members, what)) = many {
         if members.is_empty() {
-            return Err(crate::error::Error::Usage(format!(
-                "no line of the jobs file is in group={group}"
-            ))
-            .into());
+            return Err(
+                crate::error::Error::Usage(format!("no line of the jobs file has {what}")).into(),
+            );
         }
         let mut targets = Vec::new();
         for spec in members {
@@ -150,7 +162,7 @@ fn resolve(
         if targets.is_empty() {
             writeln!(
                 out,
-                "every job of group={group} already ended; nothing to cancel"
+                "every job with {what} already ended; nothing to cancel"
             )?;
         }
         return Ok(targets);
@@ -183,6 +195,25 @@ fn resolve(
             None => Err(e.into()),
         },
     }
+}
+
+/// A `name=` glob (`lr0.1-*`: `*` any run of characters, `?` one) as an
+/// anchored pattern.
+///
+/// Errors: [`Error::Usage`] for a glob that makes no pattern.
+fn name_glob(glob: &str) -> Result<regex_lite::Regex, crate::error::Error> {
+    let pattern: String = glob
+        .split('*')
+        .map(|part| {
+            part.split('?')
+                .map(regex_lite::escape)
+                .collect::<Vec<_>>()
+                .join(".")
+        })
+        .collect::<Vec<_>>()
+        .join(".*");
+    regex_lite::Regex::new(&format!("^{pattern}$"))
+        .map_err(|e| crate::error::Error::Usage(format!("bad name glob '{glob}': {e}")))
 }
 
 /// The line `reference` names by its `name=` or a unique key prefix, among

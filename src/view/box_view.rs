@@ -530,6 +530,17 @@ pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
             let wrapped = crate::view::board::wrap(&held.join(", "), width.saturating_sub(6));
             lines.extend(wrapped.into_iter().map(|l| format!("      {l}")));
         }
+        // Budgets can add up past the GPU: say why rather than show more
+        // memory booked than there is without a word.
+        let booked: u64 = g.held.iter().map(|h| h.mib).sum();
+        if booked > g.total_mib {
+            let text = format!(
+                "held {booked} MiB is more than the GPU's {} MiB: a job over its declaration counts at its peak + 10 %",
+                g.total_mib
+            );
+            let wrapped = crate::view::board::wrap(&text, width.saturating_sub(6));
+            lines.extend(wrapped.into_iter().map(|l| format!("      {l}")));
+        }
     }
     lines.push(String::new());
     lines.extend(crate::view::board::users_table(&doc.users));
@@ -598,4 +609,59 @@ fn queue_lines(q: &BoxQueue, width: usize) -> Vec<String> {
 
 fn plural(n: u32) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `top` showed 25,091 MiB booked on a 24,000 MiB GPU without a word:
+    /// it says why.
+    #[test]
+    fn bookings_past_the_gpus_size_are_explained() {
+        let holder = |user: &str, mib| Holder {
+            user: user.into(),
+            mib,
+            jobs: 1,
+            reserved: false,
+        };
+        let mut doc = BoxDoc {
+            schema: String::new(),
+            updated: 0.0,
+            rules_file: None,
+            gpus: vec![BoxGpu {
+                index: 0,
+                label: String::new(),
+                uuid: String::new(),
+                name: "GPU".into(),
+                total_mib: 24_000,
+                used_mib: 23_000,
+                util_percent: None,
+                held: vec![holder("ada", 17_091), holder("bob", 8_000)],
+                unscheduled_mib: 0,
+                unscheduled: Vec::new(),
+                expected_free: None,
+                expected_free_source: None,
+            }],
+            users: Vec::new(),
+            reservations: Vec::new(),
+            queues: Vec::new(),
+        };
+        let text = render_text(&doc, 80).join("\n");
+        assert!(
+            text.contains("held 25091 MiB is more than the GPU's 24000 MiB"),
+            "{text}"
+        );
+        assert!(
+            render_text(&doc, 80)
+                .iter()
+                .all(|l| l.chars().count() <= 80)
+        );
+        doc.gpus[0].held.pop();
+        assert!(
+            !render_text(&doc, 80)
+                .join("\n")
+                .contains("more than the GPU")
+        );
+    }
 }

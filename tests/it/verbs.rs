@@ -646,3 +646,33 @@ fn verbs_find_the_callers_running_scheduler_from_anywhere() {
     sched.stop();
     other.stop();
 }
+
+/// `gpusched cancel 'lr0.1-*'` cancels every job whose name matches the
+/// glob, and only those; a glob that matches no name cancels nothing.
+#[test]
+fn cancel_takes_a_glob_of_names() {
+    let hold = "sh -c 'while [ ! -e release ]; do sleep 0.05; done'";
+    let env = Env::new(&format!(
+        "[vram=1000 name=lr0.1-s1] {hold}\n[vram=1000 name=lr0.1-s2] {hold}\n[vram=1000 name=lr0.01-s1] {hold}\n"
+    ));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("three jobs started", &mut || {
+        env.events("started").len() == 3
+    });
+    let refused = env.verb(&["cancel", "lr9*"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no line of the jobs file has name lr9*"),
+        "{refused:?}"
+    );
+    let out = env.verb(&["cancel", "lr0.1-*"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_for("jobs 1 and 2 cancelled", &mut || {
+        (1..=2).all(|no| env.status_of_opt(no).as_deref() == Some("cancelled"))
+    });
+    assert_eq!(env.status_of_opt(3), None, "lr0.01-s1 still runs");
+    std::fs::write(env.path("release"), "").unwrap();
+    wait_for("job 3 to end", &mut || env.status_of_opt(3).is_some());
+    assert_eq!(env.status_of(3).as_deref(), Some("ok"));
+    sched.stop();
+}

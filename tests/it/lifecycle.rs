@@ -452,26 +452,15 @@ fn a_failed_jobs_completion_line_says_why() {
         .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(!ok.contains("fine"), "{ok}");
     // status.json and the board say it too.
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
-            .unwrap();
-    common::assert_valid_status(&doc);
-    let last = |no: u64| {
-        doc["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["no"] == no)
-            .map(|j| j["last_line"].clone())
-            .unwrap()
-    };
+    let last = |no| common::status_field(&env, no, "last_line");
     assert!(
         last(1)
             .as_str()
             .is_some_and(|l| l.contains("pythn: not found")),
-        "{doc:#}"
+        "{:?}",
+        last(1)
     );
-    assert!(last(2).is_null(), "{doc:#}");
+    assert!(last(2).is_null(), "{:?}", last(2));
     let board = env.board();
     let row = board.lines().position(|l| l.contains("✗ job 1")).unwrap();
     assert!(

@@ -535,19 +535,8 @@ fn a_declared_job_never_seen_on_its_gpu_is_flagged_as_on_the_cpu() {
         "{}",
         out.stdout
     );
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
-            .unwrap();
-    common::assert_valid_status(&doc);
-    let flag = |no: u64| {
-        doc["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["no"] == no)
-            .map(|j| j["no_gpu_memory"].clone())
-    };
-    assert_eq!((flag(1), flag(2)), (Some(true.into()), Some(false.into())));
+    let flag = |no| common::status_field(&env, no, "no_gpu_memory");
+    assert_eq!((flag(1), flag(2)), (Value::Bool(true), Value::Bool(false)));
     assert!(
         env.board()
             .contains("ok (exit 0), no GPU memory seen (CPU?)"),

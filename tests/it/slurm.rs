@@ -350,6 +350,19 @@ fn slurm_missing_is_a_clear_error_at_start() {
     assert!(env.events("started").is_empty());
 }
 
+/// The script `gpusched export --slurm jobs.txt --log-dir logs` prints
+/// in `env`'s directory, with `args`; it must succeed.
+fn export(env: &Env, args: &[&str]) -> String {
+    let out = Command::new(common::bin())
+        .args(["export", "--slurm", "jobs.txt", "--log-dir", "logs"])
+        .args(args)
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn export_prints_a_script_that_submits_in_order() {
     let env = Env::new(
@@ -357,14 +370,7 @@ fn export_prints_a_script_that_submits_in_order() {
          [after=prep gpus=2 timeout=90 preemptible] python train.py --lr 0.1\n\
          [cancel] echo skipped\n",
     );
-    let out = Command::new(common::bin())
-        .args(["export", "--slurm", "jobs.txt", "--shard-mib", "4096"])
-        .args(["--sbatch-arg=--account=lab", "--log-dir", "logs"])
-        .current_dir(env.dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    let script = export(&env, &["--shard-mib", "4096", "--sbatch-arg=--account=lab"]);
     let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
     assert_eq!(lines.len(), 2, "{script}");
     assert!(lines[0].starts_with("j1=$(sbatch --parsable"), "{script}");
@@ -414,13 +420,7 @@ fn export_leaves_out_jobs_that_already_ended() {
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 3, "{}", out.stdout);
     std::fs::write(&env.jobs, "[name=first] true\nsh -c 'exit 3'\necho third\n").unwrap();
-    let out = Command::new(common::bin())
-        .args(["export", "--slurm", "jobs.txt", "--log-dir", "logs"])
-        .current_dir(env.dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    let script = export(&env, &[]);
     let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
     assert_eq!(lines.len(), 1, "{script}");
     assert!(

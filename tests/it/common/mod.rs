@@ -511,6 +511,20 @@ pub fn assert_valid(doc: &Value, schema_file: &str) {
     );
 }
 
+/// Field `field` of job `no` in the status.json of `env` as the scheduler
+/// last wrote it, checked against docs/status.schema.json; `Null` when the
+/// job is not there.
+pub fn status_field(env: &Env, no: u64, field: &str) -> Value {
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap();
+    assert_valid_status(&doc);
+    doc["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["no"] == no))
+        .map_or(Value::Null, |j| j[field].clone())
+}
+
 /// Checks skipped in this run, by why.
 static SKIPPED: std::sync::Mutex<std::collections::BTreeMap<String, usize>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());

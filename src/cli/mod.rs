@@ -299,10 +299,10 @@ pub struct RunArgs {
 
     /// How a declared job chooses among the GPUs it fits on: `spread` (a
     /// GPU where nobody's job runs first, the least loaded; it shares a
-    /// GPU by best fit only when every GPU has work: sharing buys
-    /// concurrency, not speed) or `pack` (best fit always, the fullest GPU
-    /// that fits: for small memory-bound jobs, keeping GPUs whole for
-    /// large ones).
+    /// GPU by best fit only when every GPU has work, and never beside a
+    /// job of ours computing flat out: sharing buys concurrency, not
+    /// speed) or `pack` (best fit always, the fullest GPU that fits: for
+    /// small memory-bound jobs, keeping GPUs whole for large ones).
     #[arg(long, value_name = "HOW", default_value = "spread")]
     pub placement: crate::allocation::Policy,
 

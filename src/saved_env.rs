@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Hex digits of an environment's id.
-pub const ID_LEN: usize = 16;
+pub use crate::jobspec::ENV_ID_LEN as ID_LEN;
 
 /// The largest saved environment read back, in bytes.
 pub const MAX_BYTES: u64 = 1 << 20;
@@ -39,9 +39,7 @@ pub fn capture() -> BTreeMap<String, String> {
 }
 
 /// Whether `id` is an environment id: [`ID_LEN`] lowercase hex digits.
-pub fn is_id(id: &str) -> bool {
-    id.len() == ID_LEN && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::jobspec::is_env_id as is_id;
 
 /// Where the environment `id` is saved under `log_dir`.
 pub fn path(log_dir: &Path, id: &str) -> PathBuf {

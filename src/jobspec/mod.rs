@@ -79,6 +79,14 @@ pub struct Rare {
     pub env: Option<String>,
 }
 
+/// Hex digits of an `env=` id (the environment `gpusched add` saved).
+pub const ENV_ID_LEN: usize = 16;
+
+/// Whether `id` can be an `env=` id: [`ENV_ID_LEN`] lowercase hex digits.
+pub fn is_env_id(id: &str) -> bool {
+    id.len() == ENV_ID_LEN && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// A directory as a `cwd=` value: the bytes a jobs-file attribute cannot
 /// hold (whitespace, `]`, `%`) as `%XX`. Errors: a directory that is not
 /// valid UTF-8, or holds a newline, cannot be written in a jobs file.
@@ -682,7 +690,7 @@ fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Resul
         "cwd" => spec.rare_mut().cwd = Some(decode_cwd(&need(value)?)?),
         "env" => {
             let v = need(value)?;
-            if !crate::saved_env::is_id(&v) {
+            if !is_env_id(&v) {
                 return Err(format!(
                     "bad env value '{v}': expected the id `gpusched add` wrote, 16 hex digits"
                 ));

@@ -55,7 +55,12 @@ fn gpu_at(gpu: &GpuLoad, at: f64) -> GpuLoad {
         booked_by: gpu.booked_by.clone(),
         share_held: gpu.share_held.clone(),
         share_held_mib: gpu.share_held_mib,
-        util_percent: gpu.util_percent,
+        // Once some of its jobs have ended, how busy it is is not known.
+        util_percent: if gpu.occupants.iter().any(ended) {
+            None
+        } else {
+            gpu.util_percent
+        },
     }
 }
 
@@ -374,6 +379,29 @@ mod tests {
     ) -> Result<Vec<u32>, (usize, f64)> {
         let run = (NOW, until.unwrap_or(f64::INFINITY));
         r.start_now(&request, chosen, run, loads, &PlaceOptions::default())
+    }
+
+    /// A GPU's utilisation holds until one of its jobs is expected to end:
+    /// after that, how busy it is is not known (spread then does not take
+    /// it for computing flat out in a reservation's future).
+    #[test]
+    fn utilisation_is_unknown_once_a_job_has_ended() {
+        let gpu = GpuLoad {
+            index: 0,
+            total_mib: 24_000,
+            util_percent: Some(100),
+            occupants: vec![Occupant {
+                declared_mib: Some(8_000),
+                ends_at: Some(100.0),
+                ..Occupant::default()
+            }],
+            ..GpuLoad::default()
+        };
+        assert_eq!(
+            loads_at(std::slice::from_ref(&gpu), 50.0)[0].util_percent,
+            Some(100)
+        );
+        assert_eq!(loads_at(&[gpu], 150.0)[0].util_percent, None);
     }
 
     #[test]

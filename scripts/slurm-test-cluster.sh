@@ -97,13 +97,19 @@ running() {
 }
 
 start() {
-    if ! pgrep -x munged >/dev/null; then
-        chown -R munge:munge /etc/munge /run/munge
-        runuser -u munge -- /usr/sbin/munged
-    fi
-    for _ in $(seq 1 50); do
+    # Three tries: a munged that was just stopped (a cluster taken down a
+    # moment before) can still hold its socket's lock for a while.
+    for _ in 1 2 3; do
+        if ! pgrep -x munged >/dev/null; then
+            chown -R munge:munge /etc/munge /run/munge
+            runuser -u munge -- /usr/sbin/munged || true
+        fi
+        for _ in $(seq 1 50); do
+            [ -S /run/munge/munge.socket.2 ] && break
+            sleep 0.1
+        done
         [ -S /run/munge/munge.socket.2 ] && break
-        sleep 0.1
+        sleep 1
     done
     [ -S /run/munge/munge.socket.2 ] || die "munged did not start"
     running "$dir/slurmctld.pid" || slurmctld -f "$conf"

@@ -244,7 +244,9 @@ fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
 #[test]
 fn auto_stops_a_liar_that_shares_its_gpu_and_leaves_one_alone_be() {
     let env = Env::new(LIAR_AND_HONEST);
-    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    // Pack: both start in the first round, so the liar shares its GPU
+    // whenever a sample catches it (spread would let a slow sample decide).
+    let out = env.run(&["--sim", "1", "--poll", "0.2", "--placement", "pack"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout

@@ -48,7 +48,9 @@ fn spread_does_not_join_a_gpu_computing_flat_out_and_pack_pays_for_sharing() {
     let jobs = "[vram=4G] gpusched simjob --vram 3000 --ramp 0.1 --work 1.5 --util 100 # a\n\
                 [vram=4G] gpusched simjob --vram 3000 --ramp 0.1 --work 1.5 --util 100 # b\n";
     let env = Env::new(jobs);
-    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    // A 1 s poll: job 1 counts as computing flat out for its first second
+    // whatever the machine's load, and a sample by then has seen it.
+    let sched = env.spawn(&["--sim", "1", "--poll", "1", "--watch"]);
     wait_for("job 2 to wait for the busy GPU", &mut || {
         std::fs::read_to_string(env.logs.join("status.json"))
             .is_ok_and(|s| s.contains("GPU 0 computing flat out (sharing would slow both"))

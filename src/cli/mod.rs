@@ -800,38 +800,6 @@ pub struct StopArgs {
     pub keep_jobs: bool,
 }
 
-/// Arguments of `gpusched simjob` (docs/BEHAVIOUR.md "Simulation").
-#[derive(Debug, Args, Clone)]
-pub struct SimjobArgs {
-    /// Simulated VRAM to reach on each GPU, in MiB.
-    #[arg(long, value_name = "MIB", value_parser = parse_mib)]
-    pub vram: u64,
-    /// Seconds to ramp from 0 to --vram.
-    #[arg(long, value_name = "SEC", default_value_t = 0.5, value_parser = parse_seconds)]
-    pub ramp: f64,
-    /// Seconds to hold --vram before exiting.
-    #[arg(long, value_name = "SEC", default_value_t = 1.0, value_parser = parse_seconds)]
-    pub hold: f64,
-    /// Exit code to end with.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub exit_code: u8,
-    /// If MARKER does not exist: create it, and at the end of the ramp print
-    /// a CUDA out-of-memory error and exit 1 (an OOM on the first attempt
-    /// only).
-    #[arg(long, value_name = "MARKER")]
-    pub oom_once: Option<PathBuf>,
-    /// Device utilization to report on each GPU, percent.
-    #[arg(long, value_name = "PCT", default_value_t = 80, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub util: u32,
-    /// Instead of --hold: run until it has done SEC seconds of work, at
-    /// full speed while the simulated jobs on its GPUs ask for 100 % of
-    /// them or less (by --util), slower in proportion when they ask for
-    /// more (two --util 100 jobs on one GPU each run at half speed):
-    /// what sharing a GPU costs a compute-bound job.
-    #[arg(long, value_name = "SEC", value_parser = parse_seconds)]
-    pub work: Option<f64>,
-}
-
 /// Arguments of the internal `gpusched __supervise` (docs/BEHAVIOUR.md "Exactly once"): the
 /// scheduler's supervisor, started by the scheduler, never by people. It
 /// takes no arguments (its requests come on its stdin, see
@@ -891,6 +859,7 @@ use values::{
 
 mod box_args;
 mod lab_args;
+mod sim_args;
 use box_args::parse_nvlink_pairs;
 pub use box_args::{
     BoxArgs, DoctorArgs, NvlinkPairs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs,
@@ -898,6 +867,7 @@ pub use box_args::{
 pub use lab_args::{
     CompletionsArgs, LedgerAction, LedgerArgs, ManArgs, ReportArgs, ServiceAction, ServiceArgs,
 };
+pub use sim_args::SimjobArgs;
 
 #[cfg(test)]
 mod tests;

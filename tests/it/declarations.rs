@@ -191,53 +191,6 @@ fn a_ramping_job_stopped_for_over_use_is_retried_big_enough_once() {
     assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
 }
 
-/// Under `--enforce mps` a CUDA OOM is the job's MPS limit: the retry
-/// says so and goes past it; a job with no retries left is told to raise
-/// `vram=`, not that it was over-declared.
-#[test]
-fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
-    let oom_once = "if [ ! -e {m} ]; then touch {m}; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi";
-    let nvml = crate::nvml::Nvml::new(
-        &format!(
-            "[vram=4G retries=1] {}\n[vram=2G] {}\n",
-            oom_once.replace("{m}", "a"),
-            oom_once.replace("{m}", "b")
-        ),
-        crate::nvml::TWO_GPUS,
-    );
-    let env = &nvml.env;
-    let bin_dir = env.path("fake-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    crate::nvml::fake_mps_control(&bin_dir);
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
-    let mut command = nvml.command(&["--poll", "0.1", "--enforce", "mps"]);
-    command.env("PATH", &path);
-    let out = Sched::from_command(command).finish();
-    let oom = env.job_events(1, "oom");
-    assert_eq!(oom.len(), 1, "{}", out.stdout);
-    assert_eq!(oom[0]["cause"]["mps_limit"]["limit_mib"], 4096, "{oom:?}");
-    assert_eq!(oom[0]["next_vram"], 8192, "{oom:?}");
-    assert!(
-        out.stdout
-            .contains("job 1 hit its MPS memory limit of 4096 MiB (its declaration) after"),
-        "{}",
-        out.stdout
-    );
-    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
-    assert_eq!(env.status_of(2).as_deref(), Some("failed_oom"));
-    let line = out
-        .stdout
-        .lines()
-        .find(|l| l.contains("✗ job 2"))
-        .unwrap_or_default();
-    assert!(
-        line.contains("hit its MPS memory limit of 2048 MiB (its declaration): raise vram=")
-            && !line.contains("over-declared"),
-        "{}",
-        out.stdout
-    );
-}
-
 /// `--enforce auto`, the default: the liar beside the honest job is
 /// stopped before it takes it down; the same liar alone on its GPU is only
 /// warned about, and runs to its end.

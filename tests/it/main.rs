@@ -20,6 +20,7 @@ mod learned;
 mod lifecycle;
 mod mcp;
 mod mig;
+mod mps;
 mod never_panics;
 mod notify;
 mod nvml;

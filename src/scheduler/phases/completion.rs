@@ -405,7 +405,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Whether `job`, declared, ran at least [`CPU_SUSPECT_AFTER_S`] (its
+    /// Whether `job`, declared, ran at least [`CPU_FALLBACK_AFTER_S`] (its
     /// run took `duration_s`) on GPUs of ours where attribution works —
     /// sampled at least twice, every process visible to this PID
     /// namespace — and no sample ever showed a process of its process
@@ -413,7 +413,7 @@ impl Scheduler {
     /// GPU falls back to it silently; docs/BEHAVIOUR.md "Monitoring").
     fn never_on_its_gpu(&self, job: &Running, duration_s: f64) -> bool {
         job.vram_mib.is_some()
-            && duration_s >= CPU_SUSPECT_AFTER_S
+            && duration_s >= CPU_FALLBACK_AFTER_S
             && job.usage.samples >= 2
             && !job.usage.seen_on_gpu
             && !job.gpus.is_empty()
@@ -499,7 +499,7 @@ impl Scheduler {
 
 /// Run time (seconds) after which a declared job that never showed a GPU
 /// process is flagged as having probably run on the CPU.
-pub const CPU_SUSPECT_AFTER_S: f64 = 10.0;
+pub const CPU_FALLBACK_AFTER_S: f64 = 10.0;
 
 /// What [`Scheduler::record_done`] journals.
 struct Done<'a> {

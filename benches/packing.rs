@@ -532,7 +532,7 @@ fn main() {
     // Best fit: these traces carry no utilisation (nothing to spread
     // for); spread against pack is the last table.
     let opts = PlaceOptions {
-        policy: gpusched::allocation::Policy::Pack,
+        policy: gpusched::allocation::PlacementPolicy::Pack,
         ..PlaceOptions::default()
     };
     println!(

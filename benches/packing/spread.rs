@@ -18,7 +18,9 @@
 //!   (what `pack` keeps GPUs whole for).
 
 use crate::common::Rng;
-use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Policy, Request};
+use gpusched::allocation::{
+    self, GpuLoad, Occupant, PlaceOptions, Placement, PlacementPolicy, Request,
+};
 
 /// One job: what it asks, its utilisation (percent) and its work alone (s).
 #[derive(Clone, Copy)]
@@ -194,9 +196,9 @@ pub fn report(traces: u64) {
             let mut rng = Rng(0x5851_f42d_4c95_7f2d ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let (gpus, mib, jobs) = make(&mut rng);
             for (row, (policy, declared)) in rows.iter_mut().zip([
-                (Policy::Spread, true),
-                (Policy::Pack, true),
-                (Policy::Spread, false),
+                (PlacementPolicy::Spread, true),
+                (PlacementPolicy::Pack, true),
+                (PlacementPolicy::Spread, false),
             ]) {
                 let opts = PlaceOptions {
                     policy,

@@ -3,9 +3,9 @@
 //! builds [`GpuLoad`]s from its latest snapshot and running jobs, and this
 //! module decides. Most of the scheduler's rules are tested here.
 
-mod policy;
-pub use policy::{Policy, SATURATED_UTIL};
-use policy::{choice_cost, is_saturated};
+mod choice;
+pub use choice::{PlacementPolicy, SATURATED_UTIL};
+use choice::{choice_cost, is_saturated};
 
 /// Options of placement, from the command line (docs/BEHAVIOUR.md "Command line").
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,7 @@ pub struct PlaceOptions {
     pub topology: Option<std::sync::Arc<Topology>>,
     /// How a declared job chooses among the GPUs it fits on
     /// (`--placement`).
-    pub policy: Policy,
+    pub policy: PlacementPolicy,
 }
 
 impl Default for PlaceOptions {
@@ -40,7 +40,7 @@ impl Default for PlaceOptions {
             exclusive: false,
             drained_mask: 0,
             topology: None,
-            policy: Policy::Spread,
+            policy: PlacementPolicy::Spread,
         }
     }
 }
@@ -220,7 +220,7 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
             gpus.iter()
                 .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
                 .filter(|g| !opts.exclusive || g.occupants.is_empty())
-                .filter(|g| opts.policy == Policy::Pack || !is_saturated(g))
+                .filter(|g| opts.policy == PlacementPolicy::Pack || !is_saturated(g))
                 .map(|g| (g, headroom_mib(g, opts.spike_buffer)))
                 .filter(|&(_, headroom)| headroom >= need)
                 .map(|(g, headroom)| (choice_cost(g, headroom, opts), g.index))
@@ -687,9 +687,9 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             };
         }
     }
-    if opts.policy == Policy::Spread && request.vram_mib.is_some() {
+    if opts.policy == PlacementPolicy::Spread && request.vram_mib.is_some() {
         let pack = PlaceOptions {
-            policy: Policy::Pack,
+            policy: PlacementPolicy::Pack,
             ..opts.clone()
         };
         if let Placement::Start(chosen) = place(request, gpus, &pack) {

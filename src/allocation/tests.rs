@@ -43,7 +43,7 @@ fn opts() -> PlaceOptions {
 /// for a sample after each start there).
 fn pack() -> PlaceOptions {
     PlaceOptions {
-        policy: Policy::Pack,
+        policy: PlacementPolicy::Pack,
         ..opts()
     }
 }
@@ -258,8 +258,14 @@ fn spread_gives_each_job_an_idle_gpu_and_pack_fills_gpus() {
         used.sort_unstable();
         used
     };
-    assert_eq!(gpus_used(Policy::Spread), (0..8).collect::<Vec<_>>());
-    assert_eq!(gpus_used(Policy::Pack), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+    assert_eq!(
+        gpus_used(PlacementPolicy::Spread),
+        (0..8).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        gpus_used(PlacementPolicy::Pack),
+        vec![0, 0, 1, 1, 2, 2, 3, 3]
+    );
 }
 
 /// Spread: among idle GPUs the least loaded (memory, then utilisation);

@@ -304,7 +304,7 @@ pub struct RunArgs {
     /// speed) or `pack` (best fit always, the fullest GPU that fits: for
     /// small memory-bound jobs, keeping GPUs whole for large ones).
     #[arg(long, value_name = "HOW", default_value = "spread")]
-    pub placement: crate::allocation::Policy,
+    pub placement: crate::allocation::PlacementPolicy,
 
     /// At most one of our jobs per GPU, declared or not.
     #[arg(long)]

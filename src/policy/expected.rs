@@ -309,7 +309,7 @@ mod tests {
             on_mask: None,
         };
         let opts = PlaceOptions {
-            policy: crate::allocation::Policy::Pack,
+            policy: crate::allocation::PlacementPolicy::Pack,
             ..PlaceOptions::default()
         };
         // 4000 free now. 10000 fits once the 8000 job ends (1500); a

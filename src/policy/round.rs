@@ -318,7 +318,7 @@ mod tests {
     /// a sample after each start there).
     fn pack() -> PlaceOptions {
         PlaceOptions {
-            policy: crate::allocation::Policy::Pack,
+            policy: crate::allocation::PlacementPolicy::Pack,
             ..PlaceOptions::default()
         }
     }

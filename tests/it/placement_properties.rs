@@ -9,7 +9,9 @@
 //!   all within its `on=` list and none drained;
 //! * the plan does not depend on the order of GPUs in the snapshot.
 
-use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Policy, Request};
+use gpusched::allocation::{
+    self, GpuLoad, Occupant, PlaceOptions, Placement, PlacementPolicy, Request,
+};
 use proptest::prelude::*;
 
 fn occupant() -> impl Strategy<Value = Occupant> {
@@ -93,7 +95,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         any::<bool>(),
         prop_oneof![Just(0u128), any::<u8>().prop_map(u128::from)],
         topology(),
-        prop_oneof![Just(Policy::Spread), Just(Policy::Pack)],
+        prop_oneof![Just(PlacementPolicy::Spread), Just(PlacementPolicy::Pack)],
     )
         .prop_map(
             |(
@@ -223,7 +225,7 @@ proptest! {
     fn spread_takes_a_busy_gpu_only_when_no_idle_one_fits(
         gpus in gpus(), request in requests(), opts in options()
     ) {
-        let opts = PlaceOptions { policy: Policy::Spread, topology: None, ..opts };
+        let opts = PlaceOptions { policy: PlacementPolicy::Spread, topology: None, ..opts };
         for request in request.iter().filter(|r| r.vram_mib.is_some() && r.gpus == 1) {
             let Placement::Start(chosen) = allocation::place(request, &gpus, &opts) else {
                 continue;

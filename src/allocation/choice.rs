@@ -6,7 +6,7 @@ use super::{GpuLoad, PlaceOptions, is_idle};
 /// How a declared job chooses among the GPUs it fits on (`--placement`;
 /// docs/BEHAVIOUR.md "Placement").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
+pub enum PlacementPolicy {
     /// A GPU where nobody's job runs first (the least loaded: memory, then
     /// recent utilisation), and best fit only when every usable GPU has
     /// work: sharing a GPU buys concurrency, not throughput, so a job
@@ -18,23 +18,23 @@ pub enum Policy {
     Pack,
 }
 
-impl Policy {
+impl PlacementPolicy {
     /// The word `--placement` takes.
     pub fn as_str(self) -> &'static str {
         match self {
-            Policy::Spread => "spread",
-            Policy::Pack => "pack",
+            PlacementPolicy::Spread => "spread",
+            PlacementPolicy::Pack => "pack",
         }
     }
 }
 
-impl std::str::FromStr for Policy {
+impl std::str::FromStr for PlacementPolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "spread" => Ok(Policy::Spread),
-            "pack" => Ok(Policy::Pack),
+            "spread" => Ok(PlacementPolicy::Spread),
+            "pack" => Ok(PlacementPolicy::Pack),
             other => Err(format!(
                 "'{other}' is not a placement: use spread (an idle GPU first, the default) or pack (best fit)"
             )),
@@ -42,7 +42,7 @@ impl std::str::FromStr for Policy {
     }
 }
 
-/// Under [`Policy::Spread`], what a GPU with work costs over any idle one,
+/// Under [`PlacementPolicy::Spread`], what a GPU with work costs over any idle one,
 /// so that a set of GPUs with fewer busy ones always wins.
 const BUSY_COST: u64 = 1 << 50;
 
@@ -59,18 +59,18 @@ const HEADROOM_BITS: u32 = 27;
 pub(super) fn choice_cost(gpu: &GpuLoad, headroom: u64, opts: &PlaceOptions) -> u64 {
     let fit = headroom.min((1 << HEADROOM_BITS) - 1);
     match opts.policy {
-        Policy::Pack => headroom,
-        Policy::Spread if is_idle(gpu, opts) => {
+        PlacementPolicy::Pack => headroom,
+        PlacementPolicy::Spread if is_idle(gpu, opts) => {
             let load = gpu.total_mib.saturating_sub(headroom).min(16_383);
             let util = u64::from(gpu.util_percent.unwrap_or(0).min(100));
             ((load * 128 + util) << HEADROOM_BITS) | fit
         }
-        Policy::Spread => BUSY_COST + fit,
+        PlacementPolicy::Spread => BUSY_COST + fit,
     }
 }
 
 /// Utilisation (percent, NVML's last sample period) from which a GPU
-/// counts as computing flat out: under [`Policy::Spread`] a declared job
+/// counts as computing flat out: under [`PlacementPolicy::Spread`] a declared job
 /// does not join a job of ours there — sharing would slow both to what one
 /// gets alone — but waits for a GPU to free, as a loop over
 /// `CUDA_VISIBLE_DEVICES` would.

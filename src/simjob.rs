@@ -153,10 +153,21 @@ fn speed(reports: &[SimReport], pid: u32, gpus: &[String], util: u32) -> f64 {
                 .filter(|r| r.pid != pid && r.mib.contains_key(gpu))
                 .map(|r| r.util)
                 .sum();
-            let asked = f64::from(others + util);
-            if asked <= 100.0 { 1.0 } else { 100.0 / asked }
+            shared_speed(others + util)
         })
         .fold(1.0, f64::min)
+}
+
+/// How fast (0–1) each job on a GPU works when the jobs there ask for
+/// `asked` percent of it in all: full speed up to 100 %, in proportion
+/// beyond (docs/BEHAVIOUR.md "Simulation"; the packing bench plays the
+/// same rule).
+pub fn shared_speed(asked: u32) -> f64 {
+    if asked <= 100 {
+        1.0
+    } else {
+        100.0 / f64::from(asked)
+    }
 }
 
 /// The GPU indices of `CUDA_VISIBLE_DEVICES`, as the sim reports name

@@ -76,11 +76,7 @@ fn speeds(running: &[(usize, u32, f64)], jobs: &[Job]) -> Vec<f64> {
                 .filter(|(_, g, _)| *g == gpu)
                 .map(|(j, _, _)| jobs[*j].util)
                 .sum();
-            if asked <= 100 {
-                1.0
-            } else {
-                100.0 / f64::from(asked)
-            }
+            gpusched::simjob::shared_speed(asked)
         })
         .collect()
 }

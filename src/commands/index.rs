@@ -337,23 +337,26 @@ pub fn specs_of(path: &Path) -> Vec<JobSpec> {
         .unwrap_or_default()
 }
 
-/// The directory the scheduler of `log_dir` runs its jobs in (its
-/// `status.json`'s `scheduler.cwd`), if one wrote it.
-pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
+/// The string at `scheduler.<field>` in the status.json of `log_dir`
+/// (read as a file another user may control), if one was written.
+fn scheduler_field(log_dir: &Path, field: &str) -> Option<PathBuf> {
     let (text, _) =
         crate::trust::read_untrusted(&log_dir.join("status.json"), crate::trust::MAX_STATUS_BYTES)
             .ok()?;
     let doc = serde_json::from_slice::<Value>(&text).ok()?;
-    doc["scheduler"]["cwd"].as_str().map(PathBuf::from)
+    doc["scheduler"][field].as_str().map(PathBuf::from)
+}
+
+/// The directory the scheduler of `log_dir` runs its jobs in (its
+/// `status.json`'s `scheduler.cwd`), if one wrote it.
+pub fn scheduler_workdir(log_dir: &Path) -> Option<PathBuf> {
+    scheduler_field(log_dir, "cwd")
 }
 
 /// The jobs file the scheduler with this log directory runs (or last
 /// ran), from its status.json; `None` without one.
 pub fn status_jobs_file(log_dir: &Path) -> Option<PathBuf> {
-    let status = log_dir.join("status.json");
-    let (text, _) = crate::trust::read_untrusted(&status, crate::trust::MAX_STATUS_BYTES).ok()?;
-    let doc = serde_json::from_slice::<Value>(&text).ok()?;
-    doc["scheduler"]["jobs_file"].as_str().map(PathBuf::from)
+    scheduler_field(log_dir, "jobs_file")
 }
 
 /// The jobs file a scheduler with this log directory runs, from its

@@ -336,15 +336,7 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
                 }
             );
             let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
-            let mut line = fit_line(&prefix, &row.command, width);
-            if let Some(reason) = reason {
-                line.push('\n');
-                line.push_str(&crate::console::shorten(
-                    &format!("           {reason}"),
-                    width,
-                ));
-            }
-            return line;
+            return with_note(fit_line(&prefix, &row.command, width), reason, width);
         }
         BoardState::RetryWait {
             next_vram_mib,
@@ -389,11 +381,16 @@ fn done_row(
         ended
     };
     let prefix = format!("{} job {:<4} {details}", mark(&row.state), row.no);
-    let mut line = fit_line(&prefix, &row.command, width);
-    if let Some(last) = last_line {
+    with_note(fit_line(&prefix, &row.command, width), last_line, width)
+}
+
+/// `line`, then `note` (a wait's reason, a failure's last log line) on a
+/// line of its own under the job's, cut to `width`.
+fn with_note(mut line: String, note: &Option<String>, width: usize) -> String {
+    if let Some(note) = note {
         line.push('\n');
         line.push_str(&crate::console::shorten(
-            &format!("           {last}"),
+            &format!("           {note}"),
             width,
         ));
     }

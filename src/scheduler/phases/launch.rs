@@ -386,8 +386,11 @@ impl Scheduler {
             },
             None => None,
         };
-        let mut env: Vec<(String, String)> =
-            saved.clone().unwrap_or_default().into_iter().collect();
+        let mut env: Vec<(String, String)> = saved
+            .iter()
+            .flatten()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
         env.extend(self.job_env(spec, no, attempt, gpus, saved.as_ref()));
         if self.cfg.framework_caps {
             env.extend(self.framework_caps(&spec.command, vram_mib, gpus, saved.as_ref()));

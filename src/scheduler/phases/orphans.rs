@@ -124,21 +124,19 @@ impl Scheduler {
         else {
             return HashMap::new();
         };
-        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        let Ok(doc) = serde_json::from_slice::<crate::view::status::StatusDoc>(&bytes) else {
             return HashMap::new();
         };
-        let jobs = doc["jobs"].as_array().map_or(&[][..], Vec::as_slice);
-        jobs.iter()
-            .filter(|j| j["state"] == "running")
+        doc.jobs
+            .into_iter()
+            .filter(|j| j.state == crate::model::JobState::Running)
             .filter_map(|j| {
-                let key = j["key"].as_str()?.to_string();
-                let attempt = u32::try_from(j["attempt"].as_u64()?).ok()?;
-                let peaks: BTreeMap<u32, u64> = j["peak_mib"]
-                    .as_object()?
+                let peaks: BTreeMap<u32, u64> = j
+                    .peak_mib
                     .iter()
-                    .filter_map(|(gpu, mib)| Some((gpu.parse().ok()?, mib.as_u64()?)))
+                    .filter_map(|(gpu, mib)| Some((gpu.parse().ok()?, (*mib)?)))
                     .collect();
-                (!peaks.is_empty()).then_some(((key, attempt), peaks))
+                (!peaks.is_empty()).then_some(((j.key, j.attempt), peaks))
             })
             .collect()
     }

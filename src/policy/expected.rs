@@ -91,12 +91,12 @@ pub fn with_margin(typical_s: f64) -> f64 {
 
 /// When a job that started at `started` (Unix seconds) should end, at
 /// `now`: from its progress (`eta_s` seconds left), else its family's
-/// `typical_s` run time (unless it already ran longer), else its
-/// `timeout_s`; never past the timeout. A job without a timeout that ran a
-/// little longer than typical — not longer than that with
-/// [`HISTORY_MARGIN`] — ends `now`, any moment: a median is no bound, and
-/// handing its GPUs to backfill meanwhile would delay the job waiting for
-/// them.
+/// `typical_s` run time — once it ran longer, any moment now (`now`),
+/// until it ran longer than that with [`HISTORY_MARGIN`], the time
+/// backfill gave it when it started it —, else its `timeout_s`; never past
+/// the timeout. So a job a little late keeps the end backfill counted on,
+/// instead of jumping to its timeout and moving every reservation behind
+/// it (which let more jobs backfill and delay the job waiting for them).
 pub fn running_end(
     now: f64,
     started: f64,
@@ -113,9 +113,7 @@ pub fn running_end(
         })
         .or_else(|| {
             typical_s
-                .filter(|t| {
-                    started + t > now || (deadline.is_none() && started + with_margin(*t) > now)
-                })
+                .filter(|t| started + with_margin(*t) > now)
                 .map(|t| Estimate {
                     at: (started + t).max(now),
                     source: Source::History,
@@ -224,17 +222,18 @@ mod tests {
     fn a_running_job_ends_by_progress_then_history_then_timeout() {
         let e = |at, source| Some(Estimate { at, source });
         type Row = (Option<f64>, Option<f64>, Option<f64>, Option<Estimate>);
-        let table: [Row; 9] = [
+        let table: [Row; 10] = [
             // eta, typical, timeout → expected end
             (Some(60.0), Some(500.0), None, e(1060.0, Source::Progress)),
             (None, Some(500.0), None, e(1400.0, Source::History)),
             (None, Some(500.0), Some(7200.0), e(1400.0, Source::History)),
-            // 100 s in: longer than usual already leaves the timeout;
-            // without one, a little late (90 s typical, 113.5 s with the
-            // margin) is any moment now, later than the margin (50 s
-            // typical, 63.5 s) unknown.
-            (None, Some(90.0), Some(600.0), e(1500.0, Source::Timeout)),
+            // 100 s in: a little late (90 s typical, 113.5 s with the
+            // margin) is any moment now, with a timeout or without; later
+            // than the margin (50 s typical, 63.5 s) leaves the timeout,
+            // or nothing.
+            (None, Some(90.0), Some(600.0), e(NOW, Source::History)),
             (None, Some(90.0), None, e(NOW, Source::History)),
+            (None, Some(50.0), Some(600.0), e(1500.0, Source::Timeout)),
             (None, Some(50.0), None, None),
             (None, None, Some(600.0), e(1500.0, Source::Timeout)),
             // A guess past the timeout is the timeout.

@@ -12,6 +12,30 @@ fn ts(event: &serde_json::Value) -> f64 {
     event["ts"].as_f64().unwrap()
 }
 
+/// Every start and end of `env`'s run, as `no:event@seconds-after-t0 gpus`,
+/// for a failure's message.
+fn timeline(env: &Env, t0: f64) -> String {
+    env.journal()
+        .iter()
+        .filter(|e| e["event"] == "started" || e["event"] == "done")
+        .map(|e| {
+            let no = env
+                .events("seen")
+                .iter()
+                .find(|s| s["key"] == e["key"])
+                .map(|s| s["no"].clone());
+            format!(
+                "{}:{}@{:+.2}{}",
+                no.unwrap_or_default(),
+                e["event"].as_str().unwrap_or(""),
+                ts(e) - t0,
+                e.get("gpus").map(|g| g.to_string()).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Checks the run of `env`, whose jobs `first`.. are: the long 20G job,
 /// the short 20G job, the two-GPU job, then twenty short 3G jobs.
 fn check_head_job_not_delayed(env: &Env, first: u64) {
@@ -19,8 +43,9 @@ fn check_head_job_not_delayed(env: &Env, first: u64) {
     let pair_start = ts(&env.job_events(first + 2, "started")[0]);
     assert!(
         pair_start - long_end < 1.0,
-        "the two-GPU job started {:.2} s after the long job ended",
-        pair_start - long_end
+        "the two-GPU job started {:.2} s after the long job ended; {}",
+        pair_start - long_end,
+        timeline(env, long_end)
     );
     let shorts: Vec<f64> = (first + 3..first + 23)
         .map(|no| ts(&env.job_events(no, "started")[0]))
@@ -55,12 +80,14 @@ fn shorts(line: &str) -> String {
 
 #[test]
 fn short_jobs_backfill_without_delaying_the_head_job_by_their_timeouts() {
+    // Each its own family: a shared `sleep` family's median (the short
+    // jobs' 1 s) would be taken for the long job's run time.
     let env = Env::new(&format!(
-        "[vram=20G timeout=7s] sleep 6\n\
-         [vram=20G timeout=4s] sleep 3\n\
+        "[vram=20G timeout=7s family=long] sleep 6\n\
+         [vram=20G timeout=4s family=mid] sleep 3\n\
          [vram=20G gpus=2] echo pair\n\
          {}",
-        shorts("[vram=3G timeout=3s] sleep 1")
+        shorts("[vram=3G timeout=3s family=short] sleep 1")
     ));
     let out = env.run(&["--sim", "2", "--poll", "0.2"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);

@@ -27,7 +27,7 @@
 mod common;
 
 use common::{Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
-use gpusched::allocation::{self, GpuLoad, Occupant, PlaceOptions, Placement, Request};
+use gpusched::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Request};
 use gpusched::policy::backfill::RESERVED_JOBS;
 use gpusched::policy::groups::GroupLimits;
 use gpusched::policy::round::{self, ReadyJob, RoundRules};
@@ -168,7 +168,7 @@ fn placement_round() -> (f64, usize) {
     for _ in 0..21 {
         let mut loads = gpus.clone();
         let t = Instant::now();
-        let placements = allocation::plan(&requests, &mut loads, &opts);
+        let placements = round::plan_queue(&requests, &mut loads, &opts);
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         started = placements
             .iter()

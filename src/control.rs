@@ -164,7 +164,7 @@ pub fn requests_dir(log_dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// A request for a running scheduler, one JSON object per file:
-/// `{"retry": KEY}` or `{"cancel": KEY}`.
+/// `{"retry": KEY}`, `{"cancel": KEY}`, `{"hold": KEY}` or `{"release": KEY}`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobRequest {
@@ -172,13 +172,20 @@ pub enum JobRequest {
     Retry(String),
     /// Cancel the job with this key.
     Cancel(String),
+    /// Hold the waiting job with this key (docs/BEHAVIOUR.md "Queue policy").
+    Hold(String),
+    /// Release the held job with this key.
+    Release(String),
 }
 
 impl JobRequest {
     /// The job's key.
     pub fn key(&self) -> &str {
         match self {
-            JobRequest::Retry(key) | JobRequest::Cancel(key) => key,
+            JobRequest::Retry(key)
+            | JobRequest::Cancel(key)
+            | JobRequest::Hold(key)
+            | JobRequest::Release(key) => key,
         }
     }
 
@@ -187,19 +194,28 @@ impl JobRequest {
         match self {
             JobRequest::Retry(_) => crate::journal::Event::Retry {},
             JobRequest::Cancel(_) => crate::journal::Event::Cancel {},
+            JobRequest::Hold(_) => crate::journal::Event::Held {},
+            JobRequest::Release(_) => crate::journal::Event::Released {},
         }
     }
 
-    /// The event's name in the journal (`retry`, `cancel`).
+    /// The event's name in the journal (`retry`, `cancel`, `held`,
+    /// `released`).
     pub fn event_name(&self) -> &'static str {
         match self {
             JobRequest::Retry(_) => "retry",
             JobRequest::Cancel(_) => "cancel",
+            JobRequest::Hold(_) => "held",
+            JobRequest::Release(_) => "released",
         }
     }
 
     /// The verb's name in file names and messages.
     pub fn verb(&self) -> &'static str {
-        self.event_name()
+        match self {
+            JobRequest::Hold(_) => "hold",
+            JobRequest::Release(_) => "release",
+            other => other.event_name(),
+        }
     }
 }

@@ -351,6 +351,9 @@ pub struct JobsFile {
     /// installed): a scan of the queue reads the states in order instead of
     /// hashing every key.
     pub state_ids: Vec<u32>,
+    /// The queue order as indices into `specs` ([`crate::policy::queue::rank`]:
+    /// `priority=`, then line); `None` while it is file order.
+    pub rank: Option<Vec<u32>>,
     /// `group=` limits of the lines (docs/BEHAVIOUR.md "Groups").
     pub groups: crate::policy::groups::GroupLimits,
     /// The last warning about a group's lines disagreeing on `limit=`.
@@ -399,6 +402,7 @@ impl JobsFile {
             done_prefix: 0,
             appended_from: None,
             state_ids: Vec::new(),
+            rank: None,
             groups: Default::default(),
             groups_warned: None,
         }
@@ -456,6 +460,23 @@ impl JobsFile {
         self.specs.extend(new);
         self.index_from(from);
         self.state_ids.extend(ids);
+        if self.rank.is_some() || self.specs[from..].iter().any(|s| s.priority() != 0) {
+            self.rank = crate::policy::queue::rank(&self.specs);
+        }
+    }
+
+    /// The lines in queue order (priority, then line), as indices into
+    /// `specs`, from the first not known to have ended ([`JobsFile::done_prefix`]).
+    pub fn in_queue_order(&self) -> Box<dyn Iterator<Item = usize> + '_> {
+        let first = self.done_prefix.min(self.specs.len());
+        match &self.rank {
+            Some(rank) => Box::new(
+                rank.iter()
+                    .map(|&i| i as usize)
+                    .filter(move |&i| i >= first),
+            ),
+            None => Box::new(first..self.specs.len()),
+        }
     }
 
     /// Replaces the specs and rebuilds the index; `ids` are their journal
@@ -465,6 +486,7 @@ impl JobsFile {
         self.by_key.clear();
         self.groups = crate::policy::groups::GroupLimits::of(&specs);
         self.state_ids = ids;
+        self.rank = crate::policy::queue::rank(&specs);
         self.specs = specs;
         self.index_from(0);
         self.done_prefix = 0;
@@ -630,7 +652,7 @@ pub struct LastRound {
     /// "Queue policy").
     pub wait_reasons: HashMap<String, crate::allocation::WaitReason>,
     /// The first blocked job in file order and since when it is blocked,
-    /// for the priority reservation (docs/BEHAVIOUR.md "Queue policy").
+    /// for the starvation hold (docs/BEHAVIOUR.md "Queue policy").
     pub blocked_first: Option<(String, Instant)>,
     /// Bumped whenever `wait_reasons` changes (for the cached views).
     pub reasons_generation: u64,
@@ -643,4 +665,7 @@ pub struct LastRound {
     /// its start is known (docs/BEHAVIOUR.md "Backfill"): its job's key,
     /// expected start (Unix seconds) and GPUs.
     pub head: Option<(String, f64, Vec<u32>)>,
+    /// The earliest `begin=` still ahead among the jobs it kept back
+    /// (Unix seconds): a round is due then.
+    pub next_begin: Option<f64>,
 }

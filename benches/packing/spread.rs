@@ -18,9 +18,8 @@
 //!   (what `pack` keeps GPUs whole for).
 
 use crate::common::Rng;
-use gpusched::allocation::{
-    self, GpuLoad, Occupant, PlaceOptions, Placement, PlacementPolicy, Request,
-};
+use gpusched::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, PlacementPolicy, Request};
+use gpusched::policy::round;
 
 /// One job: what it asks, its utilisation (percent) and its work alone (s).
 #[derive(Clone, Copy)]
@@ -133,7 +132,7 @@ fn play(gpus: u32, mib: u64, jobs: &[Job], opts: &PlaceOptions, declared: bool) 
             })
             .collect();
         let asks: Vec<Request> = waiting.iter().map(|&j| requests[j]).collect();
-        let placed = allocation::plan(&asks, &mut loads, opts);
+        let placed = round::plan_queue(&asks, &mut loads, opts);
         let mut still = Vec::new();
         for (&j, placement) in waiting.iter().zip(placed) {
             match placement {

@@ -247,52 +247,19 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
     Placement::Start(chosen)
 }
 
-/// Places a whole queue in priority order (docs/BEHAVIOUR.md "Order"): file order is
-/// the priority, a job that does not fit now is skipped and later jobs may
-/// start (backfill). Each job started in this round is added to `gpus` as an
-/// occupant holding its full declaration, so the next job sees it. Returns
-/// one [`Placement`] per request, in the same order.
-///
-/// A request identical to one that did not fit is not placed again until a
-/// job starts (the loads are unchanged, so neither is the answer): a long
-/// queue of blocked look-alike jobs costs one hash look-up each.
-pub fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> Vec<Placement> {
-    plan_with_reservation(requests, gpus, opts, None)
-}
-
-/// A reservation against starvation (docs/BEHAVIOUR.md "Queue policy"): the GPUs held for one
-/// pending job; no other job starts on them until it starts.
+/// The starvation hold (docs/BEHAVIOUR.md "Queue policy"): the GPUs held
+/// for one pending job; no other job starts on them until it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PriorityReservation {
+pub struct StarvationHold {
     /// Index of the reserved job in the plan's requests.
     pub request_index: usize,
     /// The reserved GPUs (bit i = GPU i).
     pub gpu_mask: crate::model::GpuMask,
 }
 
-/// [`plan`] with a reservation: every request but the reserved one sees
-/// the reserved GPUs as closed; the reserved one may use them.
-pub fn plan_with_reservation(
-    requests: &[Request],
-    gpus: &mut [GpuLoad],
-    opts: &PlaceOptions,
-    reservation: Option<&PriorityReservation>,
-) -> Vec<Placement> {
-    let mut planner = Planner::new(gpus, opts, reservation.map(|r| r.gpu_mask));
-    requests
-        .iter()
-        .enumerate()
-        .map(|(index, request)| {
-            planner.next(
-                request,
-                reservation.is_some_and(|r| r.request_index == index),
-            )
-        })
-        .collect()
-}
-
-/// [`plan_with_reservation`] one request at a time, in queue order, so
-/// that a round over a long queue need not hold a placement per job.
+/// Places a queue one request at a time, in queue order, so that a
+/// round over a long queue need not hold a placement per job; the round
+/// ([`crate::policy::round::plan`]) drives it.
 pub struct Planner<'a> {
     gpus: &'a mut [GpuLoad],
     /// What the reserved job sees.
@@ -393,7 +360,7 @@ impl<'a> Planner<'a> {
 /// The GPUs `request` will fit on once our running jobs there end
 /// (ignoring them, not other people's use), for a reservation; `None` when
 /// it would not fit even then.
-pub fn priority_reservation_gpus(
+pub fn starvation_hold_gpus(
     request: &Request,
     gpus: &[GpuLoad],
     opts: &PlaceOptions,
@@ -424,12 +391,21 @@ pub fn priority_reservation_gpus(
 pub enum WaitReason {
     /// Dispatch is paused (`gpusched pause`).
     Paused,
-    /// It would start but for GPUs reserved for an older blocked job.
-    Held {
-        /// The reserved GPUs it would use.
+    /// It would start but for GPUs the starvation hold keeps for a job
+    /// ranked above it that waited `--reserve-after` (docs/BEHAVIOUR.md
+    /// "Queue policy").
+    StarvationHold {
+        /// The held GPUs it would use.
         gpus: Vec<u32>,
         /// The display number of the job they are held for.
         for_no: u32,
+    },
+    /// `gpusched hold` holds it until `gpusched release`.
+    OnHold,
+    /// Its `begin=` is still ahead.
+    Begins {
+        /// When it may start (whole Unix seconds).
+        at: u64,
     },
     /// An `after=` dependency has not ended yet.
     After {
@@ -518,11 +494,15 @@ impl std::fmt::Display for WaitReason {
         let label = |index: u32| crate::model::device_label(index);
         match self {
             WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
-            WaitReason::Held { gpus, for_no } => write!(
+            WaitReason::StarvationHold { gpus, for_no } => write!(
                 f,
-                "GPU {} held for job {for_no}",
+                "GPU {} held for job {for_no} (starvation hold)",
                 crate::console::gpu_ids(gpus, ", ")
             ),
+            WaitReason::OnHold => write!(f, "held (gpusched release)"),
+            WaitReason::Begins { at } => {
+                write!(f, "begins at {}", crate::console::clock_short(*at as f64))
+            }
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::WouldDelay { no, at } => write!(
                 f,

@@ -681,10 +681,10 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
     assert_eq!(free, vec![Placement::NotNow, Placement::Start(vec![0])]);
     // The big one will fit once our jobs on GPU 0 end.
     assert_eq!(
-        priority_reservation_gpus(&big, &[gpu.clone()], &opts),
+        starvation_hold_gpus(&big, &[gpu.clone()], &opts),
         Some(vec![0])
     );
-    let reservation = PriorityReservation {
+    let reservation = StarvationHold {
         request_index: 0,
         gpu_mask: 1,
     };
@@ -835,4 +835,31 @@ fn a_gpu_named_or_drained_covers_its_mig_instances() {
         place(&declared(1_000), &gpus, &drained),
         Placement::Start(vec![1])
     );
+}
+
+/// A whole queue through one [`Planner`], as the round places it without
+/// its groups, quota or backfill.
+fn plan(requests: &[Request], gpus: &mut [GpuLoad], opts: &PlaceOptions) -> Vec<Placement> {
+    plan_with_reservation(requests, gpus, opts, None)
+}
+
+/// [`plan`] with a reservation: every request but the reserved one sees
+/// the reserved GPUs as closed; the reserved one may use them.
+fn plan_with_reservation(
+    requests: &[Request],
+    gpus: &mut [GpuLoad],
+    opts: &PlaceOptions,
+    reservation: Option<&StarvationHold>,
+) -> Vec<Placement> {
+    let mut planner = Planner::new(gpus, opts, reservation.map(|r| r.gpu_mask));
+    requests
+        .iter()
+        .enumerate()
+        .map(|(index, request)| {
+            planner.next(
+                request,
+                reservation.is_some_and(|r| r.request_index == index),
+            )
+        })
+        .collect()
 }

@@ -3,6 +3,7 @@
 //! `release`, `top`, `serve` and `doctor`, which take the scheduler's own options to
 //! find the same GPUs, ledger and rules.
 
+use super::LogDir;
 use super::values::parse_poll;
 use clap::Args;
 use std::path::PathBuf;
@@ -25,15 +26,8 @@ pub struct BoxArgs {
     /// The box rules, as the scheduler's --box-rules.
     #[arg(long, value_name = "FILE")]
     pub box_rules: Option<PathBuf>,
-    /// Your scheduler's log directory: whose queue, metrics and timeline
-    /// `serve` shows, and where the default --sim-dir is.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched reserve`.
@@ -90,9 +84,9 @@ pub struct ServeArgs {
     pub place: BoxArgs,
 }
 
-/// Arguments of `gpusched release`.
+/// Arguments of `gpusched unreserve`.
 #[derive(Debug, Args, Clone)]
-pub struct ReleaseArgs {
+pub struct UnreserveArgs {
     /// The reservation's number (from `gpusched reserve --list`). Default:
     /// all of yours.
     #[arg(value_name = "ID")]
@@ -127,14 +121,8 @@ pub struct DoctorArgs {
     /// LOG_DIR/sim/ledger).
     #[arg(long, value_name = "DIR", env = "GPUSCHED_LEDGER")]
     pub ledger: Option<PathBuf>,
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// `--sim-nvlink`: (GPU, GPU, links) triples.

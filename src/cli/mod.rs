@@ -33,74 +33,17 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-/// The jobs-file attributes, as `--help` and the man page list them:
-/// (attribute as written, what it does). The parser's list is
-/// [`crate::jobspec::ATTRIBUTES`]; a test keeps the two in step.
-pub const ATTRIBUTE_HELP: [(&str, &str); 15] = [
-    (
-        "vram=SIZE",
-        "peak GPU memory per GPU: 18000 (MiB), 800M, 12.5G, or auto",
-    ),
-    ("gpus=N", "number of distinct GPUs (default 1)"),
-    (
-        "timeout=DURATION",
-        "wall-clock limit: 90, 90s, 15m, 2h, 1.5d",
-    ),
-    (
-        "retries=N",
-        "re-runs after a CUDA OOM, each with 25% more VRAM",
-    ),
-    (
-        "name=NAME",
-        "a name for after=, log, cancel and the views; unique",
-    ),
-    (
-        "after=JOB,...",
-        "start once these ended ok: names, job numbers, key prefixes",
-    ),
-    (
-        "on=GPU,...",
-        "the only GPUs the job may use: on=0,2 (MIG instances: on=0:1)",
-    ),
-    (
-        "family=NAME",
-        "whose runs a vram=auto job learns from (default: by command)",
-    ),
-    ("group=NAME", "the job's group, for limit="),
-    ("limit=N", "at most N jobs of the group run at once"),
-    (
-        "enforce=MODE",
-        "over its declaration: stop (stop and retry bigger) or warn",
-    ),
-    (
-        "cwd=DIR",
-        "run it in DIR, not the scheduler's directory (add writes it)",
-    ),
-    (
-        "env=ID",
-        "run it with the environment add saved, not the scheduler's",
-    ),
-    (
-        "preemptible",
-        "a blocked job above it may stop it and queue it again",
-    ),
-    ("cancel", "stop it if running; never start it if waiting"),
-];
-
 /// The command line with what the derive cannot say: the attribute list
 /// at the end of `--help`. Parse with this, and render the man page and
 /// completions from it.
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    let width = ATTRIBUTE_HELP
-        .iter()
-        .map(|(a, _)| a.len())
-        .max()
-        .unwrap_or(0);
+    let attributes = crate::jobspec::ATTRIBUTES;
+    let width = attributes.iter().map(|a| a.shown.len()).max().unwrap_or(0);
     let mut text =
         String::from("Jobs-file attributes, in one [...] block at the start of a line:\n");
-    for (attribute, meaning) in ATTRIBUTE_HELP {
-        text.push_str(&format!("  {attribute:<width$}  {meaning}\n"));
+    for a in attributes {
+        text.push_str(&format!("  {:<width$}  {}\n", a.shown, a.help));
     }
     text.push('\n');
     text.push_str(EXIT_STATUS);
@@ -115,17 +58,17 @@ impl Command {
     /// the untrusted reader instead).
     pub fn log_dir_mut(&mut self) -> Option<&mut PathBuf> {
         Some(match self {
-            Command::Status(a) => &mut a.log_dir,
-            Command::Add(a) => &mut a.log_dir,
-            Command::Cancel(a) => &mut a.log_dir,
-            Command::Log(a) => &mut a.log_dir,
-            Command::Retry(a) => &mut a.log_dir,
-            Command::Wait(a) => &mut a.log_dir,
-            Command::Mcp(a) => &mut a.log_dir,
-            Command::Pause(a) | Command::Resume(a) => &mut a.log_dir,
-            Command::Drain(a) | Command::Undrain(a) => &mut a.log_dir,
-            Command::Stop(a) => &mut a.log_dir,
-            Command::Timeline(a) => &mut a.log_dir,
+            Command::Status(a) => &mut a.log_dir.dir,
+            Command::Add(a) => &mut a.log_dir.dir,
+            Command::Cancel(a) => &mut a.log_dir.dir,
+            Command::Log(a) => &mut a.log_dir.dir,
+            Command::Retry(a) => &mut a.log_dir.dir,
+            Command::Wait(a) => &mut a.log_dir.dir,
+            Command::Mcp(a) => &mut a.log_dir.dir,
+            Command::Pause(a) | Command::Resume(a) => &mut a.log_dir.dir,
+            Command::Drain(a) | Command::Undrain(a) => &mut a.log_dir.dir,
+            Command::Stop(a) => &mut a.log_dir.dir,
+            Command::Timeline(a) => &mut a.log_dir.dir,
             Command::Export(a) => &mut a.log_dir,
             _ => return None,
         })
@@ -158,6 +101,12 @@ pub enum Command {
     /// `gpusched retry 7 12`. Refused while the job's line carries `cancel`
     /// or is gone.
     Retry(RetryArgs),
+    /// Keep waiting jobs from starting until `gpusched release`:
+    /// `gpusched hold 7 train 'lr0.1-*'` (numbers, names, keys, name
+    /// globs). Journaled, so a restart keeps it; they wait "held".
+    Hold(HoldArgs),
+    /// Let held jobs start again: `gpusched release 7 train`.
+    Release(HoldArgs),
     /// Block until jobs have ended (default: every job of the jobs file):
     /// exit 0 when all ended ok, 1 otherwise, 124 after --timeout. For
     /// scripts: `gpusched wait train && python report.py`.
@@ -221,11 +170,11 @@ pub enum Command {
     /// Keep GPU memory for yourself, not for a job — a notebook, a
     /// debugging session, a demo: `gpusched reserve --for 2h` keeps a
     /// whole GPU; every user's scheduler leaves it alone until it ends or
-    /// `gpusched release` gives it back. `--list` shows everyone's.
+    /// `gpusched unreserve` gives it back. `--list` shows everyone's.
     Reserve(ReserveArgs),
-    /// Give back your personal reservations (`gpusched release 3`, or all
-    /// of yours without an ID).
-    Release(ReleaseArgs),
+    /// Give back your personal reservations (`gpusched unreserve 3`, or
+    /// all of yours without an ID).
+    Unreserve(UnreserveArgs),
     /// The whole box, live, full screen: every GPU with each user's jobs
     /// and reservations and when it should free, every user's queue.
     /// `q` quits. Not on a terminal, it prints the view once.
@@ -507,14 +456,8 @@ pub struct ExportArgs {
 /// Arguments of `gpusched status`.
 #[derive(Debug, Args, Clone)]
 pub struct StatusArgs {
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
     /// Print status.json as it is (schema: docs/status.schema.json).
     #[arg(long)]
     pub json: bool,
@@ -526,14 +469,8 @@ pub struct StatusArgs {
 /// Arguments of `gpusched timeline`.
 #[derive(Debug, Args, Clone)]
 pub struct TimelineArgs {
-    /// The scheduler's log directory (its journal and usage record).
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
     /// Where to write the SVG (`-` for standard output). Default:
     /// <log-dir>/timeline.svg.
     #[arg(short, long, value_name = "FILE")]
@@ -548,15 +485,8 @@ pub struct AddArgs {
     /// ./jobs.txt if it exists.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// The scheduler's log directory (to find its jobs file and report the
-    /// new job's number once it has seen it).
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
     /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G; or auto to
     /// learn it from the runs of its family.
     #[arg(long, value_name = "SIZE")]
@@ -620,14 +550,8 @@ pub struct CancelArgs {
     /// (from its status.json), else ./jobs.txt if it exists.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// The scheduler's log directory (its journal maps numbers to keys).
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched log`.
@@ -643,14 +567,8 @@ pub struct LogArgs {
     /// The attempt to show (1-based; default: the last).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: Option<u32>,
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched retry`.
@@ -663,14 +581,19 @@ pub struct RetryArgs {
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
+}
+
+/// Arguments of `gpusched hold` and `release`.
+#[derive(Debug, Args, Clone)]
+pub struct HoldArgs {
+    /// The jobs: display numbers (`7`), `name=`s, keys (or unique
+    /// prefixes), or globs of names (`'lr0.1-*'`).
+    #[arg(value_name = "JOB", required = true)]
+    pub jobs: Vec<String>,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched grid`.
@@ -712,15 +635,8 @@ pub struct GridArgs {
 /// Arguments of `gpusched mcp`.
 #[derive(Debug, Args, Clone)]
 pub struct McpArgs {
-    /// The scheduler's log directory (absolute is best: an MCP client may
-    /// start the server in any directory).
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
@@ -739,27 +655,15 @@ pub struct WaitArgs {
     /// The jobs file (default: the one the scheduler with --log-dir runs).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched pause` and `resume`.
 #[derive(Debug, Args, Clone)]
 pub struct LogDirArgs {
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched drain` and `undrain`.
@@ -769,27 +673,15 @@ pub struct GpuArgs {
     /// nvidia-smi numbers them); draining a GPU drains its MIG instances.
     #[arg(value_name = "GPU", required = true, value_parser = parse_device)]
     pub gpus: Vec<u32>,
-    /// The scheduler's log directory.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
 }
 
 /// Arguments of `gpusched stop`.
 #[derive(Debug, Args, Clone)]
 pub struct StopArgs {
-    /// The scheduler's log directory (its lock file names the scheduler).
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "gpusched_logs",
-        env = "GPUSCHED_LOG_DIR"
-    )]
-    pub log_dir: PathBuf,
+    #[command(flatten)]
+    pub log_dir: LogDir,
     /// Seconds to wait for it to exit (it gives its jobs a 10 s grace).
     #[arg(long, value_name = "SEC", default_value_t = 30.0, value_parser = parse_poll)]
     pub timeout: f64,
@@ -850,7 +742,9 @@ pub fn typo_error(first: &std::ffi::OsStr) -> Option<crate::error::Error> {
     )))
 }
 
+mod log_dir;
 mod values;
+pub use log_dir::LogDir;
 pub use values::GpuList;
 use values::{
     parse_device, parse_enforce, parse_fraction, parse_gpu_list, parse_mib, parse_poll,
@@ -862,7 +756,7 @@ mod lab_args;
 mod sim_args;
 use box_args::parse_nvlink_pairs;
 pub use box_args::{
-    BoxArgs, DoctorArgs, NvlinkPairs, ReleaseArgs, ReserveArgs, ServeArgs, TopArgs,
+    BoxArgs, DoctorArgs, NvlinkPairs, ReserveArgs, ServeArgs, TopArgs, UnreserveArgs,
 };
 pub use lab_args::{
     CompletionsArgs, LedgerAction, LedgerArgs, ManArgs, ReportArgs, ServiceAction, ServiceArgs,

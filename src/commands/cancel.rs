@@ -20,13 +20,14 @@ pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
 }
 
 /// One job a reference named: its key, how it is called in messages
-/// (`7`, `on line 3`), whether it runs, and its command when no scheduler
-/// has read its line yet.
-struct Target {
-    key: String,
-    called: String,
-    running: bool,
-    unseen: Option<String>,
+/// (`7`, `on line 3`), whether it runs, whether `gpusched hold` holds it,
+/// and its command when no scheduler has read its line yet.
+pub(super) struct Target {
+    pub(super) key: String,
+    pub(super) called: String,
+    pub(super) running: bool,
+    pub(super) held: bool,
+    pub(super) unseen: Option<String>,
 }
 
 /// [`run`], saying what it did on `out` and `err` (the terminal's stdout
@@ -50,7 +51,7 @@ pub fn run_to(
     };
     let mut targets: Vec<Target> = Vec::new();
     for reference in &args.jobs {
-        for target in resolve(reference, &index, &specs, out)? {
+        for target in resolve(reference, &index, &specs, "cancel", out)? {
             if !targets.iter().any(|t| t.key == target.key) {
                 targets.push(target);
             }
@@ -112,13 +113,15 @@ pub fn run_to(
 /// The jobs `reference` names: a job number, `name=`, key (or unique
 /// prefix), `group=NAME` (every line of that group not yet ended), or a
 /// glob of names (`'lr0.1-*'`: every line whose `name=` matches, not yet
-/// ended). A job that already ended is said on `out` and left out.
+/// ended). A job that already ended is said on `out` (nothing to `verb`)
+/// and left out.
 ///
 /// Errors: [`Error::Usage`] when it names no job.
-fn resolve(
+pub(super) fn resolve(
     reference: &str,
     index: &JobIndex,
     specs: &[crate::jobspec::JobSpec],
+    verb: &str,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Vec<Target>> {
     let many: Option<(Vec<&crate::jobspec::JobSpec>, String)> =
@@ -149,12 +152,14 @@ fn resolve(
                     key: job.key.clone(),
                     called: job.no.to_string(),
                     running: job.last == LastWord::Started,
+                    held: job.held,
                     unseen: None,
                 }),
                 None => targets.push(Target {
                     key: spec.key.clone(),
                     called: format!("on line {}", spec.line),
                     running: false,
+                    held: false,
                     unseen: Some(spec.command.clone()),
                 }),
             }
@@ -162,7 +167,7 @@ fn resolve(
         if targets.is_empty() {
             writeln!(
                 out,
-                "every job with {what} already ended; nothing to cancel"
+                "every job with {what} already ended; nothing to {verb}"
             )?;
         }
         return Ok(targets);
@@ -172,7 +177,7 @@ fn resolve(
             if let LastWord::Done { status, .. } = &job.last {
                 writeln!(
                     out,
-                    "job {} already ended ({status}); nothing to cancel (`gpusched retry {}` runs it again)",
+                    "job {} already ended ({status}); nothing to {verb} (`gpusched retry {}` runs it again)",
                     job.no, job.no
                 )?;
                 return Ok(Vec::new());
@@ -181,6 +186,7 @@ fn resolve(
                 key: job.key.clone(),
                 called: job.no.to_string(),
                 running: job.last == LastWord::Started,
+                held: job.held,
                 unseen: None,
             }])
         }
@@ -190,6 +196,7 @@ fn resolve(
                 key: spec.key.clone(),
                 called: format!("on line {}", spec.line),
                 running: false,
+                held: false,
                 unseen: Some(spec.command.clone()),
             }]),
             None => Err(e.into()),

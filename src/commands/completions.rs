@@ -4,7 +4,7 @@
 //! The man page is one page, `gpusched(1)`: the subcommands are sections
 //! of it, not pages of their own.
 
-use crate::cli::{ATTRIBUTE_HELP, CompletionsArgs, EXIT_STATUS, ManArgs};
+use crate::cli::{CompletionsArgs, EXIT_STATUS, ManArgs};
 use crate::error::Error;
 use std::io::Write;
 use std::path::PathBuf;
@@ -112,13 +112,8 @@ fn page() -> std::io::Result<Vec<u8>> {
             "One job per line; blank lines and # comments are skipped. A line may start with one attribute block, [vram=18G gpus=2], and the rest is the command, run by /bin/sh -c. The attributes:"
         )
     )?;
-    for (attribute, meaning) in ATTRIBUTE_HELP {
-        writeln!(
-            out,
-            ".TP\n\\fB{}\\fR\n{}",
-            escape(attribute),
-            escape(meaning)
-        )?;
+    for a in crate::jobspec::ATTRIBUTES {
+        writeln!(out, ".TP\n\\fB{}\\fR\n{}", escape(a.shown), escape(a.help))?;
     }
     writeln!(out, ".SH FILES")?;
     for (file, meaning) in FILES {

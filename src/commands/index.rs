@@ -63,6 +63,8 @@ pub struct IndexedJob {
     pub attempts: Vec<Attempt>,
     /// The journal's last word on it.
     pub last: LastWord,
+    /// Whether `gpusched hold` holds it (no `released` since).
+    pub held: bool,
 }
 
 impl IndexedJob {
@@ -74,13 +76,14 @@ impl IndexedJob {
             command: command.to_string(),
             attempts: Vec::new(),
             last: LastWord::Waiting,
+            held: false,
         }
     }
 
     /// Takes in one later journal `event` of this job, written at `ts`
-    /// (Unix seconds): an attempt started, an outcome, a requeue. Requests
-    /// and reservations (`cancel`, `reserved`) are not outcomes and change
-    /// nothing.
+    /// (Unix seconds): an attempt started, an outcome, a requeue, a hold
+    /// or release. Other requests and the starvation hold (`cancel`,
+    /// `starvation_hold`) are not outcomes and change nothing.
     pub fn apply(&mut self, event: &Event, ts: f64) {
         match event {
             Event::Started {
@@ -112,6 +115,9 @@ impl IndexedJob {
             Event::Oom { .. } => self.requeued("oom"),
             Event::Interrupted {} => self.requeued("interrupted"),
             Event::Preempted { .. } => self.requeued("preempted"),
+            Event::Requeued { .. } => self.requeued("requeued"),
+            Event::Held {} => self.held = !matches!(self.last, LastWord::Done { .. }),
+            Event::Released {} => self.held = false,
             Event::Retry {} => self.requeued("retry"),
             _ => {}
         }

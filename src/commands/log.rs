@@ -167,7 +167,11 @@ fn is_outcome(event: &crate::journal::Event) -> bool {
     use crate::journal::Event;
     matches!(
         event,
-        Event::Done { .. } | Event::Oom { .. } | Event::Interrupted {} | Event::Preempted { .. }
+        Event::Done { .. }
+            | Event::Oom { .. }
+            | Event::Interrupted {}
+            | Event::Preempted { .. }
+            | Event::Requeued { .. }
     )
 }
 
@@ -212,6 +216,7 @@ fn end_line(last: &LastWord) -> (String, i32) {
             let why = match event.as_str() {
                 "oom" => "ran out of CUDA memory; queued again with a bigger declaration",
                 "preempted" => "was preempted; queued again",
+                "requeued" => "failed; queued again (retry_on=)",
                 "interrupted" => "was interrupted when its scheduler stopped; queued again",
                 _ => "ended; queued again",
             };

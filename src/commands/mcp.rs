@@ -22,7 +22,7 @@ use std::path::PathBuf;
 /// Errors: the runtime cannot start, or the transport fails.
 pub fn run(args: &McpArgs) -> anyhow::Result<i32> {
     let server = Server {
-        log_dir: args.log_dir.clone(),
+        log_dir: args.log_dir.dir.clone(),
         file: args.file.clone(),
         tool_router: Server::tool_router(),
     };
@@ -282,7 +282,7 @@ impl Server {
         let job = params.0;
         let args = AddArgs {
             file: self.file.clone(),
-            log_dir: self.log_dir.clone(),
+            log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
             vram: job.vram,
             gpus: job.gpus,
             timeout: job.timeout,
@@ -314,7 +314,7 @@ impl Server {
         let args = CancelArgs {
             jobs: vec![params.0.job],
             file: self.file.clone(),
-            log_dir: self.log_dir.clone(),
+            log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
         };
         let (out, err) = verb(move |out, err| super::cancel::run_to(&args, out, err)).await?;
         Ok(said(&out, &err))
@@ -326,7 +326,7 @@ impl Server {
         let args = RetryArgs {
             jobs: vec![params.0.job],
             file: self.file.clone(),
-            log_dir: self.log_dir.clone(),
+            log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
         };
         let (out, err) = verb(move |out, err| super::retry::run_to(&args, out, err)).await?;
         Ok(said(&out, &err))
@@ -340,7 +340,7 @@ impl Server {
             job,
             follow: false,
             attempt: None,
-            log_dir: self.log_dir.clone(),
+            log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
         };
         let keep = lines.unwrap_or(200).min(MAX_LOG_LINES);
         // Only the last lines are kept as the log streams by: a 400 MB

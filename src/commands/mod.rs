@@ -9,6 +9,7 @@ pub mod control;
 pub mod doctor;
 pub mod export;
 pub mod grid;
+pub mod hold;
 pub mod index;
 pub mod log;
 pub mod mcp;

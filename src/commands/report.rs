@@ -88,7 +88,10 @@ fn attempts(records: &[Record], now: f64) -> (Vec<Use>, Vec<(String, f64, DoneSt
                 }
                 done.push((r.key.clone(), r.ts, *status));
             }
-            Event::Oom { .. } | Event::Interrupted {} | Event::Preempted { .. } => {
+            Event::Oom { .. }
+            | Event::Interrupted {}
+            | Event::Preempted { .. }
+            | Event::Requeued { .. } => {
                 if let Some(mut u) = open.remove(r.key.as_str()) {
                     u.end = r.ts;
                     uses.push(u);

@@ -1,10 +1,10 @@
-//! `gpusched reserve`, `gpusched reserve --list` and `gpusched release`
+//! `gpusched reserve`, `gpusched reserve --list` and `gpusched unreserve`
 //! (docs/BEHAVIOUR.md "Rules for a shared box"): personal reservations,
 //! memory kept for a person rather than a job. A reservation is a file of
 //! its user in the ledger, made under the ledger lock; every scheduler
 //! counts it like a booking until it ends. No scheduler needs to run.
 
-use crate::cli::{BoxArgs, ReleaseArgs, ReserveArgs};
+use crate::cli::{BoxArgs, ReserveArgs, UnreserveArgs};
 use crate::clock::now_ms;
 use crate::console::{clock_short, human_duration};
 use crate::error::Error;
@@ -126,17 +126,17 @@ pub fn run(args: &ReserveArgs) -> anyhow::Result<i32> {
     }
     writeln!(
         out,
-        "use it with CUDA_VISIBLE_DEVICES={} (GPU {gpu}); give it back early with `gpusched release {id}`",
+        "use it with CUDA_VISIBLE_DEVICES={} (GPU {gpu}); give it back early with `gpusched unreserve {id}`",
         info.uuid
     )?;
     Ok(0)
 }
 
-/// `gpusched release`: removes reservation `ID` of ours, or all of ours,
+/// `gpusched unreserve`: removes reservation `ID` of ours, or all of ours,
 /// refunding the usage charged for the time left.
 ///
 /// Errors (exit 2): no such reservation; it is someone else's.
-pub fn release(args: &ReleaseArgs) -> anyhow::Result<i32> {
+pub fn release(args: &UnreserveArgs) -> anyhow::Result<i32> {
     let mut b = open(&args.place)?;
     let _lock = b.ledger.lock();
     b.ledger.refresh();

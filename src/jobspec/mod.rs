@@ -3,6 +3,9 @@
 //! file's text into [`JobSpec`]s with their identity keys, or a
 //! [`ParseError`] that names the line number and the offending text.
 
+mod attributes;
+
+pub use attributes::{ATTRIBUTES, Attribute, Begin, MAX_PRIORITY, RetryOn, attribute};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -77,6 +80,14 @@ pub struct Rare {
     /// `LOG_DIR/env/ID.json` ([`crate::saved_env`]), instead of the
     /// scheduler's.
     pub env: Option<String>,
+    /// `priority=N`: its rank in the queue, higher first, then line
+    /// order (docs/BEHAVIOUR.md "Queue policy"); 0 when not given.
+    pub priority: i32,
+    /// `begin=`: the earliest it may start ([`Begin`]).
+    pub begin: Option<Begin>,
+    /// `retry_on=`: what `retries=` re-runs ([`RetryOn`]); `None` for
+    /// CUDA OOMs only.
+    pub retry_on: Option<RetryOn>,
 }
 
 /// Hex digits of an `env=` id (the environment `gpusched add` saved).
@@ -257,6 +268,24 @@ impl JobSpec {
     /// `limit=` ([`Rare::limit`]).
     pub fn limit(&self) -> Option<u32> {
         self.rare.as_ref()?.limit
+    }
+
+    /// `priority=` ([`Rare::priority`]), 0 when not given.
+    pub fn priority(&self) -> i32 {
+        self.rare.as_ref().map_or(0, |r| r.priority)
+    }
+
+    /// `begin=` ([`Rare::begin`]).
+    pub fn begin(&self) -> Option<Begin> {
+        self.rare.as_ref()?.begin
+    }
+
+    /// `retry_on=` ([`Rare::retry_on`]), [`RetryOn::Oom`] when not given.
+    pub fn retry_on(&self) -> RetryOn {
+        self.rare
+            .as_ref()
+            .and_then(|r| r.retry_on)
+            .unwrap_or_default()
     }
 }
 
@@ -558,7 +587,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
                 return Err(err(format!("attribute '{name}' is given twice")));
             }
             seen_keys.push(name);
-            apply_attribute(&mut spec, name, value).map_err(err)?;
+            attributes::apply(&mut spec, name, value).map_err(err)?;
         }
         rest[close + 1..].trim()
     } else {
@@ -570,26 +599,6 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
     spec.command = command.to_string();
     Ok(Some(spec))
 }
-
-/// The attributes a line's `[...]` block may hold, as the help lists them
-/// (docs/BEHAVIOUR.md "Jobs file").
-pub const ATTRIBUTES: [&str; 15] = [
-    "vram=",
-    "gpus=",
-    "timeout=",
-    "retries=",
-    "name=",
-    "after=",
-    "on=",
-    "family=",
-    "group=",
-    "limit=",
-    "enforce=",
-    "cwd=",
-    "env=",
-    "preemptible",
-    "cancel",
-];
 
 /// For a command that begins with what looks like attributes written
 /// without their brackets (`vram=4G python x.py`, which the shell reads as
@@ -605,169 +614,11 @@ pub fn unbracketed_attributes(command: &str) -> Option<String> {
         .split_whitespace()
         .take_while(|word| {
             word.split_once('=').is_some_and(|(name, value)| {
-                !value.is_empty() && ATTRIBUTES.iter().any(|a| a.strip_suffix('=') == Some(name))
+                !value.is_empty() && attribute(name).is_some_and(|a| !a.is_flag())
             })
         })
         .collect();
     (!words.is_empty()).then(|| format!("[{}]", words.join(" ")))
-}
-
-/// A `name=` value: letters, digits, `_`, `.` and `-`, not only digits
-/// (which would read as a display number).
-fn job_name(v: String) -> Result<String, String> {
-    let valid = v
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if !valid || v.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "bad name '{v}': use letters, digits, '_', '.' and '-' (not only digits)"
-        ));
-    }
-    Ok(v)
-}
-
-/// Applies one `name=value` (or bare flag) to `spec`; the error is the reason.
-fn apply_attribute(spec: &mut JobSpec, name: &str, value: Option<&str>) -> Result<(), String> {
-    let need = |value: Option<&str>| -> Result<String, String> {
-        match value {
-            Some(v) if !v.is_empty() => Ok(v.to_string()),
-            _ => Err(format!("attribute '{name}' needs a value ({name}=...)")),
-        }
-    };
-    let bare = |value: Option<&str>| match value {
-        Some(_) => Err(format!("'{name}' is a bare flag and takes no value")),
-        None => Ok(true),
-    };
-    match name {
-        "vram" if value == Some("auto") => spec.auto_vram = true,
-        "vram" => spec.vram_mib = Some(parse_vram_mib(&need(value)?)?),
-        "gpus" => {
-            let v = need(value)?;
-            spec.gpus = parse_positive_int(&v)
-                .filter(|&n| n <= MAX_GPUS)
-                .ok_or_else(|| {
-                    format!(
-                        "bad gpus value '{v}': expected a whole number of GPUs from 1 to {MAX_GPUS}"
-                    )
-                })?;
-        }
-        "timeout" => spec.rare_mut().timeout_s = Some(parse_duration_s(&need(value)?)?),
-        "retries" => {
-            let v = need(value)?;
-            spec.rare_mut().retries =
-                Some(v.parse::<u32>().map_err(|_| {
-                    format!("bad retries value '{v}': expected a whole number ≥ 0")
-                })?);
-        }
-        "cancel" => spec.cancel = bare(value)?,
-        "on" => spec.rare_mut().on_mask = Some(parse_on(&need(value)?)?),
-        "preemptible" => spec.preemptible = bare(value)?,
-        "enforce" => {
-            let v = need(value)?;
-            spec.rare_mut().enforce = Some(
-                Enforce::from_word(&v)
-                    .filter(|e| *e != Enforce::Mps)
-                    .ok_or_else(|| {
-                        format!(
-                            "bad enforce value '{v}': expected enforce=stop, enforce=warn or enforce=auto"
-                        )
-                    })?,
-            );
-        }
-        "after" => {
-            let v = need(value)?;
-            let refs: Vec<String> = v.split(',').map(str::to_string).collect();
-            if refs.iter().any(|r| r.is_empty()) {
-                return Err(format!(
-                    "bad after value '{v}': expected names, job numbers or key prefixes, like after=train,3"
-                ));
-            }
-            spec.rare_mut().after = refs;
-        }
-        "name" => spec.rare_mut().name = Some(job_name(need(value)?)?),
-        "family" => spec.rare_mut().family = Some(label(name, need(value)?)?),
-        "group" => spec.rare_mut().group = Some(label(name, need(value)?)?),
-        "cwd" => spec.rare_mut().cwd = Some(decode_cwd(&need(value)?)?),
-        "env" => {
-            let v = need(value)?;
-            if !is_env_id(&v) {
-                return Err(format!(
-                    "bad env value '{v}': expected the id `gpusched add` wrote, 16 hex digits"
-                ));
-            }
-            spec.rare_mut().env = Some(v);
-        }
-        "limit" => {
-            let v = need(value)?;
-            spec.rare_mut().limit = Some(parse_positive_int(&v).ok_or_else(|| {
-                format!("bad limit value '{v}': expected a whole number of jobs ≥ 1")
-            })?);
-        }
-        // `[vram=8 GB]`: a unit cut off its number by a space.
-        unit if value.is_none()
-            && spec.vram_mib.is_some()
-            && ["m", "mb", "mib", "g", "gb", "gib"]
-                .contains(&unit.to_ascii_lowercase().as_str()) =>
-        {
-            return Err(format!(
-                "'{unit}' stands alone: write the size without a space, like vram={}{unit}",
-                spec.vram_mib.unwrap_or(8)
-            ));
-        }
-        other => {
-            return Err(format!(
-                "unknown attribute '{other}' (known: {})",
-                ATTRIBUTES.join(", ")
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A `family=` or `group=` value (the attribute `name`): up to 64 of
-/// `[A-Za-z0-9_.-]`.
-///
-/// Errors: the reason, naming the attribute and the value.
-fn label(name: &str, value: String) -> Result<String, String> {
-    let valid = value.len() <= 64
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if valid {
-        Ok(value)
-    } else {
-        Err(format!(
-            "bad {name} '{value}': use up to 64 letters, digits, '_', '.' and '-'"
-        ))
-    }
-}
-
-/// An `on=` value: GPU indices below 64 (`on=0,2`) and MIG instances
-/// as `GPU:MIG device` (`on=0:1`, docs/HARDWARE.md "MIG"), each once, as
-/// a device bit mask.
-///
-/// Errors: the reason, naming the value.
-fn parse_on(v: &str) -> Result<crate::model::GpuMask, String> {
-    let mut mask = 0;
-    for part in v.split(',') {
-        let index = crate::model::parse_device_label(part).ok_or_else(|| {
-            format!(
-                "bad on value '{v}': expected GPU indices below 64, like on=0,2, or MIG instances like on=0:1"
-            )
-        })?;
-        if crate::model::mask_has(mask, index) {
-            return Err(format!(
-                "bad on value '{v}': GPU {} is listed twice",
-                crate::model::device_label(index)
-            ));
-        }
-        mask |= crate::model::gpu_mask(&[index]);
-    }
-    Ok(mask)
-}
-
-fn parse_positive_int(text: &str) -> Option<u32> {
-    text.parse::<u32>().ok().filter(|&n| n >= 1)
 }
 
 /// Splits `12.5G` into (`12.5`, `G`): the leading number and the unit suffix.

@@ -83,11 +83,28 @@ pub enum Event {
         /// Run time lost with this attempt (seconds).
         duration_s: f64,
     },
-    /// The job waited `--reserve-after` blocked: these GPUs are held for
-    /// it until it starts (docs/BEHAVIOUR.md "Queue policy").
-    Reserved {
+    /// The starvation hold: the job waited `--reserve-after` blocked, so
+    /// these GPUs are held for it until it starts (docs/BEHAVIOUR.md
+    /// "Queue policy"). Earlier journals call it `reserved`, still read.
+    #[serde(alias = "reserved")]
+    StarvationHold {
         /// GPU indices held.
         gpus: Vec<u32>,
+    },
+    /// `gpusched hold`: the waiting job is not started until `released`.
+    Held {},
+    /// `gpusched release`: a held job may start again.
+    Released {},
+    /// The attempt failed in a way its `retry_on=` retries (not an OOM,
+    /// which is `oom`): the job is queued again as it was
+    /// (docs/BEHAVIOUR.md "Out of memory and timeouts").
+    Requeued {
+        /// Retries used so far, this one included.
+        attempts: u32,
+        /// How the attempt ended (`failed`, `timeout`).
+        status: DoneStatus,
+        /// Its exit code, when it exited.
+        returncode: Option<i32>,
     },
     /// The job ended for good.
     Done {
@@ -285,13 +302,16 @@ pub struct KeyState {
     /// Attempts started so far.
     pub attempts: u32,
     /// OOM attempts so far.
-    pub oom_attempts: u32,
+    pub retries_used: u32,
     /// Declaration (MiB per GPU) for the next attempt after an OOM (read
     /// it with [`KeyState::next_vram`]; 32 bits of MiB are 4 PiB).
     next_vram: Option<u32>,
     /// Whether its last attempt was preempted (the next one gets
     /// `GPUSCHED_PREEMPTED=1`).
     pub preempted: bool,
+    /// Whether `gpusched hold` holds it (and no `release` let it go):
+    /// it waits, never started, until released.
+    pub held: bool,
     /// Whether `gpusched cancel` asked for it to be cancelled (and no
     /// `retry` withdrew that): stopped if it runs, never started.
     pub cancel_requested: bool,
@@ -316,8 +336,9 @@ pub struct Journal {
     keys: keys::Keys,
     next_no: u32,
     generation: u64,
-    /// The reservation in force (docs/BEHAVIOUR.md "Queue policy"): the job's key and its GPUs.
-    reservation: Option<(String, Vec<u32>)>,
+    /// The starvation hold in force (docs/BEHAVIOUR.md "Queue policy"):
+    /// the job's key and its GPUs.
+    starvation_hold: Option<(String, Vec<u32>)>,
     /// Set between [`Journal::defer_sync`] and [`Journal::sync`]: appends
     /// are written but not yet fsynced.
     sync_deferred: bool,
@@ -347,7 +368,7 @@ impl Journal {
             keys: keys::Keys::default(),
             next_no: 1,
             generation: 0,
-            reservation: None,
+            starvation_hold: None,
             sync_deferred: false,
             unsynced: false,
         };
@@ -491,8 +512,8 @@ impl Journal {
 
     /// The reservation the journal has in force: the job's key and the
     /// GPUs held for it (until it starts or ends).
-    pub fn priority_reservation(&self) -> Option<&(String, Vec<u32>)> {
-        self.reservation.as_ref()
+    pub fn starvation_hold(&self) -> Option<&(String, Vec<u32>)> {
+        self.starvation_hold.as_ref()
     }
 
     /// The display number the next new job will get.
@@ -666,7 +687,10 @@ impl Journal {
             Event::Retry {} => Fold::Retry,
             Event::Cancel {} => Fold::Cancel,
             Event::Preempted { duration_s } => Fold::Preempted(*duration_s),
-            Event::Reserved { gpus } => Fold::Reserved(gpus.clone()),
+            Event::StarvationHold { gpus } => Fold::StarvationHold(gpus.clone()),
+            Event::Held {} => Fold::Held(true),
+            Event::Released {} => Fold::Held(false),
+            Event::Requeued { attempts, .. } => Fold::Requeued(*attempts),
             Event::Done {
                 status,
                 returncode,
@@ -708,13 +732,13 @@ impl Journal {
             return;
         }
         match &step {
-            Fold::Reserved(gpus) => {
-                self.reservation = Some((key.to_string(), gpus.clone()));
+            Fold::StarvationHold(gpus) => {
+                self.starvation_hold = Some((key.to_string(), gpus.clone()));
             }
             Fold::Started { .. } | Fold::Done { .. }
-                if self.reservation.as_ref().is_some_and(|(k, _)| k == key) =>
+                if self.starvation_hold.as_ref().is_some_and(|(k, _)| k == key) =>
             {
-                self.reservation = None;
+                self.starvation_hold = None;
             }
             _ => {}
         }
@@ -745,12 +769,17 @@ impl Journal {
                 attempts,
                 next_vram,
             } => {
-                state.oom_attempts = attempts;
+                state.retries_used = attempts;
                 state.set_next_vram(next_vram);
                 state.phase = Phase::Waiting;
             }
+            Fold::Requeued(attempts) => {
+                state.retries_used = attempts;
+                state.phase = Phase::Waiting;
+            }
             Fold::Interrupted => state.phase = Phase::Waiting,
-            Fold::Reserved(_) => {}
+            Fold::StarvationHold(_) => {}
+            Fold::Held(held) => state.held = held && !matches!(state.phase, Phase::Done(_)),
             Fold::Preempted(duration_s) => {
                 state.phase = Phase::Waiting;
                 state.preempted = true;
@@ -761,7 +790,7 @@ impl Journal {
                 state.notify_pending = false;
                 if matches!(state.phase, Phase::Done(_)) {
                     state.phase = Phase::Waiting;
-                    state.oom_attempts = 0;
+                    state.retries_used = 0;
                 }
             }
             Fold::Cancel => {
@@ -793,7 +822,8 @@ impl KeyState {
             seen_ts,
             first_started: f64::NAN,
             attempts: 0,
-            oom_attempts: 0,
+            retries_used: 0,
+            held: false,
             next_vram: None,
             preempted: false,
             cancel_requested: false,
@@ -833,11 +863,13 @@ enum Fold {
         attempts: u32,
         next_vram: Option<u64>,
     },
+    Requeued(u32),
     Interrupted,
     Retry,
     Cancel,
     Preempted(f64),
-    Reserved(Vec<u32>),
+    StarvationHold(Vec<u32>),
+    Held(bool),
     Done {
         finished: Finished,
         notify: bool,

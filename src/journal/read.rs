@@ -165,7 +165,10 @@ impl RawRecord<'_> {
             "retry" => Fold::Retry,
             "cancel" => Fold::Cancel,
             "preempted" => Fold::Preempted(self.duration_s.unwrap_or(0.0)),
-            "reserved" => Fold::Reserved(self.gpus.as_ref()?.0.to_vec()),
+            "starvation_hold" | "reserved" => Fold::StarvationHold(self.gpus.as_ref()?.0.to_vec()),
+            "held" => Fold::Held(true),
+            "released" => Fold::Held(false),
+            "requeued" => Fold::Requeued(self.attempts?),
             "done" => Fold::Done {
                 finished: Finished {
                     status: self.status?,

@@ -143,7 +143,7 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
     let a = journal.state("a#0").unwrap();
     assert_eq!(a.no, 1);
     assert_eq!(a.attempts, 1);
-    assert_eq!(a.oom_attempts, 1);
+    assert_eq!(a.retries_used, 1);
     assert_eq!(a.next_vram(), Some(10000));
     assert_eq!(a.phase, Phase::Waiting);
     let b = journal.state("b#0").unwrap();
@@ -242,7 +242,7 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
         let state = journal.state("a#0").unwrap();
         assert_eq!(state.phase, Phase::Waiting);
         assert_eq!(state.attempts, 1, "attempts keep counting");
-        assert_eq!(state.oom_attempts, 0, "OOM retries start over");
+        assert_eq!(state.retries_used, 0, "OOM retries start over");
         assert_eq!(state.next_vram(), Some(10000), "the learned bump is kept");
     }
 }

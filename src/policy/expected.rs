@@ -10,7 +10,7 @@
 //! the jobs ahead of it in the queue first, gives it its GPUs — like
 //! `squeue --start`. Nothing known is said as such (`None`), never made up.
 
-use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
+use crate::allocation::{GpuLoad, PlaceOptions, Placement, Request};
 
 /// Where an expected time comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,7 @@ pub fn waiting_starts(
     for (i, end) in order {
         ended.push(i);
         let mut loads = loads_without(&ended);
-        let placements = allocation::plan(waiting, &mut loads, opts);
+        let placements = crate::policy::round::plan_queue(waiting, &mut loads, opts);
         for (start, placement) in starts.iter_mut().zip(&placements) {
             if start.is_none() && matches!(placement, Placement::Start(_)) {
                 *start = Some(end);

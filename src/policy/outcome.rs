@@ -2,6 +2,7 @@
 //! ended, why we killed it (if we did), its log tail and its retry budget,
 //! [`decide`] returns the [`Outcome`] the loop then journals and prints.
 
+use crate::jobspec::RetryOn;
 use crate::model::{Culprit, DoneStatus, OomCause};
 use crate::policy::kill::KillReason;
 use crate::policy::oom::Exhausted;
@@ -93,10 +94,13 @@ pub struct AttemptEnd {
     /// attempt's log say ([`crate::policy::oom::classify`]); `None` when
     /// they name no memory exhaustion.
     pub ran_out_of: Option<Exhausted>,
-    /// OOM retries used before this attempt.
-    pub oom_retries_used: u32,
-    /// OOM retries allowed (`retries=`, else `--oom-retries`).
-    pub oom_retries_allowed: u32,
+    /// Retries used before this attempt (OOMs and, under `retry_on=`,
+    /// failures: one budget).
+    pub retries_used: u32,
+    /// Retries allowed (`retries=`, else `--oom-retries`).
+    pub retries_allowed: u32,
+    /// What the retries are for (`retry_on=`).
+    pub retry_on: RetryOn,
     /// This attempt's declaration per GPU (MiB).
     pub declared_mib: Option<u64>,
     /// Its highest per-GPU peak (MiB), if measured.
@@ -150,6 +154,15 @@ pub enum Outcome {
         /// Why, when not simply its own OOM.
         cause: Option<OomCause>,
     },
+    /// A failure that is no OOM (`failed`, `timeout`) with retries left
+    /// under `retry_on=fail|any`: record `requeued` and run it again as
+    /// it was.
+    FailRetry {
+        /// Retries so far, this one included.
+        attempts: u32,
+        /// How the attempt ended.
+        status: DoneStatus,
+    },
     /// It ended for good with this status.
     Done(DoneStatus),
 }
@@ -161,14 +174,34 @@ pub enum Outcome {
 /// shows a CUDA OOM is retried with the same declaration and no retry
 /// used when a neighbour was over its declaration, else with a bigger one
 /// while retries are left, else `failed_oom`; any other failure is
-/// `failed`.
+/// `failed`. Under `retry_on=` (docs/BEHAVIOUR.md "Out of memory and
+/// timeouts") `fail` moves the retries from OOMs to the other failures
+/// (`failed`, `timeout`), which run again as they were, and `any` retries
+/// both.
 pub fn decide(end: &AttemptEnd) -> Outcome {
+    let decided = decide_oom(end);
+    let Outcome::Done(status @ (DoneStatus::Failed | DoneStatus::Timeout)) = decided else {
+        return decided;
+    };
+    if end.retry_on.failures() && end.retries_used < end.retries_allowed {
+        return Outcome::FailRetry {
+            attempts: end.retries_used + 1,
+            status,
+        };
+    }
+    decided
+}
+
+/// [`decide`] as far as OOMs go: what `retry_on=oom` (the default)
+/// decides; without `retry_on=` naming OOMs, none is retried.
+fn decide_oom(end: &AttemptEnd) -> Outcome {
+    let oom_retry_left = end.retry_on.ooms() && end.retries_used < end.retries_allowed;
     match end.kill {
         Some(KillReason::Shutdown) => return Outcome::StoppedWithScheduler,
         Some(KillReason::OverDeclared) => {
-            return if end.oom_retries_used < end.oom_retries_allowed {
+            return if oom_retry_left {
                 Outcome::OomRetry {
-                    attempts: end.oom_retries_used + 1,
+                    attempts: end.retries_used + 1,
                     next_vram_mib: enforced_bump(end.declared_mib, end.peak_mib),
                     cause: Some(OomCause::OverDeclared {
                         peak_mib: end.peak_mib,
@@ -201,15 +234,15 @@ pub fn decide(end: &AttemptEnd) -> Outcome {
     // Its declaration was right: the same again, no retry used.
     if let Some(culprit) = end.neighbour_over {
         return Outcome::OomRetry {
-            attempts: end.oom_retries_used,
+            attempts: end.retries_used,
             next_vram_mib: end.declared_mib,
             cause: Some(OomCause::Neighbour(culprit)),
         };
     }
     let mps_limit = end.declared_mib.filter(|_| end.mps_limited);
-    if end.oom_retries_used < end.oom_retries_allowed {
+    if oom_retry_left {
         Outcome::OomRetry {
-            attempts: end.oom_retries_used + 1,
+            attempts: end.retries_used + 1,
             next_vram_mib: match mps_limit {
                 Some(_) => enforced_bump(end.declared_mib, end.peak_mib),
                 None => oom_bump(end.declared_mib, end.peak_mib),
@@ -272,14 +305,60 @@ mod tests {
             exit,
             kill,
             ran_out_of: crate::policy::oom::classify(tail).map(|s| s.memory),
-            oom_retries_used: used,
-            oom_retries_allowed: 2,
+            retries_used: used,
+            retries_allowed: 2,
             declared_mib: Some(4000),
             peak_mib: Some(4500),
             verdict: None,
             neighbour_over: None,
             mps_limited: false,
+            retry_on: RetryOn::Oom,
         }
+    }
+
+    /// `retry_on=`: `oom` retries OOMs only (as before), `fail` the other
+    /// failures and timeouts only, `any` both; one budget; never a
+    /// cancel, a preemption, a stop with the scheduler or a success.
+    #[test]
+    fn retry_on_chooses_what_is_retried() {
+        let with = |retry_on, exit, kill, tail, used| AttemptEnd {
+            retry_on,
+            ..end(exit, kill, tail, used)
+        };
+        let fail = Some(Exit::Code(3));
+        let oom = |r| decide(&with(r, fail, None, OOM_LOG, 0));
+        let failed = |r| decide(&with(r, fail, None, "boom", 0));
+        let timeout = |r| decide(&with(r, None, Some(KillReason::Timeout), "", 1));
+        let retried = |attempts, status| Outcome::FailRetry { attempts, status };
+        assert!(matches!(oom(RetryOn::Oom), Outcome::OomRetry { .. }));
+        assert_eq!(failed(RetryOn::Oom), Outcome::Done(DoneStatus::Failed));
+        assert_eq!(timeout(RetryOn::Oom), Outcome::Done(DoneStatus::Timeout));
+        assert_eq!(oom(RetryOn::Fail), Outcome::Done(DoneStatus::FailedOom));
+        assert_eq!(failed(RetryOn::Fail), retried(1, DoneStatus::Failed));
+        assert_eq!(timeout(RetryOn::Fail), retried(2, DoneStatus::Timeout));
+        assert!(matches!(oom(RetryOn::Any), Outcome::OomRetry { .. }));
+        assert_eq!(failed(RetryOn::Any), retried(1, DoneStatus::Failed));
+        // The budget is shared and runs out.
+        assert_eq!(
+            decide(&with(RetryOn::Any, fail, None, "boom", 2)),
+            Outcome::Done(DoneStatus::Failed)
+        );
+        // Never retried, whatever retry_on says.
+        for kill in [
+            KillReason::Cancel,
+            KillReason::Preempt,
+            KillReason::Shutdown,
+        ] {
+            let outcome = decide(&with(RetryOn::Any, fail, Some(kill), "boom", 0));
+            assert!(!matches!(outcome, Outcome::FailRetry { .. }), "{kill:?}");
+        }
+        assert_eq!(
+            decide(&with(RetryOn::Any, Some(Exit::Code(0)), None, "", 0)),
+            Outcome::Done(DoneStatus::Ok)
+        );
+        // A stop for over-use is an OOM's kind of retry.
+        let over = with(RetryOn::Fail, fail, Some(KillReason::OverDeclared), "", 0);
+        assert_eq!(decide(&over), Outcome::Done(DoneStatus::OverDeclared));
     }
 
     /// A ramping job stopped at 7,395 MiB on its way to 12,000 used to be

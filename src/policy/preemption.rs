@@ -4,15 +4,16 @@
 //! Never a job above it, never one that is not `preemptible`.
 
 use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
+use crate::policy::queue::Rank;
 
 /// A running job that might be stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     /// An identifier the caller understands (e.g. an index).
     pub id: usize,
-    /// Its line's position in the jobs file (0-based; lower is higher
-    /// priority); `None` when its line is gone.
-    pub file_index: Option<usize>,
+    /// Its line's rank in the queue ([`crate::policy::queue::rank_key`]:
+    /// lower goes first); `None` when its line is gone.
+    pub rank: Option<Rank>,
     /// Whether its line carries `preemptible`.
     pub preemptible: bool,
     /// Seconds it has run: the work lost if it is stopped.
@@ -26,21 +27,22 @@ const MAX_CANDIDATES: usize = 12;
 /// Jobs stopped at most for one blocked job.
 const MAX_VICTIMS: usize = 4;
 
-/// The running jobs to stop so that `request` (whose line is at
-/// `file_index`) can start: the fewest, then the least total run time.
+/// The running jobs ranked after `request`'s job (whose rank is `rank`)
+/// to stop so that it can start: the fewest, then the least total run
+/// time.
 /// `loads_without(ids)` gives the GPU loads as they would be without those
 /// jobs. `None` when no allowed choice lets it start.
 #[must_use]
 pub fn choose_victims(
     request: &Request,
-    file_index: usize,
+    rank: Rank,
     candidates: &[Candidate],
     opts: &PlaceOptions,
     loads_without: impl Fn(&[usize]) -> Vec<GpuLoad>,
 ) -> Option<Vec<usize>> {
     let mut eligible: Vec<&Candidate> = candidates
         .iter()
-        .filter(|c| c.preemptible && c.file_index.is_some_and(|i| i > file_index))
+        .filter(|c| c.preemptible && c.rank.is_some_and(|r| r > rank))
         .collect();
     eligible.sort_by(|a, b| a.run_time_s.total_cmp(&b.run_time_s).then(a.id.cmp(&b.id)));
     eligible.truncate(MAX_CANDIDATES);
@@ -113,10 +115,20 @@ mod tests {
         }
     }
 
+    /// The rank of line `index` with no `priority=`.
+    fn line(index: usize) -> Rank {
+        (std::cmp::Reverse(0), index)
+    }
+
+    /// The rank of line `index` with `priority=`.
+    fn ranked(priority: i32, index: usize) -> Rank {
+        (std::cmp::Reverse(priority), index)
+    }
+
     fn candidate(id: usize, file_index: usize, preemptible: bool, run_time_s: f64) -> Candidate {
         Candidate {
             id,
-            file_index: Some(file_index),
+            rank: Some(line(file_index)),
             preemptible,
             run_time_s,
         }
@@ -144,7 +156,7 @@ mod tests {
         assert_eq!(
             choose_victims(
                 &request(7000),
-                0,
+                line(0),
                 &below([30.0, 5.0, 60.0]),
                 &opts,
                 scene(&budgets)
@@ -155,7 +167,7 @@ mod tests {
         assert_eq!(
             choose_victims(
                 &request(15000),
-                0,
+                line(0),
                 &below([30.0, 5.0, 60.0]),
                 &opts,
                 scene(&budgets)
@@ -171,7 +183,7 @@ mod tests {
             candidate(2, 3, true, 1.0),
         ];
         assert_eq!(
-            choose_victims(&request(11000), 0, &cands, &opts, scene(&mixed)),
+            choose_victims(&request(11000), line(0), &cands, &opts, scene(&mixed)),
             Some(vec![0])
         );
         // Never a job above the blocked one, never a non-preemptible one.
@@ -181,22 +193,68 @@ mod tests {
             candidate(2, 6, true, 1.0),
         ];
         assert_eq!(
-            choose_victims(&request(7000), 3, &cands, &opts, scene(&budgets)),
+            choose_victims(&request(7000), line(3), &cands, &opts, scene(&budgets)),
             Some(vec![2])
         );
         assert_eq!(
-            choose_victims(&request(15000), 3, &cands, &opts, scene(&budgets)),
+            choose_victims(&request(15000), line(3), &cands, &opts, scene(&budgets)),
             None,
             "the only other preemptible job is above"
         );
         // A line that is gone is no candidate.
         let gone = vec![Candidate {
-            file_index: None,
+            rank: None,
             ..candidate(0, 1, true, 1.0)
         }];
         assert_eq!(
-            choose_victims(&request(20000), 0, &gone, &opts, scene(&[8000])),
+            choose_victims(&request(20000), line(0), &gone, &opts, scene(&[8000])),
             None
+        );
+    }
+
+    /// Preemption follows the rank, not the line: a job of higher
+    /// priority further down stops a preemptible one above it, and a job
+    /// of lower priority never stops one of higher priority below it.
+    #[test]
+    fn victims_are_ranked_after_the_blocked_job() {
+        let opts = PlaceOptions::default();
+        let budgets = [8000, 8000];
+        let cands = vec![
+            Candidate {
+                rank: Some(ranked(0, 0)),
+                ..candidate(0, 0, true, 1.0)
+            },
+            Candidate {
+                rank: Some(ranked(9, 1)),
+                ..candidate(1, 1, true, 1.0)
+            },
+        ];
+        assert_eq!(
+            choose_victims(&request(7000), ranked(5, 7), &cands, &opts, scene(&budgets)),
+            Some(vec![0]),
+            "line 7 at priority 5 outranks line 0 at 0, not line 1 at 9"
+        );
+        assert_eq!(
+            choose_victims(
+                &request(17000),
+                ranked(5, 7),
+                &cands,
+                &opts,
+                scene(&budgets)
+            ),
+            None,
+            "both would have to stop, and line 1 at priority 9 is ranked first"
+        );
+        assert_eq!(
+            choose_victims(
+                &request(7000),
+                ranked(-1, 0),
+                &cands,
+                &opts,
+                scene(&budgets)
+            ),
+            None,
+            "a negative priority stops nobody at 0"
         );
     }
 

@@ -2,6 +2,11 @@
 //! its line is in the jobs file, it carries no `cancel`, it is not running,
 //! and the journal's last word on it is not terminal. Its request is the
 //! line's declaration, raised by an OOM bump recorded in the journal.
+//!
+//! The queue's one order (docs/BEHAVIOUR.md "Queue policy") is [`rank`]:
+//! `priority=` first, higher first, then the line. Every path that takes
+//! jobs in turn — placement rounds, expected starts, the starvation hold,
+//! preemption, Slurm submission — takes them in this order.
 
 use crate::allocation::Request;
 use crate::jobspec::JobSpec;
@@ -24,6 +29,30 @@ pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) 
     })
 }
 
+/// A line's place in the queue ([`rank_key`]): lower goes first.
+pub type Rank = (std::cmp::Reverse<i32>, usize);
+
+/// A line's place in the queue: lower sorts first. Higher `priority=`
+/// goes first; equal priorities keep file order (docs/BEHAVIOUR.md
+/// "Queue policy").
+#[must_use]
+pub fn rank_key(spec: &JobSpec, index: usize) -> Rank {
+    (std::cmp::Reverse(spec.priority()), index)
+}
+
+/// The queue order of `specs` as indices into them ([`rank_key`]), or
+/// `None` when it is file order (no line has a priority): the common
+/// case then costs nothing, not even a copy.
+#[must_use]
+pub fn rank(specs: &[JobSpec]) -> Option<Vec<u32>> {
+    if specs.iter().all(|s| s.priority() == 0) {
+        return None;
+    }
+    let mut order: Vec<u32> = (0..specs.len() as u32).collect();
+    order.sort_by_key(|&i| rank_key(&specs[i as usize], i as usize));
+    Some(order)
+}
+
 /// Where a job stands for the views, from its journal fold and whether an
 /// attempt of it runs now.
 #[must_use]
@@ -33,7 +62,7 @@ pub fn job_state(state: &KeyState, running: bool) -> JobState {
     }
     match &state.phase {
         Phase::Done(done) => JobState::Done(done.status),
-        _ if state.oom_attempts > 0 => JobState::RetryWait,
+        _ if state.retries_used > 0 => JobState::RetryWait,
         _ => JobState::Pending,
     }
 }
@@ -54,9 +83,9 @@ mod tests {
         }
     }
 
-    fn state(phase: Phase, next_vram: Option<u64>, oom_attempts: u32) -> KeyState {
+    fn state(phase: Phase, next_vram: Option<u64>, retries_used: u32) -> KeyState {
         let mut state = KeyState::new(1, 0.0);
-        state.oom_attempts = oom_attempts;
+        state.retries_used = retries_used;
         state.phase = phase;
         state.set_next_vram(next_vram);
         state
@@ -150,6 +179,32 @@ mod tests {
                 "{vram:?} cancel={cancel} {state:?} running={running}"
             );
         }
+    }
+
+    /// Higher priority first, then file order; all-zero is file order
+    /// without a copy.
+    #[test]
+    fn the_rank_is_priority_then_line() {
+        let line = |priority: &str| {
+            let text = match priority {
+                "" => "true".to_string(),
+                p => format!("[priority={p}] true"),
+            };
+            crate::jobspec::parse_line(&text, 1).unwrap().unwrap()
+        };
+        assert_eq!(rank(&[line(""), line("0"), line("")]), None);
+        let specs = [
+            line(""),
+            line("5"),
+            line("-1"),
+            line("5"),
+            line("2"),
+            line(""),
+        ];
+        assert_eq!(rank(&specs), Some(vec![1, 3, 4, 0, 5, 2]));
+        let mut by_key: Vec<usize> = (0..specs.len()).collect();
+        by_key.sort_by_key(|&i| rank_key(&specs[i], i));
+        assert_eq!(by_key, vec![1, 3, 4, 0, 5, 2]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! "Groups", "Rules for a shared box"), pure: the ready jobs in queue
 //! order go through an [`allocation::Planner`] over the GPU loads, each
 //! after its `group=` limit and our user's quota have had their say, with
-//! the priority reservation as data. The round keeps every job that
+//! the starvation hold as data. The round keeps every job that
 //! starts or is infeasible, the reserved job, and the first `keep_waiting`
 //! jobs that wait, and only counts the others, so a round over a million
 //! waiting lines holds a few hundred placements. The loop
@@ -10,7 +10,7 @@
 //! answer.
 
 use crate::allocation::{
-    GpuLoad, PlaceOptions, Placement, Planned, Planner, PriorityReservation, Request, WaitReason,
+    GpuLoad, PlaceOptions, Placement, Planned, Planner, Request, StarvationHold, WaitReason,
 };
 use crate::policy::backfill::Reservations;
 use crate::policy::groups::{self, GroupLimits};
@@ -34,7 +34,7 @@ pub struct ReadyJob<'a> {
 pub struct RoundRules<'a> {
     /// Margin, idle threshold, spike buffer, exclusive mode, drained GPUs.
     pub place: &'a PlaceOptions,
-    /// The priority reservation in force when its job is ready: the job's
+    /// The starvation hold in force when its job is ready: the job's
     /// index and the reserved GPUs as a mask.
     pub reserved: Option<(usize, crate::model::GpuMask)>,
     /// Every group's limit.
@@ -72,8 +72,8 @@ pub struct Round {
     /// Why some placed jobs that wait do (the quota), over what placement
     /// would say.
     pub reasons: Vec<(String, WaitReason)>,
-    /// The priority reservation in force, as `planned` indexes it.
-    pub reservation: Option<PriorityReservation>,
+    /// The starvation hold in force, as `planned` indexes it.
+    pub starvation_hold: Option<StarvationHold>,
     /// The first backfill reservation in queue order (docs/BEHAVIOUR.md
     /// "Backfill"): its job's line index, expected start (Unix seconds)
     /// and GPUs; `None` when no waiting job's start is known.
@@ -163,7 +163,7 @@ pub fn plan<'a>(
             waiting_kept += 1;
         }
         if let Some((_, gpu_mask)) = rules.reserved.filter(|_| is_reserved) {
-            round.reservation = Some(PriorityReservation {
+            round.starvation_hold = Some(StarvationHold {
                 request_index: round.planned.len(),
                 gpu_mask,
             });
@@ -181,11 +181,47 @@ pub fn plan<'a>(
     round
 }
 
+/// The round over a plain queue of `requests` (no groups, quota,
+/// starvation hold or backfill): one [`Placement`] per request, in
+/// order; `loads` are left as its starts leave them. What expected starts
+/// replay at each expected end, and what the benches and property tests
+/// place with.
+pub fn plan_queue(
+    requests: &[Request],
+    loads: &mut [GpuLoad],
+    place: &PlaceOptions,
+) -> Vec<Placement> {
+    let groups = GroupLimits::default();
+    let rules = RoundRules {
+        place,
+        reserved: None,
+        groups: &groups,
+        in_group: HashMap::new(),
+        quota: None,
+        keep_waiting: usize::MAX,
+        now: 0.0,
+        estimate_s: &|_| None,
+        reserve_jobs: 0,
+    };
+    let ready = requests
+        .iter()
+        .enumerate()
+        .map(|(index, request)| ReadyJob {
+            index,
+            request: *request,
+            key: "",
+            group: None,
+        });
+    let round = plan(loads, rules, ready);
+    debug_assert_eq!(round.planned.len(), requests.len());
+    round.planned.into_iter().map(|p| p.placement).collect()
+}
+
 /// Places `placed` (what `job` asks, as the quota lets it) through the
 /// planner under the backfill reservations (docs/BEHAVIOUR.md
 /// "Backfill"): a start that would delay one goes elsewhere or waits
 /// (noted in `round.delayed`); a start is booked until its expected end;
-/// a job that waits, unless a priority reservation already holds GPUs for
+/// a job that waits, unless a starvation hold already holds GPUs for
 /// it (`is_reserved`), gets a reservation while fewer than
 /// `rules.reserve_jobs` have one.
 fn place_one(
@@ -481,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn the_priority_reservation_keeps_its_gpus_for_its_job() {
+    fn the_starvation_hold_keeps_its_gpus_for_its_job() {
         let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
         // GPU 0 is half used by someone else, GPU 1 full: job 0 (a whole
         // GPU) fits nowhere now; job 1 would fit beside the use on GPU 0.
@@ -501,14 +537,14 @@ mod tests {
             jobs(&requests, &[], &keys),
         );
         assert_eq!(free.planned[1].placement, Placement::Start(vec![0]));
-        assert!(free.reservation.is_none());
+        assert!(free.starvation_hold.is_none());
         // With GPU 0 reserved for job 0, job 1 is kept off it.
         let mut reserving = rules(&place, &groups);
         reserving.reserved = Some((0, crate::model::gpu_mask(&[0])));
         let round = plan(&mut busy(), reserving, jobs(&requests, &[], &keys));
-        let reservation = round.reservation.as_ref().expect("the reservation is kept");
-        assert_eq!(round.planned[reservation.request_index].index, 0);
-        assert_eq!(reservation.gpu_mask, crate::model::gpu_mask(&[0]));
+        let hold = round.starvation_hold.as_ref().expect("the hold is kept");
+        assert_eq!(round.planned[hold.request_index].index, 0);
+        assert_eq!(hold.gpu_mask, crate::model::gpu_mask(&[0]));
         assert_eq!(
             placements(&round),
             vec![(0, Placement::NotNow), (1, Placement::NotNow)]
@@ -682,5 +718,79 @@ mod tests {
         );
         assert_eq!(round.planned[2].placement, Placement::Start(vec![0]));
         assert!(round.delayed.is_empty());
+    }
+
+    /// The append path is the round over the appended lines only
+    /// (`scheduler/phases/dispatch.rs`): run when the last round's loads
+    /// are still the loads, so every older pending job waited under them.
+    /// Over random GPUs and queues, the full round over the older waiting
+    /// jobs and the appended ones places the appended ones exactly as the
+    /// round over them alone, leaves every older one waiting, and leaves
+    /// the same loads — under spread and pack.
+    mod append_path {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn load() -> impl Strategy<Value = GpuLoad> {
+            (
+                0u64..20_000,
+                prop::option::of(500u64..12_000),
+                prop::option::of(0u32..=100),
+            )
+                .prop_map(|(used, declared, util)| GpuLoad {
+                    total_mib: TOTAL,
+                    used_mib: used,
+                    occupants: declared
+                        .map(|d| crate::allocation::Occupant {
+                            declared_mib: Some(d),
+                            peak_mib: None,
+                            current_mib: Some(d.min(used)),
+                            ends_at: None,
+                        })
+                        .into_iter()
+                        .collect(),
+                    util_percent: util.map(|u| u / 10 * 10),
+                    ..GpuLoad::default()
+                })
+        }
+
+        fn request() -> impl Strategy<Value = Request> {
+            (prop::option::of(500u64..26_000), 1u32..=2).prop_map(|(vram_mib, gpus)| Request {
+                vram_mib,
+                gpus,
+                on_mask: None,
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+            #[test]
+            fn equals_the_full_round(
+                mut loads in prop::collection::vec(load(), 1..5),
+                older in prop::collection::vec(request(), 0..8),
+                appended in prop::collection::vec(request(), 1..6),
+                spread in any::<bool>(),
+            ) {
+                for (i, g) in loads.iter_mut().enumerate() {
+                    g.index = i as u32;
+                }
+                let place = if spread { PlaceOptions::default() } else { pack() };
+                // The last round: what it left waiting, on the loads it left.
+                let first = plan_queue(&older, &mut loads, &place);
+                let waiting: Vec<Request> = older
+                    .iter()
+                    .zip(&first)
+                    .filter(|(_, p)| **p == Placement::NotNow)
+                    .map(|(r, _)| *r)
+                    .collect();
+                let queue: Vec<Request> = waiting.iter().chain(&appended).copied().collect();
+                let (mut full_loads, mut fast_loads) = (loads.clone(), loads.clone());
+                let full = plan_queue(&queue, &mut full_loads, &place);
+                let fast = plan_queue(&appended, &mut fast_loads, &place);
+                prop_assert!(full[..waiting.len()].iter().all(|p| *p == Placement::NotNow));
+                prop_assert_eq!(&full[waiting.len()..], &fast[..]);
+                prop_assert_eq!(full_loads, fast_loads);
+            }
+        }
     }
 }

@@ -311,6 +311,10 @@ impl Scheduler {
         {
             deadline = deadline.min(due.max(now));
         }
+        if let Some(at) = self.round.next_begin {
+            let ahead = (at - crate::clock::now_ts()).max(0.0);
+            deadline = deadline.min(now + Duration::from_secs_f64(ahead));
+        }
         if matches!(self.core.mode, Mode::PausedOnIo { .. })
             || (self.wakes.reports.is_none() && !self.core.running.is_empty())
         {

@@ -246,7 +246,14 @@ pub fn build(
                 close(&mut open, outcome, None, &mut run);
             }
             Event::Interrupted {} => close(&mut open, Outcome::Interrupted, None, &mut run),
-            Event::Reserved { gpus } if !gpus.is_empty() => {
+            Event::Requeued { status, .. } => {
+                let outcome = match status {
+                    crate::model::DoneStatus::Timeout => Outcome::Timeout,
+                    _ => Outcome::Failed,
+                };
+                close(&mut open, outcome, None, &mut run);
+            }
+            Event::StarvationHold { gpus } if !gpus.is_empty() => {
                 run.markers.push(Marker {
                     ts,
                     gpus: gpus.clone(),

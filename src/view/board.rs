@@ -215,18 +215,18 @@ fn quota_words(q: &crate::rules::quota::Quota) -> String {
     }
 }
 
-/// What `gpusched pause` and `drain` and the priority reservation hold in
+/// What `gpusched pause` and `drain` and the starvation hold hold in
 /// force, each wrapped at words to `width` characters.
 pub fn control_lines(doc: &StatusDoc, width: usize) -> Vec<String> {
     let mut texts = Vec::new();
     if doc.scheduler.queue_paused {
         texts.push("QUEUE PAUSED: no new job starts until `gpusched resume`".to_string());
     }
-    if let Some(reservation) = &doc.scheduler.reservation {
+    if let Some(hold) = &doc.scheduler.starvation_hold {
         texts.push(format!(
-            "reserved: GPU {} for job {} (it waited --reserve-after blocked)",
-            crate::console::gpu_ids(&reservation.gpus, ", "),
-            reservation.job
+            "starvation hold: GPU {} kept for job {} (it waited --reserve-after blocked)",
+            crate::console::gpu_ids(&hold.gpus, ", "),
+            hold.job
         ));
     }
     if let Some(head) = &doc.scheduler.backfill {
@@ -397,7 +397,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
         },
         JobState::RetryWait => BoardState::RetryWait {
             next_vram_mib: job.vram_mib,
-            oom_attempts: job.oom_attempts,
+            retries_used: job.retries_used,
         },
         JobState::Done(status) => BoardState::Done {
             status,
@@ -477,7 +477,7 @@ mod tests {
             current_mib: Default::default(),
             peak_mib: Default::default(),
             attempt: 1,
-            oom_attempts: 0,
+            retries_used: 0,
             over_declared: false,
             no_gpu_memory: false,
             last_line: None,

@@ -15,7 +15,7 @@ use crate::process::Pgid;
 use crate::progress;
 use crate::state::{Config, Core, LastRound, Proc, Running};
 use crate::view::report;
-use crate::view::status::ReservationStatus;
+use crate::view::status::StarvationHoldStatus;
 use crate::view::status::{self, GpuStatus, JobStatus, ProgressStatus, SchedulerStatus, StatusDoc};
 use std::collections::BTreeMap;
 
@@ -152,7 +152,7 @@ pub fn job_status(
         current_mib: BTreeMap::new(),
         peak_mib: BTreeMap::new(),
         attempt: state.attempts,
-        oom_attempts: state.oom_attempts,
+        retries_used: state.retries_used,
         over_declared: false,
         no_gpu_memory: false,
         last_line: None,
@@ -307,15 +307,15 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             hidden_processes: input.core.gpu.hidden.detected.then(|| {
                 "NVML reports GPU processes this PID namespace cannot see; a job alone on its GPU is measured by that GPU's memory, others show n/a (run in the host's PID namespace to measure every job)".to_string()
             }),
-            reservation: input
+            starvation_hold: input
                 .journal
-                .priority_reservation()
+                .starvation_hold()
                 .and_then(|(key, gpus)| {
                     let state = input.journal.state(key)?;
                     let waiting = !input.core.running.contains_key(key)
                         && matches!(state.phase, Phase::Waiting)
                         && input.core.jobs.spec(key).is_some();
-                    waiting.then(|| ReservationStatus {
+                    waiting.then(|| StarvationHoldStatus {
                         job: state.no,
                         gpus: gpus.clone(),
                     })

@@ -201,7 +201,7 @@ pub enum BoardState {
         /// Declaration of the next attempt.
         next_vram_mib: Option<u64>,
         /// OOM attempts so far.
-        oom_attempts: u32,
+        retries_used: u32,
     },
     /// `✓ ✗ ⊘`: ended.
     Done {
@@ -340,9 +340,9 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
         }
         BoardState::RetryWait {
             next_vram_mib,
-            oom_attempts,
+            retries_used,
         } => format!(
-            "retry after OOM #{oom_attempts}, next vram {}",
+            "retry after OOM #{retries_used}, next vram {}",
             next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"))
         ),
         BoardState::Done {

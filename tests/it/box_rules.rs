@@ -196,7 +196,7 @@ fn a_reservation_keeps_its_gpu_free_until_it_ends_and_it_is_used_after() {
     assert!(listed.contains("gpusched-t-alice"), "{listed}");
     assert!(listed.contains("notebook"), "{listed}");
     // Bob cannot release it.
-    let mut release = vec!["release".to_string(), "1".into()];
+    let mut release = vec!["unreserve".to_string(), "1".into()];
     release.extend(b.args(2, true));
     let refused = verb_as(bob, a_env.dir.path(), &release);
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");

@@ -389,13 +389,14 @@ fn help_and_the_man_page_list_every_attribute_and_no_missing_page() {
     let help = text(&Command::new(bin()).arg("--help").output().unwrap().stdout);
     let man = text(&Command::new(bin()).arg("man").output().unwrap().stdout);
     for attribute in gpusched::jobspec::ATTRIBUTES {
+        let shown = attribute.shown;
         assert!(
-            help.contains(&format!("\n  {attribute}")),
-            "--help lacks {attribute}"
+            help.contains(&format!("\n  {shown}")),
+            "--help lacks {shown}"
         );
         assert!(
-            man.contains(&format!("\\fB{}", attribute.replace('-', "\\-"))),
-            "the man page lacks {attribute}"
+            man.contains(&format!("\\fB{}", shown.replace('-', "\\-"))),
+            "the man page lacks {shown}"
         );
     }
     // The only page it refers to is itself.

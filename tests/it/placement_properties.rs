@@ -12,6 +12,7 @@
 use gpusched::allocation::{
     self, GpuLoad, Occupant, PlaceOptions, Placement, PlacementPolicy, Request,
 };
+use gpusched::policy::round;
 use proptest::prelude::*;
 
 fn occupant() -> impl Strategy<Value = Occupant> {
@@ -168,7 +169,7 @@ proptest! {
         gpus in gpus(), requests in requests(), opts in options()
     ) {
         let mut after = gpus.clone();
-        let placements = allocation::plan(&requests, &mut after, &opts);
+        let placements = round::plan_queue(&requests, &mut after, &opts);
         for gpu in &after {
             let before = gpus.iter().find(|g| g.index == gpu.index).unwrap();
             let new = &gpu.occupants[before.occupants.len()..];
@@ -187,7 +188,7 @@ proptest! {
         gpus in gpus(), requests in requests(), opts in options()
     ) {
         let mut after = gpus.clone();
-        let placements = allocation::plan(&requests, &mut after, &opts);
+        let placements = round::plan_queue(&requests, &mut after, &opts);
         for (request, placement) in requests.iter().zip(&placements) {
             if let (None, Placement::Start(chosen)) = (request.vram_mib, placement) {
                 for index in chosen {
@@ -203,7 +204,7 @@ proptest! {
         gpus in gpus(), requests in requests(), opts in options()
     ) {
         let mut after = gpus.clone();
-        let placements = allocation::plan(&requests, &mut after, &opts);
+        let placements = round::plan_queue(&requests, &mut after, &opts);
         for (request, placement) in requests.iter().zip(&placements) {
             if let Placement::Start(chosen) = placement {
                 prop_assert_eq!(chosen.len(), request.gpus as usize);
@@ -258,8 +259,8 @@ proptest! {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
             shuffled.swap(i, (state >> 33) as usize % (i + 1));
         }
-        let a = allocation::plan(&requests, &mut sorted, &opts);
-        let b = allocation::plan(&requests, &mut shuffled, &opts);
+        let a = round::plan_queue(&requests, &mut sorted, &opts);
+        let b = round::plan_queue(&requests, &mut shuffled, &opts);
         prop_assert_eq!(a, b);
     }
 }

@@ -189,7 +189,7 @@ fn a_big_job_gets_a_reservation_and_starts_while_small_ones_keep_arriving() {
     while !env.path("big.txt").exists() {
         let board = env.board();
         held_shown |= board.contains("GPU 0 held for job 3");
-        reservation_shown |= board.contains("reserved: GPU 0 for job 3");
+        reservation_shown |= board.contains("starvation hold: GPU 0 kept for job 3");
         assert!(
             started.elapsed() < common::DEADLINE,
             "the big job never started:\n{}",
@@ -205,7 +205,7 @@ fn a_big_job_gets_a_reservation_and_starts_while_small_ones_keep_arriving() {
         "{}",
         sched.stdout()
     );
-    assert_eq!(env.job_events(3, "reserved").len(), 1);
+    assert_eq!(env.job_events(3, "starvation_hold").len(), 1);
     // While the GPU was held, the board said so, and later jobs said why
     // they waited.
     assert!(reservation_shown, "the reservation was never on the board");

@@ -64,7 +64,10 @@ fn attempts_without_an_end(env: &Env) -> Vec<String> {
     let mut last: BTreeMap<String, String> = BTreeMap::new();
     for record in env.journal() {
         let event = record["event"].as_str().unwrap_or("").to_string();
-        if matches!(event.as_str(), "seen" | "reserved" | "cancel") {
+        if matches!(
+            event.as_str(),
+            "seen" | "starvation_hold" | "held" | "released" | "cancel"
+        ) {
             continue;
         }
         last.insert(record["key"].as_str().unwrap().to_string(), event);

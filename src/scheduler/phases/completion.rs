@@ -64,18 +64,17 @@ impl Scheduler {
             self.look_at_its_neighbours(&job);
         }
         let state = self.io.journal.state(key);
+        let spec = self.core.jobs.spec(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
             kill: facts.kill,
             verdict: facts.verdict,
             ran_out_of: ran_out_of.map(|s| s.memory),
-            oom_retries_used: state.map_or(0, |s| s.oom_attempts),
-            oom_retries_allowed: self
-                .core
-                .jobs
-                .spec(key)
+            retries_used: state.map_or(0, |s| s.retries_used),
+            retries_allowed: spec
                 .and_then(|s| s.retries())
                 .unwrap_or(self.cfg.oom_retries),
+            retry_on: spec.map(|s| s.retry_on()).unwrap_or_default(),
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
             neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
@@ -260,10 +259,55 @@ impl Scheduler {
                     duration_s,
                 );
             }
+            Outcome::FailRetry { attempts, status } => {
+                self.record_fail_retry(key, job, (attempts, status), facts, duration_s)?;
+            }
             Outcome::Done(status) => {
                 self.record_finished(key, job, status, facts, &peaks, duration_s)?;
             }
         }
+        Ok(())
+    }
+
+    /// Journals and says an attempt that failed (`failed` or `timeout`,
+    /// as `ended` says with the retries used) and runs again as it was,
+    /// under `retry_on=` (docs/BEHAVIOUR.md "Out of memory and timeouts").
+    ///
+    /// Errors: the journal cannot be written.
+    fn record_fail_retry(
+        &mut self,
+        key: &str,
+        job: &Running,
+        ended: (u32, DoneStatus),
+        facts: &EndFacts,
+        duration_s: f64,
+    ) -> anyhow::Result<()> {
+        let (attempts, status) = ended;
+        let returncode = facts.exit.map(Exit::returncode);
+        self.io.journal.append(
+            key,
+            Event::Requeued {
+                attempts,
+                status,
+                returncode,
+            },
+        )?;
+        let spec = self.core.jobs.spec(key);
+        let allowed = spec
+            .and_then(|s| s.retries())
+            .unwrap_or(self.cfg.oom_retries);
+        let retry_on = spec.map(|s| s.retry_on()).unwrap_or_default();
+        let after = crate::console::human_duration(duration_s);
+        let how = match status {
+            DoneStatus::Timeout => format!("timed out after {after}"),
+            _ => format!("failed after {after} ({})", facts.exit_words()),
+        };
+        self.report.warn(format!(
+            "↻ job {} {how}; retry {attempts} of {allowed} (retry_on={})",
+            job.no,
+            retry_on.as_str()
+        ));
+        self.tell_requeued(key, job, status.as_str(), returncode, duration_s);
         Ok(())
     }
 

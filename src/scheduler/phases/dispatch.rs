@@ -1,11 +1,12 @@
-//! Phase 7, dispatch (docs/BEHAVIOUR.md "Placement", "Running a job"): the pending jobs in file order go to
-//! the pure placement ([`allocation::plan`], with backfill); jobs that fit
-//! start, infeasible ones end at once. Placement is pure, so when neither
+//! Phase 7, dispatch (docs/BEHAVIOUR.md "Placement", "Running a job"): the pending jobs in queue
+//! order ([`queue::rank`]: priority, then line) go to the one placement
+//! round ([`round::plan`], with backfill); jobs that fit start, infeasible
+//! ones end at once. Placement is pure, so when neither
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
 use crate::allocation::{
-    self, GpuLoad, Occupant, Placement, Planned, PriorityReservation, Request, WaitReason,
+    self, GpuLoad, Occupant, Placement, Planned, Request, StarvationHold, WaitReason,
 };
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
@@ -168,32 +169,37 @@ impl Scheduler {
         }
     }
 
-    /// The pending jobs in priority (file) order, as indices into the specs,
-    /// with their requests ([`queue::pending_request`]).
+    /// The pending jobs in queue order ([`queue::rank`]: priority, then
+    /// line), as indices into the specs, with their requests
+    /// ([`queue::pending_request`]).
     pub(in crate::scheduler) fn pending(&self) -> impl Iterator<Item = (usize, Request)> + '_ {
-        self.pending_from(0)
-    }
-
-    /// [`Scheduler::pending`] from spec index `start` on.
-    fn pending_from(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
         // The ended head of a long sweep is skipped: the tick moved
         // `done_prefix` past it ([`crate::state::JobsFile::skip_ended`]).
+        self.core
+            .jobs
+            .in_queue_order()
+            .filter_map(|index| self.pending_at(index))
+    }
+
+    /// The pending lines appended from spec index `start` on, in file
+    /// order: the queue order of appended lines while no line has a
+    /// priority, which is when the append path runs.
+    fn pending_appended(&self, start: usize) -> impl Iterator<Item = (usize, Request)> + '_ {
+        let first = self.core.jobs.done_prefix.max(start);
+        (first..self.core.jobs.specs.len()).filter_map(|index| self.pending_at(index))
+    }
+
+    /// The request of the job on line `index` when it is pending.
+    fn pending_at(&self, index: usize) -> Option<(usize, Request)> {
+        let spec = &self.core.jobs.specs[index];
+        let state = self.core.jobs.state_of(index, &self.io.journal);
         // A job whose outcome is journaled is not running (an attempt
-        // leaves `running` before its outcome is journaled).
-        let first = self.core.jobs.done_prefix;
-        let first = first.max(start).min(self.core.jobs.specs.len());
-        self.core.jobs.specs[first..]
-            .iter()
-            .enumerate()
-            .map(move |(i, spec)| (i + first, spec))
-            .filter_map(|(index, spec)| {
-                let state = self.core.jobs.state_of(index, &self.io.journal);
-                // Likewise a waiting job is never running: no lookup of
-                // every pending key in `running`.
-                let request = queue::pending_request(spec, state, false)?;
-                debug_assert!(!self.core.running.contains_key(&spec.key));
-                Some((index, self.with_learned(spec, state, request)))
-            })
+        // leaves `running` before its outcome is journaled), and a
+        // waiting job is never running: no lookup of every pending key in
+        // `running`.
+        let request = queue::pending_request(spec, state, false)?;
+        debug_assert!(!self.core.running.contains_key(&spec.key));
+        Some((index, self.with_learned(spec, state, request)))
     }
 
     /// Places pending jobs and starts those that fit; ends infeasible ones.
@@ -238,7 +244,8 @@ impl Scheduler {
         // Appended lines of a group are counted against it in a full round.
         if let Some(from) = appended_only
             && !self.core.control.paused
-            && self.io.journal.priority_reservation().is_none()
+            && self.io.journal.starvation_hold().is_none()
+            && self.core.jobs.rank.is_none()
             && self.core.jobs.groups.is_empty()
             && self.core.box_state.rules.is_none()
         {
@@ -255,11 +262,12 @@ impl Scheduler {
             ready,
             blocked,
             mut reasons,
-            reservation,
+            starvation_hold,
             head,
             delayed,
-        } = self.plan_round(&mut loads);
+        } = self.plan_round(&mut loads, None);
         self.note_head(head, delayed, &mut reasons);
+        self.round.next_begin = first_begin(&blocked, None);
         let blocked_count = blocked.len();
         self.publish_demand(&planned, &reasons, ready + blocked_count);
         if ready == 0 {
@@ -280,12 +288,12 @@ impl Scheduler {
             );
         }
         let starts = self.book_starts(decided.starts, booking);
-        self.reserve_for_the_first_blocked(&planned, &before, reservation.is_some(), now)?;
+        self.hold_for_the_first_blocked(&planned, &before, starvation_hold.is_some(), now)?;
         self.preempt_for_first_blocked(&planned, now);
         self.record_wait_reasons(
             &planned,
             &loads,
-            reservation.as_ref(),
+            starvation_hold.as_ref(),
             blocked.into_iter().chain(reasons).collect(),
         );
         self.end_infeasible(decided.infeasible)?;
@@ -300,13 +308,18 @@ impl Scheduler {
     /// file costs a few lines), unless a backfill reservation is in
     /// force, which an appended line might delay.
     fn round_needed(&mut self, loads: &[GpuLoad], now: Instant) -> RoundNeeded {
-        let reservation_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
+        let hold_due = self.round.blocked_first.as_ref().is_some_and(|(_, since)| {
             since
                 .checked_add(self.cfg.reserve_after)
                 .is_some_and(|due| now >= due)
         });
+        let begin_due = self
+            .round
+            .next_begin
+            .is_some_and(|at| crate::clock::now_ts() >= at);
         let unchanged = !self.due.dispatch_needed
-            && !reservation_due
+            && !hold_due
+            && !begin_due
             && self.round.last_dispatch_loads.as_deref() == Some(loads);
         match (unchanged, self.core.jobs.appended_from.take()) {
             (true, None) => RoundNeeded::No,
@@ -424,32 +437,44 @@ impl Scheduler {
         mut loads: Vec<GpuLoad>,
         booking: Option<super::booking::Held>,
     ) -> anyhow::Result<()> {
-        let (indices, requests): (Vec<usize>, Vec<Request>) = self
-            .pending_from(from)
-            .filter(|(index, _)| {
-                matches!(
-                    self.readiness_of(&self.core.jobs.specs[*index].key),
-                    Readiness::Ready
-                )
-            })
-            .unzip();
-        let placements = allocation::plan(&requests, &mut loads, &self.cfg.place);
+        let Round {
+            planned,
+            ready,
+            blocked,
+            reasons: mut new_reasons,
+            head,
+            delayed,
+            ..
+        } = self.plan_round(&mut loads, Some(from));
+        self.note_head(head, delayed, &mut new_reasons);
+        self.round.next_begin = first_begin(&blocked, self.round.next_begin);
         // The older pending jobs are as the last round left them.
-        self.round.pending_at_last_round += requests.len();
+        self.round.pending_at_last_round += ready;
         let mut dispatched = self
             .core
             .jobs
             .specs
             .len()
-            .saturating_sub(self.round.pending_at_last_round);
+            .saturating_sub(self.round.pending_at_last_round + blocked.len());
         let mut decided = Decided::default();
         let mut reasons = self.round.wait_reasons.clone();
-        for ((index, request), placement) in indices.into_iter().zip(&requests).zip(&placements) {
-            if *placement != Placement::NotNow {
-                self.decide(index, request, placement, &mut dispatched, &mut decided);
+        for p in &planned {
+            if !p.waits() {
+                self.decide(
+                    p.index,
+                    &p.request,
+                    &p.placement,
+                    &mut dispatched,
+                    &mut decided,
+                );
             } else if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
-                let reason = allocation::wait_reason(request, &loads, &self.cfg.place);
-                reasons.insert(self.core.jobs.specs[index].key.clone(), reason);
+                let reason = allocation::wait_reason(&p.request, &loads, &self.cfg.place);
+                reasons.insert(self.core.jobs.specs[p.index].key.clone(), reason);
+            }
+        }
+        for (key, reason) in blocked.into_iter().chain(new_reasons) {
+            if reasons.len() < crate::view::status::JSON_LIST_LIMIT || reasons.contains_key(&key) {
+                reasons.insert(key, reason);
             }
         }
         let starts = self.book_starts(decided.starts, booking);
@@ -476,43 +501,83 @@ impl Scheduler {
         self.ready(&mut blocked).take(n).collect()
     }
 
-    /// The pending jobs that may be placed, in queue order; those still
-    /// waiting for an `after=` dependency go to `blocked`, with their reason.
+    /// The pending jobs that may be placed, in queue order; those held,
+    /// before their `begin=` or still waiting for an `after=` dependency
+    /// go to `blocked`, with their reason.
     fn ready<'a>(
         &'a self,
         blocked: &'a mut Vec<(String, WaitReason)>,
     ) -> impl Iterator<Item = (usize, Request)> + 'a {
-        self.pending().filter(move |(index, _)| {
-            let key = &self.core.jobs.specs[*index].key;
-            match self.readiness_of(key) {
-                Readiness::Ready => true,
-                Readiness::Waiting { no, state } => {
-                    blocked.push((key.clone(), WaitReason::After { no, state }));
-                    false
-                }
-                // Ended by the dependencies phase this very tick.
-                Readiness::Failed { .. } => false,
+        self.keep_back(self.pending(), blocked)
+    }
+
+    /// `pending` without the jobs [`Scheduler::kept_back`] keeps back,
+    /// which go to `blocked` with their reason.
+    fn keep_back<'a>(
+        &'a self,
+        pending: impl Iterator<Item = (usize, Request)> + 'a,
+        blocked: &'a mut Vec<(String, WaitReason)>,
+    ) -> impl Iterator<Item = (usize, Request)> + 'a {
+        let now = crate::clock::now_ts();
+        pending.filter(move |(index, _)| match self.kept_back(*index, now) {
+            Ok(()) => true,
+            Err(Some(reason)) => {
+                blocked.push((self.core.jobs.specs[*index].key.clone(), reason));
+                false
             }
+            // Ended by the dependencies phase this very tick.
+            Err(None) => false,
         })
     }
 
-    /// The journal's priority reservation, if its job is ready now: the
+    /// Whether the pending job on line `index` may be placed at `now`
+    /// (Unix seconds): not while `gpusched hold` holds it, before its
+    /// `begin=`, or before its `after=` dependencies ended ok (docs/BEHAVIOUR.md
+    /// "Queue policy"). `Err(None)`: a dependency failed, so it ends.
+    pub(in crate::scheduler) fn kept_back(
+        &self,
+        index: usize,
+        now: f64,
+    ) -> Result<(), Option<WaitReason>> {
+        let spec = &self.core.jobs.specs[index];
+        let state = self.core.jobs.state_of(index, &self.io.journal);
+        if state.is_some_and(|s| s.held) {
+            return Err(Some(WaitReason::OnHold));
+        }
+        if let (Some(begin), Some(state)) = (spec.begin(), state) {
+            let at = begin.at(state.seen_ts);
+            if at > now {
+                return Err(Some(WaitReason::Begins {
+                    at: at.ceil() as u64,
+                }));
+            }
+        }
+        match self.readiness_of(&spec.key) {
+            Readiness::Ready => Ok(()),
+            Readiness::Waiting { no, state } => Err(Some(WaitReason::After { no, state })),
+            Readiness::Failed { .. } => Err(None),
+        }
+    }
+
+    /// The journal's starvation hold, if its job is ready now: the
     /// job's index in the specs, the reserved GPUs as a mask, and its
     /// display number.
     fn reserved_now(&self) -> Option<(usize, crate::model::GpuMask, u32)> {
-        let (key, gpus) = self.io.journal.priority_reservation()?;
+        let (key, gpus) = self.io.journal.starvation_hold()?;
         let index = self.core.jobs.index_of(key)?;
-        let pending = self.pending_from(index).next().map(|(i, _)| i) == Some(index);
-        let ready = pending && self.readiness_of(key) == Readiness::Ready;
+        let pending = self.pending_at(index).is_some();
+        let ready = pending && self.kept_back(index, crate::clock::now_ts()).is_ok();
         let no = self.io.journal.state(key).map_or(0, |s| s.no);
         ready.then(|| (index, crate::model::gpu_mask(gpus), no))
     }
 
     /// One placement round over the ready jobs in queue order
-    /// ([`round::plan`], pure): this gathers its inputs — the priority
-    /// reservation if its job is ready, the groups' running counts, our
-    /// quota — and adds the jobs kept back by `after=`.
-    fn plan_round(&self, loads: &mut [GpuLoad]) -> Round {
+    /// ([`round::plan`], pure): this gathers its inputs — the starvation
+    /// hold if its job is ready, the groups' running counts, our quota —
+    /// and adds the jobs kept back (hold, `begin=`, `after=`). With
+    /// `appended`, the round is over the lines appended from that index
+    /// on only (the append path, [`Scheduler::round_needed`]).
+    fn plan_round(&self, loads: &mut [GpuLoad], appended: Option<usize>) -> Round {
         let reserved = self.reserved_now();
         let gpu_mib = loads.iter().map(|g| g.total_mib).max().unwrap_or(0);
         let rules = RoundRules {
@@ -528,12 +593,18 @@ impl Scheduler {
         };
         let specs = &self.core.jobs.specs;
         let mut blocked = Vec::new();
-        let ready = self.ready(&mut blocked).map(|(index, request)| ReadyJob {
-            index,
-            request,
-            key: &specs[index].key,
-            group: specs[index].group(),
-        });
+        let pending: Box<dyn Iterator<Item = (usize, Request)>> = match appended {
+            Some(from) => Box::new(self.pending_appended(from)),
+            None => Box::new(self.pending()),
+        };
+        let ready = self
+            .keep_back(pending, &mut blocked)
+            .map(|(index, request)| ReadyJob {
+                index,
+                request,
+                key: &specs[index].key,
+                group: specs[index].group(),
+            });
         let decided = round::plan(loads, rules, ready);
         blocked.extend(decided.blocked);
         Round {
@@ -543,8 +614,8 @@ impl Scheduler {
             reasons: decided.reasons,
             head: decided.head,
             delayed: decided.delayed,
-            reservation: decided
-                .reservation
+            starvation_hold: decided
+                .starvation_hold
                 .map(|r| (r, reserved.map_or(0, |(_, _, no)| no))),
         }
     }
@@ -588,7 +659,7 @@ impl Scheduler {
         &mut self,
         planned: &[Planned],
         loads: &[GpuLoad],
-        reservation: Option<&(PriorityReservation, u32)>,
+        starvation_hold: Option<&(StarvationHold, u32)>,
         blocked: Vec<(String, WaitReason)>,
     ) {
         let mut by_request: HashMap<Request, WaitReason> = HashMap::new();
@@ -598,7 +669,7 @@ impl Scheduler {
             .take(crate::view::status::JSON_LIST_LIMIT)
             .map(|Planned { index, request, .. }| {
                 let reason = by_request.entry(*request).or_insert_with(|| {
-                    super::priority::held_for(request, loads, &self.cfg.place, reservation)
+                    super::starvation::held_for(request, loads, &self.cfg.place, starvation_hold)
                         .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
                 });
                 (self.core.jobs.specs[*index].key.clone(), reason.clone())
@@ -615,6 +686,18 @@ impl Scheduler {
             self.round.reasons_generation += 1;
         }
     }
+}
+
+/// The earliest `begin=` among `blocked` and `known` (Unix seconds).
+fn first_begin(blocked: &[(String, WaitReason)], known: Option<f64>) -> Option<f64> {
+    blocked
+        .iter()
+        .filter_map(|(_, reason)| match reason {
+            WaitReason::Begins { at } => Some(*at as f64),
+            _ => None,
+        })
+        .chain(known)
+        .min_by(f64::total_cmp)
 }
 
 /// What [`Scheduler::round_needed`] says.
@@ -641,9 +724,9 @@ struct Round {
     /// Why some placed jobs that wait do (the quota), over what
     /// placement would say.
     reasons: Vec<(String, WaitReason)>,
-    /// The reservation in force, as `requests` index it, with its job's
-    /// display number.
-    reservation: Option<(PriorityReservation, u32)>,
+    /// The starvation hold in force, as `planned` indexes it, with its
+    /// job's display number.
+    starvation_hold: Option<(StarvationHold, u32)>,
     /// The first backfill reservation: line index, expected start (Unix
     /// seconds), GPUs.
     head: Option<(usize, f64, Vec<u32>)>,

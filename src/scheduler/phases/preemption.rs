@@ -1,18 +1,19 @@
 //! Preemption (docs/BEHAVIOUR.md "Queue policy"): a blocked job may stop running `preemptible`
-//! jobs below it in the file when that lets it start. The choice is the
+//! jobs ranked after it in the queue (priority, then line) when that lets it start. The choice is the
 //! pure [`preemption::choose_victims`]; the stopping is the one kill path
 //! with [`KillReason::Preempt`]; the outcome (`preempted`, pending again,
 //! no retry used) is decided in [`crate::policy::outcome`].
 
 use crate::policy::kill::KillReason;
 use crate::policy::preemption::{self, Candidate};
+use crate::policy::queue;
 use crate::process;
 use crate::scheduler::Scheduler;
 use std::time::Instant;
 
 impl Scheduler {
-    /// Preemption (docs/BEHAVIOUR.md "Queue policy"): for the first blocked job in file order, stops
-    /// the running `preemptible` jobs below it that let it start — the
+    /// Preemption (docs/BEHAVIOUR.md "Queue policy"): for the first blocked job in queue order, stops
+    /// the running `preemptible` jobs ranked after it that let it start — the
     /// fewest, then the least run time lost ([`preemption::choose_victims`]).
     /// One preemption at a time: none while a victim is still stopping.
     pub(in crate::scheduler) fn preempt_for_first_blocked(
@@ -43,7 +44,7 @@ impl Scheduler {
                 let line = self.core.jobs.index_of(key);
                 Candidate {
                     id,
-                    file_index: line,
+                    rank: line.map(|i| queue::rank_key(&self.core.jobs.specs[i], i)),
                     preemptible: line.is_some_and(|i| self.core.jobs.specs[i].preemptible),
                     run_time_s: self.core.running[key].started.elapsed().as_secs_f64(),
                 }
@@ -55,7 +56,7 @@ impl Scheduler {
         let ends = self.running_ends();
         let victims = preemption::choose_victims(
             &first.request,
-            file_index,
+            queue::rank_key(&self.core.jobs.specs[file_index], file_index),
             &candidates,
             &self.cfg.place,
             |ids| {

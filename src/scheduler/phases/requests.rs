@@ -92,6 +92,8 @@ impl Scheduler {
                 match &request {
                     JobRequest::Retry(key) => self.retry(key),
                     JobRequest::Cancel(key) => self.cancel(key),
+                    JobRequest::Hold(key) => self.hold(key, true),
+                    JobRequest::Release(key) => self.hold(key, false),
                 }
             } else if let Ok(change) = serde_json::from_slice::<ControlChange>(&bytes) {
                 if let Some(by) = &by {
@@ -198,6 +200,43 @@ impl Scheduler {
                     .say(format!("↺ job {no} queued again (gpusched retry)"));
             }
         }
+        Ok(())
+    }
+
+    /// Holds (`gpusched hold`) or releases (`gpusched release`) waiting
+    /// job `key` (docs/BEHAVIOUR.md "Queue policy"): journaled, so a
+    /// restart keeps it; a job that runs or ended is left as it is.
+    ///
+    /// Errors: the journal cannot be written (the request stays).
+    fn hold(&mut self, key: &str, hold: bool) -> anyhow::Result<()> {
+        let verb = if hold { "hold" } else { "release" };
+        let Some(state) = self.io.journal.state(key) else {
+            self.report
+                .warn(format!("gpusched {verb}: no job with key {key}; ignored"));
+            return Ok(());
+        };
+        let no = state.no;
+        if !matches!(state.phase, Phase::Waiting) || self.core.running.contains_key(key) {
+            self.report.warn(format!(
+                "gpusched {verb}: job {no} is not waiting; only waiting jobs are held; ignored"
+            ));
+            return Ok(());
+        }
+        if state.held == hold {
+            return Ok(());
+        }
+        let event = if hold {
+            Event::Held {}
+        } else {
+            Event::Released {}
+        };
+        self.io.journal.append(key, event)?;
+        self.due.dispatch_needed = true;
+        self.report.say(if hold {
+            format!("⏸ job {no} held: it waits until `gpusched release {no}`")
+        } else {
+            format!("job {no} released: it starts when it fits")
+        });
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Phase 7 on a cluster (docs/BEHAVIOUR.md "Slurm"): Slurm places the jobs, so instead of
 //! [`super::dispatch`]'s placement every ready pending job is submitted,
-//! in file order — a job whose `after=` dependencies are submitted but not
+//! in queue order (priority, then line) — a job whose `after=` dependencies are submitted but not
 //! done goes with `--dependency=afterok` on them. Submissions pause after a
 //! failed `sbatch` (the job stays pending) and while the queue is paused.
 

@@ -158,7 +158,7 @@ impl PersonalReservation {
 /// One personal reservation (`gpusched reserve`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PersonalReservation {
-    /// Its number (for `gpusched release`).
+    /// Its number (for `gpusched unreserve`).
     pub id: u32,
     /// Whose.
     pub user: String,
@@ -218,9 +218,11 @@ pub struct SchedulerStatus {
     /// measured then (docs/HARDWARE.md "Containers").
     #[serde(default)]
     pub hidden_processes: Option<String>,
-    /// The reservation against starvation in force (docs/BEHAVIOUR.md "Queue policy"), if any.
-    #[serde(default)]
-    pub reservation: Option<ReservationStatus>,
+    /// The starvation hold in force (docs/BEHAVIOUR.md "Queue policy"), if
+    /// any. Earlier versions wrote it as `reservation`, which is still read
+    /// (until the release after next).
+    #[serde(default, alias = "reservation")]
+    pub starvation_hold: Option<StarvationHoldStatus>,
     /// The head job's backfill reservation (docs/BEHAVIOUR.md
     /// "Backfill"): the first job in queue order that waits (or, when its
     /// start is unknown, the first whose start is known), its expected
@@ -241,9 +243,10 @@ pub struct SchedulerStatus {
     pub ticks: u64,
 }
 
-/// GPUs held for one blocked job (docs/BEHAVIOUR.md "Queue policy").
+/// GPUs the starvation hold keeps for one blocked job (docs/BEHAVIOUR.md
+/// "Queue policy").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReservationStatus {
+pub struct StarvationHoldStatus {
     /// The job's display number.
     pub job: u32,
     /// The GPU indices held for it.
@@ -419,7 +422,7 @@ pub struct JobStatus {
     /// Attempts started so far.
     pub attempt: u32,
     /// Attempts that ended in a CUDA OOM so far.
-    pub oom_attempts: u32,
+    pub retries_used: u32,
     /// Running and measured beyond its declaration plus `--tolerance`
     /// (docs/BEHAVIOUR.md "Declarations that hold").
     #[serde(default)]

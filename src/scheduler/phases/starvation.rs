@@ -1,44 +1,44 @@
-//! The priority reservation against starvation (docs/BEHAVIOUR.md "Queue policy"): when the first blocked job
-//! in file order has waited `--reserve-after`, the GPUs it will fit on once
-//! our running jobs there end are reserved for it (journaled, so a restart
-//! keeps it); dispatch then plans with the reservation as data and no
-//! other job starts there until it does. One reservation at a time.
+//! The starvation hold (docs/BEHAVIOUR.md "Queue policy"): when the first blocked job
+//! in queue order has waited `--reserve-after`, the GPUs it will fit on once
+//! our running jobs there end are held for it (journaled, so a restart
+//! keeps it); dispatch then plans with the hold as data and no
+//! other job starts there until it does. One hold at a time.
 
-use crate::allocation::{self, GpuLoad, Placement, PriorityReservation, Request, WaitReason};
+use crate::allocation::{self, GpuLoad, Placement, Request, StarvationHold, WaitReason};
 use crate::journal::Event;
 use crate::scheduler::Scheduler;
 use std::time::Instant;
 
-/// For a job kept off reserved GPUs: `GPU 0 held for job 4`, when it would
-/// start but for the reservation.
+/// For a job kept off held GPUs: `GPU 0 held for job 4 (starvation hold)`,
+/// when it would start but for the starvation hold.
 pub(super) fn held_for(
     request: &Request,
     loads: &[GpuLoad],
     opts: &allocation::PlaceOptions,
-    reservation: Option<&(PriorityReservation, u32)>,
+    hold: Option<&(StarvationHold, u32)>,
 ) -> Option<WaitReason> {
-    let (reservation, for_no) = reservation?;
+    let (hold, for_no) = hold?;
     let Placement::Start(chosen) = allocation::place(request, loads, opts) else {
         return None;
     };
     let gpus: Vec<u32> = chosen
         .into_iter()
-        .filter(|&g| crate::model::mask_has(reservation.gpu_mask, g))
+        .filter(|&g| crate::model::mask_has(hold.gpu_mask, g))
         .collect();
-    (!gpus.is_empty()).then_some(WaitReason::Held {
+    (!gpus.is_empty()).then_some(WaitReason::StarvationHold {
         gpus,
         for_no: *for_no,
     })
 }
 
 impl Scheduler {
-    /// The priority reservation (docs/BEHAVIOUR.md "Queue policy"): tracks how long the first blocked
-    /// job in file order has waited; after `--reserve-after`, reserves for
+    /// The starvation hold (docs/BEHAVIOUR.md "Queue policy"): tracks how long the first blocked
+    /// job in queue order has waited; after `--reserve-after`, holds for
     /// it the GPUs it will fit on once our running jobs there end (journaled,
-    /// so a restart keeps it). One reservation at a time.
+    /// so a restart keeps it). One hold at a time.
     ///
     /// Errors: the journal cannot be written.
-    pub(in crate::scheduler) fn reserve_for_the_first_blocked(
+    pub(in crate::scheduler) fn hold_for_the_first_blocked(
         &mut self,
         planned: &[crate::allocation::Planned],
         loads: &[GpuLoad],
@@ -72,13 +72,12 @@ impl Scheduler {
         }
         // Try again a full --reserve-after later if it cannot be reserved.
         self.round.blocked_first = Some((key.clone(), now));
-        let Some(gpus) = allocation::priority_reservation_gpus(&request, loads, &self.cfg.place)
-        else {
+        let Some(gpus) = allocation::starvation_hold_gpus(&request, loads, &self.cfg.place) else {
             return Ok(());
         };
         self.io
             .journal
-            .append(&key, Event::Reserved { gpus: gpus.clone() })?;
+            .append(&key, Event::StarvationHold { gpus: gpus.clone() })?;
         self.round.blocked_first = None;
         self.due.dispatch_needed = true;
         let no = self.io.journal.state(&key).map_or(0, |s| s.no);

@@ -1,0 +1,110 @@
+//! `gpusched hold JOB…` and `gpusched release JOB…` (docs/BEHAVIOUR.md
+//! "Queue policy"): keep waiting jobs from starting, and let them go
+//! again. Like `cancel`, they never write the jobs file: the `held` or
+//! `released` event is journaled through the running scheduler, or under
+//! the log directory's lock when none runs ([`super::request`]), so a
+//! restart keeps it.
+
+use super::cancel::{Target, resolve};
+use super::index::{JobIndex, find_jobs_file, specs_of};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
+use crate::cli::HoldArgs;
+
+/// Holds (`hold`) or releases the jobs `args.jobs` name.
+///
+/// Errors: [`crate::error::Error::Usage`] for an unknown job or a log
+/// directory that does not exist (nothing is changed then); I/O errors on
+/// the log directory.
+pub fn run(args: &HoldArgs, hold: bool) -> anyhow::Result<i32> {
+    run_to(args, hold, &mut std::io::stdout(), &mut std::io::stderr())
+}
+
+/// [`run`], saying what it did on `out` and `err`. Every reference is
+/// resolved before anything changes: one unknown job changes none. A job
+/// that runs cannot be held; one already held (or not held, for
+/// `release`) is said and left as it is.
+///
+/// Errors: as [`run`].
+pub fn run_to(
+    args: &HoldArgs,
+    hold: bool,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> anyhow::Result<i32> {
+    let verb = if hold { "hold" } else { "release" };
+    super::request::require_log_dir(&args.log_dir)?;
+    let index = JobIndex::read(&args.log_dir)?;
+    let specs = find_jobs_file(&args.log_dir)
+        .map(|f| specs_of(&f))
+        .unwrap_or_default();
+    let mut targets: Vec<Target> = Vec::new();
+    for reference in &args.jobs {
+        for target in resolve(reference, &index, &specs, verb, out)? {
+            if !targets.iter().any(|t| t.key == target.key) {
+                targets.push(target);
+            }
+        }
+    }
+    let mut code = 0;
+    targets.retain(|t| {
+        let why = if t.running {
+            Some("it is running; only a waiting job can be held")
+        } else if t.held == hold {
+            Some(if hold {
+                "it is held already"
+            } else {
+                "it is not held"
+            })
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let _ = writeln!(err, "gpusched: job {}: {why}; left as it is", t.called);
+            code = code.max(i32::from(t.running));
+        }
+        why.is_none()
+    });
+    if targets.is_empty() {
+        return Ok(code);
+    }
+    let unseen: Vec<(&str, &str)> = targets
+        .iter()
+        .filter_map(|t| Some((t.key.as_str(), t.unseen.as_deref()?)))
+        .collect();
+    let requests: Vec<JobRequest> = targets
+        .iter()
+        .map(|t| match hold {
+            true => JobRequest::Hold(t.key.clone()),
+            false => JobRequest::Release(t.key.clone()),
+        })
+        .collect();
+    let done = if hold {
+        "held: it will not start until `gpusched release`"
+    } else {
+        "released: it starts when it fits"
+    };
+    for (target, delivery) in targets
+        .iter()
+        .zip(deliver(&args.log_dir, &requests, &unseen)?)
+    {
+        let no = &target.called;
+        match delivery {
+            Delivery::Journaled => writeln!(out, "job {no} {done} (no scheduler runs now)")?,
+            Delivery::Taken(pid) => writeln!(
+                out,
+                "job {no} {done} (scheduler pid {})",
+                pid.map_or("?".to_string(), |p| p.to_string())
+            )?,
+            Delivery::NotTaken(pid) => {
+                writeln!(
+                    err,
+                    "gpusched: asked the scheduler (pid {}) to {verb} job {no}; it has not done so within {} s (see its output)",
+                    pid.map_or("?".to_string(), |p| p.to_string()),
+                    PICKUP_WAIT.as_secs()
+                )?;
+                code = 1;
+            }
+        }
+    }
+    Ok(code)
+}

@@ -25,6 +25,7 @@ mod never_panics;
 mod notify;
 mod nvml;
 mod placement_properties;
+mod queue_order;
 mod queue_policy;
 mod reactivity;
 mod readme;

@@ -421,7 +421,10 @@ pub struct JobStatus {
     pub peak_mib: BTreeMap<String, Option<u64>>,
     /// Attempts started so far.
     pub attempt: u32,
-    /// Attempts that ended in a CUDA OOM so far.
+    /// Retries used so far: attempts that ended in a CUDA OOM, and under
+    /// `retry_on=` failures run again. Earlier versions wrote
+    /// `oom_attempts`, which is still read.
+    #[serde(alias = "oom_attempts")]
     pub retries_used: u32,
     /// Running and measured beyond its declaration plus `--tolerance`
     /// (docs/BEHAVIOUR.md "Declarations that hold").

@@ -32,6 +32,12 @@ pub struct NewJob {
     pub after: Vec<String>,
     /// `preemptible`.
     pub preemptible: bool,
+    /// `priority=`.
+    pub priority: Option<i32>,
+    /// `begin=` as written (validated).
+    pub begin: Option<String>,
+    /// `retry_on=` as written (validated).
+    pub retry_on: Option<String>,
     /// `argv` is one shell command line, taken as written (not quoted).
     pub shell: bool,
     /// The command's words; each is shell-quoted as needed.
@@ -106,6 +112,19 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
     }
     if job.preemptible {
         attributes.push("preemptible".into());
+    }
+    let valued = [
+        ("priority", job.priority.map(|p| p.to_string())),
+        ("begin", job.begin.clone()),
+        ("retry_on", job.retry_on.clone()),
+    ];
+    for (name, value) in valued {
+        let Some(value) = value else { continue };
+        let attribute = format!("{name}={value}");
+        // The jobs file's own parser says whether the value is good.
+        jobspec::parse_line(&format!("[{attribute}] true"), 1)
+            .map_err(|e| Error::Usage(e.reason))?;
+        attributes.push(attribute);
     }
     if let Some(dir) = &job.cwd {
         let value = jobspec::encode_cwd(dir)

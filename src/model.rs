@@ -365,3 +365,26 @@ mod tests {
         assert!(SchedulerState::Finished.is_final() && !SchedulerState::Draining.is_final());
     }
 }
+
+/// How an ended attempt's peak compared with its declaration
+/// (docs/BEHAVIOUR.md "Monitoring"), worked out once when it ends and
+/// journaled in its `done` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclarationCheck {
+    /// Within `--tolerance`, or which way it missed.
+    pub fit: Fit,
+    /// |peak ÷ declaration − 1|, in whole percent.
+    pub percent: u32,
+}
+
+/// Which way a peak missed its declaration ([`DeclarationCheck`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fit {
+    /// Within ±`--tolerance` of the declaration.
+    Within,
+    /// The declaration was larger than needed: lowering it frees room.
+    TooLarge,
+    /// The peak went beyond the declaration: raise it.
+    TooSmall,
+}

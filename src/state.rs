@@ -611,9 +611,6 @@ pub struct ThisRun {
     /// OOMs another job's over-use caused: (the victim's display number,
     /// the job to blame; docs/BEHAVIOUR.md "Declarations that hold").
     pub culprits: Vec<(u32, crate::model::Culprit)>,
-    /// The last line each job that failed during this run wrote to its
-    /// log (its completion line's reason), by key, for the views.
-    pub last_lines: HashMap<String, String>,
 }
 
 /// Every input of the scheduler's decisions that lives between ticks: the

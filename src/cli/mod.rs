@@ -508,10 +508,20 @@ pub struct AddArgs {
     /// prefixes, comma-separated or the option repeated.
     #[arg(long, value_name = "JOB", value_delimiter = ',')]
     pub after: Vec<String>,
-    /// The job may be stopped and queued again for a job above it in the
-    /// file that cannot start otherwise.
+    /// The job may be stopped and queued again for a job ranked above it
+    /// (priority, then line) that cannot start otherwise.
     #[arg(long)]
     pub preemptible: bool,
+    /// `priority=N`: higher starts first (default 0; may be negative).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// `begin=WHEN`: not before 22:00, +2h (after it is queued), or
+    /// 2026-12-01T06:00.
+    #[arg(long, value_name = "WHEN")]
+    pub begin: Option<String>,
+    /// `retry_on=WHAT`: what --retries re-runs: oom (default), fail, any.
+    #[arg(long, value_name = "WHAT")]
+    pub retry_on: Option<String>,
     /// COMMAND is one shell command line, taken as written (pipes and
     /// redirections kept): `gpusched add --shell 'python t.py > out.txt'`.
     #[arg(long)]

@@ -45,6 +45,9 @@ fn new_job(args: &AddArgs, file: &std::path::Path) -> anyhow::Result<edit::NewJo
         name: args.name.clone(),
         after: args.after.clone(),
         preemptible: args.preemptible,
+        priority: args.priority,
+        begin: args.begin.clone(),
+        retry_on: args.retry_on.clone(),
         shell: args.shell,
         argv: args.command.clone(),
         cwd: match &args.cwd {

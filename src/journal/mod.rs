@@ -134,6 +134,13 @@ pub enum Event {
         /// CPU (docs/BEHAVIOUR.md "Monitoring").
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         no_gpu_memory: bool,
+        /// Its peak against its declaration, checked when it ended
+        /// (docs/BEHAVIOUR.md "Monitoring"); absent when either is unknown.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        declaration: Option<crate::model::DeclarationCheck>,
+        /// A failed attempt's last line of output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_line: Option<String>,
     },
     /// The outcome's message went to every `--notify` endpoint (each took
     /// it, or refused it every try): it is never posted again.
@@ -203,7 +210,7 @@ pub enum Phase {
 }
 
 /// How a job ended, with what the summary needs (docs/BEHAVIOUR.md "The live queue" `done`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     /// How it ended.
     pub status: DoneStatus,
@@ -225,6 +232,10 @@ pub struct Finished {
     /// Declared, yet no GPU process of it was ever seen: it probably ran
     /// on the CPU (the `done` event's `no_gpu_memory`).
     pub no_gpu_memory: bool,
+    /// Its peak against its declaration (the `done` event's).
+    pub declaration: Option<crate::model::DeclarationCheck>,
+    /// A failed attempt's last line of output (the `done` event's).
+    pub last_line: Option<Box<str>>,
 }
 
 /// The largest display number a `seen` record may carry; one beyond it
@@ -281,6 +292,8 @@ impl Finished {
             vram_mib: None,
             gpu_mask: 0,
             no_gpu_memory: false,
+            declaration: None,
+            last_line: None,
         }
     }
 }
@@ -699,6 +712,8 @@ impl Journal {
                 duration_s,
                 notify,
                 no_gpu_memory,
+                declaration,
+                last_line,
                 ..
             } => Fold::Done {
                 finished: Finished {
@@ -711,6 +726,8 @@ impl Journal {
                     vram_mib: None,
                     gpu_mask: 0,
                     no_gpu_memory: *no_gpu_memory,
+                    declaration: *declaration,
+                    last_line: last_line.as_deref().map(Box::from),
                 },
                 notify: *notify,
             },

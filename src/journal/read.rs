@@ -134,6 +134,8 @@ struct RawRecord<'a> {
     peak_mib: Option<PeakMax>,
     notify: Option<bool>,
     no_gpu_memory: Option<bool>,
+    declaration: Option<crate::model::DeclarationCheck>,
+    last_line: Option<Box<str>>,
 }
 
 impl RawRecord<'_> {
@@ -180,6 +182,8 @@ impl RawRecord<'_> {
                     vram_mib: None,
                     gpu_mask: 0,
                     no_gpu_memory: self.no_gpu_memory.unwrap_or(false),
+                    declaration: self.declaration,
+                    last_line: self.last_line.clone(),
                 },
                 notify: self.notify.unwrap_or(false),
             },

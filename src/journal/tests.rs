@@ -133,6 +133,8 @@ fn fold_tracks_phase_attempts_and_oom_bumps() {
                     slurm_state: None,
                     notify: false,
                     no_gpu_memory: true,
+                    declaration: None,
+                    last_line: None,
                 },
             )
             .unwrap();
@@ -232,6 +234,8 @@ fn retry_requeues_a_finished_job_with_fresh_oom_retries() {
                 slurm_state: Some("FAILED".into()),
                 notify: true,
                 no_gpu_memory: true,
+                declaration: None,
+                last_line: None,
             },
         )
         .unwrap();
@@ -367,6 +371,8 @@ fn an_outcome_to_post_stays_owed_until_notified_also_after_a_replay() {
         slurm_state: None,
         notify,
         no_gpu_memory: false,
+        declaration: None,
+        last_line: None,
     };
     let (mut journal, _) = Journal::open(&path).unwrap();
     for (key, no) in [("a#0", 1), ("b#0", 2)] {

@@ -3,7 +3,7 @@
 //! [`decide`] returns the [`Outcome`] the loop then journals and prints.
 
 use crate::jobspec::RetryOn;
-use crate::model::{Culprit, DoneStatus, OomCause};
+use crate::model::{Culprit, DeclarationCheck, DoneStatus, Fit, OomCause};
 use crate::policy::kill::KillReason;
 use crate::policy::oom::Exhausted;
 
@@ -40,6 +40,43 @@ pub fn enforced_bump(declared_mib: Option<u64>, peak_mib: Option<u64>) -> Option
 /// hold").
 pub fn beyond_declaration(declared_mib: u64, peak_mib: u64, tolerance: f64) -> bool {
     peak_mib as f64 > declared_mib as f64 * (1.0 + tolerance)
+}
+
+/// How a peak of `peak_mib` compares with a declaration of
+/// `declared_mib` (docs/BEHAVIOUR.md "Monitoring"): within ±`tolerance`
+/// (a fraction), or too large or too small by the percent of the
+/// declaration. `None` when either is unknown.
+pub fn check_declaration(
+    declared_mib: Option<u64>,
+    peak_mib: Option<u64>,
+    tolerance: f64,
+) -> Option<DeclarationCheck> {
+    let (declared, peak) = (declared_mib?, peak_mib?);
+    let ratio = peak as f64 / declared.max(1) as f64;
+    let percent = ((ratio - 1.0).abs() * 100.0).round().min(u32::MAX as f64) as u32;
+    let fit = if beyond_declaration(declared, peak, tolerance) {
+        Fit::TooSmall
+    } else if ratio < 1.0 - tolerance {
+        Fit::TooLarge
+    } else {
+        Fit::Within
+    };
+    Some(DeclarationCheck { fit, percent })
+}
+
+/// What was observed of an attempt that ended for good, worked out once
+/// at its end and journaled in its `done` event: the completion line,
+/// status.json and the summary all read it from there, so they cannot
+/// disagree (docs/BEHAVIOUR.md "Monitoring").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observations {
+    /// Its peak against its declaration; `None` when either is unknown.
+    pub declaration: Option<DeclarationCheck>,
+    /// Declared, yet never seen on its GPUs: it probably ran on the CPU.
+    pub no_gpu_memory: bool,
+    /// A failed attempt's last line of output (gpusched's own lines left
+    /// out), where the reason usually is.
+    pub last_line: Option<String>,
 }
 
 /// How a job's process ended, as a shell reports it.
@@ -277,6 +314,18 @@ mod tests {
         assert!(is_oom("cuda OUT OF MEMORY"));
         assert!(!is_oom("Segmentation fault"));
         assert!(!is_oom("host out of memory"));
+    }
+
+    #[test]
+    fn declaration_checks() {
+        let check = |declared, peak| check_declaration(declared, peak, 0.1);
+        let fit = |fit, percent| Some(DeclarationCheck { fit, percent });
+        assert_eq!(check(None, Some(100)), None);
+        assert_eq!(check(Some(100), None), None);
+        assert_eq!(check(Some(8000), Some(8700)), fit(Fit::Within, 9));
+        assert_eq!(check(Some(8000), Some(7300)), fit(Fit::Within, 9));
+        assert_eq!(check(Some(8000), Some(4000)), fit(Fit::TooLarge, 50));
+        assert_eq!(check(Some(8000), Some(10000)), fit(Fit::TooSmall, 25));
     }
 
     #[test]

@@ -481,6 +481,7 @@ mod tests {
             over_declared: false,
             no_gpu_memory: false,
             last_line: None,
+            declaration: None,
             queued: None,
             started: None,
             finished: None,

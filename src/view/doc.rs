@@ -156,6 +156,7 @@ pub fn job_status(
         over_declared: false,
         no_gpu_memory: false,
         last_line: None,
+        declaration: None,
         queued: Some(state.seen_ts),
         started: state.first_started_ts(),
         finished: None,
@@ -195,7 +196,11 @@ pub fn job_status(
         job.duration_s = Some(done.duration_s);
         job.avg_util = done.avg_util;
         job.no_gpu_memory = done.no_gpu_memory;
-        job.last_line = input.this_run.last_lines.get(key).cloned();
+        job.last_line = done.last_line.as_deref().map(str::to_string);
+        job.declaration = done.declaration;
+        job.over_declared = done
+            .declaration
+            .is_some_and(|d| d.fit == crate::model::Fit::TooSmall);
         if !job.gpus.is_empty() {
             let log = input
                 .cfg

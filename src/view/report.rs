@@ -2,6 +2,7 @@
 //! declared-vs-actual verdict of a completion line, and the status board
 //! `<log_dir>/status.txt`.
 
+use crate::model::{DeclarationCheck, Fit};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -19,23 +20,24 @@ pub fn log_name(no: u32, gpus: &[u32]) -> String {
     format!("job{no:03}_gpu{}.log", crate::console::gpu_ids(gpus, "-"))
 }
 
-/// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md "Monitoring"): within
-/// ±tolerance, `over-declared by N %`, or `UNDER-DECLARED by N %`, with N
-/// relative to the declaration. `None` when there is nothing to judge.
-pub fn verdict(declared_mib: Option<u64>, peak_mib: Option<u64>, tolerance: f64) -> Option<String> {
-    let (declared, peak) = (declared_mib?, peak_mib?);
-    let ratio = peak as f64 / declared as f64;
-    let percent = ((ratio - 1.0).abs() * 100.0).round();
-    Some(if ratio > 1.0 + tolerance {
-        format!("UNDER-DECLARED by {percent:.0}% (declared {declared} MiB; raise it)")
-    } else if ratio < 1.0 - tolerance {
-        format!("over-declared by {percent:.0}% (declared {declared} MiB; lowering it frees room)")
-    } else {
-        format!(
+/// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md
+/// "Monitoring"), from the check made when the job ended: `declaration N
+/// MiB within ±T%`, `over-declared by N %` or `UNDER-DECLARED by N %`, N
+/// relative to the declaration of `declared` MiB.
+pub fn verdict(check: DeclarationCheck, declared: u64, tolerance: f64) -> String {
+    let percent = check.percent;
+    match check.fit {
+        Fit::TooSmall => {
+            format!("UNDER-DECLARED by {percent}% (declared {declared} MiB; raise it)")
+        }
+        Fit::TooLarge => {
+            format!("over-declared by {percent}% (declared {declared} MiB; lowering it frees room)")
+        }
+        Fit::Within => format!(
             "declaration {declared} MiB within ±{:.0}%",
             tolerance * 100.0
-        )
-    })
+        ),
+    }
 }
 
 /// Per-GPU peaks for a completion line: `peak GPU0 7950 MiB, GPU1 n/a`.
@@ -69,6 +71,8 @@ pub struct CompletionLine<'a> {
     pub samples: u32,
     /// Its declaration per GPU (MiB).
     pub vram_mib: Option<u64>,
+    /// What was observed of it, once, at its end.
+    pub observed: &'a crate::policy::outcome::Observations,
     /// The MPS memory limit (MiB per GPU) it ran out of memory at, under
     /// `--enforce mps`: said instead of the verdict, which would call a
     /// job stopped at its limit over-declared.
@@ -77,11 +81,6 @@ pub struct CompletionLine<'a> {
     pub tolerance: f64,
     /// Its log, named when it failed.
     pub log: Option<&'a std::path::Path>,
-    /// The last line the attempt wrote to its log ([`last_log_line`]),
-    /// shown when it failed: the reason is usually there.
-    pub last_line: Option<String>,
-    /// Declared, yet never seen on its GPUs: it probably ran on the CPU.
-    pub no_gpu_memory: bool,
 }
 
 /// What a completion line, the board and the summary say of a declared
@@ -132,10 +131,10 @@ pub fn completion_line(c: &CompletionLine) -> String {
                 " — hit its MPS memory limit of {limit} MiB (its declaration): raise vram="
             );
         }
-        (Some(_), _, None) => {
-            if let Some(v) = verdict(c.vram_mib, peak, c.tolerance) {
+        (Some(declared), _, None) => {
+            if let Some(check) = c.observed.declaration {
                 line.push_str(" — ");
-                line.push_str(&v);
+                line.push_str(&verdict(check, declared, c.tolerance));
             }
         }
         (None, Some(p), None) => {
@@ -147,10 +146,10 @@ pub fn completion_line(c: &CompletionLine) -> String {
         }
         (None, None, None) => {}
     }
-    if c.no_gpu_memory {
+    if c.observed.no_gpu_memory {
         let _ = write!(line, " — {NO_GPU_MEMORY}");
     }
-    if let Some(last) = &c.last_line
+    if let Some(last) = &c.observed.last_line
         && c.status.is_failure()
     {
         let _ = write!(line, " — {last}");
@@ -465,28 +464,13 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        assert_eq!(verdict(None, Some(100), 0.1), None);
-        assert_eq!(verdict(Some(100), None, 0.1), None);
-        assert!(
-            verdict(Some(8000), Some(8700), 0.1)
-                .unwrap()
-                .starts_with("declaration 8000 MiB within ±10%")
+        let check = |fit, percent| DeclarationCheck { fit, percent };
+        assert_eq!(
+            verdict(check(Fit::Within, 9), 8000, 0.1),
+            "declaration 8000 MiB within ±10%"
         );
-        assert!(
-            verdict(Some(8000), Some(7300), 0.1)
-                .unwrap()
-                .contains("within")
-        );
-        assert!(
-            verdict(Some(8000), Some(4000), 0.1)
-                .unwrap()
-                .starts_with("over-declared by 50%")
-        );
-        assert!(
-            verdict(Some(8000), Some(10000), 0.1)
-                .unwrap()
-                .starts_with("UNDER-DECLARED by 25%")
-        );
+        assert!(verdict(check(Fit::TooLarge, 50), 8000, 0.1).starts_with("over-declared by 50%"));
+        assert!(verdict(check(Fit::TooSmall, 25), 8000, 0.1).starts_with("UNDER-DECLARED by 25%"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The crate's shape (docs/ARCHITECTURE.md "Layers"): no import cycle
+//! The crate's shape (docs/ARCHITECTURE.md "Layers"): its layer table is the
+//! code's, no import cycle
 //! among the top-level modules, none among files, and no function over
 //! 100 lines outside test code. Reads
 //! `src/` and follows every `crate::…` and `super::…` path outside test
@@ -154,6 +155,75 @@ fn the_top_level_modules_form_layers() {
             cycle.join(" → ")
         );
     }
+}
+
+/// docs/ARCHITECTURE.md's layer table: each top-level module's layer.
+fn documented_layers() -> BTreeMap<String, u32> {
+    let text = std::fs::read_to_string("docs/ARCHITECTURE.md").unwrap();
+    let table = text
+        .split("| layer | modules |")
+        .nth(1)
+        .expect("docs/ARCHITECTURE.md has a layer table");
+    let mut layers = BTreeMap::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+        let layer: u32 = cells[0].trim().parse().unwrap();
+        for module in cells[1].split(',') {
+            layers.insert(module.trim().trim_matches('`').to_string(), layer);
+        }
+    }
+    layers
+}
+
+/// The layer table in docs/ARCHITECTURE.md is the code's: it names every
+/// top-level module once, and every import goes to a lower layer.
+#[test]
+fn the_layer_table_is_the_code() {
+    let layers = documented_layers();
+    let (_, top) = graphs();
+    let modules: BTreeSet<String> = modules()
+        .keys()
+        .filter_map(|m| m.first().cloned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    // Longest-path layers of the code, for the message.
+    let mut depth: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..top.len() + 1 {
+        for module in &modules {
+            let d = top
+                .get(module)
+                .into_iter()
+                .flatten()
+                .map(|t| depth.get(t).copied().unwrap_or(0) + 1)
+                .max()
+                .unwrap_or(0);
+            depth.insert(module.clone(), d);
+        }
+    }
+    let listed: BTreeSet<String> = layers.keys().cloned().collect();
+    assert_eq!(
+        listed, modules,
+        "the layer table and src/ list different modules"
+    );
+    let mut wrong = Vec::new();
+    for (from, targets) in &top {
+        for to in targets {
+            if layers[from] <= layers[to] {
+                wrong.push(format!(
+                    "{from} (layer {}) uses {to} (layer {})",
+                    layers[from], layers[to]
+                ));
+            }
+        }
+    }
+    let mut by_layer: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    for (module, d) in &depth {
+        by_layer.entry(*d).or_default().push(module);
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that go up or sideways: {wrong:#?}\nthe code's layers (each module as low as it can be): {by_layer:?}"
+    );
 }
 
 #[test]

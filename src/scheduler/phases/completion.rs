@@ -8,7 +8,9 @@ use crate::launcher::EndFacts;
 use crate::model::{Culprit, DoneStatus, OomCause};
 use crate::policy::dependencies::Readiness;
 use crate::policy::oom;
-use crate::policy::outcome::{self, AttemptEnd, Exit, OOM_TAIL_BYTES, Outcome, Verdict};
+use crate::policy::outcome::{
+    self, AttemptEnd, Exit, OOM_TAIL_BYTES, Observations, Outcome, Verdict,
+};
 use crate::scheduler::Scheduler;
 use crate::state::Running;
 use crate::view::report::{self, CompletionLine};
@@ -394,7 +396,20 @@ impl Scheduler {
         let exit = facts.exit;
         let returncode = exit.map(Exit::returncode);
         let avg_util = job.usage.avg_util();
-        let no_gpu_memory = self.never_on_its_gpu(job, duration_s);
+        // What was seen of it, worked out once: the line below, the
+        // journal and every view read this.
+        let observed = Observations {
+            declaration: outcome::check_declaration(
+                job.vram_mib,
+                job.usage.peak_max_mib(),
+                self.cfg.tolerance,
+            ),
+            no_gpu_memory: self.never_on_its_gpu(job, duration_s),
+            last_line: status
+                .is_failure()
+                .then(|| report::last_log_line(&job.log.path, job.log.offset))
+                .flatten(),
+        };
         let notify = self.record_done(
             key,
             Done {
@@ -404,7 +419,7 @@ impl Scheduler {
                 avg_util,
                 duration_s,
                 slurm_state: job.proc.final_state(),
-                no_gpu_memory,
+                observed: &observed,
             },
         )?;
         if status == DoneStatus::Ok {
@@ -413,10 +428,6 @@ impl Scheduler {
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
-        let last_line = status
-            .is_failure()
-            .then(|| report::last_log_line(&job.log.path, job.log.offset))
-            .flatten();
         let line = report::completion_line(&CompletionLine {
             no: job.no,
             status,
@@ -426,21 +437,14 @@ impl Scheduler {
             avg_util,
             samples: job.usage.samples,
             vram_mib: job.vram_mib,
+            observed: &observed,
             mps_limit_mib: job
                 .vram_mib
                 .filter(|_| status == DoneStatus::FailedOom && self.mps_limited(job)),
             tolerance: self.cfg.tolerance,
             log: Some(&job.log.path),
-            last_line: last_line.clone(),
-            no_gpu_memory,
         });
-        if let Some(last) = last_line {
-            self.report
-                .this_run
-                .last_lines
-                .insert(key.to_string(), last);
-        }
-        if no_gpu_memory {
+        if observed.no_gpu_memory {
             self.report
                 .told
                 .tell(crate::notifier::NotifyOn::Failed, "no_gpu_memory", &line);
@@ -499,7 +503,7 @@ impl Scheduler {
                 avg_util: None,
                 duration_s: 0.0,
                 slurm_state: None,
-                no_gpu_memory: false,
+                observed: &Observations::default(),
             },
         )?;
         if notify {
@@ -529,7 +533,9 @@ impl Scheduler {
                 duration_s: (done.duration_s * 1000.0).round() / 1000.0,
                 slurm_state: done.slurm_state.map(str::to_string),
                 notify,
-                no_gpu_memory: done.no_gpu_memory,
+                no_gpu_memory: done.observed.no_gpu_memory,
+                declaration: done.observed.declaration,
+                last_line: done.observed.last_line.clone(),
             },
         )?;
         self.report
@@ -558,6 +564,6 @@ struct Done<'a> {
     duration_s: f64,
     /// Slurm's final state (docs/BEHAVIOUR.md "Slurm").
     slurm_state: Option<&'a str>,
-    /// Declared, yet never seen on its GPUs.
-    no_gpu_memory: bool,
+    /// What was observed of it ([`Observations`]).
+    observed: &'a Observations,
 }

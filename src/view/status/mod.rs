@@ -435,12 +435,18 @@ pub struct JobStatus {
     /// (docs/BEHAVIOUR.md "Monitoring").
     #[serde(default)]
     pub no_gpu_memory: bool,
-    /// For a job that failed during this scheduler's run: the last line
-    /// it wrote to its log, where the reason usually is (`/bin/sh: 1:
-    /// pythn: not found`), control characters shown as `�`, at most 120
-    /// characters.
+    /// For a job that failed: the last line it wrote to its log, where
+    /// the reason usually is (`/bin/sh: 1: pythn: not found`), control
+    /// characters shown as `�`, at most 120 characters; journaled when it
+    /// ended.
     #[serde(default)]
     pub last_line: Option<String>,
+    /// For a job that ended: its peak against its declaration, as checked
+    /// when it ended (docs/BEHAVIOUR.md "Monitoring"): `fit` is `within`,
+    /// `too_large` or `too_small`, `percent` how far off; null when either
+    /// was unknown.
+    #[serde(default)]
+    pub declaration: Option<crate::model::DeclarationCheck>,
     /// When queued (first seen), Unix seconds.
     pub queued: Option<f64>,
     /// When its first attempt started.

@@ -44,9 +44,10 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
                 .filter(|_| job.started.is_some())
                 .map_or("-".into(), |d| format!("{:.3}", d * gpus / 3600.0)),
             format!(
-                "{} / {}",
+                "{} / {}{}",
                 peak.map_or("n/a".into(), |p| format!("{p}")),
-                job.vram_mib.map_or("-".into(), |v| format!("{v} MiB"))
+                job.vram_mib.map_or("-".into(), |v| format!("{v} MiB")),
+                fit_mark(job.declaration)
             ),
             job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
             job.shown_command(),
@@ -76,6 +77,17 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
         out.push_str(&table(&gpu_rows, width));
     }
     out
+}
+
+/// What the summary adds to a finished job's peak and declaration: the
+/// check made when it ended (` UNDER` beyond it, ` over` well under it).
+fn fit_mark(check: Option<crate::model::DeclarationCheck>) -> String {
+    use crate::model::Fit;
+    match check {
+        Some(c) if c.fit == Fit::TooSmall => format!(" UNDER +{}%", c.percent),
+        Some(c) if c.fit == Fit::TooLarge => format!(" over -{}%", c.percent),
+        _ => String::new(),
+    }
 }
 
 /// The lines under the jobs table: preempted jobs, jobs that probably ran

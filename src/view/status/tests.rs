@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::view::screen::{Colour, FinishedList, render};
+use serde_json::Value;
 
 pub(crate) fn sample_doc() -> StatusDoc {
     StatusDoc {
@@ -68,6 +69,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 retries_used: 0,
                 over_declared: false,
                 no_gpu_memory: false,
+                declaration: None,
                 last_line: None,
                 note: None,
                 reason: None,
@@ -100,6 +102,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 retries_used: 0,
                 over_declared: false,
                 no_gpu_memory: false,
+                declaration: None,
                 last_line: None,
                 note: None,
                 reason: None,
@@ -198,4 +201,115 @@ fn every_line_fits_the_width() {
         }
         assert!(text.contains('…'), "commands are cut: {text}");
     }
+}
+
+/// The schema node `node` stands for: a `$ref` followed into `$defs`, and
+/// of a `oneOf` with `null`, the branch for `value`'s type.
+fn resolve<'a>(schema: &'a Value, node: &'a Value, value: &Value) -> &'a Value {
+    if let Some(path) = node["$ref"].as_str() {
+        let name = path.trim_start_matches("#/$defs/");
+        return resolve(schema, &schema["$defs"][name], value);
+    }
+    if let Some(branches) = node["oneOf"].as_array() {
+        let wanted = if value.is_object() { "object" } else { "array" };
+        if let Some(branch) = branches
+            .iter()
+            .find(|b| b["type"] == wanted || b.get("$ref").is_some())
+        {
+            return resolve(schema, branch, value);
+        }
+    }
+    node
+}
+
+/// Walks `value` with its schema `node`: every object that allows no
+/// other properties has exactly the schema's properties (none missing,
+/// none unknown; only what the schema does not require may be left out),
+/// recursively; `at` names the place for the message.
+fn same_shape(schema: &Value, node: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
+    let node = resolve(schema, node, value);
+    match value {
+        Value::Object(fields) => {
+            if let Some(properties) = node["properties"].as_object()
+                && node["additionalProperties"] == Value::Bool(false)
+            {
+                for key in fields.keys().filter(|k| !properties.contains_key(*k)) {
+                    problems.push(format!("{at}.{key} is not in the schema"));
+                }
+                let required = node["required"].as_array().cloned().unwrap_or_default();
+                for key in properties.keys().filter(|k| !fields.contains_key(*k)) {
+                    // Only a part the struct leaves out when empty may be
+                    // optional in the schema.
+                    if required.iter().any(|r| r == key.as_str()) {
+                        problems.push(format!(
+                            "{at}.{key} is required by the schema, not in the struct"
+                        ));
+                    }
+                }
+                for (key, field) in fields {
+                    if let Some(sub) = properties.get(key) {
+                        same_shape(schema, sub, field, &format!("{at}.{key}"), problems);
+                    }
+                }
+            } else if node["additionalProperties"].is_object() {
+                for (key, field) in fields {
+                    let sub = &node["additionalProperties"];
+                    same_shape(schema, sub, field, &format!("{at}.{key}"), problems);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                same_shape(
+                    schema,
+                    &node["items"],
+                    item,
+                    &format!("{at}[{i}]"),
+                    problems,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// docs/status.schema.json and [`StatusDoc`] describe the same document:
+/// a status document with every optional part filled in has exactly the
+/// properties the schema lists, at every level (a field added to one and
+/// not the other fails here, not in a user's parser).
+#[test]
+fn the_schema_and_the_struct_agree() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../docs/status.schema.json")).unwrap();
+    let mut doc = sample_doc();
+    doc.scheduler.starvation_hold = Some(StarvationHoldStatus {
+        job: 3,
+        gpus: vec![0],
+    });
+    doc.scheduler.backfill = Some(BackfillStatus {
+        job: 4,
+        start: 1.7e9,
+        gpus: vec![0],
+    });
+    for job in &mut doc.jobs {
+        job.declaration = Some(crate::model::DeclarationCheck {
+            fit: crate::model::Fit::TooLarge,
+            percent: 40,
+        });
+        job.progress = Some(ProgressStatus {
+            percent: 50.0,
+            label: "step 5/10".into(),
+            eta_s: Some(30.0),
+        });
+    }
+    let value = serde_json::to_value(&doc).unwrap();
+    let mut problems = Vec::new();
+    same_shape(&schema, &schema, &value, "status.json", &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The check can fail: a field the schema lacks is named.
+    let mut extra = value.clone();
+    extra["jobs"][0]["invented"] = Value::Bool(true);
+    let mut found = Vec::new();
+    same_shape(&schema, &schema, &extra, "status.json", &mut found);
+    assert_eq!(found, ["status.json.jobs[0].invented is not in the schema"]);
 }

@@ -10,9 +10,11 @@
 //!    over the whole run and from the first start to the last end in the
 //!    journal, at 500, 20,000 and 100,000 jobs (fast: 500, 5,000, 20,000),
 //!    and the cost per job at the larger sizes relative to 500 [≤ 1.3×;
-//!    ≥ 1,000 jobs/s];
-//! 2. a 1,000,000-line jobs file (fast: 100,000): start-up to the first
-//!    dispatch [≤ 2 s], append-to-start latency, median of 9 [≤ 100 ms],
+//!    20,000 jobs launch to exit ≥ 2,000 jobs/s on 2 cores];
+//! 2. a 1,000,000-line jobs file (fast: 100,000) whose lines mostly wait:
+//!    the first runs on GPU 0 of `--sim 2`, the rest are `[vram=20G
+//!    gpus=2]`: start-up to the first dispatch [≤ 1.5 s], append-to-start
+//!    latency of a line that fits on GPU 1, median of 9 [≤ 50 ms],
 //!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 300 MiB];
 //! 3. 64 GPUs: one placement round over 10,000 pending jobs (1 to 8 GPUs
 //!    each), in process, per dispatched job [well under 1 ms]; one
@@ -72,8 +74,8 @@ fn throughput(dir: &Path, n: usize, gpus: u32, attrs: &str, placement: &str) -> 
     (n as f64 / wall, n as f64 / (last - first))
 }
 
-/// Figure 2: a jobs file of `lines` lines, all blocked behind one running
-/// job. Returns start-up to its first instruction, append-to-start latency
+/// Figure 2: a jobs file of `lines` lines, all but the first waiting for
+/// both GPUs while the first runs on one. Returns start-up to its first instruction, append-to-start latency
 /// (median, max), CPU over 5 idle seconds, peak RSS (MiB).
 fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
     let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join("jobs.txt")).unwrap());
@@ -83,11 +85,11 @@ fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
     )
     .unwrap();
     for i in 1..lines {
-        writeln!(file, "[vram=20G] python train.py --seed {i}").unwrap();
+        writeln!(file, "[vram=20G gpus=2] python train.py --seed {i}").unwrap();
     }
     drop(file);
     let spawned = now();
-    let child = scheduler(dir, &["--sim", "1", "--poll", "2", "--watch"]);
+    let child = scheduler(dir, &["--sim", "2", "--poll", "2", "--watch"]);
     wait_until("the first job", Duration::from_secs(300), || {
         !read_stamps(&dir.join("first")).is_empty()
     });
@@ -101,7 +103,7 @@ fn big_file(dir: &Path, lines: usize) -> (f64, f64, f64, f64, f64) {
             .append(true)
             .open(dir.join("jobs.txt"))
             .unwrap();
-        // 1 GiB fits beside the running job; the 20 GiB lines do not.
+        // 1 GiB fits on the idle GPU; the two-GPU lines do not.
         jobs.write_all(format!("[vram=1G] date +%s.%N > lat{i}\n").as_bytes())
             .unwrap();
         drop(jobs);
@@ -279,7 +281,7 @@ fn main() {
         let dir = tmp(&format!("tp{n}"));
         let (rate, steady) = throughput(&dir, n, 2, "vram=100M", "pack");
         println!(
-            "throughput, {n} tiny jobs on --sim 2 --placement pack: {rate:.0} jobs/s over the whole run, {steady:.0} jobs/s first start to last end   (target ≥ 1000)"
+            "throughput, {n} tiny jobs on --sim 2 --placement pack: {rate:.0} jobs/s over the whole run, {steady:.0} jobs/s first start to last end   (target ≥ 2000 at 20,000)"
         );
         rates.push(rate);
         // Kept until the end: removing thousands of files right before
@@ -297,9 +299,11 @@ fn main() {
     let lines = if fast { 100_000 } else { 1_000_000 };
     let dir = tmp("big");
     let (startup, median, worst, idle, rss) = big_file(&dir, lines);
-    println!("{lines}-line jobs file: start-up to first dispatch {startup:.2} s   (target ≤ 2 s)");
     println!(
-        "{lines}-line jobs file: append-to-start median of 9 {:.0} ms (max {:.0} ms)   (target ≤ 100 ms)",
+        "{lines}-line jobs file: start-up to first dispatch {startup:.2} s   (target ≤ 1.5 s)"
+    );
+    println!(
+        "{lines}-line jobs file: append-to-start median of 9 {:.0} ms (max {:.0} ms)   (target ≤ 50 ms)",
         median * 1000.0,
         worst * 1000.0
     );

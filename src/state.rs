@@ -372,6 +372,10 @@ pub struct FileSource {
     /// Whether some line is known by its key under the older identity rule
     /// (then appends are parsed with the whole file).
     pub legacy_keys_in_use: bool,
+    /// Whether some line's key differs under the older rule (then an
+    /// append counts a command's occurrences by reading every line, not
+    /// through the index).
+    pub legacy_keys_differ: bool,
     /// The last problem reported, so each distinct problem is warned once.
     pub last_error: Option<String>,
     /// The stamp at the last read; `None` forces a re-read.

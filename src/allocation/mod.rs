@@ -268,7 +268,10 @@ pub struct Planner<'a> {
     others: PlaceOptions,
     /// Requests that did not fit since the last start: an equal one
     /// cannot fit either (the loads only grew).
-    blocked: std::collections::HashSet<Request>,
+    blocked: rustc_hash::FxHashSet<Request>,
+    /// The last request found in `blocked`: a sweep's lines ask alike,
+    /// and an equal one needs no hashing.
+    last_blocked: Option<Request>,
 }
 
 impl<'a> Planner<'a> {
@@ -286,7 +289,8 @@ impl<'a> Planner<'a> {
                 drained_mask: opts.drained_mask | reserved_mask.unwrap_or(0),
                 ..opts.clone()
             },
-            blocked: std::collections::HashSet::new(),
+            blocked: rustc_hash::FxHashSet::default(),
+            last_blocked: None,
         }
     }
 
@@ -319,7 +323,10 @@ impl<'a> Planner<'a> {
         reserved: bool,
         avoid: crate::model::GpuMask,
     ) -> Placement {
-        if !reserved && self.blocked.contains(request) {
+        if !reserved
+            && (self.last_blocked.as_ref() == Some(request) || self.blocked.contains(request))
+        {
+            self.last_blocked = Some(*request);
             return Placement::NotNow;
         }
         let base = if reserved { self.opts } else { &self.others };
@@ -345,6 +352,7 @@ impl<'a> Planner<'a> {
     /// no sample has seen yet.
     pub fn book(&mut self, request: &Request, chosen: &[u32], ends_at: Option<f64>) {
         self.blocked.clear();
+        self.last_blocked = None;
         for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
             gpu.util_percent = Some(100);
             gpu.occupants.push(Occupant {

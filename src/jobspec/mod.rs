@@ -4,10 +4,12 @@
 //! [`ParseError`] that names the line number and the offending text.
 
 mod attributes;
+mod identity;
 
 pub use attributes::{ATTRIBUTES, Attribute, Begin, MAX_PRIORITY, RetryOn, attribute};
+use identity::{LineHashes, Occurrences, count_repeats, key_text};
+pub use identity::{command_hash, legacy_command_hash, normalise_command};
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 
 /// One job as written in the jobs file. The attributes most lines do not
 /// have live in [`Rare`], boxed, so a million-line sweep keeps about 90
@@ -312,78 +314,6 @@ pub const MAX_TIMEOUT_S: f64 = 3650.0 * 86400.0;
 /// The most GPUs one job may ask for (`gpus=`).
 pub const MAX_GPUS: u32 = 1024;
 
-/// The command as its identity sees it (docs/BEHAVIOUR.md "Jobs file"): a trailing shell comment
-/// (a `#` that begins a word outside quotes, to the end of the line) is
-/// removed, runs of whitespace outside quotes become one space, and the
-/// result is trimmed. Quotes and backslash escapes are kept as written.
-pub fn normalise_command(command: &str) -> String {
-    let mut out = String::with_capacity(command.len());
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    let mut at_word_start = true;
-    for c in command.chars() {
-        if escaped {
-            out.push(c);
-            escaped = false;
-            at_word_start = false;
-            continue;
-        }
-        match quote {
-            Some(q) => {
-                out.push(c);
-                if c == q {
-                    quote = None;
-                } else if c == '\\' && q == '"' {
-                    escaped = true;
-                }
-            }
-            None if c.is_whitespace() => {
-                if !at_word_start {
-                    out.push(' ');
-                }
-                at_word_start = true;
-            }
-            None if c == '#' && at_word_start => break,
-            None => {
-                out.push(c);
-                at_word_start = false;
-                match c {
-                    '\'' | '"' => quote = Some(c),
-                    '\\' => escaped = true,
-                    _ => {}
-                }
-            }
-        }
-    }
-    out.trim_end().to_string()
-}
-
-/// The per-command part of the identity key: the first 12 hex digits of
-/// SHA-256 of the normalised command ([`normalise_command`]).
-pub fn command_hash(command: &str) -> String {
-    format!("{:012x}", hash48(&normalise_command(command)))
-}
-
-/// The per-command part of a key under the older rule: SHA-256 of the
-/// trimmed text only.
-pub fn legacy_command_hash(command: &str) -> String {
-    format!("{:012x}", hash48(command.trim()))
-}
-
-/// The first 48 bits of SHA-256 of `text`: the number a key's 12 hex
-/// digits spell (occurrences are counted by it, without a string each).
-fn hash48(text: &str) -> u64 {
-    let digest = Sha256::digest(text.as_bytes());
-    digest[..6]
-        .iter()
-        .fold(0, |acc, byte| (acc << 8) | u64::from(*byte))
-}
-
-/// The hash part of a key (its first 12 hex digits) as a number.
-fn key_hash48(key: &str) -> Option<u64> {
-    u64::from_str_radix(key.get(..12)?, 16).ok()
-}
-
 /// The jobs file's bytes as text. A line that is not valid UTF-8 is an
 /// error naming it (its text shown with replacement characters).
 pub fn decode(bytes: Vec<u8>) -> Result<String, ParseError> {
@@ -419,28 +349,154 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
 /// bad ones, in line order. Keys are assigned over the good lines — the one
 /// place the identity rule (docs/BEHAVIOUR.md "Identity") is applied.
 pub fn parse_jobs_lenient(text: &str) -> (Vec<JobSpec>, Vec<ParseError>) {
-    let mut jobs = Vec::new();
+    let threads = if text.len() < PARALLEL_PARSE_BYTES {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    };
+    parse_lenient_on(text, threads)
+}
+
+/// [`parse_jobs_lenient`] with the lines parsed and hashed on `threads`
+/// threads: the same answer whatever their number.
+fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError>) {
+    let chunks = parse_chunks(text, threads);
+    let lines: usize = chunks.iter().map(|c| c.specs.len()).sum();
+    let legacy_differs = chunks.iter().any(|c| c.legacy_differs);
     let mut errors = Vec::new();
-    let mut occurrences: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut legacy_occurrences: FxHashMap<u64, u32> = FxHashMap::default();
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
-    for (index, raw) in text.lines().enumerate() {
-        let parsed = match parse_line(raw, index + 1) {
-            Ok(Some(parsed)) => parsed,
-            Ok(None) => continue,
-            Err(e) => {
+    let mut jobs: Vec<JobSpec> = Vec::new();
+    let mut hashes: Vec<LineHashes> = Vec::with_capacity(lines);
+    let mut first_line = 0;
+    for mut chunk in chunks {
+        errors.extend(chunk.errors.into_iter().map(|mut e| {
+            e.line += first_line;
+            e
+        }));
+        // A line whose name an earlier line has is an error, and takes no
+        // occurrence of its command.
+        let mut clashes = Vec::new();
+        for (i, (spec, raw)) in chunk.specs.iter_mut().zip(&chunk.raws).enumerate() {
+            spec.line += first_line;
+            if let Err(e) = claim_name(&mut names, spec, raw) {
                 errors.push(e);
-                continue;
+                clashes.push(i);
             }
-        };
-        if let Err(e) = claim_name(&mut names, &parsed, raw) {
-            errors.push(e);
-            continue;
         }
-        let (key, legacy_key) = keys_of(&parsed.command, &mut occurrences, &mut legacy_occurrences);
-        jobs.push(with_keys(parsed, key, legacy_key));
+        for i in clashes.into_iter().rev() {
+            chunk.specs.remove(i);
+            chunk.hashes.remove(i);
+        }
+        first_line += chunk.lines;
+        hashes.append(&mut chunk.hashes);
+        // The first stretch's lines become the queue; the others are
+        // moved after them (a large block grows in place).
+        if jobs.is_empty() {
+            jobs = chunk.specs;
+            jobs.reserve(lines.saturating_sub(jobs.len()));
+        } else {
+            jobs.append(&mut chunk.specs);
+        }
     }
+    if legacy_differs {
+        // Some line's key differs under the older rule: count both rules
+        // in one pass, in order.
+        let mut occurrences = Occurrences::with_capacity(lines);
+        for (spec, hashes) in jobs.iter_mut().zip(&hashes) {
+            let (key, legacy_key) = occurrences.keys(*hashes);
+            spec.key = key;
+            if legacy_key.is_some() {
+                spec.rare_mut().legacy_key = legacy_key;
+            }
+        }
+    } else {
+        count_repeats(&mut jobs, &hashes);
+    }
+    // Parse errors and name clashes, in line order.
+    errors.sort_by_key(|e| e.line);
     (jobs, errors)
+}
+
+/// One stretch of a jobs file's lines, parsed and hashed: its specs with
+/// their line numbers counted from the stretch's start, each keyed as its
+/// command's first occurrence, with their hashes and text (for an
+/// error); its bad lines likewise; how many lines it has; and whether a
+/// line's key differs under the older rule.
+struct Chunk<'a> {
+    specs: Vec<JobSpec>,
+    hashes: Vec<LineHashes>,
+    raws: Vec<&'a str>,
+    errors: Vec<ParseError>,
+    lines: usize,
+    legacy_differs: bool,
+}
+
+/// Text below which a jobs file is parsed on one thread.
+const PARALLEL_PARSE_BYTES: usize = 1 << 20;
+
+/// Parses and hashes `text`'s lines in stretches on `threads` threads:
+/// per line, the work is independent;
+/// repeated commands get their counts afterwards ([`count_repeats`]).
+fn parse_chunks(text: &str, threads: usize) -> Vec<Chunk<'_>> {
+    let mut stretches = Vec::with_capacity(threads);
+    let mut rest = text;
+    for left in (1..=threads).rev() {
+        let cut = rest.len() / left;
+        // Cut after a line's end.
+        let cut = match rest.as_bytes()[cut..].iter().position(|&b| b == b'\n') {
+            Some(at) if left > 1 => cut + at + 1,
+            _ => rest.len(),
+        };
+        let (stretch, tail) = rest.split_at(cut);
+        stretches.push(stretch);
+        rest = tail;
+    }
+    if stretches.len() == 1 {
+        return vec![parse_stretch(text)];
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = stretches
+            .into_iter()
+            .map(|stretch| scope.spawn(move || parse_stretch(stretch)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a parse thread does not panic"))
+            .collect()
+    })
+}
+
+/// Parses and hashes the lines of `stretch`, numbered from 1.
+fn parse_stretch(stretch: &str) -> Chunk<'_> {
+    let mut chunk = Chunk {
+        specs: Vec::new(),
+        hashes: Vec::new(),
+        raws: Vec::new(),
+        errors: Vec::new(),
+        lines: 0,
+        legacy_differs: false,
+    };
+    // About one job per 40 bytes of a sweep's lines.
+    let lines = stretch.len() / 40;
+    chunk.specs.reserve(lines);
+    chunk.hashes.reserve(lines);
+    chunk.raws.reserve(lines);
+    for (index, raw) in stretch.lines().enumerate() {
+        chunk.lines = index + 1;
+        match parse_line(raw, index + 1) {
+            Ok(Some(mut spec)) => {
+                let hashes = LineHashes::of(&spec.command);
+                chunk.legacy_differs |= hashes.legacy != hashes.hash;
+                spec.key = key_text(hashes.hash, 0);
+                chunk.specs.push(spec);
+                chunk.hashes.push(hashes);
+                chunk.raws.push(raw);
+            }
+            Ok(None) => {}
+            Err(e) => chunk.errors.push(e),
+        }
+    }
+    chunk
 }
 
 /// `spec` with its identity keys set.
@@ -474,35 +530,6 @@ fn claim_name(
     Ok(())
 }
 
-/// The key of the next line running `command` (docs/BEHAVIOUR.md "Identity") and,
-/// when it differs, its key under the older rule, counting occurrences in
-/// `occurrences` and `legacy_occurrences` (by command hash).
-fn keys_of(
-    command: &str,
-    occurrences: &mut FxHashMap<u64, u32>,
-    legacy_occurrences: &mut FxHashMap<u64, u32>,
-) -> (String, Option<String>) {
-    let normalised = normalise_command(command);
-    let hash = hash48(&normalised);
-    // Most commands are already in normal form: one SHA-256, not two.
-    let legacy_hash = if normalised == command.trim() {
-        hash
-    } else {
-        hash48(command.trim())
-    };
-    let bump = |counts: &mut FxHashMap<u64, u32>, hash| {
-        let count = counts.entry(hash).or_insert(0);
-        *count += 1;
-        *count - 1
-    };
-    let count = bump(occurrences, hash);
-    let legacy_count = bump(legacy_occurrences, legacy_hash);
-    let key = format!("{hash:012x}#{count}");
-    let legacy_key = ((legacy_hash, legacy_count) != (hash, count))
-        .then(|| format!("{legacy_hash:012x}#{legacy_count}"));
-    (key, legacy_key)
-}
-
 /// Parses lines appended to a jobs file whose earlier part parsed into
 /// `existing` (docs/BEHAVIOUR.md "The live queue": an append is the common edit, and a long file is
 /// not parsed again for it). `first_line` is the 1-based number of the
@@ -510,50 +537,58 @@ fn keys_of(
 /// [`parse_jobs_lenient`] over the whole file: occurrence counts and name
 /// uniqueness take the existing lines into account.
 ///
+/// `has_key`, when given, says whether an existing line has a key, and
+/// means that no existing line has a different key under the older rule:
+/// a command's occurrences are then counted by asking for `HASH#0`,
+/// `HASH#1`, … (a file's keys of one command are numbered from 0 without
+/// gaps) instead of reading every existing line — an append to a
+/// million-line file costs the new lines only.
+///
 /// Errors: the first bad appended line.
 pub fn parse_appended(
     existing: &[JobSpec],
+    has_key: Option<&dyn Fn(&str) -> bool>,
     first_line: usize,
     tail: &str,
 ) -> Result<Vec<JobSpec>, ParseError> {
     let mut parsed = Vec::new();
     for (i, raw) in tail.lines().enumerate() {
         if let Some(spec) = parse_line(raw, first_line + i)? {
-            parsed.push((spec, raw));
+            let hashes = LineHashes::of(&spec.command);
+            parsed.push((spec, hashes, raw));
         }
     }
     if parsed.is_empty() {
         return Ok(Vec::new());
     }
     // Counts of the earlier lines, for the hashes the new lines use only.
-    let mut occurrences: FxHashMap<u64, u32> = parsed
-        .iter()
-        .map(|(s, _)| (hash48(&normalise_command(&s.command)), 0))
-        .collect();
-    let mut legacy_occurrences: FxHashMap<u64, u32> = parsed
-        .iter()
-        .map(|(s, _)| (hash48(s.command.trim()), 0))
-        .collect();
+    let mut occurrences = Occurrences {
+        counts: parsed.iter().map(|(_, h, _)| (h.hash, 0)).collect(),
+        legacy: Some(parsed.iter().map(|(_, h, _)| (h.legacy, 0)).collect()),
+    };
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
     let wanted_names: std::collections::HashSet<&str> =
-        parsed.iter().filter_map(|(s, _)| s.name()).collect();
-    // A key is 12 hex digits, `#`, then the count.
-    for spec in existing {
-        if let Some(count) = key_hash48(&spec.key).and_then(|h| occurrences.get_mut(&h)) {
-            *count += 1;
+        parsed.iter().filter_map(|(s, _, _)| s.name()).collect();
+    match has_key {
+        Some(has_key) => occurrences.count_by_keys(has_key),
+        None => {
+            for spec in existing {
+                occurrences.count_existing(&spec.key, spec.legacy_key().map(String::as_str));
+            }
         }
-        let legacy = spec.legacy_key().unwrap_or(&spec.key);
-        if let Some(count) = key_hash48(legacy).and_then(|h| legacy_occurrences.get_mut(&h)) {
-            *count += 1;
-        }
-        if let Some(name) = spec.name().filter(|n| wanted_names.contains(n)) {
-            names.insert(name.to_string(), spec.line);
+    }
+    // Only new names send us through the existing lines.
+    if !wanted_names.is_empty() {
+        for spec in existing {
+            if let Some(name) = spec.name().filter(|n| wanted_names.contains(n)) {
+                names.insert(name.to_string(), spec.line);
+            }
         }
     }
     let mut jobs = Vec::with_capacity(parsed.len());
-    for (spec, raw) in parsed {
+    for (spec, hashes, raw) in parsed {
         claim_name(&mut names, &spec, raw)?;
-        let (key, legacy_key) = keys_of(&spec.command, &mut occurrences, &mut legacy_occurrences);
+        let (key, legacy_key) = occurrences.keys(hashes);
         jobs.push(with_keys(spec, key, legacy_key));
     }
     Ok(jobs)
@@ -577,16 +612,16 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
             return Err(err("attribute block '[' is never closed with ']'".into()));
         };
         let block = &rest[..close];
-        let mut seen_keys: Vec<&str> = Vec::new();
-        for item in block.split_whitespace() {
+        for (i, item) in block.split_whitespace().enumerate() {
             let (name, value) = match item.split_once('=') {
                 Some((n, v)) => (n, Some(v)),
                 None => (item, None),
             };
-            if seen_keys.contains(&name) {
+            // A block holds a few attributes: no set of names is needed.
+            let earlier_name = |item: &str| item.split_once('=').map_or(item, |(n, _)| n) == name;
+            if block.split_whitespace().take(i).any(earlier_name) {
                 return Err(err(format!("attribute '{name}' is given twice")));
             }
-            seen_keys.push(name);
             attributes::apply(&mut spec, name, value).map_err(err)?;
         }
         rest[close + 1..].trim()
@@ -636,10 +671,11 @@ pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
     let bad =
         || format!("bad vram value '{text}': expected MiB (18000) or a size like 12.5G, 800M");
     let (number, unit) = split_number(text);
-    let factor = match unit.to_ascii_lowercase().as_str() {
-        "" | "m" | "mb" | "mib" => 1.0,
-        "g" | "gb" | "gib" => 1024.0,
-        "t" | "tb" | "tib" | "p" | "pb" | "pib" | "k" | "kb" | "kib" => {
+    let is = |units: &[&str]| units.iter().any(|u| unit.eq_ignore_ascii_case(u));
+    let factor = match () {
+        _ if is(&["", "m", "mb", "mib"]) => 1.0,
+        _ if is(&["g", "gb", "gib"]) => 1024.0,
+        _ if is(&["t", "tb", "tib", "p", "pb", "pib", "k", "kb", "kib"]) => {
             return Err(format!(
                 "bad vram value '{text}': '{unit}' is not a unit vram= takes; use M (MiB) or G (GiB), like vram=80G"
             ));

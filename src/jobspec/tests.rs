@@ -289,14 +289,27 @@ fn an_append_parses_like_the_whole_file() {
     let whole = parse_jobs(&format!("{head}{tail}")).unwrap();
     let existing = parse_jobs(head).unwrap();
     let first_line = head.lines().count() + 1;
-    let appended = parse_appended(&existing, first_line, tail).unwrap();
+    let appended = parse_appended(&existing, None, first_line, tail).unwrap();
     assert_eq!(existing.len() + appended.len(), whole.len());
     assert_eq!(appended.as_slice(), &whole[existing.len()..]);
     // A name already used earlier is an error naming both lines.
-    let e = parse_appended(&existing, first_line, "[name=a] other\n").unwrap_err();
+    let e = parse_appended(&existing, None, first_line, "[name=a] other\n").unwrap_err();
     assert_eq!(e.line, first_line);
     assert!(e.reason.contains("already used on line 1"), "{e}");
-    assert!(parse_appended(&existing, first_line, "[vram=x] y\n").is_err());
+    assert!(parse_appended(&existing, None, first_line, "[vram=x] y\n").is_err());
+    // Counted through the index of the existing keys (no line's key
+    // differs under the older rule here): the same keys.
+    let head = "[name=a] python t.py --seed 1\n# note\npython t.py --seed 1\necho x\n";
+    let tail = "python t.py --seed 1\n[vram=2G] echo x\necho y\npython t.py --seed 1\n";
+    let whole = parse_jobs(&format!("{head}{tail}")).unwrap();
+    let existing = parse_jobs(head).unwrap();
+    assert!(existing.iter().all(|s| s.legacy_key().is_none()));
+    let keys: std::collections::HashSet<&str> = existing.iter().map(|s| s.key.as_str()).collect();
+    let has_key = |key: &str| keys.contains(key);
+    let first_line = head.lines().count() + 1;
+    let appended = parse_appended(&existing, Some(&has_key), first_line, tail).unwrap();
+    assert_eq!(appended.as_slice(), &whole[existing.len()..]);
+    assert!(appended[3].key.ends_with("#3"), "{}", appended[3].key);
 }
 
 #[test]
@@ -373,4 +386,40 @@ fn sizes_people_write_get_a_message_that_says_what_to_write() {
     // A word that is not a unit is still an unknown attribute.
     let e = error("[vram=8 fast] python x.py\n");
     assert!(e.reason.contains("unknown attribute 'fast'"), "{e}");
+}
+
+/// A long file parsed on several threads gives what one thread gives:
+/// the same specs, keys (repeated commands counted across the stretches),
+/// legacy keys, line numbers and errors (bad lines, names used twice).
+#[test]
+fn a_file_parsed_in_stretches_is_the_file_parsed_whole() {
+    let mut plain = String::new();
+    let mut legacy = String::new();
+    for i in 0..30_000 {
+        let line = match i % 1000 {
+            0 => "# a comment\n".to_string(),
+            1 => "\n".to_string(),
+            2 => format!("[gpus=two] bad {i}\n"),
+            3 => "[name=twice] echo once\n".to_string(),
+            5 => "[vram=2G] echo repeated everywhere\n".to_string(),
+            _ => format!(
+                "[vram={}G] python train.py --seed {}\n",
+                1 + i % 7,
+                i % 20_011
+            ),
+        };
+        plain.push_str(&line);
+        // Spaces the older rule kept: some keys differ under it.
+        legacy.push_str(&line.replace("train.py --seed", "train.py  --seed"));
+    }
+    assert!(plain.len() > PARALLEL_PARSE_BYTES);
+    for text in [&plain, &legacy] {
+        let one = parse_lenient_on(text, 1);
+        for threads in [2, 3, 8] {
+            assert_eq!(parse_lenient_on(text, threads), one, "{threads} threads");
+        }
+        let (jobs, errors) = one;
+        assert!(jobs.len() > 25_000 && errors.len() > 50, "{}", errors.len());
+        assert!(jobs.iter().any(|j| j.key.ends_with("#29")));
+    }
 }

@@ -357,6 +357,9 @@ pub struct Journal {
     sync_deferred: bool,
     /// Whether something was written since the last fsync.
     unsynced: bool,
+    /// The buffer batches of `seen` lines are written from, kept between
+    /// batches (a fresh one per batch would fault in its pages each time).
+    seen_buf: Vec<u8>,
 }
 
 /// What [`Journal::open`] found while reading an existing journal.
@@ -384,6 +387,7 @@ impl Journal {
             starvation_hold: None,
             sync_deferred: false,
             unsynced: false,
+            seen_buf: Vec::new(),
         };
         let mut replay = Replay::default();
         let mut reader = journal.file.try_clone()?;
@@ -558,36 +562,43 @@ impl Journal {
     /// Appends `seen` events for new jobs (key, display number, command) at
     /// `ts` with one write and one fsync, as [`Journal::append_all`] would,
     /// without building a [`Record`] (and copying its strings) per job:
-    /// a million-line file is recorded at start.
+    /// a million-line file is recorded at start. The keys are ones the
+    /// journal does not know yet, each once (a jobs file's keys are
+    /// distinct); the lines are those serde writes for [`Event::Seen`].
     ///
     /// Errors: as for [`Journal::append_all`].
     pub fn append_seen(&mut self, ts: f64, jobs: &[(&str, u32, &str)]) -> anyhow::Result<()> {
-        #[derive(Serialize)]
-        struct SeenLine<'a> {
-            ts: f64,
-            key: &'a str,
-            event: &'static str,
-            no: u32,
-            command: &'a str,
-        }
         if jobs.is_empty() {
             return Ok(());
         }
-        let mut buf = Vec::with_capacity(jobs.len() * 128);
+        let mut buf = std::mem::take(&mut self.seen_buf);
+        buf.clear();
+        // The line `Event::Seen` serializes to, written directly: the time
+        // is the same for the whole batch, a key needs no escaping, and
+        // only the command goes through the JSON string writer.
+        let mut head = br#"{"ts":"#.to_vec();
+        serde_json::to_writer(&mut head, &ts)?;
+        head.extend_from_slice(br#","key":""#);
         for &(key, no, command) in jobs {
-            let line = SeenLine {
-                ts,
-                key,
-                event: "seen",
-                no,
-                command,
-            };
-            serde_json::to_writer(&mut buf, &line)?;
-            buf.push(b'\n');
+            debug_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'#'));
+            buf.extend_from_slice(&head);
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(br#"","event":"seen","no":"#);
+            buf.extend_from_slice(no.to_string().as_bytes());
+            buf.extend_from_slice(br#","command":"#);
+            serde_json::to_writer(&mut buf, command)?;
+            buf.extend_from_slice(b"}\n");
         }
-        self.write_batch(&buf)?;
+        let written = self.write_batch(&buf);
+        self.seen_buf = buf;
+        written?;
         for &(key, no, _) in jobs {
-            self.apply(key, ts, Fold::Seen { no });
+            if plausible_no(no) {
+                self.next_no = self.next_no.max(no.saturating_add(1));
+                // The caller's keys are new: no look-up before the insert.
+                debug_assert!(self.keys.get(key).is_none(), "{key} seen twice");
+                self.insert(key, KeyState::new(no, ts));
+            }
         }
         self.generation += 1;
         Ok(())

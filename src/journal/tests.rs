@@ -317,6 +317,12 @@ fn append_seen_writes_what_append_all_would() {
             },
         ]
     );
+    // Byte for byte what serde writes for these records.
+    let serde_text: String = records
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect();
+    assert_eq!(text, serde_text);
     assert_eq!(journal.state("b#0").map(|s| s.no), Some(2));
     assert_eq!(journal.next_no(), 3);
     drop(journal);

@@ -44,7 +44,13 @@ impl Scheduler {
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
 
+        let began = Instant::now();
         let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
+        tracing::debug!(
+            "start-up: {} lines parsed in {:.0} ms",
+            specs.len(),
+            began.elapsed().as_secs_f64() * 1000.0
+        );
 
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
@@ -123,6 +129,10 @@ impl Scheduler {
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
+        tracing::debug!(
+            "start-up: queue installed at {:.0} ms",
+            began.elapsed().as_secs_f64() * 1000.0
+        );
         // Owed before this start records (and posts) their attempts' ends.
         let owed = scheduler.owed_outcomes();
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;

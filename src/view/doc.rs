@@ -101,6 +101,10 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
         finished: Vec::new(),
     };
     let mut last_finished = std::collections::VecDeque::new();
+    // Counted by the state's word without a string per job: a sweep has
+    // a million lines.
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let ranked = input.core.jobs.rank.is_some();
     for (index, spec) in input.core.jobs.specs.iter().enumerate() {
         let Some(state) = input.core.jobs.state_of(index, input.journal) else {
             continue;
@@ -116,11 +120,34 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
                 last_finished.pop_front();
             }
             last_finished.push_back(index);
-        } else if view.waiting.len() < status::JSON_LIST_LIMIT {
+        } else if !ranked && view.waiting.len() < status::JSON_LIST_LIMIT {
             view.waiting
                 .push(job_status(input, &spec.key, Some(spec), state));
         }
-        *view.counts.entry(job_state.as_str().into()).or_default() += 1;
+        *counts.entry(job_state.as_str()).or_default() += 1;
+    }
+    view.counts = counts
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+    if ranked {
+        // The first waiting jobs in queue order (docs/BEHAVIOUR.md "Queue
+        // policy"): by priority, then line.
+        for index in input.core.jobs.in_queue_order() {
+            if view.waiting.len() == status::JSON_LIST_LIMIT {
+                break;
+            }
+            let spec = &input.core.jobs.specs[index];
+            let Some(state) = input.core.jobs.state_of(index, input.journal) else {
+                continue;
+            };
+            let running = matches!(state.phase, Phase::Started(_))
+                && input.core.running.contains_key(&spec.key);
+            if !running && !queue::job_state(state, false).is_terminal() {
+                view.waiting
+                    .push(job_status(input, &spec.key, Some(spec), state));
+            }
+        }
     }
     for index in last_finished {
         let spec = &input.core.jobs.specs[index];

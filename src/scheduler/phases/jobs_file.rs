@@ -135,7 +135,11 @@ impl Scheduler {
         first_line: usize,
         tail: &str,
     ) -> anyhow::Result<bool> {
-        let Ok(mut new) = jobspec::parse_appended(&self.core.jobs.specs, first_line, tail) else {
+        let jobs = &self.core.jobs;
+        let has_key = |key: &str| jobs.index_of(key).is_some();
+        let index: Option<&dyn Fn(&str) -> bool> =
+            (!jobs.source.legacy_keys_differ).then_some(&has_key);
+        let Ok(mut new) = jobspec::parse_appended(&jobs.specs, index, first_line, tail) else {
             return Ok(false);
         };
         if new.iter().any(|s| !s.after().is_empty()) || self.core.jobs.source.legacy_keys_in_use {
@@ -153,6 +157,7 @@ impl Scheduler {
         let ids = self.record_seen(&new)?;
         self.core.jobs.source.legacy_keys_in_use |=
             new.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.source.legacy_keys_differ |= new.iter().any(|s| s.legacy_key().is_some());
         self.core.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
@@ -251,6 +256,7 @@ impl Scheduler {
             .collect();
         self.core.jobs.source.legacy_keys_in_use =
             specs.iter().any(|s| s.legacy_key() == Some(&s.key));
+        self.core.jobs.source.legacy_keys_differ = specs.iter().any(|s| s.legacy_key().is_some());
         self.core.jobs.set_specs(specs, ids);
         self.core.jobs.after = after;
         self.queue_changed(text_len, text_hash);
@@ -287,9 +293,16 @@ impl Scheduler {
     fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<Vec<u32>> {
         let mut next_no = self.io.journal.next_no();
         let ts = now_ts();
+        // A new log directory knows no key: no look-up per line.
+        let known = self.io.journal.key_count() > 0;
         let mut ids: Vec<u32> = specs
             .iter()
-            .map(|s| self.io.journal.id_of(&s.key).unwrap_or(NO_STATE))
+            .map(|s| {
+                known
+                    .then(|| self.io.journal.id_of(&s.key))
+                    .flatten()
+                    .unwrap_or(NO_STATE)
+            })
             .collect();
         let new: Vec<&JobSpec> = specs
             .iter()
@@ -301,7 +314,10 @@ impl Scheduler {
         self.io.journal.reserve(new.len());
         let first_id = self.io.journal.key_count();
         // In chunks, so that a file of a million new lines never holds a
-        // million records in memory at once.
+        // million records in memory at once; one fsync for them all, before
+        // any of them can start (group commit).
+        let deferred = self.io.journal.sync_deferred();
+        self.io.journal.defer_sync();
         for chunk in new.chunks(SEEN_BATCH) {
             let seen: Vec<(&str, u32, &str)> = chunk
                 .iter()
@@ -311,6 +327,9 @@ impl Scheduler {
                 })
                 .collect();
             self.io.journal.append_seen(ts, &seen)?;
+        }
+        if !deferred {
+            self.io.journal.sync()?;
         }
         // The new keys got the next ids, in order (the keys of a file are
         // distinct and were unknown to the journal).
@@ -365,7 +384,6 @@ fn skip_words(text: &str, n: usize) -> &str {
     rest.trim_start()
 }
 
-/// `seen` events journaled per write and fsync: a million-line file is
-/// recorded with 245 fsyncs, not 2,000, while a batch's records (about
-/// 1 MB) stay small beside a small queue's memory.
+/// `seen` events journaled per write: a batch's records (about 1 MB)
+/// stay small beside a small queue's memory; one fsync follows them all.
 const SEEN_BATCH: usize = 4_096;

@@ -1,0 +1,236 @@
+//! Job identity (docs/BEHAVIOUR.md "Identity"): the normal form of a
+//! command, the 48-bit SHA-256 prefix it is known by, and the occurrence
+//! counts that make a key `hash#count`.
+
+use super::JobSpec;
+use rustc_hash::FxHashMap;
+use sha2::{Digest, Sha256};
+
+/// The command as its identity sees it (docs/BEHAVIOUR.md "Jobs file"): a trailing shell comment
+/// (a `#` that begins a word outside quotes, to the end of the line) is
+/// removed, runs of whitespace outside quotes become one space, and the
+/// result is trimmed. Quotes and backslash escapes are kept as written.
+pub fn normalise_command(command: &str) -> String {
+    normalised(command).into_owned()
+}
+
+/// [`normalise_command`], borrowing `command` when it is already in
+/// normal form (most are: no quote, escape, comment or run of spaces),
+/// so a million-line file costs no copy per line.
+pub(super) fn normalised(command: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = command.trim();
+    let plain = !trimmed.bytes().any(|b| {
+        matches!(
+            b,
+            b'\'' | b'"' | b'\\' | b'#' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c
+        ) || !b.is_ascii()
+    }) && !trimmed.contains("  ");
+    if plain {
+        return std::borrow::Cow::Borrowed(trimmed);
+    }
+    std::borrow::Cow::Owned(normalise_slow(command))
+}
+
+/// [`normalise_command`] character by character.
+fn normalise_slow(command: &str) -> String {
+    let mut out = String::with_capacity(command.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut at_word_start = true;
+    for c in command.chars() {
+        if escaped {
+            out.push(c);
+            escaped = false;
+            at_word_start = false;
+            continue;
+        }
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                }
+            }
+            None if c.is_whitespace() => {
+                if !at_word_start {
+                    out.push(' ');
+                }
+                at_word_start = true;
+            }
+            None if c == '#' && at_word_start => break,
+            None => {
+                out.push(c);
+                at_word_start = false;
+                match c {
+                    '\'' | '"' => quote = Some(c),
+                    '\\' => escaped = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// The per-command part of the identity key: the first 12 hex digits of
+/// SHA-256 of the normalised command ([`normalise_command`]).
+pub fn command_hash(command: &str) -> String {
+    format!("{:012x}", hash48(&normalised(command)))
+}
+
+/// The per-command part of a key under the older rule: SHA-256 of the
+/// trimmed text only.
+pub fn legacy_command_hash(command: &str) -> String {
+    format!("{:012x}", hash48(command.trim()))
+}
+
+/// The first 48 bits of SHA-256 of `text`: the number a key's 12 hex
+/// digits spell (occurrences are counted by it, without a string each).
+pub(super) fn hash48(text: &str) -> u64 {
+    let digest = Sha256::digest(text.as_bytes());
+    digest[..6]
+        .iter()
+        .fold(0, |acc, byte| (acc << 8) | u64::from(*byte))
+}
+
+/// The hash part of a key (its first 12 hex digits) as a number.
+pub(super) fn key_hash48(key: &str) -> Option<u64> {
+    u64::from_str_radix(key.get(..12)?, 16).ok()
+}
+
+/// Each line was keyed as its command's first occurrence: gives the
+/// later occurrences of a command their counts (docs/BEHAVIOUR.md
+/// "Identity"). By sorting (hash, line) pairs, not by a map: a sweep's
+/// million different commands cost one sort in sequential memory instead
+/// of a million scattered look-ups.
+pub(super) fn count_repeats(jobs: &mut [JobSpec], hashes: &[LineHashes]) {
+    let mut order: Vec<(u64, u32)> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.hash, i as u32))
+        .collect();
+    order.sort_unstable();
+    for run in order
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|run| run.len() > 1)
+    {
+        for (count, &(hash, index)) in run.iter().enumerate().skip(1) {
+            jobs[index as usize].key = key_text(hash, count as u32);
+        }
+    }
+}
+
+/// A job key: the 48-bit command hash as 12 hex digits, `#`, then the
+/// occurrence count (docs/BEHAVIOUR.md "Identity").
+pub(super) fn key_text(hash: u64, count: u32) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut key = String::with_capacity(24);
+    for shift in (0..12).rev() {
+        key.push(char::from(HEX[((hash >> (shift * 4)) & 0xf) as usize]));
+    }
+    key.push('#');
+    match count {
+        0 => key.push('0'),
+        n => key.push_str(&n.to_string()),
+    }
+    key
+}
+
+/// The hashes a line's keys are made of: of its normalised command, and
+/// of its command as trimmed (the older identity rule), equal for most
+/// lines. Pure and per line, so a long file hashes its lines in parallel.
+#[derive(Clone, Copy)]
+pub(super) struct LineHashes {
+    pub(super) hash: u64,
+    pub(super) legacy: u64,
+}
+
+impl LineHashes {
+    pub(super) fn of(command: &str) -> LineHashes {
+        let normal = normalised(command);
+        let hash = hash48(&normal);
+        // Most commands are already in normal form: one SHA-256, not two.
+        let legacy = if normal == command.trim() {
+            hash
+        } else {
+            hash48(command.trim())
+        };
+        LineHashes { hash, legacy }
+    }
+}
+
+/// Occurrence counts by command hash, under both identity rules. The
+/// older rule's counts are kept apart only once a line's two hashes
+/// differ: until then they are the same counts.
+#[derive(Default)]
+pub(super) struct Occurrences {
+    pub(super) counts: FxHashMap<u64, u32>,
+    pub(super) legacy: Option<FxHashMap<u64, u32>>,
+}
+
+impl Occurrences {
+    /// Counts for about `lines` lines.
+    pub(super) fn with_capacity(lines: usize) -> Occurrences {
+        let mut counts = FxHashMap::default();
+        counts.reserve(lines);
+        Occurrences {
+            counts,
+            legacy: None,
+        }
+    }
+
+    /// The keys of the next line with `hashes` (docs/BEHAVIOUR.md
+    /// "Identity"): its key, and its key under the older rule when that
+    /// differs.
+    pub(super) fn keys(&mut self, hashes: LineHashes) -> (String, Option<String>) {
+        let bump = |counts: &mut FxHashMap<u64, u32>, hash| {
+            let count = counts.entry(hash).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        if self.legacy.is_none() && hashes.legacy != hashes.hash {
+            self.legacy = Some(self.counts.clone());
+        }
+        let count = bump(&mut self.counts, hashes.hash);
+        let legacy_count = match &mut self.legacy {
+            Some(legacy) => bump(legacy, hashes.legacy),
+            None => count,
+        };
+        let key = key_text(hashes.hash, count);
+        let legacy_key = ((hashes.legacy, legacy_count) != (hashes.hash, count))
+            .then(|| key_text(hashes.legacy, legacy_count));
+        (key, legacy_key)
+    }
+
+    /// Counts the existing lines of the hashes already in the counts by
+    /// their keys: `HASH#n` for n = 0, 1, … while `has_key` knows it.
+    /// Right only when no existing line's key differs under the older
+    /// rule (then both rules count the same keys).
+    pub(super) fn count_by_keys(&mut self, has_key: &dyn Fn(&str) -> bool) {
+        let present = |hash: u64| (0..).take_while(|&n| has_key(&key_text(hash, n))).count() as u32;
+        for (hash, count) in self.counts.iter_mut() {
+            *count = present(*hash);
+        }
+        for (hash, count) in self.legacy.iter_mut().flatten() {
+            *count = present(*hash);
+        }
+    }
+
+    /// Counts a line already in the file, whose keys are `key` and
+    /// `legacy` (its key under the older rule, when it differs), for the
+    /// hashes already in the counts only (the appended lines' hashes: a
+    /// key is 12 hex digits of its hash, `#`, then the count). Both
+    /// rules' counts are kept apart here.
+    pub(super) fn count_existing(&mut self, key: &str, legacy: Option<&str>) {
+        if let Some(count) = key_hash48(key).and_then(|h| self.counts.get_mut(&h)) {
+            *count += 1;
+        }
+        let legacy_hash = key_hash48(legacy.unwrap_or(key));
+        let legacy_counts = self.legacy.as_mut();
+        if let Some(count) = legacy_counts.and_then(|m| legacy_hash.and_then(|h| m.get_mut(&h))) {
+            *count += 1;
+        }
+    }
+}

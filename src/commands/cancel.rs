@@ -60,15 +60,7 @@ pub fn run_to(
     if targets.is_empty() {
         return Ok(0);
     }
-    let unseen: Vec<(&str, &str)> = targets
-        .iter()
-        .filter_map(|t| Some((t.key.as_str(), t.unseen.as_deref()?)))
-        .collect();
-    let requests: Vec<JobRequest> = targets
-        .iter()
-        .map(|t| JobRequest::Cancel(t.key.clone()))
-        .collect();
-    let deliveries = deliver(&args.log_dir, &requests, &unseen)?;
+    let deliveries = deliver_to(&args.log_dir, &targets, JobRequest::Cancel)?;
     let pid = |pid: Option<u32>| pid.map_or("?".to_string(), |p| p.to_string());
     let mut code = 0;
     for (target, delivery) in targets.iter().zip(deliveries) {
@@ -108,6 +100,24 @@ pub fn run_to(
         }
     }
     Ok(code)
+}
+
+/// Asks for `request` of each of `targets` ([`deliver`]); a line no
+/// scheduler has read yet is journaled `seen` first. Returns what became
+/// of each, in order.
+///
+/// Errors: as [`deliver`].
+pub(super) fn deliver_to(
+    log_dir: &std::path::Path,
+    targets: &[Target],
+    request: fn(String) -> JobRequest,
+) -> anyhow::Result<Vec<Delivery>> {
+    let unseen: Vec<(&str, &str)> = targets
+        .iter()
+        .filter_map(|t| Some((t.key.as_str(), t.unseen.as_deref()?)))
+        .collect();
+    let requests: Vec<JobRequest> = targets.iter().map(|t| request(t.key.clone())).collect();
+    deliver(log_dir, &requests, &unseen)
 }
 
 /// The jobs `reference` names: a job number, `name=`, key (or unique

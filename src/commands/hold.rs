@@ -5,9 +5,9 @@
 //! the log directory's lock when none runs ([`super::request`]), so a
 //! restart keeps it.
 
-use super::cancel::{Target, resolve};
+use super::cancel::{Target, deliver_to, resolve};
 use super::index::{JobIndex, find_jobs_file, specs_of};
-use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT};
 use crate::cli::HoldArgs;
 
 /// Holds (`hold`) or releases the jobs `args.jobs` name.
@@ -67,26 +67,18 @@ pub fn run_to(
     if targets.is_empty() {
         return Ok(code);
     }
-    let unseen: Vec<(&str, &str)> = targets
-        .iter()
-        .filter_map(|t| Some((t.key.as_str(), t.unseen.as_deref()?)))
-        .collect();
-    let requests: Vec<JobRequest> = targets
-        .iter()
-        .map(|t| match hold {
-            true => JobRequest::Hold(t.key.clone()),
-            false => JobRequest::Release(t.key.clone()),
-        })
-        .collect();
+    let request = if hold {
+        JobRequest::Hold
+    } else {
+        JobRequest::Release
+    };
+    let deliveries = deliver_to(&args.log_dir, &targets, request)?;
     let done = if hold {
         "held: it will not start until `gpusched release`"
     } else {
         "released: it starts when it fits"
     };
-    for (target, delivery) in targets
-        .iter()
-        .zip(deliver(&args.log_dir, &requests, &unseen)?)
-    {
+    for (target, delivery) in targets.iter().zip(deliveries) {
         let no = &target.called;
         match delivery {
             Delivery::Journaled => writeln!(out, "job {no} {done} (no scheduler runs now)")?,

@@ -44,13 +44,7 @@ impl Scheduler {
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
 
-        let began = Instant::now();
         let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
-        tracing::debug!(
-            "start-up: {} lines parsed in {:.0} ms",
-            specs.len(),
-            began.elapsed().as_secs_f64() * 1000.0
-        );
 
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
@@ -129,10 +123,6 @@ impl Scheduler {
             .resolve_after(&mut specs)
             .map_err(|e| Error::JobsFile(format!("{}: {e}", jobs_path.display())))?;
         scheduler.install_specs(text_len, text_hash, specs, after)?;
-        tracing::debug!(
-            "start-up: queue installed at {:.0} ms",
-            began.elapsed().as_secs_f64() * 1000.0
-        );
         // Owed before this start records (and posts) their attempts' ends.
         let owed = scheduler.owed_outcomes();
         scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
@@ -426,6 +416,7 @@ fn read_first_jobs_file(
     // a new stamp and reads the line (a stamp taken later would match the
     // longer file and hide the line until the next edit).
     let stamp = FileStamp::of(path);
+    let began = Instant::now();
     let bytes = std::fs::read(path)
         .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", path.display())))?;
     let text =
@@ -433,6 +424,11 @@ fn read_first_jobs_file(
     let specs = jobspec::parse_jobs(&text)
         .map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
     let (text_len, text_hash) = (text.len(), super::phases::TextHash::of(&text));
+    tracing::debug!(
+        "start-up: {} lines read and parsed in {:.0} ms",
+        specs.len(),
+        began.elapsed().as_secs_f64() * 1000.0
+    );
     if specs.is_empty() && !watch {
         return Err(Error::JobsFile(format!(
             "{} has no jobs (add one command per line, or use --watch to wait for lines)",

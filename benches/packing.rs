@@ -232,7 +232,7 @@ impl Trace<'_> {
         let estimate = |i: usize| (reserve > 0).then_some(self.jobs[i].timeout_s);
         let rules = RoundRules {
             place: self.opts,
-            reserved: None,
+            starvation_hold: None,
             groups: &self.groups,
             in_group: HashMap::new(),
             quota: None,

@@ -227,7 +227,7 @@ fn backfill_round(reserve: usize) -> f64 {
         let mut loads = gpus.clone();
         let rules = RoundRules {
             place: &opts,
-            reserved: None,
+            starvation_hold: None,
             groups: &groups,
             in_group: HashMap::new(),
             quota: None,

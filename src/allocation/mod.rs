@@ -251,9 +251,9 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
 /// for one pending job; no other job starts on them until it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StarvationHold {
-    /// Index of the reserved job in the plan's requests.
+    /// Index of the held-for job in the plan's requests.
     pub request_index: usize,
-    /// The reserved GPUs (bit i = GPU i).
+    /// The held GPUs (bit i = GPU i).
     pub gpu_mask: crate::model::GpuMask,
 }
 
@@ -262,9 +262,9 @@ pub struct StarvationHold {
 /// ([`crate::policy::round::plan`]) drives it.
 pub struct Planner<'a> {
     gpus: &'a mut [GpuLoad],
-    /// What the reserved job sees.
+    /// What the job the starvation hold is for sees.
     opts: &'a PlaceOptions,
-    /// What every other job sees: the reserved GPUs closed.
+    /// What every other job sees: the held GPUs closed.
     others: PlaceOptions,
     /// Requests that did not fit since the last start: an equal one
     /// cannot fit either (the loads only grew).
@@ -275,18 +275,18 @@ pub struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    /// A round over `gpus`; `reserved_mask` (bit i = GPU i) is closed to
-    /// every job but the reserved one.
+    /// A round over `gpus`; `held_mask` (bit i = GPU i), the starvation
+    /// hold's GPUs, is closed to every job but the one it is for.
     pub fn new(
         gpus: &'a mut [GpuLoad],
         opts: &'a PlaceOptions,
-        reserved_mask: Option<crate::model::GpuMask>,
+        held_mask: Option<crate::model::GpuMask>,
     ) -> Self {
         Planner {
             gpus,
             opts,
             others: PlaceOptions {
-                drained_mask: opts.drained_mask | reserved_mask.unwrap_or(0),
+                drained_mask: opts.drained_mask | held_mask.unwrap_or(0),
                 ..opts.clone()
             },
             blocked: rustc_hash::FxHashSet::default(),
@@ -299,20 +299,20 @@ impl<'a> Planner<'a> {
         self.gpus
     }
 
-    /// Places the next request of the queue (`reserved`: it is the job
+    /// Places the next request of the queue (`held_for`: it is the job
     /// the reservation is for) and books a start on the loads.
-    pub fn next(&mut self, request: &Request, reserved: bool) -> Placement {
-        let placement = self.try_place(request, reserved, 0);
+    pub fn next(&mut self, request: &Request, held_for: bool) -> Placement {
+        let placement = self.try_place(request, held_for, 0);
         if let Placement::Start(chosen) = &placement {
             self.book(request, chosen, None);
         }
         placement
     }
 
-    /// The options a job is placed under: the reserved job's (`reserved`),
-    /// or every other job's, with the reserved GPUs closed.
-    pub fn options(&self, reserved: bool) -> &PlaceOptions {
-        if reserved { self.opts } else { &self.others }
+    /// The options a job is placed under: the starvation hold's job's (`held_for`),
+    /// or every other job's, with the held GPUs closed.
+    pub fn options(&self, held_for: bool) -> &PlaceOptions {
+        if held_for { self.opts } else { &self.others }
     }
 
     /// Where `request` would start now, with the GPUs of `avoid` closed
@@ -320,16 +320,16 @@ impl<'a> Planner<'a> {
     pub fn try_place(
         &mut self,
         request: &Request,
-        reserved: bool,
+        held_for: bool,
         avoid: crate::model::GpuMask,
     ) -> Placement {
-        if !reserved
+        if !held_for
             && (self.last_blocked.as_ref() == Some(request) || self.blocked.contains(request))
         {
             self.last_blocked = Some(*request);
             return Placement::NotNow;
         }
-        let base = if reserved { self.opts } else { &self.others };
+        let base = if held_for { self.opts } else { &self.others };
         let placement = if avoid == 0 {
             place(request, self.gpus, base)
         } else {
@@ -339,7 +339,7 @@ impl<'a> Planner<'a> {
             };
             place(request, self.gpus, &closed)
         };
-        if placement == Placement::NotNow && !reserved && avoid == 0 {
+        if placement == Placement::NotNow && !held_for && avoid == 0 {
             self.blocked.insert(*request);
         }
         placement

@@ -105,7 +105,8 @@ pub enum Command {
     /// `gpusched hold 7 train 'lr0.1-*'` (numbers, names, keys, name
     /// globs). Journaled, so a restart keeps it; they wait "held".
     Hold(HoldArgs),
-    /// Let held jobs start again: `gpusched release 7 train`.
+    /// Let held jobs start again: `gpusched release 7 train`. (A personal
+    /// reservation is given back with `gpusched unreserve`.)
     Release(HoldArgs),
     /// Block until jobs have ended (default: every job of the jobs file):
     /// exit 0 when all ended ok, 1 otherwise, 124 after --timeout. For

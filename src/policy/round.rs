@@ -3,7 +3,7 @@
 //! order go through an [`allocation::Planner`] over the GPU loads, each
 //! after its `group=` limit and our user's quota have had their say, with
 //! the starvation hold as data. The round keeps every job that
-//! starts or is infeasible, the reserved job, and the first `keep_waiting`
+//! starts or is infeasible, the starvation hold's job, and the first `keep_waiting`
 //! jobs that wait, and only counts the others, so a round over a million
 //! waiting lines holds a few hundred placements. The loop
 //! (`scheduler/phases/dispatch.rs`) gathers the inputs and applies the
@@ -35,8 +35,8 @@ pub struct RoundRules<'a> {
     /// Margin, idle threshold, spike buffer, exclusive mode, drained GPUs.
     pub place: &'a PlaceOptions,
     /// The starvation hold in force when its job is ready: the job's
-    /// index and the reserved GPUs as a mask.
-    pub reserved: Option<(usize, crate::model::GpuMask)>,
+    /// index and the held GPUs as a mask.
+    pub starvation_hold: Option<(usize, crate::model::GpuMask)>,
     /// Every group's limit.
     pub groups: &'a GroupLimits,
     /// How many jobs of each group run now.
@@ -62,7 +62,7 @@ pub struct RoundRules<'a> {
 #[must_use]
 #[derive(Debug, Default)]
 pub struct Round {
-    /// The jobs that start or are infeasible, the reserved job, and the
+    /// The jobs that start or are infeasible, the starvation hold's job, and the
     /// first that wait, in queue order.
     pub planned: Vec<Planned>,
     /// Ready jobs placed this round, kept or not.
@@ -91,7 +91,11 @@ pub fn plan<'a>(
     mut rules: RoundRules<'_>,
     ready: impl IntoIterator<Item = ReadyJob<'a>>,
 ) -> Round {
-    let mut planner = Planner::new(loads, rules.place, rules.reserved.map(|(_, mask)| mask));
+    let mut planner = Planner::new(
+        loads,
+        rules.place,
+        rules.starvation_hold.map(|(_, mask)| mask),
+    );
     let mut round = Round::default();
     let mut waiting_kept = 0;
     let mut reservations = Reservations::default();
@@ -127,7 +131,7 @@ pub fn plan<'a>(
             }
         };
         round.ready += 1;
-        let is_reserved = rules.reserved.is_some_and(|(i, _)| i == job.index);
+        let is_held_for = rules.starvation_hold.is_some_and(|(i, _)| i == job.index);
         let mut placement = place_one(
             &mut planner,
             &mut reservations,
@@ -135,7 +139,7 @@ pub fn plan<'a>(
             &mut round,
             &job,
             &placed,
-            is_reserved,
+            is_held_for,
         );
         if placed != job.request {
             // Kept to the GPUs our user holds: too few of them is a wait,
@@ -156,13 +160,13 @@ pub fn plan<'a>(
             // Counted when asked; it does not start after all.
             ungroup(&mut rules.in_group, job.group);
         }
-        if placement == Placement::NotNow && !is_reserved {
+        if placement == Placement::NotNow && !is_held_for {
             if waiting_kept == rules.keep_waiting {
                 continue;
             }
             waiting_kept += 1;
         }
-        if let Some((_, gpu_mask)) = rules.reserved.filter(|_| is_reserved) {
+        if let Some((_, gpu_mask)) = rules.starvation_hold.filter(|_| is_held_for) {
             round.starvation_hold = Some(StarvationHold {
                 request_index: round.planned.len(),
                 gpu_mask,
@@ -194,7 +198,7 @@ pub fn plan_queue(
     let groups = GroupLimits::default();
     let rules = RoundRules {
         place,
-        reserved: None,
+        starvation_hold: None,
         groups: &groups,
         in_group: HashMap::new(),
         quota: None,
@@ -222,7 +226,7 @@ pub fn plan_queue(
 /// "Backfill"): a start that would delay one goes elsewhere or waits
 /// (noted in `round.delayed`); a start is booked until its expected end;
 /// a job that waits, unless a starvation hold already holds GPUs for
-/// it (`is_reserved`), gets a reservation while fewer than
+/// it (`is_held_for`), gets a reservation while fewer than
 /// `rules.reserve_jobs` have one.
 fn place_one(
     planner: &mut Planner<'_>,
@@ -231,10 +235,10 @@ fn place_one(
     round: &mut Round,
     job: &ReadyJob<'_>,
     placed: &Request,
-    is_reserved: bool,
+    is_held_for: bool,
 ) -> Placement {
-    let mut placement = planner.try_place(placed, is_reserved, 0);
-    let reserves = !is_reserved && reservations.tried() < rules.reserve_jobs;
+    let mut placement = planner.try_place(placed, is_held_for, 0);
+    let reserves = !is_held_for && reservations.tried() < rules.reserve_jobs;
     // Asked only of jobs that may start or be reserved for: a round over a
     // long queue of waiting jobs asks a few.
     let estimate_s = match placement {
@@ -244,7 +248,7 @@ fn place_one(
     };
     let ends_at = estimate_s.map(|s| rules.now + s);
     if let Placement::Start(chosen) = &placement
-        && !is_reserved
+        && !is_held_for
     {
         let run = (rules.now, ends_at.unwrap_or(f64::INFINITY));
         let opts = planner.options(false);
@@ -362,7 +366,7 @@ mod tests {
     fn rules<'a>(place: &'a PlaceOptions, groups: &'a GroupLimits) -> RoundRules<'a> {
         RoundRules {
             place,
-            reserved: None,
+            starvation_hold: None,
             groups,
             in_group: HashMap::new(),
             quota: None,
@@ -538,9 +542,9 @@ mod tests {
         );
         assert_eq!(free.planned[1].placement, Placement::Start(vec![0]));
         assert!(free.starvation_hold.is_none());
-        // With GPU 0 reserved for job 0, job 1 is kept off it.
+        // With GPU 0 held for job 0, job 1 is kept off it.
         let mut reserving = rules(&place, &groups);
-        reserving.reserved = Some((0, crate::model::gpu_mask(&[0])));
+        reserving.starvation_hold = Some((0, crate::model::gpu_mask(&[0])));
         let round = plan(&mut busy(), reserving, jobs(&requests, &[], &keys));
         let hold = round.starvation_hold.as_ref().expect("the hold is kept");
         assert_eq!(round.planned[hold.request_index].index, 0);

@@ -560,9 +560,9 @@ impl Scheduler {
     }
 
     /// The journal's starvation hold, if its job is ready now: the
-    /// job's index in the specs, the reserved GPUs as a mask, and its
+    /// job's index in the specs, the held GPUs as a mask, and its
     /// display number.
-    fn reserved_now(&self) -> Option<(usize, crate::model::GpuMask, u32)> {
+    fn starvation_hold_now(&self) -> Option<(usize, crate::model::GpuMask, u32)> {
         let (key, gpus) = self.io.journal.starvation_hold()?;
         let index = self.core.jobs.index_of(key)?;
         let pending = self.pending_at(index).is_some();
@@ -578,11 +578,11 @@ impl Scheduler {
     /// `appended`, the round is over the lines appended from that index
     /// on only (the append path, [`Scheduler::round_needed`]).
     fn plan_round(&self, loads: &mut [GpuLoad], appended: Option<usize>) -> Round {
-        let reserved = self.reserved_now();
+        let held = self.starvation_hold_now();
         let gpu_mib = loads.iter().map(|g| g.total_mib).max().unwrap_or(0);
         let rules = RoundRules {
             place: &self.cfg.place,
-            reserved: reserved.map(|(index, mask, _)| (index, mask)),
+            starvation_hold: held.map(|(index, mask, _)| (index, mask)),
             groups: &self.core.jobs.groups,
             in_group: self.running_per_group(),
             quota: self.quota_round(gpu_mib),
@@ -616,7 +616,7 @@ impl Scheduler {
             delayed: decided.delayed,
             starvation_hold: decided
                 .starvation_hold
-                .map(|r| (r, reserved.map_or(0, |(_, _, no)| no))),
+                .map(|r| (r, held.map_or(0, |(_, _, no)| no))),
         }
     }
 
@@ -714,7 +714,7 @@ enum RoundNeeded {
 /// queue order, and what it counted of the others.
 #[derive(Default)]
 struct Round {
-    /// The jobs that start or are infeasible, the reserved job, and the
+    /// The jobs that start or are infeasible, the job the starvation hold is for, and the
     /// first that wait, in queue order.
     planned: Vec<Planned>,
     /// Ready jobs placed this round, kept or not.

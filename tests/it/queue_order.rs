@@ -146,8 +146,10 @@ fn begin_waits_until_then_and_a_restart_keeps_the_time() {
     });
     let seen = ts(&env.job_events(1, "seen")[0]);
     let started = ts(&env.job_events(1, "started")[0]);
+    // Not before its time; the upper bound only says it was not left
+    // waiting (generous: a loaded machine restarts slowly).
     assert!(
-        (3.0..5.0).contains(&(started - seen)),
+        (3.0..15.0).contains(&(started - seen)),
         "job 1 started {:.2} s after it was queued",
         started - seen
     );

@@ -8,7 +8,7 @@
 //! line by hand works as before.)
 
 use super::index::{JobIndex, LastWord, find_jobs_file, specs_of};
-use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver, pid_text};
 use crate::cli::CancelArgs;
 
 /// Cancels the jobs `args.jobs` name.
@@ -61,7 +61,6 @@ pub fn run_to(
         return Ok(0);
     }
     let deliveries = deliver_to(&args.log_dir, &targets, JobRequest::Cancel)?;
-    let pid = |pid: Option<u32>| pid.map_or("?".to_string(), |p| p.to_string());
     let mut code = 0;
     for (target, delivery) in targets.iter().zip(deliveries) {
         let (no, running) = (&target.called, target.running);
@@ -80,7 +79,7 @@ pub fn run_to(
                 out,
                 "job {} cancelled (scheduler pid {}){}",
                 no,
-                pid(p),
+                pid_text(p),
                 if running {
                     ": stopping it (SIGTERM, SIGKILL after the grace)"
                 } else {
@@ -91,7 +90,7 @@ pub fn run_to(
                 writeln!(
                     err,
                     "gpusched: asked the scheduler (pid {}) to cancel job {}; it has not done so within {} s (see its output)",
-                    pid(p),
+                    pid_text(p),
                     no,
                     PICKUP_WAIT.as_secs()
                 )?;

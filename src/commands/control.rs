@@ -46,7 +46,7 @@ pub fn run(log_dir: &Path, change: ControlChange) -> anyhow::Result<i32> {
 
 /// Leaves the change for the running scheduler and waits until it holds.
 fn ask_scheduler(log_dir: &Path, change: &ControlChange) -> anyhow::Result<i32> {
-    let pid = lockfile::holder(log_dir).map_or("?".to_string(), |p| p.to_string());
+    let pid = super::request::pid_text(lockfile::holder(log_dir));
     let dir = requests_dir(log_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;

@@ -7,7 +7,7 @@
 
 use super::cancel::{Target, deliver_to, resolve};
 use super::index::{JobIndex, find_jobs_file, specs_of};
-use super::request::{Delivery, JobRequest, PICKUP_WAIT};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT, pid_text};
 use crate::cli::HoldArgs;
 
 /// Holds (`hold`) or releases the jobs `args.jobs` name.
@@ -82,16 +82,14 @@ pub fn run_to(
         let no = &target.called;
         match delivery {
             Delivery::Journaled => writeln!(out, "job {no} {done} (no scheduler runs now)")?,
-            Delivery::Taken(pid) => writeln!(
-                out,
-                "job {no} {done} (scheduler pid {})",
-                pid.map_or("?".to_string(), |p| p.to_string())
-            )?,
+            Delivery::Taken(pid) => {
+                writeln!(out, "job {no} {done} (scheduler pid {})", pid_text(pid))?
+            }
             Delivery::NotTaken(pid) => {
                 writeln!(
                     err,
                     "gpusched: asked the scheduler (pid {}) to {verb} job {no}; it has not done so within {} s (see its output)",
-                    pid.map_or("?".to_string(), |p| p.to_string()),
+                    pid_text(pid),
                     PICKUP_WAIT.as_secs()
                 )?;
                 code = 1;

@@ -61,6 +61,11 @@ pub fn write_request(dir: &Path, stem: &str, bytes: &[u8]) -> Result<PathBuf, Er
     Ok(path)
 }
 
+/// A scheduler's pid as the verbs say it: `?` when it is not known.
+pub fn pid_text(pid: Option<u32>) -> String {
+    pid.map_or("?".to_string(), |p| p.to_string())
+}
+
 /// What became of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

@@ -6,7 +6,7 @@
 //! command takes the log directory's lock and journals it itself.
 
 use super::index::{JobIndex, LastWord, find_jobs_file};
-use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver};
+use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver, pid_text};
 use crate::cli::RetryArgs;
 use crate::error::Error;
 use crate::jobspec;
@@ -95,13 +95,13 @@ pub fn run_to(
                 out,
                 "job {} queued again (scheduler pid {})",
                 job.no,
-                pid.map_or("?".to_string(), |p| p.to_string())
+                pid_text(pid)
             )?,
             Delivery::NotTaken(pid) => {
                 writeln!(
                     err,
                     "gpusched: asked the scheduler (pid {}) to retry job {}; it has not done so within {} s (see its output)",
-                    pid.map_or("?".to_string(), |p| p.to_string()),
+                    pid_text(pid),
                     job.no,
                     PICKUP_WAIT.as_secs()
                 )?;

@@ -8,14 +8,17 @@ use crate::common;
 use crate::nvml::{Nvml, TWO_GPUS, fake_nvml_dir, status_json};
 
 use common::{Sched, wait_for};
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 
-/// A fake `nvidia-cuda-mps-control` in `dir` that records each call
-/// (its arguments, its pipe directory and what it read) in `dir/calls`;
-/// `-d` leaves a `control` file in the pipe directory as a daemon would,
-/// `quit` removes it.
-fn fake_mps_control(dir: &Path) {
+/// A fake `nvidia-cuda-mps-control` in `env`'s `fake-bin` that records
+/// each call (its arguments, its pipe directory and what it read) in
+/// `fake-bin/calls`; `-d` leaves a `control` file in the pipe directory as
+/// a daemon would, `quit` removes it. Returns the directory and a `PATH`
+/// that finds it first.
+fn fake_mps_control(env: &common::Env) -> (PathBuf, String) {
+    let dir = env.path("fake-bin");
+    std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("nvidia-cuda-mps-control");
     std::fs::write(
         &script,
@@ -33,6 +36,8 @@ fi
     )
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+    (dir, path)
 }
 
 #[test]
@@ -42,10 +47,7 @@ fn enforce_mps_runs_a_daemon_of_its_own_and_limits_each_declared_job() {
         TWO_GPUS,
     );
     let env = &nvml.env;
-    let bin_dir = env.path("fake-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    fake_mps_control(&bin_dir);
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let (bin_dir, path) = fake_mps_control(env);
     // A daemon a crashed scheduler left behind.
     let pipe = env.logs.join("mps").join("pipe");
     std::fs::create_dir_all(&pipe).unwrap();
@@ -134,15 +136,10 @@ fn enforce_mps_refuses_a_gpu_where_another_users_jobs_are() {
     });
     // Ours, under MPS: GPU 0 is refused while her job is there.
     let ours = open_env("[vram=1G on=0] echo zero > zero.txt\n[vram=1G on=1] echo one > one.txt\n");
-    let bin_dir = ours.path("fake-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    fake_mps_control(&bin_dir);
+    let (_, path) = fake_mps_control(&ours);
     let mut cmd = ours.command(&["--poll", "0.2", "--enforce", "mps", "--watch"]);
     nvml_env(&mut cmd);
-    cmd.env(
-        "PATH",
-        format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
-    );
+    cmd.env("PATH", path);
     let sched = Sched::from_command(cmd);
     wait_for("the job on GPU 1 to run", &mut || {
         ours.path("one.txt").exists()
@@ -184,10 +181,7 @@ fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
         TWO_GPUS,
     );
     let env = &nvml.env;
-    let bin_dir = env.path("fake-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    fake_mps_control(&bin_dir);
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let (_, path) = fake_mps_control(env);
     let mut command = nvml.command(&["--poll", "0.1", "--enforce", "mps"]);
     command.env("PATH", &path);
     let out = Sched::from_command(command).finish();

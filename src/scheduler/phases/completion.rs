@@ -66,17 +66,15 @@ impl Scheduler {
             self.look_at_its_neighbours(&job);
         }
         let state = self.io.journal.state(key);
-        let spec = self.core.jobs.spec(key);
+        let (retries_allowed, retry_on) = self.retry_budget(key);
         let decision = outcome::decide(&AttemptEnd {
             exit,
             kill: facts.kill,
             verdict: facts.verdict,
             ran_out_of: ran_out_of.map(|s| s.memory),
             retries_used: state.map_or(0, |s| s.retries_used),
-            retries_allowed: spec
-                .and_then(|s| s.retries())
-                .unwrap_or(self.cfg.oom_retries),
-            retry_on: spec.map(|s| s.retry_on()).unwrap_or_default(),
+            retries_allowed,
+            retry_on,
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
             neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
@@ -134,6 +132,18 @@ impl Scheduler {
         if self.io.spent_records.len() >= SPENT_RECORDS_BATCH {
             self.remove_spent_records();
         }
+    }
+
+    /// Job `key`'s retries: how many (`retries=`, else `--oom-retries`)
+    /// and for what (`retry_on=`, default OOMs only; docs/BEHAVIOUR.md
+    /// "Out of memory and timeouts").
+    fn retry_budget(&self, key: &str) -> (u32, crate::jobspec::RetryOn) {
+        let spec = self.core.jobs.spec(key);
+        (
+            spec.and_then(|s| s.retries())
+                .unwrap_or(self.cfg.oom_retries),
+            spec.map(|s| s.retry_on()).unwrap_or_default(),
+        )
     }
 
     /// Samples the GPUs at once when `job`, which ran out of GPU memory,
@@ -294,11 +304,7 @@ impl Scheduler {
                 returncode,
             },
         )?;
-        let spec = self.core.jobs.spec(key);
-        let allowed = spec
-            .and_then(|s| s.retries())
-            .unwrap_or(self.cfg.oom_retries);
-        let retry_on = spec.map(|s| s.retry_on()).unwrap_or_default();
+        let (allowed, retry_on) = self.retry_budget(key);
         let after = crate::console::human_duration(duration_s);
         let how = match status {
             DoneStatus::Timeout => format!("timed out after {after}"),
@@ -338,12 +344,7 @@ impl Scheduler {
                 cause,
             },
         )?;
-        let allowed = self
-            .core
-            .jobs
-            .spec(key)
-            .and_then(|s| s.retries())
-            .unwrap_or(self.cfg.oom_retries);
+        let (allowed, _) = self.retry_budget(key);
         let next = next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"));
         let after = crate::console::human_duration(duration_s);
         let peaks = report::peaks_text(peaks);

@@ -277,16 +277,7 @@ impl Scheduler {
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.core.jobs.specs.len() - ready - blocked_count;
         self.round.pending_at_last_round = ready;
-        let mut decided = Decided::default();
-        for p in planned.iter().filter(|p| !p.waits()) {
-            self.decide(
-                p.index,
-                &p.request,
-                &p.placement,
-                &mut dispatched,
-                &mut decided,
-            );
-        }
+        let decided = self.decide_all(&planned, &mut dispatched);
         let starts = self.book_starts(decided.starts, booking);
         self.hold_for_the_first_blocked(&planned, &before, starvation_hold.is_some(), now)?;
         self.preempt_for_first_blocked(&planned, now);
@@ -358,6 +349,16 @@ impl Scheduler {
             .map(|(index, _)| (self.core.jobs.specs[index].key.clone(), WaitReason::Paused))
             .collect();
         self.set_wait_reasons(reasons);
+    }
+
+    /// Takes the placements of a round's jobs that do not wait
+    /// ([`Scheduler::decide`]), in order.
+    fn decide_all(&mut self, planned: &[Planned], dispatched: &mut usize) -> Decided {
+        let mut decided = Decided::default();
+        for p in planned.iter().filter(|p| !p.waits()) {
+            self.decide(p.index, &p.request, &p.placement, dispatched, &mut decided);
+        }
+        decided
     }
 
     /// Takes the placement of a job that does not wait: a start to book
@@ -456,18 +457,10 @@ impl Scheduler {
             .specs
             .len()
             .saturating_sub(self.round.pending_at_last_round + blocked.len());
-        let mut decided = Decided::default();
+        let decided = self.decide_all(&planned, &mut dispatched);
         let mut reasons = self.round.wait_reasons.clone();
-        for p in &planned {
-            if !p.waits() {
-                self.decide(
-                    p.index,
-                    &p.request,
-                    &p.placement,
-                    &mut dispatched,
-                    &mut decided,
-                );
-            } else if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
+        for p in planned.iter().filter(|p| p.waits()) {
+            if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
                 let reason = allocation::wait_reason(&p.request, &loads, &self.cfg.place);
                 reasons.insert(self.core.jobs.specs[p.index].key.clone(), reason);
             }

@@ -155,9 +155,9 @@ impl Scheduler {
             ));
         }
         let ids = self.record_seen(&new)?;
-        self.core.jobs.source.legacy_keys_in_use |=
-            new.iter().any(|s| s.legacy_key() == Some(&s.key));
-        self.core.jobs.source.legacy_keys_differ |= new.iter().any(|s| s.legacy_key().is_some());
+        let (in_use, differ) = legacy_keys(&new);
+        self.core.jobs.source.legacy_keys_in_use |= in_use;
+        self.core.jobs.source.legacy_keys_differ |= differ;
         self.core.jobs.push_specs(new, ids);
         // Dispatch places the appended lines (`appended_from`) without a
         // full round, unless something else asks for one.
@@ -254,9 +254,9 @@ impl Scheduler {
             .filter(|s| deps.contains(&s.key))
             .map(|s| s.key.clone())
             .collect();
-        self.core.jobs.source.legacy_keys_in_use =
-            specs.iter().any(|s| s.legacy_key() == Some(&s.key));
-        self.core.jobs.source.legacy_keys_differ = specs.iter().any(|s| s.legacy_key().is_some());
+        let (in_use, differ) = legacy_keys(&specs);
+        self.core.jobs.source.legacy_keys_in_use = in_use;
+        self.core.jobs.source.legacy_keys_differ = differ;
         self.core.jobs.set_specs(specs, ids);
         self.core.jobs.after = after;
         self.queue_changed(text_len, text_hash);
@@ -387,3 +387,15 @@ fn skip_words(text: &str, n: usize) -> &str {
 /// `seen` events journaled per write: a batch's records (about 1 MB)
 /// stay small beside a small queue's memory; one fsync follows them all.
 const SEEN_BATCH: usize = 4_096;
+
+/// In one pass over `specs`: whether some line is known by its key under
+/// the older identity rule, and whether some line's key differs under it
+/// ([`crate::state::FileSource`]).
+fn legacy_keys(specs: &[JobSpec]) -> (bool, bool) {
+    specs
+        .iter()
+        .filter_map(|s| Some((s.legacy_key()?, &s.key)))
+        .fold((false, false), |(in_use, _), (legacy, key)| {
+            (in_use || legacy == key, true)
+        })
+}

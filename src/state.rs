@@ -464,9 +464,7 @@ impl JobsFile {
         self.specs.extend(new);
         self.index_from(from);
         self.state_ids.extend(ids);
-        if self.rank.is_some() || self.specs[from..].iter().any(|s| s.priority() != 0) {
-            self.rank = crate::policy::queue::rank(&self.specs);
-        }
+        self.rank = crate::policy::queue::rank_appended(&self.specs, self.rank.take(), from);
     }
 
     /// The lines in queue order (priority, then line), as indices into

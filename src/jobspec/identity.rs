@@ -161,24 +161,22 @@ impl LineHashes {
     }
 }
 
-/// Occurrence counts by command hash, under both identity rules. The
-/// older rule's counts are kept apart only once a line's two hashes
-/// differ: until then they are the same counts.
+/// Occurrence counts by command hash, under both identity rules: for
+/// appended lines, and for a whole file where some line's two hashes
+/// differ (otherwise [`count_repeats`] counts them).
 #[derive(Default)]
 pub(super) struct Occurrences {
     pub(super) counts: FxHashMap<u64, u32>,
-    pub(super) legacy: Option<FxHashMap<u64, u32>>,
+    pub(super) legacy: FxHashMap<u64, u32>,
 }
 
 impl Occurrences {
     /// Counts for about `lines` lines.
     pub(super) fn with_capacity(lines: usize) -> Occurrences {
-        let mut counts = FxHashMap::default();
-        counts.reserve(lines);
-        Occurrences {
-            counts,
-            legacy: None,
-        }
+        let mut occurrences = Occurrences::default();
+        occurrences.counts.reserve(lines);
+        occurrences.legacy.reserve(lines);
+        occurrences
     }
 
     /// The keys of the next line with `hashes` (docs/BEHAVIOUR.md
@@ -190,14 +188,8 @@ impl Occurrences {
             *count += 1;
             *count - 1
         };
-        if self.legacy.is_none() && hashes.legacy != hashes.hash {
-            self.legacy = Some(self.counts.clone());
-        }
         let count = bump(&mut self.counts, hashes.hash);
-        let legacy_count = match &mut self.legacy {
-            Some(legacy) => bump(legacy, hashes.legacy),
-            None => count,
-        };
+        let legacy_count = bump(&mut self.legacy, hashes.legacy);
         let key = key_text(hashes.hash, count);
         let legacy_key = ((hashes.legacy, legacy_count) != (hashes.hash, count))
             .then(|| key_text(hashes.legacy, legacy_count));
@@ -213,7 +205,7 @@ impl Occurrences {
         for (hash, count) in self.counts.iter_mut() {
             *count = present(*hash);
         }
-        for (hash, count) in self.legacy.iter_mut().flatten() {
+        for (hash, count) in self.legacy.iter_mut() {
             *count = present(*hash);
         }
     }
@@ -221,15 +213,13 @@ impl Occurrences {
     /// Counts a line already in the file, whose keys are `key` and
     /// `legacy` (its key under the older rule, when it differs), for the
     /// hashes already in the counts only (the appended lines' hashes: a
-    /// key is 12 hex digits of its hash, `#`, then the count). Both
-    /// rules' counts are kept apart here.
+    /// key is 12 hex digits of its hash, `#`, then the count).
     pub(super) fn count_existing(&mut self, key: &str, legacy: Option<&str>) {
         if let Some(count) = key_hash48(key).and_then(|h| self.counts.get_mut(&h)) {
             *count += 1;
         }
-        let legacy_hash = key_hash48(legacy.unwrap_or(key));
-        let legacy_counts = self.legacy.as_mut();
-        if let Some(count) = legacy_counts.and_then(|m| legacy_hash.and_then(|h| m.get_mut(&h))) {
+        if let Some(count) = key_hash48(legacy.unwrap_or(key)).and_then(|h| self.legacy.get_mut(&h))
+        {
             *count += 1;
         }
     }

@@ -375,10 +375,12 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
         }));
         // A line whose name an earlier line has is an error, and takes no
         // occurrence of its command.
-        let mut clashes = Vec::new();
-        for (i, (spec, raw)) in chunk.specs.iter_mut().zip(&chunk.raws).enumerate() {
+        for spec in &mut chunk.specs {
             spec.line += first_line;
-            if let Err(e) = claim_name(&mut names, spec, raw) {
+        }
+        let mut clashes = Vec::new();
+        for &(i, raw) in &chunk.named {
+            if let Err(e) = claim_name(&mut names, &chunk.specs[i], raw) {
                 errors.push(e);
                 clashes.push(i);
             }
@@ -419,13 +421,14 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
 
 /// One stretch of a jobs file's lines, parsed and hashed: its specs with
 /// their line numbers counted from the stretch's start, each keyed as its
-/// command's first occurrence, with their hashes and text (for an
-/// error); its bad lines likewise; how many lines it has; and whether a
+/// command's first occurrence, with their hashes (and the named lines'
+/// text, for a clash); its bad lines likewise; how many lines it has; and whether a
 /// line's key differs under the older rule.
 struct Chunk<'a> {
     specs: Vec<JobSpec>,
     hashes: Vec<LineHashes>,
-    raws: Vec<&'a str>,
+    /// The lines with a `name=`: index in `specs` and text (for a clash).
+    named: Vec<(usize, &'a str)>,
     errors: Vec<ParseError>,
     lines: usize,
     legacy_differs: bool,
@@ -471,7 +474,7 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
     let mut chunk = Chunk {
         specs: Vec::new(),
         hashes: Vec::new(),
-        raws: Vec::new(),
+        named: Vec::new(),
         errors: Vec::new(),
         lines: 0,
         legacy_differs: false,
@@ -480,7 +483,6 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
     let lines = stretch.len() / 40;
     chunk.specs.reserve(lines);
     chunk.hashes.reserve(lines);
-    chunk.raws.reserve(lines);
     for (index, raw) in stretch.lines().enumerate() {
         chunk.lines = index + 1;
         match parse_line(raw, index + 1) {
@@ -488,9 +490,11 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
                 let hashes = LineHashes::of(&spec.command);
                 chunk.legacy_differs |= hashes.legacy != hashes.hash;
                 spec.key = key_text(hashes.hash, 0);
+                if spec.name().is_some() {
+                    chunk.named.push((chunk.specs.len(), raw));
+                }
                 chunk.specs.push(spec);
                 chunk.hashes.push(hashes);
-                chunk.raws.push(raw);
             }
             Ok(None) => {}
             Err(e) => chunk.errors.push(e),
@@ -564,7 +568,7 @@ pub fn parse_appended(
     // Counts of the earlier lines, for the hashes the new lines use only.
     let mut occurrences = Occurrences {
         counts: parsed.iter().map(|(_, h, _)| (h.hash, 0)).collect(),
-        legacy: Some(parsed.iter().map(|(_, h, _)| (h.legacy, 0)).collect()),
+        legacy: parsed.iter().map(|(_, h, _)| (h.legacy, 0)).collect(),
     };
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
     let wanted_names: std::collections::HashSet<&str> =

@@ -584,7 +584,7 @@ impl Journal {
             buf.extend_from_slice(&head);
             buf.extend_from_slice(key.as_bytes());
             buf.extend_from_slice(br#"","event":"seen","no":"#);
-            buf.extend_from_slice(no.to_string().as_bytes());
+            write!(buf, "{no}")?;
             buf.extend_from_slice(br#","command":"#);
             serde_json::to_writer(&mut buf, command)?;
             buf.extend_from_slice(b"}\n");

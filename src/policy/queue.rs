@@ -53,6 +53,35 @@ pub fn rank(specs: &[JobSpec]) -> Option<Vec<u32>> {
     Some(order)
 }
 
+/// [`rank`] of `specs` after lines were appended from index `from` on,
+/// given `old`, the rank of the lines before them: the new lines are
+/// sorted alone and merged in, not the whole queue sorted again.
+#[must_use]
+pub fn rank_appended(specs: &[JobSpec], old: Option<Vec<u32>>, from: usize) -> Option<Vec<u32>> {
+    let appended = &specs[from..];
+    if old.is_none() && appended.iter().all(|s| s.priority() == 0) {
+        return None;
+    }
+    let key = |i: u32| rank_key(&specs[i as usize], i as usize);
+    // Without a rank the older lines are in file order, all at 0.
+    let old = old.unwrap_or_else(|| (0..from as u32).collect());
+    let mut new: Vec<u32> = (from as u32..specs.len() as u32).collect();
+    new.sort_by_key(|&i| key(i));
+    let mut merged = Vec::with_capacity(specs.len());
+    let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
+    while let (Some(&x), Some(&y)) = (a.peek(), b.peek()) {
+        if key(x) <= key(y) {
+            merged.push(x);
+            a.next();
+        } else {
+            merged.push(y);
+            b.next();
+        }
+    }
+    merged.extend(a.chain(b));
+    Some(merged)
+}
+
 /// Where a job stands for the views, from its journal fold and whether an
 /// attempt of it runs now.
 #[must_use]
@@ -202,6 +231,15 @@ mod tests {
             line(""),
         ];
         assert_eq!(rank(&specs), Some(vec![1, 3, 4, 0, 5, 2]));
+        // Appending keeps the rank the whole file would have.
+        for from in 0..=specs.len() {
+            assert_eq!(
+                rank_appended(&specs, rank(&specs[..from]), from),
+                rank(&specs),
+                "appended from {from}"
+            );
+        }
+        assert_eq!(rank_appended(&specs[..1], None, 0), None);
         let mut by_key: Vec<usize> = (0..specs.len()).collect();
         by_key.sort_by_key(|&i| rank_key(&specs[i], i));
         assert_eq!(by_key, vec![1, 3, 4, 0, 5, 2]);

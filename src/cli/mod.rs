@@ -63,6 +63,7 @@ impl Command {
             Command::Cancel(a) => &mut a.log_dir.dir,
             Command::Log(a) => &mut a.log_dir.dir,
             Command::Retry(a) => &mut a.log_dir.dir,
+            Command::Hold(a) | Command::Release(a) => &mut a.log_dir.dir,
             Command::Wait(a) => &mut a.log_dir.dir,
             Command::Mcp(a) => &mut a.log_dir.dir,
             Command::Pause(a) | Command::Resume(a) => &mut a.log_dir.dir,

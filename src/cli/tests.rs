@@ -137,3 +137,46 @@ fn simjob_subcommand() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// Every verb that takes the shared `--log-dir` (the box commands
+/// aside, which act on the ledger) is one `log_dir_mut`
+/// knows, so it finds the caller's running scheduler and, run by root,
+/// acts as the directory's owner (docs/SECURITY.md "Root's verbs"); `hold`
+/// and `release` were once left out.
+#[test]
+fn every_verb_with_the_shared_log_dir_is_known_to_log_dir_mut() {
+    let root = command();
+    let mut checked = 0;
+    for sub in root.get_subcommands() {
+        let shared = sub.get_arguments().any(|a| {
+            a.get_long() == Some("log-dir")
+                && a.get_env() == Some(std::ffi::OsStr::new("GPUSCHED_LOG_DIR"))
+        });
+        // The box commands read a log directory for its queue's view;
+        // they act on the ledger, not on a scheduler's queue.
+        let box_command = sub.get_arguments().any(|a| a.get_id() == "ledger");
+        if !shared || box_command {
+            continue;
+        }
+        let mut argv = vec![sub.get_name().to_string(), "--log-dir".into(), "/x".into()];
+        let required: Vec<_> = sub
+            .get_arguments()
+            .filter(|a| a.is_positional() && a.is_required_set())
+            .collect();
+        if !required.is_empty() {
+            argv.push("--".into());
+            argv.extend(required.iter().map(|_| "1".to_string()));
+        }
+        let mut cli = parse(&argv.iter().map(String::as_str).collect::<Vec<_>>())
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let dir = cli.command.as_mut().and_then(|c| c.log_dir_mut()).cloned();
+        assert_eq!(
+            dir,
+            Some(PathBuf::from("/x")),
+            "gpusched {}",
+            sub.get_name()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 12, "only {checked} verbs checked");
+}

@@ -102,8 +102,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Finding 1: a journal that is a link to root's start-up file, and a
-/// jobs line with `$(…)`: root's `cancel` with no scheduler running must
-/// not append the line to root's file.
+/// jobs line with `$(…)`: root's `cancel` (or `retry`, `hold`, `release`,
+/// `pause`, `drain`) with no scheduler running must not append the line
+/// to root's file.
 #[test]
 fn roots_cancel_never_writes_through_a_planted_journal_link() {
     let Some(attack) = Attack::new("echo $(touch /tmp/gpusched-owned)\n") else {
@@ -117,6 +118,8 @@ fn roots_cancel_never_writes_through_a_planted_journal_link() {
     for verb in [
         &["cancel", "1"][..],
         &["retry", "1"],
+        &["hold", "1"],
+        &["release", "1"],
         &["pause"],
         &["drain", "0"],
     ] {
@@ -393,4 +396,39 @@ fn roots_add_keeps_its_environment_out_of_the_users_log_directory() {
         );
     }
     attack.assert_no_harm("add");
+}
+
+/// Root's `hold` and `release` in mallory's log directory, with her
+/// scheduler running, act as mallory: the request files (and the
+/// `requests/` directory) are hers, never root's, and her scheduler says
+/// root asked.
+#[test]
+fn roots_hold_and_release_act_as_the_owner() {
+    let Some(attack) = Attack::new(
+        "[name=a] sh -c 'while [ ! -e release ]; do sleep 0.05; done'\n[name=b] echo b > b.txt\n",
+    ) else {
+        return;
+    };
+    let mut cmd = attack
+        .env
+        .command(&["--sim", "1", "--poll", "0.1", "--watch", "--no-ledger"]);
+    cmd.uid(attack.mal.0).gid(attack.mal.1);
+    let sched = common::Sched::from_command(cmd);
+    common::wait_for("job 1 to start", &mut || {
+        !attack.env.events("started").is_empty()
+    });
+    for verb in ["hold", "release"] {
+        let out = attack.root_verb(&[verb, "b"]);
+        assert!(out.status.success(), "{verb}: {out:?}");
+        attack.assert_no_harm(verb);
+    }
+    assert!(
+        sched.stdout().contains("hold of job 2 asked by root")
+            && sched.stdout().contains("release of job 2 asked by root"),
+        "{}",
+        sched.stdout()
+    );
+    run_as(attack.mal, &attack.env.logs, "touch ../release");
+    common::wait_for("job 2 to run", &mut || attack.env.path("b.txt").exists());
+    sched.stop();
 }

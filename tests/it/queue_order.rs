@@ -107,8 +107,9 @@ fn a_job_of_higher_priority_below_preempts_a_preemptible_one_above() {
     let sweep = "[preemptible vram=20G] sh -c 'echo \"$GPUSCHED_ATTEMPT ${GPUSCHED_PREEMPTED:-0}\" >> sweep.txt; trap \"exit 0\" TERM; while [ ! -e release ]; do sleep 0.05; done'";
     let env = Env::new(&format!("{sweep}\n"));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    wait_for("the sweep to start", &mut || {
-        !env.events("started").is_empty()
+    // Running its command (a start journaled may not have run it yet).
+    wait_for("the sweep to run", &mut || {
+        std::fs::read_to_string(env.path("sweep.txt")).is_ok_and(|t| t == "1 0\n")
     });
     env.append_jobs("[vram=20G] echo plain > plain.txt\n");
     env.append_jobs("[vram=20G priority=2] echo urgent > urgent.txt\n");

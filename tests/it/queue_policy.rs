@@ -218,8 +218,10 @@ fn preemption_round_trip_the_preempted_job_resumes_and_both_end_ok() {
     let sweep = "[preemptible vram=20G] sh -c 'echo \"$GPUSCHED_ATTEMPT ${GPUSCHED_PREEMPTED:-0}\" >> sweep.txt; trap \"echo checkpoint >> sweep.txt; exit 0\" TERM; while [ ! -e release ]; do sleep 0.05; done'";
     let env = Env::new(&format!("{sweep}\n"));
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    common::wait_for("the sweep to start", &mut || {
-        !env.events("started").is_empty()
+    // Running its command, its TERM trap set (a start journaled may not
+    // have run it yet).
+    common::wait_for("the sweep to run", &mut || {
+        std::fs::read_to_string(env.path("sweep.txt")).is_ok_and(|t| t == "1 0\n")
     });
     // An urgent job above it that does not fit beside it.
     env.write_jobs(&format!("[vram=10G] echo urgent > urgent.txt\n{sweep}\n"));

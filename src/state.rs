@@ -166,8 +166,9 @@ pub struct Running {
     pub started: Instant,
     /// Its log file, and where this attempt's output starts in it.
     pub log: AttemptLog,
-    /// Where its supervisor writes its exit record.
-    pub exit_record: PathBuf,
+    /// Where its exit record may be: its supervisor's file, its shell's
+    /// line.
+    pub exit_record: crate::process::supervisor::RecordPlace,
     /// The process behind it.
     pub proc: Proc,
     /// What was measured.
@@ -266,8 +267,7 @@ impl Running {
                 identity,
                 supervisor,
             } => {
-                crate::process::supervisor::ExitRecord::read_for(&self.exit_record, identity)
-                    .is_some()
+                self.exit_record.read_for(identity).is_some()
                     || !supervisor.as_ref().is_some_and(process::is_running)
             }
             _ => true,

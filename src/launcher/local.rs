@@ -26,19 +26,18 @@ pub struct Local {
     /// Ends a dead supervisor reported before it went, read from its pipe
     /// when it was replaced and not yet taken.
     stranded: Vec<(u64, ExitRecord)>,
-    /// Whether the exit records' directory was made, for the jobs' own
-    /// shells to write into ([`SELF_RECORD`]).
-    records_dir_made: bool,
 }
 
-/// The variable that names, for a job's own shell, the exit record it
-/// writes ([`SELF_RECORD`]).
+/// The variable that names, for a job's own shell, the file it appends
+/// its exit record to ([`SELF_RECORD`], [`supervisor::ShellRecordFiles`]).
 pub const RECORD_VAR: &str = "GPUSCHED_EXIT_RECORD";
 
 /// Put before every local job's command (docs/BEHAVIOUR.md "Exactly
-/// once"): when the job's shell exits, it writes its own exit record —
+/// once"): when the job's shell exits, it appends its own exit record —
 /// its pgid (`$$`, the group leader), its start time (field 22 of
-/// `/proc/$$/stat`) and its exit code — with shell builtins only, so that
+/// `/proc/$$/stat`, given it at its gate in
+/// [`supervisor::START_TICKS_VAR`]) and its exit code — as one JSON line
+/// to the file [`RECORD_VAR`] names, with shell builtins only, so that
 /// the outcome of a job that ends while neither its scheduler nor its
 /// supervisor is alive (a `kill -9` of both) is kept, and the job is not
 /// run again. The supervisor's own record, when it writes one, replaces
@@ -47,7 +46,7 @@ pub const RECORD_VAR: &str = "GPUSCHED_EXIT_RECORD";
 /// replaces this one: those ends are known only through the supervisor,
 /// as before. `ended` is 0: the shell has no clock without starting a
 /// process.
-pub const SELF_RECORD: &str = r#"trap 'gpusched_rc=$?; { read -r gpusched_s < /proc/$$/stat; gpusched_s=${gpusched_s##*) }; set -- $gpusched_s; printf '"'"'{"key":"%s","attempt":%s,"pgid":%s,"start_ticks":%s,"code":%s,"signal":null,"ended":0}\n'"'"' "$GPUSCHED_KEY" "$GPUSCHED_ATTEMPT" "$$" "${20}" "$gpusched_rc" > "$GPUSCHED_EXIT_RECORD"; } 2>/dev/null; exit $gpusched_rc' EXIT"#;
+pub const SELF_RECORD: &str = r#"trap 'gpusched_rc=$?; { printf '"'"'{"key":"%s","attempt":%s,"pgid":%s,"start_ticks":%s,"code":%s,"signal":null,"ended":0}\n'"'"' "$GPUSCHED_KEY" "$GPUSCHED_ATTEMPT" "$$" "${GPUSCHED_START_TICKS:-null}" "$gpusched_rc" >> "$GPUSCHED_EXIT_RECORD"; } 2>/dev/null; exit $gpusched_rc' EXIT"#;
 
 impl Local {
     /// No supervisor yet; its complaints will go to
@@ -60,7 +59,6 @@ impl Local {
             first_id: 1,
             replaced: false,
             stranded: Vec::new(),
-            records_dir_made: false,
         }
     }
 
@@ -68,16 +66,17 @@ impl Local {
     ///
     /// Errors: no supervisor can be started.
     pub(super) fn start(&mut self, attempt: Attempt) -> std::io::Result<u64> {
-        if !self.records_dir_made
-            && let Some(dir) = attempt.record.parent()
-        {
-            std::fs::create_dir_all(dir)?;
-            self.records_dir_made = true;
-        }
         let mut env = attempt.env;
-        env.push((RECORD_VAR.to_string(), attempt.record.display().to_string()));
+        let command = super::command_in_cwd(attempt.spec);
+        let command = match attempt.shell_record {
+            Some(file) => {
+                env.push((RECORD_VAR.to_string(), file.display().to_string()));
+                format!("{SELF_RECORD}\n{command}")
+            }
+            None => command,
+        };
         let request = supervisor::Request {
-            command: format!("{SELF_RECORD}\n{}", super::command_in_cwd(attempt.spec)),
+            command,
             env,
             whole_env: attempt.whole_env,
             log: attempt.log.to_path_buf(),

@@ -37,7 +37,7 @@ pub use local::Local;
 use crate::jobspec::JobSpec;
 use crate::policy::kill::KillReason;
 use crate::policy::outcome::{Exit, Verdict};
-use crate::process::supervisor::{self, ExitRecord};
+use crate::process::supervisor::{self, ExitRecord, RecordPlace};
 use crate::process::{GroupIdentity, ProcTable};
 use nix::sys::signal::Signal;
 use std::path::Path;
@@ -85,6 +85,9 @@ pub struct Attempt<'a> {
     pub log: &'a Path,
     /// Where the attempt's exit record is written.
     pub record: &'a Path,
+    /// The file the job's own shell appends its exit record to (local
+    /// jobs; `None`: it writes none).
+    pub shell_record: Option<&'a Path>,
     /// Slurm job ids of `after=` dependencies (Slurm only).
     pub after: Vec<u64>,
 }
@@ -464,7 +467,7 @@ impl Proc {
     /// adopted job's record must have ended after that moment. A record
     /// that says a kill of an earlier scheduler reached it, with no kill
     /// of ours, makes it `interrupted` (it runs again).
-    pub fn end_facts(&self, record: &Path, kill: Option<(KillReason, f64)>) -> EndFacts {
+    pub fn end_facts(&self, record: &RecordPlace, kill: Option<(KillReason, f64)>) -> EndFacts {
         let reason = kill.map(|(reason, _)| reason);
         match self {
             Proc::Supervised { ended, .. } => match ended {
@@ -474,7 +477,7 @@ impl Proc {
                     ..EndFacts::default()
                 },
             },
-            Proc::Adopted { identity, .. } => match ExitRecord::read_for(record, identity) {
+            Proc::Adopted { identity, .. } => match record.read_for(identity) {
                 Some(r) => {
                     let reached = r.killed || kill.is_some_and(|(_, at)| r.ended >= at);
                     let reason = match (reason, r.killed) {

@@ -57,7 +57,10 @@ fn outcome(facts: &EndFacts) -> Outcome {
 
 #[test]
 fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
-    let nowhere = Path::new("/nonexistent/record.json");
+    let nowhere = &RecordPlace {
+        path: "/nonexistent/record.json".into(),
+        ..RecordPlace::default()
+    };
     for reason in [
         KillReason::Shutdown,
         KillReason::Cancel,
@@ -112,6 +115,10 @@ fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
 fn an_adopted_jobs_record_from_before_the_first_signal_is_its_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("k#0.1.json");
+    let place = RecordPlace {
+        path: path.clone(),
+        ..RecordPlace::default()
+    };
     let adopted = Proc::Adopted {
         identity: GroupIdentity {
             pgid: crate::process::Pgid(4242),
@@ -125,26 +132,26 @@ fn an_adopted_jobs_record_from_before_the_first_signal_is_its_outcome() {
     // Ended at 99 s, the cancel went out at 100 s: its exit stands.
     write(&record(Some(Exit::Code(0)), false, 99.0));
     assert_eq!(
-        outcome(&adopted.end_facts(&path, cancel)),
+        outcome(&adopted.end_facts(&place, cancel)),
         Outcome::Done(DoneStatus::Ok)
     );
     // Ended after the signal: cancelled.
     write(&record(Some(Exit::Signal(15)), false, 100.5));
     assert_eq!(
-        outcome(&adopted.end_facts(&path, cancel)),
+        outcome(&adopted.end_facts(&place, cancel)),
         Outcome::Done(DoneStatus::Cancelled)
     );
     // An earlier scheduler's kill reached it, ours never came: it runs
     // again rather than counting a signal as a failure.
     write(&record(Some(Exit::Signal(9)), true, 50.0));
     assert_eq!(
-        outcome(&adopted.end_facts(&path, None)),
+        outcome(&adopted.end_facts(&place, None)),
         Outcome::StoppedWithScheduler
     );
     // No record and no kill: unknown, it runs again.
     std::fs::remove_file(&path).unwrap();
     assert_eq!(
-        outcome(&adopted.end_facts(&path, None)),
+        outcome(&adopted.end_facts(&place, None)),
         Outcome::Interrupted
     );
 }

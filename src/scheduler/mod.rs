@@ -75,6 +75,11 @@ impl Scheduler {
         }
         self.core.jobs.skip_ended(&self.io.journal);
         self.guard(|s| s.dispatch());
+        // A round that opened a new shell record file: the older ones may
+        // have no user left (its attempts are all running by now).
+        if self.io.shell_records.removal_due() {
+            self.remove_unused_shell_records(false);
+        }
         self.publish_bookings();
         self.account_usage(now);
         if self.cfg.watch && self.core.running.is_empty() && self.pending().next().is_none() {
@@ -82,7 +87,7 @@ impl Scheduler {
             self.say_drained_watching();
         }
         let code = self.exit_code_if_done();
-        if !self.io.spent_records.is_empty()
+        if (!self.io.spent_records.is_empty() || !self.io.shell_records.known().is_empty())
             && (code.is_some() || (self.core.running.is_empty() && self.pending().next().is_none()))
         {
             self.remove_spent_records();

@@ -41,6 +41,8 @@ pub struct Io {
     pub usage: UsageLog,
     /// Exit records whose outcome is journaled, to remove in a batch.
     pub spent_records: Vec<PathBuf>,
+    /// The files job shells append their own exit records to.
+    pub shell_records: crate::process::supervisor::ShellRecordFiles,
     /// Supervised attempts whose outcome is journaled but waits for the
     /// group commit's fsync before the supervisor hears `ack`.
     pub unacked: Vec<u64>,

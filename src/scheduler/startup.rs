@@ -100,6 +100,7 @@ impl Scheduler {
             journal,
             usage,
             spent_records: Vec::new(),
+            shell_records: crate::process::supervisor::ShellRecordFiles::new(&cfg.log_dir),
             unacked: Vec::new(),
             mps,
         };

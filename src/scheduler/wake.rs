@@ -427,7 +427,12 @@ fn watch_jobs_file(
                 p.parent() == Some(dir) && p.extension() == Some(std::ffi::OsStr::new("json"))
             })
         };
-        if json_in(&exits) {
+        // A supervisor's record, or a line a job's shell appended.
+        let shell_line = event.paths.iter().any(|p| {
+            p.parent() == Some(exits.as_path())
+                && crate::process::supervisor::is_shell_record_file(p)
+        });
+        if json_in(&exits) || shell_line {
             let _ = tx.send(Wake::ExitRecord);
         } else if json_in(&requests_for_events) {
             let _ = tx.send(Wake::Request);

@@ -150,15 +150,18 @@ fn killing_scheduler_and_supervisor_together_loses_no_outcome() {
     nix::sys::signal::kill(supervisor, Signal::SIGKILL).unwrap();
     sched.signal(Signal::SIGKILL);
     let _ = sched.finish();
-    // Jobs 1 and 2 end while nothing of gpusched runs.
-    let record = |no| {
-        env.logs
-            .join("exits")
-            .join(format!("{}.1.json", env.key_of(no)))
+    // Jobs 1 and 2 end while nothing of gpusched runs: their shells
+    // append their records to the shell record file.
+    let recorded = |no| {
+        let key = format!("\"key\":\"{}\"", env.key_of(no));
+        std::fs::read_dir(env.logs.join("exits"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("shells-"))
+            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&key)))
     };
-    wait_for("jobs 1 and 2 to end", &mut || {
-        record(1).exists() && record(2).exists()
-    });
+    wait_for("jobs 1 and 2 to end", &mut || recorded(1) && recorded(2));
     let out = env.run(&["--sim", "4", "--poll", "0.1"]);
     assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
     let mut runs: Vec<String> = std::fs::read_to_string(env.path("runs"))
@@ -188,5 +191,11 @@ fn killing_scheduler_and_supervisor_together_loses_no_outcome() {
         ],
         "{}",
         out.stdout
+    );
+    // Every record served: the shell record files are gone too.
+    assert!(
+        !recorded(1) && !recorded(2),
+        "{:?}",
+        std::fs::read_dir(env.logs.join("exits")).map(|d| d.count())
     );
 }

@@ -150,9 +150,8 @@ fn job_that_finished_while_no_scheduler_ran_is_recorded_not_rerun() {
     sched.signal(Signal::SIGKILL);
     sched.finish();
     std::fs::write(env.path("release"), "").unwrap();
-    let exits = env.logs.join("exits");
-    wait_for("the exit record", &mut || {
-        std::fs::read_dir(&exits).is_ok_and(|mut d| d.next().is_some())
+    wait_for("the supervisor's exit record", &mut || {
+        common::supervisor_record_written(&env.logs)
     });
     // Its last job recorded, the orphaned supervisor exits.
     let supervisor = env.events("started")[0]["supervisor"]["pid"]

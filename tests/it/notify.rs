@@ -330,8 +330,8 @@ fn a_job_that_failed_while_no_scheduler_ran_is_posted_once_at_the_next_start() {
     let _ = sched.finish();
     // It fails while no scheduler runs; its supervisor keeps the exit.
     std::fs::write(env.path("release"), "").unwrap();
-    wait_for("the exit record", &mut || {
-        std::fs::read_dir(env.logs.join("exits")).is_ok_and(|mut d| d.next().is_some())
+    wait_for("the supervisor's exit record", &mut || {
+        common::supervisor_record_written(&env.logs)
     });
     let out = env.run(&notify_args(&server.url, &[]));
     assert_eq!(out.code, 9, "{out:?}");

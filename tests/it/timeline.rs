@@ -314,8 +314,8 @@ fn what_was_measured_survives_a_kill_9_and_the_memory_ends_with_the_job() {
     sched.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = sched.finish();
     // The job ends (its supervisor records the exit) with no scheduler.
-    common::wait_for("the exit record", &mut || {
-        std::fs::read_dir(env.logs.join("exits")).is_ok_and(|d| d.count() > 0)
+    common::wait_for("the supervisor's exit record", &mut || {
+        common::supervisor_record_written(&env.logs)
     });
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);

@@ -175,7 +175,7 @@ impl Supervisor {
             }
             ToSupervisor::Go(id) => {
                 if let Some(job) = self.jobs.get_mut(&id)
-                    && let Err(e) = job.process.go()
+                    && let Err(e) = job.process.go(job.start_ticks)
                 {
                     complain(&job.log, &format!("cannot start the job: {e}"));
                 }

@@ -39,6 +39,21 @@ const SCRIPT_FD: i32 = 4;
 /// The descriptor the child reports a failed `exec` on (close-on-exec).
 const EXEC_ERROR_FD: i32 = 5;
 
+/// The variable that gives a job's shell its own start time (field 22 of
+/// its `/proc/<pid>/stat`, clock ticks after boot), so that the exit
+/// record it writes names its start without reading that file: the
+/// supervisor sends the value with `go`, the job puts it in its
+/// environment before its `exec`. Empty when the supervisor could not
+/// read it.
+pub const START_TICKS_VAR: &str = "GPUSCHED_START_TICKS";
+
+/// The room for `START_TICKS_VAR=<value>` and its NUL (bytes): a `u64`
+/// has at most 20 digits.
+const START_TICKS_SLOT: usize = START_TICKS_VAR.len() + 1 + 20 + 1;
+
+/// The longest message at a job's gate: `go <start ticks>\n`.
+const GATE_MESSAGE: usize = 3 + 20 + 1;
+
 /// The size of the stack a job runs on until its `exec` (bytes), its
 /// lowest page a guard. The code before `exec` needs a few hundred bytes;
 /// pages never touched cost nothing.
@@ -139,17 +154,20 @@ impl Prepared {
     }
 
     /// The `execve` environment: the base variables the job does not set
-    /// itself, then the job's; null-terminated. The pointers are valid
-    /// while `self` is.
+    /// itself (nor [`START_TICKS_VAR`], which the job's gate adds), then
+    /// the job's; null-terminated. The pointers are valid while `self` is.
     fn envp(&self) -> Vec<*const libc::c_char> {
         let mut envp = Vec::with_capacity(self.base.vars.len() + self.extra.len() + 1);
         for var in &self.base.vars {
             let bytes = var.as_bytes();
-            let overridden = self.extra.iter().any(|(own, name_len)| {
-                bytes.len() > *name_len
-                    && bytes[*name_len] == b'='
-                    && own.as_bytes()[..=*name_len] == bytes[..=*name_len]
-            });
+            let overridden = bytes
+                .strip_prefix(START_TICKS_VAR.as_bytes())
+                .is_some_and(|rest| rest.first() == Some(&b'='))
+                || self.extra.iter().any(|(own, name_len)| {
+                    bytes.len() > *name_len
+                        && bytes[*name_len] == b'='
+                        && own.as_bytes()[..=*name_len] == bytes[..=*name_len]
+                });
             if !overridden {
                 envp.push(var.as_ptr());
             }
@@ -189,12 +207,13 @@ impl GatedJob {
         let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (error_read, error_write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
-        let null = std::fs::File::open("/dev/null")?;
+        let null = dev_null()?;
         let stack = Stack::new()?;
         let envp = prepared.envp();
         let mut child = Box::new(Child {
+            start_ticks: StartTicksSlot::new(),
             fds: ChildFds {
-                null: null.as_raw_fd(),
+                null,
                 log: log.as_raw_fd(),
                 gate: gate_read.as_raw_fd(),
                 script: prepared.script.as_ref().map_or(-1, AsRawFd::as_raw_fd),
@@ -207,6 +226,11 @@ impl GatedJob {
         for (slot, arg) in child.argv.iter_mut().zip(&child.prepared.argv) {
             *slot = arg.as_ptr();
         }
+        // The start time's variable, last before the null (the Box keeps
+        // its address).
+        let var = child.start_ticks.as_ptr();
+        let at = child.envp.len() - 1;
+        child.envp.insert(at, var);
         let flags = if raw::SHARES_MEMORY {
             libc::CLONE_VM
         } else {
@@ -231,7 +255,6 @@ impl GatedJob {
         }
         drop(gate_read);
         drop(error_write);
-        drop(null);
         Ok(GatedJob {
             pid: pid as u32,
             gate: Some(gate_write),
@@ -258,15 +281,20 @@ impl GatedJob {
         }
     }
 
-    /// Lets the job run.
+    /// Lets the job run; `start_ticks` (its start time, when known) goes
+    /// into its [`START_TICKS_VAR`].
     ///
     /// Errors: the job is gone (killed at its gate).
-    pub fn go(&mut self) -> std::io::Result<()> {
+    pub fn go(&mut self, start_ticks: Option<u64>) -> std::io::Result<()> {
         let gate = self
             .gate
             .take()
             .ok_or_else(|| std::io::Error::other("not at its gate"))?;
-        nix::unistd::write(&gate, b"go\n")?;
+        let message = match start_ticks {
+            Some(ticks) => format!("go {ticks}\n"),
+            None => "go\n".to_string(),
+        };
+        nix::unistd::write(&gate, message.as_bytes())?;
         self.released = true;
         Ok(())
     }
@@ -314,10 +342,46 @@ struct ChildMemory {
 /// The child's instructions: descriptors, and `execve`'s arguments with
 /// the strings they point to.
 struct Child {
+    /// `START_TICKS_VAR=`, its value written by the child itself at its
+    /// gate (the supervisor never touches it after the start).
+    start_ticks: StartTicksSlot,
     fds: ChildFds,
     argv: [*const libc::c_char; 4],
     envp: Vec<*const libc::c_char>,
     prepared: Prepared,
+}
+
+/// The [`START_TICKS_VAR`] entry of a job's environment: the name and
+/// `=` from the start, the value filled in by the job at its gate.
+struct StartTicksSlot(std::cell::UnsafeCell<[u8; START_TICKS_SLOT]>);
+
+impl StartTicksSlot {
+    /// `START_TICKS_VAR=` with an empty value.
+    fn new() -> StartTicksSlot {
+        let mut bytes = [0u8; START_TICKS_SLOT];
+        bytes[..START_TICKS_VAR.len()].copy_from_slice(START_TICKS_VAR.as_bytes());
+        bytes[START_TICKS_VAR.len()] = b'=';
+        StartTicksSlot(std::cell::UnsafeCell::new(bytes))
+    }
+
+    /// The string for `envp`.
+    fn as_ptr(&self) -> *const libc::c_char {
+        self.0.get().cast::<libc::c_char>().cast_const()
+    }
+
+    /// Sets the value to the decimal `digits` (at most 20; more are cut),
+    /// NUL-terminated. Only the child calls it, before its `exec`, with no
+    /// allocation and no library call.
+    fn set(&self, digits: &[u8]) {
+        let start = START_TICKS_VAR.len() + 1;
+        let n = digits.len().min(START_TICKS_SLOT - start - 1);
+        // SAFETY: only the child writes the slot, once, before its exec;
+        // the supervisor reads it never (it frees it after the child was
+        // reaped, or leaks it).
+        let bytes = unsafe { &mut *self.0.get() };
+        bytes[start..start + n].copy_from_slice(&digits[..n]);
+        bytes[start + n] = 0;
+    }
 }
 
 /// The descriptors the child arranges before its gate (`-1`: none).
@@ -327,6 +391,19 @@ struct ChildFds {
     gate: i32,
     script: i32,
     exec_error: i32,
+}
+
+/// `/dev/null`, opened once for every job's stdin (each job's copy of
+/// the descriptor table gets its own descriptor for it).
+///
+/// Errors: it cannot be opened.
+fn dev_null() -> std::io::Result<i32> {
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    if let Some(file) = NULL.get() {
+        return Ok(file.as_raw_fd());
+    }
+    let file = std::fs::File::open("/dev/null")?;
+    Ok(NULL.get_or_init(|| file).as_raw_fd())
 }
 
 /// An anonymous mapping a child runs on until its `exec`, its lowest page
@@ -443,9 +520,11 @@ fn gated_child(child: &Child) -> ! {
     // a job starts with neither (`yes | head` ends quietly).
     raw::unblock_all_signals();
     raw::default_action(libc::SIGPIPE);
-    let mut buf = [0u8; 3];
+    // `go\n` or `go <start ticks>\n`; anything else (end of file) means
+    // the start was abandoned.
+    let mut buf = [0u8; GATE_MESSAGE];
     let mut got = 0usize;
-    while got < buf.len() {
+    while got < buf.len() && !buf[..got].contains(&b'\n') {
         let n = raw::read(3, &mut buf[got..]);
         if n > 0 {
             got += n as usize;
@@ -455,8 +534,9 @@ fn gated_child(child: &Child) -> ! {
             break;
         }
     }
-    if got != buf.len() || buf != *b"go\n" {
-        raw::exit(super::NEVER_RAN);
+    match gate_message(&buf[..got]) {
+        Some(ticks) => child.start_ticks.set(ticks),
+        None => raw::exit(super::NEVER_RAN),
     }
     raw::close(3);
     // SAFETY: argv and envp are null-terminated arrays of the prepared
@@ -469,4 +549,15 @@ fn gated_child(child: &Child) -> ! {
         b"gpusched: cannot start the job's shell /bin/sh (see the completion line)\n",
     );
     raw::exit(if errno == libc::ENOENT { 127 } else { 126 });
+}
+
+/// The start time's digits in a gate message (`go\n`: none), or `None`
+/// when the message is no `go`.
+pub(super) fn gate_message(message: &[u8]) -> Option<&[u8]> {
+    let line = message.strip_suffix(b"\n")?.strip_prefix(b"go")?;
+    match line.strip_prefix(b" ") {
+        None if line.is_empty() => Some(&[]),
+        Some(digits) if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => Some(digits),
+        _ => None,
+    }
 }

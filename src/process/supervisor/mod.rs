@@ -36,9 +36,12 @@ mod client;
 mod daemon;
 mod gate;
 mod raw;
+mod shell_records;
 
 pub use client::{AtGate, Supervisor, give_up_waiting};
 pub use daemon::run;
+pub use gate::START_TICKS_VAR;
+pub use shell_records::{LAUNCHES_PER_FILE, RecordPlace, ShellRecordFiles, is_shell_record_file};
 
 /// The first argument that makes `gpusched` the scheduler's supervisor
 /// (a hidden self-re-exec subcommand; `main` parses it before the user's

@@ -106,7 +106,7 @@ fn the_job_environment_overlays_the_supervisors() {
     let log_path = dir.path().join("job.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut job = GatedJob::spawn(prepared, &log).unwrap();
-    job.go().unwrap();
+    job.go(None).unwrap();
     assert!(job.released());
     let status = wait(job.pid);
     assert_eq!(status, 0);
@@ -115,6 +115,37 @@ fn the_job_environment_overlays_the_supervisors() {
         Prepared::new("a\0b", &base, &[]).is_err(),
         "NUL in the command"
     );
+}
+
+/// The start time sent with `go` is the job's `GPUSCHED_START_TICKS`,
+/// whatever the supervisor's own environment says; without one the
+/// variable is empty.
+#[test]
+fn the_start_time_sent_at_the_gate_is_in_the_jobs_environment() {
+    let base = Rc::new(BaseEnv::new([(
+        OsString::from(super::gate::START_TICKS_VAR),
+        OsString::from("999"),
+    )]));
+    let dir = tempfile::tempdir().unwrap();
+    for (ticks, expected) in [(Some(123_456_789_u64), "[123456789]\n"), (None, "[]\n")] {
+        let prepared = Prepared::new("echo \"[$GPUSCHED_START_TICKS]\"", &base, &[]).unwrap();
+        let log_path = dir.path().join("job.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut job = GatedJob::spawn(prepared, &log).unwrap();
+        job.go(ticks).unwrap();
+        assert_eq!(wait(job.pid), 0);
+        assert_eq!(std::fs::read_to_string(&log_path).unwrap(), expected);
+    }
+}
+
+#[test]
+fn a_gate_opens_only_for_go() {
+    use super::gate::gate_message;
+    assert_eq!(gate_message(b"go\n"), Some(&b""[..]));
+    assert_eq!(gate_message(b"go 42\n"), Some(&b"42"[..]));
+    for refused in [&b"go"[..], b"go \n", b"go 4x\n", b"gone\n", b"", b"stop\n"] {
+        assert_eq!(gate_message(refused), None, "{refused:?}");
+    }
 }
 
 /// A job at its gate that would create `<dir>/ran`, and that path.

@@ -11,10 +11,12 @@ use crate::policy::oom;
 use crate::policy::outcome::{
     self, AttemptEnd, Exit, OOM_TAIL_BYTES, Observations, Outcome, Verdict,
 };
+use crate::process::supervisor::RecordPlace;
 use crate::scheduler::Scheduler;
 use crate::state::Running;
 use crate::view::report::{self, CompletionLine};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// An attempt to be retried as an OOM, as [`Outcome::OomRetry`] decided.
 struct OomRetry {
@@ -128,7 +130,11 @@ impl Scheduler {
                 self.io.launcher.ack(id);
             }
         }
-        self.io.spent_records.push(job.exit_record);
+        // A supervisor that hears `ack` writes no record: only an
+        // adopted or cluster attempt may have left one.
+        if job.proc.supervised_id().is_none() {
+            self.io.spent_records.push(job.exit_record.path);
+        }
         if self.io.spent_records.len() >= SPENT_RECORDS_BATCH {
             self.remove_spent_records();
         }
@@ -478,11 +484,41 @@ impl Scheduler {
             && !job.gpus.iter().any(|&g| crate::model::mig_of(g).is_some())
     }
 
-    /// Removes the exit records whose outcome is journaled (called in
-    /// batches, when the queue is idle, and at exit).
+    /// Removes the exit records whose outcome is journaled, and the shell
+    /// record files no running attempt may still write to (called in
+    /// batches, when the queue is idle, at start-up and at exit).
     pub(in crate::scheduler) fn remove_spent_records(&mut self) {
         for path in self.io.spent_records.drain(..) {
             let _ = std::fs::remove_file(path);
+        }
+        self.remove_unused_shell_records(self.core.running.is_empty());
+    }
+
+    /// Removes the shell record files no running attempt was given (the
+    /// current one too when `idle`: nothing runs). Called between ticks'
+    /// phases, never while a round's attempts are being started.
+    pub(in crate::scheduler) fn remove_unused_shell_records(&mut self, idle: bool) {
+        let in_use = self
+            .core
+            .running
+            .values()
+            .flat_map(|job| job.exit_record.shells.iter().map(PathBuf::as_path));
+        self.io.shell_records.remove_unused(in_use, idle);
+    }
+
+    /// Where attempt `attempt` of job `key` leaves its exit record: its
+    /// supervisor's file and, for a local job, the shell record file its
+    /// shell appends to.
+    pub(in crate::scheduler) fn record_place(&mut self, key: &str, attempt: u32) -> RecordPlace {
+        let mut shells = Vec::new();
+        if self.io.launcher.places_jobs() {
+            shells.extend(self.io.shell_records.for_launch());
+        }
+        RecordPlace {
+            path: crate::process::supervisor::record_path(&self.cfg.log_dir, key, attempt),
+            shells,
+            key: key.to_string(),
+            attempt,
         }
     }
 

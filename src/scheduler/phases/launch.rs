@@ -15,6 +15,7 @@ use crate::journal::{Event, Record};
 use crate::launcher::{Attempt, Ready, Starting};
 use crate::model::DoneStatus;
 use crate::policy::learned::Prediction;
+use crate::process::supervisor::RecordPlace;
 use crate::process::{self, Pgid};
 use crate::scheduler::Scheduler;
 use crate::state::{Running, Usage};
@@ -33,7 +34,7 @@ pub(in crate::scheduler) struct Launch {
     attempt: u32,
     log_path: PathBuf,
     log_offset: u64,
-    exit_record: PathBuf,
+    exit_record: RecordPlace,
     vram_text: String,
     learned: Option<(String, Prediction)>,
     /// Taken by [`Scheduler::commit_launches`].
@@ -97,7 +98,7 @@ impl Scheduler {
         };
         // No stale record can be there: start-up removed every record but
         // those of adopted attempts (`remove_stale_exit_records`).
-        let exit_record = process::supervisor::record_path(&self.cfg.log_dir, &spec.key, attempt);
+        let exit_record = self.record_place(&spec.key, attempt);
         let Some((mut env, whole_env)) =
             self.environment(&spec, (no, attempt), &gpus, request.vram_mib, &log_path)?
         else {
@@ -114,7 +115,8 @@ impl Scheduler {
             env,
             whole_env,
             log: &log_path,
-            record: &exit_record,
+            record: &exit_record.path,
+            shell_record: exit_record.shells.first().map(PathBuf::as_path),
             after,
         }) {
             Ok(spawning) => spawning,
@@ -308,7 +310,7 @@ impl Scheduler {
             launch.spec.command
         ));
         let pgid = Pgid(handle.pgid);
-        let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record);
+        let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record.path);
         let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
         // What hidden processes held on its GPUs before it
         // (docs/HARDWARE.md "Containers").
@@ -482,10 +484,7 @@ impl Scheduler {
         if let Some(dir) = &self.io.sim_dir {
             env.push(("GPUSCHED_SIM_DIR".to_string(), dir.display().to_string()));
             // So that `gpusched simjob` in a job runs this very binary.
-            if let Some(bin_dir) = std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-            {
+            if let Some(bin_dir) = own_bin_dir() {
                 let path = match saved {
                     Some(vars) => vars.get("PATH").map(Into::into).unwrap_or_default(),
                     None => std::env::var_os("PATH").unwrap_or_default(),
@@ -523,4 +522,15 @@ fn planted(log: &Path, error: &std::io::Error) -> Option<String> {
             crate::files::user_name(meta.uid())
         )
     })
+}
+
+/// The directory of this very binary, looked up once.
+fn own_bin_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+    })
+    .clone()
 }

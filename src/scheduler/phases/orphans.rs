@@ -11,7 +11,7 @@
 use crate::clock::now_ts;
 use crate::journal::{Event, KeyState, Phase, StartedInfo};
 use crate::launcher::{ClusterJob, slurm};
-use crate::process::supervisor::{self, ExitRecord};
+use crate::process::supervisor::{self, RecordPlace};
 use crate::process::{self, GroupIdentity, Pgid, ProcTable};
 use crate::scheduler::Scheduler;
 use crate::state::{Proc, Running, Usage};
@@ -66,7 +66,7 @@ impl Scheduler {
             let record = running
                 .proc
                 .identity()
-                .and_then(|identity| ExitRecord::read_for(&running.exit_record, identity));
+                .and_then(|identity| running.exit_record.read_for(identity));
             if record.as_ref().is_some_and(|r| r.never_ran) {
                 self.io.journal.append(&key, Event::Interrupted {})?;
                 self.report.say(format!(
@@ -168,6 +168,7 @@ impl Scheduler {
                 self.io.spent_records.push(entry.path());
             }
         }
+        // And the shell record files no adopted attempt may write to.
         self.remove_spent_records();
     }
 
@@ -263,9 +264,19 @@ impl Scheduler {
         let elapsed_s = (now_ts() - info.ts).max(0.0);
         let now = Instant::now();
         let spec = self.core.jobs.spec(key);
-        let exit_record = supervisor::record_path(&self.cfg.log_dir, key, state.attempts);
+        // Its shell may have written to any shell record file there was
+        // at start-up.
+        let exit_record = RecordPlace {
+            path: supervisor::record_path(&self.cfg.log_dir, key, state.attempts),
+            shells: match info.slurm_job_id {
+                Some(_) => Vec::new(),
+                None => self.io.shell_records.known().to_vec(),
+            },
+            key: key.to_string(),
+            attempt: state.attempts,
+        };
         let proc = match info.slurm_job_id {
-            Some(id) => Proc::Slurm(ClusterJob::new(id, &exit_record)),
+            Some(id) => Proc::Slurm(ClusterJob::new(id, &exit_record.path)),
             None => Proc::Adopted {
                 identity: identity.clone(),
                 supervisor: info.supervisor,

@@ -7,7 +7,7 @@ pub mod users;
 
 use serde_json::Value;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -289,6 +289,17 @@ pub fn env_ids_as_id(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether a supervisor wrote an exit record of its own in
+/// `<log_dir>/exits` (`<key>.<attempt>.json`; the shells' record files
+/// are `shells-*.jsonl`).
+pub fn supervisor_record_written(log_dir: &Path) -> bool {
+    std::fs::read_dir(log_dir.join("exits")).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+    })
 }
 
 pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {

@@ -69,11 +69,29 @@ pub enum Said {
 impl Said {
     /// Prints it.
     pub fn print(&self) {
+        print_lines(std::slice::from_ref(self));
+    }
+
+    /// Its terminal line, `[HH:MM:SS] text\n` (a warning's text after
+    /// `WARN `).
+    fn line(&self) -> String {
         match self {
-            Said::Line(text) => say(text),
-            Said::Warning(text) => warn(text),
+            Said::Line(text) => line(text),
+            Said::Warning(text) => line(&format!("WARN {text}")),
         }
     }
+}
+
+/// Prints `said` in one write: a tick that starts and ends hundreds of
+/// tiny jobs prints their lines together.
+pub fn print_lines(said: &[Said]) {
+    if said.is_empty() {
+        return;
+    }
+    let text: String = said.iter().map(Said::line).collect();
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// `text` as a terminal may show it: every control character (ESC and
@@ -105,11 +123,16 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 /// Prints one terminal line, `[HH:MM:SS] text`, to stdout (control
 /// characters but line breaks shown as `�`).
 pub fn say(text: &str) {
-    let text = printable_keeping(text, &['\n']);
-    let line = format!("[{}] {text}\n", clock(crate::clock::now_ts()));
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
+    let _ = out.write_all(line(text).as_bytes());
     let _ = out.flush();
+}
+
+/// One terminal line, `[HH:MM:SS] text\n`, control characters but line
+/// breaks shown as `�`.
+fn line(text: &str) -> String {
+    let text = printable_keeping(text, &['\n']);
+    format!("[{}] {text}\n", clock(crate::clock::now_ts()))
 }
 
 /// Prints a warning line, `[HH:MM:SS] WARN text`.

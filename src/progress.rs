@@ -47,6 +47,11 @@ pub fn parse(text: &str) -> Option<Progress> {
 
 /// The progress marker of one line, preferring the most specific form.
 fn parse_line(line: &str) -> Option<Progress> {
+    // Every form has a `%` or a `/`: a line with neither (most lines, and
+    // the attempt's header) skips the regular expressions.
+    if !line.bytes().any(|b| b == b'%' || b == b'/') {
+        return None;
+    }
     if let Some(c) = TQDM.captures_iter(line).last()
         && let Some(fraction) = ratio(&c[2], &c[3])
     {

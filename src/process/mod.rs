@@ -56,8 +56,23 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// Reads and parses `/proc/<pid>/stat`; `None` if the process is gone.
+/// One read into a buffer on the stack: the line is well under 4 KiB
+/// (52 numbers and a 16-byte name), and this runs for every job's start
+/// and every process of each `/proc` scan.
 pub fn read_stat(pid: u32) -> Option<ProcStat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), or `None` if it

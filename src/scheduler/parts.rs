@@ -150,8 +150,7 @@ impl Reporting {
     /// Prints what the phases said, in order: the one place the loop's
     /// terminal lines are printed (through [`crate::console`]).
     pub fn speak(&mut self) {
-        for said in self.said.drain(..) {
-            said.print();
-        }
+        crate::console::print_lines(&self.said);
+        self.said.clear();
     }
 }

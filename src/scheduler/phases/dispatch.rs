@@ -56,6 +56,9 @@ impl Scheduler {
         let Some(snapshot) = &self.core.gpu.snapshot else {
             return Vec::new();
         };
+        // Looked up for every running job on every GPU, for each of the
+        // expected ends a status write tries.
+        let without: std::collections::HashSet<&str> = without.iter().copied().collect();
         let mut booked = self.booked_by_others();
         // A GPU closed because it stopped answering keeps its last seen
         // memory (one never seen counts as the largest GPU, or as

@@ -332,15 +332,22 @@ fn curves(run: &mut Run, samples: &[usage::Sample]) {
             })
         })
         .collect();
-    let mut per_job: BTreeMap<u32, HashMap<&str, u64>> = BTreeMap::new();
+    // Per GPU: each job's last sample, and their sum kept as they change
+    // (a job at 0 MiB is dropped, so a long sweep stays linear).
+    let mut per_job: BTreeMap<u32, (HashMap<&str, u64>, u64)> = BTreeMap::new();
     let mut sorted: Vec<&usage::Sample> = samples.iter().chain(&closing).collect();
     sorted.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     for sample in sorted {
         match &sample.key {
             Some(key) => {
-                let jobs = per_job.entry(sample.gpu).or_default();
-                jobs.insert(key, sample.mib);
-                let sum = jobs.values().sum();
+                let (jobs, sum) = per_job.entry(sample.gpu).or_default();
+                let before = if sample.mib == 0 {
+                    jobs.remove(key.as_str())
+                } else {
+                    jobs.insert(key, sample.mib)
+                };
+                *sum = (*sum + sample.mib).saturating_sub(before.unwrap_or(0));
+                let sum = *sum;
                 run.ours
                     .entry(sample.gpu)
                     .or_default()

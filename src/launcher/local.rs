@@ -128,10 +128,13 @@ impl Local {
             .is_ok()
     }
 
-    /// Job `id`'s outcome is journaled.
-    pub(super) fn ack(&mut self, id: u64) {
-        if let Ok(supervisor) = self.owner(id) {
-            supervisor.ack(id);
+    /// The outcomes of jobs `ids` are journaled (those of a supervisor
+    /// that died need no answer).
+    pub(super) fn ack_all(&mut self, ids: &[u64]) {
+        let first_id = self.first_id;
+        if let Some(supervisor) = &mut self.supervisor {
+            let ours: Vec<u64> = ids.iter().copied().filter(|&id| id >= first_id).collect();
+            supervisor.ack_all(&ours);
         }
     }
 

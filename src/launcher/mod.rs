@@ -334,8 +334,14 @@ impl Launcher {
     /// Local job `id`'s outcome is durable in the journal: its supervisor
     /// needs to write no exit record.
     pub fn ack(&mut self, id: u64) {
+        self.ack_all(&[id]);
+    }
+
+    /// [`Launcher::ack`] for a round's outcomes, in one write to the
+    /// supervisor.
+    pub fn ack_all(&mut self, ids: &[u64]) {
         if let Launcher::Local(local) = self {
-            local.ack(id);
+            local.ack_all(ids);
         }
     }
 

@@ -201,9 +201,20 @@ impl Supervisor {
         })
     }
 
-    /// Job `id`'s outcome is durable in the journal: no record is needed.
-    pub fn ack(&mut self, id: u64) {
-        let _ = self.send(&ToSupervisor::Ack(id));
+    /// The outcomes of jobs `ids` are durable in the journal: no record
+    /// is needed. One write for all of them (a round ends many tiny jobs
+    /// at once).
+    pub fn ack_all(&mut self, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut lines = Vec::with_capacity(ids.len() * 16);
+        for &id in ids {
+            if serde_json::to_writer(&mut lines, &ToSupervisor::Ack(id)).is_ok() {
+                lines.push(b'\n');
+            }
+        }
+        let _ = self.to.write_all(&lines);
     }
 
     /// The ends reported since the last call, read without blocking.

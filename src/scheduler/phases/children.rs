@@ -90,9 +90,7 @@ impl Scheduler {
         let synced = self.io.journal.sync();
         let unacked = std::mem::take(&mut self.io.unacked);
         if synced.is_ok() {
-            for id in unacked {
-                self.io.launcher.ack(id);
-            }
+            self.io.launcher.ack_all(&unacked);
         }
         completed.and(synced)
     }

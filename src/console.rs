@@ -137,7 +137,7 @@ fn line(text: &str) -> String {
 
 /// Prints a warning line, `[HH:MM:SS] WARN text`.
 pub fn warn(text: &str) {
-    say(&format!("WARN {text}"));
+    Said::Warning(text.to_string()).print();
 }
 
 /// A duration for people: `0.8s`, `42s`, `5m03s`, `2h05m`, `3d04h`.

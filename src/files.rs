@@ -108,6 +108,21 @@ pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Creates `path` for writing, owner-only (0600 on the descriptor), only
+/// if nothing is there: an existing file or a planted symbolic link is
+/// refused (`EEXIST`), never written through.
+///
+/// Errors: something is at `path`, or the directory is not writable.
+pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// The last `limit` bytes of the file written since byte `from`, decoded
 /// lossily; empty when the file cannot be read.
 pub fn read_tail(path: &Path, from: u64, limit: u64) -> String {

@@ -249,7 +249,7 @@ fn default_token_file() -> Option<PathBuf> {
 /// read (with the `--token-file` to use instead).
 fn own_token() -> Result<String, Error> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let Some(path) = default_token_file() else {
         return Err(Error::Usage(
             "no HOME or XDG_CONFIG_HOME to keep serve's token in; give one with --token-file FILE"
@@ -262,13 +262,7 @@ fn own_token() -> Result<String, Error> {
             .mode(0o700)
             .create(dir);
     }
-    let made = std::fs::File::options()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path);
-    match made {
+    match crate::files::create_private(&path) {
         Ok(mut file) => {
             let token = random_token();
             file.write_all(format!("{token}\n").as_bytes())

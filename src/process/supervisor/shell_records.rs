@@ -17,7 +17,6 @@
 use super::ExitRecord;
 use crate::process::GroupIdentity;
 use std::collections::HashSet;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// How many attempts are given one shell record file before the next one
@@ -146,13 +145,7 @@ impl ShellRecordFiles {
         let ms = (crate::clock::now_ts() * 1000.0) as u64;
         for n in 0..16 {
             let path = self.dir.join(format!("shells-{ms}-{n}.jsonl"));
-            let created = std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path);
-            match created {
+            match crate::files::create_private(&path) {
                 Ok(_) => {
                     self.known.push(path.clone());
                     return Some(path);

@@ -240,6 +240,8 @@ impl Trace<'_> {
             now,
             estimate_s: &estimate,
             reserve_jobs: reserve,
+            cpu_slots: u32::MAX,
+            cpu_jobs: u32::MAX,
         };
         let ready = order.iter().map(|&i| ReadyJob {
             index: i,

@@ -235,6 +235,8 @@ fn backfill_round(reserve: usize) -> f64 {
             now: 0.0,
             estimate_s: &estimate,
             reserve_jobs: reserve,
+            cpu_slots: u32::MAX,
+            cpu_jobs: u32::MAX,
         };
         let ready = requests
             .iter()

@@ -316,7 +316,7 @@ mod tests {
                 .contains("bad vram value 'eight'")
         );
         job.vram = None;
-        job.gpus = Some(0);
+        job.gpus = Some(2000);
         assert!(
             job_line(&job)
                 .unwrap_err()

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod console;
+pub mod containment;
 pub mod control;
 pub mod edit;
 pub mod error;

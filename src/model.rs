@@ -27,11 +27,15 @@ pub enum DoneStatus {
     /// Stopped for using more VRAM than it declared (`--enforce stop`)
     /// with no retries left (docs/BEHAVIOUR.md "Declarations that hold").
     OverDeclared,
+    /// Killed by the kernel's OOM killer at its cgroup's host memory
+    /// limit (`mem=`; docs/BEHAVIOUR.md "Containment"); never retried as
+    /// a GPU OOM.
+    HostOom,
 }
 
 impl DoneStatus {
     /// Every status, in the order the board and metrics list them.
-    pub const ALL: [DoneStatus; 8] = [
+    pub const ALL: [DoneStatus; 9] = [
         DoneStatus::Ok,
         DoneStatus::Failed,
         DoneStatus::FailedOom,
@@ -40,6 +44,7 @@ impl DoneStatus {
         DoneStatus::Infeasible,
         DoneStatus::DependencyFailed,
         DoneStatus::OverDeclared,
+        DoneStatus::HostOom,
     ];
 
     /// The word used in the journal, on the board and in completion lines.
@@ -53,6 +58,7 @@ impl DoneStatus {
             DoneStatus::Infeasible => "infeasible",
             DoneStatus::DependencyFailed => "dependency_failed",
             DoneStatus::OverDeclared => "over_declared",
+            DoneStatus::HostOom => "host_oom",
         }
     }
 

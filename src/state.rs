@@ -47,6 +47,15 @@ pub struct Config {
     /// `--enforce`: what happens to a job over its declaration, unless
     /// its line says (docs/BEHAVIOUR.md "Declarations that hold").
     pub enforce: crate::jobspec::Enforce,
+    /// Where jobs' cgroups go, or why none can be made (docs/BEHAVIOUR.md
+    /// "Containment"); `Ok(None)` under `--no-containment` or on Slurm.
+    pub containment: Result<Option<crate::containment::Containment>, String>,
+    /// `--mem-per-gpu` (MiB).
+    pub mem_per_gpu_mib: Option<u64>,
+    /// `--cpus-per-gpu`.
+    pub cpus_per_gpu: Option<u32>,
+    /// `--cpu-jobs`: CPU-only jobs (`gpus=0`) at once.
+    pub cpu_jobs: u32,
 }
 
 impl Config {
@@ -186,6 +195,8 @@ pub struct Running {
     /// When its ledger booking was first published (Unix ms; its
     /// `starting` booking's moment).
     pub booked_since_ms: u64,
+    /// Its own cgroup, when contained (docs/BEHAVIOUR.md "Containment").
+    pub cgroup: Option<crate::containment::JobCgroup>,
 }
 
 impl Running {

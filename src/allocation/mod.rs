@@ -477,6 +477,12 @@ pub enum WaitReason {
         /// The drained GPUs it would use.
         gpus: Vec<u32>,
     },
+    /// A CPU-only job (`gpus=0`): `--cpu-jobs` of them already run
+    /// (docs/BEHAVIOUR.md "Containment").
+    CpuJobs {
+        /// The limit, `--cpu-jobs`.
+        limit: u32,
+    },
     /// An undeclared job: no allowed GPU is fully idle.
     IdleGpu {
         /// GPUs it needs.
@@ -529,6 +535,11 @@ impl std::fmt::Display for WaitReason {
                 users.join(", ")
             ),
             WaitReason::Quota { user, over } => write!(f, "quota: {user} {over}"),
+            WaitReason::CpuJobs { limit } => write!(
+                f,
+                "{limit} CPU-only job{} running (--cpu-jobs {limit})",
+                if *limit == 1 { "" } else { "s" }
+            ),
             WaitReason::Computing { gpus } => write!(
                 f,
                 "GPU {} computing flat out (sharing would slow both; --placement pack shares)",

@@ -395,6 +395,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub slurm: SlurmArgs,
+
+    #[command(flatten)]
+    pub contain: ContainArgs,
 }
 
 /// Running on a Slurm cluster (docs/BEHAVIOUR.md "Slurm"), for the scheduler and `export`.
@@ -764,6 +767,8 @@ use values::{
 };
 
 mod box_args;
+mod contain_args;
+pub use contain_args::ContainArgs;
 mod lab_args;
 mod sim_args;
 use box_args::parse_nvlink_pairs;

@@ -104,8 +104,23 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
     });
     findings.push(ledger_finding(&ledger, args.sim.is_some()));
     findings.push(log_dir_finding(&args.log_dir));
+    findings.push(containment_finding(&args.log_dir));
     print!("{}", render(&findings, matrix.as_ref()));
     Ok(i32::from(findings.iter().any(|f| f.level == Level::Error)))
+}
+
+/// Whether jobs would get cgroups of their own (docs/BEHAVIOUR.md
+/// "Containment"), found as the scheduler finds them; the parents made
+/// to check are removed again.
+fn containment_finding(log_dir: &Path) -> Finding {
+    let tag = crate::scheduler::startup::log_dir_tag(&crate::files::absolute(log_dir));
+    match crate::containment::Containment::setup(None, &tag) {
+        Ok(found) => {
+            found.remove_bases();
+            Finding::new(Level::Ok, format!("cgroups for jobs: {}", found.describe()))
+        }
+        Err(why) => Finding::new(Level::Warn, format!("no cgroups for jobs: {why}")),
+    }
 }
 
 /// Why NVML did not start, with the fix.

@@ -110,7 +110,10 @@ fn unit_dir() -> anyhow::Result<PathBuf> {
 /// 10 s; they run again at the next start), so systemd sends SIGTERM to it
 /// alone and waits long enough (`KillMode=mixed`, `TimeoutStopSec=40`).
 /// Exit status 130 (`gpusched stop`) and 2 (a usage or jobs-file error)
-/// are not failures to restart after (systemd.service(5)).
+/// are not failures to restart after (systemd.service(5)). `Delegate=yes`
+/// hands the unit's cgroup to gpusched, which puts each job in a cgroup of
+/// its own there (systemd.resource-control(5); docs/BEHAVIOUR.md
+/// "Containment").
 /// The variables of the installing shell the unit records, so that jobs
 /// find the same programs and Python environment as when it was installed
 /// (systemd starts user services with a bare environment): `PATH`, the
@@ -163,6 +166,7 @@ pub fn unit(
          WorkingDirectory={dir}\n\
          ExecStart={exec}\n\
          KillMode=mixed\n\
+         Delegate=yes\n\
          TimeoutStopSec=40\n\
          Restart=on-failure\n\
          RestartSec=10\n\

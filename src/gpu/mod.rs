@@ -100,6 +100,12 @@ pub trait GpuBackend {
     fn topology(&self) -> Option<crate::allocation::Topology> {
         None
     }
+    /// The CPUs nearest GPU `gpu` (NVML's CPU affinity), for `cpus=`
+    /// (docs/BEHAVIOUR.md "Containment"); `None` when the backend cannot
+    /// tell (every CPU is then as near).
+    fn cpu_affinity(&self, _gpu: u32) -> Option<Vec<u32>> {
+        None
+    }
     /// A short description for the start-up line, e.g. `2 simulated GPUs`.
     fn describe(&self) -> String;
     /// Whether this backend is the simulator (jobs then get

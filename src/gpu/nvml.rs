@@ -43,6 +43,9 @@ pub struct NvmlBackend {
     driver: String,
     /// How the GPUs are connected, read once at start.
     topology: Topology,
+    /// Each GPU's nearest CPUs (NVML `nvmlDeviceGetCpuAffinity`), read
+    /// once at start; `None` where NVML cannot tell.
+    affinity: Vec<Option<Vec<u32>>>,
     /// Critical XID errors (GPU index, XID) from [`watch_xids`].
     xids: mpsc::Receiver<(u32, u64)>,
 }
@@ -124,6 +127,7 @@ impl NvmlBackend {
             .sys_driver_version()
             .unwrap_or_else(|_| "unknown".into());
         let topology = read_topology(&nvml, count);
+        let affinity = (0..count).map(|i| read_affinity(&nvml, i)).collect();
         let (sender, xids) = mpsc::channel();
         std::thread::Builder::new()
             .name("gpusched-xid".into())
@@ -132,6 +136,7 @@ impl NvmlBackend {
         let mut backend = NvmlBackend {
             xids,
             topology,
+            affinity,
             nvml: Some(nvml),
             devices: (0..count)
                 .map(|index| Device {
@@ -254,6 +259,22 @@ impl NvmlBackend {
 /// is no GPU's) join every pair of GPUs that both reach a switch, by the
 /// fewer of their switch links. What NVML cannot tell stays unknown;
 /// reading never fails.
+/// The CPUs nearest GPU `index` (NVML's CPU affinity: a bit mask in
+/// words of the C `unsigned long`, CPU n at bit n % 64 of word n / 64).
+fn read_affinity(nvml: &Nvml, index: u32) -> Option<Vec<u32>> {
+    let cpus = crate::containment::online_cpus();
+    let words = (cpus.iter().max().copied().unwrap_or(0) as usize / 64) + 1;
+    let mask = nvml.device_by_index(index).ok()?.cpu_affinity(words).ok()?;
+    let near: Vec<u32> = (0..words * 64)
+        .filter(|&cpu| {
+            mask.get(cpu / 64)
+                .is_some_and(|w| (*w >> (cpu % 64)) & 1 == 1)
+        })
+        .map(|cpu| cpu as u32)
+        .collect();
+    (!near.is_empty()).then_some(near)
+}
+
 fn read_topology(nvml: &Nvml, count: u32) -> Topology {
     let bus_ids: Vec<Option<String>> = (0..count)
         .map(|i| {
@@ -495,6 +516,10 @@ impl GpuBackend for NvmlBackend {
 
     fn topology(&self) -> Option<Topology> {
         Some(self.topology.clone())
+    }
+
+    fn cpu_affinity(&self, gpu: u32) -> Option<Vec<u32>> {
+        self.affinity.get(gpu as usize).cloned().flatten()
     }
 
     fn describe(&self) -> String {

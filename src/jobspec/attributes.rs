@@ -62,13 +62,34 @@ pub const ATTRIBUTES: &[Attribute] = &[
     Attribute {
         name: "gpus",
         shown: "gpus=N",
-        help: "number of distinct GPUs (default 1)",
+        help: "number of distinct GPUs (default 1); 0: a CPU-only job (counts against --cpu-jobs)",
         parse: Parse::Value(|spec, v| {
-            spec.gpus = positive_int(v).filter(|&n| n <= MAX_GPUS).ok_or_else(|| {
+            spec.gpus = v.parse::<u32>().ok().filter(|&n| n <= MAX_GPUS).ok_or_else(|| {
                 format!(
-                    "bad gpus value '{v}': expected a whole number of GPUs from 1 to {MAX_GPUS}"
+                    "bad gpus value '{v}': expected a whole number of GPUs from 0 (CPU only) to {MAX_GPUS}"
                 )
             })?;
+            Ok(())
+        }),
+    },
+    Attribute {
+        name: "mem",
+        shown: "mem=SIZE",
+        help: "host memory limit (its cgroup's): 800M, 16G; over it the kernel kills it, told as a host OOM",
+        parse: Parse::Value(|spec, v| {
+            spec.rare_mut().mem_mib = Some(super::parse_mem_mib(v)?);
+            Ok(())
+        }),
+    },
+    Attribute {
+        name: "cpus",
+        shown: "cpus=N",
+        help: "CPU cores it may use, taken near its GPUs (its cgroup's cpuset)",
+        parse: Parse::Value(|spec, v| {
+            spec.rare_mut().cpus =
+                Some(positive_int(v).filter(|&n| n <= 4096).ok_or_else(|| {
+                    format!("bad cpus value '{v}': expected a whole number of CPU cores from 1")
+                })?);
             Ok(())
         }),
     },

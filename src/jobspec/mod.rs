@@ -26,7 +26,8 @@ pub struct JobSpec {
     pub command: String,
     /// Declared peak VRAM per GPU in MiB (`vram=`), if any.
     pub vram_mib: Option<u64>,
-    /// Number of distinct GPUs (`gpus=`), at least 1.
+    /// Number of distinct GPUs (`gpus=`); 0 for a CPU-only job
+    /// (docs/BEHAVIOUR.md "Containment").
     pub gpus: u32,
     /// The bare `cancel` flag (docs/BEHAVIOUR.md "Out of memory and timeouts").
     pub cancel: bool,
@@ -90,6 +91,10 @@ pub struct Rare {
     /// `retry_on=`: what `retries=` re-runs ([`RetryOn`]); `None` for
     /// CUDA OOMs only.
     pub retry_on: Option<RetryOn>,
+    /// `mem=`: host memory limit in MiB (docs/BEHAVIOUR.md "Containment").
+    pub mem_mib: Option<u64>,
+    /// `cpus=`: CPU cores (docs/BEHAVIOUR.md "Containment").
+    pub cpus: Option<u32>,
 }
 
 /// Hex digits of an `env=` id (the environment `gpusched add` saved).
@@ -220,6 +225,16 @@ impl JobSpec {
     /// `timeout=` in seconds ([`Rare::timeout_s`]).
     pub fn timeout_s(&self) -> Option<f64> {
         self.rare.as_ref()?.timeout_s
+    }
+
+    /// `mem=` in MiB ([`Rare::mem_mib`]).
+    pub fn mem_mib(&self) -> Option<u64> {
+        self.rare.as_ref()?.mem_mib
+    }
+
+    /// `cpus=` ([`Rare::cpus`]).
+    pub fn cpus(&self) -> Option<u32> {
+        self.rare.as_ref()?.cpus
     }
 
     /// `retries=` ([`Rare::retries`]).
@@ -700,6 +715,16 @@ pub fn parse_vram_mib(text: &str) -> Result<u64, String> {
         ));
     }
     Ok(mib as u64)
+}
+
+/// Parses a host memory amount (`mem=`, `--mem-per-gpu`) into MiB: the
+/// units of [`parse_vram_mib`].
+pub fn parse_mem_mib(text: &str) -> Result<u64, String> {
+    parse_vram_mib(text).map_err(|e| {
+        e.replace("bad vram value", "bad mem value")
+            .replace("vram=", "mem=")
+            .replace(" is not a GPU's memory", "")
+    })
 }
 
 /// Parses a duration into seconds (docs/BEHAVIOUR.md "Jobs file"): `90`, `90s`, `15m`, `2h`,

@@ -81,7 +81,7 @@ fn unknown_key_names_line_and_text() {
     assert_eq!(e.text, "[vrma=8G] python x.py");
     assert_eq!(
         e.to_string(),
-        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, timeout=, retries=, retry_on=, priority=, begin=, name=, after=, on=, family=, group=, limit=, enforce=, cwd=, env=, preemptible, cancel): [vrma=8G] python x.py"
+        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, mem=, cpus=, timeout=, retries=, retry_on=, priority=, begin=, name=, after=, on=, family=, group=, limit=, enforce=, cwd=, env=, preemptible, cancel): [vrma=8G] python x.py"
     );
 }
 
@@ -92,7 +92,20 @@ fn bad_values_are_errors() {
             .reason
             .contains("bad vram value 'lots'")
     );
-    assert!(error("[gpus=0] x").reason.contains("bad gpus value '0'"));
+    assert_eq!(one("[gpus=0] x").gpus, 0, "a CPU-only job");
+    assert!(error("[gpus=2000] x").reason.contains("bad gpus value '2000'"));
+    assert!(error("[mem=0] x").reason.contains("bad mem value '0'"));
+    assert!(
+        error("[mem=lots] x")
+            .reason
+            .contains("bad mem value 'lots'")
+    );
+    assert!(error("[cpus=0] x").reason.contains("bad cpus value '0'"));
+    let contained = one("[mem=1.5G cpus=4] x");
+    assert_eq!(
+        (contained.mem_mib(), contained.cpus()),
+        (Some(1536), Some(4))
+    );
     assert!(error("[gpus=-1] x").reason.contains("bad gpus value"));
     assert!(error("[gpus=1.5] x").reason.contains("bad gpus value"));
     assert!(error("[timeout=0] x").reason.contains("more than zero"));

@@ -19,6 +19,7 @@ impl Journal {
                 supervisor,
                 log_offset,
                 slurm_job_id,
+                cgroup,
             } => Fold::Started {
                 attempt: *attempt,
                 info: Box::new(StartedInfo {
@@ -31,6 +32,7 @@ impl Journal {
                     supervisor: *supervisor,
                     log_offset: *log_offset,
                     slurm_job_id: *slurm_job_id,
+                    cgroup: cgroup.clone(),
                     command: None,
                 }),
             },

@@ -52,6 +52,11 @@ pub enum Event {
         /// `pgid` is then 0).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slurm_job_id: Option<u64>,
+        /// The job's own cgroup directories (docs/BEHAVIOUR.md
+        /// "Containment"): one for cgroup v2, one per controller for v1;
+        /// empty when it runs uncontained.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cgroup: Vec<String>,
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (docs/BEHAVIOUR.md "Out of memory and timeouts").
     Oom {
@@ -191,6 +196,8 @@ pub struct StartedInfo {
     pub log_offset: Option<u64>,
     /// Its Slurm job id, when it runs on a cluster (docs/BEHAVIOUR.md "Slurm").
     pub slurm_job_id: Option<u64>,
+    /// Its cgroup directories, when contained (docs/BEHAVIOUR.md "Containment").
+    pub cgroup: Vec<String>,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
     /// started by this scheduler, which keeps it elsewhere.

@@ -125,6 +125,8 @@ struct RawRecord<'a> {
     supervisor: Option<ProcessId>,
     log_offset: Option<u64>,
     slurm_job_id: Option<u64>,
+    #[serde(default)]
+    cgroup: Vec<String>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
     status: Option<DoneStatus>,
@@ -156,6 +158,7 @@ impl RawRecord<'_> {
                     supervisor: self.supervisor,
                     log_offset: self.log_offset,
                     slurm_job_id: self.slurm_job_id,
+                    cgroup: self.cgroup.clone(),
                     command: None,
                 }),
             },

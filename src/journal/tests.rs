@@ -24,6 +24,7 @@ fn started(pgid: u32) -> Event {
         }),
         log_offset: Some(100),
         slurm_job_id: None,
+        cgroup: Vec::new(),
     }
 }
 
@@ -46,6 +47,7 @@ fn a_slurm_job_id_and_state_survive_a_replay() {
                 supervisor: None,
                 log_offset: Some(0),
                 slurm_job_id: Some(77),
+                cgroup: Vec::new(),
             },
         )
         .unwrap();

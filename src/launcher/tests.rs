@@ -52,6 +52,7 @@ fn outcome(facts: &EndFacts) -> Outcome {
         verdict: facts.verdict,
         neighbour_over: None,
         mps_limited: false,
+        host_oom: false,
     })
 }
 

@@ -150,6 +150,10 @@ pub struct AttemptEnd {
     /// It ran under an MPS memory limit of its declaration (`--enforce
     /// mps`): a GPU OOM is that limit.
     pub mps_limited: bool,
+    /// The kernel's OOM killer killed a process of its cgroup, at its
+    /// host memory limit (docs/BEHAVIOUR.md "Containment"): a failure of
+    /// host memory, never retried as a GPU OOM.
+    pub host_oom: bool,
 }
 
 /// What a launcher says about an ended attempt that no exit code carries
@@ -265,6 +269,9 @@ fn decide_oom(end: &AttemptEnd) -> Outcome {
     if exit == Exit::Code(0) {
         return Outcome::Done(DoneStatus::Ok);
     }
+    if end.host_oom {
+        return Outcome::Done(DoneStatus::HostOom);
+    }
     if end.ran_out_of != Some(Exhausted::Gpu) {
         return Outcome::Done(DoneStatus::Failed);
     }
@@ -361,6 +368,7 @@ mod tests {
             verdict: None,
             neighbour_over: None,
             mps_limited: false,
+            host_oom: false,
             retry_on: RetryOn::Oom,
         }
     }

@@ -135,6 +135,7 @@ mod tests {
             supervisor: None,
             log_offset: None,
             slurm_job_id: None,
+            cgroup: Vec::new(),
             command: None,
         }))
     }

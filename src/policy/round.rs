@@ -56,6 +56,11 @@ pub struct RoundRules<'a> {
     /// reservation ([`crate::policy::backfill::RESERVED_JOBS`]; 1 is EASY
     /// backfill, 0 none).
     pub reserve_jobs: usize,
+    /// How many more CPU-only jobs (`gpus=0`) may start: `--cpu-jobs`
+    /// less those running (docs/BEHAVIOUR.md "Containment").
+    pub cpu_slots: u32,
+    /// `--cpu-jobs`, for the reason the others wait.
+    pub cpu_jobs: u32,
 }
 
 /// What a round decided.
@@ -104,6 +109,27 @@ pub fn plan<'a>(
         // placed, and later jobs go on (backfill).
         if let Some(reason) = group_wait(rules.groups, &mut rules.in_group, job.group) {
             round.blocked.push((job.key.to_string(), reason));
+            continue;
+        }
+        // A CPU-only job needs no GPU, only one of the CPU-job slots.
+        if job.request.gpus == 0 {
+            if rules.cpu_slots == 0 {
+                ungroup(&mut rules.in_group, job.group);
+                round.blocked.push((
+                    job.key.to_string(),
+                    WaitReason::CpuJobs {
+                        limit: rules.cpu_jobs,
+                    },
+                ));
+            } else {
+                rules.cpu_slots -= 1;
+                round.ready += 1;
+                round.planned.push(Planned {
+                    index: job.index,
+                    request: job.request,
+                    placement: Placement::Start(Vec::new()),
+                });
+            }
             continue;
         }
         // Likewise a job that would take our user over their quota.
@@ -206,6 +232,8 @@ pub fn plan_queue(
         now: 0.0,
         estimate_s: &|_| None,
         reserve_jobs: 0,
+        cpu_slots: u32::MAX,
+        cpu_jobs: u32::MAX,
     };
     let ready = requests
         .iter()
@@ -374,6 +402,8 @@ mod tests {
             now: NOW,
             estimate_s: &|_| None,
             reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
+            cpu_slots: 1,
+            cpu_jobs: 1,
         }
     }
 

@@ -72,6 +72,9 @@ impl Scheduler {
             self.sample_gpus(now);
             self.enforce_declarations(now);
             self.guard(|s| s.complete_ended_orphans());
+            if !self.io.busy_cgroups.is_empty() {
+                self.remove_busy_cgroups(false);
+            }
         }
         self.core.jobs.skip_ended(&self.io.journal);
         self.guard(|s| s.dispatch());
@@ -87,6 +90,9 @@ impl Scheduler {
             self.say_drained_watching();
         }
         let code = self.exit_code_if_done();
+        if code.is_some() {
+            self.remove_busy_cgroups(true);
+        }
         if (!self.io.spent_records.is_empty() || !self.io.shell_records.known().is_empty())
             && (code.is_some() || (self.core.running.is_empty() && self.pending().next().is_none()))
         {

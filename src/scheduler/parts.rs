@@ -49,6 +49,9 @@ pub struct Io {
     /// Our MPS daemon under `--enforce mps` (docs/BEHAVIOUR.md
     /// "Declarations that hold"); it quits when this is dropped.
     pub mps: Option<crate::launcher::mps::Mps>,
+    /// Ended attempts' cgroups whose last processes were still dying when
+    /// they were removed; tried again each sampling round.
+    pub busy_cgroups: Vec<crate::containment::JobCgroup>,
 }
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").

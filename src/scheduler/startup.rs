@@ -55,6 +55,13 @@ impl Scheduler {
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
+        if !args.slurm.slurm && !args.contain.no_containment {
+            cfg.containment = crate::containment::Containment::setup(
+                args.contain.cgroup.as_deref(),
+                &log_dir_tag(&cfg.log_dir),
+            )
+            .map(Some);
+        }
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -103,6 +110,7 @@ impl Scheduler {
             shell_records: crate::process::supervisor::ShellRecordFiles::new(&cfg.log_dir),
             unacked: Vec::new(),
             mps,
+            busy_cgroups: Vec::new(),
         };
         let share = Sharing {
             ledger,
@@ -152,6 +160,9 @@ impl Scheduler {
             jobs_path.display(),
             self.cfg.log_dir.display()
         ));
+        if let Err(why) = &self.cfg.containment {
+            self.report.warn(format!("no cgroups for jobs: {why}"));
+        }
         if let Some(last) = last_jobs_file {
             self.warn_other_jobs_file(last);
         }
@@ -328,6 +339,14 @@ fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::laun
     }
 }
 
+/// A short tag naming this log directory's cgroups among others'
+/// (8 hex digits of the SHA-256 of its absolute path).
+pub fn log_dir_tag(log_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(log_dir.as_os_str().as_encoded_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The run's settings from the command line.
 fn config(args: &RunArgs) -> Config {
     Config {
@@ -345,6 +364,10 @@ fn config(args: &RunArgs) -> Config {
         poll: Duration::from_secs_f64(args.poll),
         watch: args.watch,
         oom_retries: args.oom_retries,
+        containment: Ok(None),
+        mem_per_gpu_mib: args.contain.mem_per_gpu,
+        cpus_per_gpu: args.contain.cpus_per_gpu,
+        cpu_jobs: args.contain.cpu_jobs,
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
         workdir: std::env::current_dir().ok(),

@@ -41,6 +41,11 @@ impl Scheduler {
         self.due.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
         let mut facts = job.end_facts();
+        // Whatever it left behind dies now; a host OOM is counted first.
+        let contained = self.finish_cgroup(&job);
+        let host_oom_limit = contained
+            .filter(|found| found.oom_kills > 0)
+            .map(|found| found.memory_limit_mib);
         if facts.verdict == Some(Verdict::DependencyFailed)
             && !matches!(self.readiness_of(key), Readiness::Failed { .. })
         {
@@ -81,7 +86,18 @@ impl Scheduler {
             peak_mib: job.usage.peak_max_mib(),
             neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
             mps_limited: self.mps_limited(&job),
+            host_oom: host_oom_limit.is_some(),
         });
+        if decision == Outcome::Done(DoneStatus::HostOom) {
+            let limit = host_oom_limit.flatten().map_or_else(
+                || "its cgroup's memory limit".to_string(),
+                |mib| format!("its host memory limit of {mib} MiB (mem=)"),
+            );
+            facts.words = Some(format!(
+                "{}; killed by the kernel's OOM killer at {limit}: host memory, not GPU memory — raise mem=",
+                facts.exit_words()
+            ));
+        }
         // A failure for want of host memory says so: it is no GPU OOM
         // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
         if decision == Outcome::Done(DoneStatus::Failed)

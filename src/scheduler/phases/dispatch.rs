@@ -586,6 +586,14 @@ impl Scheduler {
             now: crate::clock::now_ts(),
             estimate_s: &|index| self.run_estimate_s(index),
             reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
+            cpu_slots: self.cfg.cpu_jobs.saturating_sub(
+                self.core
+                    .running
+                    .values()
+                    .filter(|r| r.gpus.is_empty())
+                    .count() as u32,
+            ),
+            cpu_jobs: self.cfg.cpu_jobs,
         };
         let specs = &self.core.jobs.specs;
         let mut blocked = Vec::new();

@@ -25,13 +25,15 @@ use std::time::{Duration, Instant};
 
 /// An attempt whose supervisor is starting; not journaled yet.
 pub(in crate::scheduler) struct Launch {
-    spec: JobSpec,
+    pub(super) spec: JobSpec,
     request: Request,
-    gpus: Vec<u32>,
+    pub(super) gpus: Vec<u32>,
     /// The file's jobs started or done, this one included.
     dispatched: usize,
-    no: u32,
-    attempt: u32,
+    pub(super) no: u32,
+    pub(super) attempt: u32,
+    /// Its own cgroup, once made at its gate ([`Scheduler::contain_all`]).
+    pub(super) cgroup: Option<crate::containment::JobCgroup>,
     log_path: PathBuf,
     log_offset: u64,
     exit_record: RecordPlace,
@@ -69,8 +71,10 @@ impl Scheduler {
         };
         let header = format!(
             "==== gpusched: job {no} attempt {attempt} {} at {} ({vram_text}): {}\n",
-            if gpus.is_empty() {
+            if !self.io.launcher.places_jobs() {
                 "submitted to Slurm".to_string()
+            } else if gpus.is_empty() {
+                "on the CPU only (gpus=0)".to_string()
             } else {
                 format!("on GPU {}", crate::console::gpu_ids(&gpus, ","))
             },
@@ -139,6 +143,7 @@ impl Scheduler {
             exit_record,
             vram_text,
             learned,
+            cgroup: None,
             spawning: Some(spawning),
         }))
     }
@@ -152,7 +157,8 @@ impl Scheduler {
         &mut self,
         launches: Vec<Launch>,
     ) -> anyhow::Result<()> {
-        let ready = self.wait_at_gates(launches)?;
+        let mut ready = self.wait_at_gates(launches)?;
+        self.contain_all(&mut ready);
         let boot_id = process::boot_id();
         self.journal_starts(&ready, &boot_id)?;
         if let Some(supervisor) = self.io.launcher.supervisor()
@@ -245,14 +251,23 @@ impl Scheduler {
                         supervisor: handle.supervisor,
                         log_offset: Some(launch.log_offset),
                         slurm_job_id: handle.slurm_job_id,
+                        cgroup: launch
+                            .cgroup
+                            .as_ref()
+                            .map(crate::containment::JobCgroup::journaled)
+                            .unwrap_or_default(),
                     },
                 }
             })
             .collect();
         if let Err(e) = self.io.journal.append_all(&records) {
             // The jobs stay at their gates: abandon them there.
-            for (_, started) in ready {
+            for (launch, started) in ready {
                 self.io.launcher.abandon(*started);
+                if let Some(cgroup) = &launch.cgroup {
+                    cgroup.finish();
+                    cgroup.remove();
+                }
             }
             return Err(e);
         }
@@ -291,6 +306,7 @@ impl Scheduler {
         let handle = started_job.handle();
         let place = match handle.slurm_job_id {
             Some(id) => format!("submitted to Slurm as job {id}"),
+            None if launch.gpus.is_empty() => "started on the CPU only (gpus=0)".to_string(),
             None => format!(
                 "started on GPU {}",
                 crate::console::gpu_ids(&launch.gpus, ",")
@@ -352,6 +368,7 @@ impl Scheduler {
                 } else {
                     crate::clock::now_ms()
                 },
+                cgroup: launch.cgroup,
             },
         );
     }
@@ -466,8 +483,9 @@ impl Scheduler {
             })
             .collect();
         let mut env = Vec::new();
-        // On a cluster the GPUs are Slurm's to pick (and its to announce).
-        if !gpus.is_empty() {
+        // On a cluster the GPUs are Slurm's to pick (and its to announce);
+        // a CPU-only job sees none (empty, not unset: unset is every GPU).
+        if !gpus.is_empty() || self.io.launcher.places_jobs() {
             env.push(("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")));
             env.push(("GPUSCHED_GPU_UUIDS".to_string(), uuids.join(",")));
         }

@@ -33,6 +33,7 @@ mod box_rules;
 mod cancels;
 mod children;
 mod completion;
+mod contain;
 mod dependencies;
 mod dispatch;
 mod enforce;

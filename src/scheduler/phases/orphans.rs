@@ -211,6 +211,7 @@ impl Scheduler {
                     supervisor: None,
                     log_offset: None,
                     slurm_job_id: Some(job.id),
+                    cgroup: Vec::new(),
                 },
             )?;
             self.report.say(format!(
@@ -318,6 +319,7 @@ impl Scheduler {
             learned: None,
             unrecorded: false,
             booked_since_ms: (info.ts * 1000.0) as u64,
+            cgroup: crate::containment::JobCgroup::adopt(&info.cgroup),
         }
     }
 

@@ -1,0 +1,153 @@
+//! Job containment in the loop (docs/BEHAVIOUR.md "Containment"): each
+//! local job of a round is put in its own cgroup while it waits at its
+//! gate, with its `mem=` and `cpus=` (or the per-GPU defaults); when an
+//! attempt ends, for any reason, whatever it left in its cgroup is
+//! killed and said, and a host OOM within its limit is counted.
+
+use super::launch::Launch;
+use crate::containment::{Containment, JobCgroup, Leftovers, Limits};
+use crate::launcher::Ready;
+use crate::scheduler::Scheduler;
+use crate::state::Running;
+
+impl Scheduler {
+    /// Puts each local job of a round, held at its gate, in its own
+    /// cgroup; a job whose cgroup cannot be made runs without one, said.
+    pub(super) fn contain_all(&mut self, ready: &mut [(Launch, Ready)]) {
+        let Ok(Some(containment)) = &self.cfg.containment else {
+            return;
+        };
+        let containment = containment.clone();
+        let mut taken: Vec<u32> = self
+            .core
+            .running
+            .values()
+            .filter_map(|r| r.cgroup.as_ref())
+            .flat_map(|c| c.cpus.iter().copied())
+            .collect();
+        for (launch, started) in ready.iter_mut() {
+            let Ready::Local { job, .. } = started else {
+                continue;
+            };
+            let limits = self.limits_for(launch, &containment, &taken);
+            match containment.contain(&launch.spec.key, launch.attempt, &limits, job.pid) {
+                Ok(cgroup) => {
+                    taken.extend(cgroup.cpus.iter().copied());
+                    launch.cgroup = Some(cgroup);
+                }
+                Err(e) => self.report.warn(format!(
+                    "job {} runs without its own cgroup: {} ({})",
+                    launch.no,
+                    e,
+                    containment.describe()
+                )),
+            }
+        }
+    }
+
+    /// The limits of `launch`'s cgroup: its `mem=` and `cpus=`, else
+    /// `--mem-per-gpu` and `--cpus-per-gpu` times its GPUs (once for a
+    /// CPU-only job); CPUs from those nearest its GPUs not `taken` by
+    /// another job. A limit the box cannot enforce is said, not set.
+    fn limits_for(&mut self, launch: &Launch, containment: &Containment, taken: &[u32]) -> Limits {
+        let per_gpu = launch.gpus.len().max(1) as u64;
+        let mem_mib = launch
+            .spec
+            .mem_mib()
+            .or(self.cfg.mem_per_gpu_mib.map(|m| m.saturating_mul(per_gpu)));
+        let cpus = launch.spec.cpus().or(self
+            .cfg
+            .cpus_per_gpu
+            .map(|n| n.saturating_mul(per_gpu as u32)));
+        if mem_mib.is_some() && !containment.memory {
+            self.report.warn(format!(
+                "job {}: its host memory limit is not enforced: no memory controller in {}",
+                launch.no,
+                containment.describe()
+            ));
+        }
+        if cpus.is_some() && !containment.cpuset {
+            self.report.warn(format!(
+                "job {}: its CPUs are not pinned: no cpuset controller in {}",
+                launch.no,
+                containment.describe()
+            ));
+        }
+        let cpus = match cpus.filter(|_| containment.cpuset) {
+            Some(wanted) => {
+                let near: Vec<u32> = launch
+                    .gpus
+                    .iter()
+                    .filter_map(|&g| self.io.backend.cpu_affinity(g))
+                    .flatten()
+                    .collect();
+                let near = if near.is_empty() {
+                    containment.cpus.clone()
+                } else {
+                    near
+                };
+                crate::containment::choose_cpus(wanted, &near, taken, &containment.cpus)
+            }
+            None => Vec::new(),
+        };
+        Limits {
+            mem_mib: mem_mib.filter(|_| containment.memory),
+            cpus,
+        }
+    }
+
+    /// At the end of `job`'s attempt: kills what it left in its cgroup
+    /// (said: "job 3 left 12 processes behind: killed") and removes the
+    /// cgroup, or keeps it to remove once its last processes are gone.
+    /// Returns what was found, for the outcome (a host OOM).
+    pub(super) fn finish_cgroup(&mut self, job: &Running) -> Option<Leftovers> {
+        let cgroup = job.cgroup.as_ref()?;
+        let found = cgroup.finish();
+        if found.killed > 0 {
+            self.report.warn(format!(
+                "job {} left {} process{} behind: killed",
+                job.no,
+                found.killed,
+                if found.killed == 1 { "" } else { "es" }
+            ));
+        }
+        if !cgroup.remove() {
+            self.io.busy_cgroups.push(cgroup.clone());
+        }
+        Some(found)
+    }
+
+    /// Removes the cgroups of ended attempts whose last processes were
+    /// still dying at the end; at exit, also this scheduler's own.
+    pub(in crate::scheduler) fn remove_busy_cgroups(&mut self, exiting: bool) {
+        self.io.busy_cgroups.retain(|c| !c.remove());
+        if exiting
+            && self.core.running.is_empty()
+            && let Ok(Some(containment)) = &self.cfg.containment
+        {
+            for cgroup in std::mem::take(&mut self.io.busy_cgroups) {
+                for _ in 0..100 {
+                    if cgroup.remove() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            containment.remove_bases();
+        }
+    }
+}
+
+impl JobCgroup {
+    /// Its memory limit (MiB), as the kernel holds it.
+    pub fn memory_limit_mib(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|dir| {
+            let text = crate::containment::cgroupfs::read(dir, "memory.max")
+                .or_else(|_| crate::containment::cgroupfs::read(dir, "memory.limit_in_bytes"))
+                .ok()?;
+            let bytes: u64 = text.trim().parse().ok()?;
+            // v1's "no limit" is a page-rounded i64::MAX.
+            (bytes < 1 << 60).then_some(bytes >> 20)
+        })
+    }
+}

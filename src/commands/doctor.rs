@@ -113,7 +113,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
 /// "Containment"), found as the scheduler finds them; the parents made
 /// to check are removed again.
 fn containment_finding(log_dir: &Path) -> Finding {
-    let tag = crate::scheduler::startup::log_dir_tag(&crate::files::absolute(log_dir));
+    let tag = crate::containment::log_dir_tag(&crate::files::absolute(log_dir));
     match crate::containment::Containment::setup(None, &tag) {
         Ok(found) => {
             found.remove_bases();

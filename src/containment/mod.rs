@@ -264,6 +264,14 @@ impl Containment {
 /// What the start line and `doctor` say gives cgroup access.
 pub const HOW_TO_GET_IT: &str = "jobs run without containment (no mem=, cpus=, host-OOM report or leftover cleanup); to get it, run gpusched under `systemd-run --user --scope -p Delegate=yes`, as a `gpusched service install` unit (Delegate=yes), as root, or with --cgroup DIR naming a cgroup you may write";
 
+/// A short tag naming this log directory's cgroups among others'
+/// (8 hex digits of the SHA-256 of its absolute path).
+pub fn log_dir_tag(log_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(log_dir.as_os_str().as_encoded_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The cgroup name of attempt `attempt` of job `key` (`3f2a…#0` →
 /// `gpusched-job-3f2a…-0-a1`).
 pub fn job_name(key: &str, attempt: u32) -> String {

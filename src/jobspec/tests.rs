@@ -93,7 +93,11 @@ fn bad_values_are_errors() {
             .contains("bad vram value 'lots'")
     );
     assert_eq!(one("[gpus=0] x").gpus, 0, "a CPU-only job");
-    assert!(error("[gpus=2000] x").reason.contains("bad gpus value '2000'"));
+    assert!(
+        error("[gpus=2000] x")
+            .reason
+            .contains("bad gpus value '2000'")
+    );
     assert!(error("[mem=0] x").reason.contains("bad mem value '0'"));
     assert!(
         error("[mem=lots] x")

@@ -113,23 +113,7 @@ pub fn plan<'a>(
         }
         // A CPU-only job needs no GPU, only one of the CPU-job slots.
         if job.request.gpus == 0 {
-            if rules.cpu_slots == 0 {
-                ungroup(&mut rules.in_group, job.group);
-                round.blocked.push((
-                    job.key.to_string(),
-                    WaitReason::CpuJobs {
-                        limit: rules.cpu_jobs,
-                    },
-                ));
-            } else {
-                rules.cpu_slots -= 1;
-                round.ready += 1;
-                round.planned.push(Planned {
-                    index: job.index,
-                    request: job.request,
-                    placement: Placement::Start(Vec::new()),
-                });
-            }
+            plan_cpu_only(&mut rules, &mut round, &job);
             continue;
         }
         // Likewise a job that would take our user over their quota.
@@ -168,16 +152,7 @@ pub fn plan<'a>(
             is_held_for,
         );
         if placed != job.request {
-            // Kept to the GPUs our user holds: too few of them is a wait,
-            // not an end, and the quota is why it waits.
-            if matches!(placement, Placement::Infeasible(_)) {
-                placement = Placement::NotNow;
-            }
-            if placement == Placement::NotNow
-                && let Some(q) = &rules.quota
-            {
-                round.reasons.push((job.key.to_string(), q.over_gpus()));
-            }
+            placement = kept_to_held_gpus(placement, &rules, &mut round, job.key);
         }
         if let (Placement::Start(gpus), Some(q)) = (&placement, &mut rules.quota) {
             q.add(gpus, &job.request);
@@ -209,6 +184,46 @@ pub fn plan<'a>(
         .first()
         .map(|r| (r.job, r.at, r.gpus.clone()));
     round
+}
+
+/// The placement of a job the quota kept to the GPUs our user holds: too
+/// few of them is a wait, not an end, and the quota is why it waits.
+fn kept_to_held_gpus(
+    placement: Placement,
+    rules: &RoundRules<'_>,
+    round: &mut Round,
+    key: &str,
+) -> Placement {
+    let placement = match placement {
+        Placement::Infeasible(_) => Placement::NotNow,
+        other => other,
+    };
+    if placement == Placement::NotNow
+        && let Some(q) = &rules.quota
+    {
+        round.reasons.push((key.to_string(), q.over_gpus()));
+    }
+    placement
+}
+
+/// A CPU-only job (`gpus=0`, docs/BEHAVIOUR.md "Containment"): it starts
+/// on no GPU while a `--cpu-jobs` slot is free, else waits for one.
+fn plan_cpu_only(rules: &mut RoundRules<'_>, round: &mut Round, job: &ReadyJob<'_>) {
+    if rules.cpu_slots == 0 {
+        ungroup(&mut rules.in_group, job.group);
+        let reason = WaitReason::CpuJobs {
+            limit: rules.cpu_jobs,
+        };
+        round.blocked.push((job.key.to_string(), reason));
+        return;
+    }
+    rules.cpu_slots -= 1;
+    round.ready += 1;
+    round.planned.push(Planned {
+        index: job.index,
+        request: job.request,
+        placement: Placement::Start(Vec::new()),
+    });
 }
 
 /// The round over a plain queue of `requests` (no groups, quota,

@@ -55,13 +55,7 @@ impl Scheduler {
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
-        if !args.slurm.slurm && !args.contain.no_containment {
-            cfg.containment = crate::containment::Containment::setup(
-                args.contain.cgroup.as_deref(),
-                &log_dir_tag(&cfg.log_dir),
-            )
-            .map(Some);
-        }
+        cfg.containment = containment_for(args, &cfg.log_dir);
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -339,12 +333,20 @@ fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::laun
     }
 }
 
-/// A short tag naming this log directory's cgroups among others'
-/// (8 hex digits of the SHA-256 of its absolute path).
-pub fn log_dir_tag(log_dir: &std::path::Path) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(log_dir.as_os_str().as_encoded_bytes());
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+/// Where jobs' cgroups go (docs/BEHAVIOUR.md "Containment"): none under
+/// `--no-containment` or on Slurm; an error says why there are none.
+fn containment_for(
+    args: &RunArgs,
+    log_dir: &std::path::Path,
+) -> Result<Option<crate::containment::Containment>, String> {
+    if args.slurm.slurm || args.contain.no_containment {
+        return Ok(None);
+    }
+    crate::containment::Containment::setup(
+        args.contain.cgroup.as_deref(),
+        &crate::containment::log_dir_tag(log_dir),
+    )
+    .map(Some)
 }
 
 /// The run's settings from the command line.

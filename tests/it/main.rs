@@ -9,6 +9,7 @@ mod box_view;
 mod chaos;
 mod checks;
 mod common;
+mod containment;
 mod declarations;
 mod exactly_once;
 mod expected;

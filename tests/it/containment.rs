@@ -1,0 +1,366 @@
+//! Job containment through the binary (docs/BEHAVIOUR.md "Containment"):
+//! a host OOM at `mem=`, nothing left behind on cgroup v1 and v2, `cpus=`,
+//! CPU-only jobs, adoption of a contained job after `kill -9`, and the
+//! line said without cgroup access. A check whose controller or
+//! hierarchy this machine lacks says SKIPPED with the reason.
+
+use crate::common::{self, Env, users, wait_for, wait_for_within};
+use nix::sys::signal::Signal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The cgroup v1 hierarchies mounted here, by controller.
+fn v1_mount(controller: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|line| {
+        let (fields, rest) = line.split_once(" - ")?;
+        let mut rest = rest.split(' ');
+        let (fstype, _, options) = (rest.next()?, rest.next()?, rest.next()?);
+        let point = PathBuf::from(fields.split(' ').nth(4)?);
+        (fstype == "cgroup" && options.split(',').any(|o| o == controller)).then_some(point)
+    })
+}
+
+/// Whether gpusched, as root, finds cgroup v1 with `controllers`; else
+/// says SKIPPED with why.
+fn v1_with(controllers: &[&str]) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("containment tests need root to create cgroups");
+        return false;
+    }
+    if let Some(missing) = controllers.iter().find(|c| v1_mount(c).is_none()) {
+        common::skipped(&format!(
+            "containment: no cgroup v1 {missing} controller mounted here"
+        ));
+        return false;
+    }
+    true
+}
+
+/// A fresh cgroup v2 directory gpusched may use with --cgroup (cgroup v2
+/// with `cgroup.kill`), removed at drop; `None` (SKIPPED) where there is
+/// none.
+struct V2Dir(PathBuf);
+
+impl V2Dir {
+    fn new(name: &str) -> Option<V2Dir> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mount = text.lines().find_map(|line| {
+            let (fields, rest) = line.split_once(" - ")?;
+            let point = PathBuf::from(fields.split(' ').nth(4)?);
+            rest.starts_with("cgroup2 ").then_some(point)
+        });
+        let Some(mount) = mount.filter(|_| nix::unistd::geteuid().is_root()) else {
+            common::skipped("containment: no cgroup v2 hierarchy writable here (root)");
+            return None;
+        };
+        let dir = mount.join(format!("{name}-{}", std::process::id()));
+        if std::fs::create_dir(&dir).is_err() || !dir.join("cgroup.kill").exists() {
+            let _ = std::fs::remove_dir(&dir);
+            common::skipped("containment: cgroup v2 here has no cgroup.kill (Linux < 5.14)");
+            return None;
+        }
+        Some(V2Dir(dir))
+    }
+}
+
+impl Drop for V2Dir {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Pids of live (not zombie) processes whose command line mentions
+/// `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The cgroup directories job `no`'s last `started` event names.
+fn cgroup_of(env: &Env, no: u64) -> Vec<PathBuf> {
+    let started = env.job_events(no, "started");
+    let last = started.last().expect("a started event");
+    last["cgroup"]
+        .as_array()
+        .map(|dirs| {
+            dirs.iter()
+                .filter_map(|d| d.as_str())
+                .map(PathBuf::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A copy of `sleep` under a name only this test uses, so that its
+/// leftovers can be told from anyone else's.
+fn marked_sleep(env: &Env, name: &str) -> String {
+    let path = env.path(name);
+    std::fs::copy("/bin/sleep", &path).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_job_over_its_mem_limit_ends_as_a_host_oom_and_is_not_retried() {
+    if !v1_with(&["memory"]) {
+        return;
+    }
+    let env = Env::new(
+        "[mem=64M retries=2] python3 -c \"b = bytearray(200 * 1024 * 1024); print('allocated', len(b))\"\n",
+    );
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(
+        env.status_of(1).as_deref(),
+        Some("host_oom"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        env.job_events(1, "started").len(),
+        1,
+        "never retried: {}",
+        out.stdout
+    );
+    assert!(env.job_events(1, "oom").is_empty(), "no GPU-OOM retry");
+    assert!(
+        out.stdout.contains("host memory limit of 64 MiB (mem=)"),
+        "the limit is named: {}",
+        out.stdout
+    );
+    let log = std::fs::read_to_string(env.logs.join("job001_gpu0.log")).unwrap();
+    assert!(
+        !log.lines().any(|l| l.starts_with("allocated")),
+        "it never got the memory: {log}"
+    );
+    // Its cgroup is gone with it.
+    for dir in cgroup_of(&env, 1) {
+        assert!(!dir.exists(), "{} removed", dir.display());
+    }
+}
+
+/// A job that starts `setsid SLEEP 300 &` and exits: within 2 s of its
+/// end nothing of it is left, and the scheduler said so.
+fn nothing_is_left_behind(env: &Env, args: &[&str], sleeper: &str) {
+    let sched = env.spawn(args);
+    wait_for("the job to end", &mut || env.status_of_opt(1).is_some());
+    wait_for_within(
+        "its leftover to be killed",
+        Duration::from_secs(2),
+        &mut || processes_with(sleeper).is_empty(),
+    );
+    let dirs = cgroup_of(env, 1);
+    assert!(!dirs.is_empty(), "it ran in a cgroup: {:?}", env.journal());
+    wait_for_within(
+        "its cgroup to be removed",
+        Duration::from_secs(5),
+        &mut || dirs.iter().all(|d| !d.exists()),
+    );
+    let out = sched.stop();
+    assert!(
+        out.stdout.contains("job 1 left 1 process behind: killed"),
+        "said: {}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+}
+
+#[test]
+fn nothing_a_job_leaves_behind_survives_its_end_on_cgroup_v1() {
+    if !v1_with(&["memory", "freezer"]) {
+        return;
+    }
+    let env = Env::new("");
+    let sleeper = marked_sleep(&env, "leftover-v1");
+    env.write_jobs(&format!("setsid {sleeper} 300 & echo started\n"));
+    nothing_is_left_behind(&env, &["--sim", "1", "--poll", "0.2", "--watch"], &sleeper);
+}
+
+#[test]
+fn nothing_a_job_leaves_behind_survives_its_end_on_cgroup_v2() {
+    let Some(v2) = V2Dir::new("gpusched-test-v2") else {
+        return;
+    };
+    let env = Env::new("");
+    let sleeper = marked_sleep(&env, "leftover-v2");
+    env.write_jobs(&format!("setsid {sleeper} 300 & echo started\n"));
+    let cgroup = v2.0.display().to_string();
+    nothing_is_left_behind(
+        &env,
+        &[
+            "--sim", "1", "--poll", "0.2", "--watch", "--cgroup", &cgroup,
+        ],
+        &sleeper,
+    );
+    assert!(
+        cgroup_of(&env, 1)[0].starts_with(&v2.0),
+        "under --cgroup: {:?}",
+        cgroup_of(&env, 1)
+    );
+}
+
+#[test]
+fn cpus_1_pins_a_job_to_one_cpu() {
+    if !v1_with(&["cpuset"]) {
+        return;
+    }
+    let env = Env::new("[cpus=1] grep Cpus_allowed_list /proc/self/status\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
+    let log = std::fs::read_to_string(env.logs.join("job001_gpu0.log")).unwrap();
+    let list = log
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or_else(|| panic!("no Cpus_allowed_list in {log}"))
+        .trim()
+        .to_string();
+    assert!(
+        !list.contains(',') && !list.contains('-'),
+        "one CPU: {list}"
+    );
+}
+
+#[test]
+fn a_cpu_only_job_starts_while_every_gpu_is_full_and_sees_no_gpu() {
+    let env = Env::new("");
+    let done = env.path("gpu-job-may-end");
+    env.write_jobs(&format!(
+        "[vram=20000] sh -c 'while [ ! -e {done} ]; do sleep 0.05; done'\n\
+         [vram=20000] echo second\n\
+         [gpus=0] echo \"visible=[$CUDA_VISIBLE_DEVICES] ${{CUDA_VISIBLE_DEVICES+set}}\"; sleep 1\n\
+         [gpus=0] echo another\n",
+        done = done.display()
+    ));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2"]);
+    wait_for("both CPU-only jobs to end", &mut || {
+        env.status_of_opt(3).is_some() && env.status_of_opt(4).is_some()
+    });
+    assert_eq!(env.status_of_opt(1), None, "the GPU job still runs");
+    assert_eq!(env.status_of_opt(2), None, "the second GPU job still waits");
+    std::fs::write(&done, "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let log = std::fs::read_to_string(env.logs.join("job003.log")).unwrap();
+    assert!(
+        log.contains("visible=[] set"),
+        "an empty CUDA_VISIBLE_DEVICES: {log}"
+    );
+    assert!(
+        out.stdout
+            .contains("job 3 started on the CPU only (gpus=0)"),
+        "{}",
+        out.stdout
+    );
+    // --cpu-jobs 1 (the default): one after the other.
+    let (s3, d3) = (
+        env.job_events(3, "started")[0]["ts"].as_f64().unwrap(),
+        env.job_events(3, "done")[0]["ts"].as_f64().unwrap(),
+    );
+    let s4 = env.job_events(4, "started")[0]["ts"].as_f64().unwrap();
+    assert!(
+        s3 < d3 && d3 <= s4,
+        "job 4 waited for job 3: {s3} {d3} {s4}"
+    );
+}
+
+#[test]
+fn a_contained_job_is_adopted_with_its_cgroup_after_kill_9() {
+    if !v1_with(&["memory", "freezer"]) {
+        return;
+    }
+    let env = Env::new("");
+    let sleeper = marked_sleep(&env, "leftover-adopted");
+    let go = env.path("may-end");
+    env.write_jobs(&format!(
+        "[mem=256M] setsid {sleeper} 300 & while [ ! -e {go} ]; do sleep 0.05; done; exit 3\n",
+        go = go.display()
+    ));
+    let first = env.spawn(&["--sim", "1", "--poll", "0.2"]);
+    wait_for("the job to start", &mut || {
+        !env.events("started").is_empty()
+    });
+    let dirs = cgroup_of(&env, 1);
+    assert!(!dirs.is_empty(), "contained: {:?}", env.journal());
+    wait_for("its leftover to start", &mut || {
+        !processes_with(&sleeper).is_empty()
+    });
+    first.signal(Signal::SIGKILL);
+    let _ = first.finish();
+    // Still contained while no scheduler runs.
+    let members =
+        |dir: &Path| std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in processes_with(&sleeper) {
+        assert!(
+            dirs.iter()
+                .all(|d| members(d).lines().any(|l| l.trim() == pid.to_string())),
+            "pid {pid} in {dirs:?}"
+        );
+    }
+    let second = env.spawn(&["--sim", "1", "--poll", "0.2"]);
+    wait_for("the restart to adopt it", &mut || {
+        second.stdout().contains("job 1")
+    });
+    std::fs::write(&go, "").unwrap();
+    let out = second.finish();
+    assert_eq!(
+        env.status_of(1).as_deref(),
+        Some("failed"),
+        "{}",
+        out.stdout
+    );
+    let done = env.job_events(1, "done");
+    assert_eq!(done[0]["returncode"], 3, "its real exit code: {done:?}");
+    assert_eq!(env.job_events(1, "started").len(), 1, "ran once");
+    assert!(
+        processes_with(&sleeper).is_empty(),
+        "nothing left: {}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("job 1 left 1 process behind: killed"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        dirs.iter().all(|d| !d.exists()),
+        "its cgroup removed: {dirs:?}"
+    );
+}
+
+#[test]
+fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
+    if !v1_with(&["memory"]) {
+        return;
+    }
+    let Some(user) = users::test_user("gpusched-nocg") else {
+        return;
+    };
+    let env = users::users_env("[mem=64M] echo ran\n", user);
+    let mut cmd = env.command(&["--sim", "1", "--poll", "0.2"]);
+    std::os::unix::process::CommandExt::uid(&mut cmd, user.0);
+    std::os::unix::process::CommandExt::gid(&mut cmd, user.1);
+    let out = common::Sched::from_command(cmd).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(said.matches("no cgroups for jobs").count(), 1, "{said}");
+    assert!(said.contains("Delegate=yes"), "how to get it: {said}");
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert!(cgroup_of(&env, 1).is_empty(), "uncontained");
+}

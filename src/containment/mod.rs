@@ -24,8 +24,11 @@ pub mod cgroupfs;
 use cgroupfs::Version;
 use std::path::{Path, PathBuf};
 
-/// The v1 controllers a job's cgroup joins, where mounted.
-const V1_CONTROLLERS: [&str; 4] = ["memory", "cpuset", "pids", "freezer"];
+/// The v1 controllers a job's cgroup joins, where mounted: memory (its
+/// limit and host-OOM count) and freezer (its leftovers killed without
+/// a fork escaping) always, cpuset only for a job given CPUs. (pids is
+/// not used: no attribute limits a job's processes.)
+const V1_CONTROLLERS: [&str; 3] = ["memory", "freezer", "cpuset"];
 /// The v2 controllers enabled for jobs' cgroups, where available.
 const V2_CONTROLLERS: [&str; 3] = ["memory", "cpuset", "pids"];
 /// The prefix of every job cgroup's name: an adopted attempt's journaled
@@ -61,8 +64,12 @@ pub struct Limits {
 /// One job's cgroup: its directory in each hierarchy it joined.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCgroup {
-    /// Absolute directories (one for v2; one per controller for v1).
-    pub dirs: Vec<PathBuf>,
+    /// Absolute directories (one for v2; one per controller for v1), each
+    /// with its hierarchy's controller (`unified` for v2).
+    pub dirs: Vec<(String, PathBuf)>,
+    /// Host OOM kills counted in it before the job joined (a v1 cgroup
+    /// left by a crash and made again counts on).
+    oom_before: u64,
     /// The CPUs it was given (`cpus=`); empty for none, or when adopted.
     pub cpus: Vec<u32>,
 }
@@ -188,21 +195,29 @@ impl Containment {
         let name = job_name(key, attempt);
         let mut made = JobCgroup {
             dirs: Vec::new(),
+            oom_before: 0,
             cpus: limits.cpus.clone(),
         };
+        let mut reused = false;
         let result = (|| {
             for (controller, base) in &self.bases {
+                if controller == "cpuset" && limits.cpus.is_empty() {
+                    continue;
+                }
                 let dir = base.join(&name);
                 match std::fs::create_dir(&dir) {
                     Ok(()) => {}
                     // A dead attempt's of the same name, left by a crash.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => reused = true,
                     Err(e) => return Err(e),
                 }
-                made.dirs.push(dir.clone());
+                made.dirs.push((controller.clone(), dir.clone()));
                 self.set_limits(controller, &dir, limits)?;
             }
-            for dir in &made.dirs {
+            if reused {
+                made.oom_before = made.oom_count();
+            }
+            for (_, dir) in &made.dirs {
                 cgroupfs::write(dir, "cgroup.procs", &pid.to_string())?;
             }
             Ok(())
@@ -473,32 +488,60 @@ pub fn online_cpus() -> Vec<u32> {
 
 impl JobCgroup {
     /// A journaled job cgroup, taken only when every directory is a job
-    /// cgroup's (its name has [`JOB_PREFIX`]) on a cgroup file system.
+    /// cgroup's (its name has [`JOB_PREFIX`]), a directory of this user on
+    /// a cgroup file system.
     pub fn adopt(dirs: &[String]) -> Option<JobCgroup> {
-        let dirs: Vec<PathBuf> = dirs.iter().map(PathBuf::from).collect();
-        let fits = |dir: &PathBuf| {
-            dir.is_absolute()
-                && dir
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(JOB_PREFIX))
-                && cgroupfs::version_of(dir).is_some()
+        use std::os::unix::fs::MetadataExt;
+        let me = nix::unistd::geteuid().as_raw();
+        let kind = |dir: &Path| -> Option<String> {
+            let meta = std::fs::symlink_metadata(dir).ok()?;
+            let named = dir
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(JOB_PREFIX));
+            if !dir.is_absolute() || !named || !meta.is_dir() || meta.uid() != me {
+                return None;
+            }
+            match cgroupfs::version_of(dir)? {
+                Version::V2 => Some("unified".to_string()),
+                Version::V1 => V1_CONTROLLERS
+                    .iter()
+                    .find(|c| cgroupfs::has(dir, v1_probe(c)))
+                    .map(|c| c.to_string()),
+            }
         };
-        (!dirs.is_empty() && dirs.iter().all(fits)).then_some(JobCgroup {
+        let dirs: Option<Vec<(String, PathBuf)>> = dirs
+            .iter()
+            .map(|d| Some((kind(Path::new(d))?, PathBuf::from(d))))
+            .collect();
+        let dirs = dirs.filter(|d| !d.is_empty())?;
+        Some(JobCgroup {
             dirs,
+            oom_before: 0,
             cpus: Vec::new(),
         })
     }
 
     /// The directories as the journal keeps them.
     pub fn journaled(&self) -> Vec<String> {
-        self.dirs.iter().map(|d| d.display().to_string()).collect()
+        self.dirs
+            .iter()
+            .map(|(_, d)| d.display().to_string())
+            .collect()
+    }
+
+    /// The directory of `controller` (`unified`: the v2 one), if joined.
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _)| c == controller || c == "unified")
+            .map(|(_, d)| d.as_path())
     }
 
     /// At the attempt's end: counts the host OOM kills, kills every
     /// process left in the cgroup, and removes it (a directory still
     /// busy is left for [`JobCgroup::remove`] later).
     pub fn finish(&self) -> Leftovers {
-        let oom_kills = self.oom_kills();
+        let oom_kills = self.oom_count().saturating_sub(self.oom_before);
         let left = self.members();
         if !left.is_empty() {
             self.kill_all();
@@ -506,14 +549,14 @@ impl JobCgroup {
         Leftovers {
             killed: left.len(),
             oom_kills,
-            memory_limit_mib: self.memory_limit_mib(),
+            memory_limit_mib: (oom_kills > 0).then(|| self.memory_limit_mib()).flatten(),
         }
     }
 
     /// Whether its directories are all gone (removing what it can).
     pub fn remove(&self) -> bool {
         let mut gone = true;
-        for dir in &self.dirs {
+        for (_, dir) in &self.dirs {
             match std::fs::remove_dir(dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -523,26 +566,42 @@ impl JobCgroup {
         gone
     }
 
-    /// The processes in it.
+    /// The processes in it (every hierarchy holds them all).
     pub fn members(&self) -> Vec<u32> {
-        let mut all: Vec<u32> = self.dirs.iter().flat_map(|d| cgroupfs::procs(d)).collect();
-        all.sort_unstable();
-        all.dedup();
-        all
+        self.dirs
+            .first()
+            .map(|(_, dir)| cgroupfs::procs(dir))
+            .unwrap_or_default()
     }
 
-    /// Host OOM kills within its memory limit so far.
-    pub fn oom_kills(&self) -> u64 {
-        self.dirs
-            .iter()
-            .filter_map(|dir| {
-                let text = cgroupfs::read(dir, "memory.events")
-                    .or_else(|_| cgroupfs::read(dir, "memory.oom_control"))
-                    .ok()?;
-                cgroupfs::keyed(&text, "oom_kill")
-            })
-            .max()
+    /// Host OOM kills within its memory limit so far (`memory.events`
+    /// `oom_kill`; v1 `memory.oom_control`, Linux 4.13).
+    fn oom_count(&self) -> u64 {
+        let Some(dir) = self.dir("memory") else {
+            return 0;
+        };
+        let file = if self.dirs[0].0 == "unified" {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        cgroupfs::read(dir, file)
+            .ok()
+            .and_then(|text| cgroupfs::keyed(&text, "oom_kill"))
             .unwrap_or(0)
+    }
+
+    /// Its memory limit (MiB), as the kernel holds it; `None` for none.
+    pub fn memory_limit_mib(&self) -> Option<u64> {
+        let dir = self.dir("memory")?;
+        let file = if self.dirs[0].0 == "unified" {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        let bytes: u64 = cgroupfs::read(dir, file).ok()?.trim().parse().ok()?;
+        // v1's "no limit" is a page-rounded i64::MAX; v2's is `max`.
+        (bytes < 1 << 60).then_some(bytes >> 20)
     }
 
     /// Kills every process in it: `cgroup.kill` (v2, Linux 5.14), else
@@ -551,11 +610,8 @@ impl JobCgroup {
     /// until none is left.
     fn kill_all(&self) {
         use nix::sys::signal::{Signal, kill};
-        if self
-            .dirs
-            .iter()
-            .any(|d| cgroupfs::write(d, "cgroup.kill", "1").is_ok())
-        {
+        let v2 = self.dir("unified");
+        if v2.is_some_and(|dir| cgroupfs::write(dir, "cgroup.kill", "1").is_ok()) {
             return;
         }
         let frozen = self.freeze(true);
@@ -577,27 +633,41 @@ impl JobCgroup {
         }
     }
 
-    /// Freezes (or thaws) it; whether it is frozen.
+    /// Freezes (or thaws) it; whether it is frozen now.
     fn freeze(&self, on: bool) -> bool {
-        for dir in &self.dirs {
-            if cgroupfs::has(dir, "cgroup.freeze") {
-                return cgroupfs::write(dir, "cgroup.freeze", if on { "1" } else { "0" }).is_ok()
-                    && on
-                    && wait_for(|| {
-                        cgroupfs::read(dir, "cgroup.events")
-                            .is_ok_and(|t| cgroupfs::keyed(&t, "frozen") == Some(1))
-                    });
+        let (file, value, done): (&str, &str, fn(&str) -> bool) = match self.dirs.first() {
+            Some((c, _)) if c == "unified" => {
+                ("cgroup.freeze", if on { "1" } else { "0" }, |events| {
+                    cgroupfs::keyed(events, "frozen") == Some(1)
+                })
             }
-            if cgroupfs::has(dir, "freezer.state") {
-                let state = if on { "FROZEN" } else { "THAWED" };
-                return cgroupfs::write(dir, "freezer.state", state).is_ok()
-                    && on
-                    && wait_for(|| {
-                        cgroupfs::read(dir, "freezer.state").is_ok_and(|t| t.trim() == "FROZEN")
-                    });
-            }
-        }
-        false
+            _ => (
+                "freezer.state",
+                if on { "FROZEN" } else { "THAWED" },
+                |state| state.trim() == "FROZEN",
+            ),
+        };
+        let Some(dir) = self.dir("freezer") else {
+            return false;
+        };
+        let check = if file == "cgroup.freeze" {
+            "cgroup.events"
+        } else {
+            file
+        };
+        cgroupfs::write(dir, file, value).is_ok()
+            && on
+            && wait_for(|| cgroupfs::read(dir, check).is_ok_and(|t| done(&t)))
+    }
+}
+
+/// The interface file whose presence tells a v1 hierarchy's controller
+/// ([`JobCgroup::adopt`]).
+fn v1_probe(controller: &str) -> &'static str {
+    match controller {
+        "memory" => "memory.oom_control",
+        "freezer" => "freezer.state",
+        _ => "cpuset.cpus",
     }
 }
 

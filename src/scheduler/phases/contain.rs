@@ -5,7 +5,7 @@
 //! killed and said, and a host OOM within its limit is counted.
 
 use super::launch::Launch;
-use crate::containment::{Containment, JobCgroup, Leftovers, Limits};
+use crate::containment::{Containment, Leftovers, Limits};
 use crate::launcher::Ready;
 use crate::scheduler::Scheduler;
 use crate::state::Running;
@@ -135,19 +135,5 @@ impl Scheduler {
             }
             containment.remove_bases();
         }
-    }
-}
-
-impl JobCgroup {
-    /// Its memory limit (MiB), as the kernel holds it.
-    pub fn memory_limit_mib(&self) -> Option<u64> {
-        self.dirs.iter().find_map(|dir| {
-            let text = crate::containment::cgroupfs::read(dir, "memory.max")
-                .or_else(|_| crate::containment::cgroupfs::read(dir, "memory.limit_in_bytes"))
-                .ok()?;
-            let bytes: u64 = text.trim().parse().ok()?;
-            // v1's "no limit" is a page-rounded i64::MAX.
-            (bytes < 1 << 60).then_some(bytes >> 20)
-        })
     }
 }

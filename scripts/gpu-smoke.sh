@@ -341,6 +341,53 @@ kill "$serve" 2>/dev/null || true
 wait "$sched" 2>/dev/null || true
 [ -z "$view_failed" ] || exit 1
 
+# Containment (docs/BEHAVIOUR.md "Containment"), where this box gives
+# gpusched cgroups: a host OOM at mem=, a GPU job pinned to CPUs near its
+# GPU with a host memory limit it keeps to, a leftover killed at the end,
+# a CPU-only job with no GPU in sight.
+if "$bin" doctor --log-dir logs --ledger "$work/ledger" ${sim:+--sim 1} | grep -q "^ok    cgroups for jobs"; then
+    "$bin" doctor --log-dir logs --ledger "$work/ledger" ${sim:+--sim 1} | grep "cgroups for jobs"
+    {
+        echo "[mem=256M name=hostoom] python3 -c \"b = bytearray(1 << 30); print('allocated')\""
+        echo "[vram=2000 mem=6G cpus=2 name=contained] grep Cpus_allowed_list /proc/self/status; $(job 512 3)"
+        echo "[name=leaver] setsid sleep 300 & echo left"
+        echo "[gpus=0 name=cpuonly] echo \"visible=[\$CUDA_VISIBLE_DEVICES] \${CUDA_VISIBLE_DEVICES+set}\""
+    } > jobs-contain.txt
+    echo "gpu-smoke: contained jobs"
+    "$bin" jobs-contain.txt --log-dir logs-contain --poll 0.5 --placement pack --ledger "$work/ledger" ${sim:+--sim 1} || true
+    python3 - "$work" <<'PY'
+import json, os, subprocess, sys
+
+work = sys.argv[1]
+failed = 0
+
+def check(ok, text):
+    global failed
+    print(("PASS " if ok else "FAIL ") + text)
+    failed += not ok
+
+status = json.load(open(os.path.join(work, "logs-contain", "status.json")))
+jobs = {j.get("name"): j for j in status["jobs"]}
+journal = [json.loads(l) for l in open(os.path.join(work, "logs-contain", "journal.jsonl")) if l.strip()]
+log = lambda name: open(jobs[name]["log"]).read()
+check(jobs["hostoom"]["state"] == "host_oom", f"a job over mem=256M ended {jobs['hostoom']['state']}")
+contained = jobs["contained"]
+cpus = next((l.split(":", 1)[1].strip() for l in log("contained").splitlines() if l.startswith("Cpus_allowed_list")), "")
+count = sum(len(range(int(a), int(b) + 1)) if b else 1 for a, _, b in (p.partition("-") for p in cpus.split(",") if p))
+check(contained["state"] == "ok" and count == 2,
+      f"a GPU job under mem=6G cpus=2 ended {contained['state']} on CPUs {cpus}")
+started = [e for e in journal if e.get("key") == contained["key"] and e.get("event") == "started"]
+check(bool(started and started[-1].get("cgroup")), f"its cgroup: {started[-1].get('cgroup') if started else None}")
+left = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout.split()
+check(not left, f"the leaver's setsid sleep is gone (left: {left})")
+check("visible=[] set" in log("cpuonly") and jobs["cpuonly"]["state"] == "ok",
+      "a CPU-only job saw an empty CUDA_VISIBLE_DEVICES")
+sys.exit(1 if failed else 0)
+PY
+else
+    echo "gpu-smoke: SKIPPED the containment checks: $("$bin" doctor --log-dir logs ${sim:+--sim 1} | grep "cgroups for jobs")"
+fi
+
 echo "gpu-smoke: gpusched doctor"
 "$bin" doctor --log-dir logs --ledger "$work/ledger" ${sim:+--sim 1}
 echo "gpu-smoke: every check passed"

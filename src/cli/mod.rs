@@ -372,7 +372,7 @@ pub struct RunArgs {
     pub notify: Vec<String>,
 
     /// What --notify posts, comma-separated: failed (failed, failed_oom,
-    /// timeout, infeasible, dependency_failed), ok, all, drained (nothing
+    /// host_oom, timeout, infeasible, dependency_failed), ok, all, drained (nothing
     /// runs or waits any more), paused (GPU queries or writes failing).
     #[arg(
         long,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// What `--notify-on` may pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum NotifyOn {
-    /// Jobs that did not succeed: failed, failed_oom, timeout, infeasible,
+    /// Jobs that did not succeed: failed, failed_oom, host_oom, timeout, infeasible,
     /// dependency_failed (the default).
     Failed,
     /// Jobs that ended ok.

@@ -228,7 +228,9 @@ pub fn job_status(
         job.over_declared = done
             .declaration
             .is_some_and(|d| d.fit == crate::model::Fit::TooSmall);
-        if !job.gpus.is_empty() {
+        // A job that ran has a log (a CPU-only or Slurm job's without GPUs
+        // in its name); one that never started has none.
+        if state.attempts > 0 {
             let log = input
                 .cfg
                 .log_dir

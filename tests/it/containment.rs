@@ -364,3 +364,100 @@ fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert!(cgroup_of(&env, 1).is_empty(), "uncontained");
 }
+
+/// A journal whose orphan names `dirs` as its cgroup: after the restart
+/// ends the orphan (its leader long gone), `victim`, a process in those
+/// directories, must be alive and the directories still there.
+fn a_journaled_cgroup_not_ours_is_left_alone(dirs: &[PathBuf], victim: &mut std::process::Child) {
+    let env = Env::new("true\n");
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pgid = dead.id();
+    dead.wait().unwrap();
+    common::journal_with_orphan(&env, "true", pgid, None, None);
+    let path = env.logs.join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut event: serde_json::Value = serde_json::from_str(line).unwrap();
+            if event["event"] == "started" {
+                event["cgroup"] = serde_json::json!(dirs);
+            }
+            event.to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the victim lives: {}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("left"),
+        "nothing was killed: {}",
+        out.stdout
+    );
+    assert!(dirs.iter().all(|d| d.exists()), "{dirs:?} not removed");
+}
+
+/// A cgroup made by the test under `mount`, holding `pid`; removed at drop.
+struct Planted(PathBuf);
+
+impl Planted {
+    fn new(mount: &Path, name: &str, pid: u32) -> Planted {
+        let dir = mount.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        Planted(dir)
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        // Back to the hierarchy's root, then the directory goes.
+        let root = self.0.parent().unwrap();
+        for pid in std::fs::read_to_string(self.0.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let _ = std::fs::write(root.join("cgroup.procs"), pid);
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_journal_naming_a_cgroup_gpusched_did_not_make_kills_nothing() {
+    if !v1_with(&["freezer"]) {
+        return;
+    }
+    let freezer = v1_mount("freezer").unwrap();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let tag = std::process::id();
+    // Not named as a job's cgroup.
+    let plain = Planted::new(&freezer, &format!("victim-{tag}"), victim.id());
+    a_journaled_cgroup_not_ours_is_left_alone(std::slice::from_ref(&plain.0), &mut victim);
+    drop(plain);
+    // Named as one, but another user's.
+    let Some(user) = users::test_user("gpusched-nocg") else {
+        let _ = victim.kill();
+        return;
+    };
+    let named = Planted::new(
+        &freezer,
+        &format!("gpusched-job-planted-{tag}"),
+        victim.id(),
+    );
+    users::chown(&named.0, user);
+    a_journaled_cgroup_not_ours_is_left_alone(std::slice::from_ref(&named.0), &mut victim);
+    drop(named);
+    // The hierarchy's root itself.
+    a_journaled_cgroup_not_ours_is_left_alone(std::slice::from_ref(&freezer), &mut victim);
+    let _ = victim.kill();
+    let _ = victim.wait();
+}

@@ -100,7 +100,7 @@ impl Scheduler {
     /// (said: "job 3 left 12 processes behind: killed") and removes the
     /// cgroup, or keeps it to remove once its last processes are gone.
     /// Returns what was found, for the outcome (a host OOM).
-    pub(super) fn finish_cgroup(&mut self, job: &Running) -> Option<Leftovers> {
+    pub(in crate::scheduler) fn finish_cgroup(&mut self, job: &Running) -> Option<Leftovers> {
         let cgroup = job.cgroup.as_ref()?;
         let found = cgroup.finish();
         if found.killed > 0 {

@@ -68,6 +68,7 @@ impl Scheduler {
                 .identity()
                 .and_then(|identity| running.exit_record.read_for(identity));
             if record.as_ref().is_some_and(|r| r.never_ran) {
+                self.finish_cgroup(&running);
                 self.io.journal.append(&key, Event::Interrupted {})?;
                 self.report.say(format!(
                     "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
@@ -101,6 +102,8 @@ impl Scheduler {
                     "job {} was interrupted with a previous scheduler (process group {} is gone); it is pending again",
                     state.no, info.pgid
                 ));
+                // What it left in its cgroup dies with it.
+                self.finish_cgroup(&running);
             }
         }
         if adopted_any && let Err(e) = self.wakes.watch_exit_records(&self.cfg.log_dir) {

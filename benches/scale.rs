@@ -10,7 +10,9 @@
 //!    over the whole run and from the first start to the last end in the
 //!    journal, at 500, 20,000 and 100,000 jobs (fast: 500, 5,000, 20,000),
 //!    and the cost per job at the larger sizes relative to 500 [≤ 1.3×;
-//!    20,000 jobs launch to exit ≥ 2,000 jobs/s on 2 cores];
+//!    20,000 jobs launch to exit ≥ 2,000 jobs/s on 2 cores]; the 20,000
+//!    (fast: 5,000) again with `--no-containment`, the cost of each job's
+//!    own cgroup where gpusched makes them;
 //! 2. a 1,000,000-line jobs file (fast: 100,000) whose lines mostly wait:
 //!    the first runs on GPU 0 of `--sim 2`, the rest are `[vram=20G
 //!    gpus=2]`: start-up to the first dispatch [≤ 1.5 s], append-to-start
@@ -61,13 +63,21 @@ fn journal_span(log_dir: &Path) -> (f64, f64) {
 /// user waits for a sweep) and between the first start and the last end
 /// in the journal (the steady state).
 fn throughput(dir: &Path, n: usize, gpus: u32, attrs: &str, placement: &str) -> (f64, f64) {
+    throughput_with(dir, n, gpus, attrs, &["--placement", placement])
+}
+
+/// [`throughput`] with the scheduler's other arguments `args`.
+fn throughput_with(dir: &Path, n: usize, gpus: u32, attrs: &str, args: &[&str]) -> (f64, f64) {
     let mut jobs = String::with_capacity(n * 30);
     for i in 0..n {
         jobs.push_str(&format!("[{attrs}] true {i}\n"));
     }
     std::fs::write(dir.join("jobs.txt"), jobs).unwrap();
     let spawned = Instant::now();
-    let mut child = scheduler(dir, &["--sim", &gpus.to_string(), "--placement", placement]);
+    let gpus = gpus.to_string();
+    let mut all = vec!["--sim", &gpus];
+    all.extend_from_slice(args);
+    let mut child = scheduler(dir, &all);
     assert!(child.wait().unwrap().success());
     let wall = spawned.elapsed().as_secs_f64();
     let (first, last) = journal_span(&dir.join("logs"));
@@ -290,6 +300,17 @@ fn main() {
         // the next measurement would slow its file creations (ext4).
         dirs.push(dir);
     }
+    // Each job in its own cgroup (docs/BEHAVIOUR.md "Containment") costs
+    // the kernel a cgroup made, joined and removed per job: the same sweep
+    // without it.
+    let n = sizes[1];
+    let dir = tmp(&format!("tp{n}-plain"));
+    let args = ["--placement", "pack", "--no-containment"];
+    let (rate, steady) = throughput_with(&dir, n, 2, "vram=100M", &args);
+    println!(
+        "throughput, {n} tiny jobs as above with --no-containment: {rate:.0} jobs/s over the whole run, {steady:.0} jobs/s first start to last end"
+    );
+    dirs.push(dir);
     println!(
         "cost per job (whole run) at {} and {} vs 500 jobs: {:.2}× and {:.2}×   (target ≤ 1.3×)",
         sizes[1],

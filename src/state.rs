@@ -564,6 +564,13 @@ pub struct GpuState {
     pub health: crate::gpu::health::Health,
     /// Per-GPU accumulators for the summary.
     pub stats: BTreeMap<u32, GpuStats>,
+    /// GPU processes of our finished jobs that still hold memory (left
+    /// behind: docs/BEHAVIOUR.md "Containment"), from the last sample.
+    pub left_behind: Vec<crate::view::status::LeftBehind>,
+    /// Which finished job of ours each process not of a running job was
+    /// started by (its `GPUSCHED_JOB`, read once from its environment);
+    /// `None` for anyone else's.
+    pub left_by: HashMap<u32, Option<u32>>,
 }
 
 /// The scheduler's own mode.

@@ -317,8 +317,21 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
             ""
         }
     );
+    let mut line = crate::console::shorten(&line, width);
+    // Processes of finished jobs, each on a line of its own.
+    for left in &gpu.left_behind {
+        let held = left
+            .mib
+            .map_or("memory".to_string(), |mib| format!("{mib} MiB"));
+        let text = format!(
+            "       pid {} of finished job {} still holds {held}: left behind (kill it)",
+            left.pid, left.job
+        );
+        line.push('\n');
+        line.push_str(&crate::console::shorten(&text, width));
+    }
     if gpu.booked_by_others.is_empty() {
-        return crate::console::shorten(&line, width);
+        return line;
     }
     // Others' bookings on a line of their own, so that they are never the
     // part cut off (docs/BEHAVIOUR.md "Sharing a box").
@@ -338,11 +351,7 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    format!(
-        "{}\n{}",
-        crate::console::shorten(&line, width),
-        crate::console::shorten(&others, width)
-    )
+    format!("{line}\n{}", crate::console::shorten(&others, width))
 }
 
 /// `text` broken at spaces into lines of at most `width` characters

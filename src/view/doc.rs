@@ -447,6 +447,14 @@ fn gpu_statuses(input: &ViewInput) -> Vec<GpuStatus> {
                     .into_iter()
                     .map(|(user, mib, jobs)| status::OtherBooking { user, mib, jobs })
                     .collect(),
+                left_behind: input
+                    .core
+                    .gpu
+                    .left_behind
+                    .iter()
+                    .filter(|l| l.gpu == load.index)
+                    .cloned()
+                    .collect(),
                 expected_free: input.expected.gpus.get(&load.index).map(|e| e.at.round()),
                 expected_free_source: input
                     .expected

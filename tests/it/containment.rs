@@ -461,3 +461,47 @@ fn a_journal_naming_a_cgroup_gpusched_did_not_make_kills_nothing() {
     let _ = victim.kill();
     let _ = victim.wait();
 }
+
+#[test]
+fn a_gpu_process_a_finished_job_left_behind_is_named_on_the_board() {
+    // Without containment nothing kills it: the board must say whose it is.
+    let env = Env::new(
+        "[vram=2000] setsid gpusched simjob --vram 1000 --ramp 0.1 --hold 60 > /dev/null & sleep 0.5\n",
+    );
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch", "--no-containment"]);
+    let left = || -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(env.logs.join("status.json")).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|doc| doc["gpus"][0]["left_behind"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    wait_for("the left-behind process on the board", &mut || {
+        env.status_of_opt(1).is_some() && !left().is_empty()
+    });
+    let found = left();
+    assert_eq!(found[0]["job"], 1, "{found:?}");
+    assert_eq!(found[0]["mib"], 1000, "{found:?}");
+    let pid = found[0]["pid"].as_i64().unwrap() as i32;
+    assert!(
+        env.board()
+            .contains(&format!("pid {pid} of finished job 1 still holds 1000 MiB")),
+        "{}",
+        env.board()
+    );
+    common::assert_valid_status(
+        &serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())
+            .unwrap(),
+    );
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    wait_for("the board to drop it once it is gone", &mut || {
+        left().is_empty()
+    });
+    let out = sched.stop();
+    assert_eq!(
+        out.stdout.matches("of finished job 1 still holds").count(),
+        1,
+        "said once: {}",
+        out.stdout
+    );
+}

@@ -137,3 +137,72 @@ impl Scheduler {
         }
     }
 }
+
+impl Scheduler {
+    /// From a sample's processes that are no running job's (`external`):
+    /// those a finished job of ours left behind — their environment names
+    /// this log directory and a job that runs no more — go on the board,
+    /// said once each: memory nobody will free until they are killed.
+    pub(in crate::scheduler) fn note_left_behind(
+        &mut self,
+        external: &[(crate::gpu::attribution::GpuPid, Option<u64>)],
+    ) {
+        let log_dir = self.cfg.log_dir.as_os_str().as_encoded_bytes().to_vec();
+        let running: std::collections::HashSet<u32> =
+            self.core.running.values().map(|r| r.no).collect();
+        let mut now = Vec::new();
+        for (process, mib) in external {
+            let job = *self
+                .core
+                .gpu
+                .left_by
+                .entry(process.pid)
+                .or_insert_with(|| job_of(process.pid, &log_dir));
+            if let Some(job) = job.filter(|no| !running.contains(no)) {
+                now.push(crate::view::status::LeftBehind {
+                    gpu: process.gpu,
+                    pid: process.pid,
+                    mib: *mib,
+                    job,
+                });
+            }
+        }
+        let pids: std::collections::HashSet<u32> = external.iter().map(|(p, _)| p.pid).collect();
+        self.core.gpu.left_by.retain(|pid, _| pids.contains(pid));
+        for left in &now {
+            let known = self
+                .core
+                .gpu
+                .left_behind
+                .iter()
+                .any(|l| l.pid == left.pid && l.gpu == left.gpu);
+            if !known {
+                self.report.warn(format!(
+                    "GPU {}: pid {} of finished job {} still holds {}: left behind; kill it (in its own cgroup it would have been)",
+                    crate::model::device_label(left.gpu),
+                    left.pid,
+                    left.job,
+                    left.mib.map_or("memory".to_string(), |m| format!("{m} MiB"))
+                ));
+            }
+        }
+        self.core.gpu.left_behind = now;
+    }
+}
+
+/// The job of ours process `pid` was started by: `GPUSCHED_JOB` of its
+/// environment when its `GPUSCHED_LOG_DIR` is `log_dir` (a process of
+/// another user, or in another PID namespace, cannot be read: `None`).
+fn job_of(pid: u32, log_dir: &[u8]) -> Option<u32> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let mut job = None;
+    let mut ours = false;
+    for var in environ.split(|b| *b == 0) {
+        if let Some(value) = var.strip_prefix(b"GPUSCHED_JOB=") {
+            job = std::str::from_utf8(value).ok()?.parse().ok();
+        } else if let Some(value) = var.strip_prefix(b"GPUSCHED_LOG_DIR=") {
+            ours = value == log_dir;
+        }
+    }
+    job.filter(|_| ours)
+}

@@ -289,6 +289,7 @@ impl Scheduler {
             by_pgid.get(&stat.pgrp).cloned()
         });
         self.measure_hidden(&mut seen, &hidden);
+        self.note_left_behind(&seen.external);
         self.core.gpu.external_peaks.observe(&seen.external);
         self.core.gpu.external_by_group = attribution::by_group(&seen.external, &group_of);
         let util: HashMap<u32, Option<u32>> = snapshot

@@ -312,6 +312,10 @@ pub struct GpuStatus {
     /// Memory other schedulers on this box booked on it, per user (docs/BEHAVIOUR.md "Sharing a box"); empty without a ledger.
     #[serde(default)]
     pub booked_by_others: Vec<OtherBooking>,
+    /// GPU processes of our finished jobs still holding memory on it
+    /// (docs/BEHAVIOUR.md "Containment").
+    #[serde(default)]
+    pub left_behind: Vec<LeftBehind>,
     /// When the last of our jobs on it should end (Unix seconds), when
     /// every one of them has an expected end (docs/BEHAVIOUR.md
     /// "Expected times").
@@ -321,6 +325,19 @@ pub struct GpuStatus {
     /// `timeout`.
     #[serde(default)]
     pub expected_free_source: Option<String>,
+}
+
+/// A GPU process a finished job of ours left behind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftBehind {
+    /// The GPU index.
+    pub gpu: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Its GPU memory (MiB), when the driver reports it.
+    pub mib: Option<u64>,
+    /// The display number of the job that started it.
+    pub job: u32,
 }
 
 /// Why a GPU is closed after it stopped answering.

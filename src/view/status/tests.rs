@@ -54,6 +54,12 @@ pub(crate) fn sample_doc() -> StatusDoc {
                 mib: 14000,
                 jobs: 1,
             }],
+            left_behind: vec![LeftBehind {
+                gpu: 0,
+                pid: 4242,
+                mib: Some(900),
+                job: 1,
+            }],
             expected_free: None,
             expected_free_source: None,
         }],

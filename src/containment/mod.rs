@@ -20,6 +20,7 @@
 //! scheduler adopts it with them.
 
 pub mod cgroupfs;
+pub mod scope;
 
 use cgroupfs::Version;
 use std::path::{Path, PathBuf};
@@ -349,6 +350,9 @@ fn from_own(
     let v1_memory = mounts
         .iter()
         .any(|m| m.version == Version::V1 && m.controllers.iter().any(|c| c == "memory"));
+    // v1 first where memory is a v1 controller; a v2 hierarchy beside it
+    // (the hybrid layout) may still be delegated.
+    let mut denied_v1 = None;
     if v1_memory {
         let bases = v1_bases(mounts, |controller| {
             let mine = own
@@ -358,34 +362,38 @@ fn from_own(
                 .map_or("/", |(_, p)| p.as_str());
             PathBuf::from(mine.trim_start_matches('/')).join(&leaf)
         });
-        if let Some(denied) = bases.iter().find(|(_, dir)| !writable_parent(dir)) {
-            return Err(format!(
-                "cannot create cgroups under {}",
-                denied.1.parent().unwrap_or(Path::new("/")).display()
-            ));
+        match bases.iter().find(|(_, dir)| !writable_parent(dir)) {
+            Some(denied) => {
+                denied_v1 = Some(format!(
+                    "cannot create cgroups under {}",
+                    denied.1.parent().unwrap_or(Path::new("/")).display()
+                ));
+            }
+            None => {
+                return Ok(Containment {
+                    version: Version::V1,
+                    bases,
+                    memory: false,
+                    cpuset: false,
+                    cpus: Vec::new(),
+                });
+            }
         }
-        return Ok(Containment {
-            version: Version::V1,
-            bases,
-            memory: false,
-            cpuset: false,
-            cpus: Vec::new(),
-        });
     }
-    let mount = mounts
-        .iter()
-        .find(|m| m.version == Version::V2)
-        .ok_or("no cgroup hierarchy is mounted")?;
+    let Some(mount) = mounts.iter().find(|m| m.version == Version::V2) else {
+        return Err(denied_v1.unwrap_or_else(|| "no cgroup hierarchy is mounted".into()));
+    };
     let mine = cgroupfs::under(&mount.point, own.v2.as_deref().unwrap_or("/"));
     let base = if only_us(&mine) && writable(&mine) {
         mine
     } else if nix::unistd::geteuid().is_root() {
         mount.point.join(&leaf)
     } else {
-        return Err(format!(
+        let v2 = format!(
             "gpusched's cgroup {} is not delegated to it",
             mine.display()
-        ));
+        );
+        return Err(denied_v1.map_or(v2.clone(), |v1| format!("{v1}; {v2}")));
     };
     Ok(Containment {
         version: Version::V2,

@@ -45,6 +45,7 @@ impl Scheduler {
         let _ = crate::files::people_mode();
 
         let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
+        cfg.containment = containment_for(args, &cfg.log_dir);
 
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
@@ -55,7 +56,6 @@ impl Scheduler {
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
-        cfg.containment = containment_for(args, &cfg.log_dir);
         let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests: Vec<String> = journal
             .states()
@@ -335,6 +335,9 @@ fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::laun
 
 /// Where jobs' cgroups go (docs/BEHAVIOUR.md "Containment"): none under
 /// `--no-containment` or on Slurm; an error says why there are none.
+/// Without any and without `--cgroup`, gpusched first runs itself again in
+/// a delegated systemd scope where one can be had (this call then does not
+/// return).
 fn containment_for(
     args: &RunArgs,
     log_dir: &std::path::Path,
@@ -342,11 +345,17 @@ fn containment_for(
     if args.slurm.slurm || args.contain.no_containment {
         return Ok(None);
     }
-    crate::containment::Containment::setup(
-        args.contain.cgroup.as_deref(),
-        &crate::containment::log_dir_tag(log_dir),
-    )
-    .map(Some)
+    let tag = crate::containment::log_dir_tag(log_dir);
+    let found = crate::containment::Containment::setup(args.contain.cgroup.as_deref(), &tag);
+    match found {
+        Err(why) if args.contain.cgroup.is_none() => {
+            match crate::containment::scope::run_in_a_scope() {
+                Some(failed) => Err(format!("{why} ({failed})")),
+                None => Err(why),
+            }
+        }
+        found => found.map(Some),
+    }
 }
 
 /// The run's settings from the command line.

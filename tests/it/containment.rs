@@ -505,3 +505,61 @@ fn a_gpu_process_a_finished_job_left_behind_is_named_on_the_board() {
         out.stdout
     );
 }
+
+#[test]
+fn without_cgroups_a_scheduler_runs_itself_again_in_a_delegated_systemd_scope() {
+    if !v1_with(&["memory"]) {
+        return;
+    }
+    let Some(user) = users::test_user("gpusched-nocg") else {
+        return;
+    };
+    let env = users::users_env("echo ran\n", user);
+    // A systemd-run that notes how it was called and runs the command (no
+    // user manager here to make the scope).
+    let bin = env.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let calls = env.path("calls");
+    let fake = bin.join("systemd-run");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    users::chmod(&fake, 0o755);
+    users::chown(&bin, user);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = env.command(&["--sim", "1", "--poll", "0.2"]);
+    cmd.env("PATH", &path)
+        .env_remove("INVOCATION_ID")
+        .env_remove("GPUSCHED_IN_SCOPE");
+    std::os::unix::process::CommandExt::uid(&mut cmd, user.0);
+    std::os::unix::process::CommandExt::gid(&mut cmd, user.1);
+    let out = common::Sched::from_command(cmd).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let calls = std::fs::read_to_string(&calls).unwrap_or_default();
+    let lines: Vec<&str> = calls.lines().collect();
+    assert_eq!(lines.len(), 2, "a check, then the run itself: {calls}");
+    assert_eq!(
+        lines[0], "--user --scope -p Delegate=yes --quiet -- true",
+        "{calls}"
+    );
+    assert!(
+        lines[1].starts_with("--user --scope -p Delegate=yes --quiet -- ")
+            && lines[1].contains(&env.jobs.display().to_string()),
+        "the same arguments again: {calls}"
+    );
+    // In its "scope" it still finds none (this fake delegates nothing):
+    // it says so once and does not ask again.
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(said.matches("no cgroups for jobs").count(), 1, "{said}");
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(env.job_events(1, "started").len(), 1, "ran once");
+}

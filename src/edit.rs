@@ -38,6 +38,10 @@ pub struct NewJob {
     pub begin: Option<String>,
     /// `retry_on=` as written (validated).
     pub retry_on: Option<String>,
+    /// `mem=` as written (validated).
+    pub mem: Option<String>,
+    /// `cpus=`.
+    pub cpus: Option<u32>,
     /// `argv` is one shell command line, taken as written (not quoted).
     pub shell: bool,
     /// The command's words; each is shell-quoted as needed.
@@ -117,6 +121,8 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
         ("priority", job.priority.map(|p| p.to_string())),
         ("begin", job.begin.clone()),
         ("retry_on", job.retry_on.clone()),
+        ("mem", job.mem.clone()),
+        ("cpus", job.cpus.map(|n| n.to_string())),
     ];
     for (name, value) in valued {
         let Some(value) = value else { continue };
@@ -316,6 +322,30 @@ mod tests {
                 .contains("bad vram value 'eight'")
         );
         job.vram = None;
+        job.gpus = Some(0);
+        job.mem = Some("2G".into());
+        job.cpus = Some(4);
+        assert_eq!(
+            job_line(&job).unwrap(),
+            "[gpus=0 timeout=2h retries=1 mem=2G cpus=4] true",
+            "a CPU-only job with its limits"
+        );
+        job.mem = Some("lots".into());
+        assert!(
+            job_line(&job)
+                .unwrap_err()
+                .to_string()
+                .contains("bad mem value 'lots'")
+        );
+        job.mem = None;
+        job.cpus = Some(0);
+        assert!(
+            job_line(&job)
+                .unwrap_err()
+                .to_string()
+                .contains("bad cpus value '0'")
+        );
+        job.cpus = None;
         job.gpus = Some(2000);
         assert!(
             job_line(&job)

@@ -496,9 +496,15 @@ pub struct AddArgs {
     /// learn it from the runs of its family.
     #[arg(long, value_name = "SIZE")]
     pub vram: Option<String>,
-    /// Number of GPUs (≥ 1).
+    /// Number of GPUs (≥ 1), or 0 for a CPU-only job.
     #[arg(long, value_name = "N")]
     pub gpus: Option<u32>,
+    /// `mem=SIZE`: the job's host memory limit (800M, 16G).
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// `cpus=N`: CPU cores it may use, near its GPUs.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
     /// Wall-clock limit: 90, 90s, 15m, 2h, 1.5d.
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,

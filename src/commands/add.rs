@@ -48,6 +48,8 @@ fn new_job(args: &AddArgs, file: &std::path::Path) -> anyhow::Result<edit::NewJo
         priority: args.priority,
         begin: args.begin.clone(),
         retry_on: args.retry_on.clone(),
+        mem: args.mem.clone(),
+        cpus: args.cpus,
         shell: args.shell,
         argv: args.command.clone(),
         cwd: match &args.cwd {

@@ -293,6 +293,8 @@ impl Server {
             priority: None,
             begin: None,
             retry_on: None,
+            mem: None,
+            cpus: None,
             shell: true,
             cwd: None,
             no_env: false,

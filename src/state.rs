@@ -566,7 +566,7 @@ pub struct GpuState {
     pub stats: BTreeMap<u32, GpuStats>,
     /// GPU processes of our finished jobs that still hold memory (left
     /// behind: docs/BEHAVIOUR.md "Containment"), from the last sample.
-    pub left_behind: Vec<crate::view::status::LeftBehind>,
+    pub left_behind: Vec<crate::gpu::attribution::LeftBehind>,
     /// Which finished job of ours each process not of a running job was
     /// started by (its `GPUSCHED_JOB`, read once from its environment);
     /// `None` for anyone else's.

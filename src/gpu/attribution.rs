@@ -16,6 +16,19 @@ pub struct GpuPid {
     pub pid: u32,
 }
 
+/// A GPU process a finished job of ours left behind.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeftBehind {
+    /// The GPU index.
+    pub gpu: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Its GPU memory (MiB), when the driver reports it.
+    pub mib: Option<u64>,
+    /// The display number of the job that started it.
+    pub job: u32,
+}
+
 /// What one snapshot's processes say about our jobs.
 #[derive(Debug)]
 pub struct Attribution<J> {

@@ -327,18 +327,7 @@ pub struct GpuStatus {
     pub expected_free_source: Option<String>,
 }
 
-/// A GPU process a finished job of ours left behind.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeftBehind {
-    /// The GPU index.
-    pub gpu: u32,
-    /// Its pid.
-    pub pid: u32,
-    /// Its GPU memory (MiB), when the driver reports it.
-    pub mib: Option<u64>,
-    /// The display number of the job that started it.
-    pub job: u32,
-}
+pub use crate::gpu::attribution::LeftBehind;
 
 /// Why a GPU is closed after it stopped answering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -344,19 +344,29 @@ fn a_contained_job_is_adopted_with_its_cgroup_after_kill_9() {
     );
 }
 
-#[test]
-fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
+/// A test user, who may create no cgroup here, with `jobs` in a
+/// directory of theirs; `None` (SKIPPED) without root or cgroup v1.
+fn user_without_cgroups(jobs: &str) -> Option<((u32, u32), Env)> {
     if !v1_with(&["memory"]) {
-        return;
+        return None;
     }
-    let Some(user) = users::test_user("gpusched-nocg") else {
-        return;
-    };
-    let env = users::users_env("[mem=64M] echo ran\n", user);
-    let mut cmd = env.command(&["--sim", "1", "--poll", "0.2"]);
+    let user = users::test_user("gpusched-nocg")?;
+    Some((user, users::users_env(jobs, user)))
+}
+
+/// `cmd` run to its end as `user`.
+fn run_as(mut cmd: std::process::Command, user: (u32, u32)) -> common::Output {
     std::os::unix::process::CommandExt::uid(&mut cmd, user.0);
     std::os::unix::process::CommandExt::gid(&mut cmd, user.1);
-    let out = common::Sched::from_command(cmd).finish();
+    common::Sched::from_command(cmd).finish()
+}
+
+#[test]
+fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
+    let Some((user, env)) = user_without_cgroups("[mem=64M] echo ran\n") else {
+        return;
+    };
+    let out = run_as(env.command(&["--sim", "1", "--poll", "0.2"]), user);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let said = format!("{}{}", out.stdout, out.stderr);
     assert_eq!(said.matches("no cgroups for jobs").count(), 1, "{said}");
@@ -508,13 +518,9 @@ fn a_gpu_process_a_finished_job_left_behind_is_named_on_the_board() {
 
 #[test]
 fn without_cgroups_a_scheduler_runs_itself_again_in_a_delegated_systemd_scope() {
-    if !v1_with(&["memory"]) {
-        return;
-    }
-    let Some(user) = users::test_user("gpusched-nocg") else {
+    let Some((user, env)) = user_without_cgroups("echo ran\n") else {
         return;
     };
-    let env = users::users_env("echo ran\n", user);
     // A systemd-run that notes how it was called and runs the command (no
     // user manager here to make the scope).
     let bin = env.path("bin");
@@ -540,9 +546,7 @@ fn without_cgroups_a_scheduler_runs_itself_again_in_a_delegated_systemd_scope() 
     cmd.env("PATH", &path)
         .env_remove("INVOCATION_ID")
         .env_remove("GPUSCHED_IN_SCOPE");
-    std::os::unix::process::CommandExt::uid(&mut cmd, user.0);
-    std::os::unix::process::CommandExt::gid(&mut cmd, user.1);
-    let out = common::Sched::from_command(cmd).finish();
+    let out = run_as(cmd, user);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let calls = std::fs::read_to_string(&calls).unwrap_or_default();
     let lines: Vec<&str> = calls.lines().collect();

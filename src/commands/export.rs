@@ -76,6 +76,8 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             key: &spec.key,
             command: &spec.command,
             gpus: spec.gpus,
+            mem_mib: spec.mem_mib(),
+            cpus: spec.cpus(),
             vram_mib: spec.vram_mib,
             timeout_s: spec.timeout_s(),
             preemptible: spec.preemptible,

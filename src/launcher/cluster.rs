@@ -84,6 +84,8 @@ impl Cluster {
             key: &attempt.spec.key,
             command: &attempt.spec.command,
             gpus: attempt.spec.gpus,
+            mem_mib: attempt.spec.mem_mib(),
+            cpus: attempt.spec.cpus(),
             vram_mib: attempt.vram_mib,
             timeout_s: attempt.spec.timeout_s(),
             preemptible: attempt.spec.preemptible,

@@ -46,8 +46,12 @@ pub struct Submission<'a> {
     pub key: &'a str,
     /// The shell command.
     pub command: &'a str,
-    /// `gpus=` (≥ 1).
+    /// `gpus=`; 0 for a CPU-only job (no `--gres`).
     pub gpus: u32,
+    /// `mem=` (MiB): `--mem`.
+    pub mem_mib: Option<u64>,
+    /// `cpus=`: `--cpus-per-task`.
+    pub cpus: Option<u32>,
     /// This attempt's declaration per GPU (MiB).
     pub vram_mib: Option<u64>,
     /// `timeout=` in seconds.
@@ -82,8 +86,20 @@ pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
         format!("--chdir={}", sub.workdir.display()),
         format!("--output={}", sub.log.display()),
         "--open-mode=append".to_string(),
-        format!("--gres={}", gres(sub.gpus, sub.vram_mib, opts.shard_mib)),
     ];
+    if sub.gpus > 0 {
+        args.push(format!(
+            "--gres={}",
+            gres(sub.gpus, sub.vram_mib, opts.shard_mib)
+        ));
+    }
+    // Slurm's own cgroups hold the job to them (docs/BEHAVIOUR.md "Containment").
+    if let Some(mib) = sub.mem_mib {
+        args.push(format!("--mem={mib}M"));
+    }
+    if let Some(cpus) = sub.cpus {
+        args.push(format!("--cpus-per-task={cpus}"));
+    }
     if let Some(partition) = &opts.partition {
         args.push(format!("--partition={partition}"));
     }
@@ -423,6 +439,8 @@ mod tests {
             key: "k1",
             command: "python train.py --lr 0.1",
             gpus: 1,
+            mem_mib: None,
+            cpus: None,
             vram_mib: Some(18_000),
             timeout_s: Some(90.0),
             preemptible: false,
@@ -474,6 +492,14 @@ mod tests {
         assert!(args.contains(&"--requeue".to_string()));
         assert!(args.contains(&"--gres=gpu:1".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--dependency")));
+        // A CPU-only job asks for no GPU; mem= and cpus= become Slurm's.
+        sub.gpus = 0;
+        sub.mem_mib = Some(2048);
+        sub.cpus = Some(4);
+        let args = sbatch_options(&sub, &SlurmOptions::default());
+        assert!(!args.iter().any(|a| a.starts_with("--gres")), "{args:?}");
+        assert!(args.contains(&"--mem=2048M".to_string()), "{args:?}");
+        assert!(args.contains(&"--cpus-per-task=4".to_string()), "{args:?}");
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl Scheduler {
             unacked: Vec::new(),
             mps,
             busy_cgroups: Vec::new(),
+            unenforced_said: (false, false),
         };
         let share = Sharing {
             ledger,

@@ -59,16 +59,19 @@ impl Scheduler {
             .cfg
             .cpus_per_gpu
             .map(|n| n.saturating_mul(per_gpu as u32)));
-        if mem_mib.is_some() && !containment.memory {
+        // Said once a run: every job after it would say the same.
+        let said = &mut self.io.unenforced_said;
+        if mem_mib.is_some() && !containment.memory && !std::mem::replace(&mut said.0, true) {
             self.report.warn(format!(
-                "job {}: its host memory limit is not enforced: no memory controller in {}",
+                "job {}: host memory limits (mem=, --mem-per-gpu) are not enforced: no memory controller in {}",
                 launch.no,
                 containment.describe()
             ));
         }
-        if cpus.is_some() && !containment.cpuset {
+        let said = &mut self.io.unenforced_said;
+        if cpus.is_some() && !containment.cpuset && !std::mem::replace(&mut said.1, true) {
             self.report.warn(format!(
-                "job {}: its CPUs are not pinned: no cpuset controller in {}",
+                "job {}: CPUs (cpus=, --cpus-per-gpu) are not pinned: no cpuset controller in {}",
                 launch.no,
                 containment.describe()
             ));

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 /// not used: no attribute limits a job's processes.)
 const V1_CONTROLLERS: [&str; 3] = ["memory", "freezer", "cpuset"];
 /// The v2 controllers enabled for jobs' cgroups, where available.
-const V2_CONTROLLERS: [&str; 3] = ["memory", "cpuset", "pids"];
+const V2_CONTROLLERS: [&str; 2] = ["memory", "cpuset"];
 /// The prefix of every job cgroup's name: an adopted attempt's journaled
 /// directory is used only when its name has it.
 pub const JOB_PREFIX: &str = "gpusched-job-";
@@ -110,6 +110,11 @@ impl Containment {
 
     /// Creates the bases, enables the controllers and reads the CPUs.
     fn probe(mut self) -> Result<Containment, String> {
+        if self.bases.is_empty() {
+            return Err(format!(
+                "no cgroup v1 memory, freezer or cpuset hierarchy is mounted; {HOW_TO_GET_IT}"
+            ));
+        }
         for (controller, dir) in &self.bases {
             if let Err(e) = std::fs::create_dir_all(dir) {
                 return Err(format!(
@@ -155,7 +160,7 @@ impl Containment {
     }
 
     /// Where jobs' cgroups go, for the start line and `doctor`: `cgroup
-    /// v1 (memory, cpuset, pids, freezer) under /sys/fs/cgroup/memory/…`.
+    /// v1 (memory, freezer, cpuset) under /sys/fs/cgroup/memory/…`.
     pub fn describe(&self) -> String {
         let (version, first) = match self.version {
             Version::V1 => ("v1", self.bases[0].1.display()),
@@ -208,8 +213,13 @@ impl Containment {
                 let dir = base.join(&name);
                 match std::fs::create_dir(&dir) {
                     Ok(()) => {}
-                    // A dead attempt's of the same name, left by a crash.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => reused = true,
+                    // A dead attempt's of the same name, left by a crash
+                    // (a journal started afresh numbers attempts from 1
+                    // again): its old limits go first.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        reused = true;
+                        unlimit(&dir);
+                    }
                     Err(e) => return Err(e),
                 }
                 made.dirs.push((controller.clone(), dir.clone()));
@@ -473,6 +483,25 @@ fn writable(dir: &Path) -> bool {
 /// Whether `dir` exists writable, or its parent lets it be made.
 fn writable_parent(dir: &Path) -> bool {
     writable(dir) || dir.parent().is_some_and(writable)
+}
+
+/// Puts a job cgroup's memory limit and CPUs back to none (its parent's),
+/// whichever interface files `dir` has; what the kernel refuses stays.
+fn unlimit(dir: &Path) {
+    // v1: memory plus swap may never be below the memory limit.
+    for (file, value) in [
+        ("memory.max", "max"),
+        ("memory.swap.max", "max"),
+        ("memory.memsw.limit_in_bytes", "-1"),
+        ("memory.limit_in_bytes", "-1"),
+    ] {
+        if cgroupfs::has(dir, file) {
+            let _ = cgroupfs::write(dir, file, value);
+        }
+    }
+    if cgroupfs::has(dir, "cgroup.controllers") && cgroupfs::has(dir, "cpuset.cpus") {
+        let _ = cgroupfs::write(dir, "cpuset.cpus", "");
+    }
 }
 
 /// A v1 cpuset directory takes no process until it has CPUs and memory

@@ -567,3 +567,39 @@ fn without_cgroups_a_scheduler_runs_itself_again_in_a_delegated_systemd_scope() 
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert_eq!(env.job_events(1, "started").len(), 1, "ran once");
 }
+
+#[test]
+fn a_stale_cgroup_of_the_same_name_loses_its_old_limit() {
+    if !v1_with(&["memory", "freezer"]) {
+        return;
+    }
+    // A crash left the cgroup of job 1's attempt 1 with a 64 MiB limit;
+    // the journal is then started afresh, so the new attempt 1 meets it.
+    let command = "python3 -c \"b = bytearray(200 * 1024 * 1024); print('allocated')\"";
+    let env = Env::new(&format!("{command}\n"));
+    let key = gpusched::jobspec::parse_jobs(command).unwrap()[0]
+        .key
+        .clone();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let memory = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+        .unwrap();
+    let tag = gpusched::containment::log_dir_tag(&env.logs);
+    let base = v1_mount("memory")
+        .unwrap()
+        .join(memory.trim_start_matches('/'))
+        .join(format!("gpusched-{tag}"));
+    let stale = base.join(gpusched::containment::job_name(&key, 1));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(
+        stale.join("memory.limit_in_bytes"),
+        (64u64 << 20).to_string(),
+    )
+    .unwrap();
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"), "{}", out.stdout);
+    assert_eq!(cgroup_of(&env, 1)[0], stale, "it met the stale cgroup");
+    assert!(!stale.exists(), "and removed it");
+    let _ = std::fs::remove_dir(&base);
+}

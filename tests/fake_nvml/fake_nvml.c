@@ -124,6 +124,7 @@ struct gpu {
     int links; /* NVLinks in use, each to remote[k] */
     int persistence, ecc, pages_pending, mig; /* 1 on, 0 off, -1 not supported */
     unsigned int remote[MAX_LINKS];
+    unsigned long long affinity; /* CPUs 0-63 nearest it; 0: not supported */
 };
 typedef struct {
     char busIdLegacy[16];
@@ -206,6 +207,7 @@ static void load_state(void) {
         } else if (n >= 5 && strcmp(word, "gpu") == 0 && gpu_count < MAX_GPUS) {
             struct gpu *g = &gpus[gpu_count++];
             g->links = 0;
+            g->affinity = 0;
             g->mig_count = 0;
             g->persistence = 1;
             g->ecc = g->pages_pending = g->mig = -1;
@@ -231,6 +233,10 @@ static void load_state(void) {
                 if (strcmp(b, "pages_pending") == 0) gpus[x].pages_pending = on;
                 if (strcmp(b, "mig") == 0) gpus[x].mig = on;
             }
+        } else if (n >= 3 && strcmp(word, "affinity") == 0) {
+            /* affinity GPU CPU: CPU (below 64) is near GPU */
+            unsigned int x = (unsigned int)strtoul(a, NULL, 10), cpu = (unsigned int)strtoul(b, NULL, 10);
+            if (x < gpu_count && cpu < 64) gpus[x].affinity |= 1ULL << cpu;
         } else if (n >= 4 && strcmp(word, "nvlink") == 0) {
             unsigned int x = (unsigned int)strtoul(a, NULL, 10), y = (unsigned int)strtoul(b, NULL, 10);
             if (x < gpu_count && y < gpu_count && x != y) {
@@ -517,6 +523,16 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevic
     for (unsigned int t = 0; t < topo_count; t++)
         if ((topos[t].a == a && topos[t].b == b) || (topos[t].a == b && topos[t].b == a))
             *level = topos[t].level;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                      unsigned long *cpuSet) {
+    LOOKUP(device);
+    if (g->affinity == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (cpuSetSize == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int w = 0; w < cpuSetSize; w++) cpuSet[w] = 0;
+    cpuSet[0] = (unsigned long)g->affinity;
     return NVML_SUCCESS;
 }
 

@@ -603,3 +603,32 @@ fn a_stale_cgroup_of_the_same_name_loses_its_old_limit() {
     assert!(!stale.exists(), "and removed it");
     let _ = std::fs::remove_dir(&base);
 }
+
+#[test]
+fn cpus_come_from_those_nvml_puts_nearest_the_job_s_gpu() {
+    if !v1_with(&["cpuset"]) {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if online.trim() == "0" {
+        common::skipped("containment: one CPU here, so nearness cannot show");
+        return;
+    }
+    // GPU 1 sits next to CPU 1 only; CPU 0 would be the first free pick.
+    let nvml = crate::nvml::Nvml::new(
+        "[cpus=1 on=1] grep Cpus_allowed_list /proc/self/status\n",
+        &format!("{}affinity 0 0\naffinity 1 1\n", crate::nvml::TWO_GPUS),
+    );
+    let out = nvml.run(&["--poll", "0.2"]);
+    assert_eq!(
+        nvml.env.status_of(1).as_deref(),
+        Some("ok"),
+        "{}",
+        out.stdout
+    );
+    let log = std::fs::read_to_string(nvml.env.logs.join("job001_gpu1.log")).unwrap();
+    assert!(
+        log.contains("Cpus_allowed_list:\t1\n"),
+        "CPU 1, near GPU 1: {log}"
+    );
+}

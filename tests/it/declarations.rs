@@ -91,7 +91,13 @@ fn enforce_stop_stops_the_liar_before_it_takes_the_honest_job_down() {
     // finished.
     let oom = env.job_events(1, "oom");
     assert_eq!(oom.len(), 1, "{}", out.stdout);
-    assert_eq!(oom[0]["cause"]["over_declared"]["peak_mib"], 16000);
+    // The peak seen when it was stopped: its ramp's top, or a step of the
+    // ramp a sample caught on the way up (a loaded machine), but over its
+    // declaration plus --tolerance either way.
+    let peak = oom[0]["cause"]["over_declared"]["peak_mib"]
+        .as_u64()
+        .unwrap();
+    assert!((9011..=16000).contains(&peak), "{oom:?}");
     assert!(oom[0]["next_vram"].as_u64().unwrap() >= 16000, "{oom:?}");
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
     assert!(

@@ -10,11 +10,12 @@ use std::path::PathBuf;
 pub struct ContainArgs {
     /// Make each job's cgroup under DIR: a cgroup v2 directory you may
     /// write (delegated to you), or one under a cgroup v1 controller's
-    /// mount (the same path is then used in the memory, cpuset, pids and
-    /// freezer hierarchies). Default: found by itself — the v1
-    /// controllers under gpusched's own cgroups, a v2 subtree delegated to
-    /// it (systemd-run --user --scope -p Delegate=yes, a service with
-    /// Delegate=yes), or as root the top of the v2 hierarchy.
+    /// mount (the same path is then used in the memory, freezer and cpuset
+    /// hierarchies). Default: found by itself — the v1 controllers under
+    /// gpusched's own cgroups, a v2 subtree delegated to it (systemd-run
+    /// --user --scope -p Delegate=yes, a service with Delegate=yes), as
+    /// root the top of the v2 hierarchy, else gpusched runs itself again
+    /// under systemd-run where a user manager answers.
     #[arg(long, value_name = "DIR")]
     pub cgroup: Option<PathBuf>,
 

@@ -128,13 +128,12 @@ impl Scheduler {
             && self.core.running.is_empty()
             && let Ok(Some(containment)) = &self.cfg.containment
         {
-            for cgroup in std::mem::take(&mut self.io.busy_cgroups) {
-                for _ in 0..100 {
-                    if cgroup.remove() {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+            // Their last processes are dying: a moment for them, not more
+            // (one stuck in the kernel keeps its cgroup, and it is left).
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while !self.io.busy_cgroups.is_empty() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                self.io.busy_cgroups.retain(|c| !c.remove());
             }
             containment.remove_bases();
         }

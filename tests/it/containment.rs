@@ -5,20 +5,22 @@
 //! hierarchy this machine lacks says SKIPPED with the reason.
 
 use crate::common::{self, Env, users, wait_for, wait_for_within};
+use gpusched::containment::cgroupfs;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The cgroup v1 hierarchies mounted here, by controller.
+/// The cgroup hierarchies mounted here, as gpusched reads them.
+fn mounts() -> Vec<cgroupfs::Mount> {
+    cgroupfs::mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+/// Where the cgroup v1 hierarchy of `controller` is mounted.
 fn v1_mount(controller: &str) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|line| {
-        let (fields, rest) = line.split_once(" - ")?;
-        let mut rest = rest.split(' ');
-        let (fstype, _, options) = (rest.next()?, rest.next()?, rest.next()?);
-        let point = PathBuf::from(fields.split(' ').nth(4)?);
-        (fstype == "cgroup" && options.split(',').any(|o| o == controller)).then_some(point)
-    })
+    mounts()
+        .into_iter()
+        .find(|m| m.controllers.iter().any(|c| c == controller))
+        .map(|m| m.point)
 }
 
 /// Whether gpusched, as root, finds cgroup v1 with `controllers`; else
@@ -44,12 +46,10 @@ struct V2Dir(PathBuf);
 
 impl V2Dir {
     fn new(name: &str) -> Option<V2Dir> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mount = text.lines().find_map(|line| {
-            let (fields, rest) = line.split_once(" - ")?;
-            let point = PathBuf::from(fields.split(' ').nth(4)?);
-            rest.starts_with("cgroup2 ").then_some(point)
-        });
+        let mount = mounts()
+            .into_iter()
+            .find(|m| m.version == cgroupfs::Version::V2)
+            .map(|m| m.point);
         let Some(mount) = mount.filter(|_| nix::unistd::geteuid().is_root()) else {
             common::skipped("containment: no cgroup v2 hierarchy writable here (root)");
             return None;

@@ -49,7 +49,8 @@ pub struct Config {
     pub enforce: crate::jobspec::Enforce,
     /// Where jobs' cgroups go, or why none can be made (docs/BEHAVIOUR.md
     /// "Containment"); `Ok(None)` under `--no-containment` or on Slurm.
-    pub containment: Result<Option<crate::containment::Containment>, String>,
+    /// Shared, so that a round holds it while it reports and books.
+    pub containment: Result<Option<std::sync::Arc<crate::containment::Containment>>, String>,
     /// `--mem-per-gpu` (MiB).
     pub mem_per_gpu_mib: Option<u64>,
     /// `--cpus-per-gpu`.

@@ -11,7 +11,7 @@
 //! opened with `O_NOFOLLOW`, checked to be a regular file on its
 //! descriptor, and read with a size cap.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -168,12 +168,25 @@ pub fn under(mount: &Path, cgroup: &str) -> PathBuf {
     mount.join(cgroup.trim_start_matches('/'))
 }
 
-/// Opens interface file `name` of cgroup `dir`, never through a link, and
-/// checks it is a regular file.
-fn open(dir: &Path, name: &str, write: bool) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .read(!write)
-        .write(write)
+/// The text of interface file `name` of cgroup `dir`, read as any file
+/// another user may control is ([`crate::trust::read_untrusted`]: no
+/// link, regular, at most 1 MiB).
+///
+/// Errors: it does not exist, cannot be read, or is no such file.
+pub fn read(dir: &Path, name: &str) -> std::io::Result<String> {
+    let (bytes, _) = crate::trust::read_untrusted(&dir.join(name), READ_CAP)
+        .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.join(name).display())))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Writes `value` to interface file `name` of cgroup `dir`, in one write
+/// (the kernel takes one value per write), never through a link and only
+/// to a regular file (checked on the descriptor).
+///
+/// Errors: the kernel refused the value, or the file is not there.
+pub fn write(dir: &Path, name: &str, value: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(dir.join(name))?;
     if !file.metadata()?.file_type().is_file() {
@@ -182,26 +195,7 @@ fn open(dir: &Path, name: &str, write: bool) -> std::io::Result<std::fs::File> {
             dir.join(name).display()
         )));
     }
-    Ok(file)
-}
-
-/// The text of interface file `name` of cgroup `dir` (at most 1 MiB).
-///
-/// Errors: it does not exist or cannot be read.
-pub fn read(dir: &Path, name: &str) -> std::io::Result<String> {
-    let mut text = String::new();
-    open(dir, name, false)?
-        .take(READ_CAP)
-        .read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// Writes `value` to interface file `name` of cgroup `dir`, in one write
-/// (the kernel takes one value per write).
-///
-/// Errors: the kernel refused the value, or the file is not there.
-pub fn write(dir: &Path, name: &str, value: &str) -> std::io::Result<()> {
-    open(dir, name, true)?.write_all(value.as_bytes())
+    file.write_all(value.as_bytes())
 }
 
 /// Whether interface file `name` exists in `dir`.

@@ -672,29 +672,23 @@ impl JobCgroup {
 
     /// Freezes (or thaws) it; whether it is frozen now.
     fn freeze(&self, on: bool) -> bool {
-        let (file, value, done): (&str, &str, fn(&str) -> bool) = match self.dirs.first() {
-            Some((c, _)) if c == "unified" => {
-                ("cgroup.freeze", if on { "1" } else { "0" }, |events| {
-                    cgroupfs::keyed(events, "frozen") == Some(1)
-                })
-            }
-            _ => (
-                "freezer.state",
-                if on { "FROZEN" } else { "THAWED" },
-                |state| state.trim() == "FROZEN",
-            ),
-        };
         let Some(dir) = self.dir("freezer") else {
             return false;
         };
-        let check = if file == "cgroup.freeze" {
-            "cgroup.events"
+        if self.dirs[0].0 == "unified" {
+            cgroupfs::write(dir, "cgroup.freeze", if on { "1" } else { "0" }).is_ok()
+                && on
+                && wait_for(|| {
+                    cgroupfs::read(dir, "cgroup.events")
+                        .is_ok_and(|t| cgroupfs::keyed(&t, "frozen") == Some(1))
+                })
         } else {
-            file
-        };
-        cgroupfs::write(dir, file, value).is_ok()
-            && on
-            && wait_for(|| cgroupfs::read(dir, check).is_ok_and(|t| done(&t)))
+            cgroupfs::write(dir, "freezer.state", if on { "FROZEN" } else { "THAWED" }).is_ok()
+                && on
+                && wait_for(|| {
+                    cgroupfs::read(dir, "freezer.state").is_ok_and(|t| t.trim() == "FROZEN")
+                })
+        }
     }
 }
 

@@ -52,9 +52,9 @@ pub struct Io {
     /// Ended attempts' cgroups whose last processes were still dying when
     /// they were removed; tried again each sampling round.
     pub busy_cgroups: Vec<crate::containment::JobCgroup>,
-    /// Whether this run said that host memory limits (`.0`) and CPU pins
-    /// (`.1`) cannot be enforced here.
-    pub unenforced_said: (bool, bool),
+    /// Whether this run said that host memory limits (`[0]`) and CPU pins
+    /// (`[1]`) cannot be enforced here.
+    pub unenforced_said: [bool; 2],
 }
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").

@@ -105,7 +105,7 @@ impl Scheduler {
             unacked: Vec::new(),
             mps,
             busy_cgroups: Vec::new(),
-            unenforced_said: (false, false),
+            unenforced_said: [false; 2],
         };
         let share = Sharing {
             ledger,
@@ -342,7 +342,7 @@ fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::laun
 fn containment_for(
     args: &RunArgs,
     log_dir: &std::path::Path,
-) -> Result<Option<crate::containment::Containment>, String> {
+) -> Result<Option<std::sync::Arc<crate::containment::Containment>>, String> {
     if args.slurm.slurm || args.contain.no_containment {
         return Ok(None);
     }
@@ -355,7 +355,7 @@ fn containment_for(
                 None => Err(why),
             }
         }
-        found => found.map(Some),
+        found => found.map(|c| Some(std::sync::Arc::new(c))),
     }
 }
 

@@ -17,7 +17,7 @@ impl Scheduler {
         let Ok(Some(containment)) = &self.cfg.containment else {
             return;
         };
-        let containment = containment.clone();
+        let containment = std::sync::Arc::clone(containment);
         let mut taken: Vec<u32> = self
             .core
             .running
@@ -60,21 +60,22 @@ impl Scheduler {
             .cpus_per_gpu
             .map(|n| n.saturating_mul(per_gpu as u32)));
         // Said once a run: every job after it would say the same.
-        let said = &mut self.io.unenforced_said;
-        if mem_mib.is_some() && !containment.memory && !std::mem::replace(&mut said.0, true) {
-            self.report.warn(format!(
-                "job {}: host memory limits (mem=, --mem-per-gpu) are not enforced: no memory controller in {}",
-                launch.no,
-                containment.describe()
-            ));
-        }
-        let said = &mut self.io.unenforced_said;
-        if cpus.is_some() && !containment.cpuset && !std::mem::replace(&mut said.1, true) {
-            self.report.warn(format!(
-                "job {}: CPUs (cpus=, --cpus-per-gpu) are not pinned: no cpuset controller in {}",
-                launch.no,
-                containment.describe()
-            ));
+        let unenforced = [
+            (
+                mem_mib.is_some() && !containment.memory,
+                "host memory limits (mem=, --mem-per-gpu) are not enforced: no memory",
+            ),
+            (
+                cpus.is_some() && !containment.cpuset,
+                "CPUs (cpus=, --cpus-per-gpu) are not pinned: no cpuset",
+            ),
+        ];
+        for ((asked, what), said) in unenforced.into_iter().zip(&mut self.io.unenforced_said) {
+            if asked && !std::mem::replace(said, true) {
+                let place = containment.describe();
+                self.report
+                    .warn(format!("job {}: {what} controller in {place}", launch.no));
+            }
         }
         let cpus = match cpus.filter(|_| containment.cpuset) {
             Some(wanted) => {
@@ -149,18 +150,19 @@ impl Scheduler {
         &mut self,
         external: &[(crate::gpu::attribution::GpuPid, Option<u64>)],
     ) {
-        let log_dir = self.cfg.log_dir.as_os_str().as_encoded_bytes().to_vec();
-        let running: std::collections::HashSet<u32> =
-            self.core.running.values().map(|r| r.no).collect();
+        let gpu = &mut self.core.gpu;
+        if external.is_empty() && gpu.left_by.is_empty() && gpu.left_behind.is_empty() {
+            return;
+        }
+        let log_dir = self.cfg.log_dir.as_os_str().as_encoded_bytes();
         let mut now = Vec::new();
         for (process, mib) in external {
-            let job = *self
-                .core
-                .gpu
+            let job = *gpu
                 .left_by
                 .entry(process.pid)
-                .or_insert_with(|| job_of(process.pid, &log_dir));
-            if let Some(job) = job.filter(|no| !running.contains(no)) {
+                .or_insert_with(|| job_of(process.pid, log_dir));
+            let running = |no: &u32| self.core.running.values().any(|r| r.no == *no);
+            if let Some(job) = job.filter(|no| !running(no)) {
                 now.push(crate::view::status::LeftBehind {
                     gpu: process.gpu,
                     pid: process.pid,

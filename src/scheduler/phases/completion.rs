@@ -18,6 +18,33 @@ use crate::view::report::{self, CompletionLine};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// What a failure for want of host memory adds to its line: it is no GPU
+/// OOM and gets no raise. Its cgroup's OOM kill names the limit
+/// (`host_oom_limit`: the limit in MiB, if any; docs/BEHAVIOUR.md
+/// "Containment"); otherwise a plain failure whose log says the host ran
+/// out (docs/BEHAVIOUR.md "Out of memory and timeouts").
+fn host_memory_words(
+    decision: Outcome,
+    host_oom_limit: Option<Option<u64>>,
+    ran_out_of: Option<&oom::Signature>,
+) -> Option<String> {
+    match decision {
+        Outcome::Done(DoneStatus::HostOom) => {
+            let limit = host_oom_limit.flatten().map_or_else(
+                || "its cgroup's memory limit".to_string(),
+                |mib| format!("its host memory limit of {mib} MiB (mem=)"),
+            );
+            Some(format!(
+                "killed by the kernel's OOM killer at {limit}: host memory, not GPU memory — raise mem="
+            ))
+        }
+        Outcome::Done(DoneStatus::Failed) => ran_out_of
+            .filter(|s| s.memory == oom::Exhausted::Host)
+            .map(|s| format!("out of host memory, not GPU memory: {}", s.source)),
+        _ => None,
+    }
+}
+
 /// An attempt to be retried as an OOM, as [`Outcome::OomRetry`] decided.
 struct OomRetry {
     attempts: u32,
@@ -88,26 +115,8 @@ impl Scheduler {
             mps_limited: self.mps_limited(&job),
             host_oom: host_oom_limit.is_some(),
         });
-        if decision == Outcome::Done(DoneStatus::HostOom) {
-            let limit = host_oom_limit.flatten().map_or_else(
-                || "its cgroup's memory limit".to_string(),
-                |mib| format!("its host memory limit of {mib} MiB (mem=)"),
-            );
-            facts.words = Some(format!(
-                "{}; killed by the kernel's OOM killer at {limit}: host memory, not GPU memory — raise mem=",
-                facts.exit_words()
-            ));
-        }
-        // A failure for want of host memory says so: it is no GPU OOM
-        // and gets no raise (docs/BEHAVIOUR.md "Out of memory and timeouts").
-        if decision == Outcome::Done(DoneStatus::Failed)
-            && let Some(signature) = ran_out_of.filter(|s| s.memory == oom::Exhausted::Host)
-        {
-            let words = facts.exit_words();
-            facts.words = Some(format!(
-                "{words}; out of host memory, not GPU memory: {}",
-                signature.source
-            ));
+        if let Some(why) = host_memory_words(decision, host_oom_limit, ran_out_of) {
+            facts.words = Some(format!("{}; {why}", facts.exit_words()));
         }
         match self.apply_outcome(key, &job, decision, &facts, duration_s) {
             Ok(()) => {

@@ -42,6 +42,11 @@
 //! The Python original is not run here: it is not installed on the
 //! project's machines.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks read the temporary files their runs made"
+)]
+
 mod common;
 #[path = "packing/spread.rs"]
 mod spread;

@@ -28,6 +28,11 @@
 //! Log directories are under the system's temp directory (`$TMPDIR`, else
 //! /tmp), as a user's would be on a disk.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks read the temporary files their runs made"
+)]
+
 mod common;
 
 use common::{Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};

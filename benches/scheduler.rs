@@ -17,6 +17,11 @@
 //! Times come from the jobs themselves (`date +%s.%N` as first and last
 //! instruction), CPU and RSS from `/proc/<pid>/stat` and `/proc/<pid>/status`.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks read the temporary files their runs made"
+)]
+
 mod common;
 
 use common::{cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};

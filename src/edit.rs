@@ -12,7 +12,7 @@ use anyhow::Context;
 use nix::fcntl::Flock;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// What `gpusched add` appends: attributes and a command as argv.
@@ -158,16 +158,46 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
 /// Opens `path` (creating it when `create`), locks it exclusively, and
 /// makes sure the lock is on the file the path names now (another tool may
 /// have renamed a new file over it while we waited).
+/// Refuses a jobs file that is not a regular file of this process's
+/// user, checked on the open descriptor (docs/SECURITY.md "Every verb's
+/// trust mode"): a user's `add` in a shared folder must never append
+/// their command, secrets included, to a file someone else planted there.
+///
+/// Errors: [`Error::Usage`] naming the owner.
+fn check_own_file(file: &File, path: &Path) -> Result<(), Error> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err(Error::Usage(format!(
+            "the jobs file {} is not a regular file; nothing added",
+            path.display()
+        )));
+    }
+    if meta.uid() != me {
+        return Err(Error::Usage(format!(
+            "the jobs file {} belongs to {}, not to you ({}): gpusched adds only to jobs files of your own; nothing added (give --file FILE of yours)",
+            path.display(),
+            crate::files::user_name(meta.uid()),
+            crate::files::user_name(me)
+        )));
+    }
+    Ok(())
+}
+
 fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
     loop {
         let file = File::options()
             .read(true)
             .append(true)
             .create(create)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| {
                 Error::JobsFile(format!("cannot open jobs file {}: {e}", path.display()))
             })?;
+        check_own_file(&file, path)?;
         let locked = crate::lockfile::lock_exclusive(file, path)?;
         // The jobs file may be a symbolic link: compare with the file it
         // names now (unlike the ledger's lock, which never follows one).

@@ -4,6 +4,7 @@
 //! log's tail.
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// How [`write_atomic_with`] writes.
@@ -126,7 +127,14 @@ pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
 /// The last `limit` bytes of the file written since byte `from`, decoded
 /// lossily; empty when the file cannot be read.
 pub fn read_tail(path: &Path, from: u64, limit: u64) -> String {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(mut file) = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return String::new();
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
         return String::new();
     };
     let Ok(len) = file.seek(SeekFrom::End(0)) else {
@@ -162,9 +170,14 @@ pub fn check_own_dir(dir: &Path, what: &str) -> Result<(), crate::error::Error> 
             user_name(me)
         )));
     }
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        let who = if mode & 0o002 != 0 {
+            "everyone"
+        } else {
+            "its group"
+        };
         return Err(crate::error::Error::Usage(format!(
-            "{what} {} is writable by everyone (mode {mode:04o}) without the sticky bit: anyone could replace its files; `chmod o-w {}` it, or use another --log-dir",
+            "{what} {} is writable by {who} (mode {mode:04o}) without the sticky bit: they could replace its files (a saved environment, a request) and run code as you; `chmod go-w {}` it, or use another --log-dir",
             dir.display(),
             dir.display()
         )));

@@ -5,6 +5,14 @@
 //! state → [`journal`], the loop → [`scheduler`], what the user reads →
 //! [`view`]. `docs/ARCHITECTURE.md` maps each behaviour of docs/BEHAVIOUR.md to its file.
 
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests read the temporary files they made themselves"
+    )
+)]
+
 pub mod allocation;
 pub mod cli;
 pub mod clock;

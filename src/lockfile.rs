@@ -104,6 +104,10 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
 /// (a file system that reports other numbers there), an open descriptor
 /// of `pid` on the very file.
 fn confirmed_holder(pid: u32, dev: u64, ino: u64) -> bool {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a kernel file (/proc), no user can plant it"
+    )]
     let holders = std::fs::read_to_string("/proc/locks")
         .map(|text| flock_writers(&text, ino))
         .unwrap_or_default();

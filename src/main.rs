@@ -1,7 +1,7 @@
 //! `gpusched`: parse the command line, run, map the outcome to an exit code.
 
 use clap::{FromArgMatches, Parser};
-use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs};
+use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs, Trust};
 use gpusched::commands::control;
 use gpusched::control::ControlChange;
 use std::io::Write;
@@ -25,27 +25,44 @@ fn main() {
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
-    if let Some(log_dir) = cli.command.as_mut().and_then(|c| c.log_dir_mut()) {
-        // From another directory: the caller's own running scheduler.
-        let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
-            || gpusched::ledger::store::DEFAULT_DIR.into(),
-            std::path::PathBuf::from,
-        );
-        match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
-            Ok(Some(found)) => {
-                eprintln!(
-                    "gpusched: using {} (your running scheduler's log directory)",
-                    found.display()
-                );
-                *log_dir = found;
+    // Every verb's trust mode (docs/SECURITY.md "Every verb's trust mode").
+    match cli.command.as_mut().map(|c| c.trust()) {
+        Some(Trust::LogDir(log_dir)) => {
+            // From another directory: the caller's own running scheduler.
+            let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
+                || gpusched::ledger::store::DEFAULT_DIR.into(),
+                std::path::PathBuf::from,
+            );
+            match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
+                Ok(Some(found)) => {
+                    eprintln!(
+                        "gpusched: using {} (your running scheduler's log directory)",
+                        found.display()
+                    );
+                    *log_dir = found;
+                }
+                Ok(None) => {}
+                Err(error) => finish(Err(error.into())),
             }
-            Ok(None) => {}
-            Err(error) => finish(Err(error.into())),
+            // Root acts in a user's log directory as that user; anyone
+            // else acts only in their own.
+            if let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
+                .and_then(|()| gpusched::trust::refuse_foreign(log_dir))
+            {
+                finish(Err(error.into()));
+            }
         }
-        // Root acts in a user's log directory as that user (docs/SECURITY.md).
-        if let Err(error) = gpusched::trust::act_as_owner_of(log_dir) {
-            finish(Err(error.into()));
+        Some(Trust::Ledger(log_dir)) => {
+            // Root follows a user's log directory (their simulated GPUs)
+            // only as that user; a log directory that is not there names
+            // nobody to become.
+            if log_dir.exists()
+                && let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
+            {
+                finish(Err(error.into()));
+            }
         }
+        Some(Trust::ReadsOthers | Trust::Own) | None => {}
     }
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),

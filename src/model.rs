@@ -5,9 +5,14 @@
 //! everywhere.
 
 use serde::{Deserialize, Serialize};
+use strum::VariantArray;
 
 /// How a job ended (docs/BEHAVIOUR.md "The live queue" `done.status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// A closed set listed once: [`DoneStatus::VARIANTS`] (strum's
+/// `VariantArray`) is the list every view, count and parser derives from,
+/// in declaration order, which is the order the board and metrics use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::VariantArray)]
 #[serde(rename_all = "snake_case")]
 pub enum DoneStatus {
     /// Exit code 0.
@@ -34,19 +39,6 @@ pub enum DoneStatus {
 }
 
 impl DoneStatus {
-    /// Every status, in the order the board and metrics list them.
-    pub const ALL: [DoneStatus; 9] = [
-        DoneStatus::Ok,
-        DoneStatus::Failed,
-        DoneStatus::FailedOom,
-        DoneStatus::Timeout,
-        DoneStatus::Cancelled,
-        DoneStatus::Infeasible,
-        DoneStatus::DependencyFailed,
-        DoneStatus::OverDeclared,
-        DoneStatus::HostOom,
-    ];
-
     /// The word used in the journal, on the board and in completion lines.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -64,7 +56,10 @@ impl DoneStatus {
 
     /// The status whose word is `word`, if any.
     pub fn from_word(word: &str) -> Option<DoneStatus> {
-        DoneStatus::ALL.into_iter().find(|s| s.as_str() == word)
+        DoneStatus::VARIANTS
+            .iter()
+            .copied()
+            .find(|s| s.as_str() == word)
     }
 
     /// The board's mark (docs/BEHAVIOUR.md "Board and terminal"): `✓` ok, `⊘` cancelled, `✗` the rest.
@@ -220,20 +215,24 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// The live states, in the order counts and boards list them. Adding
+    /// a live variant fails to compile in [`JobState::as_str`] and in
+    /// the check below until it is listed here too.
+    pub const LIVE: [JobState; 3] = [JobState::Running, JobState::Pending, JobState::RetryWait];
+
+    /// How many states there are: the live ones and one per [`DoneStatus`].
+    pub const COUNT: usize = JobState::LIVE.len() + DoneStatus::VARIANTS.len();
+
     /// Every state, in the order counts and boards list them: the live
-    /// states, then the terminal ones.
-    pub const ALL: [JobState; 10] = [
-        JobState::Running,
-        JobState::Pending,
-        JobState::RetryWait,
-        JobState::Done(DoneStatus::Ok),
-        JobState::Done(DoneStatus::Failed),
-        JobState::Done(DoneStatus::FailedOom),
-        JobState::Done(DoneStatus::Timeout),
-        JobState::Done(DoneStatus::Cancelled),
-        JobState::Done(DoneStatus::Infeasible),
-        JobState::Done(DoneStatus::DependencyFailed),
-    ];
+    /// states, then the terminal ones — derived from [`JobState::LIVE`]
+    /// and [`DoneStatus::VARIANTS`], never listed by hand.
+    pub fn all() -> impl Iterator<Item = JobState> + Clone {
+        JobState::LIVE.into_iter().chain(
+            DoneStatus::VARIANTS
+                .iter()
+                .map(|&status| JobState::Done(status)),
+        )
+    }
 
     /// The word in status.json and `counts`: `running`, `pending`,
     /// `retry_wait` or a [`DoneStatus`] word.
@@ -248,7 +247,7 @@ impl JobState {
 
     /// The state whose word is `word`, if any.
     pub fn from_word(word: &str) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|s| s.as_str() == word)
+        JobState::all().find(|s| s.as_str() == word)
     }
 
     /// Whether the job ended for good.
@@ -277,7 +276,8 @@ impl<'de> Deserialize<'de> for JobState {
 }
 
 /// Where the scheduler stands, as status.json (`scheduler.state`) shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A closed set: [`SchedulerState::VARIANTS`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::VariantArray)]
 #[serde(rename_all = "kebab-case")]
 pub enum SchedulerState {
     /// Dispatching jobs as they fit.
@@ -321,7 +321,20 @@ mod tests {
 
     #[test]
     fn job_state_words_round_trip() {
-        for state in JobState::ALL {
+        assert_eq!(JobState::all().count(), JobState::COUNT);
+        // Every live variant is listed: this match has no `_` arm, so a
+        // new live variant fails to compile here until LIVE names it.
+        for state in JobState::all() {
+            match state {
+                JobState::Running | JobState::Pending | JobState::RetryWait => {
+                    assert!(JobState::LIVE.contains(&state))
+                }
+                JobState::Done(_) => {}
+            }
+        }
+        assert!(JobState::from_word("host_oom").is_some());
+        assert!(JobState::from_word("over_declared").is_some());
+        for state in JobState::all() {
             assert_eq!(JobState::from_word(state.as_str()), Some(state));
             let json = serde_json::to_string(&state).unwrap();
             assert_eq!(json, format!("\"{}\"", state.as_str()));

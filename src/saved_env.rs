@@ -83,15 +83,42 @@ pub fn save(log_dir: &Path, vars: &BTreeMap<String, String>) -> anyhow::Result<S
 }
 
 /// The environment `id` saved under `log_dir`, read without following a
-/// link or blocking on a FIFO, at most [`MAX_BYTES`].
+/// link or blocking on a FIFO, at most [`MAX_BYTES`]. Like a request, it
+/// must belong to the log directory's owner and be writable by nobody
+/// else, and so must its `env` directory (docs/SECURITY.md "Saved
+/// environments"): a `PATH` planted by a group member would run their
+/// programs as the owner.
 ///
-/// Errors: no such file, not a regular file, too large, or not a JSON
-/// object of strings.
+/// Errors: no such file, not a regular file, too large, owned by another
+/// user or writable by others, or not a JSON object of strings.
 pub fn load(log_dir: &Path, id: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    use std::os::unix::fs::MetadataExt;
     anyhow::ensure!(is_id(id), "'{id}' is not an environment id");
     let file = path(log_dir, id);
-    let (bytes, _) = crate::trust::read_untrusted(&file, MAX_BYTES)
+    let owner = std::fs::metadata(log_dir)
+        .with_context(|| format!("cannot read {}", log_dir.display()))?
+        .uid();
+    let dir = log_dir.join("env");
+    let dir_meta = std::fs::symlink_metadata(&dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    anyhow::ensure!(
+        dir_meta.is_dir() && dir_meta.uid() == owner && dir_meta.mode() & 0o022 == 0,
+        "refusing the saved environment {}: its directory is not {}'s own (owner {}, mode {:04o})",
+        file.display(),
+        crate::files::user_name(owner),
+        crate::files::user_name(dir_meta.uid()),
+        dir_meta.mode() & 0o7777
+    );
+    let (bytes, meta) = crate::trust::read_untrusted(&file, MAX_BYTES)
         .with_context(|| format!("cannot read the saved environment {}", file.display()))?;
+    anyhow::ensure!(
+        meta.uid() == owner && meta.mode() & 0o022 == 0,
+        "refusing the saved environment {}: it belongs to {} (mode {:04o}), not to {}, the log directory's owner",
+        file.display(),
+        crate::files::user_name(meta.uid()),
+        meta.mode() & 0o7777,
+        crate::files::user_name(owner)
+    );
     serde_json::from_slice(&bytes)
         .with_context(|| format!("the saved environment {} is not valid", file.display()))
 }

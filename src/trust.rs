@@ -43,19 +43,18 @@ pub enum Untrusted {
     Io(#[from] std::io::Error),
 }
 
-/// Reads a file that another user may have planted or may change: opened
-/// with `O_NOFOLLOW | O_NONBLOCK` (a link is refused, a FIFO never blocks
-/// the open), checked on the descriptor to be a regular file of at most
-/// `max_bytes` bytes, and read through at most `max_bytes` bytes even if
-/// it grows meanwhile. Returns the bytes and the file's metadata (its
-/// owner is `meta.uid()`).
+/// Opens a file that another user may have planted or may change, for a
+/// streaming read: `O_NOFOLLOW | O_NONBLOCK` (a link is refused, a FIFO
+/// never blocks the open), checked on the descriptor to be a regular file
+/// of at most `max_bytes` bytes. The caller reads at most `max_bytes`
+/// (e.g. through `Read::take`). Returns the file and its metadata.
 ///
 /// Errors: [`Untrusted`] — not a regular file (a link included), too
-/// large, or not readable.
-pub fn read_untrusted(
+/// large, or not openable.
+pub fn open_untrusted(
     path: &Path,
     max_bytes: u64,
-) -> Result<(Vec<u8>, std::fs::Metadata), Untrusted> {
+) -> Result<(std::fs::File, std::fs::Metadata), Untrusted> {
     let file = std::fs::File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -71,6 +70,23 @@ pub fn read_untrusted(
     if meta.len() > max_bytes {
         return Err(Untrusted::TooLarge(meta.len(), max_bytes));
     }
+    Ok((file, meta))
+}
+
+/// Reads a file that another user may have planted or may change: opened
+/// with `O_NOFOLLOW | O_NONBLOCK` (a link is refused, a FIFO never blocks
+/// the open), checked on the descriptor to be a regular file of at most
+/// `max_bytes` bytes, and read through at most `max_bytes` bytes even if
+/// it grows meanwhile. Returns the bytes and the file's metadata (its
+/// owner is `meta.uid()`).
+///
+/// Errors: [`Untrusted`] — not a regular file (a link included), too
+/// large, or not readable.
+pub fn read_untrusted(
+    path: &Path,
+    max_bytes: u64,
+) -> Result<(Vec<u8>, std::fs::Metadata), Untrusted> {
+    let (file, meta) = open_untrusted(path, max_bytes)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(max_bytes + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
@@ -79,38 +95,19 @@ pub fn read_untrusted(
     Ok((bytes, meta))
 }
 
-/// Fills `bytes` from the kernel's random source (getrandom(2), blocking
-/// only until the pool is seeded at boot; `/dev/urandom` where the call is
-/// missing): for names and tokens no other user may guess.
-pub fn random_bytes(bytes: &mut [u8]) {
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the length given into the rest
-        // of `bytes`.
-        let got = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if got > 0 {
-            filled += got as usize;
-        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
-    if filled < bytes.len()
-        && std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut bytes[filled..]))
-            .is_err()
-    {
-        // No kernel source at all: std's per-process random hash keys.
-        use std::hash::{BuildHasher, Hasher};
-        for chunk in bytes[filled..].chunks_mut(8) {
-            let word = std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-                .to_ne_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
-        }
-    }
+/// Fills `bytes` from the operating system's cryptographic random source
+/// (the `getrandom` crate: getrandom(2), else `/dev/urandom`): for names
+/// and tokens no other user may guess. There is no weaker fallback.
+///
+/// Errors: the OS has no random source to give (a broken sandbox); the
+/// caller cannot make a secret then.
+pub fn random_bytes(bytes: &mut [u8]) -> Result<(), Error> {
+    getrandom::fill(bytes).map_err(|e| {
+        Error::io(
+            "cannot read the system's random source",
+            std::io::Error::other(e.to_string()),
+        )
+    })
 }
 
 /// Set once this process, started by root, became a directory's owner.
@@ -194,6 +191,31 @@ pub fn act_as_owner_of(dir: &mut PathBuf) -> Result<(), Error> {
     Ok(())
 }
 
+/// Refuses, for a user other than root, a log directory that exists and
+/// belongs to someone else (docs/SECURITY.md "Every verb's trust mode"):
+/// their status.json could name a jobs file or directory of theirs for
+/// this user's verb to write into. Root is never refused here (it became
+/// the owner in [`act_as_owner_of`]); a missing directory is not refused
+/// (the verb says there is no scheduler there).
+///
+/// Errors: [`Error::Usage`] (exit 2) naming the owner.
+pub fn refuse_foreign(dir: &Path) -> Result<(), Error> {
+    let me = nix::unistd::geteuid().as_raw();
+    if me == 0 {
+        return Ok(());
+    }
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.uid() != me => Err(Error::Usage(format!(
+            "the log directory {} belongs to {}, not to you ({}): gpusched acts only in log directories of your own; ask {} to run it, or give a --log-dir of yours (nothing was read or changed there)",
+            crate::console::printable(&dir.display().to_string()),
+            crate::files::user_name(meta.uid()),
+            crate::files::user_name(me),
+            crate::files::user_name(meta.uid()),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Becomes user `uid` for good: their supplementary groups (from the
 /// user database; none when the uid has no entry), their primary group
 /// (else `gid`, the directory's group), then the uid — real, effective
@@ -234,8 +256,8 @@ mod tests {
     #[test]
     fn random_bytes_fill_the_buffer_and_differ() {
         let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
-        random_bytes(&mut a);
-        random_bytes(&mut b);
+        random_bytes(&mut a).unwrap();
+        random_bytes(&mut b).unwrap();
         assert_ne!(a, b);
         assert_ne!(a, [0u8; 16]);
     }

@@ -50,29 +50,61 @@ pub fn command() -> clap::Command {
     Cli::command().after_long_help(text)
 }
 
+/// How a verb treats a directory it does not own (docs/SECURITY.md "Every
+/// verb's trust mode"): one entry per subcommand in [`Command::trust`],
+/// whose `match` has no `_` arm, so a new verb does not build until it
+/// says which it is.
+#[derive(Debug)]
+pub enum Trust<'a> {
+    /// Reads or changes one log directory (and the jobs file and
+    /// environments it names): root becomes the directory's owner before
+    /// touching anything there (`trust::act_as_owner_of`); any other user
+    /// who does not own it is refused with a message naming the owner
+    /// (`trust::refuse_foreign`).
+    LogDir(&'a mut PathBuf),
+    /// Reserves or releases memory in the box's shared ledger: as
+    /// [`Trust::LogDir`] on the log directory it follows (its simulated
+    /// GPUs) when that exists; the ledger itself is opened on descriptors
+    /// and refused when another user owns it.
+    Ledger(&'a mut PathBuf),
+    /// Reads the whole box (others' bookings, status.json files and
+    /// journals) only through the hostile-file reader and never writes
+    /// there; its own files (a token) are under the caller's home.
+    ReadsOthers,
+    /// Touches no log directory: prints text, or writes the caller's own
+    /// files (completions, the man page, a systemd user unit, a jobs file
+    /// named on the command line), or is root's own (`ledger init`).
+    Own,
+}
+
 impl Command {
-    /// The log directory a verb reads or changes, for root to act there as
-    /// its owner first (`trust::act_as_owner_of`, docs/SECURITY.md
-    /// "Root's verbs"); `None` for the commands that act on no one log
-    /// directory (the box views and accounts read others' files through
-    /// the untrusted reader instead).
-    pub fn log_dir_mut(&mut self) -> Option<&mut PathBuf> {
-        Some(match self {
-            Command::Status(a) => &mut a.log_dir.dir,
-            Command::Add(a) => &mut a.log_dir.dir,
-            Command::Cancel(a) => &mut a.log_dir.dir,
-            Command::Log(a) => &mut a.log_dir.dir,
-            Command::Retry(a) => &mut a.log_dir.dir,
-            Command::Hold(a) | Command::Release(a) => &mut a.log_dir.dir,
-            Command::Wait(a) => &mut a.log_dir.dir,
-            Command::Mcp(a) => &mut a.log_dir.dir,
-            Command::Pause(a) | Command::Resume(a) => &mut a.log_dir.dir,
-            Command::Drain(a) | Command::Undrain(a) => &mut a.log_dir.dir,
-            Command::Stop(a) => &mut a.log_dir.dir,
-            Command::Timeline(a) => &mut a.log_dir.dir,
-            Command::Export(a) => &mut a.log_dir,
-            _ => return None,
-        })
+    /// This verb's [`Trust`] mode, with the log directory it acts in.
+    pub fn trust(&mut self) -> Trust<'_> {
+        match self {
+            Command::Status(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Add(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Cancel(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Log(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Retry(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Hold(a) | Command::Release(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Wait(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Mcp(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Pause(a) | Command::Resume(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Drain(a) | Command::Undrain(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Stop(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Timeline(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Export(a) => Trust::LogDir(&mut a.log_dir),
+            Command::Doctor(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Reserve(a) => Trust::Ledger(&mut a.place.log_dir.dir),
+            Command::Unreserve(a) => Trust::Ledger(&mut a.place.log_dir.dir),
+            Command::Top(_) | Command::Serve(_) | Command::Report(_) => Trust::ReadsOthers,
+            Command::Grid(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Ledger(_)
+            | Command::Service(_)
+            | Command::Simjob(_) => Trust::Own,
+        }
     }
 }
 

@@ -138,27 +138,26 @@ fn simjob_subcommand() {
     }
 }
 
-/// Every verb that takes the shared `--log-dir` (the box commands
-/// aside, which act on the ledger) is one `log_dir_mut`
-/// knows, so it finds the caller's running scheduler and, run by root,
-/// acts as the directory's owner (docs/SECURITY.md "Root's verbs"); `hold`
-/// and `release` were once left out.
+/// Every verb that takes the shared `--log-dir` hands exactly that
+/// directory to its trust mode, so it finds the caller's running
+/// scheduler and, run by root, acts as the directory's owner, and run by
+/// anyone else, refuses a directory not theirs (docs/SECURITY.md "Every
+/// verb's trust mode"); `hold`, `release`, `reserve` and `unreserve` were
+/// once left out. A verb with a `--log-dir` whose mode names no
+/// directory fails here.
 #[test]
-fn every_verb_with_the_shared_log_dir_is_known_to_log_dir_mut() {
+fn every_verb_with_a_log_dir_hands_it_to_its_trust_mode() {
     let root = command();
     let mut checked = 0;
     for sub in root.get_subcommands() {
-        let shared = sub.get_arguments().any(|a| {
-            a.get_long() == Some("log-dir")
-                && a.get_env() == Some(std::ffi::OsStr::new("GPUSCHED_LOG_DIR"))
-        });
-        // The box commands read a log directory for its queue's view;
-        // they act on the ledger, not on a scheduler's queue.
-        let box_command = sub.get_arguments().any(|a| a.get_id() == "ledger");
-        if !shared || box_command {
+        let shared = sub.get_arguments().any(|a| a.get_long() == Some("log-dir"));
+        if !shared {
             continue;
         }
         let mut argv = vec![sub.get_name().to_string(), "--log-dir".into(), "/x".into()];
+        if sub.get_name() == "reserve" {
+            argv.push("--list".into());
+        }
         let required: Vec<_> = sub
             .get_arguments()
             .filter(|a| a.is_positional() && a.is_required_set())
@@ -169,7 +168,21 @@ fn every_verb_with_the_shared_log_dir_is_known_to_log_dir_mut() {
         }
         let mut cli = parse(&argv.iter().map(String::as_str).collect::<Vec<_>>())
             .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-        let dir = cli.command.as_mut().and_then(|c| c.log_dir_mut()).cloned();
+        let dir = match cli.command.as_mut().map(|c| c.trust()) {
+            Some(super::Trust::LogDir(dir) | super::Trust::Ledger(dir)) => Some(dir.clone()),
+            Some(super::Trust::ReadsOthers) => {
+                // A box view reads others' files through the hostile-file
+                // reader only; it takes a --log-dir for its user's queue.
+                assert!(
+                    ["top", "serve", "report"].contains(&sub.get_name()),
+                    "gpusched {} reads others' files but takes a --log-dir",
+                    sub.get_name()
+                );
+                checked += 1;
+                continue;
+            }
+            _ => None,
+        };
         assert_eq!(
             dir,
             Some(PathBuf::from("/x")),
@@ -178,5 +191,5 @@ fn every_verb_with_the_shared_log_dir_is_known_to_log_dir_mut() {
         );
         checked += 1;
     }
-    assert!(checked >= 12, "only {checked} verbs checked");
+    assert!(checked >= 18, "only {checked} verbs checked");
 }

@@ -30,7 +30,7 @@ pub fn open_box(
     let rules = crate::rules::load(args.box_rules.as_deref())?;
     // Without --sim, the GPUs of the scheduler on --log-dir: simulated
     // ones if it runs on them.
-    let (sim, sim_dir) = match (args.sim, following_sim(&args.log_dir)) {
+    let (sim, sim_dir) = match (args.sim, following_sim(&args.log_dir, create)) {
         (None, Some((count, dir))) => (Some(count), Some(dir)),
         _ => (args.sim, args.sim_dir.clone()),
     };
@@ -49,10 +49,23 @@ pub fn open_box(
 }
 
 /// The simulated GPUs (count and directory) of the scheduler whose
-/// status.json is in `log_dir`, when it runs with `--sim`.
-fn following_sim(log_dir: &std::path::Path) -> Option<(u32, PathBuf)> {
-    let text = std::fs::read(log_dir.join("status.json")).ok()?;
-    let doc: crate::view::status::StatusDoc = serde_json::from_slice(&text).ok()?;
+/// status.json is in `log_dir`, when it runs with `--sim`. A verb that
+/// writes (`writes`: `reserve`, `unreserve`) follows only a log directory
+/// of its own user: another user's status.json must not choose where we
+/// create and write files (docs/SECURITY.md "Root's verbs").
+fn following_sim(log_dir: &std::path::Path, writes: bool) -> Option<(u32, PathBuf)> {
+    let doc = match crate::view::status::read_status(log_dir) {
+        Ok((_, doc)) => doc,
+        Err(crate::view::status::StatusReadError::Missing { .. }) => return None,
+        // Said as what it is, not left to surface later as a missing NVML.
+        Err(e) => {
+            crate::console::warn(&format!("{e}; not following its GPUs"));
+            return None;
+        }
+    };
+    if writes && !owned_by_me(log_dir) {
+        return None;
+    }
     if doc.scheduler.backend != "sim" {
         return None;
     }
@@ -60,6 +73,14 @@ fn following_sim(log_dir: &std::path::Path) -> Option<(u32, PathBuf)> {
     // Its GPUs may be fewer than the simulation's (--gpus): the highest.
     let count = doc.gpus.iter().map(|g| g.index + 1).max().unwrap_or(1);
     Some((count, dir))
+}
+
+/// Whether `log_dir` (not followed if a link) belongs to this process's
+/// effective user.
+fn owned_by_me(log_dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(log_dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
 }
 
 impl BoxSource {

@@ -38,7 +38,8 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     }
     let path = &args.jobs_file;
     let bad = |e: String| Error::JobsFile(format!("{}: {e}", path.display()));
-    let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let (bytes, _) = crate::trust::read_untrusted(path, crate::trust::MAX_JOBS_FILE_BYTES)
+        .map_err(|e| bad(format!("cannot read it: {e}")))?;
     let text = jobspec::decode(bytes).map_err(|e| bad(e.to_string()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| bad(e.to_string()))?;
     let (numbers, ended) = journal_numbers(&specs, &args.log_dir);

@@ -150,13 +150,14 @@ impl JobIndex {
     /// (no scheduler has run with that log directory).
     pub fn read(log_dir: &Path) -> Result<JobIndex, Error> {
         let path = log_dir.join("journal.jsonl");
-        let text = std::fs::read(&path).map_err(|e| {
-            Error::Usage(format!(
-                "cannot read {} ({e}): no scheduler has run with --log-dir {}",
-                path.display(),
-                log_dir.display()
-            ))
-        })?;
+        let (text, _) = crate::trust::read_untrusted(&path, crate::trust::MAX_JOURNAL_BYTES)
+            .map_err(|e| {
+                Error::Usage(format!(
+                    "cannot read {} ({e}): no scheduler has run with --log-dir {}",
+                    path.display(),
+                    log_dir.display()
+                ))
+            })?;
         Ok(JobIndex::parse(&text))
     }
 
@@ -318,10 +319,13 @@ impl JournalTail {
     pub fn records(&mut self) -> Vec<Record> {
         use std::io::{Read, Seek, SeekFrom};
         let mut bytes = Vec::new();
-        let read = std::fs::File::open(&self.path).and_then(|mut file| {
-            file.seek(SeekFrom::Start(self.position))?;
-            file.read_to_end(&mut bytes)
-        });
+        let read = crate::trust::open_untrusted(&self.path, crate::trust::MAX_JOURNAL_BYTES)
+            .map_err(std::io::Error::other)
+            .and_then(|(mut file, _)| {
+                file.seek(SeekFrom::Start(self.position))?;
+                file.take(crate::trust::MAX_JOURNAL_BYTES)
+                    .read_to_end(&mut bytes)
+            });
         let Some(end) = read
             .ok()
             .and_then(|_| bytes.iter().rposition(|&b| b == b'\n'))

@@ -259,16 +259,9 @@ impl Server {
     /// codes.
     #[tool(name = "status")]
     pub async fn status(&self) -> Result<Json<Status>, String> {
-        let path = self.log_dir.join("status.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            format!(
-                "cannot read {} ({e}): no scheduler has run with --log-dir {}",
-                path.display(),
-                self.log_dir.display()
-            )
-        })?;
-        let status = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not a status document: {e}", path.display()))?;
+        let (bytes, _) =
+            crate::view::status::read_status(&self.log_dir).map_err(|e| e.to_string())?;
+        let status = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
         Ok(Json(Status {
             scheduler_running: crate::lockfile::holder(&self.log_dir).is_some(),
             status,

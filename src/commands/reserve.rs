@@ -23,12 +23,13 @@ struct Box_ {
 }
 
 /// Opens the GPUs, ledger and rules that `args` name, as the scheduler
-/// with the same options would.
+/// with the same options would; `create`: make the ledger directory when
+/// missing (only `reserve` itself writes one).
 ///
 /// Errors: the rules file is refused; no GPU can be read; the ledger
 /// directory is refused.
-fn open(args: &BoxArgs) -> anyhow::Result<Box_> {
-    let (mut backend, ledger, rules) = super::box_source::open_box(args, true)?;
+fn open(args: &BoxArgs, create: bool) -> anyhow::Result<Box_> {
+    let (mut backend, ledger, rules) = super::box_source::open_box(args, create)?;
     Ok(Box_ {
         snapshot: backend.snapshot()?,
         ledger,
@@ -43,7 +44,8 @@ fn open(args: &BoxArgs) -> anyhow::Result<Box_> {
 /// reserved by others; longer than the rules allow; over the user's
 /// quota. I/O errors on the ledger (exit 1).
 pub fn run(args: &ReserveArgs) -> anyhow::Result<i32> {
-    let mut b = open(&args.place)?;
+    // `--list` only reads: a missing ledger is an empty one, made by nobody.
+    let mut b = open(&args.place, !args.list)?;
     let mut out = std::io::stdout().lock();
     if args.list {
         b.ledger.refresh();
@@ -137,7 +139,7 @@ pub fn run(args: &ReserveArgs) -> anyhow::Result<i32> {
 ///
 /// Errors (exit 2): no such reservation; it is someone else's.
 pub fn release(args: &UnreserveArgs) -> anyhow::Result<i32> {
-    let mut b = open(&args.place)?;
+    let mut b = open(&args.place, false)?;
     let _lock = b.ledger.lock();
     b.ledger.refresh();
     let me = nix::unistd::geteuid().as_raw();

@@ -33,7 +33,7 @@ pub fn run_to(
         Some(file) => file.clone(),
         None => find_jobs_file(&args.log_dir)?,
     };
-    let bytes = std::fs::read(&file)
+    let (bytes, _) = crate::trust::read_untrusted(&file, crate::trust::MAX_JOBS_FILE_BYTES)
         .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", file.display())))?;
     let specs = jobspec::decode(bytes)
         .and_then(|text| jobspec::parse_jobs(&text))

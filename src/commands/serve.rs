@@ -264,7 +264,7 @@ fn own_token() -> Result<String, Error> {
     }
     match crate::files::create_private(&path) {
         Ok(mut file) => {
-            let token = random_token();
+            let token = random_token()?;
             file.write_all(format!("{token}\n").as_bytes())
                 .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
             Ok(token)
@@ -279,10 +279,12 @@ fn own_token() -> Result<String, Error> {
 }
 
 /// 128 random bits as 32 hex digits.
-fn random_token() -> String {
+///
+/// Errors: no random source.
+fn random_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
-    crate::trust::random_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::trust::random_bytes(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Reads the token: the file's first line, trimmed.
@@ -386,14 +388,17 @@ fn percent_decoded(value: &str) -> String {
 /// A file of the log directory, as `content_type`; 404 when the
 /// scheduler has not written it.
 fn log_file(shared: &Shared, name: &str, content_type: &str) -> Reply {
-    match std::fs::read(shared.log_dir.join(name)) {
-        Ok(bytes) => ok(content_type, bytes),
+    match crate::trust::read_untrusted(&shared.log_dir.join(name), crate::trust::MAX_STATUS_BYTES) {
+        Ok((bytes, _)) => ok(content_type, bytes),
         Err(e) => text(
             404,
             format!(
                 "no {name} in {} ({}): no scheduler has run with this --log-dir\n",
                 shared.log_dir.display(),
-                crate::files::io_reason(&e)
+                match e {
+                    crate::trust::Untrusted::Io(e) => crate::files::io_reason(&e),
+                    other => other.to_string(),
+                }
             ),
         ),
     }

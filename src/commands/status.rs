@@ -9,7 +9,6 @@ use crate::cli::StatusArgs;
 use crate::error::Error;
 use crate::view;
 use crate::view::screen::FinishedList;
-use anyhow::Context;
 
 /// `gpusched status`: renders `<log_dir>/status.json` (or prints it with
 /// `--json`). Colour only on a terminal, never with `NO_COLOR`.
@@ -17,20 +16,17 @@ use anyhow::Context;
 /// Errors: no status.json in that directory (exit 2).
 pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     use std::io::IsTerminal;
-    let path = args.log_dir.join("status.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Usage(format!(
-            "cannot read {} ({e}): no scheduler has run with --log-dir {}",
-            path.display(),
-            args.log_dir.display()
-        ))
-    })?;
+    let (bytes, doc) = match view::status::read_status(&args.log_dir) {
+        Ok(read) => read,
+        Err(e @ view::status::StatusReadError::Missing { .. }) => {
+            return Err(Error::Usage(e.to_string()).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
-        print!("{text}");
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), &bytes);
         return Ok(0);
     }
-    let doc: view::status::StatusDoc = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a gpusched status document", path.display()))?;
     let colour = if std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
     {

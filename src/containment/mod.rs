@@ -95,9 +95,17 @@ impl Containment {
     /// Errors: why no cgroup can be made, with what would give access,
     /// for the one line said at start and by `gpusched doctor`.
     pub fn setup(given: Option<&Path>, tag: &str) -> Result<Containment, String> {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a kernel file (/proc), no user can plant it"
+        )]
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
         let mounts = cgroupfs::mounts(&mountinfo);
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a kernel file (/proc), no user can plant it"
+        )]
         let own =
             cgroupfs::membership(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
         match given {
@@ -517,6 +525,10 @@ fn inherit_cpuset(dir: &Path) {
 }
 
 /// The online CPUs (`/sys/devices/system/cpu/online`).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a kernel file (/sys), no user can plant it"
+)]
 pub fn online_cpus() -> Vec<u32> {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
         .map(|t| cgroupfs::parse_cpu_list(&t))

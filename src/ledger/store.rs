@@ -87,7 +87,7 @@ impl Ledger {
     /// Errors: as [`Ledger::open`]'s, for the directory.
     pub fn open_reader(dir: &Path, create: bool) -> Result<Ledger, Error> {
         if !create && !dir.exists() {
-            return Ok(Ledger::blank(dir, Path::new(""), std::process::id()));
+            return Ledger::blank(dir, Path::new(""), std::process::id());
         }
         Ledger::open_with(dir, Path::new(""), std::process::id(), false)
     }
@@ -101,7 +101,7 @@ impl Ledger {
     /// [`Ledger::open_as`]; `publish`: write our (empty) booking file now.
     fn open_with(dir: &Path, log_dir: &Path, pid: u32, publish: bool) -> Result<Ledger, Error> {
         prepare_dir(dir)?;
-        let mut ledger = Ledger::blank(dir, log_dir, pid);
+        let mut ledger = Ledger::blank(dir, log_dir, pid)?;
         if !publish {
             return Ok(ledger);
         }
@@ -118,12 +118,14 @@ impl Ledger {
     }
 
     /// The ledger of scheduler `pid` in `dir`, nothing read or written yet.
-    fn blank(dir: &Path, log_dir: &Path, pid: u32) -> Ledger {
+    ///
+    /// Errors: no random source for its booking file's name.
+    fn blank(dir: &Path, log_dir: &Path, pid: u32) -> Result<Ledger, Error> {
         let start_ticks = crate::process::read_stat(pid).map_or(0, |s| s.start_ticks);
         let uid = nix::unistd::getuid().as_raw();
-        Ledger {
+        Ok(Ledger {
             dir: dir.to_path_buf(),
-            own_name: booking_name(uid, pid),
+            own_name: booking_name(uid, pid)?,
             me: BookingFile {
                 version: super::FORMAT_VERSION,
                 pid,
@@ -142,7 +144,7 @@ impl Ledger {
             reservations: Vec::new(),
             usage: BTreeMap::new(),
             max_reservation_s: crate::rules::DEFAULT_MAX_RESERVATION_S,
-        }
+        })
     }
 
     /// The directory.
@@ -339,7 +341,8 @@ impl Ledger {
             match files::write_atomic_with(&self.dir.join(&self.own_name), &bytes, &options) {
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && tries < 3 => {
                     tries += 1;
-                    self.own_name = booking_name(nix::unistd::getuid().as_raw(), self.me.pid);
+                    self.own_name = booking_name(nix::unistd::getuid().as_raw(), self.me.pid)
+                        .map_err(std::io::Error::other)?;
                 }
                 result => break result?,
             }
@@ -387,11 +390,13 @@ fn cached_name(cache: &mut HashMap<u32, String>, uid: u32) -> String {
 /// Nobody can take it before we do (a predictable `<uid>.<pid>.json` let a
 /// user pre-create the names of another user's next schedulers, which then
 /// could not publish in the sticky directory).
-fn booking_name(uid: u32, pid: u32) -> OsString {
+///
+/// Errors: no random source.
+fn booking_name(uid: u32, pid: u32) -> Result<OsString, Error> {
     let mut random = [0u8; 8];
-    crate::trust::random_bytes(&mut random);
+    crate::trust::random_bytes(&mut random)?;
     let nonce = u64::from_ne_bytes(random);
-    OsString::from(format!("{uid}.{pid}.{nonce:016x}.json"))
+    Ok(OsString::from(format!("{uid}.{pid}.{nonce:016x}.json")))
 }
 
 /// The `systemd-tmpfiles` line that keeps ledger directory `dir` as it
@@ -438,8 +443,7 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
     };
     match std::fs::create_dir(dir) {
         Ok(()) => {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
+            set_mode_on_descriptor(dir, mode)?;
             // In a place everyone may write (/dev/shm), the first user on
             // a box makes a ledger nobody else may book in: say so now,
             // not when the second is refused. (A ledger in one's own
@@ -462,6 +466,40 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
         Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
     }
+}
+
+/// Sets the mode of the directory `dir` we just made, on its descriptor:
+/// opened with `O_DIRECTORY | O_NOFOLLOW` and checked to be ours, so a
+/// link swapped in after the `mkdir` is refused, never chmod'ed through
+/// (docs/SECURITY.md "Root's verbs").
+///
+/// Errors: [`Error::Usage`] when the path is no longer our directory;
+/// [`Error::Io`] when it cannot be opened or changed.
+fn set_mode_on_descriptor(dir: &Path, mode: u32) -> Result<(), Error> {
+    let opened = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => Error::Usage(format!(
+                "the ledger directory {} was replaced by something else as it was made; refusing to use it",
+                dir.display()
+            )),
+            _ => Error::io(format!("cannot open {}", dir.display()), e),
+        })?;
+    let meta = opened
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} belongs to {}, not to the user who made it a moment ago; refusing to use it",
+            dir.display(),
+            crate::files::user_name(meta.uid())
+        )));
+    }
+    opened
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))
 }
 
 /// Accepts a ledger directory owned by root or by us, never writable by

@@ -282,7 +282,11 @@ pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
     if meta.len() > MAX_FILE_BYTES {
         return Err(refuse(format!("{} bytes is not a rules file", meta.len())));
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| refuse(crate::files::io_reason(&e)))?;
+    let (bytes, _) = crate::trust::read_untrusted(&path, MAX_FILE_BYTES).map_err(|e| match e {
+        crate::trust::Untrusted::Io(e) => refuse(crate::files::io_reason(&e)),
+        other => refuse(other.to_string()),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| refuse("not UTF-8 text".to_string()))?;
     let mut rules = parse(&text).map_err(refuse)?;
     rules.path = crate::files::absolute(&path);
     Ok(Some(rules))

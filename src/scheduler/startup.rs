@@ -423,8 +423,7 @@ fn create_log_dir(log_dir: &std::path::Path) -> anyhow::Result<()> {
 /// The jobs file the last scheduler on `log_dir` ran, from its
 /// `status.json`; `None` when there was none or it cannot be read.
 fn last_jobs_file(log_dir: &std::path::Path) -> Option<PathBuf> {
-    let bytes = std::fs::read(log_dir.join("status.json")).ok()?;
-    let doc: crate::view::status::StatusDoc = serde_json::from_slice(&bytes).ok()?;
+    let (_, doc) = crate::view::status::read_status(log_dir).ok()?;
     Some(PathBuf::from(doc.scheduler.jobs_file))
 }
 
@@ -453,6 +452,10 @@ fn read_first_jobs_file(
     // longer file and hide the line until the next edit).
     let stamp = FileStamp::of(path);
     let began = Instant::now();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the jobs file its user named on the command line, read by the scheduler running as that user"
+    )]
     let bytes = std::fs::read(path)
         .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", path.display())))?;
     let text =

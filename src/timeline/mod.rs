@@ -15,8 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::Path;
 
-/// How an attempt ended, as the picture colours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// How an attempt ended, as the picture colours it. A closed set:
+/// [`Outcome::VARIANTS`] is the legend, in declaration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::VariantArray)]
 pub enum Outcome {
     /// Ended `ok`.
     Ok,
@@ -29,6 +30,8 @@ pub enum Outcome {
     /// Stopped for using more VRAM than it declared (`--enforce stop`;
     /// retried, or `over_declared`).
     OverDeclared,
+    /// Killed by the kernel's OOM killer at its host memory limit (`mem=`).
+    HostOom,
     /// Cancelled.
     Cancelled,
     /// Stopped for a blocked job and requeued.
@@ -40,19 +43,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Every outcome, in legend order.
-    pub const ALL: [Outcome; 9] = [
-        Outcome::Ok,
-        Outcome::Failed,
-        Outcome::Oom,
-        Outcome::Timeout,
-        Outcome::OverDeclared,
-        Outcome::Cancelled,
-        Outcome::Preempted,
-        Outcome::Interrupted,
-        Outcome::Running,
-    ];
-
     /// The CSS class and legend word.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -61,6 +51,7 @@ impl Outcome {
             Outcome::Oom => "oom",
             Outcome::Timeout => "timeout",
             Outcome::OverDeclared => "over_declared",
+            Outcome::HostOom => "host_oom",
             Outcome::Cancelled => "cancelled",
             Outcome::Preempted => "preempted",
             Outcome::Interrupted => "interrupted",
@@ -75,7 +66,10 @@ impl Outcome {
             DoneStatus::Timeout => Outcome::Timeout,
             DoneStatus::OverDeclared => Outcome::OverDeclared,
             DoneStatus::Cancelled => Outcome::Cancelled,
-            _ => Outcome::Failed,
+            DoneStatus::HostOom => Outcome::HostOom,
+            DoneStatus::Failed | DoneStatus::Infeasible | DoneStatus::DependencyFailed => {
+                Outcome::Failed
+            }
         }
     }
 }
@@ -247,11 +241,7 @@ pub fn build(
             }
             Event::Interrupted {} => close(&mut open, Outcome::Interrupted, None, &mut run),
             Event::Requeued { status, .. } => {
-                let outcome = match status {
-                    crate::model::DoneStatus::Timeout => Outcome::Timeout,
-                    _ => Outcome::Failed,
-                };
-                close(&mut open, outcome, None, &mut run);
+                close(&mut open, Outcome::of_status(*status), None, &mut run);
             }
             Event::StarvationHold { gpus } if !gpus.is_empty() => {
                 run.markers.push(Marker {
@@ -368,20 +358,24 @@ fn curves(run: &mut Run, samples: &[usage::Sample]) {
 /// Errors: the journal cannot be read.
 pub fn from_log_dir(log_dir: &Path, now: f64) -> anyhow::Result<Run> {
     let journal_path = log_dir.join("journal.jsonl");
-    let file = std::fs::File::open(&journal_path).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot read {}: {e} (is {} a gpusched log directory?)",
-            journal_path.display(),
-            log_dir.display()
-        )
-    })?;
-    let lines = std::io::BufReader::with_capacity(1 << 20, file)
-        .split(b'\n')
-        .map_while(Result::ok);
+    let (file, _) = crate::trust::open_untrusted(&journal_path, crate::trust::MAX_JOURNAL_BYTES)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read {}: {e} (is {} a gpusched log directory?)",
+                journal_path.display(),
+                log_dir.display()
+            )
+        })?;
+    let lines = std::io::BufReader::with_capacity(
+        1 << 20,
+        std::io::Read::take(file, crate::trust::MAX_JOURNAL_BYTES),
+    )
+    .split(b'\n')
+    .map_while(Result::ok);
     let (samples, _) = usage::read(log_dir);
-    let status = std::fs::read(log_dir.join("status.json"))
+    let status = crate::view::status::read_status(log_dir)
         .ok()
-        .and_then(|b| serde_json::from_slice::<crate::view::status::StatusDoc>(&b).ok());
+        .map(|(_, doc)| doc);
     let sizes = status
         .as_ref()
         .map(|doc| doc.gpus.iter().map(|g| (g.index, g.total_mib)).collect())
@@ -397,9 +391,9 @@ pub fn from_log_dir(log_dir: &Path, now: f64) -> anyhow::Result<Run> {
 /// at `jobs_file` now (the journal records commands, not names). A file
 /// that is gone or has bad lines names what it can.
 fn name_attempts(run: &mut Run, jobs_file: &Path) {
-    let Some(text) = std::fs::read(jobs_file)
+    let Some(text) = crate::trust::read_untrusted(jobs_file, crate::trust::MAX_JOBS_FILE_BYTES)
         .ok()
-        .and_then(|b| crate::jobspec::decode(b).ok())
+        .and_then(|(b, _)| crate::jobspec::decode(b).ok())
     else {
         return;
     };

@@ -3,6 +3,11 @@
 //! in `--sim` mode, through the harness in `common`. Run one part with
 //! `cargo test --test it stopping::`.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the suite reads the temporary files its runs made"
+)]
+
 mod backfill;
 mod box_rules;
 mod box_view;

@@ -198,6 +198,10 @@ impl Scheduler {
 /// environment when its `GPUSCHED_LOG_DIR` is `log_dir` (a process of
 /// another user, or in another PID namespace, cannot be read: `None`).
 fn job_of(pid: u32, log_dir: &[u8]) -> Option<u32> {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a kernel file (/proc), no user can plant it"
+    )]
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let mut job = None;
     let mut ours = false;

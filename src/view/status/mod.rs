@@ -16,6 +16,7 @@ use crate::model::{DoneStatus, JobState, SchedulerState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
+use strum::VariantArray;
 
 /// The `schema` field of `status.json`; bumped on incompatible changes.
 pub const SCHEMA: &str = "gpusched-status/1";
@@ -521,28 +522,98 @@ impl StatusDoc {
     }
 }
 
-/// The terminal states: the words of [`DoneStatus::ALL`].
-pub const TERMINAL_STATES: [&str; DoneStatus::ALL.len()] = {
-    let mut words = [""; DoneStatus::ALL.len()];
+/// Why a log directory's status.json could not be read as one.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusReadError {
+    /// Missing or unreadable: no scheduler has written one there.
+    #[error("cannot read {path} ({reason}): no scheduler has run with --log-dir {dir}")]
+    Missing {
+        /// status.json's path.
+        path: String,
+        /// The log directory.
+        dir: String,
+        /// Why it could not be read.
+        reason: String,
+    },
+    /// A link, FIFO, device, or over [`crate::trust::MAX_STATUS_BYTES`]:
+    /// someone put something there that is no status document.
+    #[error("refusing to read {path}: {reason}")]
+    Refused {
+        /// status.json's path.
+        path: String,
+        /// What it is.
+        reason: String,
+    },
+    /// Read, but not a status document this version understands.
+    #[error("{path} is not a gpusched status document: {reason}")]
+    Invalid {
+        /// status.json's path.
+        path: String,
+        /// The parser's words.
+        reason: String,
+    },
+}
+
+/// Reads `<log_dir>/status.json` as a file another user may control
+/// (docs/SECURITY.md "One reader"): through [`crate::trust::read_untrusted`]
+/// with a [`crate::trust::MAX_STATUS_BYTES`] cap, so a FIFO, a link or
+/// `/dev/zero` planted there is refused instead of hanging or filling
+/// memory. Returns the bytes as read and the parsed document.
+///
+/// Errors: [`StatusReadError`] — missing, refused, or not a document.
+pub fn read_status(log_dir: &Path) -> Result<(Vec<u8>, StatusDoc), StatusReadError> {
+    let path = log_dir.join("status.json");
+    let shown = || crate::console::printable(&path.display().to_string()).into_owned();
+    let bytes = match crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES) {
+        Ok((bytes, _)) => bytes,
+        Err(crate::trust::Untrusted::Io(e)) => {
+            return Err(StatusReadError::Missing {
+                path: shown(),
+                dir: crate::console::printable(&log_dir.display().to_string()).into_owned(),
+                reason: crate::files::io_reason(&e),
+            });
+        }
+        Err(refused) => {
+            return Err(StatusReadError::Refused {
+                path: shown(),
+                reason: refused.to_string(),
+            });
+        }
+    };
+    match serde_json::from_slice::<StatusDoc>(&bytes) {
+        Ok(doc) => Ok((bytes, doc)),
+        Err(e) => Err(StatusReadError::Invalid {
+            path: shown(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// The terminal states: the words of [`DoneStatus::VARIANTS`], in order.
+pub const TERMINAL_STATES: [&str; DoneStatus::VARIANTS.len()] = {
+    let mut words = [""; DoneStatus::VARIANTS.len()];
     let mut i = 0;
     while i < words.len() {
-        words[i] = DoneStatus::ALL[i].as_str();
+        words[i] = DoneStatus::VARIANTS[i].as_str();
         i += 1;
     }
     words
 };
 
-/// Every state a job can be in, as `counts` keys: the live states, then
-/// the terminal ones.
-pub const JOB_STATES: [&str; 3 + DoneStatus::ALL.len()] = {
-    let mut words = [""; 3 + DoneStatus::ALL.len()];
-    words[0] = "running";
-    words[1] = "pending";
-    words[2] = "retry_wait";
+/// Every state a job can be in, as `counts` keys: the words of
+/// [`JobState::LIVE`], then [`TERMINAL_STATES`] (the order of
+/// [`JobState::all`]).
+pub const JOB_STATES: [&str; JobState::COUNT] = {
+    let mut words = [""; JobState::COUNT];
     let mut i = 0;
-    while i < TERMINAL_STATES.len() {
-        words[3 + i] = TERMINAL_STATES[i];
+    while i < JobState::LIVE.len() {
+        words[i] = JobState::LIVE[i].as_str();
         i += 1;
+    }
+    let mut j = 0;
+    while j < TERMINAL_STATES.len() {
+        words[i + j] = TERMINAL_STATES[j];
+        j += 1;
     }
     words
 };

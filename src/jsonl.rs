@@ -33,6 +33,55 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Parsed<T> {
     parsed
 }
 
+/// Parses the lines of `reader` as `T`s as they stream in: memory holds
+/// one line at a time, and a line over `max_line` bytes (a sparse file's
+/// run of zeros, garbage) is skipped and counted without being kept.
+///
+/// Errors: none; a read error ends the text there.
+pub fn parse_reader<T: DeserializeOwned>(
+    mut reader: impl std::io::BufRead,
+    max_line: usize,
+) -> Parsed<T> {
+    let mut parsed = Parsed::default();
+    let mut line: Vec<u8> = Vec::new();
+    let mut overlong = false;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (part, end) = match memchr::memchr(b'\n', chunk) {
+            Some(at) => (&chunk[..at], Some(at + 1)),
+            None => (chunk, None),
+        };
+        if !overlong {
+            if line.len() + part.len() > max_line {
+                overlong = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(part);
+            }
+        }
+        let used = end.unwrap_or(chunk.len());
+        reader.consume(used);
+        if end.is_some() {
+            if overlong {
+                parsed.skipped += 1;
+            } else {
+                parse_into(&line, &mut parsed);
+            }
+            line.clear();
+            overlong = false;
+        }
+    }
+    if overlong {
+        parsed.skipped += 1;
+    } else {
+        parse_into(&line, &mut parsed);
+    }
+    parsed
+}
+
 /// Parses every line of `bytes` as a `T`, adding to `parsed` (for several
 /// files read in order as one JSON-lines text).
 pub fn parse_into<T: DeserializeOwned>(bytes: &[u8], parsed: &mut Parsed<T>) {
@@ -59,6 +108,16 @@ mod tests {
         assert_eq!(parsed.records[1]["a"], 2);
         // `{"a":`, `not json` and the torn last line.
         assert_eq!(parsed.skipped, 3);
+    }
+
+    #[test]
+    fn a_stream_is_parsed_a_line_at_a_time_and_overlong_lines_are_skipped() {
+        let text = format!("1\n{}\n2\nx\n3", "7".repeat(100));
+        // A reader that hands out 8 bytes at a time.
+        let reader = std::io::BufReader::with_capacity(8, text.as_bytes());
+        let parsed: Parsed<u64> = parse_reader(reader, 16);
+        assert_eq!(parsed.records, [1, 2, 3]);
+        assert_eq!(parsed.skipped, 2);
     }
 
     #[test]

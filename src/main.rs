@@ -25,44 +25,8 @@ fn main() {
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
-    // Every verb's trust mode (docs/SECURITY.md "Every verb's trust mode").
-    match cli.command.as_mut().map(|c| c.trust()) {
-        Some(Trust::LogDir(log_dir)) => {
-            // From another directory: the caller's own running scheduler.
-            let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
-                || gpusched::ledger::store::DEFAULT_DIR.into(),
-                std::path::PathBuf::from,
-            );
-            match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
-                Ok(Some(found)) => {
-                    eprintln!(
-                        "gpusched: using {} (your running scheduler's log directory)",
-                        found.display()
-                    );
-                    *log_dir = found;
-                }
-                Ok(None) => {}
-                Err(error) => finish(Err(error.into())),
-            }
-            // Root acts in a user's log directory as that user; anyone
-            // else acts only in their own.
-            if let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
-                .and_then(|()| gpusched::trust::refuse_foreign(log_dir))
-            {
-                finish(Err(error.into()));
-            }
-        }
-        Some(Trust::Ledger(log_dir)) => {
-            // Root follows a user's log directory (their simulated GPUs)
-            // only as that user; a log directory that is not there names
-            // nobody to become.
-            if log_dir.exists()
-                && let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
-            {
-                finish(Err(error.into()));
-            }
-        }
-        Some(Trust::ReadsOthers | Trust::Own) | None => {}
+    if let Some(command) = cli.command.as_mut() {
+        apply_trust(command);
     }
     let result = match &cli.command {
         Some(Command::Simjob(args)) => gpusched::simjob::run(args),
@@ -113,6 +77,51 @@ fn main() {
         None => gpusched::run(&cli.run),
     };
     finish(result);
+}
+
+/// Applies the verb's trust mode (docs/SECURITY.md "Every verb's trust
+/// mode") before it touches anything: root becomes the owner of the log
+/// directory it acts in, anyone else is refused one that is not theirs.
+/// Exits with the error when refused.
+fn apply_trust(command: &mut Command) {
+    match command.trust() {
+        Trust::LogDir(log_dir) => {
+            // From another directory: the caller's own running scheduler.
+            let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
+                || gpusched::ledger::store::DEFAULT_DIR.into(),
+                std::path::PathBuf::from,
+            );
+            match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
+                Ok(Some(found)) => {
+                    eprintln!(
+                        "gpusched: using {} (your running scheduler's log directory)",
+                        found.display()
+                    );
+                    *log_dir = found;
+                }
+                Ok(None) => {}
+                Err(error) => finish(Err(error.into())),
+            }
+            // Root acts in a user's log directory as that user; anyone
+            // else acts only in their own.
+            if let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
+                .and_then(|()| gpusched::trust::refuse_foreign(log_dir))
+            {
+                finish(Err(error.into()));
+            }
+        }
+        Trust::Ledger(log_dir) => {
+            // Root follows a user's log directory (their simulated GPUs)
+            // only as that user; a log directory that is not there names
+            // nobody to become.
+            if log_dir.exists()
+                && let Err(error) = gpusched::trust::act_as_owner_of(log_dir)
+            {
+                finish(Err(error.into()));
+            }
+        }
+        Trust::ReadsOthers | Trust::Own => {}
+    }
 }
 
 /// Exits with the command's code, or prints its error and exits with the

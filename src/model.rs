@@ -67,14 +67,29 @@ impl DoneStatus {
         match self {
             DoneStatus::Ok => '✓',
             DoneStatus::Cancelled => '⊘',
-            _ => '✗',
+            DoneStatus::Failed
+            | DoneStatus::FailedOom
+            | DoneStatus::Timeout
+            | DoneStatus::Infeasible
+            | DoneStatus::DependencyFailed
+            | DoneStatus::OverDeclared
+            | DoneStatus::HostOom => '✗',
         }
     }
 
     /// Whether this outcome makes the scheduler's exit code non-zero
     /// (docs/BEHAVIOUR.md "Board and terminal": only ok and cancelled do not).
     pub fn is_failure(self) -> bool {
-        !matches!(self, DoneStatus::Ok | DoneStatus::Cancelled)
+        match self {
+            DoneStatus::Ok | DoneStatus::Cancelled => false,
+            DoneStatus::Failed
+            | DoneStatus::FailedOom
+            | DoneStatus::Timeout
+            | DoneStatus::Infeasible
+            | DoneStatus::DependencyFailed
+            | DoneStatus::OverDeclared
+            | DoneStatus::HostOom => true,
+        }
     }
 }
 

@@ -103,6 +103,12 @@ impl BoxSource {
         let snapshot = self.backend.snapshot()?;
         self.ledger.refresh();
         let facts = gather(&snapshot, &self.ledger);
-        Ok(build(&snapshot, &self.ledger, self.rules.as_ref(), &facts))
+        // Other users' commands, notes and paths, shown as text only.
+        Ok(crate::view::printable_strings(build(
+            &snapshot,
+            &self.ledger,
+            self.rules.as_ref(),
+            &facts,
+        )))
     }
 }

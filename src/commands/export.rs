@@ -60,6 +60,10 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         slurm::shell_quote(&log_dir.display().to_string())
     );
     let mut var_of: HashMap<&str, String> = HashMap::new();
+    // The submitted jobs of each group with a limit=, in order.
+    let mut in_group: HashMap<&str, Vec<String>> = HashMap::new();
+    // priority=: ranked below the file's highest (see slurm::nice_of).
+    let highest = specs.iter().map(|s| s.priority()).max().unwrap_or(0);
     for (&no, spec) in numbers.iter().zip(&specs) {
         if spec.cancel {
             let _ = writeln!(out, "# job {no} carries `cancel`: not submitted");
@@ -73,19 +77,8 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             continue;
         }
         let log = log_dir.join(report::log_name(no, &[]));
-        let sub = Submission {
-            key: &spec.key,
-            command: &spec.command,
-            gpus: spec.gpus,
-            mem_mib: spec.mem_mib(),
-            cpus: spec.cpus(),
-            vram_mib: spec.vram_mib,
-            timeout_s: spec.timeout_s(),
-            preemptible: spec.preemptible,
-            after: &[],
-            log: &log,
-            workdir: &workdir,
-        };
+        let mut sub = Submission::of(spec, spec.vram_mib, &[], &log, &workdir);
+        sub.nice = slurm::nice_of(spec.priority(), highest);
         let mut words = vec!["sbatch".to_string(), "--parsable".to_string()];
         // Not `gpusched-<key>`: a scheduler with this log directory takes
         // such submissions for its own.
@@ -112,16 +105,53 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             .flatten()
             .filter_map(|k| var_of.get(k.as_str()).map(String::as_str))
             .collect();
+        // limit=N of a group: Slurm has no limit for a set of separate
+        // jobs, so each waits for the end (any end) of the one N places
+        // before it in the group: at most N of them run at once.
+        let turn = match (spec.group(), group_limit(&specs, spec)) {
+            (Some(group), Some(limit)) => {
+                let earlier = in_group.entry(group).or_default();
+                let turn = earlier
+                    .len()
+                    .checked_sub(limit as usize)
+                    .map(|i| earlier[i].clone());
+                turn
+            }
+            _ => None,
+        };
+        let mut dependency = Vec::new();
         if !deps.is_empty() {
             let ids: Vec<String> = deps.iter().map(|v| format!("${v}")).collect();
-            words.push(format!("--dependency=afterok:{}", ids.join(":")));
+            dependency.push(format!("afterok:{}", ids.join(":")));
+        }
+        if let Some(var) = &turn {
+            dependency.push(format!("afterany:${var}"));
+        }
+        if !dependency.is_empty() {
+            words.push(format!("--dependency={}", dependency.join(",")));
         }
         words.push(format!("--wrap={}", slurm::shell_quote(&spec.command)));
         let var = format!("j{no}");
         let _ = writeln!(out, "{var}=$({})", words.join(" "));
+        if let Some(group) = spec.group()
+            && group_limit(&specs, spec).is_some()
+        {
+            in_group.entry(group).or_default().push(var.clone());
+        }
         var_of.insert(&spec.key, var);
     }
     Ok(out)
+}
+
+/// The `limit=` of `spec`'s group: the smallest any line of the group
+/// gives (docs/BEHAVIOUR.md "Queue policy"), if any.
+fn group_limit(specs: &[jobspec::JobSpec], spec: &jobspec::JobSpec) -> Option<u32> {
+    let group = spec.group()?;
+    specs
+        .iter()
+        .filter(|s| s.group() == Some(group))
+        .filter_map(|s| s.limit())
+        .min()
 }
 
 /// Each job's number and, for those the journal of `log_dir` says ended,

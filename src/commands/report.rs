@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// The longest journal line read for accounts, in bytes; a longer one is
+/// skipped (a `seen` event holds a command, which may be long).
+const MAX_RECORD_BYTES: usize = 16 << 20;
+
 /// One row of the report.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Row {
@@ -217,8 +221,8 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
         let journal = dir.join("journal.jsonl");
         // Read as a file someone else controls (docs/SECURITY.md): no
         // link, FIFO or device, and counted for the journal's owner.
-        let (bytes, meta) =
-            match crate::trust::read_untrusted(&journal, crate::trust::MAX_JOURNAL_BYTES) {
+        let (file, meta) =
+            match crate::trust::open_untrusted(&journal, crate::trust::MAX_JOURNAL_BYTES) {
                 Ok(found) => found,
                 // A remembered directory may be gone; say which could not be read.
                 Err(crate::trust::Untrusted::Io(e))
@@ -229,13 +233,16 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
                 Err(crate::trust::Untrusted::Io(e)) => {
                     eprintln!(
                         "gpusched report: skipped {}: {}",
-                        journal.display(),
+                        crate::console::printable(&journal.display().to_string()),
                         crate::files::io_reason(&e)
                     );
                     continue;
                 }
                 Err(e) => {
-                    eprintln!("gpusched report: skipped {}: {e}", journal.display());
+                    eprintln!(
+                        "gpusched report: skipped {}: {e}",
+                        crate::console::printable(&journal.display().to_string())
+                    );
                     continue;
                 }
             };
@@ -243,7 +250,13 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
             continue;
         }
         let uid = meta.uid();
-        let records = crate::jsonl::parse::<Record>(&bytes).records;
+        // Streamed a line at a time: a sparse or garbage journal of
+        // gigabytes costs reading time, never its size in memory.
+        let reader = std::io::BufReader::with_capacity(
+            1 << 16,
+            std::io::Read::take(file, crate::trust::MAX_JOURNAL_BYTES),
+        );
+        let records = crate::jsonl::parse_reader::<Record>(reader, MAX_RECORD_BYTES).records;
         let labels = labels_of(dir, &args.by);
         account(
             &mut rows,
@@ -254,7 +267,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
             until,
             now,
         );
-        read.push(dir.display().to_string());
+        read.push(crate::console::printable(&dir.display().to_string()).into_owned());
     }
     if read.is_empty() {
         return Err(Error::Usage(format!(
@@ -294,7 +307,10 @@ fn labels_of(dir: &Path, by: &str) -> HashMap<String, String> {
         .into_iter()
         .filter_map(|s| {
             let label = if by == "name" { s.name() } else { s.group() };
-            Some((s.key.clone(), label?.to_string()))
+            Some((
+                s.key.clone(),
+                crate::console::printable(label?).into_owned(),
+            ))
         })
         .collect()
 }

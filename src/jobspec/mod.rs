@@ -650,8 +650,41 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
     if command.is_empty() {
         return Err(err("attribute block has no command after it".into()));
     }
+    if let Some(why) = contradiction(&spec) {
+        return Err(err(why));
+    }
     spec.command = command.to_string();
     Ok(Some(spec))
+}
+
+/// Attributes that cannot hold together on one line (docs/BEHAVIOUR.md
+/// "Jobs file"): a CPU-only job (`gpus=0`) with GPU memory or GPUs named,
+/// or `on=` naming fewer GPUs than `gpus=` asks for. `None` when they
+/// agree.
+fn contradiction(spec: &JobSpec) -> Option<String> {
+    let on = spec.rare.as_ref().and_then(|r| r.on_mask);
+    if spec.gpus == 0 {
+        if spec.vram_mib.is_some() || spec.auto_vram {
+            return Some(
+                "gpus=0 is a CPU-only job, which uses no GPU memory: drop vram=, or ask for GPUs with gpus=N".into(),
+            );
+        }
+        if on.is_some() {
+            return Some(
+                "gpus=0 is a CPU-only job, which runs on no GPU: drop on=, or ask for GPUs with gpus=N".into(),
+            );
+        }
+    }
+    if let Some(mask) = on
+        && mask.count_ones() < spec.gpus
+    {
+        return Some(format!(
+            "gpus={} asks for more GPUs than on= names ({}): it could never start",
+            spec.gpus,
+            mask.count_ones()
+        ));
+    }
+    None
 }
 
 /// For a command that begins with what looks like attributes written

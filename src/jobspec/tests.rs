@@ -93,6 +93,17 @@ fn bad_values_are_errors() {
             .contains("bad vram value 'lots'")
     );
     assert_eq!(one("[gpus=0] x").gpus, 0, "a CPU-only job");
+    for (line, says) in [
+        ("[gpus=0 vram=8G] echo x", "uses no GPU memory"),
+        ("[vram=auto gpus=0] echo x", "uses no GPU memory"),
+        ("[gpus=0 on=1] echo x", "runs on no GPU"),
+        ("[gpus=3 on=0,1] echo x", "more GPUs than on= names (2)"),
+    ] {
+        let e = parse_line(line, 4).unwrap_err();
+        assert_eq!(e.line, 4);
+        assert!(e.reason.contains(says), "{line}: {}", e.reason);
+        assert_eq!(e.text, line);
+    }
     assert!(
         error("[gpus=2000] x")
             .reason

@@ -80,19 +80,17 @@ impl Cluster {
     ///
     /// Errors: `sbatch` fails.
     pub(super) fn start(&mut self, attempt: Attempt) -> anyhow::Result<u64> {
-        let sub = slurm::Submission {
-            key: &attempt.spec.key,
-            command: &attempt.spec.command,
-            gpus: attempt.spec.gpus,
-            mem_mib: attempt.spec.mem_mib(),
-            cpus: attempt.spec.cpus(),
-            vram_mib: attempt.vram_mib,
-            timeout_s: attempt.spec.timeout_s(),
-            preemptible: attempt.spec.preemptible,
-            after: &attempt.after,
-            log: attempt.log,
-            workdir: attempt.spec.cwd().unwrap_or(&self.slurm.workdir),
-        };
+        let mut sub = slurm::Submission::of(
+            attempt.spec,
+            attempt.vram_mib,
+            &attempt.after,
+            attempt.log,
+            &self.slurm.workdir,
+        );
+        // Submitted live only once its begin= has come, and in gpusched's
+        // own queue order (priority=, group limits): Slurm is asked for
+        // neither again (a time of day would mean tomorrow to it).
+        sub.begin = None;
         let script = slurm::batch_script(
             &attempt.spec.command,
             &attempt.spec.key,

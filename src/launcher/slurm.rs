@@ -64,6 +64,81 @@ pub struct Submission<'a> {
     pub log: &'a Path,
     /// The directory the job runs in (the scheduler's working directory).
     pub workdir: &'a Path,
+    /// `begin=` as Slurm's `--begin` reads it (`now+7200`, `22:00`,
+    /// `2026-12-01T06:00:00`); `None` for none, or where gpusched holds
+    /// the job until then itself (the live launcher).
+    pub begin: Option<String>,
+    /// `--nice`: how far below the file's highest `priority=` this job
+    /// ranks (Slurm lets only operators give a negative one, so ranks
+    /// are made relative to the highest); `None` for no adjustment.
+    pub nice: Option<u32>,
+}
+
+impl<'a> Submission<'a> {
+    /// The one mapping of a job's line to what `sbatch` is asked
+    /// (docs/BEHAVIOUR.md "Slurm"), for the live launcher and `export`
+    /// alike: `gpus=`, `mem=`, `cpus=`, `timeout=`, `preemptible` and
+    /// `begin=` from `spec`; this attempt's declaration `vram_mib`; the
+    /// Slurm ids it runs `after`; its `log`; `workdir` unless `cwd=`
+    /// names one. `nice` starts unset (see [`nice_of`]).
+    pub fn of(
+        spec: &'a crate::jobspec::JobSpec,
+        vram_mib: Option<u64>,
+        after: &'a [u64],
+        log: &'a Path,
+        workdir: &'a Path,
+    ) -> Submission<'a> {
+        Submission {
+            key: &spec.key,
+            command: &spec.command,
+            gpus: spec.gpus,
+            mem_mib: spec.mem_mib(),
+            cpus: spec.cpus(),
+            vram_mib,
+            timeout_s: spec.timeout_s(),
+            preemptible: spec.preemptible,
+            after,
+            log,
+            workdir: spec.cwd().unwrap_or(workdir),
+            begin: spec.begin().map(slurm_begin),
+            nice: None,
+        }
+    }
+}
+
+/// `begin=` in the form of Slurm's `--begin` (sbatch(1)): a delay as
+/// `now+SECONDS`, a time of day as `HH:MM` (Slurm too takes the next such
+/// time), a date as local `YYYY-MM-DDTHH:MM:SS`.
+pub fn slurm_begin(begin: crate::jobspec::Begin) -> String {
+    use crate::jobspec::Begin;
+    match begin {
+        Begin::AfterQueued(seconds) => format!("now+{}", seconds.ceil() as u64),
+        Begin::TimeOfDay(minutes) => format!("{:02}:{:02}", minutes / 60, minutes % 60),
+        Begin::At(ts) => {
+            use chrono::TimeZone;
+            chrono::Local
+                .timestamp_opt(ts.floor() as i64, 0)
+                .single()
+                .map_or_else(
+                    || {
+                        format!(
+                            "now+{}",
+                            (ts - crate::clock::now_ts()).max(0.0).ceil() as u64
+                        )
+                    },
+                    |t| t.format("%Y-%m-%dT%H:%M:%S").to_string(),
+                )
+        }
+    }
+}
+
+/// `--nice` for a job of `priority` among jobs whose highest is
+/// `highest`: the difference, so the highest-ranked jobs get none and the
+/// others rank below them as in gpusched's own queue; `None` when it is
+/// the highest.
+pub fn nice_of(priority: i32, highest: i32) -> Option<u32> {
+    let gap = highest.saturating_sub(priority);
+    (gap > 0).then_some(gap.unsigned_abs())
 }
 
 /// The generic resources a job asks for (docs/BEHAVIOUR.md "Slurm"): `shard:⌈E/M⌉` for a
@@ -111,6 +186,12 @@ pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
     if !sub.after.is_empty() {
         let ids: Vec<String> = sub.after.iter().map(u64::to_string).collect();
         args.push(format!("--dependency=afterok:{}", ids.join(":")));
+    }
+    if let Some(begin) = &sub.begin {
+        args.push(format!("--begin={begin}"));
+    }
+    if let Some(nice) = sub.nice {
+        args.push(format!("--nice={nice}"));
     }
     // A requeued job starts again from the top: only for jobs that say
     // they can take it (exactly once otherwise, docs/BEHAVIOUR.md "Exactly once").
@@ -447,7 +528,40 @@ mod tests {
             after,
             log: Path::new("/logs/job001.log"),
             workdir: Path::new("/work"),
+            begin: None,
+            nice: None,
         }
+    }
+
+    /// `begin=` and `priority=` reach sbatch: a delay as `now+SECONDS`, a
+    /// time of day as itself, a rank below the highest as `--nice`.
+    #[test]
+    fn begin_and_priority_become_begin_and_nice() {
+        let spec = crate::jobspec::parse_line(
+            "[begin=+2h priority=-3 gpus=0 mem=2G cpus=4] python x.py",
+            1,
+        )
+        .unwrap()
+        .unwrap();
+        let mut sub = Submission::of(&spec, None, &[], Path::new("/l"), Path::new("/w"));
+        sub.nice = nice_of(spec.priority(), 5);
+        let opts = SlurmOptions::default();
+        let args = sbatch_options(&sub, &opts);
+        for want in [
+            "--begin=now+7200",
+            "--nice=8",
+            "--mem=2048M",
+            "--cpus-per-task=4",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        assert!(!args.iter().any(|a| a.starts_with("--gres")), "{args:?}");
+        let spec = crate::jobspec::parse_line("[begin=22:05] x", 1)
+            .unwrap()
+            .unwrap();
+        let sub = Submission::of(&spec, None, &[], Path::new("/l"), Path::new("/w"));
+        assert_eq!(sub.begin.as_deref(), Some("22:05"));
+        assert_eq!(nice_of(5, 5), None);
     }
 
     #[test]

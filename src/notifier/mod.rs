@@ -80,7 +80,13 @@ impl Filter {
             || match status {
                 DoneStatus::Ok => self.ok,
                 DoneStatus::Cancelled => false,
-                _ => self.failed,
+                DoneStatus::Failed
+                | DoneStatus::FailedOom
+                | DoneStatus::Timeout
+                | DoneStatus::Infeasible
+                | DoneStatus::DependencyFailed
+                | DoneStatus::OverDeclared
+                | DoneStatus::HostOom => self.failed,
             }
     }
 

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A port nobody listens on now.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -33,7 +33,7 @@ fn free_port() -> u16 {
 /// `gpusched serve` with `args`, as `user` (root when `None`), with a
 /// config directory of its own (where a loopback serve makes its token),
 /// killed on drop.
-struct Serve(Child, tempfile::TempDir);
+pub(crate) struct Serve(Child, tempfile::TempDir);
 
 impl Drop for Serve {
     fn drop(&mut self) {
@@ -55,12 +55,12 @@ impl Serve {
     }
 
     /// `Authorization: Bearer <token>`.
-    fn bearer(&self) -> String {
+    pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.token())
     }
 }
 
-fn serve(args: &[String], user: Option<(u32, u32)>) -> Serve {
+pub(crate) fn serve(args: &[String], user: Option<(u32, u32)>) -> Serve {
     let config = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(common::bin());
     cmd.arg("serve")
@@ -76,7 +76,7 @@ fn serve(args: &[String], user: Option<(u32, u32)>) -> Serve {
 }
 
 /// GET `path` on `port`: (status, body).
-fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+pub(crate) fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -97,7 +97,7 @@ fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
 }
 
 /// Waits until the server on `port` answers `/api/v1/box`.
-fn wait_up(port: u16, headers: &[(&str, &str)]) {
+pub(crate) fn wait_up(port: u16, headers: &[(&str, &str)]) {
     wait_for("gpusched serve to answer", &mut || {
         get(port, "/api/v1/box", headers).0 == 200
     });

@@ -25,7 +25,7 @@ fn v1_mount(controller: &str) -> Option<PathBuf> {
 
 /// Whether gpusched, as root, finds cgroup v1 with `controllers`; else
 /// says SKIPPED with why.
-fn v1_with(controllers: &[&str]) -> bool {
+pub(crate) fn v1_with(controllers: &[&str]) -> bool {
     if !nix::unistd::geteuid().is_root() {
         common::skipped("containment tests need root to create cgroups");
         return false;

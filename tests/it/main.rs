@@ -42,6 +42,7 @@ mod shared_dirs;
 mod sharing;
 mod slurm;
 mod spread;
+mod state_matrix;
 mod steering;
 mod stopping;
 mod timeline;

@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 /// An HTTP server on 127.0.0.1 that records every POSTed JSON body and
 /// answers 200, after `delay`; stopped when dropped.
-struct Server {
-    url: String,
+pub(crate) struct Server {
+    pub(crate) url: String,
     bodies: Arc<Mutex<Vec<Value>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Server {
-    fn start(delay: Duration) -> Server {
+    pub(crate) fn start(delay: Duration) -> Server {
         Server::on("127.0.0.1:0", delay)
     }
 
@@ -60,7 +60,7 @@ impl Server {
         self.bodies.lock().unwrap().clone()
     }
 
-    fn of_event(&self, event: &str) -> Vec<Value> {
+    pub(crate) fn of_event(&self, event: &str) -> Vec<Value> {
         self.bodies()
             .into_iter()
             .filter(|b| b["event"] == event)

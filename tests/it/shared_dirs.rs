@@ -358,7 +358,7 @@ fn root_may_cancel_a_users_job_and_another_user_is_told_whose_it_is() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("belong to gpusched-t-bob: only gpusched-t-bob or root may change them"),
+        stderr.contains("belongs to gpusched-t-bob, not to you (gpusched-t-mal)"),
         "{stderr}"
     );
     assert!(

@@ -524,3 +524,31 @@ fn squeue_failing_is_warned_once_and_its_return_said() {
     assert_eq!(last_done(&env, 1)["status"], "ok", "{out:?}");
     assert_eq!(out.stdout.matches(warning).count(), 1, "{}", out.stdout);
 }
+
+/// `begin=`, `priority=` and a group's `limit=` are not dropped on the
+/// way to Slurm: `--begin`, `--nice` below the file's highest, and a
+/// chain of `afterany` dependencies that lets at most `limit` of the
+/// group run at once.
+#[test]
+fn export_carries_begin_priority_and_group_limits() {
+    let env = Env::new(
+        "[begin=+2h priority=5] python a.py\n\
+         [group=g limit=2] echo 1\n\
+         [group=g] echo 2\n\
+         [group=g] echo 3\n\
+         [group=g] echo 4\n",
+    );
+    let script = export(&env, &[]);
+    let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
+    assert_eq!(lines.len(), 5, "{script}");
+    assert!(lines[0].contains("--begin=now+7200"), "{script}");
+    assert!(
+        !lines[0].contains("--nice"),
+        "the highest gets none: {script}"
+    );
+    assert!(lines[1].contains("--nice=5"), "{script}");
+    // Jobs 4 and 5 wait for the end of jobs 2 and 3: two at a time.
+    assert!(!lines[1].contains("--dependency") && !lines[2].contains("--dependency"));
+    assert!(lines[3].contains("--dependency=afterany:$j2"), "{script}");
+    assert!(lines[4].contains("--dependency=afterany:$j3"), "{script}");
+}

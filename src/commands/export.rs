@@ -111,11 +111,10 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         let turn = match (spec.group(), group_limit(&specs, spec)) {
             (Some(group), Some(limit)) => {
                 let earlier = in_group.entry(group).or_default();
-                let turn = earlier
+                earlier
                     .len()
                     .checked_sub(limit as usize)
-                    .map(|i| earlier[i].clone());
-                turn
+                    .map(|i| earlier[i].clone())
             }
             _ => None,
         };

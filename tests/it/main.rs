@@ -48,4 +48,5 @@ mod stopping;
 mod timeline;
 mod top;
 mod topology;
+mod verb_walk;
 mod verbs;

@@ -38,8 +38,16 @@ pub struct Ledger {
     me: BookingFile,
     /// Whether our file holds `me` as it is now.
     published: bool,
-    warned: HashSet<OsString>,
+    /// What was said this run, once each: (user, kind of complaint).
+    warned: HashSet<(u32, Complaint)>,
+    /// The files said to be ignored this run (each once; at most
+    /// [`MAX_FILES_PER_USER`] of a user's are ever looked at).
+    warned_files: HashSet<OsString>,
     lock_warned: bool,
+    /// Since when (Unix ms) each publishing scheduler (uid, pid, start
+    /// ticks) has shown `starting` bookings at every refresh without a
+    /// break; past [`MAX_STARTING_STREAK_MS`] they hold no room.
+    starting_since: HashMap<(u32, u32, u64), u64>,
     users: HashMap<u32, String>,
     /// Others' trusted bookings as of the last [`Ledger::refresh`], and
     /// every personal reservation (ours too) as bookings.
@@ -137,7 +145,9 @@ impl Ledger {
             },
             published: false,
             warned: HashSet::new(),
+            warned_files: HashSet::new(),
             lock_warned: false,
+            starting_since: HashMap::new(),
             users: HashMap::new(),
             foreign: Vec::new(),
             peers: Vec::new(),
@@ -223,14 +233,36 @@ impl Ledger {
             return;
         };
         let me = nix::unistd::getuid().as_raw();
+        let now = now_ms();
         let mut foreign = Vec::new();
         let mut peers = Vec::new();
         // One listing for bookings, reservations and usage files.
         let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
         let procs = ProcFs::default();
+        // Per user: booking files looked at, bookings taken, and the
+        // publishers seen with `starting` bookings this time.
+        let mut files_of: HashMap<u32, usize> = HashMap::new();
+        let mut bookings_of: HashMap<u32, usize> = HashMap::new();
+        let mut starting_now: HashSet<(u32, u32, u64)> = HashSet::new();
         for entry in &entries {
             let name = entry.file_name();
             if name == self.own_name || !name.to_string_lossy().ends_with(".json") {
+                continue;
+            }
+            // The owner from the listing (lstat, nothing opened): a user's
+            // files past the cap are never read (docs/SECURITY.md "The
+            // shared ledger").
+            let Ok(listed) = entry.metadata() else {
+                continue;
+            };
+            let files = files_of.entry(listed.uid()).or_default();
+            *files += 1;
+            if *files > MAX_FILES_PER_USER {
+                self.complain(
+                    listed.uid(),
+                    Complaint::TooManyFiles,
+                    &format!("only the first {MAX_FILES_PER_USER} of their files are read"),
+                );
                 continue;
             }
             let path = entry.path();
@@ -245,6 +277,7 @@ impl Ledger {
                 let same_log_dir = ours && !log_dir.is_empty() && log_dir == self.me.log_dir;
                 let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
                 let running = running.collect::<HashSet<_>>().len() as u64;
+                let publisher = (uid, file.pid, file.start_ticks);
                 let peer = Peer {
                     uid,
                     user: user.clone(),
@@ -254,8 +287,8 @@ impl Ledger {
                     demand,
                     log_dir,
                 };
-                super::trusted(file, uid, &user, &procs, now_ms())
-                    .map(|bookings| (bookings, peer))
+                super::trusted(file, uid, &user, &procs, now)
+                    .map(|bookings| (bookings, peer, publisher))
                     .inspect_err(|r| {
                         // Ours, left by a scheduler killed with SIGKILL: tidy up.
                         if *r == Rejection::Stale && ours {
@@ -265,29 +298,72 @@ impl Ledger {
                     })
             });
             match result {
-                Ok((mut bookings, peer)) => {
-                    self.warned.remove(&name);
+                Ok((mut bookings, peer, publisher)) => {
+                    self.warned_files.remove(&name);
+                    if bookings.iter().any(|f| f.booking.starting) {
+                        starting_now.insert(publisher);
+                        let since = *self.starting_since.entry(publisher).or_insert(now);
+                        if now.saturating_sub(since) > MAX_STARTING_STREAK_MS {
+                            bookings.retain(|f| !f.booking.starting);
+                            self.complain(
+                                publisher.0,
+                                Complaint::EndlessStarting,
+                                &format!(
+                                    "their scheduler (pid {}) has kept bookings \"starting\" for over {} s; those hold no room",
+                                    publisher.1,
+                                    MAX_STARTING_STREAK_MS / 1000
+                                ),
+                            );
+                        }
+                    }
+                    let taken = bookings_of.entry(peer.uid).or_default();
+                    let room = MAX_BOOKINGS_PER_USER.saturating_sub(*taken);
+                    if bookings.len() > room {
+                        bookings.truncate(room);
+                        self.complain(
+                            peer.uid,
+                            Complaint::TooManyBookings,
+                            &format!("only their first {MAX_BOOKINGS_PER_USER} bookings count"),
+                        );
+                    }
+                    *taken += bookings.len();
                     foreign.append(&mut bookings);
                     peers.push(peer);
                 }
                 Err(_) if predecessor => {}
                 Err(why) => {
-                    if self.warned.insert(name.clone()) {
-                        warn(&format!("ledger: ignoring {}: {why}", path.display()));
+                    if self.warned_files.insert(name) {
+                        // The name is anyone's text: shown, never sent.
+                        warn(&format!(
+                            "ledger: ignoring {}: {why}",
+                            crate::console::printable(&path.display().to_string())
+                        ));
                     }
                 }
             }
         }
+        // A streak ends at the first refresh without `starting` bookings.
+        self.starting_since.retain(|p, _| starting_now.contains(p));
         let users = &mut self.users;
         let mut names = |uid| cached_name(users, uid);
         self.reservations =
-            people::read_reservations(&entries, now_ms(), self.max_reservation_s, &mut names);
+            people::read_reservations(&entries, now, self.max_reservation_s, &mut names);
         foreign.extend(self.reservations.iter().map(Held::as_foreign));
         self.foreign = foreign;
         self.peers = peers;
         self.usage = people::read_usage(&entries);
         for uid in self.usage.keys() {
             cached_name(&mut self.users, *uid);
+        }
+    }
+
+    /// Says `what` about user `uid`'s files in the ledger, once per run
+    /// for each kind of complaint: one user's thousands of files make one
+    /// line, not thousands (docs/SECURITY.md "The shared ledger").
+    fn complain(&mut self, uid: u32, kind: Complaint, what: &str) {
+        if self.warned.insert((uid, kind)) {
+            let user = self.user_name(uid);
+            warn(&format!("ledger {}: {user}: {what}", self.dir.display()));
         }
     }
 
@@ -466,6 +542,30 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
         Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
     }
+}
+
+/// The most booking files of one user read at each refresh: a user runs
+/// a few schedulers, not thousands (docs/SECURITY.md "The shared ledger").
+pub const MAX_FILES_PER_USER: usize = 32;
+
+/// The most bookings of one user counted at each refresh.
+pub const MAX_BOOKINGS_PER_USER: usize = 2048;
+
+/// The longest one scheduler's bookings may stay `starting` without a
+/// break before they stop holding room (ms): an honest scheduler turns a
+/// start into a running booking within a second; one that re-publishes
+/// fresh `starting` bookings forever would otherwise block every start.
+pub const MAX_STARTING_STREAK_MS: u64 = 10_000;
+
+/// What a user's ledger files were complained about (said once a run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Complaint {
+    /// More than [`MAX_FILES_PER_USER`] files.
+    TooManyFiles,
+    /// More than [`MAX_BOOKINGS_PER_USER`] bookings.
+    TooManyBookings,
+    /// `starting` bookings for over [`MAX_STARTING_STREAK_MS`].
+    EndlessStarting,
 }
 
 /// Sets the mode of the directory `dir` we just made, on its descriptor:

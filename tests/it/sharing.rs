@@ -415,3 +415,104 @@ fn a_scheduler_killed_and_restarted_books_its_surviving_job_again() {
     sb.stop();
     assert_eq!(a.status_of(1).as_deref(), Some("ok"));
 }
+
+/// docs/SECURITY.md "The shared ledger": another user's thousand garbage
+/// files (names holding a newline and a forged board line among them)
+/// cost at most one line per file read and one for the cap, never a
+/// forged line; a scheduler that re-publishes fresh `starting` bookings
+/// every few milliseconds holds the GPU for at most
+/// `MAX_STARTING_STREAK_MS`, then our job starts.
+#[test]
+fn a_flood_of_files_and_an_endless_start_cost_a_few_lines_and_block_nothing() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("the ledger flood test needs root (to own files as another user)");
+        return;
+    }
+    let env = Env::new("[vram=10000] true\n");
+    let ledger = env.path("ledger");
+    std::fs::create_dir_all(&ledger).unwrap();
+    let nobody = 65534;
+    for i in 0..1000 {
+        let name = if i % 2 == 0 {
+            format!("{i}.json")
+        } else {
+            format!("x\n[10:00:00] ✓ job {i} ok (exit 0).json")
+        };
+        let path = ledger.join(name);
+        std::fs::write(&path, "{\"version\":1,\"pid\":").unwrap();
+        std::os::unix::fs::lchown(&path, Some(nobody), Some(nobody)).unwrap();
+    }
+    // The flapper: a live scheduler of ours whose whole GPU is "starting",
+    // stamped afresh every 5 ms.
+    let sched = leader(None);
+    let group = leader(None);
+    let flapper = ledger.join(format!("0.{}.json", sched.0.id()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, flapper) = (stop.clone(), flapper.clone());
+        let (pid, ticks, pgid, group_ticks) = (sched.0.id(), sched.1, group.0.id(), group.1);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as u64;
+                let file = serde_json::json!({
+                    "version": 1, "pid": pid, "start_ticks": ticks,
+                    "bookings": [{
+                        "gpu_uuid": SIM_GPU0, "mib": 24000, "pgid": pgid,
+                        "start_ticks": group_ticks, "job": "1",
+                        "since_ms": now, "starting": true
+                    }]
+                });
+                let tmp = flapper.with_extension("tmp");
+                std::fs::write(&tmp, file.to_string()).unwrap();
+                std::fs::rename(&tmp, &flapper).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    };
+    let out = env.run(&[
+        "--sim",
+        "1",
+        "--poll",
+        "0.1",
+        "--ledger",
+        &ledger.display().to_string(),
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    let garbage = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("ledger: ignoring"))
+        .count();
+    assert!(
+        (1..=gpusched::ledger::store::MAX_FILES_PER_USER).contains(&garbage),
+        "{garbage} lines for the flood:\n{}",
+        out.stdout
+    );
+    let capped = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("only the first 32 of their files are read"))
+        .count();
+    assert_eq!(capped, 1, "{}", out.stdout);
+    assert!(
+        !out.stdout.lines().any(|l| l.starts_with("[10:00:00] ✓")),
+        "a forged line reached the terminal:\n{}",
+        out.stdout
+    );
+    let endless = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("kept bookings \"starting\" for over 10 s"))
+        .count();
+    assert_eq!(endless, 1, "{}", out.stdout);
+    for (mut child, _) in [sched, group] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -41,8 +41,21 @@ use std::time::{Duration, Instant};
 /// The page: HTML, CSS and JavaScript in one file, built into the binary.
 const PAGE: &str = include_str!("serve/page.html");
 
-/// The cookie `/login` sets.
+/// The start of the cookie's name `/login` sets: `gpusched_token_PORT`.
 const COOKIE: &str = "gpusched_token";
+
+/// The cookie of a serve on `port` holding `token`: its name and value
+/// both bound to the port (docs/SECURITY.md "serve"). Browsers send every
+/// cookie of 127.0.0.1 to every port, so another user's server on
+/// another port receives this one: it carries not the token but a hash
+/// of it with the port, which no server on another port accepts and from
+/// which the token cannot be had for the API.
+fn cookie_for(port: u16, token: &str) -> (String, String) {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("gpusched serve cookie\0{port}\0{token}").as_bytes());
+    let value = digest.iter().map(|b| format!("{b:02x}")).collect();
+    (format!("{COOKIE}_{port}"), value)
+}
 
 /// How often the box is read for the API.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -58,6 +71,8 @@ struct Shared {
     log_dir: PathBuf,
     /// The token every request must carry.
     token: String,
+    /// The cookie `/login` sets instead: name and value ([`cookie_for`]).
+    cookie: (String, String),
     /// Whether we listen on a loopback address (Host is checked, the
     /// cookie is `Secure`: browsers treat loopback as a secure context).
     loopback: bool,
@@ -93,6 +108,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let shared = Arc::new(Shared {
         box_json: RwLock::new(String::new()),
         log_dir: crate::files::absolute(&args.place.log_dir),
+        cookie: cookie_for(args.listen.port(), &token),
         token,
         loopback,
         timeline: RwLock::new(None),
@@ -149,7 +165,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     http::serve(
         listener,
         Arc::new(move |request: &Request| answer(&shared, request)),
-    );
+    )
+    .map_err(|e| Error::io(format!("cannot serve on {}", args.listen), e))?;
     Ok(0)
 }
 
@@ -203,7 +220,7 @@ fn answer(shared: &Shared, request: &Request) -> Reply {
     if path == "/login" {
         return login(shared, query);
     }
-    if !carried(&request.headers).is_some_and(|given| same_token(&given, &shared.token)) {
+    if !carried(&request.headers, &shared.cookie.0).is_some_and(|given| given.holds(shared)) {
         return text(
             401,
             "401: this gpusched serve needs its token: open the /login?token=… URL it printed, or send Authorization: Bearer …\n",
@@ -331,9 +348,28 @@ fn same_token(given: &str, token: &str) -> bool {
     bool::from(given.as_slice().ct_eq(token.as_slice()))
 }
 
-/// The token a request carries: its bearer header (the scheme in any
-/// case, as RFC 9110 allows), or our cookie.
-fn carried(headers: &[(String, String)]) -> Option<String> {
+/// What a request proves itself with.
+#[derive(Debug, PartialEq)]
+enum Credential {
+    /// `Authorization: Bearer TOKEN`.
+    Bearer(String),
+    /// The cookie named `cookie_name` ([`cookie_for`]): its value.
+    Cookie(String),
+}
+
+impl Credential {
+    /// Whether it is this server's: the token, or its cookie's value.
+    fn holds(&self, shared: &Shared) -> bool {
+        match self {
+            Credential::Bearer(token) => same_token(token, &shared.token),
+            Credential::Cookie(value) => same_token(value, &shared.cookie.1),
+        }
+    }
+}
+
+/// What a request carries: its bearer header (the scheme in any case, as
+/// RFC 9110 allows), or the cookie named `cookie_name`.
+fn carried(headers: &[(String, String)], cookie_name: &str) -> Option<Credential> {
     let values = |name: &'static str| {
         headers
             .iter()
@@ -344,13 +380,13 @@ fn carried(headers: &[(String, String)]) -> Option<String> {
         let (scheme, rest) = v.trim().split_once(' ')?;
         scheme.eq_ignore_ascii_case("bearer").then_some(rest)
     }) {
-        return Some(bearer.trim().to_string());
+        return Some(Credential::Bearer(bearer.trim().to_string()));
     }
     values("Cookie")
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.to_string())
+        .find(|(name, _)| *name == cookie_name)
+        .map(|(_, value)| Credential::Cookie(value.to_string()))
 }
 
 /// `/login?token=T`: with the right token, sets the cookie (`Secure` on
@@ -367,8 +403,9 @@ fn login(shared: &Shared, query: &str) -> Reply {
         Some(given) if same_token(&given, &shared.token) => see_other("/").with_header(
             "Set-Cookie",
             &format!(
-                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{}",
-                shared.token,
+                "{}={}; HttpOnly; SameSite=Strict; Path=/{}",
+                shared.cookie.0,
+                shared.cookie.1,
                 if shared.loopback { "; Secure" } else { "" }
             ),
         ),
@@ -435,11 +472,27 @@ mod tests {
     fn the_token_is_taken_from_the_bearer_header_or_the_cookie() {
         let header = |n: &str, v: &str| (n.to_string(), v.to_string());
         let mut headers = Vec::new();
-        assert_eq!(carried(&headers), None);
-        headers.push(header("cookie", "a=1; gpusched_token=s3cret; b=2"));
-        assert_eq!(carried(&headers).as_deref(), Some("s3cret"));
+        let name = "gpusched_token_8765";
+        assert_eq!(carried(&headers, name), None);
+        // Another port's cookie is not ours.
+        headers.push(header("cookie", "a=1; gpusched_token_9000=x; b=2"));
+        assert_eq!(carried(&headers, name), None);
+        headers.push(header("cookie", "a=1; gpusched_token_8765=s3cret; b=2"));
+        assert_eq!(
+            carried(&headers, name),
+            Some(Credential::Cookie("s3cret".into()))
+        );
         headers.push(header("Authorization", "bearer t0k"));
-        assert_eq!(carried(&headers).as_deref(), Some("t0k"), "any case");
+        assert_eq!(
+            carried(&headers, name),
+            Some(Credential::Bearer("t0k".into())),
+            "any case"
+        );
+        // The cookie is bound to its port and is not the token.
+        let (a, b) = (cookie_for(8765, "tok"), cookie_for(9000, "tok"));
+        assert_eq!(a.0, "gpusched_token_8765");
+        assert_ne!(a.1, b.1);
+        assert_ne!(a.1, "tok");
         assert!(same_token("s3cret", "s3cret"));
         assert!(!same_token("s3cre", "s3cret"));
         assert!(!same_token("s3creT", "s3cret"));

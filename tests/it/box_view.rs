@@ -556,3 +556,62 @@ fn idle_connections_an_endless_header_and_a_non_reader_do_not_stop_serve() {
     drop(idle);
     drop(pipeliner);
 }
+
+/// docs/SECURITY.md "serve": another local user who keeps 400
+/// connections open, opening a new one for each the server closes,
+/// never shuts the owner out (the hand-written server had 64 slots in
+/// all, and the owner got 0 of 20 requests through).
+#[test]
+fn another_user_holding_connections_never_shuts_the_owner_out() {
+    let Some([_, bob, _]) = users() else {
+        return;
+    };
+    let (_b, _env, port, args) = one_gpu_box("127.0.0.1");
+    let server = serve(&args, None);
+    let bearer = server.bearer();
+    let auth = [("Authorization", bearer.as_str())];
+    wait_up(port, &auth);
+    let script = format!(
+        "import socket, time\n\
+         held, end = [], time.time() + 40\n\
+         while time.time() < end:\n\
+         \x20   held = [s for s in held if s.fileno() >= 0]\n\
+         \x20   while len(held) < 400:\n\
+         \x20       try: held.append(socket.create_connection(('127.0.0.1', {port}), timeout=1))\n\
+         \x20       except OSError: break\n\
+         \x20   print(len(held), flush=True)\n\
+         \x20   for s in list(held):\n\
+         \x20       s.setblocking(False)\n\
+         \x20       try:\n\
+         \x20           if s.recv(1) == b'': s.close()\n\
+         \x20       except BlockingIOError: pass\n\
+         \x20       except OSError: s.close()\n\
+         \x20   time.sleep(0.05)\n"
+    );
+    let mut attacker = Command::new("python3")
+        .args(["-c", &script])
+        .uid(bob.0)
+        .gid(bob.1)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the attacker holds its connections.
+    {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(attacker.stdout.take().unwrap()).lines();
+        assert!(lines.next().is_some(), "the attacker started");
+    }
+    let mut answered = 0;
+    for _ in 0..20 {
+        if get(port, "/api/v1/box", &auth).0 == 200 {
+            answered += 1;
+        }
+    }
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert_eq!(
+        answered, 20,
+        "the owner's requests beside bob's connections"
+    );
+}

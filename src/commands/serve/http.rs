@@ -1,31 +1,35 @@
-//! The HTTP side of `gpusched serve` (docs/SECURITY.md "serve"): a
-//! GET-only HTTP/1.1 server over std's sockets, one request per
+//! The HTTP side of `gpusched serve` (docs/SECURITY.md "serve"): hyper's
+//! HTTP/1.1 server on a tokio runtime of its own, one request per
 //! connection, built for a page and an API read on loopback by a few
 //! browsers, and for nobody else's client to stop it:
 //!
-//! * at most [`MAX_CONNECTIONS`] connections at once, each on a thread
-//!   of its own (one slow or hostile client never holds another's);
-//!   beyond that a connection is closed at once;
-//! * a request head of at most [`MAX_HEAD_BYTES`], all of it within
-//!   [`HEAD_DEADLINE`] (an endless header line is answered 431, a client
-//!   that sends nothing is dropped);
-//! * every write within [`WRITE_TIMEOUT`] (a client that pipelines and
-//!   never reads is dropped);
+//! * an idle connection costs a task, not a thread: up to
+//!   [`MAX_CONNECTIONS`] at once (the descriptor limit is raised to fit),
+//!   and at most [`MAX_PER_USER`] of them from any one local user other
+//!   than serve's own (the peer's uid read from the kernel's socket
+//!   table), so nobody can hold every slot and shut the owner out;
+//! * a request head of at most [`MAX_HEAD_BYTES`] (431 past it), all of
+//!   it within [`HEAD_DEADLINE`] (hyper's header-read timeout);
+//! * a whole connection within [`CONNECTION_DEADLINE`] (a client that
+//!   pipelines and never reads is dropped);
+//! * the answer is built off the network thread (a timeline being drawn
+//!   holds up no other request);
 //! * an accept that fails (out of descriptors) is tried again after a
 //!   pause, never the end of the server.
-//!
-//! tiny_http, which served before, has none of these limits: idle
-//! connections exhausted descriptors and its accept thread panicked for
-//! good, and one client that never read blocked every worker.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 8192;
+
+/// Connections one local user other than serve's own may hold at once.
+pub const MAX_PER_USER: usize = 256;
 
 /// The largest request head (request line and headers), in bytes.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -33,8 +37,8 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// How long a client has to send its whole request head.
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
-/// How long one write of the answer may block.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may last in all, answer included.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A request: its target (path and query) and headers (names as sent).
 #[derive(Debug, Clone, PartialEq)]
@@ -86,160 +90,222 @@ impl Reply {
 }
 
 /// Serves `listener` with `answer` until the process ends.
-pub fn serve(listener: TcpListener, answer: Arc<dyn Fn(&Request) -> Reply + Send + Sync>) {
-    let live = Arc::new(AtomicUsize::new(0));
-    loop {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(_) => {
-                // Out of descriptors, or a connection reset before it was
-                // taken: pause, then go on.
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        if live.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            live.fetch_sub(1, Ordering::AcqRel);
-            drop(stream);
-            continue;
-        }
-        let (live, answer) = (live.clone(), answer.clone());
-        let spawned = std::thread::Builder::new()
-            .name("http".into())
-            .spawn(move || {
-                let _slot = Slot(live);
-                let _ = handle(stream, answer.as_ref());
-            });
-        if spawned.is_err() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// A connection's place among [`MAX_CONNECTIONS`], given back on drop.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Reads one request from `stream`, answers it and closes.
-fn handle(mut stream: TcpStream, answer: &dyn Fn(&Request) -> Reply) -> std::io::Result<()> {
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let reply = match read_head(&mut stream)? {
-        Head::Complete(bytes) => match parse(&bytes) {
-            Some(request) if request.method == "GET" || request.method == "HEAD" => {
-                let mut reply = answer(&request);
-                if request.method == "HEAD" {
-                    reply.body.clear();
+///
+/// Errors: the runtime cannot be made, or the listener cannot be handed
+/// to it.
+pub fn serve(
+    listener: std::net::TcpListener,
+    answer: Arc<dyn Fn(&Request) -> Reply + Send + Sync>,
+) -> std::io::Result<()> {
+    raise_descriptor_limit();
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let me = nix::unistd::geteuid().as_raw();
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let local = listener.local_addr()?;
+        let live = Arc::new(AtomicUsize::new(0));
+        let per_user: Arc<Mutex<HashMap<u32, usize>>> = Arc::default();
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(_) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was taken: pause, then go on.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
-                reply
-            }
-            Some(_) => Reply::new(405, "text/plain", "405: only GET here\n")
-                .with_header("Allow", "GET, HEAD"),
-            None => Reply::new(400, "text/plain", "400: not an HTTP request\n"),
-        },
-        Head::TooLarge => Reply::new(
-            431,
-            "text/plain",
-            format!("431: request head over {MAX_HEAD_BYTES} bytes\n"),
-        ),
-        Head::Gone => return Ok(()),
-    };
-    write_reply(&mut stream, &reply)
-}
-
-/// What came of reading a request head.
-enum Head {
-    /// The head, up to and without its blank line.
-    Complete(Vec<u8>),
-    /// Longer than [`MAX_HEAD_BYTES`].
-    TooLarge,
-    /// The client closed, or did not finish within [`HEAD_DEADLINE`].
-    Gone,
-}
-
-/// Reads until the blank line that ends a head, within the deadline.
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
-    let deadline = Instant::now() + HEAD_DEADLINE;
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = memchr::memmem::find(&head, b"\r\n\r\n") {
-            head.truncate(end);
-            return Ok(Head::Complete(head));
+            };
+            let user = peer_uid(local, peer).filter(|&uid| uid != me);
+            let Some(slot) = Slot::take(&live, &per_user, user) else {
+                drop(stream);
+                continue;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                let service = hyper::service::service_fn(move |request| {
+                    let answer = answer.clone();
+                    async move { Ok::<_, std::convert::Infallible>(respond(request, answer).await) }
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEAD_DEADLINE)
+                    .max_buf_size(MAX_HEAD_BYTES)
+                    .keep_alive(false)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let _ = tokio::time::timeout(CONNECTION_DEADLINE, connection).await;
+            });
         }
-        if head.len() > MAX_HEAD_BYTES {
-            return Ok(Head::TooLarge);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(Head::Gone);
-        }
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(&mut chunk) {
-            Ok(0) => return Ok(Head::Gone),
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Ok(Head::Gone),
-        }
-    }
-}
-
-/// The request a head holds; `None` when it is not one.
-pub fn parse(head: &[u8]) -> Option<Request> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let (method, target, version) = (first.next()?, first.next()?, first.next()?);
-    if first.next().is_some() || !version.starts_with("HTTP/1.") || !target.starts_with('/') {
-        return None;
-    }
-    let headers = lines
-        .map(|line| {
-            let (name, value) = line.split_once(':')?;
-            Some((name.trim().to_string(), value.trim().to_string()))
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some(Request {
-        method: method.to_string(),
-        target: target.to_string(),
-        headers,
     })
 }
 
-/// Writes `reply` and closes the connection.
-fn write_reply(stream: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
-    let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
+/// The answer to one request: GET and HEAD go to `answer` (on the
+/// blocking pool: it reads files and may draw the timeline), anything
+/// else is 405.
+async fn respond(
+    request: hyper::Request<hyper::body::Incoming>,
+    answer: Arc<dyn Fn(&Request) -> Reply + Send + Sync>,
+) -> hyper::Response<Full<Bytes>> {
+    let method = request.method().clone();
+    let reply = if method == hyper::Method::GET || method == hyper::Method::HEAD {
+        let ours = Request {
+            method: method.as_str().to_string(),
+            target: request
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            headers: request
+                .headers()
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+        };
+        tokio::task::spawn_blocking(move || answer(&ours))
+            .await
+            .unwrap_or_else(|_| Reply::new(500, "text/plain", "500: the answer failed\n"))
+    } else {
+        Reply::new(405, "text/plain", "405: only GET here\n").with_header("Allow", "GET, HEAD")
+    };
+    let mut response = hyper::Response::builder().status(reply.status);
     for (name, value) in &reply.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+        response = response.header(name.as_str(), value.as_str());
     }
-    head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        reply.body.len()
-    ));
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&reply.body)?;
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    Ok(())
+    let body = if method == hyper::Method::HEAD {
+        Bytes::new()
+    } else {
+        Bytes::from(reply.body)
+    };
+    response
+        .body(Full::new(body))
+        .unwrap_or_else(|_| hyper::Response::new(Full::new(Bytes::from_static(b"500\n"))))
 }
 
-/// The reason phrase of the status codes served.
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        303 => "See Other",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        421 => "Misdirected Request",
-        431 => "Request Header Fields Too Large",
-        _ => "",
+/// A connection's place among [`MAX_CONNECTIONS`] and its user's among
+/// [`MAX_PER_USER`], given back on drop.
+struct Slot {
+    live: Arc<AtomicUsize>,
+    per_user: Arc<Mutex<HashMap<u32, usize>>>,
+    user: Option<u32>,
+}
+
+impl Slot {
+    /// A place for a connection of `user` (`None`: serve's own user, or
+    /// one the socket table does not name); `None` when full.
+    fn take(
+        live: &Arc<AtomicUsize>,
+        per_user: &Arc<Mutex<HashMap<u32, usize>>>,
+        user: Option<u32>,
+    ) -> Option<Slot> {
+        if live.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            live.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        // From here on, dropping the slot gives its place back.
+        let mut slot = Slot {
+            live: live.clone(),
+            per_user: per_user.clone(),
+            user: None,
+        };
+        if let Some(uid) = user {
+            let mut counts = per_user.lock().unwrap_or_else(|e| e.into_inner());
+            let count = counts.entry(uid).or_default();
+            if *count >= MAX_PER_USER {
+                return None;
+            }
+            *count += 1;
+            slot.user = Some(uid);
+        }
+        Some(slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(uid) = self.user {
+            let mut counts = self.per_user.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(count) = counts.get_mut(&uid) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    counts.remove(&uid);
+                }
+            }
+        }
+    }
+}
+
+/// The local user whose socket `peer` is, for a connection to `local`
+/// from this machine: the `uid` column of the kernel's socket table
+/// (proc(5) `/proc/net/tcp`, `/proc/net/tcp6`) for the socket whose
+/// local address is `peer` and remote address `local`. `None` for a
+/// remote peer or one not found.
+fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    if !peer.ip().is_loopback() {
+        return None;
+    }
+    let (table, peer_hex, local_hex) = match (peer, local) {
+        (SocketAddr::V4(p), SocketAddr::V4(l)) => {
+            let hex = |a: std::net::SocketAddrV4| {
+                format!(
+                    "{:08X}:{:04X}",
+                    u32::from_le_bytes(a.ip().octets()),
+                    a.port()
+                )
+            };
+            ("/proc/net/tcp", hex(p), hex(l))
+        }
+        (SocketAddr::V6(p), SocketAddr::V6(l)) => {
+            let hex = |a: std::net::SocketAddrV6| {
+                let words: String = a
+                    .ip()
+                    .octets()
+                    .chunks(4)
+                    .map(|w| format!("{:08X}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+                    .collect();
+                format!("{words}:{:04X}", a.port())
+            };
+            ("/proc/net/tcp6", hex(p), hex(l))
+        }
+        _ => return None,
+    };
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a kernel file (/proc), no user can plant it"
+    )]
+    let text = std::fs::read_to_string(table).ok()?;
+    uid_in_table(&text, &peer_hex, &local_hex)
+}
+
+/// The uid of the socket table row with local address `local` and
+/// remote address `remote` (as the table writes them).
+fn uid_in_table(text: &str, local: &str, remote: &str) -> Option<u32> {
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local) && fields.get(2) == Some(&remote))
+            .then(|| fields.get(7)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Raises this process's soft limit on open descriptors to its hard
+/// limit (at most what [`MAX_CONNECTIONS`] needs), so idle connections
+/// meet the connection cap, not the descriptor limit.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let want = hard.min(MAX_CONNECTIONS as u64 + 256);
+        if want > soft {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
+        }
     }
 }
 
@@ -248,18 +314,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_head_parses_into_method_target_and_headers() {
-        let request =
-            parse(b"GET /api/v1/box?a=1 HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nX-A:  b ").unwrap();
-        assert_eq!(request.method, "GET");
-        assert_eq!(request.target, "/api/v1/box?a=1");
-        assert_eq!(request.header("host"), Some("127.0.0.1:8765"));
-        assert_eq!(request.header("x-a"), Some("b"));
-        assert_eq!(parse(b"GET / HTTP/1.1"), parse(b"GET / HTTP/1.1"));
-        assert!(parse(b"GET / HTTP/1.1").is_some());
-        assert!(parse(b"GET http://evil/ HTTP/1.1").is_none());
-        assert!(parse(b"GET / SMTP").is_none());
-        assert!(parse(b"GET / HTTP/1.1\r\nno colon here").is_none());
-        assert!(parse(b"\xff\xfe").is_none());
+    fn the_socket_table_names_the_peers_user() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:2231 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
+   1: 0100007F:C350 0100007F:2231 01 00000000:00000000 00:00000000 00000000  1001        0 2 1
+";
+        assert_eq!(
+            uid_in_table(table, "0100007F:C350", "0100007F:2231"),
+            Some(1001)
+        );
+        assert_eq!(uid_in_table(table, "0100007F:C351", "0100007F:2231"), None);
+    }
+
+    #[test]
+    fn a_user_gets_at_most_their_share_of_connections() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let per_user = Arc::default();
+        let held: Vec<Slot> = (0..MAX_PER_USER)
+            .map(|_| Slot::take(&live, &per_user, Some(7)).unwrap())
+            .collect();
+        assert!(Slot::take(&live, &per_user, Some(7)).is_none());
+        // Another user, and serve's own, still get in.
+        assert!(Slot::take(&live, &per_user, Some(8)).is_some());
+        assert!(Slot::take(&live, &per_user, None).is_some());
+        drop(held);
+        assert!(Slot::take(&live, &per_user, Some(7)).is_some());
+        assert_eq!(live.load(Ordering::Acquire), 0);
     }
 }

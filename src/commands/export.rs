@@ -76,6 +76,9 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             );
             continue;
         }
+        for (name, why) in slurm::unhonoured(spec, false) {
+            let _ = writeln!(out, "# job {no}: {name} is not honoured here: {why}");
+        }
         let log = log_dir.join(report::log_name(no, &[]));
         let mut sub = Submission::of(spec, spec.vram_mib, &[], &log, &workdir);
         sub.nice = slurm::nice_of(spec.priority(), highest);

@@ -17,6 +17,26 @@ pub struct Attribute {
     /// Its parser: applies the value to the spec, or says why it is bad.
     /// `None` for a bare flag, which takes no value.
     parse: Parse,
+    /// Whether a parsed line gave it.
+    pub given: fn(&JobSpec) -> bool,
+    /// What a Slurm cluster makes of it (docs/BEHAVIOUR.md "Slurm").
+    pub slurm: OnSlurm,
+}
+
+/// What a Slurm cluster makes of an attribute (docs/BEHAVIOUR.md
+/// "Slurm"): every attribute says, so none is dropped in silence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSlurm {
+    /// `launcher::slurm::Submission::of` and `export` write it as the
+    /// `sbatch` options named.
+    Sbatch(&'static str),
+    /// The live `--slurm` scheduler does it itself, as said; `export`,
+    /// which submits everything at once with no gpusched behind it,
+    /// cannot, and says so on the job's line.
+    Gpusched(&'static str),
+    /// Not honoured on a cluster, for the reason given: `export` says so
+    /// on the job's line, `--slurm` once per run.
+    Never(&'static str),
 }
 
 /// How an attribute's value is read.
@@ -58,6 +78,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             }
             Ok(())
         }),
+        given: |s| s.vram_mib.is_some() || s.auto_vram,
+        slurm: OnSlurm::Sbatch("--gres=shard:⌈E/M⌉ with --shard-mib, else whole GPUs"),
     },
     Attribute {
         name: "gpus",
@@ -71,6 +93,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             })?;
             Ok(())
         }),
+        given: |s| s.gpus != 1,
+        slurm: OnSlurm::Sbatch("--gres=gpu:N; 0: no --gres"),
     },
     Attribute {
         name: "mem",
@@ -80,6 +104,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().mem_mib = Some(super::parse_mem_mib(v)?);
             Ok(())
         }),
+        given: |s| s.mem_mib().is_some(),
+        slurm: OnSlurm::Sbatch("--mem=<MiB>M"),
     },
     Attribute {
         name: "cpus",
@@ -92,6 +118,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
                 })?);
             Ok(())
         }),
+        given: |s| s.cpus().is_some(),
+        slurm: OnSlurm::Sbatch("--cpus-per-task=N"),
     },
     Attribute {
         name: "timeout",
@@ -101,6 +129,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().timeout_s = Some(parse_duration_s(v)?);
             Ok(())
         }),
+        given: |s| s.timeout_s().is_some(),
+        slurm: OnSlurm::Sbatch("--time=<minutes, rounded up>"),
     },
     Attribute {
         name: "retries",
@@ -113,6 +143,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
                 })?);
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.retries.is_some()),
+        slurm: OnSlurm::Gpusched("gpusched submits each retry itself"),
     },
     Attribute {
         name: "retry_on",
@@ -126,6 +158,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             })?);
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.retry_on.is_some()),
+        slurm: OnSlurm::Gpusched("gpusched submits each retry itself"),
     },
     Attribute {
         name: "priority",
@@ -142,6 +176,10 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().priority = priority;
             Ok(())
         }),
+        given: |s| s.priority() != 0,
+        slurm: OnSlurm::Sbatch(
+            "export: --nice below the file's highest; live: gpusched submits in queue order",
+        ),
     },
     Attribute {
         name: "begin",
@@ -151,6 +189,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().begin = Some(Begin::parse(v)?);
             Ok(())
         }),
+        given: |s| s.begin().is_some(),
+        slurm: OnSlurm::Sbatch("export: --begin; live: gpusched submits it once its time has come"),
     },
     Attribute {
         name: "name",
@@ -160,6 +200,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().name = Some(job_name(v)?);
             Ok(())
         }),
+        given: |s| s.name().is_some(),
+        slurm: OnSlurm::Sbatch("export: --job-name=NAME"),
     },
     Attribute {
         name: "after",
@@ -175,6 +217,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().after = refs;
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| !r.after.is_empty()),
+        slurm: OnSlurm::Sbatch("--dependency=afterok:<Slurm ids>"),
     },
     Attribute {
         name: "on",
@@ -184,6 +228,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().on_mask = Some(parse_on(v)?);
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.on_mask.is_some()),
+        slurm: OnSlurm::Never("Slurm chooses which GPUs of a node a job gets"),
     },
     Attribute {
         name: "family",
@@ -193,6 +239,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().family = Some(label("family", v)?);
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.family.is_some()),
+        slurm: OnSlurm::Never("peaks are not measured on a cluster, so nothing is learned"),
     },
     Attribute {
         name: "group",
@@ -202,6 +250,10 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().group = Some(label("group", v)?);
             Ok(())
         }),
+        given: |s| s.group().is_some(),
+        slurm: OnSlurm::Sbatch(
+            "export: with limit=, an afterany chain; live: gpusched holds submissions",
+        ),
     },
     Attribute {
         name: "limit",
@@ -213,6 +265,10 @@ pub const ATTRIBUTES: &[Attribute] = &[
             })?);
             Ok(())
         }),
+        given: |s| s.limit().is_some(),
+        slurm: OnSlurm::Sbatch(
+            "export: an afterany chain within the group; live: gpusched holds submissions",
+        ),
     },
     Attribute {
         name: "enforce",
@@ -230,6 +286,10 @@ pub const ATTRIBUTES: &[Attribute] = &[
             );
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.enforce.is_some()),
+        slurm: OnSlurm::Never(
+            "peaks are not measured on a cluster, so nothing is stopped for going over",
+        ),
     },
     Attribute {
         name: "cwd",
@@ -239,6 +299,8 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().cwd = Some(super::decode_cwd(v)?);
             Ok(())
         }),
+        given: |s| s.cwd().is_some(),
+        slurm: OnSlurm::Sbatch("--chdir=DIR"),
     },
     Attribute {
         name: "env",
@@ -253,18 +315,24 @@ pub const ATTRIBUTES: &[Attribute] = &[
             spec.rare_mut().env = Some(v.to_string());
             Ok(())
         }),
+        given: |s| s.rare.as_ref().is_some_and(|r| r.env.is_some()),
+        slurm: OnSlurm::Gpusched("the live launcher passes the saved environment to sbatch"),
     },
     Attribute {
         name: "preemptible",
         shown: "preemptible",
         help: "a blocked job ranked above it may stop it and queue it again",
         parse: Parse::Flag(|spec| spec.preemptible = true),
+        given: |s| s.preemptible,
+        slurm: OnSlurm::Sbatch("--requeue (every other job --no-requeue)"),
     },
     Attribute {
         name: "cancel",
         shown: "cancel",
         help: "stop it if running; never start it if waiting",
         parse: Parse::Flag(|spec| spec.cancel = true),
+        given: |s| s.cancel,
+        slurm: OnSlurm::Gpusched("not submitted, or scancel"),
     },
 ];
 

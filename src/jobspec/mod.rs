@@ -6,7 +6,7 @@
 mod attributes;
 mod identity;
 
-pub use attributes::{ATTRIBUTES, Attribute, Begin, MAX_PRIORITY, RetryOn, attribute};
+pub use attributes::{ATTRIBUTES, Attribute, Begin, MAX_PRIORITY, OnSlurm, RetryOn, attribute};
 use identity::{LineHashes, Occurrences, count_repeats, key_text};
 pub use identity::{command_hash, legacy_command_hash, normalise_command};
 use rustc_hash::FxHashMap;

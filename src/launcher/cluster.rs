@@ -33,6 +33,8 @@ pub struct Cluster {
     /// What it has to say (Slurm failing, answering again), for the
     /// loop's reporter to print ([`super::Launcher::take_said`]).
     pub said: Vec<Said>,
+    /// The attributes said not to be honoured on the cluster (once each).
+    pub unhonoured_said: std::collections::HashSet<String>,
 }
 
 /// An attempt running (or waiting) on the cluster.
@@ -73,6 +75,7 @@ impl Cluster {
             last_submit_error: None,
             recheck: false,
             said: Vec::new(),
+            unhonoured_said: std::collections::HashSet::new(),
         })
     }
 
@@ -80,6 +83,14 @@ impl Cluster {
     ///
     /// Errors: `sbatch` fails.
     pub(super) fn start(&mut self, attempt: Attempt) -> anyhow::Result<u64> {
+        for (name, why) in slurm::unhonoured(attempt.spec, true) {
+            if self.unhonoured_said.insert(name.clone()) {
+                self.said.push(Said::Warning(format!(
+                    "{name} is not honoured on Slurm (job line {}): {why}",
+                    attempt.spec.line
+                )));
+            }
+        }
         let mut sub = slurm::Submission::of(
             attempt.spec,
             attempt.vram_mib,

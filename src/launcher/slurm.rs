@@ -106,6 +106,24 @@ impl<'a> Submission<'a> {
     }
 }
 
+/// The attributes `spec` gives that a cluster does not honour as such,
+/// with why: those [`crate::jobspec::OnSlurm::Never`] marks, and with
+/// `export` (`live` false, no gpusched behind the jobs) those it does
+/// itself ([`crate::jobspec::OnSlurm::Gpusched`]). Read off the attribute
+/// table, so a new attribute is covered the day it is added.
+pub fn unhonoured(spec: &crate::jobspec::JobSpec, live: bool) -> Vec<(String, &'static str)> {
+    use crate::jobspec::OnSlurm;
+    crate::jobspec::ATTRIBUTES
+        .iter()
+        .filter(|a| (a.given)(spec))
+        .filter_map(|a| match a.slurm {
+            OnSlurm::Sbatch(_) => None,
+            OnSlurm::Gpusched(_) if live => None,
+            OnSlurm::Gpusched(why) | OnSlurm::Never(why) => Some((a.listed(), why)),
+        })
+        .collect()
+}
+
 /// `begin=` in the form of Slurm's `--begin` (sbatch(1)): a delay as
 /// `now+SECONDS`, a time of day as `HH:MM` (Slurm too takes the next such
 /// time), a date as local `YYYY-MM-DDTHH:MM:SS`.

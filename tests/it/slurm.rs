@@ -552,3 +552,51 @@ fn export_carries_begin_priority_and_group_limits() {
     assert!(lines[3].contains("--dependency=afterany:$j2"), "{script}");
     assert!(lines[4].contains("--dependency=afterany:$j3"), "{script}");
 }
+
+/// An attribute Slurm cannot honour is said on the job's line of the
+/// script, never dropped: read off the attribute table.
+#[test]
+fn export_says_which_attributes_a_cluster_does_not_honour() {
+    let env = Env::new("[on=1 retries=2 enforce=stop family=f] python a.py\n");
+    let script = export(&env, &[]);
+    for name in ["on=", "retries=", "enforce=", "family="] {
+        assert!(
+            script.contains(&format!("# job 1: {name} is not honoured here: ")),
+            "{name}: {script}"
+        );
+    }
+}
+
+/// Every attribute of the table has a row in README's and BEHAVIOUR's
+/// attribute tables and in BEHAVIOUR's Slurm mapping.
+#[test]
+fn the_docs_tables_list_every_attribute() {
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let behaviour = std::fs::read_to_string("docs/BEHAVIOUR.md").unwrap();
+    let slurm = behaviour
+        .split("Each job is one `sbatch` job named")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").nth(1))
+        .expect("BEHAVIOUR's Slurm table");
+    let rows = |text: &str| -> String {
+        text.lines()
+            .filter(|l| l.starts_with("| "))
+            .map(|l| l.split(" | ").next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for attribute in gpusched::jobspec::ATTRIBUTES {
+        let listed = format!("`{}", attribute.listed());
+        for (doc, table) in [
+            ("README.md", rows(&readme)),
+            ("BEHAVIOUR.md", rows(&behaviour)),
+            ("BEHAVIOUR.md's Slurm table", rows(slurm)),
+        ] {
+            assert!(
+                table.contains(&listed),
+                "{doc} has no row for {}",
+                attribute.listed()
+            );
+        }
+    }
+}

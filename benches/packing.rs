@@ -244,6 +244,7 @@ impl Trace<'_> {
             keep_waiting: usize::MAX,
             now,
             estimate_s: &estimate,
+            leaves_room: &|_| false,
             reserve_jobs: reserve,
             cpu_slots: u32::MAX,
             cpu_jobs: u32::MAX,

@@ -249,6 +249,7 @@ fn backfill_round(reserve: usize) -> f64 {
             keep_waiting: 200,
             now: 0.0,
             estimate_s: &estimate,
+            leaves_room: &|_| false,
             reserve_jobs: reserve,
             cpu_slots: u32::MAX,
             cpu_jobs: u32::MAX,

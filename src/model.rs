@@ -64,21 +64,19 @@ impl DoneStatus {
 
     /// The board's mark (docs/BEHAVIOUR.md "Board and terminal"): `✓` ok, `⊘` cancelled, `✗` the rest.
     pub fn mark(self) -> char {
-        match self {
-            DoneStatus::Ok => '✓',
-            DoneStatus::Cancelled => '⊘',
-            DoneStatus::Failed
-            | DoneStatus::FailedOom
-            | DoneStatus::Timeout
-            | DoneStatus::Infeasible
-            | DoneStatus::DependencyFailed
-            | DoneStatus::OverDeclared
-            | DoneStatus::HostOom => '✗',
+        if self.is_failure() {
+            '✗'
+        } else if self == DoneStatus::Cancelled {
+            '⊘'
+        } else {
+            '✓'
         }
     }
 
     /// Whether this outcome makes the scheduler's exit code non-zero
-    /// (docs/BEHAVIOUR.md "Board and terminal": only ok and cancelled do not).
+    /// (docs/BEHAVIOUR.md "Board and terminal": only ok and cancelled do
+    /// not). The one exhaustive list of failures: the board's mark and
+    /// the notify filter read it.
     pub fn is_failure(self) -> bool {
         match self {
             DoneStatus::Ok | DoneStatus::Cancelled => false,

@@ -198,6 +198,11 @@ pub struct Running {
     pub booked_since_ms: u64,
     /// Its own cgroup, when contained (docs/BEHAVIOUR.md "Containment").
     pub cgroup: Option<crate::containment::JobCgroup>,
+    /// Whether its family is known to leave its GPU room to share (its
+    /// latest attempt averaged under the saturation mark, or ended before
+    /// any sample): then its GPU does not count as computing flat out
+    /// before a sample has seen it.
+    pub leaves_room: bool,
 }
 
 impl Running {
@@ -660,6 +665,9 @@ pub struct Core {
     pub box_state: crate::rules::BoxState,
     /// Past ok run times per family, for expected times.
     pub run_times: crate::policy::expected::RunTimes,
+    /// What each family's latest attempt used of its GPU, for whether it
+    /// shares well (docs/BEHAVIOUR.md "Spread or pack").
+    pub compute: crate::policy::expected::ComputeLoads,
 }
 
 /// What the last placement round decided and saw, to explain waits and to

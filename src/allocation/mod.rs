@@ -304,7 +304,7 @@ impl<'a> Planner<'a> {
     pub fn next(&mut self, request: &Request, held_for: bool) -> Placement {
         let placement = self.try_place(request, held_for, 0);
         if let Placement::Start(chosen) = &placement {
-            self.book(request, chosen, None);
+            self.book(request, chosen, None, false);
         }
         placement
     }
@@ -349,12 +349,21 @@ impl<'a> Planner<'a> {
     /// declaration until `ends_at` (Unix seconds; `None`: unknown). Its
     /// GPUs count as computing flat out until a sample says otherwise, so
     /// that under `--placement spread` one round does not stack jobs that
-    /// no sample has seen yet.
-    pub fn book(&mut self, request: &Request, chosen: &[u32], ends_at: Option<f64>) {
+    /// no sample has seen yet — unless `leaves_room`: its family is known
+    /// to share well.
+    pub fn book(
+        &mut self,
+        request: &Request,
+        chosen: &[u32],
+        ends_at: Option<f64>,
+        leaves_room: bool,
+    ) {
         self.blocked.clear();
         self.last_blocked = None;
         for gpu in self.gpus.iter_mut().filter(|g| chosen.contains(&g.index)) {
-            gpu.util_percent = Some(100);
+            if !leaves_room {
+                gpu.util_percent = Some(100);
+            }
             gpu.occupants.push(Occupant {
                 declared_mib: request.vram_mib,
                 peak_mib: None,

@@ -108,29 +108,8 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             .flatten()
             .filter_map(|k| var_of.get(k.as_str()).map(String::as_str))
             .collect();
-        // limit=N of a group: Slurm has no limit for a set of separate
-        // jobs, so each waits for the end (any end) of the one N places
-        // before it in the group: at most N of them run at once.
-        let turn = match (spec.group(), group_limit(&specs, spec)) {
-            (Some(group), Some(limit)) => {
-                let earlier = in_group.entry(group).or_default();
-                earlier
-                    .len()
-                    .checked_sub(limit as usize)
-                    .map(|i| earlier[i].clone())
-            }
-            _ => None,
-        };
-        let mut dependency = Vec::new();
-        if !deps.is_empty() {
-            let ids: Vec<String> = deps.iter().map(|v| format!("${v}")).collect();
-            dependency.push(format!("afterok:{}", ids.join(":")));
-        }
-        if let Some(var) = &turn {
-            dependency.push(format!("afterany:${var}"));
-        }
-        if !dependency.is_empty() {
-            words.push(format!("--dependency={}", dependency.join(",")));
+        if let Some(option) = dependency(&deps, group_turn(&specs, spec, &in_group)) {
+            words.push(option);
         }
         words.push(format!("--wrap={}", slurm::shell_quote(&spec.command)));
         let var = format!("j{no}");
@@ -143,6 +122,37 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         var_of.insert(&spec.key, var);
     }
     Ok(out)
+}
+
+/// The job of `spec`'s group whose end it waits for under the group's
+/// `limit=` N (its script variable): Slurm has no limit for a set of
+/// separate jobs, so each waits for the end (any end) of the one N places
+/// before it in the group (`in_group`: the group's jobs so far), and at
+/// most N of them run at once.
+fn group_turn<'a>(
+    specs: &[jobspec::JobSpec],
+    spec: &jobspec::JobSpec,
+    in_group: &'a HashMap<&str, Vec<String>>,
+) -> Option<&'a str> {
+    let limit = group_limit(specs, spec)? as usize;
+    let earlier = in_group.get(spec.group()?)?;
+    let at = earlier.len().checked_sub(limit)?;
+    Some(&earlier[at])
+}
+
+/// `--dependency=`: `afterok:` the jobs of `after=` (script variables),
+/// and `afterany:` the group's job whose end it waits for; `None` for
+/// neither.
+fn dependency(after: &[&str], turn: Option<&str>) -> Option<String> {
+    let mut parts = Vec::new();
+    if !after.is_empty() {
+        let ids: Vec<String> = after.iter().map(|v| format!("${v}")).collect();
+        parts.push(format!("afterok:{}", ids.join(":")));
+    }
+    if let Some(var) = turn {
+        parts.push(format!("afterany:${var}"));
+    }
+    (!parts.is_empty()).then(|| format!("--dependency={}", parts.join(",")))
 }
 
 /// The `limit=` of `spec`'s group: the smallest any line of the group

@@ -266,72 +266,16 @@ impl Ledger {
                 continue;
             }
             let path = entry.path();
-            // Set for a stale file of this very log directory's earlier
-            // scheduler (killed with SIGKILL): tidied up without a word.
-            let mut predecessor = false;
-            let result = read_booking_file(&path).and_then(|(file, uid)| {
-                let user = self.user_name(uid);
-                let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
-                let log_dir = file.log_dir.clone();
-                let ours = uid == me;
-                let same_log_dir = ours && !log_dir.is_empty() && log_dir == self.me.log_dir;
-                let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
-                let running = running.collect::<HashSet<_>>().len() as u64;
-                let publisher = (uid, file.pid, file.start_ticks);
-                let peer = Peer {
-                    uid,
-                    user: user.clone(),
-                    pid,
-                    running,
-                    pending,
-                    demand,
-                    log_dir,
-                };
-                super::trusted(file, uid, &user, &procs, now)
-                    .map(|bookings| (bookings, peer, publisher))
-                    .inspect_err(|r| {
-                        // Ours, left by a scheduler killed with SIGKILL: tidy up.
-                        if *r == Rejection::Stale && ours {
-                            let _ = std::fs::remove_file(&path);
-                            predecessor = same_log_dir;
-                        }
-                    })
-            });
-            match result {
+            match self.read_peer(&path, me, now, &procs) {
                 Ok((mut bookings, peer, publisher)) => {
                     self.warned_files.remove(&name);
-                    if bookings.iter().any(|f| f.booking.starting) {
-                        starting_now.insert(publisher);
-                        let since = *self.starting_since.entry(publisher).or_insert(now);
-                        if now.saturating_sub(since) > MAX_STARTING_STREAK_MS {
-                            bookings.retain(|f| !f.booking.starting);
-                            self.complain(
-                                publisher.0,
-                                Complaint::EndlessStarting,
-                                &format!(
-                                    "their scheduler (pid {}) has kept bookings \"starting\" for over {} s; those hold no room",
-                                    publisher.1,
-                                    MAX_STARTING_STREAK_MS / 1000
-                                ),
-                            );
-                        }
-                    }
                     let taken = bookings_of.entry(peer.uid).or_default();
-                    let room = MAX_BOOKINGS_PER_USER.saturating_sub(*taken);
-                    if bookings.len() > room {
-                        bookings.truncate(room);
-                        self.complain(
-                            peer.uid,
-                            Complaint::TooManyBookings,
-                            &format!("only their first {MAX_BOOKINGS_PER_USER} bookings count"),
-                        );
-                    }
-                    *taken += bookings.len();
+                    self.hold_to_limits(&mut bookings, publisher, now, taken, &mut starting_now);
                     foreign.append(&mut bookings);
                     peers.push(peer);
                 }
-                Err(_) if predecessor => {}
-                Err(why) => {
+                Err(None) => {}
+                Err(Some(why)) => {
                     if self.warned_files.insert(name) {
                         // The name is anyone's text: shown, never sent.
                         warn(&format!(
@@ -355,6 +299,87 @@ impl Ledger {
         for uid in self.usage.keys() {
             cached_name(&mut self.users, *uid);
         }
+    }
+
+    /// One booking file at `path`, read and trusted: its bookings, its
+    /// scheduler as a peer, and its publisher (uid, pid, start ticks).
+    /// Errors: why it is ignored; `None` for a stale file of this very
+    /// log directory's earlier scheduler (killed with SIGKILL), removed
+    /// without a word (any stale file of ours is removed).
+    fn read_peer(
+        &mut self,
+        path: &Path,
+        me: u32,
+        now: u64,
+        procs: &ProcFs,
+    ) -> Result<(Vec<Foreign>, Peer, Publisher), Option<Rejection>> {
+        let (file, uid) = read_booking_file(path).map_err(Some)?;
+        let user = self.user_name(uid);
+        let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
+        let log_dir = file.log_dir.clone();
+        let ours = uid == me;
+        let same_log_dir = ours && !log_dir.is_empty() && log_dir == self.me.log_dir;
+        let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
+        let running = running.collect::<HashSet<_>>().len() as u64;
+        let publisher = (uid, file.pid, file.start_ticks);
+        let peer = Peer {
+            uid,
+            user: user.clone(),
+            pid,
+            running,
+            pending,
+            demand,
+            log_dir,
+        };
+        match super::trusted(file, uid, &user, procs, now) {
+            Ok(bookings) => Ok((bookings, peer, publisher)),
+            Err(Rejection::Stale) if ours => {
+                let _ = std::fs::remove_file(path);
+                Err((!same_log_dir).then_some(Rejection::Stale))
+            }
+            Err(why) => Err(Some(why)),
+        }
+    }
+
+    /// Holds one booking file's `bookings` (of `publisher`: uid, pid,
+    /// start ticks) to the limits (docs/SECURITY.md "The shared ledger"):
+    /// its `starting` ones count only within [`MAX_STARTING_STREAK_MS`]
+    /// of an unbroken run of them (noted in `starting_now`), and its user
+    /// (`taken` of theirs so far) to [`MAX_BOOKINGS_PER_USER`].
+    fn hold_to_limits(
+        &mut self,
+        bookings: &mut Vec<Foreign>,
+        publisher: (u32, u32, u64),
+        now: u64,
+        taken: &mut usize,
+        starting_now: &mut HashSet<(u32, u32, u64)>,
+    ) {
+        if bookings.iter().any(|f| f.booking.starting) {
+            starting_now.insert(publisher);
+            let since = *self.starting_since.entry(publisher).or_insert(now);
+            if now.saturating_sub(since) > MAX_STARTING_STREAK_MS {
+                bookings.retain(|f| !f.booking.starting);
+                self.complain(
+                    publisher.0,
+                    Complaint::EndlessStarting,
+                    &format!(
+                        "their scheduler (pid {}) has kept bookings \"starting\" for over {} s; those hold no room",
+                        publisher.1,
+                        MAX_STARTING_STREAK_MS / 1000
+                    ),
+                );
+            }
+        }
+        let room = MAX_BOOKINGS_PER_USER.saturating_sub(*taken);
+        if bookings.len() > room {
+            bookings.truncate(room);
+            self.complain(
+                publisher.0,
+                Complaint::TooManyBookings,
+                &format!("only their first {MAX_BOOKINGS_PER_USER} bookings count"),
+            );
+        }
+        *taken += bookings.len();
     }
 
     /// Says `what` about user `uid`'s files in the ledger, once per run
@@ -543,6 +568,9 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
         Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
     }
 }
+
+/// A scheduler that publishes bookings: (uid, pid, start ticks).
+type Publisher = (u32, u32, u64);
 
 /// The most booking files of one user read at each refresh: a user runs
 /// a few schedulers, not thousands (docs/SECURITY.md "The shared ledger").

@@ -77,16 +77,10 @@ impl Filter {
     /// Whether a job that ended `status` is posted.
     pub fn wants_outcome(&self, status: DoneStatus) -> bool {
         self.all
-            || match status {
-                DoneStatus::Ok => self.ok,
-                DoneStatus::Cancelled => false,
-                DoneStatus::Failed
-                | DoneStatus::FailedOom
-                | DoneStatus::Timeout
-                | DoneStatus::Infeasible
-                | DoneStatus::DependencyFailed
-                | DoneStatus::OverDeclared
-                | DoneStatus::HostOom => self.failed,
+            || if status.is_failure() {
+                self.failed
+            } else {
+                status == DoneStatus::Ok && self.ok
             }
     }
 

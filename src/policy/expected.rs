@@ -184,6 +184,36 @@ pub fn waiting_starts(
     starts
 }
 
+/// What each family's latest ended attempt showed of its GPU use, for
+/// whether its jobs share a GPU well (docs/BEHAVIOUR.md "Spread or
+/// pack"): its mean utilisation over the attempt, 0 when it ended before
+/// any sample (a tiny job). Kept as jobs end.
+#[derive(Debug, Default)]
+pub struct ComputeLoads {
+    /// The latest attempt's mean utilisation of each family (percent).
+    pub by_family: std::collections::HashMap<String, u32>,
+}
+
+impl ComputeLoads {
+    /// Records an ended attempt of `family` with mean utilisation
+    /// `avg_util` (percent; `None`: it ended before any sample).
+    pub fn note(&mut self, family: String, avg_util: Option<f64>) {
+        let util = avg_util.map_or(0, |u| u.clamp(0.0, 100.0).round() as u32);
+        self.by_family.insert(family, util);
+    }
+
+    /// Whether a job of `family` is known to leave its GPU room to share:
+    /// its family's latest attempt averaged under
+    /// [`crate::allocation::SATURATED_UTIL`], or ended before any sample.
+    /// `false` for a family nothing is known of (it may compute flat out
+    /// until a sample says otherwise).
+    pub fn leaves_room(&self, family: &str) -> bool {
+        self.by_family
+            .get(family)
+            .is_some_and(|&util| util < crate::allocation::SATURATED_UTIL)
+    }
+}
+
 /// The latest ok run times of each family (seconds), for typical run
 /// times; filled from the journal on first use, then kept as jobs end.
 #[derive(Debug, Default)]
@@ -217,6 +247,19 @@ mod tests {
     use crate::allocation::Occupant;
 
     const NOW: f64 = 1000.0;
+
+    #[test]
+    fn a_family_leaves_room_once_its_latest_attempt_stayed_under_the_mark() {
+        let mut loads = ComputeLoads::default();
+        assert!(!loads.leaves_room("f"), "nothing known: it may compute flat out");
+        loads.note("f".into(), None);
+        assert!(loads.leaves_room("f"), "ended before any sample");
+        loads.note("f".into(), Some(97.0));
+        assert!(!loads.leaves_room("f"), "its latest ran flat out");
+        loads.note("f".into(), Some(30.0));
+        assert!(loads.leaves_room("f"));
+        assert!(!loads.leaves_room("g"));
+    }
 
     #[test]
     fn a_running_job_ends_by_progress_then_history_then_timeout() {

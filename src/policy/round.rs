@@ -52,6 +52,11 @@ pub struct RoundRules<'a> {
     /// (docs/BEHAVIOUR.md "Backfill"). Asked of jobs that may start and
     /// of those that get a reservation.
     pub estimate_s: &'a dyn Fn(usize) -> Option<f64>,
+    /// Whether the job of a line is known to leave its GPU room to share
+    /// (its family's latest attempt did): its start then does not make
+    /// its GPUs count as computing flat out for the rest of the round
+    /// (docs/BEHAVIOUR.md "Spread or pack").
+    pub leaves_room: &'a dyn Fn(usize) -> bool,
     /// How many waiting jobs, first in queue order, get a backfill
     /// reservation ([`crate::policy::backfill::RESERVED_JOBS`]; 1 is EASY
     /// backfill, 0 none).
@@ -246,6 +251,7 @@ pub fn plan_queue(
         keep_waiting: usize::MAX,
         now: 0.0,
         estimate_s: &|_| None,
+        leaves_room: &|_| false,
         reserve_jobs: 0,
         cpu_slots: u32::MAX,
         cpu_jobs: u32::MAX,
@@ -304,7 +310,9 @@ fn place_one(
         };
     }
     match &placement {
-        Placement::Start(chosen) => planner.book(placed, chosen, ends_at),
+        Placement::Start(chosen) => {
+            planner.book(placed, chosen, ends_at, (rules.leaves_room)(job.index))
+        }
         Placement::NotNow if reserves => {
             let _ = reservations.reserve(
                 job.index,
@@ -416,6 +424,7 @@ mod tests {
             keep_waiting: 50,
             now: NOW,
             estimate_s: &|_| None,
+            leaves_room: &|_| false,
             reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
             cpu_slots: 1,
             cpu_jobs: 1,
@@ -679,6 +688,7 @@ mod tests {
             &mut loads,
             RoundRules {
                 estimate_s: estimates,
+                leaves_room: &|_| false,
                 ..rules(&place, &groups)
             },
             jobs(
@@ -713,6 +723,7 @@ mod tests {
             &mut loads,
             RoundRules {
                 estimate_s: estimates,
+                leaves_room: &|_| false,
                 ..rules(&place, &groups)
             },
             jobs(&requests, &[], &keys),
@@ -738,6 +749,7 @@ mod tests {
             &mut loads.clone(),
             RoundRules {
                 estimate_s: estimates,
+                leaves_room: &|_| false,
                 ..rules(&place, &groups)
             },
             jobs(&requests, &[], &keys),
@@ -760,6 +772,7 @@ mod tests {
             &mut loads,
             RoundRules {
                 estimate_s: estimates,
+                leaves_room: &|_| false,
                 reserve_jobs: 1,
                 ..rules(&place, &groups)
             },

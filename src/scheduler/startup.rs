@@ -57,15 +57,8 @@ impl Scheduler {
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
         let journal = open_journal(&cfg, args.fresh)?;
-        let cancel_requests: Vec<String> = journal
-            .states()
-            .filter(|(_, s)| s.cancel_requested)
-            .map(|(k, _)| k.to_string())
-            .collect();
-        let (control, problem) = Control::load(&cfg.log_dir);
-        if let Some(problem) = problem {
-            warn(&problem);
-        }
+        let cancel_requests = cancels_asked(&journal);
+        let control = load_control(&cfg.log_dir);
         let (mut wakes, warnings) = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
         warnings.iter().for_each(|w| warn(w));
         let rules = crate::rules::load(args.box_rules.as_deref())?;
@@ -92,6 +85,7 @@ impl Scheduler {
             cancel_requests,
             box_state,
             run_times: Default::default(),
+            compute: Default::default(),
         };
         let io = Io {
             _lock: lock,
@@ -335,6 +329,24 @@ fn start_mps(cfg: &Config, not_local: bool) -> anyhow::Result<Option<crate::laun
 }
 
 /// Where jobs' cgroups go (docs/BEHAVIOUR.md "Containment"): none under
+/// The jobs whose cancel the journal holds, not yet ended.
+fn cancels_asked(journal: &Journal) -> Vec<String> {
+    journal
+        .states()
+        .filter(|(_, s)| s.cancel_requested)
+        .map(|(k, _)| k.to_string())
+        .collect()
+}
+
+/// `control.json` of `log_dir`, its problem said.
+fn load_control(log_dir: &std::path::Path) -> Control {
+    let (control, problem) = Control::load(log_dir);
+    if let Some(problem) = problem {
+        warn(&problem);
+    }
+    control
+}
+
 /// `--no-containment` or on Slurm; an error says why there are none.
 /// Without any and without `--cgroup`, gpusched first runs itself again in
 /// a delegated systemd scope where one can be had (this call then does not

@@ -94,3 +94,40 @@ fn memory_bound_jobs_still_share_a_gpu_under_spread() {
         "all four should run at once on two GPUs: starts {starts:?}, first end {first_end}"
     );
 }
+
+/// docs/BEHAVIOUR.md "Spread or pack": a flood of short jobs is never
+/// held to one job per GPU. The first of a family waits for no sample;
+/// once it has ended ok before any sample (a tiny job: it left its GPU
+/// idle), the rest of its family shares at once — here all of them
+/// together on one GPU with a 30 s poll, where the rule that counted
+/// every start as computing flat out until the next sample ran them one
+/// at a time.
+#[test]
+fn a_flood_of_short_jobs_shares_once_its_family_is_known_to_leave_room() {
+    let jobs: String = (1..=12)
+        .map(|i| format!("[vram=100M] sleep 0.3 # {i}\n"))
+        .collect();
+    let env = Env::new(&jobs);
+    let out = env.run(&["--sim", "1", "--poll", "30"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let attempts = env.attempts();
+    let first_end = attempts
+        .iter()
+        .map(|(_, end, _)| *end)
+        .fold(f64::INFINITY, f64::min);
+    // Every job that started after the first ended ran beside others.
+    let most_at_once = attempts
+        .iter()
+        .map(|(start, _, _)| {
+            attempts
+                .iter()
+                .filter(|(s, e, _)| s <= start && e > start)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        most_at_once >= 6,
+        "at most {most_at_once} ran at once (first end {first_end}): {attempts:?}"
+    );
+}

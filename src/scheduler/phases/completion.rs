@@ -458,6 +458,12 @@ impl Scheduler {
             self.learn_from_ok(key, job.usage.peak_max_mib());
             self.note_run_time(key, duration_s);
         }
+        // What it used of its GPU, when that says something: a sample saw
+        // it, or it ended ok before any could (a tiny job); a crash before
+        // any sample says nothing about how the family computes.
+        if avg_util.is_some() || status == DoneStatus::Ok {
+            self.note_compute(key, avg_util);
+        }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
         let line = report::completion_line(&CompletionLine {

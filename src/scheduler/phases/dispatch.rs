@@ -83,13 +83,12 @@ impl Scheduler {
         // Utilisation in tens of percent, so that the loads stay equal
         // between samples that barely differ; a GPU one of our jobs
         // started on within the last --poll counts as computing flat out,
-        // as no regular sample has seen that job yet (docs/BEHAVIOUR.md
-        // "Spread or pack").
+        // as no regular sample has seen that job yet — unless its family
+        // is known to leave room (docs/BEHAVIOUR.md "Spread or pack").
         let just_started = |index: u32| {
-            self.core
-                .running
-                .values()
-                .any(|j| j.gpus.contains(&index) && j.started.elapsed() < self.cfg.poll)
+            self.core.running.values().any(|j| {
+                !j.leaves_room && j.gpus.contains(&index) && j.started.elapsed() < self.cfg.poll
+            })
         };
         let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
             .gpus
@@ -585,6 +584,7 @@ impl Scheduler {
             keep_waiting: crate::view::status::JSON_LIST_LIMIT,
             now: crate::clock::now_ts(),
             estimate_s: &|index| self.run_estimate_s(index),
+            leaves_room: &|index| self.leaves_room(index),
             reserve_jobs: crate::policy::backfill::RESERVED_JOBS,
             cpu_slots: self.cfg.cpu_jobs.saturating_sub(
                 self.core

@@ -20,6 +20,27 @@ impl Scheduler {
         Some(family_of(&spec.command, spec.family()))
     }
 
+    /// Records what an ended attempt of `key` used of its GPU: its mean
+    /// utilisation (`None`: it ended before any sample).
+    pub(in crate::scheduler) fn note_compute(&mut self, key: &str, avg_util: Option<f64>) {
+        if let Some(family) = self.family_of_key(key) {
+            self.core.compute.note(family, avg_util);
+        }
+    }
+
+    /// Whether the job of line `index` is known to leave its GPU room to
+    /// share ([`crate::policy::expected::ComputeLoads::leaves_room`]).
+    pub(in crate::scheduler) fn leaves_room(&self, index: usize) -> bool {
+        self.spec_leaves_room(&self.core.jobs.specs[index])
+    }
+
+    /// [`Scheduler::leaves_room`] for the job of `spec`.
+    pub(in crate::scheduler) fn spec_leaves_room(&self, spec: &crate::jobspec::JobSpec) -> bool {
+        self.core
+            .compute
+            .leaves_room(&family_of(&spec.command, spec.family()))
+    }
+
     /// Records an ok run of `key` that took `duration_s` seconds.
     pub(in crate::scheduler) fn note_run_time(&mut self, key: &str, duration_s: f64) {
         if let Some(family) = self.family_of_key(key) {

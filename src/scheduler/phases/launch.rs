@@ -369,6 +369,7 @@ impl Scheduler {
                     crate::clock::now_ms()
                 },
                 cgroup: launch.cgroup,
+                leaves_room: self.spec_leaves_room(&launch.spec),
             },
         );
     }

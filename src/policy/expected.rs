@@ -251,7 +251,10 @@ mod tests {
     #[test]
     fn a_family_leaves_room_once_its_latest_attempt_stayed_under_the_mark() {
         let mut loads = ComputeLoads::default();
-        assert!(!loads.leaves_room("f"), "nothing known: it may compute flat out");
+        assert!(
+            !loads.leaves_room("f"),
+            "nothing known: it may compute flat out"
+        );
         loads.note("f".into(), None);
         assert!(loads.leaves_room("f"), "ended before any sample");
         loads.note("f".into(), Some(97.0));

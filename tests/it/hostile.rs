@@ -432,3 +432,58 @@ fn roots_hold_and_release_act_as_the_owner() {
     common::wait_for("job 2 to run", &mut || attack.env.path("b.txt").exists());
     sched.stop();
 }
+
+/// docs/SECURITY.md "Text for terminals": a jobs file whose name carries
+/// terminal escapes (retitle the window, clear the screen), and a log
+/// directory named the same way in `report`: `status` and `report` show
+/// them as text, never send them (the previous release printed them raw).
+#[test]
+fn escapes_in_a_jobs_files_name_or_a_log_directorys_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "jobs\u{1b}]0;pwned\u{7}\u{1b}[2J.txt";
+    std::fs::write(dir.path().join(name), "echo hi\n").unwrap();
+    let logs = dir.path().join("logs");
+    let out = Command::new(bin())
+        .arg(name)
+        .arg("--log-dir")
+        .arg(&logs)
+        .args(["--sim", "1", "--poll", "0.1"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for verb in [&["status"][..], &["status", "--all"]] {
+        let out = Command::new(bin())
+            .args(verb)
+            .arg("--log-dir")
+            .arg(&logs)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("jobs"), "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{verb:?}: {text:?}"
+        );
+    }
+    // A log directory named with escapes, listed for report: its skipped
+    // line shows them as text.
+    let odd = dir.path().join("logs\u{1b}[2J");
+    let out = Command::new(bin())
+        .args(["report", "--log-dir"])
+        .arg(&odd)
+        .arg("--log-dir")
+        .arg(&logs)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("skipped"), "{said}");
+    assert!(!said.contains('\u{1b}'), "{said:?}");
+}

@@ -383,3 +383,51 @@ fn root_may_cancel_a_users_job_and_another_user_is_told_whose_it_is() {
     );
     sched.stop();
 }
+
+/// docs/SECURITY.md "Log directories and saved environments": a log
+/// directory its group may write (`drwxrwsr-x`) is refused at start,
+/// naming the mode, before anything is written; and a saved environment
+/// a group member put in place of the owner's (a `PATH` of theirs) is
+/// refused, never run. On the previous release the scheduler started
+/// without a word and the job ran the group member's `python3`.
+#[test]
+fn a_group_writable_log_directory_and_a_planted_environment_are_refused() {
+    let Some(mallory) = test_user("gpusched-t-mal") else {
+        return;
+    };
+    let env = open_env("echo ran > ran.txt\n");
+    std::fs::create_dir(&env.logs).unwrap();
+    chmod(&env.logs, 0o2775);
+    let out = env.run(&["--sim", "1"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("writable by its group (mode 2775)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran.txt").exists());
+    assert!(std::fs::read_dir(&env.logs).unwrap().next().is_none());
+
+    // The owner's own directory, but an env/ file of someone else's: a
+    // job naming it does not run with it.
+    chmod(&env.logs, 0o755);
+    let id = "0123456789abcdef";
+    std::fs::create_dir_all(env.logs.join("env")).unwrap();
+    chmod(&env.logs.join("env"), 0o700);
+    let planted = env.logs.join("env").join(format!("{id}.json"));
+    std::fs::write(&planted, r#"{"PATH":"/tmp/evil-bin"}"#).unwrap();
+    chown(&planted, mallory);
+    env.write_jobs(&format!("[env={id}] sh -c 'echo $PATH > path.txt'\n"));
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("refusing the saved environment") && said.contains("gpusched-t-mal"),
+        "{said}"
+    );
+    assert!(
+        !std::fs::read_to_string(env.path("path.txt"))
+            .unwrap_or_default()
+            .contains("/tmp/evil-bin"),
+        "the job ran with the planted PATH"
+    );
+}

@@ -18,30 +18,10 @@ use std::path::Path;
 /// What `gpusched add` appends: attributes and a command as argv.
 #[derive(Debug, Clone, Default)]
 pub struct NewJob {
-    /// `vram=` as the user wrote it (validated).
-    pub vram: Option<String>,
-    /// `gpus=`.
-    pub gpus: Option<u32>,
-    /// `timeout=` as written (validated).
-    pub timeout: Option<String>,
-    /// `retries=`.
-    pub retries: Option<u32>,
-    /// `name=` (validated).
-    pub name: Option<String>,
-    /// `after=`: names, display numbers or key prefixes.
-    pub after: Vec<String>,
-    /// `preemptible`.
-    pub preemptible: bool,
-    /// `priority=`.
-    pub priority: Option<i32>,
-    /// `begin=` as written (validated).
-    pub begin: Option<String>,
-    /// `retry_on=` as written (validated).
-    pub retry_on: Option<String>,
-    /// `mem=` as written (validated).
-    pub mem: Option<String>,
-    /// `cpus=`.
-    pub cpus: Option<u32>,
+    /// Jobs-file attributes by name as written (`vram`, `8G`), a bare flag
+    /// with no value; any attribute of [`jobspec::ATTRIBUTES`], each
+    /// checked by that table's own parser.
+    pub attributes: Vec<(String, Option<String>)>,
     /// `argv` is one shell command line, taken as written (not quoted).
     pub shell: bool,
     /// The command's words; each is shell-quoted as needed.
@@ -51,6 +31,16 @@ pub struct NewJob {
     /// `env=`: the id of the environment saved for it
     /// ([`crate::saved_env`]).
     pub env: Option<String>,
+}
+
+impl NewJob {
+    /// The value given for attribute `name`, if any.
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
 }
 
 /// The jobs-file line for `job`: attribute block, then the words quoted so
@@ -93,45 +83,7 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
         words.push(quoted.into_owned());
     }
     let command = words.join(" ");
-    let mut attributes = Vec::new();
-    if let Some(vram) = &job.vram {
-        jobspec::parse_vram_mib(vram).map_err(Error::Usage)?;
-        attributes.push(format!("vram={vram}"));
-    }
-    if let Some(gpus) = job.gpus {
-        attributes.push(format!("gpus={gpus}"));
-    }
-    if let Some(timeout) = &job.timeout {
-        jobspec::parse_duration_s(timeout).map_err(Error::Usage)?;
-        attributes.push(format!("timeout={timeout}"));
-    }
-    if let Some(retries) = job.retries {
-        attributes.push(format!("retries={retries}"));
-    }
-    if let Some(name) = &job.name {
-        attributes.push(format!("name={name}"));
-    }
-    if !job.after.is_empty() {
-        attributes.push(format!("after={}", job.after.join(",")));
-    }
-    if job.preemptible {
-        attributes.push("preemptible".into());
-    }
-    let valued = [
-        ("priority", job.priority.map(|p| p.to_string())),
-        ("begin", job.begin.clone()),
-        ("retry_on", job.retry_on.clone()),
-        ("mem", job.mem.clone()),
-        ("cpus", job.cpus.map(|n| n.to_string())),
-    ];
-    for (name, value) in valued {
-        let Some(value) = value else { continue };
-        let attribute = format!("{name}={value}");
-        // The jobs file's own parser says whether the value is good.
-        jobspec::parse_line(&format!("[{attribute}] true"), 1)
-            .map_err(|e| Error::Usage(e.reason))?;
-        attributes.push(attribute);
-    }
+    let mut attributes = attribute_block(&job.attributes)?;
     if let Some(dir) = &job.cwd {
         let value = jobspec::encode_cwd(dir)
             .map_err(|e| Error::Usage(format!("cannot write the directory as cwd=: {e}")))?;
@@ -153,6 +105,50 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
         ))),
         Err(e) => Err(Error::Usage(e.reason)),
     }
+}
+
+/// The attribute block's items for `given` (name, value), in the order of
+/// [`jobspec::ATTRIBUTES`]: each name must be an attribute of the table,
+/// a flag given without a value and any other with one, and each item is
+/// checked by the table's own parser (docs/BEHAVIOUR.md "Jobs file").
+///
+/// Errors ([`Error::Usage`]): an unknown attribute, a missing or extra
+/// value, or a value the parser refuses (its own words).
+fn attribute_block(given: &[(String, Option<String>)]) -> Result<Vec<String>, Error> {
+    let mut items = Vec::new();
+    for attribute in jobspec::ATTRIBUTES {
+        for (_, value) in given.iter().filter(|(n, _)| n == attribute.name) {
+            let item = match (attribute.is_flag(), value) {
+                (true, None) => attribute.name.to_string(),
+                (false, Some(v))
+                    if !v.is_empty() && !v.contains(char::is_whitespace) && !v.contains(']') =>
+                {
+                    format!("{}={v}", attribute.name)
+                }
+                (false, Some(v)) => {
+                    return Err(Error::Usage(format!(
+                        "{}={v:?}: a value in a jobs-file attribute cannot be empty or hold spaces or ']'",
+                        attribute.name
+                    )));
+                }
+                (true, Some(_)) => {
+                    return Err(Error::Usage(format!("{} takes no value", attribute.name)));
+                }
+                (false, None) => {
+                    return Err(Error::Usage(format!("{} needs a value", attribute.shown)));
+                }
+            };
+            jobspec::parse_line(&format!("[{item}] true"), 1)
+                .map_err(|e| Error::Usage(e.reason))?;
+            items.push(item);
+        }
+    }
+    if let Some((unknown, _)) = given.iter().find(|(n, _)| jobspec::attribute(n).is_none()) {
+        return Err(Error::Usage(format!(
+            "'{unknown}' is not a jobs-file attribute (they are listed at the end of gpusched --help)"
+        )));
+    }
+    Ok(items)
 }
 
 /// Opens `path` (creating it when `create`), locks it exclusively, and
@@ -220,7 +216,7 @@ fn lock(path: &Path, create: bool) -> anyhow::Result<Flock<File>> {
 pub fn add(path: &Path, job: &NewJob, known: &KnownJobs) -> anyhow::Result<(String, String)> {
     let line = job_line(job)?;
     let specs = append_lines(path, std::slice::from_ref(&line), |specs| {
-        if job.after.is_empty() {
+        if job.attribute("after").is_none() {
             Ok(())
         } else {
             check_after(specs, known)
@@ -333,50 +329,59 @@ mod tests {
         );
     }
 
+    /// Sets attribute `name` of `job` to `value` (`None`: removes it).
+    fn set(job: &mut NewJob, name: &str, value: Option<&str>) {
+        job.attributes.retain(|(n, _)| n != name);
+        if let Some(v) = value {
+            job.attributes.push((name.into(), Some(v.into())));
+        }
+    }
+
     #[test]
     fn attributes_are_validated() {
         let mut job = argv(&["true"]);
-        job.vram = Some("8G".into());
-        job.gpus = Some(2);
-        job.timeout = Some("2h".into());
-        job.retries = Some(1);
+        set(&mut job, "retries", Some("1"));
+        set(&mut job, "vram", Some("8G"));
+        set(&mut job, "gpus", Some("2"));
+        set(&mut job, "timeout", Some("2h"));
         assert_eq!(
             job_line(&job).unwrap(),
-            "[vram=8G gpus=2 timeout=2h retries=1] true"
+            "[vram=8G gpus=2 timeout=2h retries=1] true",
+            "in the table's order"
         );
-        job.vram = Some("eight".into());
+        set(&mut job, "vram", Some("eight"));
         assert!(
             job_line(&job)
                 .unwrap_err()
                 .to_string()
                 .contains("bad vram value 'eight'")
         );
-        job.vram = None;
-        job.gpus = Some(0);
-        job.mem = Some("2G".into());
-        job.cpus = Some(4);
+        set(&mut job, "vram", None);
+        set(&mut job, "gpus", Some("0"));
+        set(&mut job, "mem", Some("2G"));
+        set(&mut job, "cpus", Some("4"));
         assert_eq!(
             job_line(&job).unwrap(),
-            "[gpus=0 timeout=2h retries=1 mem=2G cpus=4] true",
+            "[gpus=0 mem=2G cpus=4 timeout=2h retries=1] true",
             "a CPU-only job with its limits"
         );
-        job.mem = Some("lots".into());
+        set(&mut job, "mem", Some("lots"));
         assert!(
             job_line(&job)
                 .unwrap_err()
                 .to_string()
                 .contains("bad mem value 'lots'")
         );
-        job.mem = None;
-        job.cpus = Some(0);
+        set(&mut job, "mem", None);
+        set(&mut job, "cpus", Some("0"));
         assert!(
             job_line(&job)
                 .unwrap_err()
                 .to_string()
                 .contains("bad cpus value '0'")
         );
-        job.cpus = None;
-        job.gpus = Some(2000);
+        set(&mut job, "cpus", None);
+        set(&mut job, "gpus", Some("2000"));
         assert!(
             job_line(&job)
                 .unwrap_err()

@@ -1,7 +1,7 @@
 //! `gpusched`: parse the command line, run, map the outcome to an exit code.
 
-use clap::{FromArgMatches, Parser};
-use gpusched::cli::{Cli, Command, SUPERVISE, SuperviseArgs, Trust};
+use clap::Parser;
+use gpusched::cli::{Command, SUPERVISE, SuperviseArgs, Trust};
 use gpusched::commands::control;
 use gpusched::control::ControlChange;
 use std::io::Write;
@@ -20,7 +20,7 @@ fn main() {
     {
         finish(Err(error.into()));
     }
-    let mut cli = match Cli::from_arg_matches(&gpusched::cli::command().get_matches()) {
+    let mut cli = match gpusched::cli::cli_from(&gpusched::cli::command().get_matches()) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };

@@ -47,7 +47,76 @@ pub fn command() -> clap::Command {
     }
     text.push('\n');
     text.push_str(EXIT_STATUS);
-    Cli::command().after_long_help(text)
+    Cli::command()
+        .after_long_help(text)
+        .mut_subcommand("add", |add| add.args(add_flags()))
+}
+
+/// The attributes `gpusched add` takes as flags: all of the table's but
+/// `cwd=` (its own `--cwd`, resolved from where you are), `env=` (saved
+/// for you; `--no-env`) and `cancel`.
+fn add_flag_attributes() -> impl Iterator<Item = &'static crate::jobspec::Attribute> {
+    crate::jobspec::ATTRIBUTES
+        .iter()
+        .filter(|a| !matches!(a.name, "cwd" | "env" | "cancel"))
+}
+
+/// One `gpusched add` flag per attribute ([`add_flag_attributes`]),
+/// named as the attribute (`retry_on` as `--retry-on`), its help the
+/// table's: a new attribute is an `add` flag the day it is added.
+fn add_flags() -> Vec<clap::Arg> {
+    add_flag_attributes()
+        .map(|a| {
+            let arg = clap::Arg::new(a.name)
+                .long(a.name.replace('_', "-"))
+                .help(format!("`{}`: {}", a.shown, a.help))
+                .help_heading("Attributes of the job's line");
+            if a.is_flag() {
+                arg.action(clap::ArgAction::SetTrue)
+            } else {
+                let value_name = a.shown.split_once('=').map_or("VALUE", |(_, v)| v);
+                arg.value_name(value_name)
+                    .action(clap::ArgAction::Append)
+                    .allow_negative_numbers(true)
+            }
+        })
+        .collect()
+}
+
+/// The command line `matches` (from [`command`]) as a [`Cli`], the
+/// attribute flags of `add` included.
+///
+/// Errors: clap's, for arguments the derive cannot take.
+pub fn cli_from(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut cli = Cli::from_arg_matches(matches)?;
+    if let Some(Command::Add(args)) = cli.command.as_mut() {
+        args.attributes = add_attributes(matches);
+    }
+    Ok(cli)
+}
+
+/// The attributes given as flags to `gpusched add` in `matches` (the
+/// whole command line's): name and value, a repeated flag's values
+/// joined with commas (`--after a --after b` is `after=a,b`).
+pub fn add_attributes(matches: &clap::ArgMatches) -> Vec<(String, Option<String>)> {
+    let Some(("add", add)) = matches.subcommand() else {
+        return Vec::new();
+    };
+    add_flag_attributes()
+        .filter_map(|a| {
+            if a.is_flag() {
+                return add.get_flag(a.name).then(|| (a.name.to_string(), None));
+            }
+            let values: Vec<&String> = add.get_many::<String>(a.name)?.collect();
+            let joined = values
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            Some((a.name.to_string(), Some(joined)))
+        })
+        .collect()
 }
 
 /// How a verb treats a directory it does not own (docs/SECURITY.md "Every
@@ -525,47 +594,13 @@ pub struct AddArgs {
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub log_dir: LogDir,
-    /// Declared peak VRAM per GPU: MiB (18000) or 800M, 12.5G; or auto to
-    /// learn it from the runs of its family.
-    #[arg(long, value_name = "SIZE")]
-    pub vram: Option<String>,
-    /// Number of GPUs (≥ 1), or 0 for a CPU-only job.
-    #[arg(long, value_name = "N")]
-    pub gpus: Option<u32>,
-    /// `mem=SIZE`: the job's host memory limit (800M, 16G).
-    #[arg(long, value_name = "SIZE")]
-    pub mem: Option<String>,
-    /// `cpus=N`: CPU cores it may use, near its GPUs.
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<u32>,
-    /// Wall-clock limit: 90, 90s, 15m, 2h, 1.5d.
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// Re-runs after a CUDA out-of-memory failure.
-    #[arg(long, value_name = "N")]
-    pub retries: Option<u32>,
-    /// A name to refer to the job by (in after=, cancel, log, status):
-    /// letters, digits, '_', '.', '-'; unique in the file.
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Start only after these jobs ended ok: names, job numbers or key
-    /// prefixes, comma-separated or the option repeated.
-    #[arg(long, value_name = "JOB", value_delimiter = ',')]
-    pub after: Vec<String>,
-    /// The job may be stopped and queued again for a job ranked above it
-    /// (priority, then line) that cannot start otherwise.
-    #[arg(long)]
-    pub preemptible: bool,
-    /// `priority=N`: higher starts first (default 0; may be negative).
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub priority: Option<i32>,
-    /// `begin=WHEN`: not before 22:00, +2h (after it is queued), or
-    /// 2026-12-01T06:00.
-    #[arg(long, value_name = "WHEN")]
-    pub begin: Option<String>,
-    /// `retry_on=WHAT`: what --retries re-runs: oom (default), fail, any.
-    #[arg(long, value_name = "WHAT")]
-    pub retry_on: Option<String>,
+    /// The jobs-file attributes given as flags (`--vram 8G`, `--group
+    /// sweep`, `--preemptible`): one flag per attribute of
+    /// `jobspec::ATTRIBUTES` but `cwd=` (its own flag), `env=` (saved
+    /// for you) and `cancel`, added to the command by [`command`] and read
+    /// back by [`add_attributes`]. Name and value as written.
+    #[arg(skip)]
+    pub attributes: Vec<(String, Option<String>)>,
     /// COMMAND is one shell command line, taken as written (pipes and
     /// redirections kept): `gpusched add --shell 'python t.py > out.txt'`.
     #[arg(long)]

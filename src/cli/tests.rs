@@ -14,7 +14,9 @@ fn the_supervisor_takes_no_arguments() {
 }
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-    Cli::try_parse_from(std::iter::once("gpusched").chain(args.iter().copied()))
+    let matches =
+        command().try_get_matches_from(std::iter::once("gpusched").chain(args.iter().copied()))?;
+    super::cli_from(&matches)
 }
 
 #[test]
@@ -78,7 +80,10 @@ fn add_takes_the_command_after_its_options() {
     .unwrap();
     match cli.command {
         Some(Command::Add(args)) => {
-            assert_eq!(args.vram.as_deref(), Some("8G"));
+            assert_eq!(
+                args.attributes,
+                [("vram".to_string(), Some("8G".to_string()))]
+            );
             assert_eq!(args.command, ["python", "train.py", "--lr", "1e-4"]);
         }
         other => panic!("unexpected {other:?}"),
@@ -87,6 +92,48 @@ fn add_takes_the_command_after_its_options() {
         parse(&["add", "--vram", "8G"]).is_err(),
         "a command is required"
     );
+}
+
+/// Every attribute of the table is a flag of `gpusched add` (but `cwd=`,
+/// `env=` and `cancel`, which `add` writes itself or never), and reaches
+/// the job's line: a new attribute is an `add` flag the day it is added.
+#[test]
+fn every_attribute_is_an_add_flag_that_reaches_the_line() {
+    let samples = |name: &str| match name {
+        "vram" | "mem" => "8G",
+        "gpus" | "cpus" | "retries" | "priority" | "limit" => "2",
+        "timeout" => "2h",
+        "retry_on" => "fail",
+        "begin" => "+2h",
+        "name" | "family" | "group" => "x",
+        "after" => "1",
+        "on" => "0,1",
+        "enforce" => "warn",
+        other => panic!("give attribute {other} a sample value here"),
+    };
+    for attribute in crate::jobspec::ATTRIBUTES {
+        if matches!(attribute.name, "cwd" | "env" | "cancel") {
+            continue;
+        }
+        let flag = format!("--{}", attribute.name.replace('_', "-"));
+        let mut argv = vec!["add", flag.as_str()];
+        if !attribute.is_flag() {
+            argv.push(samples(attribute.name));
+        }
+        argv.extend(["--", "true"]);
+        let cli = parse(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let Some(Command::Add(args)) = cli.command else {
+            panic!("{argv:?}");
+        };
+        let job = crate::edit::NewJob {
+            attributes: args.attributes,
+            argv: args.command,
+            ..Default::default()
+        };
+        let line = crate::edit::job_line(&job).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let spec = crate::jobspec::parse_line(&line, 1).unwrap().unwrap();
+        assert!((attribute.given)(&spec), "{argv:?} wrote {line}");
+    }
 }
 
 #[test]

@@ -38,18 +38,7 @@ fn caller_dir(log_dir: &std::path::Path, file: &std::path::Path) -> Option<std::
 /// saved.
 fn new_job(args: &AddArgs, file: &std::path::Path) -> anyhow::Result<edit::NewJob> {
     let mut job = edit::NewJob {
-        vram: args.vram.clone(),
-        gpus: args.gpus,
-        timeout: args.timeout.clone(),
-        retries: args.retries,
-        name: args.name.clone(),
-        after: args.after.clone(),
-        preemptible: args.preemptible,
-        priority: args.priority,
-        begin: args.begin.clone(),
-        retry_on: args.retry_on.clone(),
-        mem: args.mem.clone(),
-        cpus: args.cpus,
+        attributes: args.attributes.clone(),
         shell: args.shell,
         argv: args.command.clone(),
         cwd: match &args.cwd {
@@ -132,7 +121,7 @@ pub fn run_to(
     }
     let mut tail = JournalTail::new(&args.log_dir);
     // Jobs the journal numbered, for an --after given by number.
-    let known: KnownJobs = if job.after.is_empty() {
+    let known: KnownJobs = if job.attribute("after").is_none() {
         KnownJobs::new()
     } else {
         JobIndex::read(&args.log_dir)

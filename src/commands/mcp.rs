@@ -167,6 +167,11 @@ pub struct AddJob {
     pub after: Option<Vec<String>>,
     /// Wall-clock limit: 90, 90s, 15m, 2h, 1.5d.
     pub timeout: Option<String>,
+    /// Any other jobs-file attribute by its name, as `gpusched --help`
+    /// lists them: `{"priority": "5", "group": "sweep", "limit": "2",
+    /// "mem": "16G", "retries": "1", "preemptible": ""}` (a bare flag
+    /// with an empty value). Checked by the jobs file's own parser.
+    pub attributes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A job named by its number (`7`), its `name=`, or its key (prefix).
@@ -273,21 +278,26 @@ impl Server {
     #[tool(name = "add_job")]
     pub async fn add_job(&self, params: Parameters<AddJob>) -> Result<Json<Added>, String> {
         let job = params.0;
+        let mut attributes: Vec<(String, Option<String>)> = [
+            ("vram", job.vram),
+            ("gpus", job.gpus.map(|g| g.to_string())),
+            ("name", job.name),
+            ("after", job.after.map(|a| a.join(","))),
+            ("timeout", job.timeout),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_string(), Some(value?))))
+        .collect();
+        // Any other attribute of the jobs file's table, by its name; a
+        // bare flag (`preemptible`) with an empty value.
+        for (name, value) in job.attributes.unwrap_or_default() {
+            let flag = crate::jobspec::attribute(&name).is_some_and(|a| a.is_flag());
+            attributes.push((name, (!flag).then_some(value)));
+        }
         let args = AddArgs {
             file: self.file.clone(),
             log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
-            vram: job.vram,
-            gpus: job.gpus,
-            timeout: job.timeout,
-            retries: None,
-            name: job.name,
-            after: job.after.unwrap_or_default(),
-            preemptible: false,
-            priority: None,
-            begin: None,
-            retry_on: None,
-            mem: None,
-            cpus: None,
+            attributes,
             shell: true,
             cwd: None,
             no_env: false,

@@ -29,7 +29,11 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     }
     // The document may be another user's (root's status on their log
     // directory): its strings are shown, never sent to the terminal.
-    let doc = view::printable_strings(doc);
+    let doc = if view::may_hold_controls(&bytes) {
+        view::printable_strings(doc)
+    } else {
+        doc
+    };
     let colour = if std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
     {

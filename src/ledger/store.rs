@@ -598,6 +598,25 @@ enum Complaint {
     EndlessStarting,
 }
 
+/// Opens directory `dir` for changes on its descriptor
+/// (`O_DIRECTORY | O_NOFOLLOW`): a link or a file there is refused,
+/// never followed.
+///
+/// Errors: [`Error::Usage`] "`dir` `not_a_directory`" for a link or a
+/// file; [`Error::Io`] when it cannot be opened.
+fn open_directory(dir: &Path, not_a_directory: &str) -> Result<File, Error> {
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => {
+                Error::Usage(format!("{} {not_a_directory}", dir.display()))
+            }
+            _ => Error::io(format!("cannot open {}", dir.display()), e),
+        })
+}
+
 /// Sets the mode of the directory `dir` we just made, on its descriptor:
 /// opened with `O_DIRECTORY | O_NOFOLLOW` and checked to be ours, so a
 /// link swapped in after the `mkdir` is refused, never chmod'ed through
@@ -606,17 +625,10 @@ enum Complaint {
 /// Errors: [`Error::Usage`] when the path is no longer our directory;
 /// [`Error::Io`] when it cannot be opened or changed.
 fn set_mode_on_descriptor(dir: &Path, mode: u32) -> Result<(), Error> {
-    let opened = std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => Error::Usage(format!(
-                "the ledger directory {} was replaced by something else as it was made; refusing to use it",
-                dir.display()
-            )),
-            _ => Error::io(format!("cannot open {}", dir.display()), e),
-        })?;
+    let opened = open_directory(
+        dir,
+        "was replaced by something else as it was made; refusing to use it",
+    )?;
     let meta = opened
         .metadata()
         .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?;
@@ -678,17 +690,7 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     // Everything on one descriptor, opened without following a link: a
     // user who swaps the path for a link between a check and a chown by
     // path could make root hand them any directory (docs/SECURITY.md).
-    let opened = File::options()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => Error::Usage(format!(
-                "{} exists and is not a directory; remove it first",
-                dir.display()
-            )),
-            _ => Error::io(format!("cannot open {}", dir.display()), e),
-        })?;
+    let opened = open_directory(dir, "exists and is not a directory; remove it first")?;
     std::os::unix::fs::fchown(&opened, Some(0), Some(0))
         .map_err(|e| Error::io(format!("cannot make {} belong to root", dir.display()), e))?;
     opened

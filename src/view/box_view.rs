@@ -17,7 +17,7 @@ use crate::rules::share::{self, Standing};
 use crate::view::status::{BoxUser, PersonalReservation, StatusDoc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::Path;
 
 /// The box document's `schema` value.
 pub const SCHEMA: &str = "gpusched-box/1";
@@ -142,13 +142,8 @@ pub struct BoxJob {
 /// `/dev/zero`, a FIFO or a huge file in a log directory a booking names
 /// is skipped, never waited on.
 fn read_status(log_dir: &str, uid: u32) -> Option<StatusDoc> {
-    use std::os::unix::fs::MetadataExt;
-    let path = PathBuf::from(log_dir).join("status.json");
-    let (bytes, meta) = crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES).ok()?;
-    if meta.uid() != uid {
-        return None;
-    }
-    serde_json::from_slice(&bytes).ok()
+    let (_, doc, owner) = crate::view::status::read_status_of(Path::new(log_dir)).ok()?;
+    (owner == uid).then_some(doc)
 }
 
 /// A GPU process no scheduler booked.

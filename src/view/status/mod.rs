@@ -562,10 +562,20 @@ pub enum StatusReadError {
 ///
 /// Errors: [`StatusReadError`] — missing, refused, or not a document.
 pub fn read_status(log_dir: &Path) -> Result<(Vec<u8>, StatusDoc), StatusReadError> {
+    read_status_of(log_dir).map(|(bytes, doc, _)| (bytes, doc))
+}
+
+/// [`read_status`] with the file's owner (uid, read on the descriptor it
+/// was read from), for views that take a document only from the user a
+/// booking names.
+///
+/// Errors: as [`read_status`]'s.
+pub fn read_status_of(log_dir: &Path) -> Result<(Vec<u8>, StatusDoc, u32), StatusReadError> {
+    use std::os::unix::fs::MetadataExt;
     let path = log_dir.join("status.json");
     let shown = || crate::console::printable(&path.display().to_string()).into_owned();
-    let bytes = match crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES) {
-        Ok((bytes, _)) => bytes,
+    let (bytes, owner) = match crate::trust::read_untrusted(&path, crate::trust::MAX_STATUS_BYTES) {
+        Ok((bytes, meta)) => (bytes, meta.uid()),
         Err(crate::trust::Untrusted::Io(e)) => {
             return Err(StatusReadError::Missing {
                 path: shown(),
@@ -581,7 +591,7 @@ pub fn read_status(log_dir: &Path) -> Result<(Vec<u8>, StatusDoc), StatusReadErr
         }
     };
     match serde_json::from_slice::<StatusDoc>(&bytes) {
-        Ok(doc) => Ok((bytes, doc)),
+        Ok(doc) => Ok((bytes, doc, owner)),
         Err(e) => Err(StatusReadError::Invalid {
             path: shown(),
             reason: e.to_string(),

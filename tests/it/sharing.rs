@@ -484,33 +484,30 @@ fn a_flood_of_files_and_an_endless_start_cost_a_few_lines_and_block_nothing() {
     writer.join().unwrap();
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert_eq!(env.status_of(1).as_deref(), Some("ok"));
-    let garbage = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains("ledger: ignoring"))
-        .count();
+    let lines_with = |needle: &str| out.stdout.lines().filter(|l| l.contains(needle)).count();
+    let garbage = lines_with("ledger: ignoring");
     assert!(
         (1..=gpusched::ledger::store::MAX_FILES_PER_USER).contains(&garbage),
         "{garbage} lines for the flood:\n{}",
         out.stdout
     );
-    let capped = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains("only the first 32 of their files are read"))
-        .count();
-    assert_eq!(capped, 1, "{}", out.stdout);
+    assert_eq!(
+        lines_with("only the first 32 of their files are read"),
+        1,
+        "{}",
+        out.stdout
+    );
     assert!(
         !out.stdout.lines().any(|l| l.starts_with("[10:00:00] ✓")),
         "a forged line reached the terminal:\n{}",
         out.stdout
     );
-    let endless = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains("kept bookings \"starting\" for over 1.5 s"))
-        .count();
-    assert_eq!(endless, 1, "{}", out.stdout);
+    assert_eq!(
+        lines_with("kept bookings \"starting\" for over 1.5 s"),
+        1,
+        "{}",
+        out.stdout
+    );
     for (mut child, _) in [sched, group] {
         let _ = child.kill();
         let _ = child.wait();

@@ -143,6 +143,9 @@ pub struct AttemptLog {
     /// Where this attempt's output starts (bytes), for the OOM tail and
     /// progress; 0 when not known.
     pub offset: u64,
+    /// The log's length (bytes) when progress was last looked for: a log
+    /// that has not grown since is not read again.
+    pub looked_at: u64,
 }
 
 /// A kill under way: why, when it began, and the SIGTERM → grace →

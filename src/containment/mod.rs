@@ -73,6 +73,9 @@ pub struct JobCgroup {
     oom_before: u64,
     /// The CPUs it was given (`cpus=`); empty for none, or when adopted.
     pub cpus: Vec<u32>,
+    /// Whether a memory limit was set in it: only a cgroup without one
+    /// is kept as a spare ([`JobCgroup::spare`]).
+    limited: bool,
 }
 
 /// What was found in a job's cgroup at its end ([`JobCgroup::finish`]).
@@ -211,6 +214,7 @@ impl Containment {
             dirs: Vec::new(),
             oom_before: 0,
             cpus: limits.cpus.clone(),
+            limited: limits.mem_mib.is_some(),
         };
         let mut reused = false;
         let result = (|| {
@@ -245,6 +249,45 @@ impl Containment {
             Ok(()) => Ok(made),
             Err(e) => {
                 made.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts process `pid` (waiting at its gate) into `spare`, an ended
+    /// attempt's empty cgroup without limits, instead of making one: a
+    /// job with no `mem=` or `cpus=` costs two writes, not a `mkdir` and
+    /// an `rmdir` per hierarchy (docs/PERFORMANCE.md "Containment"). Its
+    /// directories are renamed for attempt `attempt` of job `key` where
+    /// the kernel allows it (v1; v2 refuses renames, so there the name
+    /// stays the first job's: the journal keeps the directories a job
+    /// ran in, not its name).
+    ///
+    /// Errors: the process could not be moved in; `spare` is then removed.
+    pub fn reuse(
+        &self,
+        spare: JobCgroup,
+        key: &str,
+        attempt: u32,
+        pid: u32,
+    ) -> std::io::Result<JobCgroup> {
+        let name = job_name(key, attempt);
+        let mut cgroup = spare;
+        for (_, dir) in &mut cgroup.dirs {
+            let renamed = dir.with_file_name(&name);
+            if std::fs::rename(&*dir, &renamed).is_ok() {
+                *dir = renamed;
+            }
+        }
+        let moved = cgroup
+            .dirs
+            .iter()
+            .try_for_each(|(_, dir)| cgroupfs::write(dir, "cgroup.procs", &pid.to_string()));
+        match moved {
+            Ok(()) => Ok(cgroup),
+            Err(e) => {
+                cgroup.finish();
+                cgroup.remove();
                 Err(e)
             }
         }
@@ -567,6 +610,7 @@ impl JobCgroup {
             dirs,
             oom_before: 0,
             cpus: Vec::new(),
+            limited: true,
         })
     }
 
@@ -600,6 +644,14 @@ impl JobCgroup {
             oom_kills,
             memory_limit_mib: (oom_kills > 0).then(|| self.memory_limit_mib()).flatten(),
         }
+    }
+
+    /// Whether, after [`JobCgroup::finish`] found `found`, it may be kept
+    /// for the next job without limits ([`Containment::reuse`]): nothing
+    /// was left in it, the kernel killed nothing in it, and it has no
+    /// memory limit or CPUs of its own.
+    pub fn spare(&self, found: &Leftovers) -> bool {
+        found.killed == 0 && found.oom_kills == 0 && !self.limited && self.cpus.is_empty()
     }
 
     /// Whether its directories are all gone (removing what it can).

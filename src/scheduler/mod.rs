@@ -86,6 +86,7 @@ impl Scheduler {
         self.publish_bookings();
         self.account_usage(now);
         if self.cfg.watch && self.core.running.is_empty() && self.pending().next().is_none() {
+            self.remove_spare_cgroups();
             self.tell_drained();
             self.say_drained_watching();
         }

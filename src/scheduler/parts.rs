@@ -52,10 +52,19 @@ pub struct Io {
     /// Ended attempts' cgroups whose last processes were still dying when
     /// they were removed; tried again each sampling round.
     pub busy_cgroups: Vec<crate::containment::JobCgroup>,
+    /// Ended attempts' empty cgroups without limits, kept for the next
+    /// jobs without limits (at most [`SPARE_CGROUPS`]); removed at exit.
+    pub spare_cgroups: Vec<crate::containment::JobCgroup>,
     /// Whether this run said that host memory limits (`[0]`) and CPU pins
     /// (`[1]`) cannot be enforced here.
     pub unenforced_said: [bool; 2],
 }
+
+/// The most ended attempts' cgroups kept for reuse
+/// ([`crate::containment::Containment::reuse`]): a flood of tiny jobs
+/// starts hundreds a round, each of whose cgroups existed while it ran;
+/// they are all removed when the queue drains.
+pub const SPARE_CGROUPS: usize = 1024;
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").
 pub struct Sharing {
@@ -158,5 +167,15 @@ impl Reporting {
     pub fn speak(&mut self) {
         crate::console::print_lines(&self.said);
         self.said.clear();
+    }
+}
+
+impl Drop for Io {
+    /// Spare cgroups go with the scheduler, however it ends (a run that
+    /// leaves jobs running to a successor too): they hold no process.
+    fn drop(&mut self) {
+        for spare in &self.spare_cgroups {
+            spare.remove();
+        }
     }
 }

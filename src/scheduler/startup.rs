@@ -99,6 +99,7 @@ impl Scheduler {
             unacked: Vec::new(),
             mps,
             busy_cgroups: Vec::new(),
+            spare_cgroups: Vec::new(),
             unenforced_said: [false; 2],
         };
         let share = Sharing {

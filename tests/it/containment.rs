@@ -629,3 +629,97 @@ fn cpus_come_from_those_nvml_puts_nearest_the_job_s_gpu() {
         "CPU 1, near GPU 1: {log}"
     );
 }
+
+/// Tiny jobs' cgroups are kept and reused (docs/PERFORMANCE.md
+/// "Containment"): a job that starts in one an earlier job ran in still
+/// has its leftovers killed and said as its own, a `mem=` job after them
+/// gets a cgroup with its limit, no earlier job's end is taken for a later
+/// one's, and when the queue drains no job cgroup is left.
+#[test]
+fn a_reused_cgroup_holds_each_job_to_itself() {
+    if !v1_with(&["memory", "freezer"]) {
+        return;
+    }
+    let env = Env::new("");
+    let sleeper = marked_sleep(&env, "leftover-reused");
+    let mut jobs: String = (1..=30).map(|i| format!("true {i}\n")).collect();
+    let tiny: Vec<String> = (1..=30).map(|i| i.to_string()).collect();
+    jobs.push_str(&format!(
+        "[after={}] setsid {sleeper} 300 & echo started\n",
+        tiny.join(",")
+    ));
+    jobs.push_str(
+        "[after=31 mem=64M] python3 -c \"b = bytearray(200 * 1024 * 1024); print('allocated', len(b))\"\n",
+    );
+    jobs.push_str("[after=31] true last\n");
+    env.write_jobs(&jobs);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    wait_for("every job to end", &mut || {
+        env.status_of_opt(32).is_some() && env.status_of_opt(33).is_some()
+    });
+    wait_for_within(
+        "job 31's leftover to be killed",
+        Duration::from_secs(5),
+        &mut || processes_with(&sleeper).is_empty(),
+    );
+    let bases: std::collections::BTreeSet<PathBuf> = (1..=33)
+        .flat_map(|no| cgroup_of(&env, no))
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .collect();
+    assert!(
+        !bases.is_empty(),
+        "the jobs ran in cgroups: {:?}",
+        env.journal()
+    );
+    let job_cgroups = || -> Vec<PathBuf> {
+        bases
+            .iter()
+            .flat_map(|b| std::fs::read_dir(b).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("gpusched-job-"))
+            })
+            .collect()
+    };
+    wait_for_within(
+        "no job cgroup left once the queue drained",
+        Duration::from_secs(10),
+        &mut || job_cgroups().is_empty(),
+    );
+    let out = sched.stop();
+    for no in 1..=30 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+    }
+    assert_eq!(env.status_of(31).as_deref(), Some("ok"), "{}", out.stdout);
+    assert_eq!(
+        env.status_of(32).as_deref(),
+        Some("host_oom"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.status_of(33).as_deref(), Some("ok"), "{}", out.stdout);
+    let left: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("behind: killed"))
+        .collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "one job left something, said once: {}",
+        out.stdout
+    );
+    assert!(left[0].contains("job 31 left 1 process behind"), "{left:?}");
+    // Each job's journaled cgroup is named for it, reused or not (v1
+    // renames a kept cgroup for its next job).
+    for no in [31, 33] {
+        for dir in cgroup_of(&env, no) {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(name.ends_with("-a1"), "job {no}: {name}");
+        }
+    }
+    let names: std::collections::BTreeSet<PathBuf> =
+        (1..=33).flat_map(|no| cgroup_of(&env, no)).collect();
+    assert_eq!(names.len(), 33 * 2, "one name per job per hierarchy");
+}

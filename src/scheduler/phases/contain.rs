@@ -30,7 +30,16 @@ impl Scheduler {
                 continue;
             };
             let limits = self.limits_for(launch, &containment, &taken);
-            match containment.contain(&launch.spec.key, launch.attempt, &limits, job.pid) {
+            let (key, attempt) = (&launch.spec.key, launch.attempt);
+            let reused = (limits == Limits::default())
+                .then(|| self.io.spare_cgroups.pop())
+                .flatten()
+                .and_then(|spare| containment.reuse(spare, key, attempt, job.pid).ok());
+            let made = match reused {
+                Some(cgroup) => Ok(cgroup),
+                None => containment.contain(key, attempt, &limits, job.pid),
+            };
+            match made {
                 Ok(cgroup) => {
                     taken.extend(cgroup.cpus.iter().copied());
                     launch.cgroup = Some(cgroup);
@@ -115,16 +124,33 @@ impl Scheduler {
                 if found.killed == 1 { "" } else { "es" }
             ));
         }
-        if !cgroup.remove() {
+        if cgroup.spare(&found)
+            && self.io.spare_cgroups.len() < crate::scheduler::parts::SPARE_CGROUPS
+        {
+            self.io.spare_cgroups.push(cgroup.clone());
+        } else if !cgroup.remove() {
             self.io.busy_cgroups.push(cgroup.clone());
         }
         Some(found)
     }
 
+    /// Removes the spare cgroups (the queue drained, or the scheduler
+    /// exits).
+    pub(in crate::scheduler) fn remove_spare_cgroups(&mut self) {
+        let spares = std::mem::take(&mut self.io.spare_cgroups);
+        self.io
+            .busy_cgroups
+            .extend(spares.into_iter().filter(|c| !c.remove()));
+    }
+
     /// Removes the cgroups of ended attempts whose last processes were
-    /// still dying at the end; at exit, also this scheduler's own.
+    /// still dying at the end; at exit, also the spares and this
+    /// scheduler's own.
     pub(in crate::scheduler) fn remove_busy_cgroups(&mut self, exiting: bool) {
         self.io.busy_cgroups.retain(|c| !c.remove());
+        if exiting {
+            self.remove_spare_cgroups();
+        }
         if exiting
             && self.core.running.is_empty()
             && let Ok(Some(containment)) = &self.cfg.containment

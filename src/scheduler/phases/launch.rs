@@ -36,6 +36,8 @@ pub(in crate::scheduler) struct Launch {
     pub(super) cgroup: Option<crate::containment::JobCgroup>,
     log_path: PathBuf,
     log_offset: u64,
+    /// The length of the header written at `log_offset` (bytes).
+    header_len: u64,
     exit_record: RecordPlace,
     vram_text: String,
     learned: Option<(String, Prediction)>,
@@ -140,6 +142,7 @@ impl Scheduler {
             attempt,
             log_path,
             log_offset,
+            header_len: header.len() as u64,
             exit_record,
             vram_text,
             learned,
@@ -351,6 +354,7 @@ impl Scheduler {
                 log: crate::state::AttemptLog {
                     path: launch.log_path,
                     offset: launch.log_offset,
+                    looked_at: launch.log_offset + launch.header_len,
                 },
                 exit_record: launch.exit_record,
                 proc,

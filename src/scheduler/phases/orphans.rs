@@ -313,6 +313,7 @@ impl Scheduler {
                     .log_dir
                     .join(report::log_name(state.no, &info.gpus)),
                 offset: info.log_offset.unwrap_or(0),
+                looked_at: 0,
             },
             exit_record,
             proc,

@@ -386,9 +386,19 @@ impl Scheduler {
         }
     }
 
-    /// The last progress marker in each running job's log.
+    /// The last progress marker in each running job's log; a log that
+    /// has not grown since it was last looked at is not opened (a flood
+    /// of short jobs that print nothing costs one `stat` each).
     fn read_progress(&mut self) {
         for job in self.core.running.values_mut() {
+            let len = std::fs::symlink_metadata(&job.log.path)
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len());
+            let Some(len) = len.filter(|&len| len != job.log.looked_at) else {
+                continue;
+            };
+            job.log.looked_at = len;
             if let Some(progress) = progress::parse(&files::read_tail(
                 &job.log.path,
                 job.log.offset,

@@ -356,9 +356,9 @@ fn main() {
     let (rate, _) = throughput(&dir, n, 64, "vram=10G gpus=8", "pack");
     println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s over the whole run");
     dirs.push(dir);
-    // Spread, the default, starts one job per GPU that no sample has
-    // seen computing since its last start: a flood of tiny jobs goes at
-    // the pace of their ends, as a loop per GPU would.
+    // Spread, the default: a family whose jobs end before any sample (or
+    // measured under 90 % utilisation) shares a GPU, so a flood of tiny
+    // jobs goes as fast as with pack (docs/BEHAVIOUR.md "Spread or pack").
     let dir = tmp("spread");
     let (rate, _) = throughput(&dir, 500, 2, "vram=100M", "spread");
     println!(

@@ -119,7 +119,7 @@ fn exit_code(ending: Ending, args: &SimjobArgs, oom: bool) -> i32 {
     match ending {
         Ending::Done if oom => {
             eprintln!(
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated by gpusched simjob; marker {})",
+                "torch.OutOfMemoryError: CUDA out of memory (simulated by gpusched simjob --oom-once; marker {})",
                 args.oom_once.as_deref().unwrap_or(Path::new("")).display()
             );
             1
@@ -133,7 +133,7 @@ fn exit_code(ending: Ending, args: &SimjobArgs, oom: bool) -> i32 {
             held,
         } => {
             eprintln!(
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked} MiB. GPU {gpu} has a total capacity of {SIM_TOTAL_MIB} MiB of which {} MiB is free. This process has {held} MiB in use; other processes use {others} MiB. (simulated by gpusched simjob)",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked} MiB. GPU {gpu} has a total capacity of {SIM_TOTAL_MIB} MiB of which {} MiB is free. Including non-PyTorch memory, this process has {held} MiB memory in use. (simulated by gpusched simjob; other processes use {others} MiB)",
                 SIM_TOTAL_MIB.saturating_sub(others + held)
             );
             1

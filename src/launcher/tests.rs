@@ -49,6 +49,7 @@ fn outcome(facts: &EndFacts) -> Outcome {
         retry_on: crate::jobspec::RetryOn::Oom,
         declared_mib: None,
         peak_mib: None,
+        reaching_mib: None,
         verdict: facts.verdict,
         neighbour_over: None,
         mps_limited: false,

@@ -152,6 +152,129 @@ pub fn classify(log_tail: &str) -> Option<&'static Signature> {
         })
 }
 
+/// What a GPU OOM message says the job was reaching when it died
+/// (docs/BEHAVIOUR.md "Out of memory and timeouts"): the allocation that
+/// failed and, where the framework says it, what the process already
+/// held. A job that ramps between two samples dies far above its last
+/// sampled peak; its own message says where it was going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    /// The allocation that failed (MiB, rounded up).
+    pub tried_mib: u64,
+    /// What the process held then, where the message says it (MiB,
+    /// rounded up): PyTorch's "this process has X memory in use" (or,
+    /// before 2.1, "X reserved in total by PyTorch"), CuPy's "allocated
+    /// so far".
+    pub held_mib: Option<u64>,
+}
+
+impl Reach {
+    /// What the job was reaching (MiB), at least: what it held — said by
+    /// the framework, else the last sampled `peak_mib`, else nothing —
+    /// plus the failed allocation.
+    pub fn reaching_mib(&self, peak_mib: Option<u64>) -> u64 {
+        self.held_mib
+            .or(peak_mib)
+            .unwrap_or(0)
+            .saturating_add(self.tried_mib)
+    }
+}
+
+/// The sizes in the latest GPU out-of-memory line of `log_tail` that
+/// names one ([`Reach`]); `None` when it names no size. The formats, from
+/// each framework's source:
+///
+/// * PyTorch (c10/cuda/CUDACachingAllocator.cpp, `format_size`): "Tried
+///   to allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of
+///   which 1.12 GiB is free. Including non-PyTorch memory, this process
+///   has 22.50 GiB memory in use." — before 2.1 "(GPU 0; 7.79 GiB total
+///   capacity; 6.42 GiB already allocated; 10.44 MiB free; 6.50 GiB
+///   reserved in total by PyTorch)".
+/// * JAX / XLA: "Out of memory while trying to allocate 17179869184
+///   bytes."
+/// * TensorFlow: "OOM when allocating tensor with shape[8192,8192] and
+///   type float", and the BFC allocator's "ran out of memory trying to
+///   allocate 4.00GiB (rounded to 4294967296)".
+/// * CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so
+///   far: 0 bytes)".
+/// * llama.cpp / ggml: "allocating 7500.00 MiB on device 0: cudaMalloc
+///   failed: out of memory".
+pub fn reach(log_tail: &str) -> Option<Reach> {
+    let line = log_tail
+        .split(['\n', '\r'])
+        .rev()
+        .filter(|line| classify(line).is_some_and(|s| s.memory == Exhausted::Gpu))
+        .find_map(reach_in_line)?;
+    Some(line)
+}
+
+/// [`reach`] for one line.
+fn reach_in_line(line: &str) -> Option<Reach> {
+    const SIZE: &str = r"([0-9][0-9,]*(?:\.[0-9]+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)";
+    let capture = |pattern: &str| -> Option<u64> {
+        let re = regex_lite::Regex::new(pattern).ok()?;
+        let c = re.captures(line)?;
+        mib_of(c.get(1)?.as_str(), c.get(2)?.as_str())
+    };
+    let tried = capture(&format!(r"(?i)tried to allocate {SIZE}"))
+        .or_else(|| capture(r"(?i)rounded to ([0-9]+)\s*()\)"))
+        .or_else(|| capture(&format!(r"(?i)trying to allocate {SIZE}")))
+        .or_else(|| capture(&format!(r"(?i)out of memory allocating {SIZE}")))
+        .or_else(|| capture(&format!(r"(?i)allocating {SIZE} on device")))
+        .or_else(|| capture(&format!(r"(?i)cannot allocate {SIZE}")))
+        .or_else(|| tensor_mib(line))?;
+    let held = capture(&format!(r"(?i)this process has {SIZE} memory in use"))
+        .or_else(|| capture(&format!(r"(?i){SIZE} reserved in total by pytorch")))
+        .or_else(|| capture(&format!(r"(?i)allocated so far: {SIZE}")));
+    Some(Reach {
+        tried_mib: tried,
+        held_mib: held,
+    })
+}
+
+/// MiB (rounded up) of `number` `unit` (`2.00` `GiB`, `1,024` `bytes`;
+/// an empty unit is bytes).
+fn mib_of(number: &str, unit: &str) -> Option<u64> {
+    let value: f64 = number.replace(',', "").parse().ok()?;
+    let bytes_per = match unit {
+        "" | "bytes" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return None,
+    };
+    let mib = (value * bytes_per / (1024.0 * 1024.0)).ceil();
+    (mib.is_finite() && mib >= 0.0).then_some(mib as u64)
+}
+
+/// TensorFlow's "OOM when allocating tensor with shape[a,b,…] and type
+/// T": the tensor's size (MiB, rounded up) from its shape and the size
+/// of T (`DataTypeString`: float 4, double 8, half/bfloat16 2, …).
+fn tensor_mib(line: &str) -> Option<u64> {
+    let re = regex_lite::Regex::new(r"shape\[([0-9, ]*)\] and type ([a-z0-9]+)").ok()?;
+    let c = re.captures(line)?;
+    let elements = c
+        .get(1)?
+        .as_str()
+        .split(',')
+        .map(|d| d.trim().parse::<u64>().ok())
+        .try_fold(1u64, |n, d| n.checked_mul(d?))?;
+    let size = match c.get(2)?.as_str() {
+        "double" | "int64" | "uint64" | "complex64" => 8,
+        "float" | "int32" | "uint32" => 4,
+        "half" | "bfloat16" | "int16" | "uint16" => 2,
+        "int8" | "uint8" | "bool" => 1,
+        "complex128" => 16,
+        _ => return None,
+    };
+    Some(elements.checked_mul(size)?.div_ceil(1024 * 1024))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +360,38 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn each_framework_s_message_says_what_the_job_was_reaching() {
+        let reach_of = |text: &str| reach(&format!("step 10\n{text}\n"));
+        let pytorch = reach_of(GPU_MESSAGES[0]).unwrap();
+        assert_eq!(pytorch.tried_mib, 2048);
+        assert_eq!(pytorch.held_mib, None, "this message says no process total");
+        let full = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 6.12 GiB is free. Including non-PyTorch memory, this process has 3.86 GiB memory in use. Of the allocated memory 3.50 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.";
+        let full = reach_of(full).unwrap();
+        assert_eq!((full.tried_mib, full.held_mib), (8192, Some(3953)));
+        assert_eq!(full.reaching_mib(Some(3951)), 8192 + 3953);
+        let old = "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; 6.42 GiB already allocated; 10.44 MiB free; 6.50 GiB reserved in total by PyTorch)";
+        let old = reach_of(old).unwrap();
+        assert_eq!((old.tried_mib, old.held_mib), (20, Some(6656)));
+        let jax = reach_of(GPU_MESSAGES[6]).unwrap();
+        assert_eq!((jax.tried_mib, jax.held_mib), (16384, None));
+        assert_eq!(jax.reaching_mib(Some(1000)), 17384, "held: the last sample");
+        assert_eq!(jax.reaching_mib(None), 16384, "at least what it tried");
+        let tf = reach_of(GPU_MESSAGES[4]).unwrap();
+        assert_eq!(tf.tried_mib, 256, "8192 x 8192 floats");
+        let bfc = reach_of(GPU_MESSAGES[5]).unwrap();
+        assert_eq!(bfc.tried_mib, 4096);
+        let cupy = reach_of(GPU_MESSAGES[10]).unwrap();
+        assert_eq!((cupy.tried_mib, cupy.held_mib), (1024, Some(0)));
+        let ggml = reach_of(GPU_MESSAGES[11]).unwrap();
+        assert_eq!(ggml.tried_mib, 7500);
+        // No size, or host memory: nothing to read.
+        assert_eq!(reach_of(GPU_MESSAGES[1]), None);
+        assert_eq!(reach_of(HOST_MESSAGES[0]), None);
+        // The latest line with a size decides.
+        let two = format!("{}\n{}", GPU_MESSAGES[11], GPU_MESSAGES[6]);
+        assert_eq!(reach(&two).unwrap().tried_mib, 16384);
     }
 }

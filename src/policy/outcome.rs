@@ -142,6 +142,12 @@ pub struct AttemptEnd {
     pub declared_mib: Option<u64>,
     /// Its highest per-GPU peak (MiB), if measured.
     pub peak_mib: Option<u64>,
+    /// What its GPU OOM message says it was reaching (MiB per GPU: what
+    /// it held plus the allocation that failed,
+    /// [`crate::policy::oom::Reach`]); an OOM retry asks at least 1.25×
+    /// that, since a job that ramps between samples dies far above its
+    /// last sampled peak.
+    pub reaching_mib: Option<u64>,
     /// What whoever ran it said beyond the exit (docs/BEHAVIOUR.md "Slurm"), if anything.
     pub verdict: Option<Verdict>,
     /// Another job on its GPUs that was over its own declaration when
@@ -288,8 +294,8 @@ fn decide_oom(end: &AttemptEnd) -> Outcome {
         Outcome::OomRetry {
             attempts: end.retries_used + 1,
             next_vram_mib: match mps_limit {
-                Some(_) => enforced_bump(end.declared_mib, end.peak_mib),
-                None => oom_bump(end.declared_mib, end.peak_mib),
+                Some(_) => enforced_bump(end.declared_mib, end.peak_mib.max(end.reaching_mib)),
+                None => oom_bump(end.declared_mib, end.peak_mib.max(end.reaching_mib)),
             },
             cause: mps_limit.map(|limit_mib| OomCause::MpsLimit { limit_mib }),
         }
@@ -365,6 +371,7 @@ mod tests {
             retries_allowed: 2,
             declared_mib: Some(4000),
             peak_mib: Some(4500),
+            reaching_mib: None,
             verdict: None,
             neighbour_over: None,
             mps_limited: false,

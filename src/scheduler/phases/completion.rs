@@ -86,15 +86,12 @@ impl Scheduler {
         }
         // The log's tail only matters for a failure: which memory, if any,
         // ran out (the OOM rule), read once.
-        let ran_out_of = if exit == Some(Exit::Code(0)) {
-            None
+        let tail = if exit == Some(Exit::Code(0)) {
+            String::new()
         } else {
-            oom::classify(&files::read_tail(
-                &job.log.path,
-                job.log.offset,
-                OOM_TAIL_BYTES,
-            ))
+            files::read_tail(&job.log.path, job.log.offset, OOM_TAIL_BYTES)
         };
+        let ran_out_of = oom::classify(&tail);
         let gpu_oom = ran_out_of.map(|s| s.memory) == Some(oom::Exhausted::Gpu);
         if gpu_oom {
             self.look_at_its_neighbours(&job);
@@ -111,6 +108,7 @@ impl Scheduler {
             retry_on,
             declared_mib: job.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
+            reaching_mib: oom::reach(&tail).map(|r| r.reaching_mib(job.usage.peak_max_mib())),
             neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
             mps_limited: self.mps_limited(&job),
             host_oom: host_oom_limit.is_some(),
@@ -379,9 +377,19 @@ impl Scheduler {
         let next = next_vram_mib.map_or("undeclared".to_string(), |v| format!("{v} MiB"));
         let after = crate::console::human_duration(duration_s);
         let peaks = report::peaks_text(peaks);
+        // A job that ramped between samples died far above its last
+        // sampled peak: its own message says where it was going (read
+        // again here, once per OOM retry).
+        let tail = files::read_tail(&job.log.path, job.log.offset, OOM_TAIL_BYTES);
+        let reaching = oom::reach(&tail)
+            .map(|r| r.reaching_mib(job.usage.peak_max_mib()))
+            .filter(|&r| Some(r) > job.usage.peak_max_mib())
+            .map_or(String::new(), |r| {
+                format!(", reaching {r} MiB by its own message")
+            });
         let said = match cause {
             None => format!(
-                "↻ job {} ran out of CUDA memory after {after} ({peaks}); retry {attempts} of {allowed} with vram {next}",
+                "↻ job {} ran out of CUDA memory after {after} ({peaks}{reaching}); retry {attempts} of {allowed} with vram {next}",
                 job.no
             ),
             Some(OomCause::OverDeclared { .. }) => format!(

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Generous deadline for anything on a loaded 2-core machine.
-pub const DEADLINE: Duration = Duration::from_secs(60);
+pub const DEADLINE: Duration = Duration::from_secs(180);
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gpusched")
@@ -306,12 +306,17 @@ pub fn wait_for(what: &str, cond: &mut dyn FnMut() -> bool) {
     wait_for_within(what, DEADLINE, cond)
 }
 
-/// Waits until `cond` holds, panicking with `what` after `limit`.
+/// Waits until `cond` holds, panicking with `what` after `limit`. Polls
+/// fast at first (10 ms), then backs off to 100 ms, so that a long wait
+/// on a condition that reads a big journal does not itself load a small
+/// machine.
 pub fn wait_for_within(what: &str, limit: Duration, cond: &mut dyn FnMut() -> bool) {
     let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(10);
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause);
+        pause = (pause * 3 / 2).min(Duration::from_millis(100));
     }
 }
 

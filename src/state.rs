@@ -120,6 +120,10 @@ pub struct Usage {
     /// (docs/HARDWARE.md "Containers"); `None` when not known (an adopted
     /// orphan), and it is then never measured so.
     pub hidden_baseline_mib: Option<BTreeMap<u32, u64>>,
+    /// Whether another job of ours ran on one of its GPUs at some moment
+    /// of this attempt: its run time then says how its family does when
+    /// sharing (docs/BEHAVIOUR.md "Spread or pack").
+    pub shared: bool,
 }
 
 impl Usage {
@@ -206,6 +210,11 @@ pub struct Running {
     /// any sample): then its GPU does not count as computing flat out
     /// before a sample has seen it.
     pub leaves_room: bool,
+    /// Whether its family's runs were measured to take
+    /// [`crate::policy::expected::SLOWS_WHEN_SHARING`]× or more as long
+    /// sharing a GPU as alone: then its GPUs count as computing flat out
+    /// whatever a sample says of their utilisation.
+    pub slows_sharing: bool,
 }
 
 impl Running {

@@ -480,6 +480,10 @@ pub enum WaitReason {
     Computing {
         /// The GPUs it would share.
         gpus: Vec<u32>,
+        /// What was measured of the job of ours there that keeps it to
+        /// itself (`job 12's family ran 1.9× slower sharing`), filled in
+        /// by the scheduler, which knows the jobs; `None` from placement.
+        measured: Option<String>,
     },
     /// It would start but for these drained GPUs.
     Drained {
@@ -549,10 +553,11 @@ impl std::fmt::Display for WaitReason {
                 "{limit} CPU-only job{} running (--cpu-jobs {limit})",
                 if *limit == 1 { "" } else { "s" }
             ),
-            WaitReason::Computing { gpus } => write!(
+            WaitReason::Computing { gpus, measured } => write!(
                 f,
-                "GPU {} computing flat out (sharing would slow both; --placement pack shares)",
-                crate::console::gpu_ids(gpus, ", ")
+                "GPU {} computing flat out ({}; --placement pack shares)",
+                crate::console::gpu_ids(gpus, ", "),
+                measured.as_deref().unwrap_or("sharing would slow both")
             ),
             WaitReason::Drained { gpus } => {
                 write!(f, "GPU {} drained", crate::console::gpu_ids(gpus, ", "))
@@ -701,7 +706,10 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             ..opts.clone()
         };
         if let Placement::Start(chosen) = place(request, gpus, &pack) {
-            return WaitReason::Computing { gpus: chosen };
+            return WaitReason::Computing {
+                gpus: chosen,
+                measured: None,
+            };
         }
     }
     match request.vram_mib {

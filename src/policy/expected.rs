@@ -192,7 +192,31 @@ pub fn waiting_starts(
 pub struct ComputeLoads {
     /// The latest attempt's mean utilisation of each family (percent).
     pub by_family: std::collections::HashMap<String, u32>,
+    /// Each family's latest ok run times alone on their GPUs and sharing
+    /// one with another job of ours (seconds).
+    pub runs: std::collections::HashMap<String, SharingRuns>,
 }
+
+/// A family's latest ok run times (seconds), alone and sharing, at most
+/// [`TYPICAL_RUNS`] of each.
+#[derive(Debug, Default)]
+pub struct SharingRuns {
+    /// Runs that had their GPUs to themselves (of our jobs).
+    pub alone: std::collections::VecDeque<f64>,
+    /// Runs that shared a GPU with another of our jobs at some moment.
+    pub shared: std::collections::VecDeque<f64>,
+}
+
+/// How much longer (typical shared ÷ typical alone) a family's runs may
+/// take when sharing a GPU before it is spread: under 1.25× sharing pays
+/// (two jobs on one GPU finish sooner than one after the other up to
+/// 2×, and a quarter covers the noise of run times).
+pub const SLOWS_WHEN_SHARING: f64 = 1.25;
+
+/// The shortest typical run alone (seconds) whose slowdown counts: below
+/// it a run is mostly its start, and a flood of tiny jobs is never spread
+/// for noise.
+pub const SLOWDOWN_MIN_RUN_S: f64 = 1.0;
 
 impl ComputeLoads {
     /// Records an ended attempt of `family` with mean utilisation
@@ -202,12 +226,47 @@ impl ComputeLoads {
         self.by_family.insert(family, util);
     }
 
-    /// Whether a job of `family` is known to leave its GPU room to share:
-    /// its family's latest attempt averaged under
-    /// [`crate::allocation::SATURATED_UTIL`], or ended before any sample.
-    /// `false` for a family nothing is known of (it may compute flat out
-    /// until a sample says otherwise).
+    /// Records an ok run of `family` that took `duration_s` seconds,
+    /// `shared` or alone on its GPUs.
+    pub fn note_run(&mut self, family: String, duration_s: f64, shared: bool) {
+        let runs = self.runs.entry(family).or_default();
+        let list = if shared {
+            &mut runs.shared
+        } else {
+            &mut runs.alone
+        };
+        if list.len() == TYPICAL_RUNS {
+            list.pop_front();
+        }
+        list.push_back(duration_s);
+    }
+
+    /// How many times longer `family`'s typical run takes sharing a GPU
+    /// than alone, once at least two of each ended ok and its typical run
+    /// alone is at least [`SLOWDOWN_MIN_RUN_S`].
+    pub fn slowdown(&self, family: &str) -> Option<f64> {
+        let runs = self.runs.get(family)?;
+        if runs.alone.len() < 2 || runs.shared.len() < 2 {
+            return None;
+        }
+        let typical = |list: &std::collections::VecDeque<f64>| {
+            typical_runtime(&list.iter().copied().collect::<Vec<_>>())
+        };
+        let alone = typical(&runs.alone).filter(|&t| t >= SLOWDOWN_MIN_RUN_S)?;
+        Some(typical(&runs.shared)? / alone)
+    }
+
+    /// Whether a job of `family` is known to leave its GPU room to share
+    /// (docs/BEHAVIOUR.md "Spread or pack"): measured run times decide
+    /// first — it shares when its runs sharing a GPU took under
+    /// [`SLOWS_WHEN_SHARING`]× its runs alone — else its latest attempt
+    /// averaged under [`crate::allocation::SATURATED_UTIL`] or ended
+    /// before any sample. `false` for a family nothing is known of (it
+    /// may compute flat out until a sample says otherwise).
     pub fn leaves_room(&self, family: &str) -> bool {
+        if let Some(ratio) = self.slowdown(family) {
+            return ratio < SLOWS_WHEN_SHARING;
+        }
         self.by_family
             .get(family)
             .is_some_and(|&util| util < crate::allocation::SATURATED_UTIL)
@@ -262,6 +321,34 @@ mod tests {
         loads.note("f".into(), Some(30.0));
         assert!(loads.leaves_room("f"));
         assert!(!loads.leaves_room("g"));
+    }
+
+    #[test]
+    fn run_times_sharing_against_alone_decide_before_utilisation() {
+        let mut loads = ComputeLoads::default();
+        // Utilisation says it leaves room...
+        loads.note("f".into(), Some(40.0));
+        assert!(loads.leaves_room("f"));
+        // ...but its runs took 1.9x as long sharing: spread it.
+        for (d, shared) in [(10.0, false), (10.4, false), (19.0, true), (19.2, true)] {
+            loads.note_run("f".into(), d, shared);
+        }
+        assert_eq!(loads.slowdown("f"), Some(19.1 / 10.2));
+        assert!(!loads.leaves_room("f"), "1.9x slower sharing");
+        // A family that computes flat out yet loses nothing sharing
+        // (its kernels leave gaps): pack it.
+        loads.note("g".into(), Some(97.0));
+        for (d, shared) in [(10.0, false), (10.0, false), (11.0, true), (11.5, true)] {
+            loads.note_run("g".into(), d, shared);
+        }
+        assert!(loads.leaves_room("g"), "1.1x: sharing pays");
+        // One run of each, or tiny runs: not enough to say.
+        loads.note("h".into(), None);
+        for (d, shared) in [(0.02, false), (0.03, false), (0.08, true), (0.09, true)] {
+            loads.note_run("h".into(), d, shared);
+        }
+        assert_eq!(loads.slowdown("h"), None, "tiny runs are their start");
+        assert!(loads.leaves_room("h"), "a flood of tiny jobs still packs");
     }
 
     #[test]

@@ -53,7 +53,7 @@ fn spread_does_not_join_a_gpu_computing_flat_out_and_pack_pays_for_sharing() {
     let sched = env.spawn(&["--sim", "1", "--poll", "1", "--watch"]);
     wait_for("job 2 to wait for the busy GPU", &mut || {
         std::fs::read_to_string(env.logs.join("status.json"))
-            .is_ok_and(|s| s.contains("GPU 0 computing flat out (sharing would slow both"))
+            .is_ok_and(|s| s.contains("GPU 0 computing flat out (job 1 not measured yet"))
     });
     wait_for("both jobs to end", &mut || env.events("done").len() == 2);
     sched.stop();
@@ -129,5 +129,46 @@ fn a_flood_of_short_jobs_shares_once_its_family_is_known_to_leave_room() {
     assert!(
         most_at_once >= 6,
         "at most {most_at_once} ran at once (first end {first_end}): {attempts:?}"
+    );
+}
+
+/// Run times decide before utilisation (docs/BEHAVIOUR.md "Spread or
+/// pack"): a family at 80 % utilisation shares at first, but once its runs
+/// sharing a GPU took 1.6× its runs alone (two `--util 80` jobs ask 160 %
+/// of one GPU), the next is kept off a GPU one of them computes on, and the
+/// wait reason says what was measured.
+#[test]
+fn a_family_that_ran_slower_sharing_is_spread_and_the_reason_says_so() {
+    let job = "gpusched simjob --vram 3000 --ramp 0.1 --work 1.2 --util 80";
+    let jobs = format!(
+        "[vram=4G] {job}\n[vram=4G after=1] {job}\n[vram=4G after=2] {job}\n[vram=4G after=2] {job}\n[vram=4G after=3,4] {job}\n[vram=4G after=3,4] {job}\n"
+    );
+    let env = Env::new(&jobs);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    wait_for("the wait reason to say what was measured", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|s| s.contains("family ran 1.") && s.contains("slower sharing"))
+    });
+    wait_for("every job to end", &mut || env.events("done").len() == 6);
+    sched.stop();
+    // Jobs 3 and 4 shared (the family left room by utilisation)...
+    assert!(
+        ts(&env, 4, "started") < ts(&env, 3, "done"),
+        "3 and 4 shared"
+    );
+    assert!(
+        ran_s(&env, 3) > 1.2 * 1.25,
+        "sharing slowed them: {:.2} s",
+        ran_s(&env, 3)
+    );
+    // ...so 5 and 6 ran one after the other.
+    let (first, second) = if ts(&env, 5, "started") <= ts(&env, 6, "started") {
+        (5, 6)
+    } else {
+        (6, 5)
+    };
+    assert!(
+        ts(&env, second, "started") >= ts(&env, first, "done"),
+        "job {second} joined job {first}"
     );
 }

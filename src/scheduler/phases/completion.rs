@@ -464,7 +464,7 @@ impl Scheduler {
         )?;
         if status == DoneStatus::Ok {
             self.learn_from_ok(key, job.usage.peak_max_mib());
-            self.note_run_time(key, duration_s);
+            self.note_run_time(key, duration_s, job.usage.shared);
         }
         // What it used of its GPU, when that says something: a sample saw
         // it, or it ended ok before any could (a tiny job); a crash before

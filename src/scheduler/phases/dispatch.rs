@@ -84,10 +84,13 @@ impl Scheduler {
         // between samples that barely differ; a GPU one of our jobs
         // started on within the last --poll counts as computing flat out,
         // as no regular sample has seen that job yet — unless its family
-        // is known to leave room (docs/BEHAVIOUR.md "Spread or pack").
+        // is known to leave room — and so does one holding a job whose
+        // family was measured to run slower sharing, whatever its
+        // utilisation (docs/BEHAVIOUR.md "Spread or pack").
         let just_started = |index: u32| {
             self.core.running.values().any(|j| {
-                !j.leaves_room && j.gpus.contains(&index) && j.started.elapsed() < self.cfg.poll
+                j.gpus.contains(&index)
+                    && (j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll))
             })
         };
         let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
@@ -673,14 +676,55 @@ impl Scheduler {
             .take(crate::view::status::JSON_LIST_LIMIT)
             .map(|Planned { index, request, .. }| {
                 let reason = by_request.entry(*request).or_insert_with(|| {
-                    super::starvation::held_for(request, loads, &self.cfg.place, starvation_hold)
-                        .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place))
+                    let reason = super::starvation::held_for(
+                        request,
+                        loads,
+                        &self.cfg.place,
+                        starvation_hold,
+                    )
+                    .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place));
+                    self.with_measured(reason)
                 });
                 (self.core.jobs.specs[*index].key.clone(), reason.clone())
             })
             .chain(blocked)
             .collect();
         self.set_wait_reasons(reasons);
+    }
+
+    /// `reason`, when it is a GPU computing flat out, with what was
+    /// measured of the job of ours there that keeps it to itself: its
+    /// family's run times sharing against alone, else its utilisation.
+    fn with_measured(&self, reason: WaitReason) -> WaitReason {
+        let WaitReason::Computing {
+            gpus,
+            measured: None,
+        } = reason
+        else {
+            return reason;
+        };
+        let occupant = self
+            .core
+            .running
+            .iter()
+            .filter(|(_, r)| {
+                (r.slows_sharing || !r.leaves_room) && r.gpus.iter().any(|g| gpus.contains(g))
+            })
+            .min_by_key(|(_, r)| r.no);
+        let measured = occupant.map(|(key, r)| {
+            let family = self.family_of_key(key).unwrap_or_default();
+            match (
+                self.core.compute.slowdown(&family),
+                self.core.compute.by_family.get(&family),
+            ) {
+                (Some(ratio), _) => format!("job {}'s family ran {ratio:.1}× slower sharing", r.no),
+                (None, Some(util)) => {
+                    format!("job {}'s family averaged {util} % utilisation", r.no)
+                }
+                (None, None) => format!("job {} not measured yet", r.no),
+            }
+        });
+        WaitReason::Computing { gpus, measured }
     }
 
     /// Replaces the wait reasons, bumping their generation when they change.

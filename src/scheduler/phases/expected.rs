@@ -15,7 +15,7 @@ const ENDS_TRIED: usize = 64;
 
 impl Scheduler {
     /// The family of the job `key` (from its line), for run times.
-    fn family_of_key(&self, key: &str) -> Option<String> {
+    pub(super) fn family_of_key(&self, key: &str) -> Option<String> {
         let spec = self.core.jobs.spec(key)?;
         Some(family_of(&spec.command, spec.family()))
     }
@@ -41,10 +41,22 @@ impl Scheduler {
             .leaves_room(&family_of(&spec.command, spec.family()))
     }
 
-    /// Records an ok run of `key` that took `duration_s` seconds.
-    pub(in crate::scheduler) fn note_run_time(&mut self, key: &str, duration_s: f64) {
+    /// Whether the job of `spec`'s family was measured to run
+    /// [`crate::policy::expected::SLOWS_WHEN_SHARING`]× or more as long
+    /// when sharing a GPU.
+    pub(in crate::scheduler) fn spec_slows_sharing(&self, spec: &crate::jobspec::JobSpec) -> bool {
+        self.core
+            .compute
+            .slowdown(&family_of(&spec.command, spec.family()))
+            .is_some_and(|r| r >= crate::policy::expected::SLOWS_WHEN_SHARING)
+    }
+
+    /// Records an ok run of `key` that took `duration_s` seconds, `shared`
+    /// (another job of ours ran on one of its GPUs) or alone.
+    pub(in crate::scheduler) fn note_run_time(&mut self, key: &str, duration_s: f64, shared: bool) {
         if let Some(family) = self.family_of_key(key) {
-            self.core.run_times.add(family, duration_s);
+            self.core.run_times.add(family.clone(), duration_s);
+            self.core.compute.note_run(family, duration_s, shared);
         }
     }
 

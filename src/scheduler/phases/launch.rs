@@ -341,6 +341,15 @@ impl Scheduler {
                 (*g, held.copied().unwrap_or(0))
             })
             .collect();
+        // Jobs of ours already on its GPUs now share with it, and it with
+        // them: their run times say how their families do sharing.
+        let mut shared = false;
+        for other in self.core.running.values_mut() {
+            if other.gpus.iter().any(|g| launch.gpus.contains(g)) {
+                other.usage.shared = true;
+                shared = true;
+            }
+        }
         self.core.running.insert(
             launch.spec.key.clone(),
             Running {
@@ -360,6 +369,7 @@ impl Scheduler {
                 proc,
                 usage: Usage {
                     hidden_baseline_mib: Some(hidden_baseline),
+                    shared,
                     ..Usage::default()
                 },
                 timeout_at: timeout_s
@@ -374,6 +384,7 @@ impl Scheduler {
                 },
                 cgroup: launch.cgroup,
                 leaves_room: self.spec_leaves_room(&launch.spec),
+                slows_sharing: self.spec_slows_sharing(&launch.spec),
             },
         );
     }

@@ -325,6 +325,7 @@ impl Scheduler {
             booked_since_ms: (info.ts * 1000.0) as u64,
             cgroup: crate::containment::JobCgroup::adopt(&info.cgroup),
             leaves_room: false,
+            slows_sharing: false,
         }
     }
 

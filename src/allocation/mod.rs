@@ -29,6 +29,11 @@ pub struct PlaceOptions {
     /// How a declared job chooses among the GPUs it fits on
     /// (`--placement`).
     pub policy: PlacementPolicy,
+    /// Under spread, for a job whose family is known to share well
+    /// (docs/BEHAVIOUR.md "Spread or pack"): best fit, as pack, so that
+    /// whole GPUs stay whole for the jobs that need them, but still never
+    /// beside a job of ours computing flat out. Set per job by the round.
+    pub share_fit: bool,
 }
 
 impl Default for PlaceOptions {
@@ -41,6 +46,7 @@ impl Default for PlaceOptions {
             drained_mask: 0,
             topology: None,
             policy: PlacementPolicy::Spread,
+            share_fit: false,
         }
     }
 }
@@ -266,6 +272,9 @@ pub struct Planner<'a> {
     opts: &'a PlaceOptions,
     /// What every other job sees: the held GPUs closed.
     others: PlaceOptions,
+    /// What every other job whose family shares well sees
+    /// ([`PlaceOptions::share_fit`]).
+    sharing: PlaceOptions,
     /// Requests that did not fit since the last start: an equal one
     /// cannot fit either (the loads only grew).
     blocked: rustc_hash::FxHashSet<Request>,
@@ -282,13 +291,18 @@ impl<'a> Planner<'a> {
         opts: &'a PlaceOptions,
         held_mask: Option<crate::model::GpuMask>,
     ) -> Self {
+        let others = PlaceOptions {
+            drained_mask: opts.drained_mask | held_mask.unwrap_or(0),
+            ..opts.clone()
+        };
         Planner {
             gpus,
             opts,
-            others: PlaceOptions {
-                drained_mask: opts.drained_mask | held_mask.unwrap_or(0),
-                ..opts.clone()
+            sharing: PlaceOptions {
+                share_fit: true,
+                ..others.clone()
             },
+            others,
             blocked: rustc_hash::FxHashSet::default(),
             last_blocked: None,
         }
@@ -323,6 +337,21 @@ impl<'a> Planner<'a> {
         held_for: bool,
         avoid: crate::model::GpuMask,
     ) -> Placement {
+        self.try_place_as(request, held_for, avoid, || false)
+    }
+
+    /// [`Planner::try_place`] for a job that, when `shares()` says its
+    /// family shares well, is placed by best fit under spread
+    /// ([`PlaceOptions::share_fit`]). Which GPUs fit does not depend on
+    /// it, only which are chosen: `shares` is asked only of a job that
+    /// can start.
+    pub fn try_place_as(
+        &mut self,
+        request: &Request,
+        held_for: bool,
+        avoid: crate::model::GpuMask,
+        shares: impl FnOnce() -> bool,
+    ) -> Placement {
         if !held_for
             && (self.last_blocked.as_ref() == Some(request) || self.blocked.contains(request))
         {
@@ -330,15 +359,26 @@ impl<'a> Planner<'a> {
             return Placement::NotNow;
         }
         let base = if held_for { self.opts } else { &self.others };
-        let placement = if avoid == 0 {
+        let closed = |base: &PlaceOptions| PlaceOptions {
+            drained_mask: base.drained_mask | avoid,
+            ..base.clone()
+        };
+        let mut placement = if avoid == 0 {
             place(request, self.gpus, base)
         } else {
-            let closed = PlaceOptions {
-                drained_mask: base.drained_mask | avoid,
-                ..base.clone()
-            };
-            place(request, self.gpus, &closed)
+            place(request, self.gpus, &closed(base))
         };
+        if matches!(placement, Placement::Start(_))
+            && !held_for
+            && self.others.policy == PlacementPolicy::Spread
+            && shares()
+        {
+            placement = if avoid == 0 {
+                place(request, self.gpus, &self.sharing)
+            } else {
+                place(request, self.gpus, &closed(&self.sharing))
+            };
+        }
         if placement == Placement::NotNow && !held_for && avoid == 0 {
             self.blocked.insert(*request);
         }

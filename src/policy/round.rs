@@ -286,7 +286,13 @@ fn place_one(
     placed: &Request,
     is_held_for: bool,
 ) -> Placement {
-    let mut placement = planner.try_place(placed, is_held_for, 0);
+    // A family known to share well is placed by best fit (it leaves
+    // whole GPUs whole for the jobs that need them); the others take idle
+    // GPUs first (docs/BEHAVIOUR.md "Spread or pack").
+    let mut shares = None;
+    let mut placement = planner.try_place_as(placed, is_held_for, 0, || {
+        *shares.get_or_insert_with(|| (rules.leaves_room)(job.index))
+    });
     let reserves = !is_held_for && reservations.tried() < rules.reserve_jobs;
     // Asked only of jobs that may start or be reserved for: a round over a
     // long queue of waiting jobs asks a few.
@@ -300,7 +306,16 @@ fn place_one(
         && !is_held_for
     {
         let run = (rules.now, ends_at.unwrap_or(f64::INFINITY));
-        let opts = planner.options(false);
+        let sharing;
+        let opts = if shares == Some(true) {
+            sharing = PlaceOptions {
+                share_fit: true,
+                ..planner.options(false).clone()
+            };
+            &sharing
+        } else {
+            planner.options(false)
+        };
         placement = match reservations.start_now(placed, chosen, run, planner.loads(), opts) {
             Ok(gpus) => Placement::Start(gpus),
             Err((first, at)) => {
@@ -310,16 +325,24 @@ fn place_one(
         };
     }
     match &placement {
-        Placement::Start(chosen) => {
-            planner.book(placed, chosen, ends_at, (rules.leaves_room)(job.index))
-        }
+        Placement::Start(chosen) => planner.book(
+            placed,
+            chosen,
+            ends_at,
+            shares.unwrap_or_else(|| (rules.leaves_room)(job.index)),
+        ),
         Placement::NotNow if reserves => {
+            let shares = shares.unwrap_or_else(|| (rules.leaves_room)(job.index));
+            let sharing = PlaceOptions {
+                share_fit: shares && rules.place.policy == crate::allocation::PlacementPolicy::Spread,
+                ..rules.place.clone()
+            };
             let _ = reservations.reserve(
                 job.index,
                 placed,
                 (rules.now, estimate_s),
                 planner.loads(),
-                rules.place,
+                &sharing,
             );
         }
         _ => {}

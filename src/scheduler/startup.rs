@@ -384,6 +384,7 @@ fn config(args: &RunArgs) -> Config {
             drained_mask: 0,
             topology: None,
             policy: args.placement,
+            share_fit: false,
         },
         tolerance: args.tolerance,
         poll: Duration::from_secs_f64(args.poll),

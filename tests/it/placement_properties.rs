@@ -97,6 +97,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         prop_oneof![Just(0u128), any::<u8>().prop_map(u128::from)],
         topology(),
         prop_oneof![Just(PlacementPolicy::Spread), Just(PlacementPolicy::Pack)],
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -107,6 +108,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                 drained_mask,
                 topology,
                 policy,
+                share_fit,
             )| {
                 PlaceOptions {
                     idle_threshold_mib,
@@ -116,6 +118,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                     drained_mask,
                     topology,
                     policy,
+                    share_fit,
                 }
             },
         )
@@ -226,7 +229,12 @@ proptest! {
     fn spread_takes_a_busy_gpu_only_when_no_idle_one_fits(
         gpus in gpus(), request in requests(), opts in options()
     ) {
-        let opts = PlaceOptions { policy: PlacementPolicy::Spread, topology: None, ..opts };
+        let opts = PlaceOptions {
+            policy: PlacementPolicy::Spread,
+            topology: None,
+            share_fit: false,
+            ..opts
+        };
         for request in request.iter().filter(|r| r.vram_mib.is_some() && r.gpus == 1) {
             let Placement::Start(chosen) = allocation::place(request, &gpus, &opts) else {
                 continue;
@@ -243,6 +251,28 @@ proptest! {
                     && signed_headroom(g, opts.spike_buffer) >= need
             });
             prop_assert!(idle_fit.is_none(), "busy GPU {} chosen over idle {:?}", chosen[0], idle_fit);
+        }
+    }
+
+    /// Best fit for a family that shares well changes which GPUs a job
+    /// gets under spread, never whether it starts.
+    #[test]
+    fn share_fit_never_changes_whether_a_job_starts(
+        gpus in gpus(), requests in requests(), opts in options()
+    ) {
+        let spread = PlaceOptions { policy: PlacementPolicy::Spread, share_fit: false, ..opts };
+        let sharing = PlaceOptions { share_fit: true, ..spread.clone() };
+        for request in &requests {
+            let a = allocation::place(request, &gpus, &spread);
+            let b = allocation::place(request, &gpus, &sharing);
+            prop_assert_eq!(
+                matches!(a, Placement::Start(_)),
+                matches!(b, Placement::Start(_)),
+                "{:?} vs {:?}", a, b
+            );
+            if !matches!(a, Placement::Start(_)) {
+                prop_assert_eq!(a, b);
+            }
         }
     }
 

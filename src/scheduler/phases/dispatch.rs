@@ -87,20 +87,36 @@ impl Scheduler {
         // is known to leave room — and so does one holding a job whose
         // family was measured to run slower sharing, whatever its
         // utilisation (docs/BEHAVIOUR.md "Spread or pack").
+        // A GPU whose jobs of ours all belong to families known to share
+        // well is never flat out for a join, whatever its utilisation
+        // adds up to: what each family does was measured, the sum of two
+        // says nothing of it.
+        let on = |index: u32| {
+            self.core
+                .running
+                .values()
+                .filter(move |j| j.gpus.contains(&index))
+        };
         let just_started = |index: u32| {
-            self.core.running.values().any(|j| {
-                j.gpus.contains(&index)
-                    && (j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll))
+            on(index).any(|j| {
+                j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll)
             })
+        };
+        let all_share_well = |index: u32| {
+            let mut ours = on(index).peekable();
+            ours.peek().is_some() && ours.all(|j| j.leaves_room && !j.slows_sharing)
         };
         let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
             .gpus
             .iter()
             .map(|g| {
+                let sampled = g.util_percent.map(|u| (u.min(100) + 5) / 10 * 10);
                 let util = if just_started(g.index) {
                     Some(100)
+                } else if all_share_well(g.index) {
+                    sampled.map(|u| u.min(allocation::SATURATED_UTIL - 10))
                 } else {
-                    g.util_percent.map(|u| (u.min(100) + 5) / 10 * 10)
+                    sampled
                 };
                 (g.index, g.total_mib, g.used_mib, util)
             })

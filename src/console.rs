@@ -50,6 +50,19 @@ pub fn clock_short(unix_s: f64) -> String {
     }
 }
 
+/// `HH:MM:SS` local time of `unix_s`, with the date (`MM-DD HH:MM:SS`)
+/// when it is not within the next day: a moment something starts at,
+/// told to the second.
+pub fn clock_seconds(unix_s: f64) -> String {
+    let (_, mo, d, h, m, s) = local_parts(unix_s);
+    let within_a_day = (unix_s - crate::clock::now_ts()).abs() < 86_400.0;
+    if within_a_day {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
+    }
+}
+
 /// `YYYY-MM-DD HH:MM:SS` local time of `unix_s`.
 pub fn date_time(unix_s: f64) -> String {
     let (y, mo, d, h, m, s) = local_parts(unix_s);

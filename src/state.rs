@@ -33,6 +33,8 @@ pub struct Config {
     pub watch: bool,
     /// `--oom-retries`.
     pub oom_retries: u32,
+    /// `--retry-delay` (seconds), if given.
+    pub retry_delay_s: Option<f64>,
     /// `-v`.
     pub verbose: bool,
     /// `--gpus`, or `None` for every GPU.

@@ -525,6 +525,12 @@ pub enum WaitReason {
         /// by the scheduler, which knows the jobs; `None` from placement.
         measured: Option<String>,
     },
+    /// It failed and is retried under `retry_on=`, after its retry delay
+    /// (docs/BEHAVIOUR.md "Out of memory and timeouts").
+    RetryDelay {
+        /// When the retry may start (whole Unix seconds).
+        at: u64,
+    },
     /// It would start but for these drained GPUs.
     Drained {
         /// The drained GPUs it would use.
@@ -568,8 +574,13 @@ impl std::fmt::Display for WaitReason {
             ),
             WaitReason::OnHold => write!(f, "held (gpusched release)"),
             WaitReason::Begins { at } => {
-                write!(f, "begins at {}", crate::console::clock_short(*at as f64))
+                write!(f, "begins at {}", crate::console::clock_seconds(*at as f64))
             }
+            WaitReason::RetryDelay { at } => write!(
+                f,
+                "retries at {} (retry_delay)",
+                crate::console::clock_seconds(*at as f64)
+            ),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::WouldDelay { no, at } => write!(
                 f,

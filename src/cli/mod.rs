@@ -401,6 +401,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub oom_retries: u32,
 
+    /// Seconds to wait before retrying a job that failed under
+    /// `retry_on=fail|any` (a line's `retry_delay=` overrides it). Without
+    /// either: 10 s, doubling with each retry, at most 5 minutes. OOM
+    /// retries never wait: they wait for room anyway.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub retry_delay: Option<f64>,
+
     /// Remove the journal first and re-run every job.
     #[arg(long)]
     pub fresh: bool,

@@ -162,6 +162,17 @@ pub const ATTRIBUTES: &[Attribute] = &[
         slurm: OnSlurm::Gpusched("gpusched submits each retry itself"),
     },
     Attribute {
+        name: "retry_delay",
+        shown: "retry_delay=DURATION",
+        help: "wait before a retry_on=fail|any retry: 30s, 5m (default: 10s, doubling to 5m)",
+        parse: Parse::Value(|spec, v| {
+            spec.rare_mut().retry_delay_s = Some(super::duration_named(v, "retry_delay")?);
+            Ok(())
+        }),
+        given: |s| s.retry_delay_s().is_some(),
+        slurm: OnSlurm::Gpusched("gpusched submits each retry itself, after the delay"),
+    },
+    Attribute {
         name: "priority",
         shown: "priority=N",
         help: "queue rank: higher first, then line order (default 0; may be negative)",

@@ -91,6 +91,9 @@ pub struct Rare {
     /// `retry_on=`: what `retries=` re-runs ([`RetryOn`]); `None` for
     /// CUDA OOMs only.
     pub retry_on: Option<RetryOn>,
+    /// `retry_delay=`: seconds between a failure and its retry under
+    /// `retry_on=fail|any`; `None`: `--retry-delay`, else the backoff.
+    pub retry_delay_s: Option<f64>,
     /// `mem=`: host memory limit in MiB (docs/BEHAVIOUR.md "Containment").
     pub mem_mib: Option<u64>,
     /// `cpus=`: CPU cores (docs/BEHAVIOUR.md "Containment").
@@ -295,6 +298,11 @@ impl JobSpec {
     /// `begin=` ([`Rare::begin`]).
     pub fn begin(&self) -> Option<Begin> {
         self.rare.as_ref()?.begin
+    }
+
+    /// `retry_delay=` ([`Rare::retry_delay_s`]), seconds.
+    pub fn retry_delay_s(&self) -> Option<f64> {
+        self.rare.as_ref()?.retry_delay_s
     }
 
     /// `retry_on=` ([`Rare::retry_on`]), [`RetryOn::Oom`] when not given.
@@ -761,28 +769,57 @@ pub fn parse_mem_mib(text: &str) -> Result<u64, String> {
 }
 
 /// Parses a duration into seconds (docs/BEHAVIOUR.md "Jobs file"): `90`, `90s`, `15m`, `2h`,
-/// `1.5d`. Zero or negative is an error.
+/// `1.5d`, or units together, largest first: `1h30m`, `2d12h`, `1m30s`.
+/// Zero or negative is an error.
 pub fn parse_duration_s(text: &str) -> Result<f64, String> {
-    let bad =
-        || format!("bad timeout value '{text}': expected a duration like 90, 90s, 15m, 2h, 1.5d");
-    let (number, unit) = split_number(text);
-    let factor = match unit {
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => return Err(bad()),
+    duration_named(text, "timeout")
+}
+
+/// [`parse_duration_s`] for attribute `what` (`timeout`, `retry_delay`),
+/// which its errors name.
+pub fn duration_named(text: &str, what: &str) -> Result<f64, String> {
+    let bad = || {
+        format!("bad {what} value '{text}': expected a duration like 90, 90s, 15m, 2h, 1h30m, 1.5d")
     };
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    let seconds = value * factor;
+    let mut rest = text;
+    let mut seconds = 0.0;
+    let mut last_factor = f64::INFINITY;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let factor = match unit {
+            // A bare number is seconds, alone only.
+            "" if rest.len() == text.len() => 1.0,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86400.0,
+            _ => return Err(bad()),
+        };
+        // Each unit once, largest first: `1h30m`, not `30m1h`.
+        if factor >= last_factor || number.is_empty() {
+            return Err(bad());
+        }
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        seconds += value * factor;
+        last_factor = factor;
+        rest = next;
+    }
+    if text.is_empty() {
+        return Err(bad());
+    }
     if !seconds.is_finite() || seconds <= 0.0 {
-        return Err(format!(
-            "bad timeout value '{text}': must be more than zero"
-        ));
+        return Err(format!("bad {what} value '{text}': must be more than zero"));
     }
     if seconds > MAX_TIMEOUT_S {
         return Err(format!(
-            "bad timeout value '{text}': at most 3650d (ten years)"
+            "bad {what} value '{text}': at most 3650d (ten years)"
         ));
     }
     Ok(seconds)

@@ -68,9 +68,23 @@ fn durations() {
     assert_eq!(parse_duration_s("2h"), Ok(7200.0));
     assert_eq!(parse_duration_s("1.5d"), Ok(129600.0));
     assert_eq!(parse_duration_s("0.5"), Ok(0.5));
-    for bad in ["0", "0s", "-1m", "5x", "m", "1.2.3h"] {
+    // Units together, largest first.
+    assert_eq!(parse_duration_s("1h30m"), Ok(5400.0));
+    assert_eq!(parse_duration_s("2d12h"), Ok(216000.0));
+    assert_eq!(parse_duration_s("1m30s"), Ok(90.0));
+    assert_eq!(parse_duration_s("1h0m5s"), Ok(3605.0));
+    for bad in [
+        "0", "0s", "-1m", "5x", "m", "1.2.3h", "", "30m1h", "1h1h", "1h30", "h30m", "1h 30m",
+    ] {
         assert!(parse_duration_s(bad).is_err(), "{bad} should be rejected");
     }
+    assert_eq!(
+        super::duration_named("soon", "retry_delay"),
+        Err(
+            "bad retry_delay value 'soon': expected a duration like 90, 90s, 15m, 2h, 1h30m, 1.5d"
+                .to_string()
+        )
+    );
 }
 
 #[test]

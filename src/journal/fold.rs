@@ -51,7 +51,11 @@ impl Journal {
             Event::StarvationHold { gpus } => Fold::StarvationHold(gpus.clone()),
             Event::Held {} => Fold::Held(true),
             Event::Released {} => Fold::Held(false),
-            Event::Requeued { attempts, .. } => Fold::Requeued(*attempts),
+            Event::Requeued {
+                attempts,
+                not_before,
+                ..
+            } => Fold::Requeued(*attempts, *not_before),
             Event::Done {
                 status,
                 returncode,
@@ -97,6 +101,17 @@ impl Journal {
             return;
         }
         match &step {
+            Fold::Requeued(_, Some(at)) => {
+                self.retry_not_before.insert(key.to_string(), *at);
+            }
+            Fold::Started { .. } | Fold::Done { .. } | Fold::Retry | Fold::Requeued(_, None)
+                if !self.retry_not_before.is_empty() =>
+            {
+                self.retry_not_before.remove(key);
+            }
+            _ => {}
+        }
+        match &step {
             Fold::StarvationHold(gpus) => {
                 self.starvation_hold = Some((key.to_string(), gpus.clone()));
             }
@@ -138,7 +153,7 @@ impl Journal {
                 state.set_next_vram(next_vram);
                 state.phase = Phase::Waiting;
             }
-            Fold::Requeued(attempts) => {
+            Fold::Requeued(attempts, _) => {
                 state.retries_used = attempts;
                 state.phase = Phase::Waiting;
             }
@@ -190,7 +205,8 @@ pub(super) enum Fold {
         attempts: u32,
         next_vram: Option<u64>,
     },
-    Requeued(u32),
+    /// Retries used, and when the retry may start.
+    Requeued(u32, Option<f64>),
     Interrupted,
     Retry,
     Cancel,

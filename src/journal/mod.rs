@@ -110,6 +110,11 @@ pub enum Event {
         status: DoneStatus,
         /// Its exit code, when it exited.
         returncode: Option<i32>,
+        /// When the retry may start (Unix seconds): its `retry_delay=`, or
+        /// the backoff, after the failure (docs/BEHAVIOUR.md "Out of memory
+        /// and timeouts"); absent in journals written before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        not_before: Option<f64>,
     },
     /// The job ended for good.
     Done {
@@ -359,6 +364,10 @@ pub struct Journal {
     /// The starvation hold in force (docs/BEHAVIOUR.md "Queue policy"):
     /// the job's key and its GPUs.
     starvation_hold: Option<(String, Vec<u32>)>,
+    /// Jobs waiting out a retry delay: key → when the retry may start
+    /// (Unix seconds). Few at a time, so kept beside the states, not in
+    /// each.
+    retry_not_before: std::collections::HashMap<String, f64>,
     /// Set between [`Journal::defer_sync`] and [`Journal::sync`]: appends
     /// are written but not yet fsynced.
     sync_deferred: bool,
@@ -392,6 +401,7 @@ impl Journal {
             next_no: 1,
             generation: 0,
             starvation_hold: None,
+            retry_not_before: std::collections::HashMap::new(),
             sync_deferred: false,
             unsynced: false,
             seen_buf: Vec::new(),
@@ -538,6 +548,12 @@ impl Journal {
     /// GPUs held for it (until it starts or ends).
     pub fn starvation_hold(&self) -> Option<&(String, Vec<u32>)> {
         self.starvation_hold.as_ref()
+    }
+
+    /// When job `key`'s retry after a failure may start (Unix seconds),
+    /// while it waits out its retry delay.
+    pub fn retry_not_before(&self, key: &str) -> Option<f64> {
+        self.retry_not_before.get(key).copied()
     }
 
     /// The display number the next new job will get.

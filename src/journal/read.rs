@@ -129,6 +129,7 @@ struct RawRecord<'a> {
     cgroup: Vec<String>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
+    not_before: Option<f64>,
     status: Option<DoneStatus>,
     returncode: Option<i32>,
     duration_s: Option<f64>,
@@ -173,7 +174,7 @@ impl RawRecord<'_> {
             "starvation_hold" | "reserved" => Fold::StarvationHold(self.gpus.as_ref()?.0.to_vec()),
             "held" => Fold::Held(true),
             "released" => Fold::Held(false),
-            "requeued" => Fold::Requeued(self.attempts?),
+            "requeued" => Fold::Requeued(self.attempts?, self.not_before),
             "done" => Fold::Done {
                 finished: Finished {
                     status: self.status?,

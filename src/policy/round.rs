@@ -334,7 +334,8 @@ fn place_one(
         Placement::NotNow if reserves => {
             let shares = shares.unwrap_or_else(|| (rules.leaves_room)(job.index));
             let sharing = PlaceOptions {
-                share_fit: shares && rules.place.policy == crate::allocation::PlacementPolicy::Spread,
+                share_fit: shares
+                    && rules.place.policy == crate::allocation::PlacementPolicy::Spread,
                 ..rules.place.clone()
             };
             let _ = reservations.reserve(

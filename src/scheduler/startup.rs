@@ -390,6 +390,7 @@ fn config(args: &RunArgs) -> Config {
         poll: Duration::from_secs_f64(args.poll),
         watch: args.watch,
         oom_retries: args.oom_retries,
+        retry_delay_s: args.retry_delay,
         containment: Ok(None),
         mem_per_gpu_mib: args.contain.mem_per_gpu,
         cpus_per_gpu: args.contain.cpus_per_gpu,

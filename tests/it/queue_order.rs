@@ -259,10 +259,11 @@ fn retry_on_fail_runs_a_failed_job_again_as_it_was() {
     let env = Env::new(&format!(
         "{flaky}\n[retries=2] sh -c 'exit 3'\n[timeout=0.5 retries=1 retry_on=any] sleep 5\n[retries=2 retry_on=fail] sh -c 'echo CUDA out of memory >&2; exit 1'\n"
     ));
-    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    let out = env.run(&["--sim", "1", "--poll", "0.1", "--retry-delay", "0.2"]);
     assert!(
         out.stdout.contains("↻ job 1 failed after")
-            && out.stdout.contains("retry 1 of 2 (retry_on=fail)"),
+            && out.stdout.contains("retry 1 of 2 at ")
+            && out.stdout.contains("(in 0.2s) (retry_on=fail)"),
         "{}",
         out.stdout
     );
@@ -284,4 +285,52 @@ fn retry_on_fail_runs_a_failed_job_again_as_it_was() {
     // retry_on=fail leaves OOMs alone.
     assert_eq!(env.status_of(4).as_deref(), Some("failed_oom"));
     assert!(env.job_events(4, "oom").is_empty() && env.job_events(4, "requeued").is_empty());
+}
+
+/// A retry after a failure waits its `retry_delay=` (docs/BEHAVIOUR.md
+/// "Out of memory and timeouts"), says until when, and still waits it
+/// after a restart; without one, the backoff starts at 10 s.
+#[test]
+fn a_failed_job_waits_its_retry_delay_and_says_until_when() {
+    let env = Env::new(
+        "[retries=1 retry_on=fail retry_delay=1.5s] sh -c '[ $GPUSCHED_ATTEMPT -ge 2 ]'\n[retries=2 retry_on=any] exit 4\n",
+    );
+    let status = || std::fs::read_to_string(env.logs.join("status.json")).unwrap_or_default();
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    wait_for("job 1 to wait out its delay", &mut || {
+        status().contains("retries at ") && status().contains("(retry_delay)")
+    });
+    wait_for("job 1 to end ok", &mut || env.status_of_opt(1).is_some());
+    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
+    let requeued = &env.job_events(1, "requeued")[0];
+    let not_before = requeued["not_before"]
+        .as_f64()
+        .expect("not_before journaled");
+    let delay = not_before - requeued["ts"].as_f64().unwrap();
+    assert!((1.4..1.7).contains(&delay), "retry_delay=1.5s: {delay}");
+    let retried = env.job_events(1, "started")[1]["ts"].as_f64().unwrap();
+    assert!(
+        retried >= not_before,
+        "started {retried} before {not_before}"
+    );
+    // No retry_delay=: the backoff, 10 s for the first retry.
+    wait_for("job 2's first retry", &mut || {
+        !env.job_events(2, "requeued").is_empty()
+    });
+    let requeued = &env.job_events(2, "requeued")[0];
+    let delay = requeued["not_before"].as_f64().unwrap() - requeued["ts"].as_f64().unwrap();
+    assert!((9.9..10.5).contains(&delay), "backoff: {delay}");
+    let out = sched.stop();
+    assert!(
+        out.stdout.contains("retry 1 of 2 at ") && out.stdout.contains("(in 10s)"),
+        "{}",
+        out.stdout
+    );
+    // A restart still waits it out.
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    wait_for("job 2 to wait after the restart", &mut || {
+        status().contains("retries at ")
+    });
+    assert_eq!(env.job_events(2, "started").len(), 1, "not started early");
+    sched.stop();
 }

@@ -52,6 +52,16 @@ struct OomRetry {
     cause: Option<OomCause>,
 }
 
+/// The wait before a first retry after a failure under `retry_on=` with
+/// neither `retry_delay=` nor `--retry-delay` (seconds): a failure that
+/// is the machine's (a full disk, a busy port, a flaky file system) has a
+/// moment to pass, and a crash loop costs a few attempts a minute, not a
+/// few thousand.
+pub const FIRST_RETRY_BACKOFF_S: f64 = 10.0;
+
+/// The longest backoff between retries (seconds): it doubles up to this.
+pub const MAX_RETRY_BACKOFF_S: f64 = 300.0;
+
 /// Spent exit records kept before they are removed in one batch.
 const SPENT_RECORDS_BATCH: usize = 10_000;
 
@@ -325,12 +335,15 @@ impl Scheduler {
     ) -> anyhow::Result<()> {
         let (attempts, status) = ended;
         let returncode = facts.exit.map(Exit::returncode);
+        let delay_s = self.retry_delay_s(key, attempts);
+        let not_before = (delay_s > 0.0).then(|| crate::clock::now_ts() + delay_s);
         self.io.journal.append(
             key,
             Event::Requeued {
                 attempts,
                 status,
                 returncode,
+                not_before,
             },
         )?;
         let (allowed, retry_on) = self.retry_budget(key);
@@ -339,13 +352,38 @@ impl Scheduler {
             DoneStatus::Timeout => format!("timed out after {after}"),
             _ => format!("failed after {after} ({})", facts.exit_words()),
         };
+        let when = match not_before {
+            Some(at) => format!(
+                " at {} (in {})",
+                crate::console::clock_seconds(at),
+                crate::console::human_duration(delay_s)
+            ),
+            None => String::new(),
+        };
         self.report.warn(format!(
-            "↻ job {} {how}; retry {attempts} of {allowed} (retry_on={})",
+            "↻ job {} {how}; retry {attempts} of {allowed}{when} (retry_on={})",
             job.no,
             retry_on.as_str()
         ));
         self.tell_requeued(key, job, status.as_str(), returncode, duration_s);
         Ok(())
+    }
+
+    /// How long job `key` waits before retry number `attempt` after a
+    /// failure (seconds; docs/BEHAVIOUR.md "Out of memory and timeouts"):
+    /// its `retry_delay=`, else `--retry-delay`, else a backoff of 10 s
+    /// doubling with each retry, at most [`MAX_RETRY_BACKOFF_S`].
+    fn retry_delay_s(&self, key: &str, attempt: u32) -> f64 {
+        let given = self
+            .core
+            .jobs
+            .spec(key)
+            .and_then(crate::jobspec::JobSpec::retry_delay_s)
+            .or(self.cfg.retry_delay_s);
+        given.unwrap_or_else(|| {
+            let doublings = attempt.saturating_sub(1).min(16);
+            (FIRST_RETRY_BACKOFF_S * f64::from(1u32 << doublings)).min(MAX_RETRY_BACKOFF_S)
+        })
     }
 
     /// Journals and says an attempt retried as an OOM: its own, a stop

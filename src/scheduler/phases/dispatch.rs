@@ -98,9 +98,8 @@ impl Scheduler {
                 .filter(move |j| j.gpus.contains(&index))
         };
         let just_started = |index: u32| {
-            on(index).any(|j| {
-                j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll)
-            })
+            on(index)
+                .any(|j| j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll))
         };
         let all_share_well = |index: u32| {
             let mut ours = on(index).peekable();
@@ -566,6 +565,13 @@ impl Scheduler {
                 }));
             }
         }
+        if let Some(at) = self.io.journal.retry_not_before(&spec.key)
+            && at > now
+        {
+            return Err(Some(WaitReason::RetryDelay {
+                at: at.ceil() as u64,
+            }));
+        }
         match self.readiness_of(&spec.key) {
             Readiness::Ready => Ok(()),
             Readiness::Waiting { no, state } => Err(Some(WaitReason::After { no, state })),
@@ -757,7 +763,7 @@ fn first_begin(blocked: &[(String, WaitReason)], known: Option<f64>) -> Option<f
     blocked
         .iter()
         .filter_map(|(_, reason)| match reason {
-            WaitReason::Begins { at } => Some(*at as f64),
+            WaitReason::Begins { at } | WaitReason::RetryDelay { at } => Some(*at as f64),
             _ => None,
         })
         .chain(known)

@@ -186,6 +186,24 @@ pub fn numbers(values: &[u32], sep: &str) -> String {
         .join(sep)
 }
 
+/// The most characters of a command the views show (the start line,
+/// status.json, the board): a 10 MB command is kept whole in the jobs
+/// file and the journal, not printed whole at every start and rewrite.
+pub const SHOWN_COMMAND_CHARS: usize = 2_000;
+
+/// `command` as the views show it: whole up to
+/// [`SHOWN_COMMAND_CHARS`], else its start and how long it is.
+pub fn shown_command(command: &str) -> std::borrow::Cow<'_, str> {
+    if command.len() <= SHOWN_COMMAND_CHARS {
+        return std::borrow::Cow::Borrowed(command);
+    }
+    let cut: String = command.chars().take(SHOWN_COMMAND_CHARS).collect();
+    std::borrow::Cow::Owned(format!(
+        "{cut}… ({} bytes in all; the jobs file and the journal keep it whole)",
+        command.len()
+    ))
+}
+
 /// `text` cut to `width` characters, with `…` when cut, its control
 /// characters shown as `�` ([`printable`]).
 pub fn shorten(command: &str, width: usize) -> String {

@@ -74,6 +74,29 @@ pub fn parse_values(text: &str) -> Result<Vec<String>, String> {
 /// A decimal number as an integer count of 10^-`scale`, with its count
 /// of decimals.
 fn decimal(text: &str) -> Result<(i128, u32), String> {
+    // Scientific notation, as learning rates are written: `1e-3`,
+    // `2.5E-4`, `1e3`.
+    if let Some((mantissa, exponent)) = text.split_once(['e', 'E']) {
+        let exponent: i32 = exponent
+            .parse()
+            .ok()
+            .filter(|e: &i32| e.abs() <= 18)
+            .ok_or_else(|| format!("{text:?} is not a number"))?;
+        let (value, decimals) =
+            decimal(mantissa).map_err(|_| format!("{text:?} is not a number"))?;
+        let decimals = decimals as i32 - exponent;
+        return if decimals >= 0 {
+            if decimals > 18 {
+                return Err(format!("{text:?} has too many decimals"));
+            }
+            Ok((value, decimals as u32))
+        } else {
+            value
+                .checked_mul(10i128.pow((-decimals) as u32))
+                .map(|v| (v, 0))
+                .ok_or_else(|| format!("{text:?} is too large"))
+        };
+    }
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),

@@ -31,12 +31,19 @@ pub enum DoneStatus {
     DependencyFailed,
     /// Stopped for using more VRAM than it declared (`--enforce stop`)
     /// with no retries left (docs/BEHAVIOUR.md "Declarations that hold").
-    OverDeclared,
+    /// Journals before 0.x wrote it `over_declared`, still read.
+    #[serde(alias = "over_declared")]
+    ExceededDeclaration,
     /// Killed by the kernel's OOM killer at its cgroup's host memory
     /// limit (`mem=`; docs/BEHAVIOUR.md "Containment"); never retried as
     /// a GPU OOM.
     HostOom,
 }
+
+/// What releases before the "one vocabulary" change called
+/// [`DoneStatus::ExceededDeclaration`]: read from old journals and
+/// status documents, never written.
+pub const OLD_EXCEEDED_WORD: &str = "over_declared";
 
 impl DoneStatus {
     /// The word used in the journal, on the board and in completion lines.
@@ -49,13 +56,18 @@ impl DoneStatus {
             DoneStatus::Cancelled => "cancelled",
             DoneStatus::Infeasible => "infeasible",
             DoneStatus::DependencyFailed => "dependency_failed",
-            DoneStatus::OverDeclared => "over_declared",
+            DoneStatus::ExceededDeclaration => "exceeded_declaration",
             DoneStatus::HostOom => "host_oom",
         }
     }
 
     /// The status whose word is `word`, if any.
     pub fn from_word(word: &str) -> Option<DoneStatus> {
+        // The word an older release wrote for a job that used more than
+        // it declared.
+        if word == OLD_EXCEEDED_WORD {
+            return Some(DoneStatus::ExceededDeclaration);
+        }
         DoneStatus::VARIANTS
             .iter()
             .copied()
@@ -85,7 +97,7 @@ impl DoneStatus {
             | DoneStatus::Timeout
             | DoneStatus::Infeasible
             | DoneStatus::DependencyFailed
-            | DoneStatus::OverDeclared
+            | DoneStatus::ExceededDeclaration
             | DoneStatus::HostOom => true,
         }
     }
@@ -98,8 +110,10 @@ impl DoneStatus {
 #[serde(rename_all = "snake_case")]
 pub enum OomCause {
     /// Stopped under `--enforce stop` at this measured peak (MiB per GPU)
-    /// over its declaration; retried with a bigger one.
-    OverDeclared {
+    /// over its declaration; retried with a bigger one (`over_declared`
+    /// in older journals).
+    #[serde(alias = "over_declared")]
+    ExceededDeclaration {
         /// Its highest per-GPU peak (MiB).
         peak_mib: Option<u64>,
     },
@@ -260,6 +274,9 @@ impl JobState {
 
     /// The state whose word is `word`, if any.
     pub fn from_word(word: &str) -> Option<JobState> {
+        if let Some(done) = DoneStatus::from_word(word) {
+            return Some(JobState::Done(done));
+        }
         JobState::all().find(|s| s.as_str() == word)
     }
 
@@ -346,7 +363,12 @@ mod tests {
             }
         }
         assert!(JobState::from_word("host_oom").is_some());
-        assert!(JobState::from_word("over_declared").is_some());
+        assert!(JobState::from_word("exceeded_declaration").is_some());
+        assert_eq!(
+            DoneStatus::from_word("over_declared"),
+            Some(DoneStatus::ExceededDeclaration),
+            "the old word is still read"
+        );
         for state in JobState::all() {
             assert_eq!(JobState::from_word(state.as_str()), Some(state));
             let json = serde_json::to_string(&state).unwrap();

@@ -217,6 +217,10 @@ pub struct Running {
     /// sharing a GPU as alone: then its GPUs count as computing flat out
     /// whatever a sample says of their utilisation.
     pub slows_sharing: bool,
+    /// The limits it asked for that nothing enforces here (`mem=50M not
+    /// enforced: no cgroup …`), said on its start and completion lines and
+    /// in status.json (docs/BEHAVIOUR.md "Containment").
+    pub unenforced: Option<String>,
 }
 
 impl Running {

@@ -562,6 +562,24 @@ pub enum WaitReason {
     },
 }
 
+impl WaitReason {
+    /// The reasons that wait for a moment: `begins at 22:00:00`,
+    /// `retries at 14:11:23 (retry_delay)`.
+    fn fmt_time(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitReason::Begins { at } => {
+                write!(f, "begins at {}", crate::console::clock_seconds(*at as f64))
+            }
+            WaitReason::RetryDelay { at } => write!(
+                f,
+                "retries at {} (retry_delay)",
+                crate::console::clock_seconds(*at as f64)
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let label = |index: u32| crate::model::device_label(index);
@@ -573,14 +591,7 @@ impl std::fmt::Display for WaitReason {
                 crate::console::gpu_ids(gpus, ", ")
             ),
             WaitReason::OnHold => write!(f, "held (gpusched release)"),
-            WaitReason::Begins { at } => {
-                write!(f, "begins at {}", crate::console::clock_seconds(*at as f64))
-            }
-            WaitReason::RetryDelay { at } => write!(
-                f,
-                "retries at {} (retry_delay)",
-                crate::console::clock_seconds(*at as f64)
-            ),
+            WaitReason::Begins { .. } | WaitReason::RetryDelay { .. } => self.fmt_time(f),
             WaitReason::After { no, state } => write!(f, "after job {no} ({state})"),
             WaitReason::WouldDelay { no, at } => write!(
                 f,

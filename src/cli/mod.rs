@@ -480,7 +480,7 @@ pub struct RunArgs {
     pub notify: Vec<String>,
 
     /// What --notify posts, comma-separated: failed (every ending but ok
-    /// and cancelled: failed, failed_oom, host_oom, over_declared,
+    /// and cancelled: failed, failed_oom, host_oom, exceeded_declaration,
     /// timeout, infeasible, dependency_failed), ok, all, drained (nothing
     /// runs or waits any more), paused (GPU queries or writes failing).
     #[arg(

@@ -102,7 +102,7 @@ fn every_attribute_is_an_add_flag_that_reaches_the_line() {
     let samples = |name: &str| match name {
         "vram" | "mem" => "8G",
         "gpus" | "cpus" | "retries" | "priority" | "limit" => "2",
-        "timeout" => "2h",
+        "timeout" | "retry_delay" => "2h",
         "retry_on" => "fail",
         "begin" => "+2h",
         "name" | "family" | "group" => "x",

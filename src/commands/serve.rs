@@ -148,8 +148,17 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Ok(mut slot) = shared.box_json.write() {
         *slot = first;
     }
-    let listener = std::net::TcpListener::bind(args.listen)
-        .map_err(|e| Error::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
+    let listener = std::net::TcpListener::bind(args.listen).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            let next = std::net::SocketAddr::new(args.listen.ip(), args.listen.port().wrapping_add(1));
+            format!(
+                " — another server (perhaps another user's gpusched serve) has that port; pick another with --listen {next}"
+            )
+        } else {
+            String::new()
+        };
+        Error::Usage(format!("cannot listen on {}: {e}{hint}", args.listen))
+    })?;
     let login = format!(
         "http://{}/login?token={}",
         args.listen,

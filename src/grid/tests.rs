@@ -6,7 +6,7 @@ fn values(text: &str) -> Vec<String> {
 
 #[test]
 fn values_parse_as_written() {
-    let table: [(&str, &[&str]); 10] = [
+    let table: [(&str, &[&str]); 12] = [
         ("a,b,c", &["a", "b", "c"]),
         ("resnet18", &["resnet18"]),
         ("1..5", &["1", "2", "3", "4", "5"]),
@@ -17,6 +17,9 @@ fn values_parse_as_written() {
         ("0.1..0.3:0.05", &["0.10", "0.15", "0.20", "0.25", "0.30"]),
         ("1..2:0.5", &["1.0", "1.5", "2.0"]),
         ("1e-4,3e-4", &["1e-4", "3e-4"]),
+        // Scientific notation in a range, as learning rates are written.
+        ("1e-3..3e-3:1e-3", &["0.001", "0.002", "0.003"]),
+        ("1e2..3e2:1E2", &["100", "200", "300"]),
     ];
     for (text, expected) in table {
         assert_eq!(values(text), expected, "{text}");

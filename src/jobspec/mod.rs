@@ -368,6 +368,48 @@ pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>, ParseError> {
     }
 }
 
+/// The most bad lines a [`BadLines`] names; the rest are counted.
+pub const BAD_LINES_SHOWN: usize = 20;
+
+/// Every bad line of a jobs file (docs/BEHAVIOUR.md "Jobs file"), in line
+/// order: one is said as its [`ParseError`]; several as a count, then one
+/// line each (at most [`BAD_LINES_SHOWN`], the rest counted), so that a
+/// file with three mistakes is fixed in one pass, not three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLines(pub Vec<ParseError>);
+
+impl std::fmt::Display for BadLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            all => {
+                write!(f, "{} bad lines:", all.len())?;
+                for e in all.iter().take(BAD_LINES_SHOWN) {
+                    write!(f, "\n  {e}")?;
+                }
+                if all.len() > BAD_LINES_SHOWN {
+                    write!(f, "\n  … and {} more", all.len() - BAD_LINES_SHOWN)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for BadLines {}
+
+/// [`parse_jobs`], naming every bad line ([`BadLines`]).
+///
+/// Errors: the file has at least one bad line.
+pub fn parse_jobs_all(text: &str) -> Result<Vec<JobSpec>, BadLines> {
+    let (jobs, errors) = parse_jobs_lenient(text);
+    if errors.is_empty() {
+        Ok(jobs)
+    } else {
+        Err(BadLines(errors))
+    }
+}
+
 /// Parses every good line of a jobs file and collects the errors of the
 /// bad ones, in line order. Keys are assigned over the good lines — the one
 /// place the identity rule (docs/BEHAVIOUR.md "Identity") is applied.

@@ -88,6 +88,23 @@ impl Journal {
         self.apply(&record.key, record.ts, step);
     }
 
+    /// Keeps the retry delays ([`Journal::retry_not_before`]): a
+    /// `requeued` with a moment sets one, a start, an end or another
+    /// requeue of the key clears it.
+    fn note_retry_delay(&mut self, key: &str, step: &Fold) {
+        match step {
+            Fold::Requeued(_, Some(at)) => {
+                self.retry_not_before.insert(key.to_string(), *at);
+            }
+            Fold::Started { .. } | Fold::Done { .. } | Fold::Retry | Fold::Requeued(_, None)
+                if !self.retry_not_before.is_empty() =>
+            {
+                self.retry_not_before.remove(key);
+            }
+            _ => {}
+        }
+    }
+
     /// The one place where events change a key's state.
     pub(super) fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
@@ -100,17 +117,7 @@ impl Journal {
             }
             return;
         }
-        match &step {
-            Fold::Requeued(_, Some(at)) => {
-                self.retry_not_before.insert(key.to_string(), *at);
-            }
-            Fold::Started { .. } | Fold::Done { .. } | Fold::Retry | Fold::Requeued(_, None)
-                if !self.retry_not_before.is_empty() =>
-            {
-                self.retry_not_before.remove(key);
-            }
-            _ => {}
-        }
+        self.note_retry_delay(key, &step);
         match &step {
             Fold::StarvationHold(gpus) => {
                 self.starvation_hold = Some((key.to_string(), gpus.clone()));

@@ -68,7 +68,7 @@ fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
         KillReason::Cancel,
         KillReason::Timeout,
         KillReason::Preempt,
-        KillReason::OverDeclared,
+        KillReason::ExceededDeclaration,
     ] {
         let kill = Some((reason, 100.0));
         // Exited 0 before the kill reached it: ok, whatever the kill.
@@ -92,7 +92,7 @@ fn an_end_the_kill_did_not_reach_keeps_its_real_outcome() {
             KillReason::Timeout => Outcome::Done(DoneStatus::Timeout),
             KillReason::Preempt => Outcome::Preempted,
             // No retries in `outcome`'s facts.
-            KillReason::OverDeclared => Outcome::Done(DoneStatus::OverDeclared),
+            KillReason::ExceededDeclaration => Outcome::Done(DoneStatus::ExceededDeclaration),
         };
         assert_eq!(outcome(&killed.end_facts(nowhere, kill)), expected);
     }

@@ -12,8 +12,8 @@ pub enum KillReason {
     Preempt,
     /// It used more VRAM than it declared, under `--enforce stop`
     /// (docs/BEHAVIOUR.md "Declarations that hold"): retried as an OOM is,
-    /// with a bigger declaration, or ends `over_declared`.
-    OverDeclared,
+    /// with a bigger declaration, or ends `exceeded_declaration`.
+    ExceededDeclaration,
     /// Its `timeout=` was reached (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `timeout`.
     Timeout,
     /// The user added `cancel` to its line (docs/BEHAVIOUR.md "Out of memory and timeouts"): ends `cancelled`.
@@ -24,12 +24,12 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    /// The word for boards and notes: `preempt`, `over_declared`,
+    /// The word for boards and notes: `preempt`, `exceeded_declaration`,
     /// `timeout`, `cancel`, `shutdown`.
     pub fn as_str(self) -> &'static str {
         match self {
             KillReason::Preempt => "preempt",
-            KillReason::OverDeclared => "over_declared",
+            KillReason::ExceededDeclaration => "exceeded_declaration",
             KillReason::Timeout => "timeout",
             KillReason::Cancel => "cancel",
             KillReason::Shutdown => "shutdown",

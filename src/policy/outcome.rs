@@ -216,7 +216,7 @@ pub enum Outcome {
 
 /// The outcome rule. A kill decides first (shutdown, cancel, timeout: a
 /// cancel uses no retry; a stop for over-use is retried as an OOM with a
-/// bigger declaration while retries are left, else `over_declared`); then
+/// bigger declaration while retries are left, else `exceeded_declaration`); then
 /// an unknown exit is `interrupted`; exit 0 is `ok`; a failure whose log
 /// shows a CUDA OOM is retried with the same declaration and no retry
 /// used when a neighbour was over its declaration, else with a bigger one
@@ -245,17 +245,17 @@ fn decide_oom(end: &AttemptEnd) -> Outcome {
     let oom_retry_left = end.retry_on.ooms() && end.retries_used < end.retries_allowed;
     match end.kill {
         Some(KillReason::Shutdown) => return Outcome::StoppedWithScheduler,
-        Some(KillReason::OverDeclared) => {
+        Some(KillReason::ExceededDeclaration) => {
             return if oom_retry_left {
                 Outcome::OomRetry {
                     attempts: end.retries_used + 1,
                     next_vram_mib: enforced_bump(end.declared_mib, end.peak_mib),
-                    cause: Some(OomCause::OverDeclared {
+                    cause: Some(OomCause::ExceededDeclaration {
                         peak_mib: end.peak_mib,
                     }),
                 }
             } else {
-                Outcome::Done(DoneStatus::OverDeclared)
+                Outcome::Done(DoneStatus::ExceededDeclaration)
             };
         }
         Some(KillReason::Cancel) => return Outcome::Done(DoneStatus::Cancelled),
@@ -421,12 +421,21 @@ mod tests {
             Outcome::Done(DoneStatus::Ok)
         );
         // A stop for over-use is an OOM's kind of retry.
-        let over = with(RetryOn::Fail, fail, Some(KillReason::OverDeclared), "", 0);
-        assert_eq!(decide(&over), Outcome::Done(DoneStatus::OverDeclared));
+        let over = with(
+            RetryOn::Fail,
+            fail,
+            Some(KillReason::ExceededDeclaration),
+            "",
+            0,
+        );
+        assert_eq!(
+            decide(&over),
+            Outcome::Done(DoneStatus::ExceededDeclaration)
+        );
     }
 
     /// A ramping job stopped at 7,395 MiB on its way to 12,000 used to be
-    /// retried at 9,244, then 10,466, and end `over_declared`: twice its
+    /// retried at 9,244, then 10,466, and end `exceeded_declaration`: twice its
     /// declaration reaches the peak in one retry; 1.25 × a peak far past
     /// the declaration is used when larger.
     #[test]
@@ -474,7 +483,7 @@ mod tests {
         let stopped = |used| {
             end(
                 Some(Exit::Signal(15)),
-                Some(KillReason::OverDeclared),
+                Some(KillReason::ExceededDeclaration),
                 "",
                 used,
             )
@@ -486,12 +495,15 @@ mod tests {
                 // Twice its declaration (4000), more than 1.25 × the
                 // 4500 it was stopped at on its way up.
                 next_vram_mib: Some(8000),
-                cause: Some(OomCause::OverDeclared {
+                cause: Some(OomCause::ExceededDeclaration {
                     peak_mib: Some(4500)
                 }),
             }
         );
-        assert_eq!(decide(&stopped(2)), Outcome::Done(DoneStatus::OverDeclared));
+        assert_eq!(
+            decide(&stopped(2)),
+            Outcome::Done(DoneStatus::ExceededDeclaration)
+        );
     }
 
     #[test]

@@ -69,6 +69,33 @@ impl BoxRules {
         }
     }
 
+    /// What the rules say for `user`, in a few words, for the line said
+    /// when they are reloaded: `your quota: max_gpus 2, max_running 4;
+    /// fair share on (half-life 7d)`.
+    pub fn summary_for(&self, user: &str) -> String {
+        let q = self.quota_for(user);
+        let limits: Vec<String> = [
+            q.max_gpus.map(|n| format!("max_gpus {n}")),
+            q.max_vram_mib.map(|m| format!("max_vram {m} MiB")),
+            q.max_running.map(|n| format!("max_running {n}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let quota = if limits.is_empty() {
+            "no quota for you".to_string()
+        } else {
+            format!("your quota: {}", limits.join(", "))
+        };
+        match self.fair_share {
+            Some(f) => format!(
+                "{quota}; fair share on (half-life {})",
+                crate::console::human_duration(f.half_life_s)
+            ),
+            None => format!("{quota}; fair share off"),
+        }
+    }
+
     /// The share of `user` (`[shares]`, default 1).
     pub fn share_of(&self, user: &str) -> f64 {
         self.shares.get(user).copied().unwrap_or(1.0)
@@ -312,13 +339,41 @@ pub struct BoxState {
     pub last_flush: Option<std::time::Instant>,
     /// Our jobs waiting, as last published.
     pub pending: u64,
+    /// The rules file watched for changes (docs/BEHAVIOUR.md "Rules for a
+    /// shared box"): the one given (`--box-rules`, `GPUSCHED_BOX_RULES`)
+    /// or the default place, and whether it was given.
+    pub watched: (PathBuf, bool),
+    /// What the file looked like when last read (modification time,
+    /// length, inode); `None` when it was not there.
+    pub stamp: Option<(std::time::SystemTime, u64, u64)>,
+    /// When the file was last looked at.
+    pub checked: Option<std::time::Instant>,
+    /// The last problem said with a changed file (said once).
+    pub problem: Option<String>,
+}
+
+/// How often the rules file is looked at for changes: a change takes
+/// effect for the next starts within this.
+pub const RULES_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The file's stamp ([`BoxState::stamp`]), if it is there.
+pub fn stamp_of(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
 impl BoxState {
-    /// The state for `rules`, for the user we run as.
-    pub fn new(rules: Option<BoxRules>) -> BoxState {
+    /// The state for `rules`, read from `given` (or the default place),
+    /// for the user we run as.
+    pub fn new(rules: Option<BoxRules>, given: Option<&Path>) -> BoxState {
         let uid = nix::unistd::geteuid().as_raw();
+        let watched = locate(given);
         BoxState {
+            stamp: stamp_of(&watched.0),
+            watched,
+            checked: None,
+            problem: None,
             rules,
             uid,
             user: crate::files::user_name(uid),

@@ -61,6 +61,7 @@ impl Scheduler {
         let now = Instant::now();
         self.retry_after_io_error();
         self.guard(|s| s.reload_jobs_file());
+        self.reload_box_rules(now);
         self.guard(|s| s.apply_requests());
         self.guard(|s| s.reap_children());
         self.guard(|s| s.note_deliveries());

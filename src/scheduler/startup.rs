@@ -62,7 +62,7 @@ impl Scheduler {
         let (mut wakes, warnings) = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
         warnings.iter().for_each(|w| warn(w));
         let rules = crate::rules::load(args.box_rules.as_deref())?;
-        let box_state = crate::rules::BoxState::new(rules);
+        let box_state = crate::rules::BoxState::new(rules, args.box_rules.as_deref());
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?
             .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
@@ -475,7 +475,7 @@ fn read_first_jobs_file(
         .map_err(|e| Error::JobsFile(format!("cannot read jobs file {}: {e}", path.display())))?;
     let text =
         jobspec::decode(bytes).map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
-    let specs = jobspec::parse_jobs(&text)
+    let specs = jobspec::parse_jobs_all(&text)
         .map_err(|e| Error::JobsFile(format!("{}: {e}", path.display())))?;
     let (text_len, text_hash) = (text.len(), super::phases::TextHash::of(&text));
     tracing::debug!(

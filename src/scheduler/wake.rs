@@ -311,6 +311,11 @@ impl Scheduler {
         {
             deadline = deadline.min(due.max(now));
         }
+        // The box rules file is looked at every second (a change applies
+        // to the next starts within it).
+        if let Some(checked) = self.core.box_state.checked {
+            deadline = deadline.min((checked + crate::rules::RULES_CHECK).max(now));
+        }
         if let Some(at) = self.round.next_begin {
             let ahead = (at - crate::clock::now_ts()).max(0.0);
             deadline = deadline.min(now + Duration::from_secs_f64(ahead));

@@ -28,8 +28,8 @@ pub enum Outcome {
     /// Killed at its `timeout=`.
     Timeout,
     /// Stopped for using more VRAM than it declared (`--enforce stop`;
-    /// retried, or `over_declared`).
-    OverDeclared,
+    /// retried, or `exceeded_declaration`).
+    ExceededDeclaration,
     /// Killed by the kernel's OOM killer at its host memory limit (`mem=`).
     HostOom,
     /// Cancelled.
@@ -50,7 +50,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Oom => "oom",
             Outcome::Timeout => "timeout",
-            Outcome::OverDeclared => "over_declared",
+            Outcome::ExceededDeclaration => "exceeded_declaration",
             Outcome::HostOom => "host_oom",
             Outcome::Cancelled => "cancelled",
             Outcome::Preempted => "preempted",
@@ -64,7 +64,7 @@ impl Outcome {
             DoneStatus::Ok => Outcome::Ok,
             DoneStatus::FailedOom => Outcome::Oom,
             DoneStatus::Timeout => Outcome::Timeout,
-            DoneStatus::OverDeclared => Outcome::OverDeclared,
+            DoneStatus::ExceededDeclaration => Outcome::ExceededDeclaration,
             DoneStatus::Cancelled => Outcome::Cancelled,
             DoneStatus::HostOom => Outcome::HostOom,
             DoneStatus::Failed | DoneStatus::Infeasible | DoneStatus::DependencyFailed => {
@@ -223,9 +223,9 @@ pub fn build(
             Event::Oom { .. } | Event::Preempted { .. } => {
                 let (kind, outcome) = match &line.event {
                     Event::Oom {
-                        cause: Some(crate::model::OomCause::OverDeclared { .. }),
+                        cause: Some(crate::model::OomCause::ExceededDeclaration { .. }),
                         ..
-                    } => (MarkerKind::OomRetry, Outcome::OverDeclared),
+                    } => (MarkerKind::OomRetry, Outcome::ExceededDeclaration),
                     Event::Oom { .. } => (MarkerKind::OomRetry, Outcome::Oom),
                     _ => (MarkerKind::Preempted, Outcome::Preempted),
                 };

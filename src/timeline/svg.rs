@@ -79,7 +79,7 @@ pub fn render(run: &Run, options: &Options) -> String {
 .ours{{fill:#42a5f5;fill-opacity:.55}} .others{{fill:#9e9e9e;fill-opacity:.6}} .capacity{{stroke:#555;stroke-dasharray:4 3;fill:none}}
 .bar rect{{stroke:#fff;stroke-width:.5}} .bar text{{fill:#fff;font-size:10px}}
 .ok rect,rect.ok{{fill:#43a047}} .failed rect,rect.failed{{fill:#e53935}} .oom rect,rect.oom{{fill:#8e24aa}} .timeout rect,rect.timeout{{fill:#fb8c00}}
-.over_declared rect,rect.over_declared{{fill:#d81b60}} .host_oom rect,rect.host_oom{{fill:#4a148c}} .cancelled rect,rect.cancelled{{fill:#757575}} .preempted rect,rect.preempted{{fill:#1e88e5}} .interrupted rect,rect.interrupted{{fill:#6d4c41}} .running rect,rect.running{{fill:#00897b}}
+.exceeded_declaration rect,rect.exceeded_declaration{{fill:#d81b60}} .host_oom rect,rect.host_oom{{fill:#4a148c}} .cancelled rect,rect.cancelled{{fill:#757575}} .preempted rect,rect.preempted{{fill:#1e88e5}} .interrupted rect,rect.interrupted{{fill:#6d4c41}} .running rect,rect.running{{fill:#00897b}}
 .many rect{{fill:#607d8b}}
 .marker-oom{{fill:#8e24aa;stroke:#fff}} .marker-preempted{{fill:#1e88e5;stroke:#fff}} .marker-reserved{{stroke:#fb8c00;stroke-width:2;stroke-dasharray:5 3}}
 .axis line{{stroke:#999}} .axis text{{fill:#444}}

@@ -387,7 +387,7 @@ fn board_row(job: &JobStatus) -> BoardRow {
             current_mib: job.current_mib.values().copied().max(),
             peak_mib: job.peak_mib.values().copied().max().flatten(),
             vram_mib: job.vram_mib,
-            over: job.over_declared,
+            over: job.exceeded_declaration,
             note: {
                 let parts: Vec<String> = [
                     running_note(job).or_else(|| job.vram_source.clone()),
@@ -487,7 +487,7 @@ mod tests {
             peak_mib: Default::default(),
             attempt: 1,
             retries_used: 0,
-            over_declared: false,
+            exceeded_declaration: false,
             no_gpu_memory: false,
             last_line: None,
             declaration: None,

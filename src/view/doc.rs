@@ -171,7 +171,9 @@ pub fn job_status(
         no: state.no,
         key: key.to_string(),
         state: queue::job_state(state, false),
-        command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+        command: spec
+            .map(|s| crate::console::shown_command(&s.command).into_owned())
+            .unwrap_or_default(),
         name: spec.and_then(|s| s.name().map(str::to_string)),
         gpus: Vec::new(),
         gpus_wanted: spec.map_or(1, |s| s.gpus),
@@ -180,7 +182,7 @@ pub fn job_status(
         peak_mib: BTreeMap::new(),
         attempt: state.attempts,
         retries_used: state.retries_used,
-        over_declared: false,
+        exceeded_declaration: false,
         no_gpu_memory: false,
         last_line: None,
         declaration: None,
@@ -225,7 +227,7 @@ pub fn job_status(
         job.no_gpu_memory = done.no_gpu_memory;
         job.last_line = done.last_line.as_deref().map(str::to_string);
         job.declaration = done.declaration;
-        job.over_declared = done
+        job.exceeded_declaration = done
             .declaration
             .is_some_and(|d| d.fit == crate::model::Fit::TooSmall);
         // A job that ran has a log (a CPU-only or Slurm job's without GPUs
@@ -245,7 +247,7 @@ pub fn job_status(
 fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
     let elapsed = run.started.elapsed().as_secs_f64();
     job.state = JobState::Running;
-    job.command = run.command.clone();
+    job.command = crate::console::shown_command(&run.command).into_owned();
     job.gpus = run.gpus.clone();
     job.vram_mib = run.vram_mib;
     job.vram_source = run.learned.as_ref().map(|(_, p)| p.to_string());
@@ -261,7 +263,7 @@ fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
         .iter()
         .map(|g| (g.to_string(), run.usage.peak_mib.get(g).copied()))
         .collect();
-    job.over_declared =
+    job.exceeded_declaration =
         run.vram_mib
             .zip(run.usage.peak_max_mib())
             .is_some_and(|(declared, peak)| {
@@ -285,6 +287,12 @@ fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
         _ if run.attempt > 1 => Some(format!("attempt {}", run.attempt)),
         _ => None,
     };
+    if let Some(unenforced) = &run.unenforced {
+        job.note = Some(match job.note.take() {
+            Some(note) => format!("{note}; {unenforced}"),
+            None => unenforced.clone(),
+        });
+    }
 }
 
 fn orphan_note(pgid: Pgid) -> String {

@@ -22,16 +22,19 @@ pub fn log_name(no: u32, gpus: &[u32]) -> String {
 
 /// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md
 /// "Monitoring"), from the check made when the job ended: `declaration N
-/// MiB within ±T%`, `over-declared by N %` or `UNDER-DECLARED by N %`, N
-/// relative to the declaration of `declared` MiB.
+/// MiB within ±T%`, `declared too much by N%` or `DECLARED TOO LITTLE by
+/// N%` (capitals: the job used more than it said, which can take a
+/// neighbour's memory), N relative to the declaration of `declared` MiB.
 pub fn verdict(check: DeclarationCheck, declared: u64, tolerance: f64) -> String {
     let percent = check.percent;
     match check.fit {
         Fit::TooSmall => {
-            format!("UNDER-DECLARED by {percent}% (declared {declared} MiB; raise it)")
+            format!("DECLARED TOO LITTLE by {percent}% (declared {declared} MiB; raise it)")
         }
         Fit::TooLarge => {
-            format!("over-declared by {percent}% (declared {declared} MiB; lowering it frees room)")
+            format!(
+                "declared too much by {percent}% (declared {declared} MiB; lowering it frees room)"
+            )
         }
         Fit::Within => format!(
             "declaration {declared} MiB within ±{:.0}%",
@@ -75,12 +78,15 @@ pub struct CompletionLine<'a> {
     pub observed: &'a crate::policy::outcome::Observations,
     /// The MPS memory limit (MiB per GPU) it ran out of memory at, under
     /// `--enforce mps`: said instead of the verdict, which would call a
-    /// job stopped at its limit over-declared.
+    /// job stopped at its limit as having declared too much.
     pub mps_limit_mib: Option<u64>,
     /// `--tolerance`, for the verdict.
     pub tolerance: f64,
     /// Its log, named when it failed.
     pub log: Option<&'a std::path::Path>,
+    /// The limits it asked for that nothing enforced (`mem=`, `cpus=`
+    /// with no cgroup to hold them), said at its end as at its start.
+    pub unenforced: Option<&'a str>,
 }
 
 /// What a completion line, the board and the summary say of a declared
@@ -156,6 +162,9 @@ pub fn completion_line(c: &CompletionLine) -> String {
     }
     if c.status == crate::model::DoneStatus::FailedOom && c.mps_limit_mib.is_none() {
         line.push_str(" — CUDA out of memory, no retries left (add retries=N or --oom-retries N)");
+    }
+    if let Some(unenforced) = c.unenforced {
+        let _ = write!(line, " — {unenforced}");
     }
     if let Some(path) = c.log
         && c.status.is_failure()
@@ -469,8 +478,12 @@ mod tests {
             verdict(check(Fit::Within, 9), 8000, 0.1),
             "declaration 8000 MiB within ±10%"
         );
-        assert!(verdict(check(Fit::TooLarge, 50), 8000, 0.1).starts_with("over-declared by 50%"));
-        assert!(verdict(check(Fit::TooSmall, 25), 8000, 0.1).starts_with("UNDER-DECLARED by 25%"));
+        assert!(
+            verdict(check(Fit::TooLarge, 50), 8000, 0.1).starts_with("declared too much by 50%")
+        );
+        assert!(
+            verdict(check(Fit::TooSmall, 25), 8000, 0.1).starts_with("DECLARED TOO LITTLE by 25%")
+        );
     }
 
     #[test]

@@ -294,3 +294,47 @@ fn a_job_held_by_its_quota_keeps_nothing_free_for_fair_share() {
     assert!(a_env.events("done").is_empty(), "{}", out.stdout);
     a.stop();
 }
+
+/// A changed rules file applies to the next starts without a restart
+/// (docs/BEHAVIOUR.md "Rules for a shared box"): the quota is raised while
+/// a job runs, more start within seconds, the change is said, and the
+/// running job is neither killed nor run again. A file made unusable
+/// keeps the rules in force, said once.
+#[test]
+fn a_changed_quota_applies_to_the_next_starts_without_a_restart() {
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("[quota.users.gpusched-t-alice]\nmax_gpus = 1\n");
+    let env = users_env(&"sleep 4\n".repeat(4), alice);
+    let sched = spawn_as(&env, alice, &b, 4, true);
+    let running = || status_json(&env)["counts"]["running"].as_u64().unwrap_or(0);
+    wait_for("one job running under a quota of 1", &mut || running() == 1);
+    // Replaced as editors and config tools do: a new file renamed over.
+    let write = |text: &str| {
+        let fresh = b.rules.with_extension("new");
+        std::fs::write(&fresh, text).unwrap();
+        std::fs::rename(&fresh, &b.rules).unwrap();
+    };
+    write("[quota.users.gpusched-t-alice]\nmax_gpus = 3\n");
+    wait_for("three running under the new quota", &mut || running() == 3);
+    // An unusable file: said, and the quota of 3 stays.
+    write("[quota.users.gpusched-t-alice]\nmax_gpus = many\n");
+    let out = sched.finish();
+    assert!(
+        out.stdout.contains("reloaded: your quota: max_gpus 3"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("the rules in force stay until it is fixed"),
+        "{}",
+        out.stdout
+    );
+    for no in 1..=4 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+        assert_eq!(env.job_events(no, "started").len(), 1, "job {no} ran once");
+    }
+    assert!(peak_gpus(&env.attempts()) <= 3);
+}

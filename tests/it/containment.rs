@@ -363,16 +363,48 @@ fn run_as(mut cmd: std::process::Command, user: (u32, u32)) -> common::Output {
 
 #[test]
 fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
-    let Some((user, env)) = user_without_cgroups("[mem=64M] echo ran\n") else {
+    let Some((user, env)) =
+        user_without_cgroups("[mem=64M] echo ran\n[mem=64M cpus=1] sleep 2\necho plain\n")
+    else {
         return;
     };
-    let out = run_as(env.command(&["--sim", "1", "--poll", "0.2"]), user);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let mut cmd = env.command(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    std::os::unix::process::CommandExt::uid(&mut cmd, user.0);
+    std::os::unix::process::CommandExt::gid(&mut cmd, user.1);
+    let sched = common::Sched::from_command(cmd);
+    // While job 2 runs, status.json says its limits hold nothing.
+    wait_for("job 2's note", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|s| s.contains("mem= and cpus= not enforced: no cgroup can be made here"))
+    });
+    wait_for("every job to end", &mut || {
+        env.status_of_opt(3).is_some() && env.status_of_opt(2).is_some()
+    });
+    let out = sched.stop();
     let said = format!("{}{}", out.stdout, out.stderr);
     assert_eq!(said.matches("no cgroups for jobs").count(), 1, "{said}");
     assert!(said.contains("Delegate=yes"), "how to get it: {said}");
-    assert_eq!(env.status_of(1).as_deref(), Some("ok"));
-    assert!(cgroup_of(&env, 1).is_empty(), "uncontained");
+    for no in 1..=3 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+        assert!(cgroup_of(&env, no).is_empty(), "uncontained");
+    }
+    // Each job that asked for a limit says, at its start and its end,
+    // that nothing held it; the job that asked nothing says nothing.
+    let lines = |no: u32| -> Vec<&str> {
+        said.lines()
+            .filter(|l| l.contains(&format!(" job {no} ")))
+            .filter(|l| l.contains('▶') || l.contains('✓'))
+            .collect()
+    };
+    for (no, what) in [(1, "mem= not enforced"), (2, "mem= and cpus= not enforced")] {
+        let lines = lines(no);
+        assert_eq!(lines.len(), 2, "start and end of job {no}: {said}");
+        assert!(lines.iter().all(|l| l.contains(what)), "{lines:?}");
+    }
+    assert!(
+        lines(3).iter().all(|l| !l.contains("not enforced")),
+        "{said}"
+    );
 }
 
 /// A journal whose orphan names `dirs` as its cgroup: after the restart

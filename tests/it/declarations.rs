@@ -94,7 +94,7 @@ fn enforce_stop_stops_the_liar_before_it_takes_the_honest_job_down() {
     // The peak seen when it was stopped: its ramp's top, or a step of the
     // ramp a sample caught on the way up (a loaded machine), but over its
     // declaration plus --tolerance either way.
-    let peak = oom[0]["cause"]["over_declared"]["peak_mib"]
+    let peak = oom[0]["cause"]["exceeded_declaration"]["peak_mib"]
         .as_u64()
         .unwrap();
     assert!((9011..=16000).contains(&peak), "{oom:?}");
@@ -125,7 +125,7 @@ fn without_enforcement_the_victim_is_retried_unbumped_and_the_liar_is_named() {
         .iter()
         .find(|j| j["no"] == 1)
         .unwrap();
-    assert_eq!(liar["over_declared"], true, "{liar}");
+    assert_eq!(liar["exceeded_declaration"], true, "{liar}");
     common::assert_valid_status(&doc);
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
@@ -184,7 +184,7 @@ fn a_line_overrides_the_enforcement_mode() {
 /// A job that declares 6G and ramps to 12,000 MiB, alone under `--enforce
 /// stop`: stopped on its way up, it is retried at twice its declaration,
 /// which reaches its peak — not at 1.25 × where it was stopped, which
-/// stopped it again and again until it ended `over_declared`.
+/// stopped it again and again until it ended `exceeded_declaration`.
 #[test]
 fn a_ramping_job_stopped_for_over_use_is_retried_big_enough_once() {
     let env = Env::new("[vram=6G retries=2] gpusched simjob --vram 12000 --ramp 2 --hold 0.5\n");

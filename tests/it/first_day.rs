@@ -440,3 +440,64 @@ fn the_timeline_has_a_mib_scale() {
         assert!(svg.contains(label), "no {label} on the scale");
     }
 }
+
+/// Week two's edges: every bad line of a jobs file is named at once (up
+/// to a cap), not only the first; a 4 MB command is shown cut in the
+/// views and the start line while the journal keeps it whole; a second
+/// `serve` on a taken port is told to pick another with `--listen`.
+#[test]
+fn every_bad_line_is_named_a_huge_command_is_cut_in_views_and_a_taken_port_names_listen() {
+    let env = Env::new("[vrma=1] a\nok\n[vram=x] b\n[gpus=-1] c\n");
+    let out = env.run(&["--sim", "1"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    for line in [
+        "line 1: unknown attribute 'vrma'",
+        "line 3: bad vram",
+        "line 4: ",
+    ] {
+        assert!(out.stderr.contains(line), "{line}: {}", out.stderr);
+    }
+    assert!(out.stderr.contains("3 bad lines"), "{}", out.stderr);
+    let many: String = (0..30).map(|i| format!("[vram=x{i}] j\n")).collect();
+    env.write_jobs(&many);
+    let out = env.run(&["--sim", "1"]);
+    assert!(out.stderr.contains("… and 10 more"), "{}", out.stderr);
+
+    // A 4 MB command (a here-document of data, say).
+    let huge = format!("true {}", "x".repeat(4 << 20));
+    env.write_jobs(&format!("{huge}\n"));
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.len() < 100_000,
+        "start line cut: {} bytes",
+        out.stdout.len()
+    );
+    assert!(
+        out.stdout
+            .contains("bytes in all; the jobs file and the journal keep it whole"),
+        "{}",
+        &out.stdout[..out.stdout.len().min(3000)]
+    );
+    let status = std::fs::metadata(env.logs.join("status.json"))
+        .unwrap()
+        .len();
+    assert!(status < 200_000, "status.json is {status} bytes");
+    let seen = &env.events("seen")[0];
+    assert_eq!(
+        seen["command"].as_str().map(str::len),
+        Some(huge.len()),
+        "whole in the journal"
+    );
+
+    // A port someone else's server holds.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = env.verb(&["serve", "--listen", &addr]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("pick another with --listen 127.0.0.1:"),
+        "{said}"
+    );
+}

@@ -168,7 +168,7 @@ fn enforce_mps_refuses_a_gpu_where_another_users_jobs_are() {
 
 /// Under `--enforce mps` a CUDA OOM is the job's MPS limit: the retry
 /// says so and goes past it; a job with no retries left is told to raise
-/// `vram=`, not that it was over-declared.
+/// `vram=`, not that it declared too much.
 #[test]
 fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
     let oom_once = "if [ ! -e {m} ]; then touch {m}; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi";
@@ -204,7 +204,7 @@ fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
         .unwrap_or_default();
     assert!(
         line.contains("hit its MPS memory limit of 2048 MiB (its declaration): raise vram=")
-            && !line.contains("over-declared"),
+            && !line.contains("declared too much"),
         "{}",
         out.stdout
     );

@@ -379,7 +379,7 @@ fn attributed_peak_is_measured_and_unseen_is_na() {
     assert!(done[0]["duration_s"].as_f64().unwrap() >= 1.5);
     assert!(out.stdout.contains("peak GPU0 3000 MiB"), "{}", out.stdout);
     assert!(
-        out.stdout.contains("over-declared by 25%"),
+        out.stdout.contains("declared too much by 25%"),
         "{}",
         out.stdout
     );
@@ -400,7 +400,7 @@ fn overuse_is_warned_at_once() {
     let done = out.stdout.lines().position(|l| l.contains("✓ job 1 ok"));
     assert!(warn.is_some() && warn < done, "{}", out.stdout);
     assert!(
-        out.stdout.contains("UNDER-DECLARED by 200%"),
+        out.stdout.contains("DECLARED TOO LITTLE by 200%"),
         "{}",
         out.stdout
     );

@@ -39,7 +39,7 @@ fn line_for(state: JobState) -> &'static str {
             DoneStatus::Cancelled => "[cancel] echo never",
             DoneStatus::Infeasible => "[on=5] echo never",
             DoneStatus::DependencyFailed => "[after=failer] echo never",
-            DoneStatus::OverDeclared => {
+            DoneStatus::ExceededDeclaration => {
                 "[vram=2G on=0 enforce=stop] gpusched simjob --vram 8000 --ramp 0.3 --hold 3"
             }
             DoneStatus::HostOom => {

@@ -67,7 +67,11 @@ impl Scheduler {
         // once that window after our stamp has passed. Alone, there is
         // nobody to miss: a scheduler that starts later sees our booking
         // when it first decides.
-        let late = published_ms.saturating_sub(since) > PUBLISH_WINDOW_MS;
+        // Late matters only with others about: alone, nobody can have
+        // looked before our file was out (a slow disk then costs nothing,
+        // and a lone user is not told of schedulers that do not exist).
+        let late =
+            published_ms.saturating_sub(since) > PUBLISH_WINDOW_MS && !ledger.peers.is_empty();
         if !late && !ledger.peers.is_empty() {
             let until = since + PUBLISH_WINDOW_MS + 1;
             let wait = until.saturating_sub(crate::clock::now_ms());

@@ -22,6 +22,58 @@ const USAGE_FLUSH: Duration = Duration::from_secs(1);
 pub(in crate::scheduler) const DEMAND_PUBLISHED: usize = 4;
 
 impl Scheduler {
+    /// Reads the box rules again when their file changed (looked at every
+    /// [`crate::rules::RULES_CHECK`]): the new rules apply to the next
+    /// starts, said on the terminal and the board; running jobs are not
+    /// touched. A changed file that cannot be used is said once and the
+    /// rules in force stay.
+    pub(in crate::scheduler) fn reload_box_rules(&mut self, now: Instant) {
+        let state = &mut self.core.box_state;
+        if state
+            .checked
+            .is_some_and(|t| now < t + crate::rules::RULES_CHECK)
+        {
+            return;
+        }
+        state.checked = Some(now);
+        let stamp = crate::rules::stamp_of(&state.watched.0);
+        if stamp == state.stamp {
+            return;
+        }
+        let (path, given) = state.watched.clone();
+        match crate::rules::load(given.then_some(path.as_path())) {
+            Ok(rules) => {
+                state.stamp = stamp;
+                state.problem = None;
+                if rules == state.rules {
+                    return;
+                }
+                let said = match &rules {
+                    Some(r) => format!(
+                        "box rules {} reloaded: {}; they apply to the next starts, running jobs go on",
+                        path.display(),
+                        r.summary_for(&state.user)
+                    ),
+                    None => format!(
+                        "box rules {} removed: no box rules apply to the next starts",
+                        path.display()
+                    ),
+                };
+                state.rules = rules;
+                self.report.say(said);
+                self.due.dispatch_needed = true;
+            }
+            Err(e) => {
+                let why = e.to_string().replace("; refusing to start", "");
+                if state.problem.as_ref() != Some(&why) {
+                    state.problem = Some(why.clone());
+                    self.report
+                        .warn(format!("{why}; the rules in force stay until it is fixed"));
+                }
+            }
+        }
+    }
+
     /// Adds our bookings × the time since the last call to the usage
     /// accrued, and writes it to our usage file (under the ledger lock,
     /// which our other schedulers share) at most every second.

@@ -430,7 +430,7 @@ impl Scheduler {
                 "↻ job {} ran out of CUDA memory after {after} ({peaks}{reaching}); retry {attempts} of {allowed} with vram {next}",
                 job.no
             ),
-            Some(OomCause::OverDeclared { .. }) => format!(
+            Some(OomCause::ExceededDeclaration { .. }) => format!(
                 "↻ job {} was stopped after {after} for using more VRAM than it declared ({peaks}, declared {}); retry {attempts} of {allowed} with vram {next}",
                 job.no,
                 job.vram_mib
@@ -527,6 +527,7 @@ impl Scheduler {
                 .filter(|_| status == DoneStatus::FailedOom && self.mps_limited(job)),
             tolerance: self.cfg.tolerance,
             log: Some(&job.log.path),
+            unenforced: job.unenforced.as_deref(),
         });
         if observed.no_gpu_memory {
             self.report

@@ -54,6 +54,35 @@ impl Scheduler {
         }
     }
 
+    /// What `launch` asked for (its own `mem=` and `cpus=`) that nothing
+    /// enforces: no cgroup could be made for it, or its cgroup lacks the
+    /// controller; `None` when all it asked holds, or it asked nothing.
+    /// A Slurm job's limits are Slurm's.
+    pub(super) fn unenforced_limits(&self, launch: &Launch) -> Option<String> {
+        if !self.io.launcher.places_jobs() {
+            return None;
+        }
+        let containment = self.cfg.containment.as_ref().ok().and_then(Option::as_ref);
+        let contained = launch.cgroup.is_some();
+        let mem = launch.spec.mem_mib().is_some()
+            && !(contained && containment.is_some_and(|c| c.memory));
+        let cpus =
+            launch.spec.cpus().is_some() && !(contained && containment.is_some_and(|c| c.cpuset));
+        let asked: Vec<&str> = [(mem, "mem="), (cpus, "cpus=")]
+            .into_iter()
+            .filter_map(|(unheld, name)| unheld.then_some(name))
+            .collect();
+        if asked.is_empty() {
+            return None;
+        }
+        let why = match containment {
+            None => "no cgroup can be made here; gpusched doctor says how to get one",
+            Some(_) if !contained => "its cgroup could not be made",
+            Some(_) => "the controller is missing in this cgroup hierarchy",
+        };
+        Some(format!("{} not enforced: {why}", asked.join(" and ")))
+    }
+
     /// The limits of `launch`'s cgroup: its `mem=` and `cpus=`, else
     /// `--mem-per-gpu` and `--cpus-per-gpu` times its GPUs (once for a
     /// CPU-only job); CPUs from those nearest its GPUs not `taken` by

@@ -46,6 +46,38 @@ impl Scheduler {
             .collect()
     }
 
+    /// The utilisation placement sees for GPU `index` sampled at
+    /// `sampled` percent, in tens of percent so that the loads stay equal
+    /// between samples that barely differ. A GPU one of our jobs started
+    /// on within the last --poll counts as computing flat out, as no
+    /// regular sample has seen that job yet — unless its family is known
+    /// to leave room — and so does one holding a job whose family was
+    /// measured to run slower sharing, whatever its utilisation; a GPU
+    /// whose jobs of ours all belong to families known to share well is
+    /// never flat out for a join, whatever their utilisations add up to
+    /// (docs/BEHAVIOUR.md "Spread or pack").
+    fn util_for_placement(&self, index: u32, sampled: Option<u32>) -> Option<u32> {
+        let on = || {
+            self.core
+                .running
+                .values()
+                .filter(move |j| j.gpus.contains(&index))
+        };
+        let sampled = sampled.map(|u| (u.min(100) + 5) / 10 * 10);
+        let just_started = on()
+            .any(|j| j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll));
+        let mut ours = on().peekable();
+        let all_share_well =
+            ours.peek().is_some() && ours.all(|j| j.leaves_room && !j.slows_sharing);
+        if just_started {
+            Some(100)
+        } else if all_share_well {
+            sampled.map(|u| u.min(allocation::SATURATED_UTIL - 10))
+        } else {
+            sampled
+        }
+    }
+
     /// [`Scheduler::gpu_loads_without`] with the running jobs' expected
     /// `ends` already known ([`Scheduler::running_ends`]).
     pub(in crate::scheduler) fn gpu_loads_ending(
@@ -80,43 +112,11 @@ impl Scheduler {
                 };
                 (index, total, f.used_mib, None)
             });
-        // Utilisation in tens of percent, so that the loads stay equal
-        // between samples that barely differ; a GPU one of our jobs
-        // started on within the last --poll counts as computing flat out,
-        // as no regular sample has seen that job yet — unless its family
-        // is known to leave room — and so does one holding a job whose
-        // family was measured to run slower sharing, whatever its
-        // utilisation (docs/BEHAVIOUR.md "Spread or pack").
-        // A GPU whose jobs of ours all belong to families known to share
-        // well is never flat out for a join, whatever its utilisation
-        // adds up to: what each family does was measured, the sum of two
-        // says nothing of it.
-        let on = |index: u32| {
-            self.core
-                .running
-                .values()
-                .filter(move |j| j.gpus.contains(&index))
-        };
-        let just_started = |index: u32| {
-            on(index)
-                .any(|j| j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll))
-        };
-        let all_share_well = |index: u32| {
-            let mut ours = on(index).peekable();
-            ours.peek().is_some() && ours.all(|j| j.leaves_room && !j.slows_sharing)
-        };
         let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
             .gpus
             .iter()
             .map(|g| {
-                let sampled = g.util_percent.map(|u| (u.min(100) + 5) / 10 * 10);
-                let util = if just_started(g.index) {
-                    Some(100)
-                } else if all_share_well(g.index) {
-                    sampled.map(|u| u.min(allocation::SATURATED_UTIL - 10))
-                } else {
-                    sampled
-                };
+                let util = self.util_for_placement(g.index, g.util_percent);
                 (g.index, g.total_mib, g.used_mib, util)
             })
             .chain(away)

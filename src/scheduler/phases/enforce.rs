@@ -6,7 +6,7 @@
 //! after the grace — before it can take a neighbour down. Its end is then
 //! decided as an OOM ([`crate::policy::outcome::decide`]): retried with a
 //! declaration of at least the peak it reached, within its OOM retries,
-//! else `over_declared`. Undeclared jobs are never stopped.
+//! else `exceeded_declaration`. Undeclared jobs are never stopped.
 
 use crate::jobspec::Enforce;
 use crate::policy::kill::KillReason;
@@ -97,7 +97,7 @@ impl Scheduler {
             if job.kill.is_some() || !beyond_declaration(declared, peak, tolerance) {
                 continue;
             }
-            if job.begin_kill(KillReason::OverDeclared, now, &mut self.io.launcher) {
+            if job.begin_kill(KillReason::ExceededDeclaration, now, &mut self.io.launcher) {
                 self.report.warn(format!(
                     "job {} uses {peak} MiB on a {declared} MiB declaration (+{:.0}%, over --tolerance {:.0}%): stopping it before it takes a neighbour down ({why}); SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,

@@ -86,8 +86,10 @@ impl Scheduler {
             self.core.jobs.source.stamp = None;
             return Ok(());
         }
-        match jobspec::parse_jobs(&text).and_then(|mut specs| {
-            let after = self.resolve_after(&mut specs)?;
+        match jobspec::parse_jobs_all(&text).and_then(|mut specs| {
+            let after = self
+                .resolve_after(&mut specs)
+                .map_err(|e| jobspec::BadLines(vec![e]))?;
             Ok((specs, after))
         }) {
             Ok((specs, after)) => {

@@ -277,6 +277,52 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Says that `launch` started (`▶ job 3 started on GPU 0 (…): CMD`),
+    /// with the limits it asked for that nothing enforces, which it
+    /// returns for its completion line and status.json.
+    fn say_started(&mut self, launch: &Launch, slurm_job_id: Option<u64>) -> Option<String> {
+        let place = match slurm_job_id {
+            Some(id) => format!("submitted to Slurm as job {id}"),
+            None if launch.gpus.is_empty() => "started on the CPU only (gpus=0)".to_string(),
+            None => format!(
+                "started on GPU {}",
+                crate::console::gpu_ids(&launch.gpus, ",")
+            ),
+        };
+        let unenforced = self.unenforced_limits(launch);
+        self.report.say(format!(
+            "▶ job {} {place} ({}/{} dispatched, {}{}): {}{}",
+            launch.no,
+            launch.dispatched,
+            self.core.jobs.specs.len(),
+            launch.vram_text,
+            if launch.attempt > 1 {
+                format!(", attempt {}", launch.attempt)
+            } else {
+                String::new()
+            },
+            crate::console::shown_command(&launch.spec.command),
+            unenforced
+                .as_deref()
+                .map_or(String::new(), |u| format!(" — {u}"))
+        ));
+        unenforced
+    }
+
+    /// Marks the jobs of ours already on `gpus` as sharing a GPU (with a
+    /// job starting there); whether there were any, so that the new one
+    /// shares too: their run times say how their families do sharing.
+    fn mark_sharing(&mut self, gpus: &[u32]) -> bool {
+        let mut shared = false;
+        for other in self.core.running.values_mut() {
+            if other.gpus.iter().any(|g| gpus.contains(g)) {
+                other.usage.shared = true;
+                shared = true;
+            }
+        }
+        shared
+    }
+
     /// Lets one journaled job run, says so, and takes it as running (a
     /// Slurm job's id goes to `to_release`, released with the round's).
     fn release(
@@ -307,27 +353,7 @@ impl Scheduler {
         self.sample_soon_after(started);
         self.told_of_start();
         let handle = started_job.handle();
-        let place = match handle.slurm_job_id {
-            Some(id) => format!("submitted to Slurm as job {id}"),
-            None if launch.gpus.is_empty() => "started on the CPU only (gpus=0)".to_string(),
-            None => format!(
-                "started on GPU {}",
-                crate::console::gpu_ids(&launch.gpus, ",")
-            ),
-        };
-        self.report.say(format!(
-            "▶ job {} {place} ({}/{} dispatched, {}{}): {}",
-            launch.no,
-            launch.dispatched,
-            self.core.jobs.specs.len(),
-            launch.vram_text,
-            if launch.attempt > 1 {
-                format!(", attempt {}", launch.attempt)
-            } else {
-                String::new()
-            },
-            launch.spec.command
-        ));
+        let unenforced = self.say_started(&launch, handle.slurm_job_id);
         let pgid = Pgid(handle.pgid);
         let proc = started_job.into_proc(boot_id.clone(), &launch.exit_record.path);
         let timeout_s = launch.spec.timeout_s().filter(|_| !proc.times_itself_out());
@@ -341,15 +367,7 @@ impl Scheduler {
                 (*g, held.copied().unwrap_or(0))
             })
             .collect();
-        // Jobs of ours already on its GPUs now share with it, and it with
-        // them: their run times say how their families do sharing.
-        let mut shared = false;
-        for other in self.core.running.values_mut() {
-            if other.gpus.iter().any(|g| launch.gpus.contains(g)) {
-                other.usage.shared = true;
-                shared = true;
-            }
-        }
+        let shared = self.mark_sharing(&launch.gpus);
         self.core.running.insert(
             launch.spec.key.clone(),
             Running {
@@ -385,6 +403,7 @@ impl Scheduler {
                 cgroup: launch.cgroup,
                 leaves_room: self.spec_leaves_room(&launch.spec),
                 slows_sharing: self.spec_slows_sharing(&launch.spec),
+                unenforced,
             },
         );
     }

@@ -326,6 +326,7 @@ impl Scheduler {
             cgroup: crate::containment::JobCgroup::adopt(&info.cgroup),
             leaves_room: false,
             slows_sharing: false,
+            unenforced: None,
         }
     }
 

@@ -435,8 +435,8 @@ pub struct JobStatus {
     pub retries_used: u32,
     /// Running and measured beyond its declaration plus `--tolerance`
     /// (docs/BEHAVIOUR.md "Declarations that hold").
-    #[serde(default)]
-    pub over_declared: bool,
+    #[serde(default, alias = "over_declared")]
+    pub exceeded_declaration: bool,
     /// Ended, declared, and never seen on its GPUs although it ran 10 s
     /// or more where attribution works: it probably ran on the CPU
     /// (docs/BEHAVIOUR.md "Monitoring").

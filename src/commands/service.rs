@@ -69,6 +69,25 @@ pub fn run(action: &ServiceAction) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let path = unit_dir()?.join(format!("gpusched-{name}.service"));
+    // Another project's jobs file of the same name has this unit: never
+    // overwritten, a name of its own asked for instead.
+    let description = format!(
+        "Description=gpusched: the jobs of {}\n",
+        escape(&jobs_file.display().to_string())
+    );
+    if let Ok((existing, _)) = crate::trust::read_untrusted(&path, 1 << 20)
+        && !String::from_utf8_lossy(&existing).contains(&description)
+    {
+        let project = dir
+            .file_name()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "other".to_string());
+        return Err(Error::Usage(format!(
+            "{} already runs another jobs file; give this one a name of its own: --name {project}-{name}",
+            path.display()
+        ))
+        .into());
+    }
     crate::files::write_atomic(&path, text.as_bytes())
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())

@@ -12,6 +12,7 @@
 //! posts only those without one.
 
 pub mod hooks;
+pub mod mail;
 
 use crate::model::DoneStatus;
 use serde::Serialize;
@@ -623,8 +624,12 @@ fn try_post(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32)
     }
 }
 
-/// One POST of `message` as JSON; a non-2xx answer is a failure.
+/// One POST of `message` as JSON; a non-2xx answer is a failure. A
+/// `mailto:` target gets it as an e-mail instead ([`mail`]).
 fn post(agent: &ureq::Agent, url: &str, message: &Message) -> Result<(), String> {
+    if let Some(address) = mail::address(url) {
+        return mail::send(address, message);
+    }
     let body = serde_json::to_vec(message).map_err(|e| e.to_string())?;
     let sent = agent
         .post(url)
@@ -640,6 +645,9 @@ fn post(agent: &ureq::Agent, url: &str, message: &Message) -> Result<(), String>
 /// A URL as it may be printed: webhook URLs carry their secret in the
 /// path, so only the scheme and host are shown.
 pub fn redact(url: &str) -> String {
+    if url.starts_with("mailto:") {
+        return url.to_string();
+    }
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let host = rest.split(['/', '?']).next().unwrap_or(rest);
@@ -654,10 +662,15 @@ pub fn redact(url: &str) -> String {
 ///
 /// Errors: it is not an `http://` or `https://` URL with a host.
 pub fn check_url(url: &str) -> Result<(), String> {
+    if mail::address(url).is_some() {
+        return mail::check(url);
+    }
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| format!("--notify {url}: give an http:// or https:// URL"))?;
+        .ok_or_else(|| {
+            format!("--notify {url}: give an http:// or https:// URL, or mailto:ADDRESS")
+        })?;
     if rest.split(['/', '?']).next().is_none_or(str::is_empty) {
         return Err(format!("--notify {url}: the URL has no host"));
     }

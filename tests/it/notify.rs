@@ -547,3 +547,139 @@ fn a_declared_job_never_seen_on_its_gpu_is_flagged_as_on_the_cpu() {
     assert_eq!(posts.len(), 1, "{:#?}", server.bodies());
     assert!(posts[0]["text"].as_str().unwrap().contains(said));
 }
+
+/// A local SMTP sink on 127.0.0.1, started by the test: it speaks just
+/// enough SMTP (RFC 5321: greeting, EHLO, MAIL, RCPT, DATA, QUIT) to take
+/// mail, and keeps each message's recipients and text. While `refuse` is
+/// set it answers DATA with a temporary failure (451), as a relay that is
+/// down would.
+/// A mail the sink took: its recipients and its text.
+type Mail = (Vec<String>, String);
+
+struct SmtpSink {
+    address: String,
+    mails: Arc<Mutex<Vec<Mail>>>,
+    refuse: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SmtpSink {
+    fn start() -> SmtpSink {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let mails = Arc::new(Mutex::new(Vec::new()));
+        let refuse = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kept, refusing) = (Arc::clone(&mails), Arc::clone(&refuse));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (kept, refusing) = (Arc::clone(&kept), Arc::clone(&refusing));
+                std::thread::spawn(move || {
+                    let mut out = stream.try_clone().unwrap();
+                    let mut lines = BufReader::new(stream);
+                    let mut to = Vec::new();
+                    let _ = out.write_all(b"220 sink ESMTP\r\n");
+                    let mut line = String::new();
+                    while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                        let upper = line.to_ascii_uppercase();
+                        let answer: &[u8] =
+                            if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                                b"250 sink\r\n"
+                            } else if upper.starts_with("RCPT TO:") {
+                                to.push(line[8..].trim().trim_matches(['<', '>']).to_string());
+                                b"250 ok\r\n"
+                            } else if upper.starts_with("DATA") {
+                                if refusing.load(std::sync::atomic::Ordering::SeqCst) {
+                                    b"451 try again later\r\n"
+                                } else {
+                                    let _ = out.write_all(b"354 go on\r\n");
+                                    let mut text = String::new();
+                                    let mut body = String::new();
+                                    while lines.read_line(&mut body).is_ok_and(|n| n > 0) {
+                                        if body == ".\r\n" || body == ".\n" {
+                                            break;
+                                        }
+                                        text.push_str(&body);
+                                        body.clear();
+                                    }
+                                    kept.lock().unwrap().push((std::mem::take(&mut to), text));
+                                    b"250 kept\r\n"
+                                }
+                            } else if upper.starts_with("QUIT") {
+                                let _ = out.write_all(b"221 bye\r\n");
+                                break;
+                            } else {
+                                b"250 ok\r\n"
+                            };
+                        let _ = out.write_all(answer);
+                        line.clear();
+                    }
+                });
+            }
+        });
+        SmtpSink {
+            address,
+            mails,
+            refuse,
+        }
+    }
+
+    fn mails(&self) -> Vec<Mail> {
+        self.mails.lock().unwrap().clone()
+    }
+}
+
+/// `--notify mailto:ADDR` sends each picked outcome as one e-mail through
+/// the relay `GPUSCHED_SMTP` names: once per outcome, kept and sent again
+/// while the relay refuses, the job's facts in its text.
+#[test]
+fn a_mailto_target_gets_each_outcome_by_mail_once_through_a_relay_that_was_down() {
+    let sink = SmtpSink::start();
+    sink.refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let env = Env::new("[name=bad] sh -c 'exit 3'\necho fine\n");
+    let mut cmd = env.command(&notify_args("mailto:alice@example.org", &["--watch"]));
+    cmd.env("GPUSCHED_SMTP", &sink.address);
+    let sched = common::Sched::from_command(cmd);
+    wait_for("both jobs to end", &mut || env.events("done").len() == 2);
+    assert!(sink.mails().is_empty(), "refused so far");
+    sink.refuse
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_for("the mail once the relay takes it", &mut || {
+        !env.events("notified").is_empty()
+    });
+    let out = sched.stop();
+    let mails = sink.mails();
+    assert_eq!(
+        mails.len(),
+        1,
+        "the failure only, once: {mails:#?}\n{}",
+        out.stdout
+    );
+    let (to, text) = &mails[0];
+    assert_eq!(to, &vec!["alice@example.org".to_string()]);
+    // The subject's ✗ is RFC 2047-encoded, the body quoted-printable.
+    assert!(
+        text.contains("Subject: gpusched: =?utf-8?b?4pyX?= job 1 (bad) failed, exit 3"),
+        "{text}"
+    );
+    let body = text.replace("=\r\n", "").replace("=\n", "");
+    assert!(body.contains("job 1 (bad) failed, exit 3 after"), "{body}");
+    assert!(
+        body.contains("\"event\": \"job_ended\""),
+        "the JSON body: {body}"
+    );
+    assert!(
+        out.stdout
+            .contains("--notify mailto:alice@example.org: the relay"),
+        "the refusal was said: {}",
+        out.stdout
+    );
+    // A bad address or no way to send is refused at start.
+    let env = Env::new("true\n");
+    let out = env.run(&["--sim", "1", "--notify", "mailto:not an address"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("not an e-mail address"),
+        "{}",
+        out.stderr
+    );
+}

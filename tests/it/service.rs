@@ -55,6 +55,29 @@ fn service_install_writes_a_user_unit_that_systemd_accepts() {
         "{out:?}"
     );
     assert!(!config.join("systemd/user/gpusched-other.service").exists());
+    // Installing the same jobs file again updates its unit...
+    assert_eq!(install(&[]).status.code(), Some(0));
+    // ...but a second project's jobs.txt never takes it over.
+    let other = env.path("project2");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("jobs.txt"), "echo there\n").unwrap();
+    let out = Command::new(bin())
+        .args(["service", "install", "jobs.txt"])
+        .current_dir(&other)
+        .env("XDG_CONFIG_HOME", &config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("--name project2-jobs"),
+        "{out:?}"
+    );
+    assert!(
+        std::fs::read_to_string(&unit)
+            .unwrap()
+            .contains(&jobs.display().to_string()),
+        "the first project's unit is untouched"
+    );
     let has_systemd = Command::new("systemd-analyze")
         .arg("--version")
         .output()

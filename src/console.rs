@@ -41,25 +41,28 @@ pub fn clock(unix_s: f64) -> String {
 /// `HH:MM` local time of `unix_s`, with the date (`MM-DD HH:MM`) when
 /// it is not within the next day.
 pub fn clock_short(unix_s: f64) -> String {
-    let (_, mo, d, h, m, _) = local_parts(unix_s);
-    let within_a_day = (unix_s - crate::clock::now_ts()).abs() < 86_400.0;
-    if within_a_day {
-        format!("{h:02}:{m:02}")
-    } else {
-        format!("{mo:02}-{d:02} {h:02}:{m:02}")
-    }
+    clock_of(unix_s, false)
 }
 
 /// `HH:MM:SS` local time of `unix_s`, with the date (`MM-DD HH:MM:SS`)
 /// when it is not within the next day: a moment something starts at,
 /// told to the second.
 pub fn clock_seconds(unix_s: f64) -> String {
+    clock_of(unix_s, true)
+}
+
+/// [`clock_short`], or with `seconds` [`clock_seconds`].
+fn clock_of(unix_s: f64, seconds: bool) -> String {
     let (_, mo, d, h, m, s) = local_parts(unix_s);
-    let within_a_day = (unix_s - crate::clock::now_ts()).abs() < 86_400.0;
-    if within_a_day {
+    let time = if seconds {
         format!("{h:02}:{m:02}:{s:02}")
     } else {
-        format!("{mo:02}-{d:02} {h:02}:{m:02}:{s:02}")
+        format!("{h:02}:{m:02}")
+    };
+    if (unix_s - crate::clock::now_ts()).abs() < 86_400.0 {
+        time
+    } else {
+        format!("{mo:02}-{d:02} {time}")
     }
 }
 

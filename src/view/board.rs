@@ -303,11 +303,18 @@ pub fn gpu_line(gpu: &status::GpuStatus, width: usize) -> String {
             crate::console::shorten(&format!("       {}", fault.reason), width)
         );
     }
+    // External memory is others' use now, or their buffered peaks plus
+    // what other schedulers booked, whichever is more: more than is in
+    // use at all says which it is.
+    let external = if gpu.external_mib > gpu.used_mib {
+        format!("{} MiB (others' peaks and bookings)", gpu.external_mib)
+    } else {
+        format!("{} MiB", gpu.external_mib)
+    };
     let line = format!(
-        "GPU {name}: {} / {} MiB used, external {} MiB, headroom {} MiB{}, jobs {jobs}",
+        "GPU {name}: {} / {} MiB used, external {external}, headroom {} MiB{}, jobs {jobs}",
         gpu.used_mib,
         gpu.total_mib,
-        gpu.external_mib,
         gpu.headroom_mib,
         if gpu.drained {
             " (drained)"
@@ -470,6 +477,21 @@ mod tests {
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "{lines:?}");
         assert_eq!(lines.join(" "), text);
         assert_eq!(wrap("", 80), vec![String::new()]);
+    }
+
+    #[test]
+    fn external_memory_over_what_is_in_use_says_what_it_is() {
+        let mut gpu = crate::view::status::tests::sample_doc().gpus.remove(0);
+        gpu.external_mib = 2000;
+        let line = gpu_line(&gpu, 200);
+        assert!(line.contains("external 2000 MiB, headroom"), "{line}");
+        // Others' booked memory and peaks, more than the GPU uses now.
+        gpu.external_mib = 22280;
+        let line = gpu_line(&gpu, 200);
+        assert!(
+            line.contains("external 22280 MiB (others' peaks and bookings), headroom"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -271,8 +271,9 @@ pub fn build(
     run
 }
 
-/// Sets the run's time span (its first start or sample to its last end or
-/// sample; `now` when it has none) and the GPUs' sizes: every GPU seen
+/// Sets the run's time span (its first start or sample of one of our jobs
+/// to its last end or such sample; with no attempt, the samples'; `now`
+/// when it has none) and the GPUs' sizes: every GPU seen
 /// gets a lane, and one of unknown size the most memory ever seen in use
 /// there.
 fn frame(run: &mut Run, samples: &[usage::Sample], now: f64) {
@@ -288,7 +289,14 @@ fn frame(run: &mut Run, samples: &[usage::Sample], now: f64) {
     }
     let first = run.attempts.iter().map(|a| a.start);
     let last = run.attempts.iter().map(|a| a.end);
-    let sample_ts = samples.iter().map(|s| s.ts);
+    // With jobs, the span is theirs: a `--watch` scheduler that waited
+    // idle for hours before or after them (sampling others' memory all
+    // the while) would squeeze the work into a sliver.
+    let with_jobs = !run.attempts.is_empty();
+    let sample_ts = samples
+        .iter()
+        .filter(|s| !with_jobs || s.key.is_some())
+        .map(|s| s.ts);
     run.start = first.chain(sample_ts.clone()).fold(f64::INFINITY, f64::min);
     run.end = last.chain(sample_ts).fold(f64::NEG_INFINITY, f64::max);
     if !run.start.is_finite() {

@@ -119,3 +119,34 @@ fn the_svg_escapes_commands_and_has_a_lane_per_gpu() {
     assert_eq!(svg.matches(r#"<g class="bar failed""#).count(), 2);
     assert!(!svg.contains("<script"));
 }
+
+#[test]
+fn a_watch_run_idle_before_and_after_its_jobs_is_framed_by_the_jobs() {
+    // Others' memory sampled from 0 s to 10,000 s; our job ran 5,000 to 5,060.
+    let journal = r#"{"ts":4999.0,"key":"a#0","event":"seen","no":1,"command":"train"}
+{"ts":5000.0,"key":"a#0","event":"started","pgid":10,"gpus":[0],"attempt":1,"vram_mib":6000}
+{"ts":5060.0,"key":"a#0","event":"done","status":"ok","returncode":0,"peak_mib":{"0":5000},"avg_util":null,"duration_s":60.0}
+"#;
+    let sample = |ts: f64, key: Option<&str>| usage::Sample {
+        ts,
+        gpu: 0,
+        key: key.map(str::to_string),
+        mib: 1000,
+    };
+    let samples = vec![
+        sample(0.0, None),
+        sample(5010.0, Some("a#0")),
+        sample(5010.0, None),
+        sample(10_000.0, None),
+    ];
+    let run = build(
+        lines(journal),
+        &samples,
+        &BTreeMap::from([(0, 24000)]),
+        10_000.0,
+    );
+    assert_eq!((run.start, run.end), (5000.0, 5060.0));
+    // With no job at all, the samples frame it.
+    let run = build(std::iter::empty(), &samples, &BTreeMap::new(), 10_000.0);
+    assert_eq!((run.start, run.end), (0.0, 10_000.0));
+}

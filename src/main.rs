@@ -67,12 +67,22 @@ fn main() {
         Some(Command::Service(args)) => gpusched::commands::service::run(&args.action),
         Some(Command::Report(args)) => gpusched::commands::report::run(args),
         Some(Command::Ledger(args)) => match &args.action {
-            gpusched::cli::LedgerAction::Init { ledger } => gpusched::ledger::store::init(ledger)
-                .map(|said| {
+            gpusched::cli::LedgerAction::Init { ledger, sim_dir } => {
+                let said = match sim_dir {
+                    // A shared simulated box: its reports' directory and
+                    // the ledger in it, as the docs say to share one.
+                    Some(dir) => gpusched::ledger::store::init(dir).and_then(|first| {
+                        let ledger = gpusched::ledger::store::init(&dir.join("ledger"))?;
+                        Ok(format!("{first}\n{ledger}"))
+                    }),
+                    None => gpusched::ledger::store::init(ledger),
+                };
+                said.map(|said| {
                     println!("{said}");
                     0
                 })
-                .map_err(Into::into),
+                .map_err(Into::into)
+            }
         },
         None => gpusched::run(&cli.run),
     };

@@ -40,6 +40,11 @@ pub enum LedgerAction {
         /// The ledger directory.
         #[arg(long, value_name = "DIR", default_value = "/dev/shm/gpusched")]
         ledger: PathBuf,
+        /// Set up a simulated box several users share instead: DIR (where
+        /// simulated GPUs' jobs report) and DIR/ledger, both root's with
+        /// mode 1777; the users then run `--sim N --sim-dir DIR`.
+        #[arg(long, value_name = "DIR", conflicts_with = "ledger")]
+        sim_dir: Option<PathBuf>,
     },
 }
 

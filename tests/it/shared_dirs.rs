@@ -431,3 +431,43 @@ fn a_group_writable_log_directory_and_a_planted_environment_are_refused() {
         "the job ran with the planted PATH"
     );
 }
+
+/// `ledger init --sim-dir DIR` sets up a simulated box several users
+/// share as the docs say (docs/BEHAVIOUR.md "Simulation"): DIR and
+/// DIR/ledger root's, mode 1777, so no `chmod` by hand is needed; every
+/// multi-user test's box is made this way.
+#[test]
+fn ledger_init_sets_up_a_shared_simulated_box() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("ledger init needs root");
+        return;
+    }
+    let env = Env::new("");
+    let dir = env.path("gpus");
+    let out = Command::new(common::bin())
+        .args(["ledger", "init", "--sim-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for d in [dir.clone(), dir.join("ledger")] {
+        let meta = std::fs::symlink_metadata(&d).unwrap();
+        assert!(meta.is_dir(), "{}", d.display());
+        assert_eq!(meta.uid(), 0, "{}", d.display());
+        assert_eq!(meta.mode() & 0o7777, 0o1777, "{}", d.display());
+    }
+    // A link planted where the directory goes is refused, not followed.
+    let planted = env.path("planted");
+    std::os::unix::fs::symlink("/etc", &planted).unwrap();
+    let out = Command::new(common::bin())
+        .args(["ledger", "init", "--sim-dir"])
+        .arg(&planted)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        std::fs::metadata("/etc").unwrap().mode() & 0o7777,
+        0o755,
+        "/etc untouched"
+    );
+}

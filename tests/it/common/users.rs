@@ -91,10 +91,16 @@ impl Box_ {
         let root = open_env("");
         let path = root.path("box.toml");
         std::fs::write(&path, rules).unwrap();
-        let ledger = shared_ledger(&root);
+        // Set up as the docs say: `ledger init --sim-dir` makes the
+        // simulated GPUs' directory and its ledger root's, mode 1777.
         let sim = root.path("gpus");
-        std::fs::create_dir(&sim).unwrap();
-        chmod(&sim, 0o1777);
+        let init = Command::new(super::bin())
+            .args(["ledger", "init", "--sim-dir"])
+            .arg(&sim)
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "{init:?}");
+        let ledger = sim.join("ledger");
         Box_ {
             root,
             rules: path,

@@ -119,7 +119,50 @@ fn containment_finding(log_dir: &Path) -> Finding {
             found.remove_bases();
             Finding::new(Level::Ok, format!("cgroups for jobs: {}", found.describe()))
         }
-        Err(why) => Finding::new(Level::Warn, format!("no cgroups for jobs: {why}")),
+        Err(why) => {
+            let systemd = std::process::Command::new("systemd-run")
+                .args(crate::containment::scope::SCOPE_ARGS)
+                .arg("true")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a kernel file (/proc), no user can plant it"
+            )]
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let v2 = crate::containment::cgroupfs::mounts(&mountinfo)
+                .iter()
+                .any(|m| m.version == crate::containment::cgroupfs::Version::V2);
+            Finding::new(
+                Level::Warn,
+                format!("no cgroups for jobs: {why}; {}", routes_here(systemd, v2)),
+            )
+        }
+    }
+}
+
+/// Which of the documented routes to containment would work on this
+/// machine, from whether a systemd user manager answers (`systemd-run
+/// --user --scope` ran `true`) and whether a cgroup v2 hierarchy is
+/// mounted (systemd delegates only v2).
+fn routes_here(systemd: bool, v2: bool) -> String {
+    match (systemd, v2) {
+        (true, true) => "on this machine a systemd user manager answers: `systemd-run --user --scope -p Delegate=yes gpusched …` or `gpusched service install` gives containment (a scheduler started by hand tries the first itself)".to_string(),
+        (true, false) => "on this machine systemd answers but no cgroup v2 hierarchy is mounted, so it has nothing to delegate: only root, or a cgroup an admin makes yours (--cgroup DIR), gives containment".to_string(),
+        (false, _) => "on this machine no systemd user manager answers (`systemd-run --user` fails; is this an ssh session without a login manager, or a container?): only root, or a cgroup an admin makes yours (--cgroup DIR), gives containment".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    #[test]
+    fn the_route_named_is_the_one_this_machine_has() {
+        assert!(super::routes_here(true, true).contains("systemd-run --user --scope"));
+        assert!(super::routes_here(true, false).contains("no cgroup v2 hierarchy"));
+        assert!(super::routes_here(false, true).contains("no systemd user manager answers"));
     }
 }
 

@@ -405,6 +405,21 @@ fn without_cgroup_access_one_line_says_so_and_jobs_still_run() {
         lines(3).iter().all(|l| !l.contains("not enforced")),
         "{said}"
     );
+    // doctor names which route to containment this machine has.
+    let mut doctor = std::process::Command::new(common::bin());
+    doctor
+        .args(["doctor", "--sim", "1", "--log-dir"])
+        .arg(&env.logs)
+        .current_dir(env.dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let doctor = run_as(doctor, user);
+    let said = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert!(
+        said.contains("no cgroups for jobs") && said.contains("on this machine"),
+        "{said}"
+    );
 }
 
 /// A journal whose orphan names `dirs` as its cgroup: after the restart

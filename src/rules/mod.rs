@@ -45,6 +45,9 @@ pub struct BoxRules {
     pub shares: BTreeMap<String, f64>,
     /// `[reservations] max_duration`, seconds.
     pub max_reservation_s: Option<f64>,
+    /// `[notify] to`: where every scheduler on the box also sends what
+    /// its `--notify-on` picks (`mailto:` addresses or webhook URLs).
+    pub notify_to: Vec<String>,
 }
 
 /// `[fair_share]`.
@@ -130,6 +133,13 @@ struct RawRules {
     quota: Option<RawQuotas>,
     shares: Option<BTreeMap<String, f64>>,
     reservations: Option<RawReservations>,
+    notify: Option<RawNotify>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    to: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -224,6 +234,18 @@ pub fn parse(text: &str) -> Result<BoxRules, String> {
             ));
         }
         rules.shares.insert(user, share);
+    }
+    for target in raw.notify.map(|n| n.to).unwrap_or_default() {
+        match crate::notifier::mail::address(&target) {
+            Some(address) => {
+                address.parse::<lettre::Address>().map_err(|e| {
+                    format!("notify.to = \"{target}\": not an e-mail address ({e})")
+                })?;
+            }
+            None => crate::notifier::check_url(&target)
+                .map_err(|e| format!("notify.to: {}", e.trim_start_matches("--notify ")))?,
+        }
+        rules.notify_to.push(target);
     }
     if let Some(reservations) = raw.reservations {
         rules.max_reservation_s = reservations

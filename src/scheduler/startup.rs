@@ -66,7 +66,13 @@ impl Scheduler {
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?
             .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
-        let told = super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir)?;
+        let box_targets = box_state
+            .rules
+            .as_ref()
+            .map(|r| r.notify_to.clone())
+            .unwrap_or_default();
+        let told =
+            super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir, &box_targets)?;
 
         let core = Core {
             // Absolute, so commands run elsewhere find it in status.json.

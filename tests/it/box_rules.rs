@@ -338,3 +338,28 @@ fn a_changed_quota_applies_to_the_next_starts_without_a_restart() {
     }
     assert!(peak_gpus(&env.attempts()) <= 3);
 }
+
+/// `[notify] to` in the box rules: every user's scheduler also tells the
+/// admins' target what its `--notify-on` picks (a failure, by default),
+/// with no `--notify` of its own; a target that is not one is refused
+/// with the rules.
+#[test]
+fn the_box_rules_notify_target_hears_every_users_failures() {
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let server = crate::notify::Server::start(std::time::Duration::ZERO);
+    let b = Box_::new(&format!("[notify]\nto = [\"{}\"]\n", server.url));
+    let env = users_env("[name=broken] sh -c 'exit 4'\necho fine\n", alice);
+    let out = spawn_as(&env, alice, &b, 1, true).finish();
+    assert_eq!(out.code, 4, "{}{}", out.stdout, out.stderr);
+    let ended = server.of_event("job_ended");
+    assert_eq!(ended.len(), 1, "the failure only: {:#?}", server.bodies());
+    assert_eq!(ended[0]["job"]["name"], "broken");
+    assert_eq!(ended[0]["scheduler"]["user"], "gpusched-t-alice");
+    // A target that is none refuses the rules, as any bad key does.
+    let bad = Box_::new("[notify]\nto = [\"ftp://x\"]\n");
+    let out = spawn_as(&env, alice, &bad, 1, true).finish();
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("notify.to"), "{}", out.stderr);
+}

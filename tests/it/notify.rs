@@ -56,7 +56,7 @@ impl Server {
         }
     }
 
-    fn bodies(&self) -> Vec<Value> {
+    pub(crate) fn bodies(&self) -> Vec<Value> {
         self.bodies.lock().unwrap().clone()
     }
 

@@ -48,10 +48,11 @@ impl Told {
         args: &crate::cli::RunArgs,
         jobs_file: &std::path::Path,
         log_dir: &std::path::Path,
+        box_targets: &[String],
     ) -> anyhow::Result<Told> {
         let usage = crate::error::Error::Usage;
         // An empty $GPUSCHED_NOTIFY names no URL.
-        let urls: Vec<String> = args
+        let mut urls: Vec<String> = args
             .notify
             .iter()
             .filter(|u| !u.trim().is_empty())
@@ -59,6 +60,13 @@ impl Told {
             .collect();
         for url in &urls {
             crate::notifier::check_url(url).map_err(usage)?;
+        }
+        // The box rules' `[notify] to` (checked when the rules were read),
+        // once each.
+        for target in box_targets {
+            if !urls.contains(target) {
+                urls.push(target.clone());
+            }
         }
         let hooks = match &args.on_finish {
             Some(text) => {

@@ -172,3 +172,32 @@ fn a_family_that_ran_slower_sharing_is_spread_and_the_reason_says_so() {
         "job {second} joined job {first}"
     );
 }
+
+/// What a family did to its GPU is read back from the journal: a
+/// restarted scheduler shares a GPU between two jobs of a family its
+/// journal saw at 30 % in its very first round, where a family it knows
+/// nothing of waits for a sample first.
+#[test]
+fn a_restarted_scheduler_knows_from_its_journal_which_families_share() {
+    let job = |n: u32| {
+        format!("[vram=4G] gpusched simjob --vram 3000 --ramp 0.1 --hold 1.5 --util 30 # {n}\n")
+    };
+    let starts_apart = |env: &Env, a: u64, b: u64| {
+        (env.job_events(a, "started")[0]["ts"].as_f64().unwrap()
+            - env.job_events(b, "started")[0]["ts"].as_f64().unwrap())
+        .abs()
+    };
+    // Nothing known: the second waits for a sample of the first.
+    let fresh = Env::new(&format!("{}{}", job(2), job(3)));
+    let out = fresh.run(&["--sim", "1", "--poll", "1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(starts_apart(&fresh, 1, 2) > 0.5, "{}", out.stdout);
+    // Known from an earlier run's journal: both start at once.
+    let env = Env::new(&job(1));
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    env.write_jobs(&format!("{}{}{}", job(1), job(2), job(3)));
+    let out = env.run(&["--sim", "1", "--poll", "1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(starts_apart(&env, 2, 3) < 0.2, "{}", out.stdout);
+}

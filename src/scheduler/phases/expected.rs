@@ -104,8 +104,12 @@ impl Scheduler {
         }
     }
 
-    /// Fills the run times from the journal once (every ok job of the
-    /// file, in file order).
+    /// Fills the run times, and what each family did to its GPU, from the
+    /// journal once (every job of the file that ended, in file order): a
+    /// restarted scheduler knows from its first round which families
+    /// share a GPU well (docs/BEHAVIOUR.md "Spread or pack"). Whether an
+    /// earlier attempt shared its GPU is not journaled, so run times
+    /// sharing against alone are learned anew each run.
     pub(in crate::scheduler) fn load_run_times(&mut self) {
         if self.core.run_times.loaded {
             return;
@@ -115,13 +119,22 @@ impl Scheduler {
         for (index, spec) in self.core.jobs.specs.iter().enumerate() {
             if let Some(state) = self.core.jobs.state_of(index, &self.io.journal)
                 && let crate::journal::Phase::Done(done) = &state.phase
-                && done.status == crate::model::DoneStatus::Ok
             {
-                found.push((family_of(&spec.command, spec.family()), done.duration_s));
+                let ok = done.status == crate::model::DoneStatus::Ok;
+                found.push((
+                    family_of(&spec.command, spec.family()),
+                    ok.then_some(done.duration_s),
+                    (done.avg_util.is_some() || ok).then_some(done.avg_util),
+                ));
             }
         }
-        for (family, duration_s) in found {
-            self.core.run_times.add(family, duration_s);
+        for (family, duration_s, util) in found {
+            if let Some(duration_s) = duration_s {
+                self.core.run_times.add(family.clone(), duration_s);
+            }
+            if let Some(util) = util {
+                self.core.compute.note(family, util);
+            }
         }
     }
 

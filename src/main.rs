@@ -97,11 +97,10 @@ fn apply_trust(command: &mut Command) {
     match command.trust() {
         Trust::LogDir(log_dir) => {
             // From another directory: the caller's own running scheduler.
-            let ledger = std::env::var_os("GPUSCHED_LEDGER").map_or_else(
-                || gpusched::ledger::store::DEFAULT_DIR.into(),
-                std::path::PathBuf::from,
-            );
-            match gpusched::commands::own::running_log_dir(log_dir, &ledger) {
+            match gpusched::commands::own::running_log_dir(
+                log_dir,
+                &gpusched::commands::own::ledgers_searched(),
+            ) {
                 Ok(Some(found)) => {
                     eprintln!(
                         "gpusched: using {} (your running scheduler's log directory)",

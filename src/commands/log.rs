@@ -28,6 +28,9 @@ pub fn run(args: &LogArgs) -> anyhow::Result<i32> {
 ///
 /// Errors: as [`run`].
 pub fn run_to(args: &LogArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<i32> {
+    // The tail first: an end journaled while the index is read is seen
+    // by `follow` (it once waited forever for an end that came then).
+    let tail = JournalTail::new(&args.log_dir);
     let index = JobIndex::read(&args.log_dir)?;
     let specs = find_jobs_file(&args.log_dir)
         .map(|file| specs_of(&file))
@@ -92,7 +95,7 @@ pub fn run_to(args: &LogArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyho
         return Ok(1);
     }
     if job.last == LastWord::Started {
-        follow(args, &key, number, &mut file, &mut section, out)?;
+        follow(args, tail, (&key, number), &mut file, &mut section, out)?;
     }
     let last = outcome(&args.log_dir, &key);
     let (line, code) = end_line(&last);
@@ -139,29 +142,35 @@ const OUTCOME_WAIT: Duration = Duration::from_secs(30);
 
 /// Prints the attempt's new output until it ends: its exit record
 /// appears, the journal records an outcome for it, or a later attempt's
-/// header follows in the file.
+/// header follows in the file. `journal` starts where the journal ended
+/// before the job was looked up, so an end recorded since is seen; an
+/// outcome before this attempt's own `started` there is an earlier
+/// attempt's.
 fn follow(
     args: &LogArgs,
-    key: &str,
-    attempt: u32,
+    mut journal: JournalTail,
+    (key, attempt): (&str, u32),
     file: &mut std::fs::File,
     section: &mut Section,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut journal = JournalTail::new(&args.log_dir);
     let record = supervisor::record_path(&args.log_dir, key, attempt);
+    let mut ended = false;
     while !section.ended {
-        std::thread::sleep(FOLLOW_POLL);
-        let ended = record.exists()
-            || journal
-                .records()
-                .iter()
-                .any(|r| r.key == key && is_outcome(&r.event));
+        for r in journal.records().iter().filter(|r| r.key == key) {
+            match &r.event {
+                crate::journal::Event::Started { attempt: a, .. } if *a == attempt => ended = false,
+                event if is_outcome(event) => ended = true,
+                _ => {}
+            }
+        }
+        let done = ended || record.exists();
         section.copy_new(file, out)?;
-        if ended {
+        if done {
             section.copy_new(file, out)?;
             break;
         }
+        std::thread::sleep(FOLLOW_POLL);
     }
     Ok(())
 }
@@ -324,6 +333,107 @@ mod tests {
         let mut out = Vec::new();
         section.copy_new(&mut file, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    /// A log directory with an empty journal, and `log -f` args for job
+    /// `k1`.
+    fn followed() -> (tempfile::TempDir, LogArgs) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("journal.jsonl"), "").unwrap();
+        std::fs::write(dir.path().join("log"), "early\n").unwrap();
+        let args = LogArgs {
+            job: "1".into(),
+            follow: true,
+            attempt: None,
+            log_dir: crate::cli::LogDir::new(dir.path()),
+        };
+        (dir, args)
+    }
+
+    /// Appends `line` to the journal of `dir`.
+    fn journal(dir: &std::path::Path, line: &str) {
+        let mut file = std::fs::File::options()
+            .append(true)
+            .open(dir.join("journal.jsonl"))
+            .unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+    }
+
+    const STARTED_2: &str = r#"{"ts":2.0,"key":"k1","event":"started","pgid":7,"gpus":[0],"attempt":2,"vram_mib":null}
+"#;
+    const OOM_1: &str = r#"{"ts":1.5,"key":"k1","event":"oom","attempts":1,"next_vram":2048}
+"#;
+    const DONE: &str = r#"{"ts":3.0,"key":"k1","event":"done","status":"ok","returncode":0,"peak_mib":{"0":null},"avg_util":null,"duration_s":1.0}
+"#;
+
+    /// A tail taken before `lines` were journaled.
+    fn tail_before(dir: &std::path::Path, lines: &[&str]) -> JournalTail {
+        let tail = JournalTail::new(dir);
+        for line in lines {
+            journal(dir, line);
+        }
+        tail
+    }
+
+    /// Follows the log of attempt `attempt` of `k1` from `tail`; returns
+    /// what it printed (fails past a generous deadline rather than hang).
+    fn follow_with(
+        dir: &std::path::Path,
+        args: &LogArgs,
+        tail: JournalTail,
+        attempt: u32,
+    ) -> String {
+        let (dir, args) = (dir.to_path_buf(), args.clone());
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::open(dir.join("log")).unwrap();
+            let mut section = Section::new(1, 0);
+            let mut out = Vec::new();
+            follow(
+                &args,
+                tail,
+                ("k1", attempt),
+                &mut file,
+                &mut section,
+                &mut out,
+            )
+            .unwrap();
+            let _ = sent.send(String::from_utf8(out).unwrap());
+        });
+        got.recv_timeout(Duration::from_secs(120))
+            .expect("log -f did not see the attempt end")
+    }
+
+    #[test]
+    fn an_end_journaled_while_the_job_was_looked_up_ends_the_follow() {
+        // The job ended between the tail's start and the first look: no
+        // exit record is left, only the journal says so.
+        let (dir, args) = followed();
+        let tail = tail_before(dir.path(), &[STARTED_2, DONE]);
+        let shown = follow_with(dir.path(), &args, tail, 2);
+        assert_eq!(shown, "early\n");
+    }
+
+    #[test]
+    fn an_earlier_attempts_end_does_not_end_the_follow_of_the_next() {
+        let (dir, args) = followed();
+        let tail = tail_before(dir.path(), &[OOM_1, STARTED_2]);
+        let path = dir.path().to_path_buf();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut log = std::fs::File::options()
+                .append(true)
+                .open(path.join("log"))
+                .unwrap();
+            log.write_all(b"late\n").unwrap();
+            journal(&path, DONE);
+        });
+        let shown = follow_with(dir.path(), &args, tail, 2);
+        writer.join().unwrap();
+        assert_eq!(
+            shown, "early\nlate\n",
+            "attempt 1's oom ended the follow of attempt 2"
+        );
     }
 
     const LOG: &str = "==== gpusched: job 3 attempt 1 on GPU 0 at x (undeclared): run\nfirst\n==== gpusched: job 3 attempt 2 on GPU 0 at y (undeclared): run\nsecond\nmore\n";

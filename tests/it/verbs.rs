@@ -647,6 +647,57 @@ fn verbs_find_the_callers_running_scheduler_from_anywhere() {
     other.stop();
 }
 
+/// Under `--sim`, `add` from another directory finds the caller's
+/// scheduler through the simulated box's ledger when `GPUSCHED_SIM_DIR`
+/// names it (as it does for users who share a simulated box); without it
+/// the verb says what it looked for and adds nothing.
+#[test]
+fn add_under_sim_finds_the_scheduler_through_the_sim_dir() {
+    let sim = tempfile::tempdir().unwrap();
+    let ledger = tempfile::tempdir().unwrap();
+    let env = Env::new("[vram=1G name=hold] while [ ! -e release ]; do sleep 0.05; done\n");
+    let mut cmd = env.command(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    cmd.env("GPUSCHED_SIM_DIR", sim.path())
+        .env_remove("GPUSCHED_LEDGER");
+    let sched = common::Sched::from_command(cmd);
+    wait_for("the first job to run", &mut || {
+        env.board().contains("▶ job 1")
+    });
+    let elsewhere = tempfile::tempdir().unwrap();
+    let add = |sim_dir: Option<&std::path::Path>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["add", "--vram", "1G", "--", "echo", "added from elsewhere"])
+            .current_dir(elsewhere.path())
+            .env_remove("GPUSCHED_LOG_DIR")
+            .env_remove("GPUSCHED_SIM_DIR")
+            .env("GPUSCHED_LEDGER", ledger.path())
+            .stdin(Stdio::null());
+        if let Some(dir) = sim_dir {
+            cmd.env("GPUSCHED_SIM_DIR", dir);
+        }
+        cmd.output().unwrap()
+    };
+    let out = add(None);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("cannot find the jobs file"),
+        "{out:?}"
+    );
+    let out = add(Some(sim.path()));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(&format!("using {}", env.logs.display())),
+        "{out:?}"
+    );
+    wait_for("the added job to end ok", &mut || {
+        env.events("done").iter().any(|e| e["status"] == "ok")
+    });
+    let jobs = std::fs::read_to_string(&env.jobs).unwrap();
+    assert_eq!(jobs.matches("added from elsewhere").count(), 1, "{jobs}");
+    std::fs::write(env.path("release"), "").unwrap();
+    sched.stop();
+}
+
 /// `gpusched cancel 'lr0.1-*'` cancels every job whose name matches the
 /// glob, and only those; a glob that matches no name cancels nothing.
 #[test]

@@ -98,6 +98,46 @@ impl Said {
     }
 }
 
+/// Lines said by threads beside the loop (the notifier's sender, the
+/// `--on-finish` runners), kept for the loop's reporter to print in order
+/// with its own ([`SaidLater::take`]). Clones share one list; what is
+/// never taken is printed when the last clone goes.
+#[derive(Debug, Clone, Default)]
+pub struct SaidLater(std::sync::Arc<std::sync::Mutex<Vec<Said>>>);
+
+impl SaidLater {
+    /// Keeps a line of what happened.
+    pub fn say(&self, text: String) {
+        if let Ok(mut said) = self.0.lock() {
+            said.push(Said::Line(text));
+        }
+    }
+
+    /// Keeps a warning.
+    pub fn warn(&self, text: String) {
+        if let Ok(mut said) = self.0.lock() {
+            said.push(Said::Warning(text));
+        }
+    }
+
+    /// The lines kept since the last call, in order.
+    pub fn take(&self) -> Vec<Said> {
+        self.0
+            .lock()
+            .map(|mut said| std::mem::take(&mut *said))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for SaidLater {
+    /// The last clone prints what nobody took.
+    fn drop(&mut self) {
+        if std::sync::Arc::strong_count(&self.0) == 1 {
+            print_lines(&self.take());
+        }
+    }
+}
+
 /// Prints `said` in one write: a tick that starts and ends hundreds of
 /// tiny jobs prints their lines together.
 pub fn print_lines(said: &[Said]) {

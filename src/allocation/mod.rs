@@ -101,6 +101,7 @@ pub struct GpuLoad {
 }
 
 /// The outcome of [`place`].
+#[must_use = "a placement decides nothing until a start, end or wait is made of it"]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Placement {
     /// Start now on these GPU indices, ascending.
@@ -121,6 +122,18 @@ pub struct Request {
     /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
     /// `None` for any allowed GPU (docs/BEHAVIOUR.md "Queue policy").
     pub on_mask: Option<crate::model::GpuMask>,
+}
+
+impl Default for Request {
+    /// One undeclared GPU anywhere: what a bare command line asks for
+    /// (tests write `..Default::default()` for what they do not set).
+    fn default() -> Request {
+        Request {
+            vram_mib: None,
+            gpus: 1,
+            on_mask: None,
+        }
+    }
 }
 
 impl Request {
@@ -203,6 +216,7 @@ pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
 /// the best-connected set first for several GPUs; a GPU running an
 /// undeclared job of ours is closed; `exclusive` allows one of our jobs per
 /// GPU. A request that could not start even on empty GPUs is infeasible.
+#[must_use]
 pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placement {
     let wanted = request.gpus.max(1) as usize;
     if let Some(reason) = infeasible_reason(request, gpus, opts) {

@@ -102,6 +102,7 @@ impl BoxSource {
     pub fn read(&mut self) -> anyhow::Result<BoxDoc> {
         let snapshot = self.backend.snapshot()?;
         self.ledger.refresh();
+        crate::console::print_lines(&self.ledger.take_said());
         let facts = gather(&snapshot, &self.ledger);
         // Other users' commands, notes and paths, shown as text only.
         Ok(crate::view::printable_strings(build(

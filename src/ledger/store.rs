@@ -9,7 +9,7 @@
 use super::people::{self, Held, Usage};
 use super::{BookingFile, Foreign, MAX_FILE_BYTES, Need, Peer, Processes, Rejection};
 use crate::clock::now_ms;
-use crate::console::warn;
+use crate::console::Said;
 use crate::error::Error;
 use crate::files::{self, AtomicOptions};
 use nix::errno::Errno;
@@ -44,6 +44,11 @@ pub struct Ledger {
     /// [`MAX_FILES_PER_USER`] of a user's are ever looked at).
     warned_files: HashSet<OsString>,
     lock_warned: bool,
+    /// What the ledger said (its lock not taken, files ignored, users'
+    /// files complained of) and nobody took yet ([`Ledger::take_said`]):
+    /// the scheduler's reporter prints it in order with the loop's lines;
+    /// what is left is printed when the ledger goes.
+    said: Vec<Said>,
     /// Since when (Unix ms) each publishing scheduler (uid, pid, start
     /// ticks) has shown `starting` bookings at every refresh without a
     /// break; past [`MAX_STARTING_STREAK_MS`] they hold no room.
@@ -108,8 +113,9 @@ impl Ledger {
 
     /// [`Ledger::open_as`]; `publish`: write our (empty) booking file now.
     fn open_with(dir: &Path, log_dir: &Path, pid: u32, publish: bool) -> Result<Ledger, Error> {
-        prepare_dir(dir)?;
+        let said = prepare_dir(dir)?;
         let mut ledger = Ledger::blank(dir, log_dir, pid)?;
+        ledger.said.extend(said.map(Said::Warning));
         if !publish {
             return Ok(ledger);
         }
@@ -147,6 +153,7 @@ impl Ledger {
             warned: HashSet::new(),
             warned_files: HashSet::new(),
             lock_warned: false,
+            said: Vec::new(),
             starting_since: HashMap::new(),
             users: HashMap::new(),
             foreign: Vec::new(),
@@ -204,7 +211,7 @@ impl Ledger {
                 Err((_, e)) => {
                     if !self.lock_warned {
                         self.lock_warned = true;
-                        warn(&format!(
+                        self.said.push(Said::Warning(format!(
                             "cannot take the ledger lock {} ({}); deciding without it",
                             path.display(),
                             if e == Errno::EWOULDBLOCK {
@@ -212,7 +219,7 @@ impl Ledger {
                             } else {
                                 e.to_string()
                             }
-                        ));
+                        )));
                     }
                     return LedgerLock { _held: None };
                 }
@@ -278,10 +285,10 @@ impl Ledger {
                 Err(Some(why)) => {
                     if self.warned_files.insert(name) {
                         // The name is anyone's text: shown, never sent.
-                        warn(&format!(
+                        self.said.push(Said::Warning(format!(
                             "ledger: ignoring {}: {why}",
                             crate::console::printable(&path.display().to_string())
-                        ));
+                        )));
                     }
                 }
             }
@@ -388,7 +395,10 @@ impl Ledger {
     fn complain(&mut self, uid: u32, kind: Complaint, what: &str) {
         if self.warned.insert((uid, kind)) {
             let user = self.user_name(uid);
-            warn(&format!("ledger {}: {user}: {what}", self.dir.display()));
+            self.said.push(Said::Warning(format!(
+                "ledger {}: {user}: {what}",
+                self.dir.display()
+            )));
         }
     }
 
@@ -469,13 +479,21 @@ impl Ledger {
     pub fn user_name(&mut self, uid: u32) -> String {
         cached_name(&mut self.users, uid)
     }
+
+    /// What the ledger said since the last call, in order, for the
+    /// caller's reporter to print.
+    pub fn take_said(&mut self) -> Vec<Said> {
+        std::mem::take(&mut self.said)
+    }
 }
 
 impl Drop for Ledger {
     /// A scheduler that ends, however it ends short of SIGKILL, takes its
-    /// bookings with it.
+    /// bookings with it; what the ledger said and nobody printed is
+    /// printed now.
     fn drop(&mut self) {
         self.withdraw();
+        crate::console::print_lines(&self.said);
     }
 }
 
@@ -514,10 +532,13 @@ pub fn tmpfiles_line(dir: &Path) -> String {
 /// made by another user it is private (0755: others can read it, and are
 /// refused if they try to book in it).
 ///
+/// Returns a warning to say when the directory it made others will be
+/// refused in.
+///
 /// Errors: [`Error::Usage`] when `dir` is a symbolic link, not a
 /// directory, owned by another user than root or us, or writable by others
 /// without the sticky bit; [`Error::Io`] when it cannot be created.
-fn prepare_dir(dir: &Path) -> Result<(), Error> {
+fn prepare_dir(dir: &Path) -> Result<Option<String>, Error> {
     let refuse = |what: &str| {
         Error::Usage(format!(
             "the ledger directory {} is {what}; refusing to use it (give --ledger DIR, or --no-ledger)",
@@ -527,7 +548,7 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => return Err(refuse("a symbolic link")),
         Ok(meta) if !meta.is_dir() => return Err(refuse("not a directory")),
-        Ok(meta) => return check_owner(dir, &meta),
+        Ok(meta) => return check_owner(dir, &meta).map(|()| None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
             return Err(Error::io(format!("cannot look at {}", dir.display()), e));
@@ -553,15 +574,14 @@ fn prepare_dir(dir: &Path) -> Result<(), Error> {
                 .parent()
                 .and_then(|p| std::fs::metadata(p).ok())
                 .is_some_and(|m| m.mode() & 0o002 != 0);
-            if mode != 0o1777 && shared_place {
-                crate::console::warn(&format!(
+            Ok((mode != 0o1777 && shared_place).then(|| {
+                format!(
                     "made the ledger directory {} as {}'s own (mode 0755): other users' schedulers will be refused there; for a box several people share, ask root to run `sudo gpusched ledger init --ledger {}` (it fixes this one), or give this scheduler a --ledger DIR of its own",
                     dir.display(),
                     crate::files::user_name(nix::unistd::getuid().as_raw()),
                     dir.display()
-                ));
-            }
-            Ok(())
+                )
+            }))
         }
         // Another scheduler created it a moment ago.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),

@@ -26,6 +26,8 @@ pub struct Hooks {
     tx: Option<Sender<JobFacts>>,
     /// Hooks queued or running.
     busy: Arc<Mutex<usize>>,
+    /// What the runners said, for the loop's reporter.
+    said: crate::console::SaidLater,
 }
 
 /// Splits `--on-finish`'s text into words as a shell would, without
@@ -51,8 +53,10 @@ impl Hooks {
         let rx = Arc::new(Mutex::new(rx));
         let busy = Arc::new(Mutex::new(0usize));
         let log = log_dir.join("hooks.log");
+        let said = crate::console::SaidLater::default();
         for n in 0..RUNNERS {
             let (rx, busy, argv, log) = (rx.clone(), busy.clone(), argv.clone(), log.clone());
+            let said = said.clone();
             std::thread::Builder::new()
                 .name(format!("hook-{n}"))
                 .spawn(move || {
@@ -61,14 +65,18 @@ impl Hooks {
                         let Ok(Ok(job)) = next else {
                             break;
                         };
-                        run_one(&argv, &job, &log);
+                        run_one(&argv, &job, &log, &said);
                         if let Ok(mut busy) = busy.lock() {
                             *busy = busy.saturating_sub(1);
                         }
                     }
                 })?;
         }
-        Ok(Hooks { tx: Some(tx), busy })
+        Ok(Hooks {
+            tx: Some(tx),
+            busy,
+            said,
+        })
     }
 
     /// Queues the hook for one ended attempt.
@@ -79,6 +87,12 @@ impl Hooks {
         {
             *busy += 1;
         }
+    }
+
+    /// What the runners said since the last call, for the loop's
+    /// reporter.
+    pub fn take_said(&self) -> Vec<crate::console::Said> {
+        self.said.take()
     }
 
     /// Waits until no hook is queued or running, or `deadline`.
@@ -98,7 +112,7 @@ impl Drop for Hooks {
 /// Runs the hook for `job`: its own process group, stdin from
 /// `/dev/null`, output appended to `log` after a header line; killed
 /// (the whole group) past [`HOOK_LIMIT`].
-fn run_one(argv: &[String], job: &JobFacts, log: &Path) {
+fn run_one(argv: &[String], job: &JobFacts, log: &Path, said: &crate::console::SaidLater) {
     let header = format!(
         "==== gpusched: hook for job {} attempt {} ({}) at {}\n",
         job.no,
@@ -107,7 +121,7 @@ fn run_one(argv: &[String], job: &JobFacts, log: &Path) {
         crate::console::date_time(crate::clock::now_ts())
     );
     let Ok(mut out) = crate::files::open_append(log) else {
-        crate::console::warn(&format!("--on-finish: cannot open {}", log.display()));
+        said.warn(format!("--on-finish: cannot open {}", log.display()));
         return;
     };
     let _ = out.write_all(header.as_bytes());

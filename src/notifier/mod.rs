@@ -437,6 +437,8 @@ struct Outgoing {
 /// every endpoint took it, and the way back for what it delivered.
 pub struct Notifier {
     tx: Option<Sender<Queued>>,
+    /// What the sender thread said, for the loop's reporter.
+    said: crate::console::SaidLater,
     delivered: Receiver<Option<String>>,
     pending: usize,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -449,11 +451,14 @@ impl Notifier {
     pub fn start(urls: Vec<String>) -> anyhow::Result<Notifier> {
         let (tx, rx) = std::sync::mpsc::channel::<Queued>();
         let (done_tx, delivered) = std::sync::mpsc::channel();
+        let said = crate::console::SaidLater::default();
+        let theirs = said.clone();
         let thread = std::thread::Builder::new()
             .name("notify".into())
-            .spawn(move || send_all(&urls, &rx, &done_tx))?;
+            .spawn(move || send_all(&urls, &rx, &done_tx, &theirs))?;
         Ok(Notifier {
             tx: Some(tx),
+            said,
             delivered,
             pending: 0,
             thread: Some(thread),
@@ -479,6 +484,12 @@ impl Notifier {
             keys.extend(key);
         }
         keys
+    }
+
+    /// What the sender said since the last call (a streak of failures
+    /// begun or ended, a message given up), for the loop's reporter.
+    pub fn take_said(&self) -> Vec<crate::console::Said> {
+        self.said.take()
     }
 
     /// Messages queued and not yet sent to every endpoint.
@@ -538,7 +549,12 @@ fn agent() -> ureq::Agent {
 /// as told and goes on with the next. A failing endpoint is warned about
 /// once per streak; the first success after one says so. Ends when the
 /// queue is closed and empty.
-fn send_all(urls: &[String], rx: &Receiver<Queued>, done: &Sender<Option<String>>) {
+fn send_all(
+    urls: &[String],
+    rx: &Receiver<Queued>,
+    done: &Sender<Option<String>>,
+    said: &crate::console::SaidLater,
+) {
     let agent = agent();
     let mut queue: std::collections::VecDeque<Outgoing> = std::collections::VecDeque::new();
     let mut streaks = vec![0u32; urls.len()];
@@ -563,13 +579,13 @@ fn send_all(urls: &[String], rx: &Receiver<Queued>, done: &Sender<Option<String>
         let head = queue.front_mut().expect("not empty");
         for ((url, sent), streak) in urls.iter().zip(head.sent.iter_mut()).zip(&mut streaks) {
             if !*sent {
-                *sent = try_post(&agent, url, &head.queued.message, streak);
+                *sent = try_post(&agent, url, &head.queued.message, streak, said);
             }
         }
         let given_up = head.since.elapsed() >= MAX_AGE;
         if head.sent.iter().all(|s| *s) || given_up {
             if given_up {
-                crate::console::warn(&format!(
+                said.warn(format!(
                     "--notify: gave up \"{}\" after {} h undelivered",
                     crate::console::shorten(&head.queued.message.text, 80),
                     MAX_AGE.as_secs() / 3600
@@ -596,11 +612,17 @@ fn send_all(urls: &[String], rx: &Receiver<Queued>, done: &Sender<Option<String>
 /// One POST of `message` to `url`; whether it went. The first failure of
 /// a streak is warned about, with the endpoint and the reason; the first
 /// success after a streak says so.
-fn try_post(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32) -> bool {
+fn try_post(
+    agent: &ureq::Agent,
+    url: &str,
+    message: &Message,
+    streak: &mut u32,
+    said: &crate::console::SaidLater,
+) -> bool {
     match post(agent, url, message) {
         Ok(()) => {
             if *streak > 0 {
-                crate::console::say(&format!(
+                said.say(format!(
                     "--notify {}: delivering again after {} failed tries",
                     redact(url),
                     *streak
@@ -611,7 +633,7 @@ fn try_post(agent: &ureq::Agent, url: &str, message: &Message, streak: &mut u32)
         }
         Err(reason) => {
             if *streak == 0 {
-                crate::console::warn(&format!(
+                said.warn(format!(
                     "--notify {}: {reason}; messages to it are kept and tried again (every 1 s, doubling up to {} s) until it answers, for up to {} h; jobs are unaffected",
                     redact(url),
                     BACKOFF_MAX.as_secs(),

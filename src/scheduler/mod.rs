@@ -8,6 +8,7 @@
 //! [`crate::policy`] and [`crate::allocation`]; what users read is built by
 //! [`crate::view`].
 
+mod actions;
 mod parts;
 mod phases;
 pub mod startup;
@@ -110,11 +111,16 @@ impl Scheduler {
         Ok(code)
     }
 
-    /// Prints what the phases and the launcher said, in order, through
-    /// the reporter (docs/ARCHITECTURE.md "The order of one tick").
+    /// Prints what the phases, the launcher, the ledger and the notifier
+    /// said, in order, through the reporter (docs/ARCHITECTURE.md "The order of one tick").
     fn speak(&mut self) {
         let launcher = self.io.launcher.take_said();
         self.report.said.extend(launcher);
+        if let Some(ledger) = &mut self.share.ledger {
+            self.report.said.extend(ledger.take_said());
+        }
+        let told = self.report.told.take_said();
+        self.report.said.extend(told);
         self.report.speak();
     }
 

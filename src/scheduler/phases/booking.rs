@@ -18,6 +18,7 @@ use crate::scheduler::Scheduler;
 use std::collections::HashSet;
 
 /// A start a round decided on, to be booked and launched.
+#[derive(Debug, Clone, PartialEq)]
 pub(in crate::scheduler) struct Start {
     /// The job's index in the specs.
     pub index: usize,

@@ -5,190 +5,18 @@
 //! the queue nor the GPU loads changed since the last round, its answer
 //! cannot have changed either and the round is skipped.
 
-use crate::allocation::{
-    self, GpuLoad, Occupant, Placement, Planned, Request, StarvationHold, WaitReason,
-};
+use crate::allocation::{self, GpuLoad, Placement, Planned, Request, StarvationHold, WaitReason};
 use crate::model::DoneStatus;
 use crate::policy::dependencies::Readiness;
 use crate::policy::queue;
 use crate::policy::round::{self, ReadyJob, RoundRules};
 use crate::scheduler::Scheduler;
+use crate::scheduler::actions::Action;
 use crate::state::Mode;
 use std::collections::HashMap;
 use std::time::Instant;
 
 impl Scheduler {
-    /// The GPUs placement may use, as [`GpuLoad`]s from the last snapshot and
-    /// our running jobs.
-    pub(in crate::scheduler) fn gpu_loads(&self) -> Vec<GpuLoad> {
-        self.gpu_loads_without(&[])
-    }
-
-    /// [`Scheduler::gpu_loads`] as they would be without the running jobs
-    /// `without` (their budgets and their memory in use gone), for choosing
-    /// preemption victims.
-    pub(in crate::scheduler) fn gpu_loads_without(&self, without: &[&str]) -> Vec<GpuLoad> {
-        self.gpu_loads_ending(without, &self.running_ends())
-    }
-
-    /// Each running job's expected end (docs/BEHAVIOUR.md "Backfill"),
-    /// in whole seconds: an estimate read again a moment later is the
-    /// same, so that unchanged loads skip the round. Work it out once for
-    /// callers that ask for the loads many times.
-    pub(in crate::scheduler) fn running_ends(&self) -> HashMap<String, f64> {
-        let now = crate::clock::now_ts();
-        self.core
-            .running
-            .iter()
-            .filter_map(|(key, run)| {
-                Some((key.clone(), self.running_end(key, run, now)?.at.round()))
-            })
-            .collect()
-    }
-
-    /// The utilisation placement sees for GPU `index` sampled at
-    /// `sampled` percent, in tens of percent so that the loads stay equal
-    /// between samples that barely differ. A GPU one of our jobs started
-    /// on within the last --poll counts as computing flat out, as no
-    /// regular sample has seen that job yet — unless its family is known
-    /// to leave room — and so does one holding a job whose family was
-    /// measured to run slower sharing, whatever its utilisation; a GPU
-    /// whose jobs of ours all belong to families known to share well is
-    /// never flat out for a join, whatever their utilisations add up to
-    /// (docs/BEHAVIOUR.md "Spread or pack").
-    fn util_for_placement(&self, index: u32, sampled: Option<u32>) -> Option<u32> {
-        let on = || {
-            self.core
-                .running
-                .values()
-                .filter(move |j| j.gpus.contains(&index))
-        };
-        let sampled = sampled.map(|u| (u.min(100) + 5) / 10 * 10);
-        let just_started = on()
-            .any(|j| j.slows_sharing || (!j.leaves_room && j.started.elapsed() < self.cfg.poll));
-        let mut ours = on().peekable();
-        let all_share_well =
-            ours.peek().is_some() && ours.all(|j| j.leaves_room && !j.slows_sharing);
-        if just_started {
-            Some(100)
-        } else if all_share_well {
-            sampled.map(|u| u.min(allocation::SATURATED_UTIL - 10))
-        } else {
-            sampled
-        }
-    }
-
-    /// [`Scheduler::gpu_loads_without`] with the running jobs' expected
-    /// `ends` already known ([`Scheduler::running_ends`]).
-    pub(in crate::scheduler) fn gpu_loads_ending(
-        &self,
-        without: &[&str],
-        ends: &HashMap<String, f64>,
-    ) -> Vec<GpuLoad> {
-        let Some(snapshot) = &self.core.gpu.snapshot else {
-            return Vec::new();
-        };
-        // Looked up for every running job on every GPU, for each of the
-        // expected ends a status write tries.
-        let without: std::collections::HashSet<&str> = without.iter().copied().collect();
-        let mut booked = self.booked_by_others();
-        // A GPU closed because it stopped answering keeps its last seen
-        // memory (one never seen counts as the largest GPU, or as
-        // unbounded when none answers), so that no job is judged
-        // infeasible while it is away; it is closed to new jobs
-        // ([`Scheduler::closed_gpus_changed`]).
-        let largest = snapshot.gpus.iter().map(|g| g.total_mib).max();
-        let away = self
-            .core
-            .gpu
-            .health
-            .faulted
-            .iter()
-            .filter(|(index, _)| !snapshot.gpus.iter().any(|g| g.index == **index))
-            .map(|(&index, f)| {
-                let total = match f.total_mib {
-                    0 => largest.unwrap_or(u64::MAX),
-                    seen => seen,
-                };
-                (index, total, f.used_mib, None)
-            });
-        let mut rows: Vec<(u32, u64, u64, Option<u32>)> = snapshot
-            .gpus
-            .iter()
-            .map(|g| {
-                let util = self.util_for_placement(g.index, g.util_percent);
-                (g.index, g.total_mib, g.used_mib, util)
-            })
-            .chain(away)
-            .filter(|(index, ..)| self.cfg.allows(*index))
-            .collect();
-        rows.sort_unstable();
-        let mut loads = rows
-            .into_iter()
-            .map(|(index, total_mib, used_mib, util_percent)| GpuLoad {
-                index,
-                total_mib,
-                used_mib: used_mib.saturating_sub(
-                    self.core
-                        .running
-                        .iter()
-                        .filter(|(key, _)| without.contains(&key.as_str()))
-                        .filter_map(|(_, j)| j.usage.current_mib.get(&index))
-                        .fold(0, |sum, mib| sum.saturating_add(*mib)),
-                ),
-                external_peak_sum_mib: self.core.gpu.external_peaks.sum_on(index),
-                occupants: self
-                    .core
-                    .running
-                    .iter()
-                    .filter(|(key, _)| !without.contains(&key.as_str()))
-                    .filter(|(_, j)| j.gpus.contains(&index))
-                    .map(|(key, j)| Occupant {
-                        declared_mib: j.vram_mib,
-                        peak_mib: j.usage.peak_mib.get(&index).copied(),
-                        current_mib: j.usage.current_mib.get(&index).copied(),
-                        ends_at: ends.get(key).copied(),
-                    })
-                    .collect(),
-                booked_mib: booked.get(&index).map_or(0, |b| b.0),
-                booked_by: booked.remove(&index).map(|b| b.1).unwrap_or_default(),
-                share_held: Vec::new(),
-                share_held_mib: 0,
-                util_percent,
-            })
-            .collect::<Vec<_>>();
-        self.hold_for_fair_share(&mut loads);
-        self.refuse_shared_gpus_for_mps(&mut loads);
-        loads
-    }
-
-    /// Under `--enforce mps`, a GPU where another user's schedulers book
-    /// memory is refused whole: MPS serves one user per GPU at a time, and
-    /// would time-slice the two (docs/BEHAVIOUR.md "Declarations that
-    /// hold"). It counts as booked by them, which is what the job's wait
-    /// reason says.
-    fn refuse_shared_gpus_for_mps(&self, loads: &mut [GpuLoad]) {
-        let (Some(mps), Some(ledger), Some(snapshot)) =
-            (&self.io.mps, &self.share.ledger, &self.core.gpu.snapshot)
-        else {
-            return;
-        };
-        for load in loads {
-            let Some(gpu) = snapshot.gpus.iter().find(|g| g.index == load.index) else {
-                continue;
-            };
-            let others: Vec<String> = crate::ledger::per_user(&ledger.foreign, &gpu.uuid)
-                .into_iter()
-                .map(|(user, _, _)| user)
-                .filter(|user| *user != mps.user)
-                .collect();
-            if !others.is_empty() {
-                load.booked_mib = load.total_mib;
-                load.booked_by = others;
-            }
-        }
-    }
-
     /// The pending jobs in queue order ([`queue::rank`]: priority, then
     /// line), as indices into the specs, with their requests
     /// ([`queue::pending_request`]).
@@ -297,18 +125,23 @@ impl Scheduler {
         // Jobs of the file that are running or done, for "n/N dispatched".
         let mut dispatched = self.core.jobs.specs.len() - ready - blocked_count;
         self.round.pending_at_last_round = ready;
-        let decided = self.decide_all(&planned, &mut dispatched);
-        let starts = self.book_starts(decided.starts, booking);
+        let (starts, ends) = self.decide_all(&planned, &mut dispatched);
+        let starts = self.book_starts(starts, booking);
         self.hold_for_the_first_blocked(&planned, &before, starvation_hold.is_some(), now)?;
-        self.preempt_for_first_blocked(&planned, now);
+        let running_ends = self.running_ends();
+        let mut actions =
+            super::preemption_actions(&self.core, &self.cfg.place, &planned, now, |without| {
+                self.gpu_loads_ending(without, &running_ends)
+            });
         self.record_wait_reasons(
             &planned,
             &loads,
             starvation_hold.as_ref(),
             blocked.into_iter().chain(reasons).collect(),
         );
-        self.end_infeasible(decided.infeasible)?;
-        self.launch_round(starts)
+        actions.extend(ends);
+        actions.extend(starts.into_iter().map(Action::Start));
+        self.apply(actions, now)
     }
 
     /// Whether placement must run: not when the loads and the queue are
@@ -371,62 +204,34 @@ impl Scheduler {
         self.set_wait_reasons(reasons);
     }
 
-    /// Takes the placements of a round's jobs that do not wait
-    /// ([`Scheduler::decide`]), in order.
-    fn decide_all(&mut self, planned: &[Planned], dispatched: &mut usize) -> Decided {
-        let mut decided = Decided::default();
-        for p in planned.iter().filter(|p| !p.waits()) {
-            self.decide(p.index, &p.request, &p.placement, dispatched, &mut decided);
-        }
-        decided
-    }
-
-    /// Takes the placement of a job that does not wait: a start to book
-    /// and launch (`dispatched` counts it), or an infeasible job to end.
-    fn decide(
+    /// The actions for a round's jobs that do not wait ([`decide`]): the
+    /// starts to book, and the rest; `dispatched` counts the starts.
+    fn decide_all(
         &mut self,
-        index: usize,
-        request: &Request,
-        placement: &Placement,
+        planned: &[Planned],
         dispatched: &mut usize,
-        decided: &mut Decided,
-    ) {
-        self.round.pending_at_last_round = self.round.pending_at_last_round.saturating_sub(1);
-        match placement {
-            Placement::NotNow => {}
-            Placement::Start(gpus) => {
-                *dispatched += 1;
-                decided.starts.push(super::booking::Start {
-                    index,
-                    request: *request,
-                    gpus: gpus.clone(),
-                    dispatched: *dispatched,
-                });
+    ) -> (Vec<super::booking::Start>, Vec<Action>) {
+        let decided = planned.iter().filter(|p| !p.waits()).count();
+        self.round.pending_at_last_round = self.round.pending_at_last_round.saturating_sub(decided);
+        let mut starts = Vec::new();
+        let mut rest = Vec::new();
+        for action in decide(planned, dispatched) {
+            match action {
+                Action::Start(start) => starts.push(start),
+                other => rest.push(other),
             }
-            Placement::Infeasible(reason) => decided.infeasible.push((index, reason.clone())),
         }
-    }
-
-    /// Ends the jobs no GPU can ever hold.
-    ///
-    /// Errors: the journal cannot be written.
-    fn end_infeasible(&mut self, infeasible: Vec<(usize, String)>) -> anyhow::Result<()> {
-        for (index, reason) in infeasible {
-            let spec = &self.core.jobs.specs[index];
-            let (key, command) = (spec.key.clone(), spec.command.clone());
-            let no = self.io.journal.state(&key).map_or(0, |s| s.no);
-            self.record_unrun(&key, DoneStatus::Infeasible)?;
-            self.report
-                .say(format!("✗ job {no} infeasible: {reason}: {command}"));
-        }
-        Ok(())
+        (starts, rest)
     }
 
     /// Launches a round's booked starts, journals and releases them, then
     /// books them as running.
     ///
     /// Errors: the job's log or the journal cannot be written.
-    fn launch_round(&mut self, starts: Vec<super::booking::Start>) -> anyhow::Result<()> {
+    pub(in crate::scheduler) fn launch_round(
+        &mut self,
+        starts: Vec<super::booking::Start>,
+    ) -> anyhow::Result<()> {
         let mut launches = Vec::new();
         let mut result = Ok(());
         for start in starts {
@@ -477,7 +282,7 @@ impl Scheduler {
             .specs
             .len()
             .saturating_sub(self.round.pending_at_last_round + blocked.len());
-        let decided = self.decide_all(&planned, &mut dispatched);
+        let (starts, mut actions) = self.decide_all(&planned, &mut dispatched);
         let mut reasons = self.round.wait_reasons.clone();
         for p in planned.iter().filter(|p| p.waits()) {
             if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
@@ -490,10 +295,10 @@ impl Scheduler {
                 reasons.insert(key, reason);
             }
         }
-        let starts = self.book_starts(decided.starts, booking);
+        let starts = self.book_starts(starts, booking);
         self.set_wait_reasons(reasons);
-        self.end_infeasible(decided.infeasible)?;
-        self.launch_round(starts)
+        actions.extend(starts.into_iter().map(Action::Start));
+        self.apply(actions, Instant::now())
     }
 
     /// The pending jobs that may be placed, as indices into the specs with
@@ -805,11 +610,30 @@ struct Round {
     delayed: Vec<(String, usize, f64)>,
 }
 
-/// What a round decided for the jobs that do not wait.
-#[derive(Default)]
-struct Decided {
-    /// Starts to book and launch.
-    starts: Vec<super::booking::Start>,
-    /// Jobs no GPU can hold (spec index, why).
-    infeasible: Vec<(usize, String)>,
+/// What a round's placements ask for, in order: a start (to book, then
+/// launch) for each job placed (`dispatched` counts them, this one
+/// included, for "n/N dispatched"), an end for each job no GPU can ever
+/// hold; nothing for those that wait. Pure.
+pub(in crate::scheduler) fn decide(planned: &[Planned], dispatched: &mut usize) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for p in planned {
+        match &p.placement {
+            Placement::NotNow => {}
+            Placement::Start(gpus) => {
+                *dispatched += 1;
+                actions.push(Action::Start(super::booking::Start {
+                    index: p.index,
+                    request: p.request,
+                    gpus: gpus.clone(),
+                    dispatched: *dispatched,
+                }));
+            }
+            Placement::Infeasible(why) => actions.push(Action::EndUnrun {
+                index: p.index,
+                status: DoneStatus::Infeasible,
+                why: why.clone(),
+            }),
+        }
+    }
+    actions
 }

@@ -46,6 +46,7 @@ mod kills;
 mod launch;
 mod learned;
 mod ledger;
+mod loads;
 mod orphans;
 mod preemption;
 mod publish;
@@ -57,5 +58,9 @@ mod submit;
 mod timeouts;
 mod told;
 
+pub(in crate::scheduler) use booking::Start;
+#[cfg(test)]
+pub(in crate::scheduler) use dispatch::decide;
 pub(in crate::scheduler) use file_digest::TextHash;
+pub(in crate::scheduler) use preemption::preemption_actions;
 pub(in crate::scheduler) use told::Told;

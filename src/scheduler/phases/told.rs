@@ -38,6 +38,23 @@ pub struct Told {
 }
 
 impl Told {
+    /// What the notifier's sender and the hook runners said since the
+    /// last call, for the reporter.
+    pub(in crate::scheduler) fn take_said(&self) -> Vec<crate::console::Said> {
+        let mut said = self
+            .notifier
+            .as_ref()
+            .map(Notifier::take_said)
+            .unwrap_or_default();
+        said.extend(
+            self.hooks
+                .as_ref()
+                .map(Hooks::take_said)
+                .unwrap_or_default(),
+        );
+        said
+    }
+
     /// The senders for the command line's `--notify`, `--notify-on` and
     /// `--on-finish`.
     ///

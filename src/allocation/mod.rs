@@ -216,7 +216,6 @@ pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
 /// the best-connected set first for several GPUs; a GPU running an
 /// undeclared job of ours is closed; `exclusive` allows one of our jobs per
 /// GPU. A request that could not start even on empty GPUs is infeasible.
-#[must_use]
 pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placement {
     let wanted = request.gpus.max(1) as usize;
     if let Some(reason) = infeasible_reason(request, gpus, opts) {

@@ -124,18 +124,6 @@ pub struct Request {
     pub on_mask: Option<crate::model::GpuMask>,
 }
 
-impl Default for Request {
-    /// One undeclared GPU anywhere: what a bare command line asks for
-    /// (tests write `..Default::default()` for what they do not set).
-    fn default() -> Request {
-        Request {
-            vram_mib: None,
-            gpus: 1,
-            on_mask: None,
-        }
-    }
-}
-
 impl Request {
     /// Whether the job may use device `index`: its `on=` list names it
     /// or its GPU, and it is not a MIG instance when the job needs more

@@ -14,8 +14,7 @@ use crate::error::Error;
 use crate::files::{self, AtomicOptions};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use std::collections::BTreeMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -44,10 +43,7 @@ pub struct Ledger {
     /// [`MAX_FILES_PER_USER`] of a user's are ever looked at).
     warned_files: HashSet<OsString>,
     lock_warned: bool,
-    /// What the ledger said (its lock not taken, files ignored, users'
-    /// files complained of) and nobody took yet ([`Ledger::take_said`]):
-    /// the scheduler's reporter prints it in order with the loop's lines;
-    /// what is left is printed when the ledger goes.
+    /// What it said and nobody took yet ([`Ledger::take_said`]).
     said: Vec<Said>,
     /// Since when (Unix ms) each publishing scheduler (uid, pid, start
     /// ticks) has shown `starting` bookings at every refresh without a
@@ -480,8 +476,7 @@ impl Ledger {
         cached_name(&mut self.users, uid)
     }
 
-    /// What the ledger said since the last call, in order, for the
-    /// caller's reporter to print.
+    /// What the ledger said since the last call, for the reporter.
     pub fn take_said(&mut self) -> Vec<Said> {
         std::mem::take(&mut self.said)
     }
@@ -489,8 +484,7 @@ impl Ledger {
 
 impl Drop for Ledger {
     /// A scheduler that ends, however it ends short of SIGKILL, takes its
-    /// bookings with it; what the ledger said and nobody printed is
-    /// printed now.
+    /// bookings with it; what nobody printed is printed now.
     fn drop(&mut self) {
         self.withdraw();
         crate::console::print_lines(&self.said);
@@ -532,8 +526,7 @@ pub fn tmpfiles_line(dir: &Path) -> String {
 /// made by another user it is private (0755: others can read it, and are
 /// refused if they try to book in it).
 ///
-/// Returns a warning to say when the directory it made others will be
-/// refused in.
+/// Returns a warning when others will be refused in the one it made.
 ///
 /// Errors: [`Error::Usage`] when `dir` is a symbolic link, not a
 /// directory, owned by another user than root or us, or writable by others

@@ -110,6 +110,13 @@ fn loads_without(core: &Core, without: &[&str]) -> Vec<GpuLoad> {
         .collect()
 }
 
+/// What preemption asks of `core` for `planned` at `now`.
+fn preempt(core: &Core, planned: &[Planned], now: Instant) -> Vec<Action> {
+    preemption_actions(core, &PlaceOptions::default(), planned, now, |w| {
+        loads_without(core, w)
+    })
+}
+
 /// Job 1 (line 0) planned to wait for 20 GiB.
 fn first_blocked() -> Planned {
     Planned {
@@ -134,13 +141,7 @@ fn preemption_stops_the_preemptible_job_that_lost_least_for_the_blocked_one() {
             (3, 1, Duration::from_secs(10)),
         ],
     );
-    let actions = preemption_actions(
-        &core,
-        &PlaceOptions::default(),
-        &[first_blocked()],
-        now,
-        |w| loads_without(&core, w),
-    );
+    let actions = preempt(&core, &[first_blocked()], now);
     assert_eq!(
         actions,
         vec![Action::Preempt {
@@ -156,13 +157,7 @@ fn preemption_asks_nothing_of_jobs_without_preemptible_or_while_a_victim_stops()
     let ran = Duration::from_secs(5);
     // Job 4 is not preemptible: it is never chosen, whatever it holds.
     let core = core(now, &[(4, 0, ran)]);
-    let actions = preemption_actions(
-        &core,
-        &PlaceOptions::default(),
-        &[first_blocked()],
-        now,
-        |w| loads_without(&core, w),
-    );
+    let actions = preempt(&core, &[first_blocked()], now);
     assert_eq!(actions, vec![]);
     // A victim still stopping: one preemption at a time.
     let mut core = self::core(now, &[(2, 0, ran), (3, 1, ran)]);
@@ -172,13 +167,7 @@ fn preemption_asks_nothing_of_jobs_without_preemptible_or_while_a_victim_stops()
         signalled_at: 0.0,
         termination: None,
     });
-    let actions = preemption_actions(
-        &core,
-        &PlaceOptions::default(),
-        &[first_blocked()],
-        now,
-        |w| loads_without(&core, w),
-    );
+    let actions = preempt(&core, &[first_blocked()], now);
     assert_eq!(actions, vec![]);
     // Nobody blocked: nothing to do.
     let placed = Planned {
@@ -186,9 +175,7 @@ fn preemption_asks_nothing_of_jobs_without_preemptible_or_while_a_victim_stops()
         ..first_blocked()
     };
     let core = self::core(now, &[(2, 0, ran), (3, 1, ran)]);
-    let actions = preemption_actions(&core, &PlaceOptions::default(), &[placed], now, |w| {
-        loads_without(&core, w)
-    });
+    let actions = preempt(&core, &[placed], now);
     assert_eq!(actions, vec![]);
 }
 

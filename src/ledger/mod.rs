@@ -24,6 +24,7 @@
 //! must keep to, which bookings are trusted, and the MiB a GPU must keep
 //! free for them. [`store`] does the file-system work.
 
+mod dir;
 pub mod people;
 pub mod store;
 

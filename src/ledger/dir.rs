@@ -1,0 +1,185 @@
+//! The ledger directory itself (docs/BEHAVIOUR.md "Sharing a box",
+//! docs/SECURITY.md "The shared ledger"): made or checked before a
+//! scheduler books in it, its owner and mode checked on the descriptor,
+//! and `gpusched ledger init`.
+
+use crate::error::Error;
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// The `systemd-tmpfiles` line that keeps ledger directory `dir` as it
+/// must be across reboots.
+pub fn tmpfiles_line(dir: &Path) -> String {
+    format!("d {} 1777 root root -", dir.display())
+}
+
+/// Creates the ledger directory, or checks the existing one (docs/
+/// BEHAVIOUR.md "Sharing a box"). In a sticky directory its owner can
+/// still delete anyone's files, so a shared ledger must be owned by root
+/// (made by `gpusched ledger init`, or the [`tmpfiles_line`]); a directory
+/// of our own is a private ledger. Made by root it is shared (mode 1777);
+/// made by another user it is private (0755: others can read it, and are
+/// refused if they try to book in it).
+///
+/// Returns a warning when others will be refused in the one it made.
+///
+/// Errors: [`Error::Usage`] when `dir` is a symbolic link, not a
+/// directory, owned by another user than root or us, or writable by others
+/// without the sticky bit; [`Error::Io`] when it cannot be created.
+pub(super) fn prepare_dir(dir: &Path) -> Result<Option<String>, Error> {
+    let refuse = |what: &str| {
+        Error::Usage(format!(
+            "the ledger directory {} is {what}; refusing to use it (give --ledger DIR, or --no-ledger)",
+            dir.display()
+        ))
+    };
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() => return Err(refuse("a symbolic link")),
+        Ok(meta) if !meta.is_dir() => return Err(refuse("not a directory")),
+        Ok(meta) => return check_owner(dir, &meta).map(|()| None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::io(format!("cannot look at {}", dir.display()), e));
+        }
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+    }
+    let mode = if nix::unistd::geteuid().is_root() {
+        0o1777
+    } else {
+        0o755
+    };
+    match std::fs::create_dir(dir) {
+        Ok(()) => {
+            set_mode_on_descriptor(dir, mode)?;
+            // In a place everyone may write (/dev/shm), the first user on
+            // a box makes a ledger nobody else may book in: say so now,
+            // not when the second is refused. (A ledger in one's own
+            // directory, as a simulation's, is private by intent.)
+            let shared_place = dir
+                .parent()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .is_some_and(|m| m.mode() & 0o002 != 0);
+            Ok((mode != 0o1777 && shared_place).then(|| {
+                format!(
+                    "made the ledger directory {} as {}'s own (mode 0755): other users' schedulers will be refused there; for a box several people share, ask root to run `sudo gpusched ledger init --ledger {}` (it fixes this one), or give this scheduler a --ledger DIR of its own",
+                    dir.display(),
+                    crate::files::user_name(nix::unistd::getuid().as_raw()),
+                    dir.display()
+                )
+            }))
+        }
+        // Another scheduler created it a moment ago.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
+        Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
+    }
+}
+
+/// Opens directory `dir` for changes on its descriptor
+/// (`O_DIRECTORY | O_NOFOLLOW`): a link or a file there is refused,
+/// never followed.
+///
+/// Errors: [`Error::Usage`] "`dir` `not_a_directory`" for a link or a
+/// file; [`Error::Io`] when it cannot be opened.
+fn open_directory(dir: &Path, not_a_directory: &str) -> Result<File, Error> {
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => {
+                Error::Usage(format!("{} {not_a_directory}", dir.display()))
+            }
+            _ => Error::io(format!("cannot open {}", dir.display()), e),
+        })
+}
+
+/// Sets the mode of the directory `dir` we just made, on its descriptor:
+/// opened with `O_DIRECTORY | O_NOFOLLOW` and checked to be ours, so a
+/// link swapped in after the `mkdir` is refused, never chmod'ed through
+/// (docs/SECURITY.md "Root's verbs").
+///
+/// Errors: [`Error::Usage`] when the path is no longer our directory;
+/// [`Error::Io`] when it cannot be opened or changed.
+fn set_mode_on_descriptor(dir: &Path, mode: u32) -> Result<(), Error> {
+    let opened = open_directory(
+        dir,
+        "was replaced by something else as it was made; refusing to use it",
+    )?;
+    let meta = opened
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} belongs to {}, not to the user who made it a moment ago; refusing to use it",
+            dir.display(),
+            crate::files::user_name(meta.uid())
+        )));
+    }
+    opened
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))
+}
+
+/// Accepts a ledger directory owned by root or by us, never writable by
+/// others without the sticky bit.
+fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> Result<(), Error> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} belongs to {} (mode {mode:04o}), who could delete everyone's bookings in it; a shared ledger must belong to root: ask root to run `gpusched ledger init --ledger {}` (or install the systemd-tmpfiles rule `{}`), or use a private --ledger DIR of your own, or --no-ledger",
+            dir.display(),
+            crate::files::user_name(meta.uid()),
+            dir.display(),
+            tmpfiles_line(dir)
+        )));
+    }
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(Error::Usage(format!(
+            "the ledger directory {} is writable by everyone (mode {mode:04o}) without the sticky bit, so anyone could delete anyone's bookings; as root, `chmod 1777 {}` (or `gpusched ledger init --ledger {}`)",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `gpusched ledger init` (as root): makes `dir` the shared ledger it must
+/// be — a real directory owned by root, mode 1777 — creating it or fixing
+/// an existing one. Returns what was done, in words.
+///
+/// Errors: [`Error::Usage`] when not run as root, or `dir` is a symbolic
+/// link or not a directory; [`Error::Io`] when it cannot be changed.
+pub fn init(dir: &Path) -> Result<String, Error> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Error::Usage(format!(
+            "gpusched ledger init must run as root (it makes {} belong to root); try `sudo gpusched ledger init`",
+            dir.display()
+        )));
+    }
+    let created = std::fs::symlink_metadata(dir).is_err();
+    if created {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    // Everything on one descriptor, opened without following a link: a
+    // user who swaps the path for a link between a check and a chown by
+    // path could make root hand them any directory (docs/SECURITY.md).
+    let opened = open_directory(dir, "exists and is not a directory; remove it first")?;
+    std::os::unix::fs::fchown(&opened, Some(0), Some(0))
+        .map_err(|e| Error::io(format!("cannot make {} belong to root", dir.display()), e))?;
+    opened
+        .set_permissions(std::fs::Permissions::from_mode(0o1777))
+        .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
+    Ok(format!(
+        "{} {}: owned by root, mode 1777 (sticky, everyone can book); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf: d {} 1777 root root -",
+        if created { "created" } else { "fixed" },
+        dir.display(),
+        dir.display()
+    ))
+}

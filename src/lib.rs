@@ -34,6 +34,7 @@ pub mod ledger;
 pub mod lockfile;
 pub mod model;
 pub mod notifier;
+pub mod pilot;
 pub mod policy;
 pub mod process;
 pub mod progress;

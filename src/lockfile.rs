@@ -35,9 +35,18 @@ impl SchedulerLock {
         let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
             Err((_, Errno::EWOULDBLOCK)) => {
-                let pid = holder(log_dir).map_or("unknown".into(), |p| p.to_string());
+                // On a file system several nodes share, the holder may
+                // run on another node: its lock file says which.
+                let pid = holder(log_dir).map_or_else(
+                    || {
+                        recorded_place(&path).map_or("pid unknown".into(), |place| {
+                            format!("{place}, by its lock file")
+                        })
+                    },
+                    |p| format!("pid {p}"),
+                );
                 return Err(Error::AlreadyRunning(format!(
-                    "another gpusched (pid {pid}) is already running with log directory {}; stop it with `gpusched stop --log-dir {}`, or use another --log-dir",
+                    "another gpusched ({pid}) is already running with log directory {}; stop it with `gpusched stop --log-dir {}`, or use another --log-dir",
                     log_dir.display(),
                     log_dir.display()
                 )));
@@ -52,7 +61,7 @@ impl SchedulerLock {
         let written = file
             .set_len(0)
             .and_then(|_| file.seek(SeekFrom::Start(0)))
-            .and_then(|_| writeln!(file, "{}", std::process::id()));
+            .and_then(|_| writeln!(file, "{}\n{}", std::process::id(), this_place()));
         written.map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         Ok(SchedulerLock { _file: file })
     }
@@ -88,7 +97,7 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
         let read = reader.read_at(&mut bytes, 0).unwrap_or(0);
         if let Some(pid) = std::str::from_utf8(&bytes[..read])
             .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
+            .and_then(|t| t.lines().next()?.trim().parse::<u32>().ok())
             && confirmed_holder(pid, meta.dev(), meta.ino())
         {
             return Some(pid);
@@ -96,6 +105,38 @@ pub fn holder(log_dir: &Path) -> Option<u32> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     None
+}
+
+/// Where this scheduler runs, for the lock file's second line: `pid 812
+/// on node gpu07`, with `in Slurm job 1234` inside an allocation.
+fn this_place() -> String {
+    let node = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "an unknown node".into());
+    let slurm = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|id| id.parse::<u64>().is_ok())
+        .map(|id| format!(" in Slurm job {id}"))
+        .unwrap_or_default();
+    format!("pid {} on node {node}{slurm}", std::process::id())
+}
+
+/// The holder's place as its lock file says it ([`this_place`]), made
+/// printable; `None` when the file has no such line. Read without
+/// following a link or blocking on a FIFO, at most 256 bytes.
+fn recorded_place(path: &Path) -> Option<String> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    file.metadata().ok().filter(|m| m.is_file())?;
+    let mut bytes = [0u8; 256];
+    let read = file.read_at(&mut bytes, 0).ok()?;
+    let text = String::from_utf8_lossy(&bytes[..read]);
+    let place = text.lines().nth(1)?.trim();
+    (place.starts_with("pid ") && place.chars().all(|c| !c.is_control())).then(|| place.to_string())
 }
 
 /// Whether the kernel says `pid` holds the lock on the file (`dev`,
@@ -263,6 +304,38 @@ mod tests {
         std::fs::write(&path, format!("{}\n", std::process::id())).unwrap();
         assert_eq!(holder(dir.path()), Some(std::process::id()));
         drop(held);
+    }
+
+    #[test]
+    fn a_holder_on_another_node_is_named_by_its_lock_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = lock_path(dir.path());
+        // A pilot on another node of a shared file system: its pid means
+        // nothing here, its lock file's second line says where it runs.
+        let file = open(&path).unwrap();
+        let held = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
+        std::fs::write(&path, "4242\npid 4242 on node gpu07 in Slurm job 1234\n").unwrap();
+        let refused = SchedulerLock::acquire(dir.path()).unwrap_err().to_string();
+        assert!(
+            refused.contains("(pid 4242 on node gpu07 in Slurm job 1234, by its lock file)"),
+            "{refused}"
+        );
+        // A planted line with control characters is not repeated.
+        std::fs::write(&path, "4242\npid 1 \u{1b}[2Jok\n").unwrap();
+        let refused = SchedulerLock::acquire(dir.path()).unwrap_err().to_string();
+        assert!(refused.contains("(pid unknown)"), "{refused}");
+        drop(held);
+        // Our own lock says where we run.
+        let _ours = SchedulerLock::acquire(dir.path()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(std::process::id().to_string().as_str()));
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with(&format!("pid {} on node ", std::process::id()))
+        );
     }
 
     #[test]

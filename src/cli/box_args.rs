@@ -102,7 +102,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// A duration like the jobs file's `timeout=`: 90, 90s, 15m, 2h, 1.5d.
-fn parse_duration_arg(text: &str) -> Result<f64, String> {
+pub(super) fn parse_duration_arg(text: &str) -> Result<f64, String> {
     crate::jobspec::parse_duration_s(text)
         .map_err(|_| format!("'{text}' is not a duration: use 90s, 15m, 2h or 1.5d"))
 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
     version,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    after_help = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C or gpusched stop. More, with every jobs-file attribute: --help."
+    after_help = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 75 when a Slurm allocation ended with jobs left for the next one; 130 after Ctrl-C or gpusched stop. More, with every jobs-file attribute: --help."
 )]
 pub struct Cli {
     /// Scheduler options.
@@ -178,7 +178,7 @@ impl Command {
 }
 
 /// The exit statuses of the scheduler (docs/BEHAVIOUR.md "Exit status").
-pub const EXIT_STATUS: &str = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 130 after Ctrl-C or gpusched stop.";
+pub const EXIT_STATUS: &str = "Exit status: 0 when every job ended ok or cancelled; else the largest exit code of a failed job (at least 1); 2 for a usage or jobs-file error; 75 when a Slurm allocation ended with jobs left for the next one; 130 after Ctrl-C or gpusched stop.";
 
 /// Helper commands next to the scheduler itself.
 #[derive(Debug, Subcommand)]
@@ -465,6 +465,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_ledger: bool,
 
+    /// Run as on a plain box even inside a Slurm allocation
+    /// (SLURM_JOB_ID set): every GPU NVML shows, the box ledger, no
+    /// wrap-up before the allocation's end.
+    #[arg(long)]
+    pub no_allocation: bool,
+
     /// POST a JSON message to this URL when a job fails (see --notify-on):
     /// a `text` line for people (Slack and Mattermost incoming webhooks
     /// show it as is) and the job's facts. Repeat for several URLs; also
@@ -565,6 +571,8 @@ pub struct ExportArgs {
     pub log_dir: PathBuf,
     #[command(flatten)]
     pub slurm: SlurmArgs,
+    #[command(flatten)]
+    pub pilot: PilotArgs,
 }
 
 /// Arguments of `gpusched status`.
@@ -851,6 +859,8 @@ mod box_args;
 mod contain_args;
 pub use contain_args::ContainArgs;
 mod lab_args;
+mod pilot_args;
+pub use pilot_args::PilotArgs;
 mod sim_args;
 use box_args::parse_nvlink_pairs;
 pub use box_args::{

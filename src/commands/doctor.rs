@@ -83,6 +83,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
                 findings.extend(gpu_findings(&report, |pid| {
                     Path::new(&format!("/proc/{pid}")).exists()
                 }));
+                findings.extend(allocation_finding(&report));
                 let indices = report.devices.iter().map(|d| d.index).collect();
                 matrix = Some((report.topology, indices));
             }
@@ -107,6 +108,47 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
     findings.push(containment_finding(&args.log_dir));
     print!("{}", render(&findings, matrix.as_ref()));
     Ok(i32::from(findings.iter().any(|f| f.level == Level::Error)))
+}
+
+/// Inside a Slurm allocation (docs/BEHAVIOUR.md "Inside a Slurm
+/// allocation"): which GPUs a pilot started here would use, matched as
+/// the scheduler matches them; an error when they cannot be matched.
+/// `None` outside Slurm.
+fn allocation_finding(report: &HostReport) -> Option<Finding> {
+    let allocation = crate::pilot::Allocation::from_env()?;
+    let answered: Vec<(u32, String)> = report
+        .devices
+        .iter()
+        .filter(|d| d.error.is_none())
+        .map(|d| (d.index, d.uuid.clone()))
+        .collect();
+    let failing = |permission: bool| -> Vec<u32> {
+        report
+            .devices
+            .iter()
+            .filter(|d| {
+                d.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("Insufficient Permissions") == permission)
+            })
+            .map(|d| d.index)
+            .collect()
+    };
+    Some(
+        match allocation.gpus(&answered, &failing(true), &failing(false)) {
+            Ok((gpus, how)) => Finding::new(
+                Level::Ok,
+                format!(
+                    "{} ({}): a scheduler started here uses only these, without the box ledger, and stops its jobs {} s before the allocation ends",
+                    allocation.describe(&gpus),
+                    how.words(),
+                    crate::pilot::WRAP_UP_S
+                ),
+            ),
+            Err(why) => Finding::new(Level::Error, why)
+                .fix("or run the scheduler with --no-allocation to use every GPU NVML shows"),
+        },
+    )
 }
 
 /// Whether jobs would get cgroups of their own (docs/BEHAVIOUR.md

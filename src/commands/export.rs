@@ -42,6 +42,16 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         .map_err(|e| bad(format!("cannot read it: {e}")))?;
     let text = jobspec::decode(bytes).map_err(|e| bad(e.to_string()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| bad(e.to_string()))?;
+    if args.pilot.pilot {
+        let pilot = Pilot {
+            gpusched: std::env::current_exe()?,
+            jobs_file: absolute(path),
+            log_dir: absolute(&args.log_dir),
+            workdir: std::env::current_dir()?,
+            jobs: specs.len(),
+        };
+        return Ok(pilot_script(&pilot, &args.pilot, &args.slurm.options()));
+    }
     let (numbers, ended) = journal_numbers(&specs, &args.log_dir);
     let known: KnownJobs = numbers
         .iter()
@@ -195,4 +205,257 @@ fn journal_numbers(
         })
         .collect();
     (numbers, ended)
+}
+
+/// What a pilot's script runs: paths are absolute, as the script runs on
+/// a compute node.
+struct Pilot {
+    /// This gpusched binary (the nodes share the file system).
+    gpusched: std::path::PathBuf,
+    /// The jobs file.
+    jobs_file: std::path::PathBuf,
+    /// The log directory (on a file system the nodes share).
+    log_dir: std::path::PathBuf,
+    /// Where the pilot runs (`--chdir`): where jobs without `cwd=` run.
+    workdir: std::path::PathBuf,
+    /// The jobs file's count of jobs, for the header.
+    jobs: usize,
+}
+
+/// Seconds before the allocation's end at which Slurm warns the pilot
+/// (`--signal=B:USR2@…`), at most a quarter of its time limit.
+const WARNING_S: u32 = 120;
+
+/// The sbatch script of a pilot (docs/BEHAVIOUR.md "Inside a Slurm
+/// allocation"): one allocation of `sizing.gpus` GPUs for `sizing.time`,
+/// the scheduler in it, Slurm's warning passed on to it (SIGUSR2 reaches
+/// the batch shell only), and with `--chain N` a successor submitted at
+/// the start (so that the time limit cannot prevent it) and cancelled
+/// when this pilot finishes the queue (any exit but
+/// [`crate::pilot::EXIT_FOR_NEXT_ALLOCATION`]).
+fn pilot_script(
+    pilot: &Pilot,
+    sizing: &crate::cli::PilotArgs,
+    options: &slurm::SlurmOptions,
+) -> String {
+    let q = |p: &std::path::Path| slurm::shell_quote(&p.display().to_string());
+    let mut out = format!(
+        "#!/bin/bash\n\
+         # A gpusched pilot for {jobs} ({count} job(s)): one Slurm allocation of {gpus} GPU(s); gpusched\n\
+         # inside it packs the jobs onto them, starts none that cannot end in time, and {wrap} s before\n\
+         # the end stops what runs so that the next allocation runs it again, exactly once.\n\
+         # Written by `gpusched export --slurm --pilot`; submit it with `sbatch THIS_FILE`.\n\
+         #SBATCH --job-name=gpusched-pilot\n\
+         #SBATCH --gres=gpu:{gpus}\n",
+        jobs = pilot.jobs_file.display(),
+        count = pilot.jobs,
+        gpus = sizing.gpus,
+        wrap = crate::pilot::WRAP_UP_S,
+    );
+    if let Some(time) = sizing.time {
+        let _ = writeln!(out, "#SBATCH --time={}", (time / 60.0).ceil() as u64);
+    }
+    // A short allocation is warned a quarter of its time before its end.
+    let warning = sizing
+        .time
+        .map_or(WARNING_S, |time| WARNING_S.min((time / 4.0) as u32).max(1));
+    let _ = writeln!(out, "#SBATCH --signal=B:USR2@{warning}");
+    // Not in the log directory: Slurm opens the output before the
+    // script runs, and a log directory not made yet fails the launch.
+    let _ = writeln!(
+        out,
+        "#SBATCH --output={}/gpusched-pilot-%j.out",
+        pilot.workdir.display()
+    );
+    let _ = writeln!(out, "#SBATCH --open-mode=append");
+    let _ = writeln!(out, "#SBATCH --chdir={}", pilot.workdir.display());
+    if let Some(partition) = &options.partition {
+        let _ = writeln!(out, "#SBATCH --partition={partition}");
+    }
+    for arg in &options.sbatch_args {
+        let _ = writeln!(out, "#SBATCH {arg}");
+    }
+    let _ = write!(
+        out,
+        "set -u\n\
+         chain=${{GPUSCHED_PILOT_CHAIN:-{chain}}}\n\
+         next=\n\
+         if [ \"$chain\" -gt 0 ]; then\n\
+         \x20   # The successor waits for this allocation to end; cancelled below if this one finishes the queue.\n\
+         \x20   next=$(sbatch --parsable --dependency=afterany:\"$SLURM_JOB_ID\" --export=ALL,GPUSCHED_PILOT_CHAIN=$((chain - 1)) \"$0\")\n\
+         fi\n\
+         # Slurm's warning reaches this shell only: pass it on.\n\
+         pid=\n\
+         trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2\n\
+         {gpusched} {jobs} --log-dir {log_dir} &\n\
+         pid=$!\n\
+         status=\n\
+         while [ -z \"$status\" ]; do\n\
+         \x20   wait \"$pid\"; rc=$?\n\
+         \x20   kill -0 \"$pid\" 2>/dev/null || status=$rc\n\
+         done\n\
+         # {next_exit}: stopped at the allocation's end with jobs left for the next one.\n\
+         if [ -n \"$next\" ] && [ \"$status\" != {next_exit} ]; then\n\
+         \x20   scancel \"$next\"\n\
+         fi\n\
+         exit \"$status\"\n",
+        chain = sizing.chain,
+        gpusched = q(&pilot.gpusched),
+        jobs = q(&pilot.jobs_file),
+        log_dir = q(&pilot.log_dir),
+        next_exit = crate::pilot::EXIT_FOR_NEXT_ALLOCATION,
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(time: Option<f64>, chain: u32) -> String {
+        let pilot = Pilot {
+            gpusched: "/opt/bin/gpusched".into(),
+            jobs_file: "/home/ada/sweep/jobs.txt".into(),
+            log_dir: "/home/ada/sweep/gpusched_logs".into(),
+            workdir: "/home/ada/sweep".into(),
+            jobs: 40,
+        };
+        let sizing = crate::cli::PilotArgs {
+            pilot: true,
+            gpus: 4,
+            time,
+            chain,
+        };
+        let options = slurm::SlurmOptions {
+            partition: Some("gpu".into()),
+            shard_mib: None,
+            sbatch_args: vec!["--account=lab".into()],
+        };
+        pilot_script(&pilot, &sizing, &options)
+    }
+
+    #[test]
+    fn the_pilot_script_asks_for_the_allocation_and_runs_the_scheduler_in_it() {
+        let script = sample(Some(4.0 * 3600.0 - 1.0), 0);
+        for line in [
+            "#SBATCH --gres=gpu:4",
+            "#SBATCH --time=240",
+            "#SBATCH --signal=B:USR2@120",
+            "#SBATCH --output=/home/ada/sweep/gpusched-pilot-%j.out",
+            "#SBATCH --chdir=/home/ada/sweep",
+            "#SBATCH --partition=gpu",
+            "#SBATCH --account=lab",
+            "'/opt/bin/gpusched' '/home/ada/sweep/jobs.txt' --log-dir '/home/ada/sweep/gpusched_logs' &",
+            "trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2",
+            "chain=${GPUSCHED_PILOT_CHAIN:-0}",
+        ] {
+            assert!(
+                script.lines().any(|l| l.trim() == line),
+                "no `{line}` in:\n{script}"
+            );
+        }
+        // sbatch reads #SBATCH lines only before the first command.
+        let first_command = script
+            .lines()
+            .position(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .unwrap();
+        assert!(
+            script
+                .lines()
+                .skip(first_command)
+                .all(|l| !l.starts_with("#SBATCH"))
+        );
+        assert!(!sample(None, 0).contains("--time"));
+    }
+
+    #[test]
+    fn a_chained_pilot_passes_its_warning_on_and_cancels_its_successor_when_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let log = dir.path().join("calls");
+        // Stand-ins that record how they were called: sbatch, scancel,
+        // and a scheduler that exits with $PILOT_EXIT, or 75 on SIGUSR2.
+        let stub = |name: &str, body: &str| {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            let mode =
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+            std::fs::set_permissions(&path, mode).unwrap();
+        };
+        stub(
+            "sbatch",
+            &format!("echo \"sbatch $*\" >> {}; echo 99", log.display()),
+        );
+        stub(
+            "scancel",
+            &format!("echo \"scancel $*\" >> {}", log.display()),
+        );
+        stub(
+            "sched",
+            &format!(
+                "trap 'exit 75' USR2; echo started >> {}; [ -n \"${{PILOT_WAIT:-}}\" ] && {{ sleep 30 & wait; }}; exit \"$PILOT_EXIT\"",
+                log.display()
+            ),
+        );
+        let pilot = Pilot {
+            gpusched: bin.join("sched"),
+            jobs_file: "/j".into(),
+            log_dir: "/l".into(),
+            workdir: "/w".into(),
+            jobs: 1,
+        };
+        let sizing = crate::cli::PilotArgs {
+            pilot: true,
+            gpus: 1,
+            time: None,
+            chain: 2,
+        };
+        let script = dir.path().join("pilot.sh");
+        std::fs::write(
+            &script,
+            pilot_script(&pilot, &sizing, &slurm::SlurmOptions::default()),
+        )
+        .unwrap();
+        let run = |exit: &str, wait: bool| {
+            let _ = std::fs::remove_file(&log);
+            let mut child = std::process::Command::new("bash")
+                .arg(&script)
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .env("SLURM_JOB_ID", "41")
+                .env("PILOT_EXIT", exit)
+                .env("PILOT_WAIT", if wait { "1" } else { "" })
+                .spawn()
+                .unwrap();
+            if wait {
+                // Slurm's warning to the batch shell, once the scheduler
+                // runs (the shell's trap is set before it starts).
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("started")) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the stand-in never started"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGUSR2,
+                )
+                .unwrap();
+            }
+            let status = child.wait().unwrap().code();
+            (status, std::fs::read_to_string(&log).unwrap_or_default())
+        };
+        // The queue finished: the successor is cancelled.
+        let (status, calls) = run("0", false);
+        assert_eq!(status, Some(0));
+        assert!(calls.contains("--dependency=afterany:41"), "{calls}");
+        assert!(calls.contains("GPUSCHED_PILOT_CHAIN=1"), "{calls}");
+        assert!(calls.contains("scancel 99"), "{calls}");
+        // Stopped at the end (SIGUSR2 passed on): the successor stays.
+        let (status, calls) = run("0", true);
+        assert_eq!(status, Some(75));
+        assert!(!calls.contains("scancel"), "{calls}");
+    }
 }

@@ -19,6 +19,7 @@ impl Journal {
                 supervisor,
                 log_offset,
                 slurm_job_id,
+                allocation,
                 cgroup,
             } => Fold::Started {
                 attempt: *attempt,
@@ -32,6 +33,7 @@ impl Journal {
                     supervisor: *supervisor,
                     log_offset: *log_offset,
                     slurm_job_id: *slurm_job_id,
+                    allocation: *allocation,
                     cgroup: cgroup.clone(),
                     command: None,
                 }),

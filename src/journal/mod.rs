@@ -52,6 +52,12 @@ pub enum Event {
         /// `pgid` is then 0).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slurm_job_id: Option<u64>,
+        /// The Slurm allocation a pilot ran the attempt in (its
+        /// `SLURM_JOB_ID`; docs/BEHAVIOUR.md "Inside a Slurm allocation"):
+        /// a later pilot in another allocation knows the attempt ended
+        /// when that allocation did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        allocation: Option<u64>,
         /// The job's own cgroup directories (docs/BEHAVIOUR.md
         /// "Containment"): one for cgroup v2, one per controller for v1;
         /// empty when it runs uncontained.
@@ -181,7 +187,7 @@ pub struct Record {
 }
 
 /// The last `started` event of a job whose outcome is not recorded yet.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct StartedInfo {
     /// When it started (Unix seconds).
     pub ts: f64,
@@ -201,6 +207,8 @@ pub struct StartedInfo {
     pub log_offset: Option<u64>,
     /// Its Slurm job id, when it runs on a cluster (docs/BEHAVIOUR.md "Slurm").
     pub slurm_job_id: Option<u64>,
+    /// The Slurm allocation of the pilot that started it, if any.
+    pub allocation: Option<u64>,
     /// Its cgroup directories, when contained (docs/BEHAVIOUR.md "Containment").
     pub cgroup: Vec<String>,
     /// The job's command, filled in when read back from the journal at

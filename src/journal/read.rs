@@ -125,6 +125,7 @@ struct RawRecord<'a> {
     supervisor: Option<ProcessId>,
     log_offset: Option<u64>,
     slurm_job_id: Option<u64>,
+    allocation: Option<u64>,
     #[serde(default)]
     cgroup: Vec<String>,
     attempts: Option<u32>,
@@ -159,6 +160,7 @@ impl RawRecord<'_> {
                     supervisor: self.supervisor,
                     log_offset: self.log_offset,
                     slurm_job_id: self.slurm_job_id,
+                    allocation: self.allocation,
                     cgroup: self.cgroup.clone(),
                     command: None,
                 }),

@@ -24,12 +24,13 @@ fn started(pgid: u32) -> Event {
         }),
         log_offset: Some(100),
         slurm_job_id: None,
+        allocation: None,
         cgroup: Vec::new(),
     }
 }
 
 #[test]
-fn a_slurm_job_id_and_state_survive_a_replay() {
+fn a_slurm_job_id_allocation_and_state_survive_a_replay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     let (mut journal, _) = Journal::open(&path).unwrap();
@@ -47,6 +48,7 @@ fn a_slurm_job_id_and_state_survive_a_replay() {
                 supervisor: None,
                 log_offset: Some(0),
                 slurm_job_id: Some(77),
+                allocation: Some(1234),
                 cgroup: Vec::new(),
             },
         )
@@ -54,11 +56,15 @@ fn a_slurm_job_id_and_state_survive_a_replay() {
     drop(journal);
     let (journal, _) = Journal::open(&path).unwrap();
     match &journal.state("k").unwrap().phase {
-        Phase::Started(info) => assert_eq!(info.slurm_job_id, Some(77)),
+        Phase::Started(info) => {
+            assert_eq!(info.slurm_job_id, Some(77));
+            assert_eq!(info.allocation, Some(1234));
+        }
         other => panic!("not started: {other:?}"),
     }
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"slurm_job_id\":77"), "{text}");
+    assert!(text.contains("\"allocation\":1234"), "{text}");
 }
 
 #[test]

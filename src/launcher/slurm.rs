@@ -464,6 +464,63 @@ pub fn cancel(id: u64) -> anyhow::Result<()> {
     run(&["scancel", &id.to_string()], None).map(|_| ())
 }
 
+/// The time left to Slurm job `id` (seconds), as `squeue -o %L` says
+/// it (docs/BEHAVIOUR.md "Inside a Slurm allocation"); `None` when it has
+/// no limit.
+///
+/// Errors: `squeue` fails, or does not know the job, or says something
+/// [`crate::pilot::parse_time_left`] cannot read.
+pub fn time_left(id: u64) -> anyhow::Result<Option<f64>> {
+    let out = run(&["squeue", "-h", "-j", &id.to_string(), "-o", "%L"], None)?;
+    let line = out
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .ok_or_else(|| anyhow::anyhow!("squeue does not know Slurm job {id}"))?;
+    crate::pilot::parse_time_left(line).map_err(anyhow::Error::msg)
+}
+
+/// Whether Slurm job `id` is still pending, running or ending
+/// (`squeue --states=all`): a job the controller has forgotten
+/// (`MinJobAge` after its end) or that ended is not.
+///
+/// Errors: `squeue` fails.
+pub fn is_active(id: u64) -> anyhow::Result<bool> {
+    let out = match run(
+        &[
+            "squeue",
+            "-h",
+            "--states=all",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%T",
+        ],
+        None,
+    ) {
+        Ok(out) => out,
+        // A job the controller has forgotten.
+        Err(e) if e.to_string().contains("Invalid job id") => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    Ok(out.lines().any(|state| {
+        matches!(
+            state.trim(),
+            "PENDING"
+                | "RUNNING"
+                | "COMPLETING"
+                | "CONFIGURING"
+                | "SUSPENDED"
+                | "STOPPED"
+                | "RESIZING"
+                | "SIGNALING"
+                | "STAGE_OUT"
+                | "REQUEUED"
+                | "REQUEUE_HOLD"
+                | "REQUEUE_FED"
+        )
+    }))
+}
+
 /// Runs `args` (a Slurm command and its arguments) with `stdin`; returns
 /// its standard output.
 fn run(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {

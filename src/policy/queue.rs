@@ -126,17 +126,9 @@ mod tests {
 
     fn started() -> Phase {
         Phase::Started(Box::new(StartedInfo {
-            ts: 0.0,
             pgid: 42,
             gpus: vec![0],
-            vram_mib: None,
-            start_ticks: None,
-            boot_id: None,
-            supervisor: None,
-            log_offset: None,
-            slurm_job_id: None,
-            cgroup: Vec::new(),
-            command: None,
+            ..Default::default()
         }))
     }
 

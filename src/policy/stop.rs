@@ -35,19 +35,27 @@ pub enum Stop {
         /// The earlier of the stop's deadline and `now` + [`HURRIED_STOP`].
         give_up_at: Instant,
     },
-    /// Nothing to do: SIGUSR1 while a stop is already under way.
+    /// SIGUSR2, the warning Slurm sends before an allocation's end
+    /// (`sbatch --signal=B:USR2@120`; docs/BEHAVIOUR.md "Inside a Slurm
+    /// allocation"): start nothing more, and stop the jobs in time for
+    /// the next allocation.
+    AllocationEnding,
+    /// Nothing to do: SIGUSR1 or SIGUSR2 while a stop is already under
+    /// way.
     Nothing,
 }
 
 /// The answer to `signal` (a libc signal number) at `now`; `stopping` is
 /// the deadline of the stop under way, if one is; `grace` the SIGTERM →
-/// SIGKILL grace. Any signal but SIGHUP and SIGUSR1 is taken as a request
+/// SIGKILL grace. Any signal but SIGHUP, SIGUSR1 and SIGUSR2 is taken as a request
 /// to stop (the loop only forwards SIGINT and SIGTERM besides them).
 pub fn on_signal(signal: i32, stopping: Option<Instant>, now: Instant, grace: Duration) -> Stop {
     match (signal, stopping) {
         (libc::SIGHUP, _) => Stop::KeepScheduling,
         (libc::SIGUSR1, None) => Stop::LeaveJobs,
         (libc::SIGUSR1, Some(_)) => Stop::Nothing,
+        (libc::SIGUSR2, None) => Stop::AllocationEnding,
+        (libc::SIGUSR2, Some(_)) => Stop::Nothing,
         (_, None) => Stop::Begin {
             give_up_at: now + grace + STOP_MARGIN,
         },
@@ -80,11 +88,13 @@ mod tests {
         let begin = Stop::Begin {
             give_up_at: now + GRACE + STOP_MARGIN,
         };
-        let cases: [(i32, Option<Instant>, Stop); 8] = [
+        let cases: [(i32, Option<Instant>, Stop); 10] = [
             (libc::SIGHUP, None, Stop::KeepScheduling),
             (libc::SIGHUP, Some(later), Stop::KeepScheduling),
             (libc::SIGUSR1, None, Stop::LeaveJobs),
             (libc::SIGUSR1, Some(later), Stop::Nothing),
+            (libc::SIGUSR2, None, Stop::AllocationEnding),
+            (libc::SIGUSR2, Some(later), Stop::Nothing),
             (libc::SIGINT, None, begin),
             (libc::SIGTERM, None, begin),
             // A second Ctrl-C: a second at most, never later than before.

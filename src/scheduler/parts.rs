@@ -58,6 +58,9 @@ pub struct Io {
     /// Whether this run said that host memory limits (`[0]`) and CPU pins
     /// (`[1]`) cannot be enforced here.
     pub unenforced_said: [bool; 2],
+    /// Inside a Slurm allocation (docs/BEHAVIOUR.md "Inside a Slurm
+    /// allocation"): its job, GPUs and end.
+    pub pilot: Option<super::phases::Pilot>,
 }
 
 /// The most ended attempts' cgroups kept for reuse

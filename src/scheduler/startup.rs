@@ -63,7 +63,8 @@ impl Scheduler {
         warnings.iter().for_each(|w| warn(w));
         let rules = crate::rules::load(args.box_rules.as_deref())?;
         let box_state = crate::rules::BoxState::new(rules, args.box_rules.as_deref());
-        let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir)?
+        let allocation = allocation_of(args);
+        let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir, allocation.is_some())?
             .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
         let box_targets = box_state
@@ -93,7 +94,7 @@ impl Scheduler {
             run_times: Default::default(),
             compute: Default::default(),
         };
-        let io = Io {
+        let mut io = Io {
             _lock: lock,
             backend,
             launcher,
@@ -107,6 +108,7 @@ impl Scheduler {
             busy_cgroups: Vec::new(),
             spare_cgroups: Vec::new(),
             unenforced_said: [false; 2],
+            pilot: None,
         };
         let share = Sharing {
             ledger,
@@ -114,6 +116,11 @@ impl Scheduler {
             starting_bookings: Vec::new(),
             starting_since_ms: 0,
         };
+        let first_end = allocation.map(|allocation| {
+            let (pilot, first_end) = super::phases::Pilot::start(allocation);
+            io.pilot = Some(pilot);
+            first_end
+        });
         let mut scheduler = Scheduler {
             cfg,
             io,
@@ -130,7 +137,7 @@ impl Scheduler {
         scheduler.install_specs(text_len, text_hash, specs, after)?;
         // Owed before this start records (and posts) their attempts' ends.
         let owed = scheduler.owed_outcomes();
-        scheduler.take_over(&jobs_path, last_jobs_file.as_deref())?;
+        scheduler.take_over(&jobs_path, last_jobs_file.as_deref(), &first_end)?;
         scheduler.tell_what_was_not_told(owed);
         scheduler.speak();
         Ok(scheduler)
@@ -147,6 +154,7 @@ impl Scheduler {
         &mut self,
         jobs_path: &std::path::Path,
         last_jobs_file: Option<&std::path::Path>,
+        first_end: &Option<Result<Option<f64>, String>>,
     ) -> anyhow::Result<()> {
         let snapshot = self.first_snapshot()?;
         self.report.say(format!(
@@ -156,6 +164,9 @@ impl Scheduler {
             jobs_path.display(),
             self.cfg.log_dir.display()
         ));
+        if let Some(first_end) = first_end {
+            self.match_allocation(&snapshot, first_end)?;
+        }
         if let Err(why) = &self.cfg.containment {
             self.report.warn(format!("no cgroups for jobs: {why}"));
         }
@@ -597,10 +608,20 @@ fn refuse_fresh_over_live_jobs(journal_path: &std::path::Path) -> anyhow::Result
     .into())
 }
 
+/// The Slurm allocation this scheduler runs in as a pilot
+/// (docs/BEHAVIOUR.md "Inside a Slurm allocation"): `SLURM_JOB_ID` is set,
+/// and neither `--slurm`, `--sim` nor `--no-allocation` was given.
+fn allocation_of(args: &RunArgs) -> Option<crate::pilot::Allocation> {
+    if args.slurm.slurm || args.sim.is_some() || args.no_allocation {
+        return None;
+    }
+    crate::pilot::Allocation::from_env()
+}
+
 /// The ledger this scheduler books in (docs/BEHAVIOUR.md "Sharing a box"): `--ledger DIR`, else the
 /// simulated GPUs' `<sim dir>/ledger` (only schedulers sharing the sim dir
 /// share those GPUs), else [`crate::ledger::store::DEFAULT_DIR`]; none with
-/// `--no-ledger`.
+/// `--no-ledger`, and none inside a Slurm allocation without `--ledger`.
 ///
 /// Errors: the directory is a symbolic link, not a directory, or cannot be
 /// created or written.
@@ -608,9 +629,11 @@ fn open_ledger(
     args: &RunArgs,
     sim_dir: Option<&std::path::Path>,
     log_dir: &std::path::Path,
+    in_allocation: bool,
 ) -> anyhow::Result<Option<crate::ledger::store::Ledger>> {
-    // On a cluster, Slurm keeps the books.
-    if args.no_ledger || args.slurm.slurm {
+    // On a cluster, Slurm keeps the books; an allocation's GPUs are ours
+    // alone, unless `--ledger` says otherwise.
+    if args.no_ledger || args.slurm.slurm || (in_allocation && args.ledger.is_none()) {
         return Ok(None);
     }
     let dir = match (&args.ledger, sim_dir) {

@@ -337,6 +337,9 @@ impl Scheduler {
         if let Mode::Stopping { give_up_at, .. } = self.core.mode {
             deadline = deadline.min(give_up_at.max(now));
         }
+        if let Some(due) = self.wrap_up_due() {
+            deadline = deadline.min(due.max(now));
+        }
         if let Some(unsettled) = self.core.jobs.source.unsettled {
             deadline =
                 deadline.min((unsettled.since + SETTLE).max(now + Duration::from_millis(10)));
@@ -378,12 +381,12 @@ impl Scheduler {
     }
 }
 
-/// Forwards SIGINT, SIGTERM, SIGCHLD, SIGHUP and SIGUSR1 to the loop. The handlers (from
+/// Forwards SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1 and SIGUSR2 to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.
 fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1])?;
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 /// Slurm's pace (a poll a second, a scheduler cycle, a minute-rounded
 /// `--time`) on a loaded machine.
-const SLURM_DEADLINE: Duration = Duration::from_secs(150);
+pub(crate) const SLURM_DEADLINE: Duration = Duration::from_secs(150);
 
 /// Whether a cluster answers; says SKIPPED when not (and panics when the
 /// CI asked for one).
-fn cluster_up() -> bool {
+pub(crate) fn cluster_up() -> bool {
     let up = Command::new("sinfo")
         .args(["-h", "-o", "%T"])
         .output()

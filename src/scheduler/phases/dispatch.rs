@@ -377,6 +377,9 @@ impl Scheduler {
                 at: at.ceil() as u64,
             }));
         }
+        if let Some(reason) = self.allocation_keeps_back(index, now) {
+            return Err(Some(reason));
+        }
         match self.readiness_of(&spec.key) {
             Readiness::Ready => Ok(()),
             Readiness::Waiting { no, state } => Err(Some(WaitReason::After { no, state })),

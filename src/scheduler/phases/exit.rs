@@ -32,7 +32,12 @@ impl Scheduler {
             }
             self.write_timeline();
             self.flush_told_within(std::time::Duration::from_secs(1));
-            return Some(130);
+            let wrapped_up = self.io.pilot.as_ref().is_some_and(|p| p.wrapped_up);
+            return Some(if wrapped_up {
+                crate::pilot::EXIT_FOR_NEXT_ALLOCATION
+            } else {
+                130
+            });
         }
         if self.cfg.watch || !self.core.running.is_empty() || self.pending().next().is_some() {
             return None;

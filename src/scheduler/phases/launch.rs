@@ -254,6 +254,7 @@ impl Scheduler {
                         supervisor: handle.supervisor,
                         log_offset: Some(launch.log_offset),
                         slurm_job_id: handle.slurm_job_id,
+                        allocation: self.io.pilot.as_ref().map(|p| p.allocation.job_id),
                         cgroup: launch
                             .cgroup
                             .as_ref()

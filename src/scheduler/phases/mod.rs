@@ -48,6 +48,7 @@ mod learned;
 mod ledger;
 mod loads;
 mod orphans;
+mod pilot;
 mod preemption;
 mod publish;
 mod requests;
@@ -62,5 +63,6 @@ pub(in crate::scheduler) use booking::Start;
 #[cfg(test)]
 pub(in crate::scheduler) use dispatch::decide;
 pub(in crate::scheduler) use file_digest::TextHash;
+pub(in crate::scheduler) use pilot::Pilot;
 pub(in crate::scheduler) use preemption::preemption_actions;
 pub(in crate::scheduler) use told::Told;

@@ -32,6 +32,7 @@ impl Scheduler {
             .filter(|(_, s)| matches!(s.phase, Phase::Started(_)))
             .map(|(k, s)| (k.to_string(), s.clone()))
             .collect();
+        self.check_other_allocations(&started)?;
         let mut adopted_any = false;
         let measured = if started.is_empty() {
             HashMap::new()
@@ -113,6 +114,51 @@ impl Scheduler {
             ));
         }
         self.remove_stale_exit_records();
+        Ok(())
+    }
+
+    /// Refuses to take over attempts a pilot started in another Slurm
+    /// allocation that has not ended (docs/BEHAVIOUR.md "Inside a Slurm
+    /// allocation"): they may still run there, out of this node's sight.
+    /// Once that allocation ended, Slurm killed what it ran, and such an
+    /// attempt is judged as any other (its exit record, else
+    /// `interrupted`).
+    ///
+    /// Errors ([`crate::error::Error::AlreadyRunning`], exit 2): that
+    /// allocation is still active, or Slurm cannot say.
+    fn check_other_allocations(&self, started: &[(String, KeyState)]) -> anyhow::Result<()> {
+        let ours = self.io.pilot.as_ref().map(|p| p.allocation.job_id);
+        let mut others: Vec<(u64, u32)> = started
+            .iter()
+            .filter_map(|(_, state)| match &state.phase {
+                Phase::Started(info) => info
+                    .allocation
+                    .filter(|a| Some(*a) != ours)
+                    .map(|a| (a, state.no)),
+                _ => None,
+            })
+            .collect();
+        others.sort_unstable();
+        others.dedup_by_key(|(a, _)| *a);
+        for (allocation, no) in others {
+            let refuse = |why: String| {
+                crate::error::Error::AlreadyRunning(format!(
+                    "job {no} of {} was started by a pilot in Slurm job {allocation}, {why}; start this one after it ends (sbatch --dependency=afterany:{allocation}) or stop it (scancel {allocation})",
+                    self.cfg.log_dir.display()
+                ))
+            };
+            match slurm::is_active(allocation) {
+                Ok(false) => {}
+                Ok(true) => {
+                    return Err(refuse("which has not ended (it may still run it)".into()).into());
+                }
+                Err(e) => {
+                    return Err(
+                        refuse(format!("and Slurm cannot say whether that ended ({e:#})")).into(),
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -214,6 +260,7 @@ impl Scheduler {
                     supervisor: None,
                     log_offset: None,
                     slurm_job_id: Some(job.id),
+                    allocation: None,
                     cgroup: Vec::new(),
                 },
             )?;

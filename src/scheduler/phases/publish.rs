@@ -64,7 +64,7 @@ impl Scheduler {
             state: self.scheduler_state(),
             started_ts: self.report.started_ts,
             ticks: self.report.ticks,
-            backend: (self.io.backend.is_sim(), self.io.backend.describe()),
+            backend: (self.io.backend.is_sim(), self.backend_words()),
             sim_dir: self.io.sim_dir.as_deref(),
             foreign: self
                 .share

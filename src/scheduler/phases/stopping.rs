@@ -16,6 +16,7 @@ use std::time::Instant;
 impl Scheduler {
     /// Applies the signals recorded since the last tick, in order.
     pub(in crate::scheduler) fn apply_signals(&mut self) {
+        self.check_allocation_end(Instant::now());
         for signal in std::mem::take(&mut self.due.signals) {
             let now = Instant::now();
             let stopping = match self.core.mode {
@@ -46,6 +47,7 @@ impl Scheduler {
                         }
                     }
                 }
+                Stop::AllocationEnding => self.allocation_warning(now),
                 Stop::Nothing => {}
             }
         }
@@ -75,7 +77,12 @@ impl Scheduler {
     /// The first SIGINT or SIGTERM (`name`): every running group of ours
     /// gets SIGTERM through the launcher now and SIGKILL after the grace;
     /// the scheduler exits by `give_up_at` (`phases/exit.rs`).
-    fn begin_stop(&mut self, name: &str, give_up_at: Instant, now: Instant) {
+    pub(in crate::scheduler) fn begin_stop(
+        &mut self,
+        name: &str,
+        give_up_at: Instant,
+        now: Instant,
+    ) {
         // Ends already reported are taken first: their real outcome is
         // recorded, and they are not signalled.
         self.take_reports();

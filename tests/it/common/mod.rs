@@ -126,6 +126,9 @@ impl Env {
             .args(args)
             .current_dir(self.dir.path())
             .env_remove("GPUSCHED_SIM_DIR")
+            // A suite run inside a Slurm allocation tests a plain box;
+            // the pilot tests set these themselves.
+            .env_remove("SLURM_JOB_ID")
             .env("TZ", "UTC")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

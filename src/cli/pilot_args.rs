@@ -1,0 +1,39 @@
+//! The arguments of `gpusched export --slurm --pilot` (docs/BEHAVIOUR.md
+//! "Inside a Slurm allocation"): the sbatch script that runs the
+//! scheduler inside one allocation.
+
+use super::box_args::parse_duration_arg;
+use clap::Args;
+
+/// How `export --slurm --pilot` sizes the pilot's allocation.
+#[derive(Debug, Args, Clone, Default)]
+pub struct PilotArgs {
+    /// Print one sbatch script that runs gpusched inside a Slurm
+    /// allocation (a pilot) instead of one sbatch line per job: the
+    /// pilot packs the jobs onto the allocation's GPUs, needs no process
+    /// on the login node, and leaves what it could not finish to the next
+    /// allocation (see --chain).
+    #[arg(long, requires = "slurm")]
+    pub pilot: bool,
+
+    /// GPUs of the pilot's allocation (`--gres=gpu:N`).
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "pilot",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=64)
+    )]
+    pub gpus: u32,
+
+    /// The allocation's time limit (`sbatch --time`, whole minutes
+    /// rounded up): 90m, 4h, 1d. Default: the partition's.
+    #[arg(long, value_name = "DURATION", requires = "pilot", value_parser = parse_duration_arg)]
+    pub time: Option<f64>,
+
+    /// Submit up to N successors, each waiting for the one before to end
+    /// (`--dependency=afterany`), while jobs are left: a sweep longer
+    /// than one allocation runs through allocations one after another.
+    #[arg(long, value_name = "N", requires = "pilot", default_value_t = 0)]
+    pub chain: u32,
+}

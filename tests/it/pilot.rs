@@ -1,0 +1,222 @@
+//! A scheduler inside a Slurm allocation (docs/BEHAVIOUR.md "Inside a
+//! Slurm allocation"), without a cluster: the variables Slurm sets are set
+//! here, the fake NVML gives the node four GPUs, and a stand-in `squeue`
+//! on PATH answers for the time left and for earlier allocations. The
+//! same pilot on the real test cluster is in `slurm.rs`.
+
+use crate::common;
+use crate::nvml::Nvml;
+
+use common::{Sched, wait_for};
+use std::path::Path;
+use std::process::Command;
+
+/// Four fake GPUs of 24000 MiB, idle.
+const FOUR_GPUS: &str = "gpu GPU-00000000-0000 24000 0 0\n\
+                         gpu GPU-11111111-1111 24000 0 0\n\
+                         gpu GPU-22222222-2222 24000 0 0\n\
+                         gpu GPU-33333333-3333 24000 0 0\n";
+
+/// Writes a stand-in `squeue` into `dir`: `%L` (time left) is answered
+/// with `left` (or fails when `None`), and a state query (`%T`) with
+/// `state` (nothing: the job is over and forgotten).
+fn fake_squeue(dir: &Path, left: Option<&str>, state: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let left = match left {
+        Some(left) => format!("echo '{left}'"),
+        None => "echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1".into(),
+    };
+    let script =
+        format!("#!/bin/sh\ncase \"$*\" in\n  *%L*) {left} ;;\n  *) echo '{state}' ;;\nesac\n");
+    let path = dir.join("squeue");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The scheduler of `nvml` as a pilot in Slurm job `job` on node gpu07
+/// with GPUs 1 and 3 of the four, the stand-in squeue of `bin` first on
+/// PATH, the box ledger left to its default.
+fn pilot(nvml: &Nvml, job: &str, bin: &Path, args: &[&str]) -> Command {
+    let mut cmd = nvml.env.command(args);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    cmd.env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
+        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+        .env("SLURM_JOB_ID", job)
+        .env("SLURMD_NODENAME", "gpu07")
+        .env("SLURM_JOB_GPUS", "1,3")
+        .env("CUDA_VISIBLE_DEVICES", "1,3")
+        .env("PATH", path);
+    cmd
+}
+
+#[test]
+fn a_pilot_uses_only_its_gpus_keeps_back_what_cannot_end_and_stops_before_the_end() {
+    // Four jobs with no known bound start (and are stopped at the
+    // wrap-up), one whose timeout= reaches past the end waits, one short
+    // one runs.
+    let mut jobs = String::new();
+    for _ in 0..4 {
+        jobs.push_str("[vram=1000] echo \"$CUDA_VISIBLE_DEVICES\" >> seen.txt; sleep 120\n");
+    }
+    jobs.push_str("[vram=1000 timeout=1m] echo long >> seen.txt\n");
+    jobs.push_str("[vram=1000 timeout=5s] echo \"short $CUDA_VISIBLE_DEVICES\" >> seen.txt\n");
+    let nvml = Nvml::new(&jobs, FOUR_GPUS);
+    let bin = nvml.env.path("bin");
+    // 45 s left: the wrap-up comes 25 s after the start.
+    fake_squeue(&bin, Some("0:45"), "");
+    let sched = Sched::from_command(pilot(&nvml, "77", &bin, &["--poll", "0.5"]));
+    wait_for("the long job's wait reason", &mut || {
+        std::fs::read_to_string(nvml.env.logs.join("status.json"))
+            .is_ok_and(|t| t.contains("needs up to 1m00s, more than Slurm job 77 has left"))
+    });
+    let out = sched.finish();
+    assert_eq!(out.code, 75, "{}{}", out.stdout, out.stderr);
+    for said in [
+        "inside Slurm job 77: GPUs 1,3 of node gpu07 (matched by index from SLURM_JOB_GPUS)",
+        "the box ledger is off",
+        "Slurm job 77 ends at ",
+    ] {
+        assert!(out.stdout.contains(said), "no `{said}` in:\n{}", out.stdout);
+    }
+    let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
+    // Only GPUs 1 and 3, never the long job.
+    assert!(!seen.contains("long"), "{seen}");
+    assert_eq!(seen.lines().count(), 5, "{seen}");
+    for line in seen.lines() {
+        let gpu = line.trim_start_matches("short ");
+        assert!(gpu == "1" || gpu == "3", "a job ran on GPU {gpu}:\n{seen}");
+    }
+    // The four long ones: interrupted, for the next allocation; the
+    // short one ok; the one that could not end never started.
+    assert_eq!(nvml.env.events("interrupted").len(), 4);
+    assert_eq!(nvml.env.status_of(6).as_deref(), Some("ok"));
+    assert!(nvml.env.job_events(5, "started").is_empty());
+    let started = nvml.env.events("started");
+    assert!(started.iter().all(|s| s["allocation"] == 77), "{started:?}");
+    // The views say where it runs.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(nvml.env.logs.join("status.json")).unwrap())
+            .unwrap();
+    let backend = doc["scheduler"]["backend_detail"].as_str().unwrap();
+    assert!(
+        backend.ends_with("— inside Slurm job 77: GPUs 1,3 of node gpu07"),
+        "{backend}"
+    );
+}
+
+#[test]
+fn slurms_warning_stops_the_jobs_and_the_next_allocation_runs_them_exactly_once() {
+    let job = "if [ -e second ]; then echo ran >> ran.txt; else sleep 120; fi\n";
+    let nvml = Nvml::new(&job.repeat(2), FOUR_GPUS);
+    let bin = nvml.env.path("bin");
+    // Slurm does not answer: the end is unknown, SIGUSR2 is the warning.
+    fake_squeue(&bin, None, "");
+    let sched = Sched::from_command(pilot(&nvml, "77", &bin, &["--poll", "0.5"]));
+    wait_for("both jobs started", &mut || {
+        nvml.env.events("started").len() == 2
+    });
+    sched.signal(nix::sys::signal::Signal::SIGUSR2);
+    let out = sched.finish();
+    assert_eq!(out.code, 75, "{}{}", out.stdout, out.stderr);
+    for said in [
+        "when the allocation ends is unknown",
+        "SIGUSR2: Slurm job 77 is ending; nothing more starts",
+    ] {
+        assert!(out.stdout.contains(said), "no `{said}` in:\n{}", out.stdout);
+    }
+    assert_eq!(nvml.env.events("interrupted").len(), 2);
+    // The next allocation, on the same log directory: both run, once.
+    std::fs::write(nvml.env.path("second"), "").unwrap();
+    fake_squeue(&bin, Some("10:00"), "");
+    let out = Sched::from_command(pilot(&nvml, "78", &bin, &["--poll", "0.5"])).finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let ran = std::fs::read_to_string(nvml.env.path("ran.txt")).unwrap();
+    assert_eq!(ran.lines().count(), 2, "{ran}");
+    assert_eq!(nvml.env.events("done").len(), 2);
+    assert_eq!(nvml.env.status_of(1).as_deref(), Some("ok"));
+    assert_eq!(nvml.env.status_of(2).as_deref(), Some("ok"));
+}
+
+#[test]
+fn a_pilot_killed_in_an_allocation_that_still_runs_is_not_second_guessed() {
+    let nvml = Nvml::new("sleep 120\n", FOUR_GPUS);
+    let bin = nvml.env.path("bin");
+    fake_squeue(&bin, Some("10:00"), "RUNNING");
+    let sched = Sched::from_command(pilot(&nvml, "77", &bin, &["--poll", "0.5"]));
+    wait_for("the job started", &mut || {
+        !nvml.env.events("started").is_empty()
+    });
+    sched.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sched.finish();
+    // Another allocation while 77 still runs (its job may run there).
+    let out = Sched::from_command(pilot(&nvml, "78", &bin, &["--poll", "0.5"])).finish();
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    for said in [
+        "job 1 of ",
+        "was started by a pilot in Slurm job 77, which has not ended",
+        "sbatch --dependency=afterany:77",
+    ] {
+        assert!(out.stderr.contains(said), "no `{said}` in:\n{}", out.stderr);
+    }
+    assert_eq!(nvml.env.events("started").len(), 1, "never started twice");
+    // Allocation 77 over: Slurm killed all it ran, the job's supervisor
+    // with it (here, the test does).
+    let started = &nvml.env.events("started")[0];
+    let supervisor = started["supervisor"]["pid"].as_i64().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let pgid = started["pgid"].as_i64().unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    wait_for("the job's group gone", &mut || {
+        common::live_group_members(pgid).is_empty()
+    });
+    fake_squeue(&bin, Some("10:00"), "");
+    let sched = Sched::from_command(pilot(&nvml, "78", &bin, &["--poll", "0.5"]));
+    wait_for("the job started again", &mut || {
+        nvml.env.events("started").len() == 2
+    });
+    assert_eq!(nvml.env.events("interrupted").len(), 1);
+    drop(sched);
+}
+
+#[test]
+fn doctor_says_which_gpus_a_pilot_would_use() {
+    let nvml = Nvml::new("true\n", FOUR_GPUS);
+    let out = Command::new(common::bin())
+        .args(["doctor", "--log-dir"])
+        .arg(&nvml.env.logs)
+        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
+        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+        .env("SLURM_JOB_ID", "1234")
+        .env("SLURMD_NODENAME", "gpu07")
+        .env("SLURM_JOB_GPUS", "2,3")
+        .current_dir(nvml.env.path(""))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("inside Slurm job 1234: GPUs 2,3 of node gpu07"),
+        "{text}"
+    );
+    // An allocation given a GPU the node does not have is an error.
+    let out = Command::new(common::bin())
+        .args(["doctor", "--log-dir"])
+        .arg(&nvml.env.logs)
+        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
+        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+        .env("SLURM_JOB_ID", "1234")
+        .env("SLURMD_NODENAME", "gpu07")
+        .env("SLURM_JOB_GPUS", "6")
+        .current_dir(nvml.env.path(""))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("GPU 6 of node gpu07"), "{text}");
+}

@@ -1,0 +1,213 @@
+//! A pilot inside an allocation of the real test cluster
+//! (docs/BEHAVIOUR.md "Inside a Slurm allocation"): the one-node cluster
+//! of `scripts/slurm-test-cluster.sh` (4 GPUs of type `fake`), with the
+//! fake NVML giving the node the same four GPUs. The scripts are the ones
+//! `gpusched export --slurm --pilot` writes, submitted with `sbatch` as a
+//! user would. Without a cluster these say SKIPPED (CI starts one).
+
+use crate::common;
+use crate::nvml::Nvml;
+use crate::slurm::{SLURM_DEADLINE, cluster_up};
+
+use common::wait_for_within;
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Four fake GPUs, as the test cluster's node has.
+const FOUR_GPUS: &str = "gpu GPU-00000000-0000 24000 0 0\n\
+                         gpu GPU-11111111-1111 24000 0 0\n\
+                         gpu GPU-22222222-2222 24000 0 0\n\
+                         gpu GPU-33333333-3333 24000 0 0\n";
+
+/// `gpusched export --slurm --pilot ARGS` of `nvml`'s jobs file, written
+/// to `pilot.sh` in the test's directory; its path.
+fn pilot_script(nvml: &Nvml, args: &[&str]) -> std::path::PathBuf {
+    let out = Command::new(common::bin())
+        .args(["export", "--slurm", "--pilot"])
+        .args(args)
+        .arg(&nvml.env.jobs)
+        .arg("--log-dir")
+        .arg(&nvml.env.logs)
+        .current_dir(nvml.env.path(""))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = nvml.env.path("pilot.sh");
+    std::fs::write(&path, &out.stdout).unwrap();
+    path
+}
+
+/// `sbatch ARGS…` from the test's directory with the fake NVML in the
+/// environment it exports; the Slurm job id.
+fn sbatch(nvml: &Nvml, args: &[&str]) -> u64 {
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .args(args)
+        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
+        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+        .current_dir(nvml.env.path(""))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sbatch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().split(';').next().unwrap().parse().unwrap()
+}
+
+/// `scontrol show job -o ID`'s fields (`JobState`, `ExitCode`, …).
+fn job_fields(id: u64) -> BTreeMap<String, String> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "-o", &id.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Waits until Slurm job `id` is in one of `states`.
+fn wait_state(id: u64, states: &[&str]) -> BTreeMap<String, String> {
+    let mut fields = BTreeMap::new();
+    wait_for_within(
+        &format!("Slurm job {id} in {states:?}"),
+        SLURM_DEADLINE,
+        &mut || {
+            fields = job_fields(id);
+            fields
+                .get("JobState")
+                .is_some_and(|s| states.contains(&s.as_str()))
+        },
+    );
+    fields
+}
+
+/// The pilot's output file (`gpusched-pilot-<id>.out` where it was
+/// submitted).
+fn pilot_output(nvml: &Nvml, id: u64) -> String {
+    std::fs::read_to_string(nvml.env.path(&format!("gpusched-pilot-{id}.out"))).unwrap_or_default()
+}
+
+const ENDED: [&str; 5] = ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL"];
+
+#[test]
+fn a_pilot_in_a_two_gpu_allocation_runs_forty_declared_jobs_only_on_its_gpus() {
+    if !cluster_up() {
+        return;
+    }
+    // Each job notes the allocation's GPUs (the pilot's environment is
+    // its own) and the GPU it was given.
+    let job = "[vram=2000] echo \"$SLURM_JOB_GPUS $CUDA_VISIBLE_DEVICES\" >> seen.txt; sleep 0.2\n";
+    let nvml = Nvml::new(&job.repeat(40), FOUR_GPUS);
+    // Someone else holds one of the node's GPUs (usually 0): the
+    // pilot gets two others, not simply the first ones NVML lists.
+    let blocker = sbatch(
+        &nvml,
+        &["--gres=gpu:1", "--output=/dev/null", "--wrap=sleep 300"],
+    );
+    wait_state(blocker, &["RUNNING"]);
+    let script = pilot_script(&nvml, &["--gpus", "2", "--time", "10m"]);
+    let pilot = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(pilot, &ENDED);
+    let _ = Command::new("scancel").arg(blocker.to_string()).status();
+    let out = pilot_output(&nvml, pilot);
+    assert_eq!(fields["JobState"], "COMPLETED", "{fields:?}\n{out}");
+    let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
+    assert_eq!(seen.lines().count(), 40, "{seen}");
+    let ours = seen
+        .lines()
+        .next()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let allowed: Vec<&str> = ours.split(',').collect();
+    assert_eq!(allowed.len(), 2, "{ours}");
+    let said = format!("inside Slurm job {pilot}: GPUs {ours} of node gpusched-node");
+    assert!(out.contains(&said), "no `{said}` in:\n{out}");
+    for line in seen.lines() {
+        let (allocation, gpu) = line.split_once(' ').unwrap();
+        assert_eq!(allocation, ours, "{seen}");
+        assert!(
+            allowed.contains(&gpu),
+            "a job ran on GPU {gpu}, not {ours}:\n{seen}"
+        );
+    }
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 40);
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+}
+
+#[test]
+fn a_pilot_cut_short_by_its_time_limit_leaves_the_rest_to_its_successor_exactly_once() {
+    if !cluster_up() {
+        return;
+    }
+    // One job per GPU at a time (20 GB of 24), 4 s each: 30 of them take
+    // a minute on two GPUs, more than the first allocation's 40 s before
+    // its wrap-up.
+    let jobs: String = (1..=30)
+        .map(|n| format!("[vram=20000] sleep 4; echo {n} >> done.txt\n"))
+        .collect();
+    let nvml = Nvml::new(&jobs, FOUR_GPUS);
+    let script = pilot_script(&nvml, &["--gpus", "2", "--time", "1m", "--chain", "1"]);
+    let first = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(first, &ENDED);
+    let out = pilot_output(&nvml, first);
+    // Stopped by its own wrap-up, before Slurm's limit: exit 75.
+    assert_eq!(fields["ExitCode"], "75:0", "{fields:?}\n{out}");
+    assert!(
+        out.contains(&format!("Slurm job {first} ends at ")),
+        "{out}"
+    );
+    // It ran part of the sweep, and journaled what it stopped.
+    let first_done = nvml.env.events("done").len();
+    assert!((1..30).contains(&first_done), "{first_done} done:\n{out}");
+    let interrupted = nvml.env.events("interrupted").len();
+    // Its successor, submitted by the script, finishes the sweep.
+    let mut second = None;
+    wait_for_within("the successor pilot", SLURM_DEADLINE, &mut || {
+        // Ours: submitted from this test's directory.
+        let out = Command::new("squeue")
+            .args(["-h", "--states=all", "-n", "gpusched-pilot", "-o", "%i %Z"])
+            .output()
+            .unwrap();
+        let here = nvml.env.path("");
+        second = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            let (id, workdir) = l.split_once(' ')?;
+            let id = id.trim().parse::<u64>().ok()?;
+            (id != first && std::path::Path::new(workdir.trim()) == here.as_path()).then_some(id)
+        });
+        second.is_some()
+    });
+    let second = second.unwrap();
+    let fields = wait_state(second, &ENDED);
+    let out = pilot_output(&nvml, second);
+    assert_eq!(fields["ExitCode"], "0:0", "{fields:?}\n{out}");
+    // Every job ran to its end exactly once, across both allocations.
+    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap();
+    let mut ran: Vec<u32> = done_txt.lines().map(|l| l.parse().unwrap()).collect();
+    ran.sort_unstable();
+    assert_eq!(ran, (1..=30).collect::<Vec<u32>>(), "{done_txt}");
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 30, "one outcome per job");
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+    // Started in both allocations, each attempt journaled with its own.
+    let started = nvml.env.events("started");
+    for allocation in [first, second] {
+        assert!(
+            started.iter().any(|s| s["allocation"] == allocation),
+            "nothing started in Slurm job {allocation}"
+        );
+    }
+    assert_eq!(started.len(), 30 + interrupted);
+}

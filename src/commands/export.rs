@@ -289,11 +289,13 @@ fn pilot_script(
          trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2\n\
          {gpusched} {jobs} --log-dir {log_dir} &\n\
          pid=$!\n\
-         status=\n\
-         while [ -z \"$status\" ]; do\n\
-         \x20   wait \"$pid\"; rc=$?\n\
-         \x20   kill -0 \"$pid\" 2>/dev/null || status=$rc\n\
+         status=1\n\
+         while kill -0 \"$pid\" 2>/dev/null; do\n\
+         \x20   wait \"$pid\"; status=$?\n\
          done\n\
+         # Its own status: a trapped signal may have cut the last wait short.\n\
+         wait \"$pid\" 2>/dev/null; last=$?\n\
+         [ \"$last\" != 127 ] && status=$last\n\
          # {next_exit}: stopped at the allocation's end with jobs left for the next one.\n\
          if [ -n \"$next\" ] && [ \"$status\" != {next_exit} ]; then\n\
          \x20   scancel \"$next\"\n\
@@ -345,7 +347,7 @@ mod tests {
             "#SBATCH --chdir=/home/ada/sweep",
             "#SBATCH --partition=gpu",
             "#SBATCH --account=lab",
-            "'/opt/bin/gpusched' '/home/ada/sweep/jobs.txt' --log-dir '/home/ada/sweep/gpusched_logs' &",
+            "/opt/bin/gpusched /home/ada/sweep/jobs.txt --log-dir /home/ada/sweep/gpusched_logs &",
             "trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2",
             "chain=${GPUSCHED_PILOT_CHAIN:-0}",
         ] {

@@ -153,6 +153,32 @@ impl WaitReason {
             _ => Ok(()),
         }
     }
+
+    /// [`WaitReason::AllocationEnds`] in words.
+    fn fmt_allocation(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let WaitReason::AllocationEnds {
+            job_id,
+            at,
+            needs_s,
+        } = self
+        else {
+            return Ok(());
+        };
+        let end = at.map_or("soon".into(), |at| {
+            format!("at {}", crate::console::clock_seconds(at as f64))
+        });
+        match needs_s {
+            Some(needs) => write!(
+                f,
+                "needs up to {}, more than Slurm job {job_id} has left (it ends {end}); the next allocation runs it",
+                crate::console::human_duration(*needs as f64)
+            ),
+            None => write!(
+                f,
+                "Slurm job {job_id} ends {end} (SIGUSR2) and its run time is unknown; the next allocation runs it"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Display for WaitReason {
@@ -196,26 +222,7 @@ impl std::fmt::Display for WaitReason {
                 crate::console::gpu_ids(gpus, ", "),
                 measured.as_deref().unwrap_or("sharing would slow both")
             ),
-            WaitReason::AllocationEnds {
-                job_id,
-                at,
-                needs_s,
-            } => {
-                let end = at.map_or("soon".into(), |at| {
-                    format!("at {}", crate::console::clock_seconds(at as f64))
-                });
-                match needs_s {
-                    Some(needs) => write!(
-                        f,
-                        "needs up to {}, more than Slurm job {job_id} has left (it ends {end}); the next allocation runs it",
-                        crate::console::human_duration(*needs as f64)
-                    ),
-                    None => write!(
-                        f,
-                        "Slurm job {job_id} ends {end} (SIGUSR2) and its run time is unknown; the next allocation runs it"
-                    ),
-                }
-            }
+            WaitReason::AllocationEnds { .. } => self.fmt_allocation(f),
             WaitReason::Drained { gpus } => {
                 write!(f, "GPU {} drained", crate::console::gpu_ids(gpus, ", "))
             }

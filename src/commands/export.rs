@@ -43,14 +43,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     let text = jobspec::decode(bytes).map_err(|e| bad(e.to_string()))?;
     let specs = jobspec::parse_jobs(&text).map_err(|e| bad(e.to_string()))?;
     if args.pilot.pilot {
-        let pilot = Pilot {
-            gpusched: std::env::current_exe()?,
-            jobs_file: absolute(path),
-            log_dir: absolute(&args.log_dir),
-            workdir: std::env::current_dir()?,
-            jobs: specs.len(),
-        };
-        return Ok(pilot_script(&pilot, &args.pilot, &args.slurm.options()));
+        return pilot_of(args, specs.len());
     }
     let (numbers, ended) = journal_numbers(&specs, &args.log_dir);
     let known: KnownJobs = numbers
@@ -220,6 +213,20 @@ struct Pilot {
     workdir: std::path::PathBuf,
     /// The jobs file's count of jobs, for the header.
     jobs: usize,
+}
+
+/// The pilot's script for `args` (its jobs file holding `jobs` jobs).
+///
+/// Errors: this binary's path or the working directory cannot be had.
+fn pilot_of(args: &ExportArgs, jobs: usize) -> anyhow::Result<String> {
+    let pilot = Pilot {
+        gpusched: std::env::current_exe()?,
+        jobs_file: absolute(&args.jobs_file),
+        log_dir: absolute(&args.log_dir),
+        workdir: std::env::current_dir()?,
+        jobs,
+    };
+    Ok(pilot_script(&pilot, &args.pilot, &args.slurm.options()))
 }
 
 /// Seconds before the allocation's end at which Slurm warns the pilot

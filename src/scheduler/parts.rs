@@ -70,6 +70,7 @@ pub struct Io {
 pub const SPARE_CGROUPS: usize = 1024;
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").
+#[derive(Default)]
 pub struct Sharing {
     /// The ledger shared with other schedulers; `None` with `--no-ledger`.
     pub ledger: Option<Ledger>,

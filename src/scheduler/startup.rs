@@ -43,7 +43,6 @@ impl Scheduler {
         let mut cfg = config(args);
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
-
         let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
         cfg.containment = containment_for(args, &cfg.log_dir);
 
@@ -80,13 +79,7 @@ impl Scheduler {
             jobs: JobsFile::new(absolute(&jobs_path), stamp),
             running: BTreeMap::new(),
             gpu: GpuState::default(),
-            learned: state::Learned {
-                history: match &args.history {
-                    Some(path) => Some(crate::history::History::open(&absolute(path))?),
-                    None => None,
-                },
-                ..Default::default()
-            },
+            learned: learned_of(args)?,
             mode: Mode::Scheduling,
             control,
             cancel_requests,
@@ -94,7 +87,8 @@ impl Scheduler {
             run_times: Default::default(),
             compute: Default::default(),
         };
-        let mut io = Io {
+        let (pilot, first_end) = allocation.map(super::phases::Pilot::start).unzip();
+        let io = Io {
             _lock: lock,
             backend,
             launcher,
@@ -108,19 +102,12 @@ impl Scheduler {
             busy_cgroups: Vec::new(),
             spare_cgroups: Vec::new(),
             unenforced_said: [false; 2],
-            pilot: None,
+            pilot,
         };
         let share = Sharing {
             ledger,
-            ledger_failing: false,
-            starting_bookings: Vec::new(),
-            starting_since_ms: 0,
+            ..Default::default()
         };
-        let first_end = allocation.map(|allocation| {
-            let (pilot, first_end) = super::phases::Pilot::start(allocation);
-            io.pilot = Some(pilot);
-            first_end
-        });
         let mut scheduler = Scheduler {
             cfg,
             io,
@@ -606,6 +593,20 @@ fn refuse_fresh_over_live_jobs(journal_path: &std::path::Path) -> anyhow::Result
         if live.len() == 1 { "it" } else { "them" },
     ))
     .into())
+}
+
+/// What the run learns from (docs/BEHAVIOUR.md "Learned VRAM"): nothing
+/// yet, and the shared `--history` file when one is given.
+///
+/// Errors: the history file cannot be opened.
+fn learned_of(args: &RunArgs) -> anyhow::Result<state::Learned> {
+    Ok(state::Learned {
+        history: match &args.history {
+            Some(path) => Some(crate::history::History::open(&absolute(path))?),
+            None => None,
+        },
+        ..Default::default()
+    })
 }
 
 /// The Slurm allocation this scheduler runs in as a pilot

@@ -106,6 +106,12 @@ pub struct Usage {
     pub util_sum: f64,
     /// Samples in which utilization was reported.
     pub util_samples: u32,
+    /// [`Usage::util_sum`] over the samples in which no other job of ours
+    /// was on any of its GPUs: its own utilisation, which a neighbour's
+    /// does not inflate (docs/BEHAVIOUR.md "Spread or pack").
+    pub alone_util_sum: f64,
+    /// Samples counted in [`Usage::alone_util_sum`].
+    pub alone_util_samples: u32,
     /// GPU samples taken while it ran.
     pub samples: u32,
     /// Whether the "exceeds declared VRAM" warning was given.
@@ -137,6 +143,13 @@ impl Usage {
     /// Mean device utilization over the attempt, percent.
     pub fn avg_util(&self) -> Option<f64> {
         (self.util_samples > 0).then(|| self.util_sum / f64::from(self.util_samples))
+    }
+
+    /// Mean device utilization over the samples in which it was alone on
+    /// its GPUs (of our jobs), percent; `None` when it never was.
+    pub fn alone_avg_util(&self) -> Option<f64> {
+        (self.alone_util_samples > 0)
+            .then(|| self.alone_util_sum / f64::from(self.alone_util_samples))
     }
 }
 

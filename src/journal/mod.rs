@@ -134,6 +134,12 @@ pub enum Event {
         peak_mib: BTreeMap<String, Option<u64>>,
         /// Mean device utilization over the job's life, percent.
         avg_util: Option<f64>,
+        /// Its own utilisation: the mean over the samples in which no
+        /// other job of ours was on its GPUs, percent; absent when it
+        /// never was alone (what its family computes, docs/BEHAVIOUR.md
+        /// "Spread or pack").
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        own_util: Option<f64>,
         /// Wall-clock run time in seconds (0 when it never ran).
         duration_s: f64,
         /// Slurm's final state of the attempt (`COMPLETED`, `FAILED`,
@@ -244,6 +250,8 @@ pub struct Finished {
     pub peak_mib: Option<u64>,
     /// Mean device utilization, percent.
     pub avg_util: Option<f64>,
+    /// Its own utilisation (the `done` event's `own_util`), percent.
+    pub own_util: Option<f64>,
     /// Declaration per GPU of the last attempt (MiB).
     pub vram_mib: Option<u64>,
     /// GPUs the last attempt held, as a bit mask
@@ -309,6 +317,7 @@ impl Finished {
             duration_s: 0.0,
             peak_mib: None,
             avg_util: None,
+            own_util: None,
             vram_mib: None,
             gpu_mask: 0,
             no_gpu_memory: false,

@@ -201,3 +201,29 @@ fn a_restarted_scheduler_knows_from_its_journal_which_families_share() {
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(starts_apart(&env, 2, 3) < 0.2, "{}", out.stdout);
 }
+
+/// A job's own utilisation is measured while it is alone on its GPUs
+/// (docs/BEHAVIOUR.md "Spread or pack"): two simulated jobs asking 60 %
+/// and 50 % of one GPU read 100 % together, which is neither one's. The
+/// short one, only ever seen beside the other, journals no `own_util`;
+/// the long one, alone once the short one ended, journals its 60 %.
+#[test]
+fn a_neighbours_utilisation_is_not_taken_for_a_jobs_own() {
+    let env = Env::new(
+        "[vram=4G family=long] gpusched simjob --vram 3000 --ramp 0.05 --hold 3 --util 60\n\
+         [vram=4G family=short] gpusched simjob --vram 1000 --ramp 0.05 --hold 1 --util 50\n",
+    );
+    let out = env.run(&["--sim", "1", "--poll", "0.2"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        ts(&env, 2, "started") < ts(&env, 1, "done") - 1.5,
+        "the short job ran beside the long one"
+    );
+    let done = |no| env.job_events(no, "done").pop().expect("done");
+    let (long, short) = (done(1), done(2));
+    assert!(short["avg_util"].as_f64().unwrap() > 95.0, "{short}");
+    assert!(short.get("own_util").is_none(), "never alone: {short}");
+    let own = long["own_util"].as_f64().expect("alone for its last 2 s");
+    assert!((55.0..=65.0).contains(&own), "{long}");
+    assert!(long["avg_util"].as_f64().unwrap() > own, "{long}");
+}

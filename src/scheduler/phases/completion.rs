@@ -474,6 +474,7 @@ impl Scheduler {
         let exit = facts.exit;
         let returncode = exit.map(Exit::returncode);
         let avg_util = job.usage.avg_util();
+        let own_util = job.usage.alone_avg_util();
         // What was seen of it, worked out once: the line below, the
         // journal and every view read this.
         let observed = Observations {
@@ -495,6 +496,7 @@ impl Scheduler {
                 returncode,
                 peaks,
                 avg_util,
+                own_util,
                 duration_s,
                 slurm_state: job.proc.final_state(),
                 observed: &observed,
@@ -505,10 +507,12 @@ impl Scheduler {
             self.note_run_time(key, duration_s, job.usage.shared);
         }
         // What it used of its GPU, when that says something: a sample saw
-        // it, or it ended ok before any could (a tiny job); a crash before
-        // any sample says nothing about how the family computes.
-        if avg_util.is_some() || status == DoneStatus::Ok {
-            self.note_compute(key, avg_util);
+        // it alone on its GPUs (a neighbour's work would count as its
+        // own), or it ended ok before any sample could (a tiny job); a
+        // crash before any sample, or samples only beside other jobs of
+        // ours, say nothing about how the family computes.
+        if own_util.is_some() || (avg_util.is_none() && status == DoneStatus::Ok) {
+            self.note_compute(key, own_util);
         }
         let told = self.facts_of(key, job, status.as_str(), returncode, duration_s);
         self.tell_attempt_end(told, notify);
@@ -616,6 +620,7 @@ impl Scheduler {
                 returncode: None,
                 peaks: &BTreeMap::new(),
                 avg_util: None,
+                own_util: None,
                 duration_s: 0.0,
                 slurm_state: None,
                 observed: &Observations::default(),
@@ -645,6 +650,7 @@ impl Scheduler {
                     .map(|(g, p)| (g.to_string(), *p))
                     .collect(),
                 avg_util: done.avg_util.map(|u| (u * 10.0).round() / 10.0),
+                own_util: done.own_util.map(|u| (u * 10.0).round() / 10.0),
                 duration_s: (done.duration_s * 1000.0).round() / 1000.0,
                 slurm_state: done.slurm_state.map(str::to_string),
                 notify,
@@ -675,6 +681,8 @@ struct Done<'a> {
     peaks: &'a BTreeMap<u32, Option<u64>>,
     /// Mean utilization, percent.
     avg_util: Option<f64>,
+    /// Mean utilization while alone on its GPUs, percent.
+    own_util: Option<f64>,
     /// Run time (seconds).
     duration_s: f64,
     /// Slurm's final state (docs/BEHAVIOUR.md "Slurm").

@@ -121,10 +121,13 @@ impl Scheduler {
                 && let crate::journal::Phase::Done(done) = &state.phase
             {
                 let ok = done.status == crate::model::DoneStatus::Ok;
+                // As at an attempt's end: its own utilisation, or an ok
+                // end before any sample.
+                let tiny = ok && done.avg_util.is_none();
                 found.push((
                     family_of(&spec.command, spec.family()),
                     ok.then_some(done.duration_s),
-                    (done.avg_util.is_some() || ok).then_some(done.avg_util),
+                    (done.own_util.is_some() || tiny).then_some(done.own_util),
                 ));
             }
         }

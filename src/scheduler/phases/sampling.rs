@@ -297,10 +297,20 @@ impl Scheduler {
             .iter()
             .map(|g| (g.index, g.util_percent))
             .collect();
+        // How many of our jobs each GPU holds: a job alone on its GPUs
+        // shows its own utilisation.
+        let mut ours_on: HashMap<u32, u32> = HashMap::new();
+        for gpu in self.core.running.values().flat_map(|job| &job.gpus) {
+            *ours_on.entry(*gpu).or_default() += 1;
+        }
         for (key, job) in &mut self.core.running {
             let current = seen.per_job.remove(key);
             job.usage.seen_on_gpu |= current.is_some();
-            observe_usage(job, current.unwrap_or_default(), &util);
+            let alone = job
+                .gpus
+                .iter()
+                .all(|g| ours_on.get(g).is_none_or(|&n| n <= 1));
+            observe_usage(job, current.unwrap_or_default(), &util, alone);
             check_declaration(&mut self.report, job, self.cfg.tolerance, self.cfg.verbose);
         }
         self.record_usage(&snapshot);
@@ -411,8 +421,14 @@ impl Scheduler {
 }
 
 /// Takes one sample of a job in: its current MiB per GPU (from
-/// attribution), its peaks, and the mean utilization of its GPUs.
-fn observe_usage(job: &mut Running, current: BTreeMap<u32, u64>, util: &HashMap<u32, Option<u32>>) {
+/// attribution), its peaks, and the mean utilization of its GPUs, also
+/// as its own when it is `alone` on them.
+fn observe_usage(
+    job: &mut Running,
+    current: BTreeMap<u32, u64>,
+    util: &HashMap<u32, Option<u32>>,
+    alone: bool,
+) {
     job.usage.samples += 1;
     for (&gpu, &mib) in &current {
         let peak = job.usage.peak_mib.entry(gpu).or_insert(0);
@@ -426,8 +442,13 @@ fn observe_usage(job: &mut Running, current: BTreeMap<u32, u64>, util: &HashMap<
         .map(f64::from)
         .collect();
     if !utils.is_empty() {
-        job.usage.util_sum += utils.iter().sum::<f64>() / utils.len() as f64;
+        let mean = utils.iter().sum::<f64>() / utils.len() as f64;
+        job.usage.util_sum += mean;
         job.usage.util_samples += 1;
+        if alone {
+            job.usage.alone_util_sum += mean;
+            job.usage.alone_util_samples += 1;
+        }
     }
 }
 

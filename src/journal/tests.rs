@@ -424,3 +424,46 @@ fn an_outcome_to_post_stays_owed_until_notified_also_after_a_replay() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.matches("\"notify\":true").count(), 1, "{text}");
 }
+
+#[test]
+fn a_jobs_own_utilisation_survives_a_replay_and_old_lines_have_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let (mut journal, _) = Journal::open(&path).unwrap();
+    journal.append("k", seen(1, "true")).unwrap();
+    journal
+        .append(
+            "k",
+            Event::Done {
+                status: DoneStatus::Ok,
+                returncode: Some(0),
+                peak_mib: BTreeMap::new(),
+                avg_util: Some(100.0),
+                own_util: Some(61.5),
+                duration_s: 3.0,
+                slurm_state: None,
+                notify: false,
+                no_gpu_memory: false,
+                declaration: None,
+                last_line: None,
+            },
+        )
+        .unwrap();
+    drop(journal);
+    // A line written before `own_util` existed.
+    let old = r#"{"ts":3.0,"key":"o","event":"seen","no":2,"command":"true"}
+{"ts":4.0,"key":"o","event":"done","status":"ok","returncode":0,"peak_mib":{},"avg_util":90.0,"duration_s":1.0}
+"#;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, old.as_bytes()))
+        .unwrap();
+    let (journal, _) = Journal::open(&path).unwrap();
+    let finished = |key| match &journal.state(key).unwrap().phase {
+        Phase::Done(done) => (done.avg_util, done.own_util),
+        other => panic!("not done: {other:?}"),
+    };
+    assert_eq!(finished("k"), (Some(100.0), Some(61.5)));
+    assert_eq!(finished("o"), (Some(90.0), None));
+}

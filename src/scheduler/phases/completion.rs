@@ -506,11 +506,8 @@ impl Scheduler {
             self.learn_from_ok(key, job.usage.peak_max_mib());
             self.note_run_time(key, duration_s, job.usage.shared);
         }
-        // What it used of its GPU, when that says something: a sample saw
-        // it alone on its GPUs (a neighbour's work would count as its
-        // own), or it ended ok before any sample could (a tiny job); a
-        // crash before any sample, or samples only beside other jobs of
-        // ours, say nothing about how the family computes.
+        // What it used of its GPU, when that says something: samples of it
+        // alone on its GPUs, or an ok end before any sample (a tiny job).
         if own_util.is_some() || (avg_util.is_none() && status == DoneStatus::Ok) {
             self.note_compute(key, own_util);
         }

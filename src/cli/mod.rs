@@ -246,7 +246,9 @@ pub enum Command {
     /// Print the `sbatch` command lines that `--slurm` would run, one per
     /// job, as a shell script (`gpusched export --slurm jobs.txt | sh`
     /// submits them by hand): `gpusched export --slurm jobs.txt
-    /// --shard-mib 4096`.
+    /// --shard-mib 4096`. With --pilot, one sbatch script that runs
+    /// gpusched inside an allocation instead: `gpusched export --slurm
+    /// --pilot --gpus 4 --time 4h jobs.txt > pilot.sh; sbatch pilot.sh`.
     Export(ExportArgs),
     /// Print a shell completion script: `gpusched completions bash >
     /// ~/.local/share/bash-completion/completions/gpusched` (zsh: into a

@@ -497,8 +497,9 @@ fn a_gpu_lost_mid_run_is_closed_alone_and_the_box_runs_its_queue_to_the_end() {
         sched.stdout().contains("GPU 0 answers again")
     });
     env.append_jobs("[vram=1000 on=0] echo $CUDA_VISIBLE_DEVICES > fourth.txt\n");
+    // Its end, not its file: the shell makes the file before echo writes.
     wait_for("job 4 to run on GPU 0", &mut || {
-        env.path("fourth.txt").exists()
+        env.status_of_opt(4).is_some()
     });
     assert_eq!(
         std::fs::read_to_string(env.path("fourth.txt")).unwrap(),
@@ -606,7 +607,7 @@ fn a_critical_xid_closes_its_gpu_until_undrain_and_application_xids_do_not() {
     let out = env.verb(&["undrain", "1"]);
     assert!(out.status.success(), "{out:?}");
     wait_for("job 2 to run on GPU 1", &mut || {
-        env.path("after.txt").exists()
+        env.status_of_opt(2).is_some()
     });
     assert_eq!(
         std::fs::read_to_string(env.path("after.txt")).unwrap(),

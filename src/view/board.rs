@@ -56,12 +56,17 @@ pub fn render(doc: &StatusDoc, notes: &BoardNotes) -> String {
 /// each at most [`report::LINE_WIDTH`] characters.
 fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
     let width = report::LINE_WIDTH;
+    // Inside a Slurm allocation, which of the GPUs are ours gets a line
+    // of its own (docs/BEHAVIOUR.md "Inside a Slurm allocation").
+    let (backend, allocation) = match doc.scheduler.backend_detail.split_once(" — inside ") {
+        Some((backend, rest)) => (backend, Some(format!("inside {rest}"))),
+        None => (doc.scheduler.backend_detail.as_str(), None),
+    };
     let mut header = vec![
         crate::console::shorten(
             &format!(
-                "gpusched {} — {} — updated {}",
+                "gpusched {} — {backend} — updated {}",
                 env!("CARGO_PKG_VERSION"),
-                doc.scheduler.backend_detail,
                 crate::console::date_time(doc.updated)
             ),
             width,
@@ -72,6 +77,9 @@ fn header(doc: &StatusDoc, notes: &BoardNotes) -> Vec<String> {
         ),
         counts_line(doc, width),
     ];
+    if let Some(allocation) = allocation {
+        header.insert(1, crate::console::shorten(&allocation, width));
+    }
     for gpu in &doc.gpus {
         header.push(gpu_line(gpu, width));
     }

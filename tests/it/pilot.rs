@@ -103,6 +103,12 @@ fn a_pilot_uses_only_its_gpus_keeps_back_what_cannot_end_and_stops_before_the_en
         backend.ends_with("— inside Slurm job 77: GPUs 1,3 of node gpu07"),
         "{backend}"
     );
+    let board = nvml.env.board();
+    assert_eq!(
+        board.lines().nth(1),
+        Some("inside Slurm job 77: GPUs 1,3 of node gpu07"),
+        "{board}"
+    );
 }
 
 #[test]

@@ -194,35 +194,31 @@ fn a_pilot_killed_in_an_allocation_that_still_runs_is_not_second_guessed() {
 #[test]
 fn doctor_says_which_gpus_a_pilot_would_use() {
     let nvml = Nvml::new("true\n", FOUR_GPUS);
-    let out = Command::new(common::bin())
-        .args(["doctor", "--log-dir"])
-        .arg(&nvml.env.logs)
-        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
-        .env("SLURM_JOB_ID", "1234")
-        .env("SLURMD_NODENAME", "gpu07")
-        .env("SLURM_JOB_GPUS", "2,3")
-        .current_dir(nvml.env.path(""))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // `gpusched doctor` in Slurm job 1234 given the node's GPUs `gpus`.
+    let doctor = |gpus: &str| {
+        let out = Command::new(common::bin())
+            .args(["doctor", "--log-dir"])
+            .arg(&nvml.env.logs)
+            .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
+            .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+            .env("SLURM_JOB_ID", "1234")
+            .env("SLURMD_NODENAME", "gpu07")
+            .env("SLURM_JOB_GPUS", gpus)
+            .current_dir(nvml.env.path(""))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (_, text) = doctor("2,3");
     assert!(
         text.contains("inside Slurm job 1234: GPUs 2,3 of node gpu07"),
         "{text}"
     );
     // An allocation given a GPU the node does not have is an error.
-    let out = Command::new(common::bin())
-        .args(["doctor", "--log-dir"])
-        .arg(&nvml.env.logs)
-        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
-        .env("SLURM_JOB_ID", "1234")
-        .env("SLURMD_NODENAME", "gpu07")
-        .env("SLURM_JOB_GPUS", "6")
-        .current_dir(nvml.env.path(""))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text) = doctor("6");
+    assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("GPU 6 of node gpu07"), "{text}");
 }

@@ -34,6 +34,13 @@ fn fake_squeue(dir: &Path, left: Option<&str>, state: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// Asserts that `text` (a scheduler's output) says each of `said`.
+fn assert_says(text: &str, said: &[&str]) {
+    for said in said {
+        assert!(text.contains(said), "no `{said}` in:\n{text}");
+    }
+}
+
 /// The scheduler of `nvml` as a pilot in Slurm job `job` on node gpu07
 /// with GPUs 1 and 3 of the four, the stand-in squeue of `bin` first on
 /// PATH, the box ledger left to its default.
@@ -72,13 +79,14 @@ fn a_pilot_uses_only_its_gpus_keeps_back_what_cannot_end_and_stops_before_the_en
     });
     let out = sched.finish();
     assert_eq!(out.code, 75, "{}{}", out.stdout, out.stderr);
-    for said in [
-        "inside Slurm job 77: GPUs 1,3 of node gpu07 (matched by index from SLURM_JOB_GPUS)",
-        "the box ledger is off",
-        "Slurm job 77 ends at ",
-    ] {
-        assert!(out.stdout.contains(said), "no `{said}` in:\n{}", out.stdout);
-    }
+    assert_says(
+        &out.stdout,
+        &[
+            "inside Slurm job 77: GPUs 1,3 of node gpu07 (matched by index from SLURM_JOB_GPUS)",
+            "the box ledger is off",
+            "Slurm job 77 ends at ",
+        ],
+    );
     let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
     // Only GPUs 1 and 3, never the long job.
     assert!(!seen.contains("long"), "{seen}");
@@ -125,12 +133,13 @@ fn slurms_warning_stops_the_jobs_and_the_next_allocation_runs_them_exactly_once(
     sched.signal(nix::sys::signal::Signal::SIGUSR2);
     let out = sched.finish();
     assert_eq!(out.code, 75, "{}{}", out.stdout, out.stderr);
-    for said in [
-        "when the allocation ends is unknown",
-        "SIGUSR2: Slurm job 77 is ending; nothing more starts",
-    ] {
-        assert!(out.stdout.contains(said), "no `{said}` in:\n{}", out.stdout);
-    }
+    assert_says(
+        &out.stdout,
+        &[
+            "when the allocation ends is unknown",
+            "SIGUSR2: Slurm job 77 is ending; nothing more starts",
+        ],
+    );
     assert_eq!(nvml.env.events("interrupted").len(), 2);
     // The next allocation, on the same log directory: both run, once.
     std::fs::write(nvml.env.path("second"), "").unwrap();
@@ -158,13 +167,14 @@ fn a_pilot_killed_in_an_allocation_that_still_runs_is_not_second_guessed() {
     // Another allocation while 77 still runs (its job may run there).
     let out = Sched::from_command(pilot(&nvml, "78", &bin, &["--poll", "0.5"])).finish();
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
-    for said in [
-        "job 1 of ",
-        "was started by a pilot in Slurm job 77, which has not ended",
-        "sbatch --dependency=afterany:77",
-    ] {
-        assert!(out.stderr.contains(said), "no `{said}` in:\n{}", out.stderr);
-    }
+    assert_says(
+        &out.stderr,
+        &[
+            "job 1 of ",
+            "was started by a pilot in Slurm job 77, which has not ended",
+            "sbatch --dependency=afterany:77",
+        ],
+    );
     assert_eq!(nvml.env.events("started").len(), 1, "never started twice");
     // Allocation 77 over: Slurm killed all it ran, the job's supervisor
     // with it (here, the test does).

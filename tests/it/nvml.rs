@@ -638,7 +638,10 @@ fn undrain_opens_a_closed_gpu_at_once() {
     assert!(!env.path("a.txt").exists(), "GPU 0 is still closed");
     let out = env.verb(&["undrain", "0"]);
     assert!(out.status.success(), "{out:?}");
-    wait_for("job 1 to run on GPU 0", &mut || env.path("a.txt").exists());
+    // The shell makes a.txt before echo writes to it: wait for the end.
+    wait_for("job 1 to run on GPU 0", &mut || {
+        env.status_of_opt(1).is_some()
+    });
     assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "0\n");
     assert!(
         sched

@@ -438,9 +438,8 @@ fn add_runs_the_job_in_the_callers_directory_and_verbs_take_gpusched_log_dir() {
     };
     let out = add(&["--", "sh", "-c", "pwd > here.txt"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    wait_for("the job to write here.txt in day/sub", &mut || {
-        sub.join("here.txt").exists()
-    });
+    // The shell makes here.txt before pwd writes to it: wait for the end.
+    wait_for("job 1 to end", &mut || env.status_of_opt(1).is_some());
     let here = std::fs::read_to_string(sub.join("here.txt")).unwrap();
     assert_eq!(
         std::path::Path::new(here.trim()).canonicalize().unwrap(),

@@ -406,6 +406,10 @@ pub struct JobsFile {
     pub groups: crate::policy::groups::GroupLimits,
     /// The last warning about a group's lines disagreeing on `limit=`.
     pub groups_warned: Option<String>,
+    /// Whether some line says `vram=auto`: kept as lines are added, so
+    /// that an append to a million-line file does not look at every line
+    /// again to know whether learning must start.
+    pub any_auto_vram: bool,
 }
 
 /// What the scheduler knows of the jobs file on disk, to tell an unchanged
@@ -457,6 +461,7 @@ impl JobsFile {
             rank: None,
             groups: Default::default(),
             groups_warned: None,
+            any_auto_vram: false,
         }
     }
 
@@ -509,6 +514,7 @@ impl JobsFile {
         self.groups.add(&new);
         self.appended_from.get_or_insert(self.specs.len());
         let from = self.specs.len();
+        self.any_auto_vram |= new.iter().any(|s| s.auto_vram);
         self.specs.extend(new);
         self.index_from(from);
         self.state_ids.extend(ids);
@@ -541,6 +547,7 @@ impl JobsFile {
         self.index_from(0);
         self.done_prefix = 0;
         self.appended_from = None;
+        self.any_auto_vram = self.specs.iter().any(|s| s.auto_vram);
     }
 
     /// Adds `specs[from..]` to the index (a key already there keeps its
@@ -725,4 +732,28 @@ pub struct LastRound {
     /// The earliest `begin=` still ahead among the jobs it kept back
     /// (Unix seconds): a round is due then.
     pub next_begin: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobsFile;
+
+    /// `vram=auto` on an appended line is noticed without a look at the
+    /// older lines, and a whole new file is looked at afresh.
+    #[test]
+    fn a_vram_auto_line_is_known_whether_read_or_appended() {
+        let mut jobs = JobsFile::new("/home/ada/jobs.txt".into(), None);
+        let plain = crate::jobspec::parse_jobs("[vram=1G] a\n[vram=2G] b\n").unwrap();
+        jobs.set_specs(plain.clone(), vec![0, 1]);
+        assert!(!jobs.any_auto_vram);
+        let appended =
+            crate::jobspec::parse_appended(&jobs.specs, None, 3, "[vram=auto] c\n").unwrap();
+        jobs.push_specs(appended, vec![2]);
+        assert!(jobs.any_auto_vram, "the appended line learns");
+        jobs.set_specs(plain, vec![0, 1]);
+        assert!(!jobs.any_auto_vram, "a file without it again");
+        let with = crate::jobspec::parse_jobs("[vram=auto] c\n").unwrap();
+        jobs.set_specs(with, vec![0]);
+        assert!(jobs.any_auto_vram);
+    }
 }

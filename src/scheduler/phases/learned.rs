@@ -50,7 +50,7 @@ impl Scheduler {
         }
         let wanted = self.cfg.auto_vram
             || self.core.learned.history.is_some()
-            || self.core.jobs.specs.iter().any(|s| s.auto_vram);
+            || self.core.jobs.any_auto_vram;
         if !wanted {
             return;
         }

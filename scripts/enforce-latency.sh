@@ -28,7 +28,7 @@ for line in open(sys.argv[1]):
     e = json.loads(line)
     if e["event"] == "started":
         started[e["key"]] = e["ts"]
-    elif e["event"] == "done" and e.get("status") == "over_declared" and e["key"] in started:
+    elif e["event"] == "done" and e.get("status") in ("exceeded_declaration", "over_declared") and e["key"] in started:
         # Over its declaration 3 s after the start, at most 50 ms later.
         latencies.append(e["ts"] - started[e["key"]] - 3.0)
 if not latencies:

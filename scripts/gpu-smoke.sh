@@ -22,7 +22,10 @@
 #      its MPS limit and is retried past it;
 #   7. `gpusched top --once` and `gpusched serve`'s /api/v1/box show the
 #      GPU memory nvidia-smi shows (within 5 % or 300 MiB);
-#   8. `gpusched doctor` finds no error.
+#   8. the sweeps: 12 small and 4 large PyTorch trainings, each sweep as a
+#      bash loop, with the default placement, with pack and with --enforce
+#      mps; the default within 10 % of the best (a table of wall times);
+#   9. `gpusched doctor` finds no error.
 #
 # Usage: scripts/gpu-smoke.sh [--sim] [WORK_DIR]   (needs python3 and a
 # GPU with 30 GiB free; builds with `cargo build --release` unless
@@ -266,7 +269,7 @@ jobs, journal = run("logs-liar")
 liar, honest = jobs["liar"], jobs["honest"]
 ooms = [e for e in journal if e.get("key") == liar["key"] and e.get("event") == "oom"]
 cause = ooms[0].get("cause") if ooms else None
-check(bool(ooms) and "over_declared" in (cause or {}), f"the liar was stopped for over-use (cause {cause})")
+check(bool(ooms) and "exceeded_declaration" in (cause or {}), f"the liar was stopped for over-use (cause {cause})")
 check(liar["state"] == "ok" and (liar.get("vram_mib") or 0) >= 3000,
       f"the liar's retry at {liar.get('vram_mib')} MiB ended {liar['state']}")
 starts = [e for e in journal if e.get("key") == honest["key"] and e.get("event") == "started"]
@@ -386,6 +389,82 @@ sys.exit(1 if failed else 0)
 PY
 else
     echo "gpu-smoke: SKIPPED the containment checks: $("$bin" doctor --log-dir logs ${sim:+--sim 1} | grep "cgroups for jobs")"
+fi
+
+# The sweeps (docs/PERFORMANCE.md "On a real GPU"): 12 small PyTorch
+# trainings that leave the GPU partly idle (a small model, a batch made
+# on the CPU each step) and 4 large compute-bound ones, each sweep run as
+# a bash loop (one job at a time), with the default placement, with
+# --placement pack and, where MPS exists, with --enforce mps. Fixed work
+# per job, so the wall times compare; the default must be within 10 % of
+# the best on each sweep. GPUSCHED_SMOKE_SWEEP=0 skips them.
+if [ -z "$sim" ] && [ "${GPUSCHED_SMOKE_SWEEP:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then
+    cat > "$work/train.py" <<'PY'
+import sys, time, torch
+
+kind, steps = sys.argv[1], int(sys.argv[2])
+dev = "cuda"
+if kind == "small":
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(3)]).to(dev)
+    batch = lambda: torch.randn(256, 512).to(dev)
+else:
+    model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(4)]).to(dev)
+    batch = lambda: torch.randn(4096, 8192, device=dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+for _ in range(steps):
+    loss = model(batch()).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.cuda.synchronize()
+print("trained", kind, steps, flush=True)
+PY
+    small_steps=${GPUSCHED_SMOKE_SMALL_STEPS:-3000}
+    large_steps=${GPUSCHED_SMOKE_LARGE_STEPS:-300}
+    for i in $(seq 12); do echo "[vram=3G] python3 $work/train.py small $small_steps # $i"; done > sweep-small.txt
+    for i in $(seq 4); do echo "[vram=12G] python3 $work/train.py large $large_steps # $i"; done > sweep-large.txt
+    # wall FILE ARGS...: seconds for gpusched to run FILE's jobs.
+    wall() {
+        local file=$1 s e
+        shift
+        rm -rf logs-sweep
+        s=$(date +%s.%N)
+        "$bin" "$file" --log-dir logs-sweep --poll 0.5 --ledger "$work/ledger" "$@" > /dev/null 2>&1 || echo "gpu-smoke: gpusched $* on $file failed" >&2
+        e=$(date +%s.%N)
+        python3 -c "print(round($e - $s, 1))"
+    }
+    # loop FILE: seconds for a bash loop to run FILE's commands one by one.
+    loop() {
+        local s e
+        s=$(date +%s.%N)
+        sed 's/^\[[^]]*\] //' "$1" | while read -r line; do sh -c "$line" > /dev/null 2>&1; done
+        e=$(date +%s.%N)
+        python3 -c "print(round($e - $s, 1))"
+    }
+    sweep_failed=""
+    echo "gpu-smoke: sweeps (wall seconds; fixed work per job)"
+    echo "| sweep | bash loop | default | --placement pack | --enforce mps |"
+    echo "|---|---|---|---|---|"
+    for sweep in small large; do
+        l=$(loop "sweep-$sweep.txt")
+        d=$(wall "sweep-$sweep.txt")
+        p=$(wall "sweep-$sweep.txt" --placement pack)
+        m="—"
+        [ -n "$mps" ] && m=$(wall "sweep-$sweep.txt" --enforce mps)
+        n=$([ "$sweep" = small ] && echo 12 || echo 4)
+        echo "| $n $sweep | $l | $d | $p | $m |"
+        best=$(printf '%s\n' "$l" "$d" "$p" "$m" | grep -v "—" | sort -g | head -1)
+        if python3 -c "import sys; sys.exit(0 if $d <= 1.10 * $best else 1)"; then
+            echo "PASS the default ran the $sweep sweep within 10 % of the best ($d s against $best s)"
+        else
+            echo "FAIL the default ran the $sweep sweep in $d s, more than 1.1 × the best ($best s)"
+            sweep_failed=1
+        fi
+    done
+    echo "gpu-smoke: $(python3 -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+    [ -z "$sweep_failed" ] || exit 1
+else
+    echo "gpu-smoke: SKIPPED the sweeps: they need a real GPU and PyTorch (or GPUSCHED_SMOKE_SWEEP=0 was given)"
 fi
 
 echo "gpu-smoke: gpusched doctor"

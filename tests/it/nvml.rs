@@ -53,13 +53,17 @@ impl Nvml {
         std::fs::rename(&tmp, &self.state).unwrap();
     }
 
+    /// Puts `cmd` on this fake box: the fake `libnvidia-ml.so.1` first on
+    /// its library path, reading this box's state file.
+    pub(crate) fn faked<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("LD_LIBRARY_PATH", fake_nvml_dir())
+            .env("FAKE_NVML_STATE", &self.state)
+    }
+
     pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = self.env.command(args);
         // The test's own ledger, not the box's shared one (docs/BEHAVIOUR.md "Sharing a box").
-        cmd.arg("--ledger")
-            .arg(self.env.path("ledger"))
-            .env("LD_LIBRARY_PATH", fake_nvml_dir())
-            .env("FAKE_NVML_STATE", &self.state);
+        self.faked(cmd.arg("--ledger").arg(self.env.path("ledger")));
         cmd
     }
 
@@ -69,11 +73,12 @@ impl Nvml {
 
     /// `gpusched top --once` on this fake box, with the test's ledger.
     pub(crate) fn top(&self) -> String {
-        let out = Command::new(common::bin())
-            .args(["top", "--once", "--ledger"])
-            .arg(self.env.path("ledger"))
-            .env("LD_LIBRARY_PATH", fake_nvml_dir())
-            .env("FAKE_NVML_STATE", &self.state)
+        let out = self
+            .faked(
+                Command::new(common::bin())
+                    .args(["top", "--once", "--ledger"])
+                    .arg(self.env.path("ledger")),
+            )
             .current_dir(self.env.path(""))
             .output()
             .unwrap();

@@ -47,8 +47,7 @@ fn assert_says(text: &str, said: &[&str]) {
 fn pilot(nvml: &Nvml, job: &str, bin: &Path, args: &[&str]) -> Command {
     let mut cmd = nvml.env.command(args);
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    cmd.env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+    nvml.faked(&mut cmd)
         .env("SLURM_JOB_ID", job)
         .env("SLURMD_NODENAME", "gpu07")
         .env("SLURM_JOB_GPUS", "1,3")
@@ -206,11 +205,12 @@ fn doctor_says_which_gpus_a_pilot_would_use() {
     let nvml = Nvml::new("true\n", FOUR_GPUS);
     // `gpusched doctor` in Slurm job 1234 given the node's GPUs `gpus`.
     let doctor = |gpus: &str| {
-        let out = Command::new(common::bin())
-            .args(["doctor", "--log-dir"])
-            .arg(&nvml.env.logs)
-            .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-            .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+        let out = nvml
+            .faked(
+                Command::new(common::bin())
+                    .args(["doctor", "--log-dir"])
+                    .arg(&nvml.env.logs),
+            )
             .env("SLURM_JOB_ID", "1234")
             .env("SLURMD_NODENAME", "gpu07")
             .env("SLURM_JOB_GPUS", gpus)

@@ -44,11 +44,8 @@ fn pilot_script(nvml: &Nvml, args: &[&str]) -> std::path::PathBuf {
 /// `sbatch ARGS…` from the test's directory with the fake NVML in the
 /// environment it exports; the Slurm job id.
 fn sbatch(nvml: &Nvml, args: &[&str]) -> u64 {
-    let out = Command::new("sbatch")
-        .arg("--parsable")
-        .args(args)
-        .env("LD_LIBRARY_PATH", crate::nvml::fake_nvml_dir())
-        .env("FAKE_NVML_STATE", nvml.env.path("nvml_state"))
+    let out = nvml
+        .faked(Command::new("sbatch").arg("--parsable").args(args))
         .current_dir(nvml.env.path(""))
         .output()
         .unwrap();

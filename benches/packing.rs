@@ -101,11 +101,7 @@ fn trace(seed: u64) -> Vec<Job> {
             let timeout_s = (run_s * (1.0 + rng.below(51) as f64 / 100.0)).ceil();
             let timeout_s = if exact_estimates() { run_s } else { timeout_s };
             Job {
-                request: Request {
-                    vram_mib: Some(vram),
-                    gpus,
-                    on_mask: None,
-                },
+                request: Request::declared(vram, gpus),
                 run_s,
                 timeout_s,
             }

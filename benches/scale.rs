@@ -172,11 +172,7 @@ fn placement_round() -> (f64, usize) {
                 1 | 2 => 2 + rng.below(3) as u32,
                 _ => 1,
             };
-            Request {
-                vram_mib: Some(1000 + rng.below(40_000)),
-                gpus,
-                on_mask: None,
-            }
+            Request::declared(1000 + rng.below(40_000), gpus)
         })
         .collect();
     let opts = PlaceOptions::default();
@@ -226,11 +222,7 @@ fn backfill_round(reserve: usize) -> f64 {
                 1 | 2 => 2 + rng.below(3) as u32,
                 _ => 1,
             };
-            let request = Request {
-                vram_mib: Some(30_000 + rng.below(40_000)),
-                gpus,
-                on_mask: None,
-            };
+            let request = Request::declared(30_000 + rng.below(40_000), gpus);
             (request, 60.0 + rng.below(3_600) as f64)
         })
         .collect();

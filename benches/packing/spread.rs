@@ -34,11 +34,7 @@ type Box = (u32, u64, Vec<Job>);
 
 fn job(vram_gib: u64, util: u32, work_s: f64) -> Job {
     Job {
-        request: Request {
-            vram_mib: Some(vram_gib * 1024),
-            gpus: 1,
-            on_mask: None,
-        },
+        request: Request::declared(vram_gib * 1024, 1),
         util,
         work_s,
     }

@@ -83,15 +83,3 @@ pub const SATURATED_UTIL: u32 = 90;
 pub(super) fn is_saturated(gpu: &GpuLoad) -> bool {
     !gpu.occupants.is_empty() && gpu.util_percent.is_some_and(|u| u >= SATURATED_UTIL)
 }
-
-impl Default for super::Request {
-    /// One undeclared GPU anywhere: what a bare command line asks for
-    /// (tests write `..Default::default()` for what they do not set).
-    fn default() -> super::Request {
-        super::Request {
-            vram_mib: None,
-            gpus: 1,
-            on_mask: None,
-        }
-    }
-}

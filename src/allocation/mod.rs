@@ -126,7 +126,33 @@ pub struct Request {
     pub on_mask: Option<crate::model::GpuMask>,
 }
 
+impl Default for Request {
+    /// One undeclared GPU anywhere: what a bare command line asks for
+    /// (tests write `..Default::default()` for what they do not set).
+    fn default() -> Request {
+        Request::undeclared(1)
+    }
+}
+
 impl Request {
+    /// `vram_mib` MiB declared per GPU on `gpus` GPUs, any of them.
+    pub const fn declared(vram_mib: u64, gpus: u32) -> Request {
+        Request {
+            vram_mib: Some(vram_mib),
+            gpus,
+            on_mask: None,
+        }
+    }
+
+    /// Nothing declared, on `gpus` GPUs, any of them.
+    pub const fn undeclared(gpus: u32) -> Request {
+        Request {
+            vram_mib: None,
+            gpus,
+            on_mask: None,
+        }
+    }
+
     /// Whether the job may use device `index`: its `on=` list names it
     /// or its GPU, and it is not a MIG instance when the job needs more
     /// than one GPU (CUDA shows a process one MIG instance only;

@@ -13,18 +13,10 @@ fn gpu(index: u32) -> GpuLoad {
 }
 
 fn declared(vram: u64) -> Request {
-    Request {
-        vram_mib: Some(vram),
-        gpus: 1,
-        on_mask: None,
-    }
+    Request::declared(vram, 1)
 }
 
-const UNDECLARED: Request = Request {
-    vram_mib: None,
-    gpus: 1,
-    on_mask: None,
-};
+const UNDECLARED: Request = Request::undeclared(1);
 
 fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupant {
     Occupant {
@@ -357,11 +349,7 @@ fn ties_go_to_the_lowest_index() {
         place(&declared(8000), &gpus, &opts()),
         Placement::Start(vec![0])
     );
-    let two = Request {
-        vram_mib: Some(8000),
-        gpus: 2,
-        on_mask: None,
-    };
+    let two = Request::declared(8000, 2);
     assert_eq!(place(&two, &gpus, &opts()), Placement::Start(vec![0, 1]));
 }
 
@@ -375,11 +363,7 @@ fn multi_gpu_best_fit_handed_over_ascending() {
     g2.used_mib = 20000; // 4000: too small
     let mut g3 = gpu(3);
     g3.used_mib = 9000; // 15000
-    let request = Request {
-        vram_mib: Some(10000),
-        gpus: 2,
-        on_mask: None,
-    };
+    let request = Request::declared(10000, 2);
     // Smallest sufficient headroom first: g1 (12000), g3 (15000).
     assert_eq!(
         place(&request, &[g0.clone(), g1, g2.clone(), g3], &opts()),
@@ -391,11 +375,7 @@ fn multi_gpu_best_fit_handed_over_ascending() {
 
 #[test]
 fn multi_gpu_undeclared_needs_that_many_idle_gpus() {
-    let request = Request {
-        vram_mib: None,
-        gpus: 2,
-        on_mask: None,
-    };
+    let request = Request::undeclared(2);
     let mut busy = gpu(1);
     busy.used_mib = 5000;
     assert_eq!(
@@ -407,11 +387,7 @@ fn multi_gpu_undeclared_needs_that_many_idle_gpus() {
 
 #[test]
 fn infeasible_too_many_gpus() {
-    let request = Request {
-        vram_mib: Some(1000),
-        gpus: 3,
-        on_mask: None,
-    };
+    let request = Request::declared(1000, 3);
     match place(&request, &[gpu(0), gpu(1)], &opts()) {
         Placement::Infeasible(reason) => {
             assert!(reason.contains("needs 3 GPUs but only 2"), "{reason}")
@@ -515,11 +491,7 @@ fn wait_reasons_say_what_is_missing() {
         ends_at: None,
     });
     let gpus = [closed, busy(1, 14336), busy(2, 20000)];
-    let request = Request {
-        vram_mib: Some(14336),
-        gpus: 1,
-        on_mask: None,
-    };
+    let request = Request::declared(14336, 1);
     assert_eq!(place(&request, &gpus, &opts), Placement::NotNow);
     let reason = wait_reason(&request, &gpus, &opts);
     assert_eq!(
@@ -528,11 +500,7 @@ fn wait_reasons_say_what_is_missing() {
     );
     // Two GPUs wanted, one with room: how many have room, and which one
     // comes closest of the rest (never "most free: the one with room").
-    let pair = Request {
-        vram_mib: Some(16384),
-        gpus: 2,
-        on_mask: None,
-    };
+    let pair = Request::declared(16384, 2);
     let gpus2 = [busy(0, 0), busy(1, 14336)];
     assert_eq!(
         wait_reason(&pair, &gpus2, &opts).to_string(),
@@ -549,11 +517,7 @@ fn wait_reasons_say_what_is_missing() {
         wait_reason(&request, &gpus[..1], &opts).to_string(),
         "needs 14848 MiB on 1 GPU; most free: GPU 0 0 MiB (closed)"
     );
-    let undeclared = Request {
-        vram_mib: None,
-        gpus: 2,
-        on_mask: None,
-    };
+    let undeclared = Request::undeclared(2);
     assert_eq!(
         wait_reason(&undeclared, &gpus, &opts).to_string(),
         "waiting for 2 idle GPUs"
@@ -634,11 +598,7 @@ fn drained_gpus_take_no_new_job_but_still_count_as_existing() {
         ..Default::default()
     };
     let gpus = [free(0), free(1)];
-    let one = Request {
-        vram_mib: Some(1000),
-        gpus: 1,
-        on_mask: None,
-    };
+    let one = Request::declared(1000, 1);
     assert_eq!(place(&one, &gpus, &opts), Placement::Start(vec![1]));
     // Both GPUs: not infeasible, waits for the drained one.
     let two = Request { gpus: 2, ..one };
@@ -667,11 +627,7 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
             ends_at: None,
         });
     }
-    let big = Request {
-        vram_mib: Some(20000),
-        gpus: 1,
-        on_mask: None,
-    };
+    let big = Request::declared(20000, 1);
     let small = Request {
         vram_mib: Some(4000),
         ..big

@@ -328,14 +328,6 @@ mod tests {
 
     const NOW: f64 = 1_000.0;
 
-    fn declared(vram_mib: u64, gpus: u32) -> Request {
-        Request {
-            vram_mib: Some(vram_mib),
-            gpus,
-            on_mask: None,
-        }
-    }
-
     /// GPUs of 24000 MiB, each with one job of ours holding `mib` until
     /// `ends_at`.
     fn busy(jobs: &[(u64, Option<f64>)]) -> Vec<GpuLoad> {
@@ -410,19 +402,22 @@ mod tests {
         let loads = busy(&[(20_480, Some(NOW + 6.0)), (20_480, Some(NOW + 3.0))]);
         let mut r = Reservations::default();
         assert_eq!(
-            reserve(&mut r, 2, declared(20_480, 2), None, &loads),
+            reserve(&mut r, 2, Request::declared(20_480, 2), None, &loads),
             Some((NOW + 6.0, vec![0, 1]))
         );
         // One GPU is enough for a 10G job: the first end.
         let mut r = Reservations::default();
         assert_eq!(
-            reserve(&mut r, 2, declared(10_240, 1), Some(5.0), &loads),
+            reserve(&mut r, 2, Request::declared(10_240, 1), Some(5.0), &loads),
             Some((NOW + 3.0, vec![1]))
         );
         // An end nobody knows frees nothing: no reservation, but tried.
         let loads = busy(&[(20_480, None), (20_480, Some(NOW + 3.0))]);
         let mut r = Reservations::default();
-        assert_eq!(reserve(&mut r, 2, declared(20_480, 2), None, &loads), None);
+        assert_eq!(
+            reserve(&mut r, 2, Request::declared(20_480, 2), None, &loads),
+            None
+        );
         assert!(r.list().is_empty());
         assert_eq!(r.tried(), 1);
     }
@@ -435,10 +430,10 @@ mod tests {
         loads[1].occupants.clear();
         let mut r = Reservations::default();
         assert_eq!(
-            reserve(&mut r, 0, declared(20_480, 2), None, &loads),
+            reserve(&mut r, 0, Request::declared(20_480, 2), None, &loads),
             Some((NOW + 6.0, vec![0, 1]))
         );
-        let short = declared(3_072, 1);
+        let short = Request::declared(3_072, 1);
         // Ends before the reserved start: fine.
         assert_eq!(
             starts(&mut r, short, &[1], Some(NOW + 3.0), &loads),
@@ -453,7 +448,7 @@ mod tests {
         assert_eq!(starts(&mut r, short, &[1], Some(NOW + 9.0), &loads), delays);
         assert_eq!(starts(&mut r, short, &[1], None, &loads), delays);
         // A small one fits beside it: fine even for ever.
-        let tiny = declared(1_024, 1);
+        let tiny = Request::declared(1_024, 1);
         assert_eq!(starts(&mut r, tiny, &[1], None, &loads), Ok(vec![1]));
         // GPUs the reservation does not need: fine, and a job placed on
         // its GPUs goes there instead. (GPU 2, 48000 MiB, holds a 20G job
@@ -465,7 +460,7 @@ mod tests {
         three.push(big);
         let mut r = Reservations::default();
         assert_eq!(
-            reserve(&mut r, 0, declared(20_480, 2), None, &three),
+            reserve(&mut r, 0, Request::declared(20_480, 2), None, &three),
             Some((NOW + 6.0, vec![0, 1]))
         );
         assert_eq!(starts(&mut r, short, &[2], None, &three), Ok(vec![2]));
@@ -479,24 +474,24 @@ mod tests {
         let mut r = Reservations::default();
         // The first waiting job (20G, 10 s) gets GPU 1 from 1003 to 1013.
         assert_eq!(
-            reserve(&mut r, 0, declared(20_480, 1), Some(10.0), &loads),
+            reserve(&mut r, 0, Request::declared(20_480, 1), Some(10.0), &loads),
             Some((NOW + 3.0, vec![1]))
         );
         // The second (20G, 4 s) is not pushed behind it: GPU 0 from 1006.
         assert_eq!(
-            reserve(&mut r, 1, declared(20_480, 1), Some(4.0), &loads),
+            reserve(&mut r, 1, Request::declared(20_480, 1), Some(4.0), &loads),
             Some((NOW + 6.0, vec![0]))
         );
         // The third (a two-GPU 20G job) after both: 1013, when the first
         // ends (the second ends at 1010).
         assert_eq!(
-            reserve(&mut r, 2, declared(20_480, 2), None, &loads),
+            reserve(&mut r, 2, Request::declared(20_480, 2), None, &loads),
             Some((NOW + 13.0, vec![0, 1]))
         );
         // A 3G job of 5 s fits now on neither GPU without delaying one:
         // it would delay the first reservation on GPU 1 (and the second
         // on GPU 0).
-        let small = declared(3_072, 1);
+        let small = Request::declared(3_072, 1);
         assert_eq!(
             starts(&mut r, small, &[1], Some(NOW + 5.0), &loads),
             Err((0, NOW + 3.0))
@@ -519,12 +514,12 @@ mod tests {
         let mut loads = busy(&[(10_240, Some(NOW + 6.0))]);
         let mut r = Reservations::default();
         assert_eq!(
-            reserve(&mut r, 0, declared(18_000, 1), None, &loads),
+            reserve(&mut r, 0, Request::declared(18_000, 1), None, &loads),
             Some((NOW + 6.0, vec![0]))
         );
         // 2G jobs that run for ever beside it: 24000 - 18000 - 512 MiB
         // leaves room for two (five would fit now).
-        let small = declared(2_048, 1);
+        let small = Request::declared(2_048, 1);
         for _ in 0..2 {
             assert_eq!(starts(&mut r, small, &[0], None, &loads), Ok(vec![0]));
             hold(&mut loads, &small, &[0], None);

@@ -435,11 +435,7 @@ mod tests {
                 source: Source::Progress,
             }),
         ];
-        let request = |mib| Request {
-            vram_mib: Some(mib),
-            gpus: 1,
-            on_mask: None,
-        };
+        let request = |mib| Request::declared(mib, 1);
         let opts = PlaceOptions {
             policy: crate::allocation::PlacementPolicy::Pack,
             ..PlaceOptions::default()

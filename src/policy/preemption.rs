@@ -135,11 +135,7 @@ mod tests {
     }
 
     fn request(vram: u64) -> Request {
-        Request {
-            vram_mib: Some(vram),
-            gpus: 1,
-            on_mask: None,
-        }
+        Request::declared(vram, 1)
     }
 
     #[test]

@@ -399,14 +399,6 @@ mod tests {
             .collect()
     }
 
-    fn declared(vram_mib: u64, gpus: u32) -> Request {
-        Request {
-            vram_mib: Some(vram_mib),
-            gpus,
-            on_mask: None,
-        }
-    }
-
     /// Jobs 0.. with these requests, keys `j0`, `j1`, … and these groups.
     fn jobs<'a>(
         requests: &[Request],
@@ -470,10 +462,10 @@ mod tests {
     fn jobs_start_in_queue_order_and_a_later_small_job_backfills() {
         let (place, groups) = (pack(), GroupLimits::default());
         let requests = [
-            declared(16_000, 1),
-            declared(16_000, 1),
-            declared(16_000, 1),
-            declared(4_000, 1),
+            Request::declared(16_000, 1),
+            Request::declared(16_000, 1),
+            Request::declared(16_000, 1),
+            Request::declared(4_000, 1),
         ];
         let keys = keys(4);
         let mut loads = gpus(2);
@@ -505,7 +497,11 @@ mod tests {
                 .unwrap();
         let groups = GroupLimits::of(&specs);
         let place = PlaceOptions::default();
-        let requests = [declared(1_000, 1), declared(1_000, 1), declared(1_000, 1)];
+        let requests = [
+            Request::declared(1_000, 1),
+            Request::declared(1_000, 1),
+            Request::declared(1_000, 1),
+        ];
         let keys = keys(3);
         let mut loads = gpus(2);
         let round = plan(
@@ -556,7 +552,11 @@ mod tests {
             "alice".into(),
             TOTAL,
         ));
-        let requests = [declared(WHOLE, 1), declared(WHOLE, 1), declared(1_000, 2)];
+        let requests = [
+            Request::declared(WHOLE, 1),
+            Request::declared(WHOLE, 1),
+            Request::declared(1_000, 2),
+        ];
         let keys = keys(3);
         let mut loads = gpus(4);
         let round = plan(&mut loads, rules, jobs(&requests, &[], &keys));
@@ -588,7 +588,7 @@ mod tests {
             "alice".into(),
             TOTAL,
         ));
-        let small = [declared(1_000, 1), declared(1_000, 1)];
+        let small = [Request::declared(1_000, 1), Request::declared(1_000, 1)];
         let round = plan(&mut gpus(4), one_running, jobs(&small, &[], &keys));
         assert_eq!(placements(&round), vec![(0, Placement::Start(vec![0]))]);
         assert!(
@@ -611,7 +611,7 @@ mod tests {
             loads[1].external_peak_sum_mib = TOTAL;
             loads
         };
-        let requests = [declared(WHOLE, 1), declared(1_000, 1)];
+        let requests = [Request::declared(WHOLE, 1), Request::declared(1_000, 1)];
         let keys = keys(2);
         let free = plan(
             &mut busy(),
@@ -638,7 +638,7 @@ mod tests {
         let (place, groups) = (PlaceOptions::default(), GroupLimits::default());
         let mut rules = rules(&place, &groups);
         rules.keep_waiting = 2;
-        let requests = vec![declared(WHOLE, 1); 6];
+        let requests = vec![Request::declared(WHOLE, 1); 6];
         let keys = keys(6);
         let round = plan(&mut gpus(1), rules, jobs(&requests, &[], &keys));
         assert_eq!(round.ready, 6);
@@ -663,7 +663,7 @@ mod tests {
         let mut loads = gpus(1);
         loads[0].used_mib = 10_000;
         loads[0].external_peak_sum_mib = 10_000;
-        let requests = [declared(20_000, 1), declared(1_000, 1)];
+        let requests = [Request::declared(20_000, 1), Request::declared(1_000, 1)];
         let keys = keys(2);
         let round = plan(
             &mut loads,
@@ -699,10 +699,10 @@ mod tests {
         let mut loads = two_busy_gpus();
         loads[1].occupants.clear();
         let requests = [
-            declared(20_480, 2),
-            declared(3_072, 1),
-            declared(3_072, 1),
-            declared(3_072, 1),
+            Request::declared(20_480, 2),
+            Request::declared(3_072, 1),
+            Request::declared(3_072, 1),
+            Request::declared(3_072, 1),
         ];
         let keys = keys(4);
         // Job 1 ends in 2 s, job 2 in 9 s, job 3 nobody knows.
@@ -766,7 +766,11 @@ mod tests {
         loads[0].occupants[0].declared_mib = Some(16_384);
         loads[1].occupants[0].declared_mib = Some(12_288);
         // Two 20G jobs wait (10 s and 4 s); then a 3G job of 10 s.
-        let requests = [declared(20_480, 1), declared(20_480, 1), declared(3_072, 1)];
+        let requests = [
+            Request::declared(20_480, 1),
+            Request::declared(20_480, 1),
+            Request::declared(3_072, 1),
+        ];
         let keys = keys(3);
         let estimates: &dyn Fn(usize) -> Option<f64> = &|i| [Some(10.0), Some(4.0), Some(10.0)][i];
         let round = plan(

@@ -188,8 +188,11 @@ pub struct Running {
     pub command: String,
     /// GPU indices it holds, ascending.
     pub gpus: Vec<u32>,
-    /// Declaration per GPU (MiB) of this attempt.
-    pub vram_mib: Option<u64>,
+    /// What this attempt asked of placement: its declaration per GPU
+    /// (MiB; a retry's bigger one, a learned one), how many GPUs, and
+    /// `on=`. An adopted attempt's comes from its journaled `started`
+    /// (declaration and GPUs), not from today's jobs-file line.
+    pub request: crate::allocation::Request,
     /// 1-based attempt number.
     pub attempt: u32,
     /// Its process group.

@@ -249,7 +249,7 @@ fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
     job.state = JobState::Running;
     job.command = crate::console::shown_command(&run.command).into_owned();
     job.gpus = run.gpus.clone();
-    job.vram_mib = run.vram_mib;
+    job.vram_mib = run.request.vram_mib;
     job.vram_source = run.learned.as_ref().map(|(_, p)| p.to_string());
     job.attempt = run.attempt;
     job.current_mib = run
@@ -263,12 +263,13 @@ fn fill_running(job: &mut JobStatus, run: &Running, tolerance: f64) {
         .iter()
         .map(|g| (g.to_string(), run.usage.peak_mib.get(g).copied()))
         .collect();
-    job.exceeded_declaration =
-        run.vram_mib
-            .zip(run.usage.peak_max_mib())
-            .is_some_and(|(declared, peak)| {
-                crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
-            });
+    job.exceeded_declaration = run
+        .request
+        .vram_mib
+        .zip(run.usage.peak_max_mib())
+        .is_some_and(|(declared, peak)| {
+            crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
+        });
     job.duration_s = Some(elapsed);
     job.avg_util = run.usage.avg_util();
     job.log = Some(run.log.path.display().to_string());

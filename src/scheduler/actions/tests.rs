@@ -25,7 +25,10 @@ fn running(core_jobs: &JobsFile, no: u32, gpu: u32, started: Instant) -> Running
         no,
         command: spec.command.clone(),
         gpus: vec![gpu],
-        vram_mib: spec.vram_mib,
+        request: crate::allocation::Request {
+            vram_mib: spec.vram_mib,
+            ..Default::default()
+        },
         attempt: 1,
         pgid: Pgid(1000 + no),
         started,
@@ -95,7 +98,7 @@ fn loads_without(core: &Core, without: &[&str]) -> Vec<GpuLoad> {
                 .iter()
                 .filter(|(key, job)| !without.contains(&key.as_str()) && job.gpus.contains(&index))
                 .map(|(_, job)| Occupant {
-                    declared_mib: job.vram_mib,
+                    declared_mib: job.request.vram_mib,
                     ..Default::default()
                 })
                 .collect();

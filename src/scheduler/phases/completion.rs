@@ -116,7 +116,7 @@ impl Scheduler {
             retries_used: state.map_or(0, |s| s.retries_used),
             retries_allowed,
             retry_on,
-            declared_mib: job.vram_mib,
+            declared_mib: job.request.vram_mib,
             peak_mib: job.usage.peak_max_mib(),
             reaching_mib: oom::reach(&tail).map(|r| r.reaching_mib(job.usage.peak_max_mib())),
             neighbour_over: gpu_oom.then(|| self.neighbour_over(&job)).flatten(),
@@ -208,7 +208,7 @@ impl Scheduler {
     fn neighbour_over(&self, job: &Running) -> Option<Culprit> {
         let over = |declared, peak| outcome::beyond_declaration(declared, peak, self.cfg.tolerance);
         // A job over its own declaration ran out on its own account.
-        if let (Some(declared), Some(peak)) = (job.vram_mib, job.usage.peak_max_mib())
+        if let (Some(declared), Some(peak)) = (job.request.vram_mib, job.usage.peak_max_mib())
             && over(declared, peak)
         {
             return None;
@@ -217,7 +217,7 @@ impl Scheduler {
             .running
             .values()
             .filter_map(|other| {
-                let declared = other.vram_mib?;
+                let declared = other.request.vram_mib?;
                 let peak = job
                     .gpus
                     .iter()
@@ -433,7 +433,8 @@ impl Scheduler {
             Some(OomCause::ExceededDeclaration { .. }) => format!(
                 "↻ job {} was stopped after {after} for using more VRAM than it declared ({peaks}, declared {}); retry {attempts} of {allowed} with vram {next}",
                 job.no,
-                job.vram_mib
+                job.request
+                    .vram_mib
                     .map_or("nothing".to_string(), |v| format!("{v} MiB"))
             ),
             Some(OomCause::MpsLimit { limit_mib }) => format!(
@@ -479,7 +480,7 @@ impl Scheduler {
         // journal and every view read this.
         let observed = Observations {
             declaration: outcome::check_declaration(
-                job.vram_mib,
+                job.request.vram_mib,
                 job.usage.peak_max_mib(),
                 self.cfg.tolerance,
             ),
@@ -521,9 +522,10 @@ impl Scheduler {
             peaks,
             avg_util,
             samples: job.usage.samples,
-            vram_mib: job.vram_mib,
+            vram_mib: job.request.vram_mib,
             observed: &observed,
             mps_limit_mib: job
+                .request
                 .vram_mib
                 .filter(|_| status == DoneStatus::FailedOom && self.mps_limited(job)),
             tolerance: self.cfg.tolerance,
@@ -546,7 +548,7 @@ impl Scheduler {
     /// group there: it probably ran on the CPU (a framework that found no
     /// GPU falls back to it silently; docs/BEHAVIOUR.md "Monitoring").
     fn never_on_its_gpu(&self, job: &Running, duration_s: f64) -> bool {
-        job.vram_mib.is_some()
+        job.request.vram_mib.is_some()
             && duration_s >= CPU_FALLBACK_AFTER_S
             && job.usage.samples >= 2
             && !job.usage.seen_on_gpu
@@ -559,7 +561,7 @@ impl Scheduler {
     /// so that its GPU OOM is that limit.
     fn mps_limited(&self, job: &Running) -> bool {
         self.io.mps.is_some()
-            && job.vram_mib.is_some()
+            && job.request.vram_mib.is_some()
             && !job.gpus.iter().any(|&g| crate::model::mig_of(g).is_some())
     }
 

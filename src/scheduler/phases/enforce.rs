@@ -91,7 +91,8 @@ impl Scheduler {
             let Some(job) = self.core.running.get_mut(&key) else {
                 continue;
             };
-            let (Some(declared), Some(peak)) = (job.vram_mib, job.usage.peak_max_mib()) else {
+            let (Some(declared), Some(peak)) = (job.request.vram_mib, job.usage.peak_max_mib())
+            else {
                 continue;
             };
             if job.kill.is_some() || !beyond_declaration(declared, peak, tolerance) {

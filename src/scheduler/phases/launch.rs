@@ -375,7 +375,7 @@ impl Scheduler {
                 no: launch.no,
                 command: launch.spec.command.clone(),
                 gpus: launch.gpus,
-                vram_mib: launch.request.vram_mib,
+                request: launch.request,
                 attempt: launch.attempt,
                 pgid,
                 started,

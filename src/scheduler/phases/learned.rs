@@ -162,7 +162,7 @@ impl Scheduler {
             .filter_map(|job| {
                 let (family, _) = job.learned.as_ref()?;
                 let peak = job.usage.peak_max_mib()?;
-                (peak > job.vram_mib?).then(|| (family.clone(), buffered_mib(peak, spike)))
+                (peak > job.request.vram_mib?).then(|| (family.clone(), buffered_mib(peak, spike)))
             })
             .collect();
         for (family, mib) in raises {

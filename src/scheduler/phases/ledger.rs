@@ -135,7 +135,7 @@ impl Scheduler {
                 };
                 let mib = self.budget_on(
                     gpu.total_mib,
-                    job.vram_mib,
+                    job.request.vram_mib,
                     job.usage.peak_mib.get(&index).copied(),
                     job.usage.current_mib.get(&index).copied(),
                 );

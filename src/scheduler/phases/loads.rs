@@ -134,7 +134,7 @@ impl Scheduler {
                     .filter(|(key, _)| !without.contains(&key.as_str()))
                     .filter(|(_, j)| j.gpus.contains(&index))
                     .map(|(key, j)| Occupant {
-                        declared_mib: j.vram_mib,
+                        declared_mib: j.request.vram_mib,
                         peak_mib: j.usage.peak_mib.get(&index).copied(),
                         current_mib: j.usage.current_mib.get(&index).copied(),
                         ends_at: ends.get(key).copied(),

@@ -347,7 +347,13 @@ impl Scheduler {
                 .or_else(|| spec.map(|s| s.command.clone()))
                 .unwrap_or_default(),
             gpus: info.gpus.clone(),
-            vram_mib: info.vram_mib,
+            // From its journaled `started`, not today's line; `on=` only
+            // mattered to place it.
+            request: crate::allocation::Request {
+                vram_mib: info.vram_mib,
+                gpus: info.gpus.len() as u32,
+                on_mask: None,
+            },
             attempt: state.attempts,
             pgid: identity.pgid,
             started: Duration::try_from_secs_f64(elapsed_s)

@@ -65,7 +65,7 @@ impl Scheduler {
         use crate::jobspec::Enforce;
         let booked = std::cell::OnceCell::new();
         let enforced = self.core.running.iter().any(|(key, job)| {
-            job.vram_mib.is_some()
+            job.request.vram_mib.is_some()
                 && match self.enforce_mode(key) {
                     Enforce::Stop => true,
                     Enforce::Auto => self
@@ -458,7 +458,7 @@ fn check_declaration(report: &mut Reporting, job: &mut Running, tolerance: f64, 
     let Some(peak) = job.usage.peak_max_mib() else {
         return;
     };
-    if let Some(declared) = job.vram_mib
+    if let Some(declared) = job.request.vram_mib
         && !job.usage.warned_over
         && crate::policy::outcome::beyond_declaration(declared, peak, tolerance)
     {

@@ -151,7 +151,7 @@ fn placement_round() -> (f64, usize) {
                         declared_mib: Some(declared),
                         peak_mib: Some(declared / 2),
                         current_mib: Some(declared / 2),
-                        ends_at: None,
+                        ..Default::default()
                     }
                 })
                 .collect();

@@ -111,9 +111,8 @@ fn play(gpus: u32, mib: u64, jobs: &[Job], opts: &PlaceOptions, declared: bool) 
                     .filter(|(_, g, _)| *g == index)
                     .map(|(j, _, _)| Occupant {
                         declared_mib: requests[*j].vram_mib,
-                        peak_mib: None,
                         current_mib: requests[*j].vram_mib,
-                        ends_at: None,
+                        ..Default::default()
                     })
                     .collect(),
                 util_percent: Some(

@@ -69,6 +69,9 @@ pub struct Occupant {
     /// "Backfill"); `None` when nothing tells, which backfill takes as
     /// never.
     pub ends_at: Option<f64>,
+    /// `[exclusive]`: no other job of ours may join it on this GPU
+    /// (docs/BEHAVIOUR.md "Placement").
+    pub exclusive: bool,
 }
 
 /// What placement needs to know about one GPU.
@@ -124,6 +127,9 @@ pub struct Request {
     /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
     /// `None` for any allowed GPU (docs/BEHAVIOUR.md "Queue policy").
     pub on_mask: Option<crate::model::GpuMask>,
+    /// `[exclusive]`: it starts only on GPUs with no job of ours, and
+    /// none joins it there while it runs (docs/BEHAVIOUR.md "Placement").
+    pub exclusive: bool,
 }
 
 impl Default for Request {
@@ -141,6 +147,7 @@ impl Request {
             vram_mib: Some(vram_mib),
             gpus,
             on_mask: None,
+            exclusive: false,
         }
     }
 
@@ -150,6 +157,7 @@ impl Request {
             vram_mib: None,
             gpus,
             on_mask: None,
+            exclusive: false,
         }
     }
 
@@ -230,8 +238,10 @@ pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
 /// fit, never joining a job of ours on a GPU computing flat out; pack: best
 /// fit, the smallest sufficient headroom; ties by index),
 /// the best-connected set first for several GPUs; a GPU running an
-/// undeclared job of ours is closed; `exclusive` allows one of our jobs per
-/// GPU. A request that could not start even on empty GPUs is infeasible.
+/// undeclared or `[exclusive]` job of ours is closed; an `[exclusive]`
+/// request takes only GPUs with no job of ours, and `--exclusive` makes
+/// every request so. A request that could not start even on empty GPUs
+/// is infeasible.
 pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placement {
     let wanted = request.gpus.max(1) as usize;
     if let Some(reason) = infeasible_reason(request, gpus, opts) {
@@ -253,8 +263,8 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
         Some(vram) => {
             let need = vram.saturating_add(opts.margin_mib);
             gpus.iter()
-                .filter(|g| !g.occupants.iter().any(|o| o.declared_mib.is_none()))
-                .filter(|g| !opts.exclusive || g.occupants.is_empty())
+                .filter(|g| !is_closed(g, opts))
+                .filter(|g| !request.exclusive || g.occupants.is_empty())
                 .filter(|g| opts.policy == PlacementPolicy::Pack || !is_saturated(g))
                 .map(|g| (g, headroom_mib(g, opts.spike_buffer)))
                 .filter(|&(_, headroom)| headroom >= need)
@@ -435,9 +445,9 @@ impl<'a> Planner<'a> {
             }
             gpu.occupants.push(Occupant {
                 declared_mib: request.vram_mib,
-                peak_mib: None,
-                current_mib: None,
                 ends_at,
+                exclusive: request.exclusive,
+                ..Occupant::default()
             });
         }
     }
@@ -476,10 +486,13 @@ pub fn is_drained(index: u32, opts: &PlaceOptions) -> bool {
     crate::model::mask_covers(opts.drained_mask, index)
 }
 
-/// Whether a GPU is closed to new jobs: one of our undeclared jobs holds
-/// it (docs/BEHAVIOUR.md "Placement"), or `--exclusive` and one of our jobs is on it.
+/// Whether a GPU is closed to new jobs: one of our undeclared or
+/// `[exclusive]` jobs holds it (docs/BEHAVIOUR.md "Placement"), or
+/// `--exclusive` and one of our jobs is on it.
 pub fn is_closed(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
-    gpu.occupants.iter().any(|o| o.declared_mib.is_none())
+    gpu.occupants
+        .iter()
+        .any(|o| o.declared_mib.is_none() || o.exclusive)
         || (opts.exclusive && !gpu.occupants.is_empty())
 }
 
@@ -565,6 +578,15 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
                 gpus: chosen,
                 measured: None,
             };
+        }
+    }
+    if request.exclusive && request.vram_mib.is_some() {
+        let sharing = Request {
+            exclusive: false,
+            ..*request
+        };
+        if let Placement::Start(_) = place(&sharing, gpus, opts) {
+            return WaitReason::Exclusive { gpus: wanted };
         }
     }
     match request.vram_mib {

@@ -23,7 +23,7 @@ fn occ(declared: Option<u64>, peak: Option<u64>, current: Option<u64>) -> Occupa
         declared_mib: declared,
         peak_mib: peak,
         current_mib: current,
-        ends_at: None,
+        ..Occupant::default()
     }
 }
 
@@ -486,9 +486,8 @@ fn wait_reasons_say_what_is_missing() {
     let mut closed = busy(0, 1000);
     closed.occupants.push(Occupant {
         declared_mib: None,
-        peak_mib: None,
         current_mib: Some(1000),
-        ends_at: None,
+        ..Default::default()
     });
     let gpus = [closed, busy(1, 14336), busy(2, 20000)];
     let request = Request::declared(14336, 1);
@@ -527,7 +526,7 @@ fn wait_reasons_say_what_is_missing() {
             &Request {
                 vram_mib: None,
                 gpus: 1,
-                on_mask: None
+                ..Default::default()
             },
             &gpus,
             &opts
@@ -550,6 +549,7 @@ fn on_lists_restrict_placement_and_infeasibility() {
         vram_mib: Some(10000),
         gpus: 1,
         on_mask: Some(mask),
+        ..Default::default()
     };
     // Best-fit would take GPU 2 (the smallest); on=1 keeps it to GPU 1.
     assert_eq!(place(&on(0b010), &gpus, &opts), Placement::Start(vec![1]));
@@ -622,9 +622,7 @@ fn a_reservation_keeps_later_jobs_off_the_reserved_gpus() {
     for _ in 0..2 {
         gpu.occupants.push(Occupant {
             declared_mib: Some(8000),
-            peak_mib: None,
-            current_mib: None,
-            ends_at: None,
+            ..Default::default()
         });
     }
     let big = Request::declared(20000, 1);
@@ -818,4 +816,58 @@ fn plan_with_reservation(
             )
         })
         .collect()
+}
+
+/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared job"): an exclusive job
+/// takes only GPUs with no job of ours and says so while it waits for
+/// one; while it runs, its GPU is closed to our other jobs.
+#[test]
+fn an_exclusive_job_neither_joins_nor_is_joined() {
+    let opts = opts();
+    let mut shared = gpu(0);
+    shared
+        .occupants
+        .push(occ(Some(2000), Some(2000), Some(2000)));
+    shared.used_mib = 2000;
+    let exclusive = Request {
+        exclusive: true,
+        ..declared(4000)
+    };
+    // Room beside our job on GPU 0, GPU 1 empty: only GPU 1.
+    assert_eq!(
+        place(&exclusive, &[shared.clone(), gpu(1)], &opts),
+        Placement::Start(vec![1])
+    );
+    assert_eq!(
+        place(&exclusive, &[shared.clone()], &opts),
+        Placement::NotNow
+    );
+    assert_eq!(
+        wait_reason(&exclusive, &[shared.clone()], &opts).to_string(),
+        "exclusive: waiting for a GPU with no job of ours"
+    );
+    // An exclusive job of ours on GPU 0 closes it to a plain job.
+    let mut held = gpu(0);
+    held.occupants.push(Occupant {
+        exclusive: true,
+        ..occ(Some(2000), Some(2000), Some(2000))
+    });
+    held.used_mib = 2000;
+    assert!(is_closed(&held, &opts));
+    assert_eq!(
+        place(&declared(1000), &[held.clone()], &opts),
+        Placement::NotNow
+    );
+    assert_eq!(
+        place(&declared(1000), &[held, gpu(1)], &opts),
+        Placement::Start(vec![1])
+    );
+    // Others' processes are no job of ours: an exclusive job starts
+    // beside them when there is headroom, as any declared job does.
+    let mut external = gpu(0);
+    external.used_mib = 3000;
+    assert_eq!(
+        place(&exclusive, &[external], &opts),
+        Placement::Start(vec![0])
+    );
 }

@@ -117,6 +117,12 @@ pub enum WaitReason {
         /// The limit, `--cpu-jobs`.
         limit: u32,
     },
+    /// An `[exclusive]` job: there is room for it, but only beside jobs
+    /// of ours (docs/BEHAVIOUR.md "Placement").
+    Exclusive {
+        /// GPUs it needs.
+        gpus: u32,
+    },
     /// An undeclared job: no allowed GPU is fully idle.
     IdleGpu {
         /// GPUs it needs.
@@ -236,6 +242,12 @@ impl std::fmt::Display for WaitReason {
                     format!("{}'s scheduler", users.join(", "))
                 }
             ),
+            WaitReason::Exclusive { gpus: 1 } => {
+                write!(f, "exclusive: waiting for a GPU with no job of ours")
+            }
+            WaitReason::Exclusive { gpus } => {
+                write!(f, "exclusive: waiting for {gpus} GPUs with no job of ours")
+            }
             WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
             WaitReason::Headroom {

@@ -338,6 +338,14 @@ pub const ATTRIBUTES: &[Attribute] = &[
         slurm: OnSlurm::Sbatch("--requeue (every other job --no-requeue)"),
     },
     Attribute {
+        name: "exclusive",
+        shown: "exclusive",
+        help: "its GPUs hold no other job of ours while it runs: it starts only on GPUs without one",
+        parse: Parse::Flag(|spec| spec.rare_mut().exclusive = true),
+        given: |s| s.exclusive(),
+        slurm: OnSlurm::Sbatch("whole GPUs: --gres=gpu:N, never shards"),
+    },
+    Attribute {
         name: "cancel",
         shown: "cancel",
         help: "stop it if running; never start it if waiting",

@@ -98,6 +98,9 @@ pub struct Rare {
     pub mem_mib: Option<u64>,
     /// `cpus=`: CPU cores (docs/BEHAVIOUR.md "Containment").
     pub cpus: Option<u32>,
+    /// `[exclusive]`: its GPUs hold no other job of ours while it runs
+    /// (docs/BEHAVIOUR.md "Placement").
+    pub exclusive: bool,
 }
 
 /// Hex digits of an `env=` id (the environment `gpusched add` saved).
@@ -233,6 +236,11 @@ impl JobSpec {
     /// `mem=` in MiB ([`Rare::mem_mib`]).
     pub fn mem_mib(&self) -> Option<u64> {
         self.rare.as_ref()?.mem_mib
+    }
+
+    /// `[exclusive]` ([`Rare::exclusive`]).
+    pub fn exclusive(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.exclusive)
     }
 
     /// `cpus=` ([`Rare::cpus`]).

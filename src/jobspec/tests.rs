@@ -95,7 +95,7 @@ fn unknown_key_names_line_and_text() {
     assert_eq!(e.text, "[vrma=8G] python x.py");
     assert_eq!(
         e.to_string(),
-        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, mem=, cpus=, timeout=, retries=, retry_on=, retry_delay=, priority=, begin=, name=, after=, on=, family=, group=, limit=, enforce=, cwd=, env=, preemptible, cancel): [vrma=8G] python x.py"
+        "line 2: unknown attribute 'vrma' (known: vram=, gpus=, mem=, cpus=, timeout=, retries=, retry_on=, retry_delay=, priority=, begin=, name=, after=, on=, family=, group=, limit=, enforce=, cwd=, env=, preemptible, exclusive, cancel): [vrma=8G] python x.py"
     );
 }
 

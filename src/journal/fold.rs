@@ -21,6 +21,7 @@ impl Journal {
                 slurm_job_id,
                 allocation,
                 cgroup,
+                exclusive,
             } => Fold::Started {
                 attempt: *attempt,
                 info: Box::new(StartedInfo {
@@ -35,6 +36,7 @@ impl Journal {
                     slurm_job_id: *slurm_job_id,
                     allocation: *allocation,
                     cgroup: cgroup.clone(),
+                    exclusive: *exclusive,
                     command: None,
                 }),
             },

@@ -63,6 +63,10 @@ pub enum Event {
         /// empty when it runs uncontained.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         cgroup: Vec<String>,
+        /// `[exclusive]` (docs/BEHAVIOUR.md "Placement"): an adopted
+        /// attempt still keeps its GPUs to itself.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        exclusive: bool,
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (docs/BEHAVIOUR.md "Out of memory and timeouts").
     Oom {
@@ -217,6 +221,8 @@ pub struct StartedInfo {
     pub allocation: Option<u64>,
     /// Its cgroup directories, when contained (docs/BEHAVIOUR.md "Containment").
     pub cgroup: Vec<String>,
+    /// Whether it asked for `[exclusive]`.
+    pub exclusive: bool,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
     /// started by this scheduler, which keeps it elsewhere.

@@ -128,6 +128,7 @@ struct RawRecord<'a> {
     allocation: Option<u64>,
     #[serde(default)]
     cgroup: Vec<String>,
+    exclusive: Option<bool>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
     not_before: Option<f64>,
@@ -163,6 +164,7 @@ impl RawRecord<'_> {
                     slurm_job_id: self.slurm_job_id,
                     allocation: self.allocation,
                     cgroup: self.cgroup.clone(),
+                    exclusive: self.exclusive.unwrap_or(false),
                     command: None,
                 }),
             },

@@ -26,11 +26,12 @@ fn started(pgid: u32) -> Event {
         slurm_job_id: None,
         allocation: None,
         cgroup: Vec::new(),
+        exclusive: false,
     }
 }
 
 #[test]
-fn a_slurm_job_id_allocation_and_state_survive_a_replay() {
+fn a_slurm_job_id_allocation_exclusive_and_state_survive_a_replay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     let (mut journal, _) = Journal::open(&path).unwrap();
@@ -50,6 +51,7 @@ fn a_slurm_job_id_allocation_and_state_survive_a_replay() {
                 slurm_job_id: Some(77),
                 allocation: Some(1234),
                 cgroup: Vec::new(),
+                exclusive: true,
             },
         )
         .unwrap();
@@ -58,6 +60,7 @@ fn a_slurm_job_id_allocation_and_state_survive_a_replay() {
     match &journal.state("k").unwrap().phase {
         Phase::Started(info) => {
             assert_eq!(info.slurm_job_id, Some(77));
+            assert!(info.exclusive, "[exclusive] survives a replay");
             assert_eq!(info.allocation, Some(1234));
         }
         other => panic!("not started: {other:?}"),

@@ -57,6 +57,8 @@ pub struct Submission<'a> {
     /// `timeout=` in seconds.
     pub timeout_s: Option<f64>,
     /// `preemptible`.
+    /// `[exclusive]`: whole GPUs, never shards.
+    pub exclusive: bool,
     pub preemptible: bool,
     /// Slurm job ids of the `after=` dependencies already submitted.
     pub after: &'a [u64],
@@ -97,6 +99,7 @@ impl<'a> Submission<'a> {
             vram_mib,
             timeout_s: spec.timeout_s(),
             preemptible: spec.preemptible,
+            exclusive: spec.exclusive(),
             after,
             log,
             workdir: spec.cwd().unwrap_or(workdir),
@@ -183,7 +186,11 @@ pub fn sbatch_options(sub: &Submission, opts: &SlurmOptions) -> Vec<String> {
     if sub.gpus > 0 {
         args.push(format!(
             "--gres={}",
-            gres(sub.gpus, sub.vram_mib, opts.shard_mib)
+            gres(
+                sub.gpus,
+                sub.vram_mib.filter(|_| !sub.exclusive),
+                opts.shard_mib
+            )
         ));
     }
     // Slurm's own cgroups hold the job to them (docs/BEHAVIOUR.md "Containment").
@@ -600,6 +607,7 @@ mod tests {
             vram_mib: Some(18_000),
             timeout_s: Some(90.0),
             preemptible: false,
+            exclusive: false,
             after,
             log: Path::new("/logs/job001.log"),
             workdir: Path::new("/work"),
@@ -637,6 +645,28 @@ mod tests {
         let sub = Submission::of(&spec, None, &[], Path::new("/l"), Path::new("/w"));
         assert_eq!(sub.begin.as_deref(), Some("22:05"));
         assert_eq!(nice_of(5, 5), None);
+    }
+
+    /// `[exclusive]` asks for the whole GPU even where shards are set up.
+    #[test]
+    fn an_exclusive_job_asks_for_whole_gpus_never_shards() {
+        let opts = SlurmOptions {
+            shard_mib: Some(4_096),
+            ..SlurmOptions::default()
+        };
+        let spec = crate::jobspec::parse_line("[vram=18G exclusive] python x.py", 1)
+            .unwrap()
+            .unwrap();
+        let sub = Submission::of(&spec, Some(18_432), &[], Path::new("/l"), Path::new("/w"));
+        assert!(sub.exclusive);
+        let args = sbatch_options(&sub, &opts);
+        assert!(args.iter().any(|a| a == "--gres=gpu:1"), "{args:?}");
+        let shared = crate::jobspec::parse_line("[vram=18G] python x.py", 1)
+            .unwrap()
+            .unwrap();
+        let sub = Submission::of(&shared, Some(18_432), &[], Path::new("/l"), Path::new("/w"));
+        let args = sbatch_options(&sub, &opts);
+        assert!(args.iter().any(|a| a == "--gres=shard:5"), "{args:?}");
     }
 
     #[test]

@@ -405,9 +405,7 @@ mod tests {
             .filter(|(i, _)| !without.contains(i))
             .map(|(_, mib)| Occupant {
                 declared_mib: Some(*mib),
-                peak_mib: None,
-                current_mib: None,
-                ends_at: None,
+                ..Default::default()
             })
             .collect();
         vec![GpuLoad {

@@ -105,9 +105,7 @@ mod tests {
                     .filter(|(id, _)| !without.contains(id))
                     .map(|(_, &mib)| Occupant {
                         declared_mib: Some(mib),
-                        peak_mib: None,
-                        current_mib: None,
-                        ends_at: None,
+                        ..Default::default()
                     })
                     .collect(),
                 ..Default::default()

@@ -26,6 +26,7 @@ pub fn pending_request(spec: &JobSpec, state: Option<&KeyState>, running: bool) 
         vram_mib: spec.vram_mib.max(state.next_vram()),
         gpus: spec.gpus,
         on_mask: spec.on_mask(),
+        exclusive: spec.exclusive(),
     })
 }
 
@@ -139,7 +140,7 @@ mod tests {
             Some(Request {
                 vram_mib: vram,
                 gpus,
-                on_mask: None,
+                ..Default::default()
             })
         };
         let table = [

@@ -833,9 +833,8 @@ mod tests {
                     occupants: declared
                         .map(|d| crate::allocation::Occupant {
                             declared_mib: Some(d),
-                            peak_mib: None,
                             current_mib: Some(d.min(used)),
-                            ends_at: None,
+                            ..Default::default()
                         })
                         .into_iter()
                         .collect(),
@@ -848,7 +847,7 @@ mod tests {
             (prop::option::of(500u64..26_000), 1u32..=2).prop_map(|(vram_mib, gpus)| Request {
                 vram_mib,
                 gpus,
-                on_mask: None,
+                ..Default::default()
             })
         }
 

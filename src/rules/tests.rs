@@ -192,7 +192,7 @@ fn job(vram_mib: Option<u64>, gpus: u32) -> Request {
     Request {
         vram_mib,
         gpus,
-        on_mask: None,
+        ..Request::default()
     }
 }
 

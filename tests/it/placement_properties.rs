@@ -25,7 +25,7 @@ fn occupant() -> impl Strategy<Value = Occupant> {
             declared_mib,
             peak_mib,
             current_mib,
-            ends_at: None,
+            ..Default::default()
         })
 }
 
@@ -83,6 +83,7 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
                 vram_mib,
                 gpus,
                 on_mask,
+                ..Default::default()
             }),
         0..12,
     )

@@ -273,3 +273,56 @@ fn a_job_that_is_not_preemptible_or_above_is_never_preempted() {
     common::wait_for("job 2 at last", &mut || env.path("blocked.txt").exists());
     sched.stop();
 }
+
+/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared job") on one simulated
+/// GPU with room for all three jobs: a plain job does not join the running
+/// exclusive one, an exclusive job waits for the plain one and says why,
+/// and the running job's exclusivity survives a restart that adopts it.
+#[test]
+fn an_exclusive_job_keeps_its_gpu_to_itself_across_a_restart() {
+    let hold = |name: &str| {
+        format!(
+            "sh -c 'echo run >> {name}.txt; while [ ! -e release-{name} ]; do sleep 0.05; done'"
+        )
+    };
+    let env = Env::new(&format!(
+        "[vram=1G exclusive] {}\n[vram=1G] {}\n[vram=1G exclusive] echo c > c.txt\n",
+        hold("a"),
+        hold("b")
+    ));
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    common::wait_for("job 1 to start", &mut || env.path("a.txt").exists());
+    let ticks = env.ticks();
+    env.wait_for_ticks(ticks + 5);
+    assert!(!env.path("b.txt").exists(), "job 2 joined exclusive job 1");
+    // A restart that adopts job 1: it still keeps its GPU to itself.
+    let out = env.verb(&["stop", "--keep-jobs"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    sched.finish();
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    common::wait_for("the restart to adopt job 1", &mut || {
+        sched
+            .stdout()
+            .contains("job 1 is still running from a previous scheduler")
+    });
+    let ticks = env.ticks();
+    env.wait_for_ticks(ticks + 5);
+    assert!(!env.path("b.txt").exists(), "job 2 joined adopted job 1");
+    // Job 1 ends: job 2 starts, and exclusive job 3 waits for it.
+    std::fs::write(env.path("release-a"), "").unwrap();
+    common::wait_for("job 2 to start", &mut || env.path("b.txt").exists());
+    common::wait_for("job 3's reason", &mut || {
+        env.board()
+            .contains("exclusive: waiting for a GPU with no job of ours")
+    });
+    assert!(!env.path("c.txt").exists(), "job 3 joined job 2");
+    std::fs::write(env.path("release-b"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{out:?}");
+    for no in 1..=3 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+        assert_eq!(env.job_events(no, "started").len(), 1, "job {no} ran once");
+    }
+    assert_eq!(env.job_events(1, "started")[0]["exclusive"], true);
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "run\n");
+}

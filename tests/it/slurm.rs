@@ -368,11 +368,14 @@ fn export_prints_a_script_that_submits_in_order() {
     let env = Env::new(
         "[name=prep vram=6G] python prep.py\n\
          [after=prep gpus=2 timeout=90 preemptible] python train.py --lr 0.1\n\
-         [cancel] echo skipped\n",
+         [cancel] echo skipped\n\
+         [vram=6G exclusive] python alone.py\n",
     );
     let script = export(&env, &["--shard-mib", "4096", "--sbatch-arg=--account=lab"]);
     let lines: Vec<&str> = script.lines().filter(|l| l.contains("sbatch")).collect();
-    assert_eq!(lines.len(), 2, "{script}");
+    assert_eq!(lines.len(), 3, "{script}");
+    // `[exclusive]`: a whole GPU, where the same declaration shares.
+    assert!(lines[2].contains("--gres=gpu:1"), "{script}");
     assert!(lines[0].starts_with("j1=$(sbatch --parsable"), "{script}");
     assert!(lines[0].contains("--gres=shard:2"), "{script}");
     assert!(lines[1].contains("--gres=gpu:2") && lines[1].contains("--time=2"));
@@ -404,7 +407,7 @@ fn export_prints_a_script_that_submits_in_order() {
     assert!(run.status.success(), "{run:?}");
     let calls = std::fs::read_to_string(env.path("calls")).unwrap();
     let calls: Vec<&str> = calls.lines().collect();
-    assert_eq!(calls.len(), 2);
+    assert_eq!(calls.len(), 3);
     assert!(calls[1].contains("--dependency=afterok:101"), "{calls:?}");
     assert!(
         calls[1].contains("--wrap=python train.py --lr 0.1"),

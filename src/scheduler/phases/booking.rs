@@ -186,7 +186,7 @@ impl Scheduler {
                     declared_mib,
                     peak_mib,
                     current_mib,
-                    ends_at: None,
+                    ..Default::default()
                 },
                 self.cfg.place.spike_buffer,
             ),

@@ -215,7 +215,7 @@ impl Scheduler {
                 let request = Request {
                     vram_mib: need.mib,
                     gpus: need.gpus.max(1),
-                    on_mask: None,
+                    ..Default::default()
                 };
                 let Placement::Start(chosen) = allocation::place(&request, loads, &opts) else {
                     continue;

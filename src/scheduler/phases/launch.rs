@@ -260,6 +260,7 @@ impl Scheduler {
                             .as_ref()
                             .map(crate::containment::JobCgroup::journaled)
                             .unwrap_or_default(),
+                        exclusive: launch.request.exclusive,
                     },
                 }
             })

@@ -138,6 +138,7 @@ impl Scheduler {
                         peak_mib: j.usage.peak_mib.get(&index).copied(),
                         current_mib: j.usage.current_mib.get(&index).copied(),
                         ends_at: ends.get(key).copied(),
+                        exclusive: j.request.exclusive,
                     })
                     .collect(),
                 booked_mib: booked.get(&index).map_or(0, |b| b.0),

@@ -262,6 +262,7 @@ impl Scheduler {
                     slurm_job_id: Some(job.id),
                     allocation: None,
                     cgroup: Vec::new(),
+                    exclusive: false,
                 },
             )?;
             self.report.say(format!(
@@ -353,6 +354,7 @@ impl Scheduler {
                 vram_mib: info.vram_mib,
                 gpus: info.gpus.len() as u32,
                 on_mask: None,
+                exclusive: info.exclusive,
             },
             attempt: state.attempts,
             pgid: identity.pgid,

@@ -580,14 +580,8 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             };
         }
     }
-    if request.exclusive && request.vram_mib.is_some() {
-        let sharing = Request {
-            exclusive: false,
-            ..*request
-        };
-        if let Placement::Start(_) = place(&sharing, gpus, opts) {
-            return WaitReason::Exclusive { gpus: wanted };
-        }
+    if waits_for_exclusivity(request, gpus, opts) {
+        return WaitReason::Exclusive { gpus: wanted };
     }
     match request.vram_mib {
         None => WaitReason::IdleGpu { gpus: wanted },
@@ -609,6 +603,18 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             }
         }
     }
+}
+
+/// Whether `request` (`[exclusive]`, declared) would start now beside
+/// jobs of ours, so that only its exclusivity keeps it waiting.
+fn waits_for_exclusivity(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> bool {
+    let sharing = Request {
+        exclusive: false,
+        ..*request
+    };
+    request.exclusive
+        && request.vram_mib.is_some()
+        && matches!(place(&sharing, gpus, opts), Placement::Start(_))
 }
 
 fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {

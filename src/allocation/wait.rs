@@ -242,12 +242,10 @@ impl std::fmt::Display for WaitReason {
                     format!("{}'s scheduler", users.join(", "))
                 }
             ),
-            WaitReason::Exclusive { gpus: 1 } => {
-                write!(f, "exclusive: waiting for a GPU with no job of ours")
-            }
-            WaitReason::Exclusive { gpus } => {
-                write!(f, "exclusive: waiting for {gpus} GPUs with no job of ours")
-            }
+            WaitReason::Exclusive { gpus } => match gpus {
+                1 => write!(f, "exclusive: waiting for a GPU with no job of ours"),
+                n => write!(f, "exclusive: waiting for {n} GPUs with no job of ours"),
+            },
             WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
             WaitReason::Headroom {

@@ -119,12 +119,10 @@ fn history_is_shared_between_log_directories() {
     let history_arg = history.display().to_string();
     // A stand-in for a training script: a 4000 MiB job.
     let script = first.path("python-like");
-    std::fs::write(
+    common::write_script(
         &script,
         "#!/bin/sh\nexec gpusched simjob --vram 4000 --ramp 0.1 --hold 0.5\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let jobs = |seed: u32| format!("[vram=auto] {} {seed}\n", script.display());
     first.write_jobs(&jobs(1));
     let out = first.run(&["--sim", "1", "--poll", "0.05", "--history", &history_arg]);

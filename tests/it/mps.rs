@@ -20,7 +20,7 @@ fn fake_mps_control(env: &common::Env) -> (PathBuf, String) {
     let dir = env.path("fake-bin");
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("nvidia-cuda-mps-control");
-    std::fs::write(
+    common::write_script(
         &script,
         r#"#!/bin/sh
 calls="$(dirname "$0")/calls"
@@ -33,10 +33,8 @@ else
     [ "$command" = quit ] && rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"
 fi
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+    );
+    let path = common::path_with(&dir);
     (dir, path)
 }
 

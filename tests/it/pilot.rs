@@ -21,7 +21,6 @@ const FOUR_GPUS: &str = "gpu GPU-00000000-0000 24000 0 0\n\
 /// with `left` (or fails when `None`), and a state query (`%T`) with
 /// `state` (nothing: the job is over and forgotten).
 fn fake_squeue(dir: &Path, left: Option<&str>, state: &str) {
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).unwrap();
     let left = match left {
         Some(left) => format!("echo '{left}'"),
@@ -30,8 +29,7 @@ fn fake_squeue(dir: &Path, left: Option<&str>, state: &str) {
     let script =
         format!("#!/bin/sh\ncase \"$*\" in\n  *%L*) {left} ;;\n  *) echo '{state}' ;;\nesac\n");
     let path = dir.join("squeue");
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::write_script(&path, &script);
 }
 
 /// Asserts that `text` (a scheduler's output) says each of `said`.
@@ -46,7 +44,7 @@ fn assert_says(text: &str, said: &[&str]) {
 /// PATH, the box ledger left to its default.
 fn pilot(nvml: &Nvml, job: &str, bin: &Path, args: &[&str]) -> Command {
     let mut cmd = nvml.env.command(args);
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let path = common::path_with(bin);
     nvml.faked(&mut cmd)
         .env("SLURM_JOB_ID", job)
         .env("SLURMD_NODENAME", "gpu07")

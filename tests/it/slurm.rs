@@ -389,14 +389,11 @@ fn export_prints_a_script_that_submits_in_order() {
     let bin = env.path("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake = bin.join("sbatch");
-    std::fs::write(
+    common::write_script(
         &fake,
         "#!/bin/sh\nn=$(($(cat n 2>/dev/null || echo 100) + 1)); echo $n > n\nprintf '%s\\n' \"$*\" >> calls\necho $n\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    );
+    let path = common::path_with(&bin);
     let run = Command::new("sh")
         .arg("-c")
         .arg(&script)
@@ -495,21 +492,15 @@ fn squeue_failing_is_warned_once_and_its_return_said() {
     let down = env.dir.path().join("slurm-down");
     std::fs::create_dir_all(&bin).unwrap();
     let wrapper = bin.join("squeue");
-    std::fs::write(
+    common::write_script(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\nif [ -e '{}' ]; then echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1; fi\nexec '{real}' \"$@\"\n",
             down.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = env.command(&SLURM);
-    cmd.env(
-        "PATH",
-        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
     );
+    let mut cmd = env.command(&SLURM);
+    cmd.env("PATH", common::path_with(&bin));
     let sched = common::Sched::from_command(cmd);
     wait_for_within("the job to run", SLURM_DEADLINE, &mut || {
         log_of(&env, 1).contains("running")

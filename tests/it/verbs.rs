@@ -527,14 +527,13 @@ fn add_runs_the_job_with_the_callers_environment() {
     let conda_bin = env.path("conda/envs/exp/bin");
     std::fs::create_dir_all(&conda_bin).unwrap();
     let tool = conda_bin.join("mytool");
-    std::fs::write(&tool, "#!/bin/sh\necho from-conda\n").unwrap();
-    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::write_script(&tool, "#!/bin/sh\necho from-conda\n");
     let mut command = env.command(&["--sim", "1", "--poll", "0.1", "--watch"]);
     command.env("FOO", "sched").env("ONLY_SCHED", "1");
     let sched = common::Sched::from_command(command);
     env.wait_for_ticks(1);
     let add = |args: &[&str]| {
-        let path = format!("{}:{}", conda_bin.display(), std::env::var("PATH").unwrap());
+        let path = common::path_with(&conda_bin);
         Command::new(bin())
             .arg("add")
             .args(args)

@@ -16,6 +16,19 @@ use std::time::{Duration, Instant};
 /// Generous deadline for anything on a loaded 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(180);
 
+/// Writes an executable script (a stand-in `squeue`, `sbatch`, a tool
+/// on a conda PATH) at `path` with `text`, mode 0755.
+pub fn write_script(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `PATH` with `dir` first, so a stand-in there shadows the real program.
+pub fn path_with(dir: &std::path::Path) -> String {
+    format!("{}:{}", dir.display(), std::env::var("PATH").unwrap())
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gpusched")
 }

@@ -74,6 +74,32 @@ pub struct Occupant {
     pub exclusive: bool,
 }
 
+impl Occupant {
+    /// One of our running attempts, asked for as `request`, on one GPU:
+    /// its highest and current VRAM there (MiB; `None` for not seen yet)
+    /// and when it is expected to end (Unix seconds).
+    pub fn of_running(
+        request: &Request,
+        peak_mib: Option<u64>,
+        current_mib: Option<u64>,
+        ends_at: Option<f64>,
+    ) -> Occupant {
+        Occupant {
+            declared_mib: request.vram_mib,
+            peak_mib,
+            current_mib,
+            ends_at,
+            exclusive: request.exclusive,
+        }
+    }
+
+    /// A job placed but not yet measured (a start this round, a backfill
+    /// reservation), asked for as `request`, until `ends_at`.
+    pub fn booked(request: &Request, ends_at: Option<f64>) -> Occupant {
+        Occupant::of_running(request, None, None, ends_at)
+    }
+}
+
 /// What placement needs to know about one GPU.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GpuLoad {
@@ -443,12 +469,7 @@ impl<'a> Planner<'a> {
             if !leaves_room {
                 gpu.util_percent = Some(100);
             }
-            gpu.occupants.push(Occupant {
-                declared_mib: request.vram_mib,
-                ends_at,
-                exclusive: request.exclusive,
-                ..Occupant::default()
-            });
+            gpu.occupants.push(Occupant::booked(request, ends_at));
         }
     }
 }

@@ -291,11 +291,10 @@ impl Reservations {
             .iter()
             .filter(|r| r.holds_at(at) && r.gpus.contains(&then.index))
         {
-            then.occupants.push(Occupant {
-                declared_mib: r.request.vram_mib,
-                ends_at: Some(r.until).filter(|t| t.is_finite()),
-                ..Occupant::default()
-            });
+            then.occupants.push(Occupant::booked(
+                &r.request,
+                Some(r.until).filter(|t| t.is_finite()),
+            ));
         }
         then
     }

@@ -97,10 +97,7 @@ fn loads_without(core: &Core, without: &[&str]) -> Vec<GpuLoad> {
                 .running
                 .iter()
                 .filter(|(key, job)| !without.contains(&key.as_str()) && job.gpus.contains(&index))
-                .map(|(_, job)| Occupant {
-                    declared_mib: job.request.vram_mib,
-                    ..Default::default()
-                })
+                .map(|(_, job)| Occupant::booked(&job.request, None))
                 .collect();
             GpuLoad {
                 index,

@@ -133,12 +133,13 @@ impl Scheduler {
                     .iter()
                     .filter(|(key, _)| !without.contains(&key.as_str()))
                     .filter(|(_, j)| j.gpus.contains(&index))
-                    .map(|(key, j)| Occupant {
-                        declared_mib: j.request.vram_mib,
-                        peak_mib: j.usage.peak_mib.get(&index).copied(),
-                        current_mib: j.usage.current_mib.get(&index).copied(),
-                        ends_at: ends.get(key).copied(),
-                        exclusive: j.request.exclusive,
+                    .map(|(key, j)| {
+                        Occupant::of_running(
+                            &j.request,
+                            j.usage.peak_mib.get(&index).copied(),
+                            j.usage.current_mib.get(&index).copied(),
+                            ends.get(key).copied(),
+                        )
                     })
                     .collect(),
                 booked_mib: booked.get(&index).map_or(0, |b| b.0),

@@ -466,6 +466,37 @@ mod tests {
         assert_eq!(starts(&mut r, short, &[1], None, &three), Ok(vec![2]));
     }
 
+    /// A reservation for an `[exclusive]` job keeps our other jobs off its
+    /// GPUs from its start, however little they ask.
+    #[test]
+    fn an_exclusive_jobs_reservation_admits_no_job_of_ours_beside_it() {
+        let mut loads = busy(&[(20_480, Some(NOW + 6.0)), (0, None)]);
+        loads[1].occupants.clear();
+        let exclusive = Request {
+            exclusive: true,
+            ..Request::declared(8_192, 2)
+        };
+        let mut r = Reservations::default();
+        assert_eq!(
+            reserve(&mut r, 0, exclusive, None, &loads),
+            Some((NOW + 6.0, vec![0, 1]))
+        );
+        let tiny = Request::declared(1_024, 1);
+        // Beside a plain 8G reservation this would fit for ever; beside
+        // an exclusive one it may only end before the start.
+        assert_eq!(
+            starts(&mut r, tiny, &[1], None, &loads),
+            Err((0, NOW + 6.0))
+        );
+        assert_eq!(
+            starts(&mut r, tiny, &[1], Some(NOW + 3.0), &loads),
+            Ok(vec![1])
+        );
+        let mut plain = Reservations::default();
+        reserve(&mut plain, 0, Request::declared(8_192, 2), None, &loads);
+        assert_eq!(starts(&mut plain, tiny, &[1], None, &loads), Ok(vec![1]));
+    }
+
     #[test]
     fn every_waiting_job_gets_its_own_reservation_and_none_is_delayed() {
         // GPU 0: a 20G job until 1006; GPU 1: a 12G job until 1003.

@@ -137,6 +137,12 @@ fn commands_find_the_schedulers_jobs_file_or_say_where_they_looked() {
     let env = Env::new(&format!("{HOLD}\n"));
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);
     wait_for("job 1 to start", &mut || !env.events("started").is_empty());
+    // The jobs file is found through status.json, written at most every
+    // 200 ms: wait for it to name the file.
+    wait_for("status.json", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .is_ok_and(|t| t.contains(env.jobs.file_name().unwrap().to_str().unwrap()))
+    });
     // From another directory, with only --log-dir: the right file.
     let elsewhere = tempfile::tempdir().unwrap();
     let out = Command::new(bin())

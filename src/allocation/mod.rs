@@ -250,7 +250,7 @@ pub fn headroom_mib(gpu: &GpuLoad, spike_buffer: f64) -> u64 {
 }
 
 /// Whether the GPU is fully idle: no job of ours and effective external
-/// usage below the idle threshold (docs/BEHAVIOUR.md "Undeclared job").
+/// usage below the idle threshold (docs/BEHAVIOUR.md "Undeclared and exclusive jobs").
 pub fn is_idle(gpu: &GpuLoad, opts: &PlaceOptions) -> bool {
     gpu.occupants.is_empty()
         && effective_external_mib(gpu, opts.spike_buffer) < opts.idle_threshold_mib

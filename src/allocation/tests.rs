@@ -818,7 +818,7 @@ fn plan_with_reservation(
         .collect()
 }
 
-/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared job"): an exclusive job
+/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared and exclusive jobs"): an exclusive job
 /// takes only GPUs with no job of ours and says so while it waits for
 /// one; while it runs, its GPU is closed to our other jobs.
 #[test]

@@ -274,7 +274,7 @@ fn a_job_that_is_not_preemptible_or_above_is_never_preempted() {
     sched.stop();
 }
 
-/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared job") on one simulated
+/// `[exclusive]` (docs/BEHAVIOUR.md "Undeclared and exclusive jobs") on one simulated
 /// GPU with room for all three jobs: a plain job does not join the running
 /// exclusive one, an exclusive job waits for the plain one and says why,
 /// and the running job's exclusivity survives a restart that adopts it.

@@ -51,6 +51,11 @@ pub struct Containment {
     /// The CPUs jobs may be given (the base's effective cpuset; every
     /// online CPU without the controller).
     pub cpus: Vec<u32>,
+    /// The scheduler's own cgroup in the first base's hierarchy, where
+    /// [`Containment::warm_up`] writes; `None` when unknown.
+    own: Option<PathBuf>,
+    /// Whether a warm-up write is under way.
+    warming: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Limits of one job's cgroup.
@@ -111,12 +116,52 @@ impl Containment {
         )]
         let own =
             cgroupfs::membership(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
-        match given {
+        let mut found = match given {
             Some(dir) => from_given(dir, &mounts),
             None => from_own(&mounts, &own, tag),
         }
         .map_err(|why| format!("{why}; {HOW_TO_GET_IT}"))
-        .and_then(Containment::probe)
+        .and_then(Containment::probe)?;
+        // Read again: a v2 set-up may have moved the scheduler.
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a kernel file (/proc), no user can plant it"
+        )]
+        let own =
+            cgroupfs::membership(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
+        found.own = own_cgroup(&mounts, &own, &found.bases[0].0);
+        Ok(found)
+    }
+
+    /// Starts a write of the scheduler's own pid into its own cgroup (where
+    /// it already is: nothing moves) on a thread of its own, and returns at
+    /// once; a no-op while the last one runs.
+    ///
+    /// Why: every write to a `cgroup.procs` takes the kernel's cgroup
+    /// threadgroup lock, and the first one after a quiet moment waits for
+    /// an RCU grace period (7–15 ms measured on Linux 6.18) before it
+    /// does; the writes that follow within about one more grace period do
+    /// not. Called when the jobs file changed, the wait passes while the
+    /// file is read, and the move of the job that an append starts costs
+    /// tens of microseconds (docs/PERFORMANCE.md "Where an append to a
+    /// million lines goes"). A failed write changes nothing and is not
+    /// told.
+    pub fn warm_up(&self) {
+        use std::sync::atomic::Ordering;
+        let Some(own) = self.own.clone() else { return };
+        if self.warming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let warming = std::sync::Arc::clone(&self.warming);
+        let spawned = std::thread::Builder::new()
+            .name("cgroup-warm-up".into())
+            .spawn(move || {
+                let _ = cgroupfs::write(&own, "cgroup.procs", &std::process::id().to_string());
+                warming.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.warming.store(false, Ordering::Release);
+        }
     }
 
     /// Creates the bases, enables the controllers and reads the CPUs.
@@ -398,6 +443,8 @@ fn from_given(dir: &Path, mounts: &[cgroupfs::Mount]) -> Result<Containment, Str
         memory: false,
         cpuset: false,
         cpus: Vec::new(),
+        own: None,
+        warming: Default::default(),
     })
 }
 
@@ -437,6 +484,8 @@ fn from_own(
                     memory: false,
                     cpuset: false,
                     cpus: Vec::new(),
+                    own: None,
+                    warming: Default::default(),
                 });
             }
         }
@@ -462,7 +511,30 @@ fn from_own(
         memory: false,
         cpuset: false,
         cpus: Vec::new(),
+        own: None,
+        warming: Default::default(),
     })
+}
+
+/// The scheduler's own cgroup directory in the hierarchy of `controller`
+/// (`unified` for v2), from its membership `own` and the `mounts`.
+fn own_cgroup(
+    mounts: &[cgroupfs::Mount],
+    own: &cgroupfs::Membership,
+    controller: &str,
+) -> Option<PathBuf> {
+    let (version, path) = match controller {
+        "unified" => (Version::V2, own.v2.as_deref()?),
+        _ => (
+            Version::V1,
+            own.v1.iter().find(|(c, _)| c == controller)?.1.as_str(),
+        ),
+    };
+    let mount = mounts.iter().find(|m| {
+        m.version == version
+            && (version == Version::V2 || m.controllers.iter().any(|c| c == controller))
+    })?;
+    Some(cgroupfs::under(&mount.point, path))
 }
 
 /// Each mounted v1 controller we use, with its base `relative(controller)`
@@ -850,5 +922,30 @@ mod tests {
         assert_eq!(JobCgroup::adopt(&["relative/gpusched-job-x".into()]), None);
         assert_eq!(JobCgroup::adopt(&["/sys/fs/cgroup".into()]), None);
         assert_eq!(JobCgroup::adopt(&[]), None);
+    }
+
+    #[test]
+    fn the_warm_up_writes_where_the_scheduler_already_is() {
+        let mountinfo = "\
+30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:10 - cgroup cgroup rw,memory
+31 25 0:27 / /sys/fs/cgroup/freezer rw,relatime shared:11 - cgroup cgroup rw,freezer
+32 25 0:28 / /sys/fs/cgroup/unified rw,relatime shared:12 - cgroup2 cgroup2 rw
+";
+        let mounts = cgroupfs::mounts(mountinfo);
+        let own = cgroupfs::membership("6:freezer:/\n4:memory:/user/ada\n0::/user.slice/x.scope\n");
+        assert_eq!(
+            own_cgroup(&mounts, &own, "memory"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/user/ada"))
+        );
+        assert_eq!(
+            own_cgroup(&mounts, &own, "freezer"),
+            Some(PathBuf::from("/sys/fs/cgroup/freezer"))
+        );
+        assert_eq!(
+            own_cgroup(&mounts, &own, "unified"),
+            Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice/x.scope"))
+        );
+        // No line for the controller: nowhere to write.
+        assert_eq!(own_cgroup(&mounts, &own, "cpuset"), None);
     }
 }

@@ -24,6 +24,11 @@ impl Scheduler {
         if stamp.is_some() && stamp == self.core.jobs.source.stamp {
             return Ok(());
         }
+        // A start may follow: the kernel's wait before the first cgroup
+        // move after a quiet moment passes while the file is read.
+        if let Ok(Some(containment)) = &self.cfg.containment {
+            containment.warm_up();
+        }
         // First a streamed read that keeps only what was appended: the
         // common edit, and the whole of a save that changed nothing.
         let known = self.core.jobs.source.good_text.map_or(0, |(len, _)| len);

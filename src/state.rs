@@ -413,6 +413,9 @@ pub struct JobsFile {
     /// that an append to a million-line file does not look at every line
     /// again to know whether learning must start.
     pub any_auto_vram: bool,
+    /// The indices in `specs` of lines flagged `[cancel]`, kept as lines
+    /// are added: each tick stops them without looking at every line.
+    pub cancel_flagged: Vec<usize>,
 }
 
 /// What the scheduler knows of the jobs file on disk, to tell an unchanged
@@ -465,6 +468,7 @@ impl JobsFile {
             groups: Default::default(),
             groups_warned: None,
             any_auto_vram: false,
+            cancel_flagged: Vec::new(),
         }
     }
 
@@ -518,6 +522,12 @@ impl JobsFile {
         self.appended_from.get_or_insert(self.specs.len());
         let from = self.specs.len();
         self.any_auto_vram |= new.iter().any(|s| s.auto_vram);
+        self.cancel_flagged.extend(
+            new.iter()
+                .enumerate()
+                .filter(|(_, s)| s.cancel)
+                .map(|(i, _)| from + i),
+        );
         self.specs.extend(new);
         self.index_from(from);
         self.state_ids.extend(ids);
@@ -551,6 +561,9 @@ impl JobsFile {
         self.done_prefix = 0;
         self.appended_from = None;
         self.any_auto_vram = self.specs.iter().any(|s| s.auto_vram);
+        self.cancel_flagged = (0..self.specs.len())
+            .filter(|&i| self.specs[i].cancel)
+            .collect();
     }
 
     /// Adds `specs[from..]` to the index (a key already there keeps its
@@ -741,10 +754,10 @@ pub struct LastRound {
 mod tests {
     use super::JobsFile;
 
-    /// `vram=auto` on an appended line is noticed without a look at the
+    /// `vram=auto` and `[cancel]` on an appended line are noticed without a look at the
     /// older lines, and a whole new file is looked at afresh.
     #[test]
-    fn a_vram_auto_line_is_known_whether_read_or_appended() {
+    fn vram_auto_and_cancel_lines_are_known_whether_read_or_appended() {
         let mut jobs = JobsFile::new("/home/ada/jobs.txt".into(), None);
         let plain = crate::jobspec::parse_jobs("[vram=1G] a\n[vram=2G] b\n").unwrap();
         jobs.set_specs(plain.clone(), vec![0, 1]);
@@ -755,6 +768,21 @@ mod tests {
         assert!(jobs.any_auto_vram, "the appended line learns");
         jobs.set_specs(plain, vec![0, 1]);
         assert!(!jobs.any_auto_vram, "a file without it again");
+        assert!(jobs.cancel_flagged.is_empty());
+        let flagged = crate::jobspec::parse_appended(&jobs.specs, None, 3, "[cancel] d\n").unwrap();
+        jobs.push_specs(flagged, vec![2]);
+        assert_eq!(
+            jobs.cancel_flagged,
+            [2],
+            "the appended [cancel] line is known"
+        );
+        let both = crate::jobspec::parse_jobs("[cancel] d\ne\n[cancel] f\n").unwrap();
+        jobs.set_specs(both, vec![0, 1, 2]);
+        assert_eq!(
+            jobs.cancel_flagged,
+            [0, 2],
+            "and every one of a file read whole"
+        );
         let with = crate::jobspec::parse_jobs("[vram=auto] c\n").unwrap();
         jobs.set_specs(with, vec![0]);
         assert!(jobs.any_auto_vram);

@@ -15,13 +15,9 @@ impl Scheduler {
     pub(in crate::scheduler) fn apply_cancels(&mut self, now: Instant) -> anyhow::Result<()> {
         // Flagged lines, and jobs `gpusched cancel` journaled (whose line
         // may be anywhere in the file, or gone).
-        let mut cancelled: Vec<String> = self
-            .core
-            .jobs
-            .specs
-            .iter()
-            .filter(|s| s.cancel)
-            .map(|s| s.key.clone())
+        let jobs = &self.core.jobs;
+        let mut cancelled: Vec<String> = (jobs.cancel_flagged.iter())
+            .map(|&i| jobs.specs[i].key.clone())
             .collect();
         self.core.cancel_requests.retain(|key| {
             self.io

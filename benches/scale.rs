@@ -3,6 +3,9 @@
 //!
 //!     cargo bench --bench scale                       # full: several minutes
 //!     GPUSCHED_BENCH_FAST=1 cargo bench --bench scale # a quick look
+//!     cargo bench --bench scale -- append             # one section (throughput,
+//!                                                     # append, rounds, gpus64, spread)
+//!     GPUSCHED_BENCH_BIN=old/gpusched cargo bench …   # another build, side by side
 //!
 //! Prints:
 //! 1. throughput of tiny jobs (`[vram=100M] true N`, `--sim 2
@@ -35,7 +38,9 @@
 
 mod common;
 
-use common::{Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until};
+use common::{
+    Rng, cpu_seconds, now, peak_rss_mib, read_stamps, scheduler, stop, wait_until, wanted,
+};
 use gpusched::allocation::{GpuLoad, Occupant, PlaceOptions, Placement, Request};
 use gpusched::policy::backfill::RESERVED_JOBS;
 use gpusched::policy::groups::GroupLimits;
@@ -266,27 +271,62 @@ fn backfill_round(reserve: usize) -> f64 {
 
 fn main() {
     let fast = std::env::var_os("GPUSCHED_BENCH_FAST").is_some();
-    let tmp = |name: &str| -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("gpusched-scale-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    };
     println!(
         "gpusched scale benchmark ({} mode, --sim; {} CPUs; logs under {})",
         if fast { "fast" } else { "full" },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::env::temp_dir().display()
     );
+    // Sections, each runnable alone: `cargo bench --bench scale -- append`.
+    let mut dirs = Vec::new();
+    if wanted("throughput") {
+        throughput_section(fast, &mut dirs);
+    }
+    if wanted("append") {
+        append_section(fast, &mut dirs);
+    }
+    if wanted("rounds") {
+        rounds_section();
+    }
+    if wanted("gpus64") {
+        let dir = tmp("gpus64");
+        let n = if fast { 500 } else { 2_000 };
+        let (rate, _) = throughput(&dir, n, 64, "vram=10G gpus=8", "pack");
+        println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s over the whole run");
+        dirs.push(dir);
+    }
+    if wanted("spread") {
+        // Spread, the default: a family whose jobs end before any sample (or
+        // measured under 90 % utilisation) shares a GPU, so a flood of tiny
+        // jobs goes as fast as with pack (docs/BEHAVIOUR.md "Spread or pack").
+        let dir = tmp("spread");
+        let (rate, _) = throughput(&dir, 500, 2, "vram=100M", "spread");
+        println!(
+            "throughput, 500 tiny jobs on --sim 2 --placement spread: {rate:.0} jobs/s over the whole run"
+        );
+        dirs.push(dir);
+    }
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
 
+/// A fresh directory for one run under the temp directory.
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpusched-scale-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Figure 1 (see the top of this file); its directories go to `dirs`.
+fn throughput_section(fast: bool, dirs: &mut Vec<PathBuf>) {
     let sizes: [usize; 3] = if fast {
         [500, 5_000, 20_000]
     } else {
         [500, 20_000, 100_000]
     };
     let mut rates = Vec::new();
-    let mut dirs = Vec::new();
     for n in sizes {
         let dir = tmp(&format!("tp{n}"));
         let (rate, steady) = throughput(&dir, n, 2, "vram=100M", "pack");
@@ -316,7 +356,10 @@ fn main() {
         rates[0] / rates[1],
         rates[0] / rates[2]
     );
+}
 
+/// Figure 2 (see the top of this file); its directory goes to `dirs`.
+fn append_section(fast: bool, dirs: &mut Vec<PathBuf>) {
     let lines = if fast { 100_000 } else { 1_000_000 };
     let dir = tmp("big");
     let (startup, median, worst, idle, rss) = big_file(&dir, lines);
@@ -331,7 +374,10 @@ fn main() {
     println!("{lines}-line jobs file: scheduler CPU over 5 idle s {idle:.2} CPU-s   (target ≈ 0)");
     println!("{lines}-line jobs file: peak RSS {rss:.0} MiB   (target ≤ 250 MiB)");
     dirs.push(dir);
+}
 
+/// Figure 3's rounds, in process.
+fn rounds_section() {
     let (round_ms, started) = placement_round();
     println!(
         "placement round, 64 GPUs × 10,000 pending jobs (1–8 GPUs each): {round_ms:.2} ms, {started} started, {:.3} ms per started job   (target ≪ 1 ms)",
@@ -342,22 +388,5 @@ fn main() {
         println!(
             "backfill round, 64 busy GPUs × 10,000 pending jobs with estimates, {reserve} reservation(s): {ms:.2} ms"
         );
-    }
-    let dir = tmp("gpus64");
-    let n = if fast { 500 } else { 2_000 };
-    let (rate, _) = throughput(&dir, n, 64, "vram=10G gpus=8", "pack");
-    println!("throughput, {n} gpus=8 jobs on --sim 64: {rate:.0} jobs/s over the whole run");
-    dirs.push(dir);
-    // Spread, the default: a family whose jobs end before any sample (or
-    // measured under 90 % utilisation) shares a GPU, so a flood of tiny
-    // jobs goes as fast as with pack (docs/BEHAVIOUR.md "Spread or pack").
-    let dir = tmp("spread");
-    let (rate, _) = throughput(&dir, 500, 2, "vram=100M", "spread");
-    println!(
-        "throughput, 500 tiny jobs on --sim 2 --placement spread: {rate:.0} jobs/s over the whole run"
-    );
-    dirs.push(dir);
-    for dir in dirs {
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -143,7 +143,7 @@ fn startup(dir: &Path, events: usize) -> f64 {
 /// 5. `gpusched timeline` over the journal `startup` left (seconds).
 fn timeline_render(dir: &Path) -> f64 {
     let started = Instant::now();
-    let status = Command::new(common::BIN)
+    let status = Command::new(common::bin())
         .args(["timeline", "--log-dir"])
         .arg(dir.join("logs"))
         .arg("-o")

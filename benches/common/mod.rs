@@ -9,6 +9,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpusched");
 
+/// The binary the benchmarks run: `GPUSCHED_BENCH_BIN` when set (another
+/// build, e.g. the previous commit's, measured by the same bench side by
+/// side), else this build's.
+pub fn bin() -> std::ffi::OsString {
+    std::env::var_os("GPUSCHED_BENCH_BIN").unwrap_or_else(|| BIN.into())
+}
+
+/// Whether the bench section `name` runs: every section when no name was
+/// given after `--` (`cargo bench --bench scale -- append`), else the
+/// ones named.
+pub fn wanted(name: &str) -> bool {
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    named.is_empty() || named.iter().any(|n| n == name)
+}
+
 pub fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -23,7 +41,7 @@ pub fn now() -> f64 {
 /// loader searching cargo's directories first made each job's shell
 /// start measurably slower (5–10 % of a tiny-job sweep).
 pub fn scheduler(dir: &Path, args: &[&str]) -> Child {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(bin());
     for (name, _) in std::env::vars_os() {
         let text = name.to_string_lossy();
         if text.starts_with("CARGO") || text == "LD_LIBRARY_PATH" {

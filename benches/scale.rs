@@ -18,9 +18,9 @@
 //!    own cgroup where gpusched makes them;
 //! 2. a 1,000,000-line jobs file (fast: 100,000) whose lines mostly wait:
 //!    the first runs on GPU 0 of `--sim 2`, the rest are `[vram=20G
-//!    gpus=2]`: start-up to the first dispatch [≤ 1.5 s], append-to-start
-//!    latency of a line that fits on GPU 1, median of 9 [≤ 50 ms],
-//!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 300 MiB];
+//!    gpus=2]`: start-up to the first dispatch [≤ 1.0 s], append-to-start
+//!    latency of a line that fits on GPU 1, median of 9 [≤ 30 ms],
+//!    scheduler CPU over 5 idle seconds [≈ 0], peak RSS [≤ 250 MiB];
 //! 3. 64 GPUs: one placement round over 10,000 pending jobs (1 to 8 GPUs
 //!    each), in process, per dispatched job [well under 1 ms]; one
 //!    backfill round over 64 busy GPUs and 10,000 pending jobs with

@@ -143,8 +143,13 @@ pub enum Placement {
     Infeasible(String),
 }
 
-/// What a job asks of placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a job asks of placement. Each attempt's is journaled whole as
+/// its `started` record's `request` (docs/BEHAVIOUR.md "Journal"), so an
+/// adopted attempt keeps what it asked for, and a new field here reaches
+/// the journal, its replay and adoption with no change there; a field a
+/// record lacks takes its [`Default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Request {
     /// Declared VRAM per GPU in MiB, or `None` for an undeclared job.
     pub vram_mib: Option<u64>,
@@ -152,9 +157,12 @@ pub struct Request {
     pub gpus: u32,
     /// `on=`: the GPU indices it may use, as a bit mask (bit i = GPU i);
     /// `None` for any allowed GPU (docs/BEHAVIOUR.md "Queue policy").
+    /// Not journaled: it only chooses where an attempt starts.
+    #[serde(skip)]
     pub on_mask: Option<crate::model::GpuMask>,
     /// `[exclusive]`: it starts only on GPUs with no job of ours, and
     /// none joins it there while it runs (docs/BEHAVIOUR.md "Placement").
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
 }
 

@@ -21,14 +21,14 @@ impl Journal {
                 slurm_job_id,
                 allocation,
                 cgroup,
-                exclusive,
+                request,
             } => Fold::Started {
                 attempt: *attempt,
                 info: Box::new(StartedInfo {
                     ts: record.ts,
                     pgid: *pgid,
                     gpus: gpus.clone(),
-                    vram_mib: *vram_mib,
+                    request: super::started_request(*request, *vram_mib, gpus, false),
                     start_ticks: *start_ticks,
                     boot_id: boot_id.clone(),
                     supervisor: *supervisor,
@@ -36,7 +36,6 @@ impl Journal {
                     slurm_job_id: *slurm_job_id,
                     allocation: *allocation,
                     cgroup: cgroup.clone(),
-                    exclusive: *exclusive,
                     command: None,
                 }),
             },
@@ -196,7 +195,7 @@ impl Journal {
                 state.notify_pending = notify;
                 let mut finished = Box::new(finished);
                 if let Phase::Started(info) = &state.phase {
-                    finished.vram_mib = info.vram_mib;
+                    finished.vram_mib = info.request.vram_mib;
                     finished.gpu_mask = crate::model::gpu_mask(&info.gpus);
                 }
                 state.phase = Phase::Done(finished);

@@ -63,10 +63,12 @@ pub enum Event {
         /// empty when it runs uncontained.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         cgroup: Vec<String>,
-        /// `[exclusive]` (docs/BEHAVIOUR.md "Placement"): an adopted
-        /// attempt still keeps its GPUs to itself.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        exclusive: bool,
+        /// What the attempt asked of placement, whole (its declaration
+        /// again, its GPU count, `[exclusive]`, …): an adopted attempt is
+        /// placed as it asked. `None` in records written before it was
+        /// journaled; [`started_request`] then rebuilds it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<crate::allocation::Request>,
     },
     /// The attempt ended in a CUDA OOM and the job was requeued (docs/BEHAVIOUR.md "Out of memory and timeouts").
     Oom {
@@ -196,6 +198,24 @@ pub struct Record {
     pub event: Event,
 }
 
+/// The request of a `started` record: its `request` when it has one, else
+/// (a record written before requests were journaled) the declaration
+/// `vram_mib` on its `gpus`, and `[exclusive]` when an older record said so
+/// on its own.
+pub fn started_request(
+    request: Option<crate::allocation::Request>,
+    vram_mib: Option<u64>,
+    gpus: &[u32],
+    exclusive: bool,
+) -> crate::allocation::Request {
+    request.unwrap_or(crate::allocation::Request {
+        vram_mib,
+        gpus: gpus.len() as u32,
+        exclusive,
+        ..Default::default()
+    })
+}
+
 /// The last `started` event of a job whose outcome is not recorded yet.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StartedInfo {
@@ -205,8 +225,9 @@ pub struct StartedInfo {
     pub pgid: u32,
     /// GPU indices.
     pub gpus: Vec<u32>,
-    /// Declaration per GPU (MiB).
-    pub vram_mib: Option<u64>,
+    /// What the attempt asked of placement (its declaration per GPU in
+    /// MiB among it).
+    pub request: crate::allocation::Request,
     /// Leader's start time in clock ticks.
     pub start_ticks: Option<u64>,
     /// Boot id at spawn.
@@ -221,8 +242,6 @@ pub struct StartedInfo {
     pub allocation: Option<u64>,
     /// Its cgroup directories, when contained (docs/BEHAVIOUR.md "Containment").
     pub cgroup: Vec<String>,
-    /// Whether it asked for `[exclusive]`.
-    pub exclusive: bool,
     /// The job's command, filled in when read back from the journal at
     /// start (for orphans whose line may be gone); `None` for attempts
     /// started by this scheduler, which keeps it elsewhere.

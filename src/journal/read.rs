@@ -128,6 +128,9 @@ struct RawRecord<'a> {
     allocation: Option<u64>,
     #[serde(default)]
     cgroup: Vec<String>,
+    request: Option<crate::allocation::Request>,
+    /// `[exclusive]` as records said it before the whole request was
+    /// journaled.
     exclusive: Option<bool>,
     attempts: Option<u32>,
     next_vram: Option<u64>,
@@ -156,7 +159,12 @@ impl RawRecord<'_> {
                     ts: self.ts,
                     pgid: self.pgid?,
                     gpus: self.gpus.as_ref()?.0.to_vec(),
-                    vram_mib: self.vram_mib,
+                    request: super::started_request(
+                        self.request,
+                        self.vram_mib,
+                        &self.gpus.as_ref()?.0,
+                        self.exclusive.unwrap_or(false),
+                    ),
                     start_ticks: self.start_ticks,
                     boot_id: self.boot_id.map(str::to_string),
                     supervisor: self.supervisor,
@@ -164,7 +172,6 @@ impl RawRecord<'_> {
                     slurm_job_id: self.slurm_job_id,
                     allocation: self.allocation,
                     cgroup: self.cgroup.clone(),
-                    exclusive: self.exclusive.unwrap_or(false),
                     command: None,
                 }),
             },

@@ -26,16 +26,20 @@ fn started(pgid: u32) -> Event {
         slurm_job_id: None,
         allocation: None,
         cgroup: Vec::new(),
-        exclusive: false,
+        request: None,
     }
 }
 
 #[test]
-fn a_slurm_job_id_allocation_exclusive_and_state_survive_a_replay() {
+fn a_slurm_job_id_allocation_request_and_state_survive_a_replay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     let (mut journal, _) = Journal::open(&path).unwrap();
     journal.append("k", seen(1, "true")).unwrap();
+    let asked = crate::allocation::Request {
+        exclusive: true,
+        ..crate::allocation::Request::declared(4096, 2)
+    };
     journal
         .append(
             "k",
@@ -51,7 +55,7 @@ fn a_slurm_job_id_allocation_exclusive_and_state_survive_a_replay() {
                 slurm_job_id: Some(77),
                 allocation: Some(1234),
                 cgroup: Vec::new(),
-                exclusive: true,
+                request: Some(asked),
             },
         )
         .unwrap();
@@ -60,7 +64,7 @@ fn a_slurm_job_id_allocation_exclusive_and_state_survive_a_replay() {
     match &journal.state("k").unwrap().phase {
         Phase::Started(info) => {
             assert_eq!(info.slurm_job_id, Some(77));
-            assert!(info.exclusive, "[exclusive] survives a replay");
+            assert_eq!(info.request, asked, "the request survives a replay whole");
             assert_eq!(info.allocation, Some(1234));
         }
         other => panic!("not started: {other:?}"),
@@ -68,6 +72,55 @@ fn a_slurm_job_id_allocation_exclusive_and_state_survive_a_replay() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"slurm_job_id\":77"), "{text}");
     assert!(text.contains("\"allocation\":1234"), "{text}");
+    assert!(
+        text.contains(r#""request":{"vram_mib":4096,"gpus":2,"exclusive":true}"#),
+        "{text}"
+    );
+}
+
+/// A `started` record from before the request was journaled whole: its
+/// request is its declaration on its GPUs, with `[exclusive]` as such a
+/// record said it on its own (the replay's reader, the one that reads
+/// older records; serde's reads what this process writes, which always
+/// has its request).
+#[test]
+fn an_older_started_record_gives_its_request_from_its_own_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let lines = [
+        r#"{"ts":1.0,"key":"a","event":"seen","no":1,"command":"true"}"#,
+        r#"{"ts":2.0,"key":"a","event":"started","pgid":9,"gpus":[0,3],"attempt":1,"vram_mib":2048,"exclusive":true}"#,
+        r#"{"ts":1.0,"key":"b","event":"seen","no":2,"command":"true"}"#,
+        r#"{"ts":2.0,"key":"b","event":"started","pgid":10,"gpus":[1],"attempt":1,"vram_mib":null}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let (journal, _) = Journal::open(&path).unwrap();
+    let request = |key| match &journal.state(key).unwrap().phase {
+        Phase::Started(info) => info.request,
+        other => panic!("not started: {other:?}"),
+    };
+    let a = crate::allocation::Request {
+        exclusive: true,
+        ..crate::allocation::Request::declared(2048, 2)
+    };
+    assert_eq!(request("a"), a);
+    assert_eq!(request("b"), crate::allocation::Request::undeclared(1));
+    // serde's reader: no request in the record, its declaration rebuilt.
+    let record: Record = serde_json::from_str(lines[1]).unwrap();
+    let Event::Started {
+        request,
+        vram_mib,
+        gpus,
+        ..
+    } = &record.event
+    else {
+        panic!("not started");
+    };
+    assert_eq!(*request, None);
+    assert_eq!(
+        started_request(*request, *vram_mib, gpus, false).vram_mib,
+        Some(2048)
+    );
 }
 
 #[test]

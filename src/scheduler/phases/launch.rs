@@ -260,7 +260,7 @@ impl Scheduler {
                             .as_ref()
                             .map(crate::containment::JobCgroup::journaled)
                             .unwrap_or_default(),
-                        exclusive: launch.request.exclusive,
+                        request: Some(launch.request),
                     },
                 }
             })

@@ -262,7 +262,7 @@ impl Scheduler {
                     slurm_job_id: Some(job.id),
                     allocation: None,
                     cgroup: Vec::new(),
-                    exclusive: false,
+                    request: None,
                 },
             )?;
             self.report.say(format!(
@@ -350,12 +350,7 @@ impl Scheduler {
             gpus: info.gpus.clone(),
             // From its journaled `started`, not today's line; `on=` only
             // mattered to place it.
-            request: crate::allocation::Request {
-                vram_mib: info.vram_mib,
-                gpus: info.gpus.len() as u32,
-                on_mask: None,
-                exclusive: info.exclusive,
-            },
+            request: info.request,
             attempt: state.attempts,
             pgid: identity.pgid,
             started: Duration::try_from_secs_f64(elapsed_s)

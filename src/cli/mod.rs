@@ -152,10 +152,10 @@ impl Command {
         match self {
             Command::Status(a) => Trust::LogDir(&mut a.log_dir.dir),
             Command::Add(a) => Trust::LogDir(&mut a.log_dir.dir),
-            Command::Cancel(a) => Trust::LogDir(&mut a.log_dir.dir),
+            Command::Cancel(a) | Command::Retry(a) | Command::Hold(a) | Command::Release(a) => {
+                Trust::LogDir(&mut a.log_dir.dir)
+            }
             Command::Log(a) => Trust::LogDir(&mut a.log_dir.dir),
-            Command::Retry(a) => Trust::LogDir(&mut a.log_dir.dir),
-            Command::Hold(a) | Command::Release(a) => Trust::LogDir(&mut a.log_dir.dir),
             Command::Wait(a) => Trust::LogDir(&mut a.log_dir.dir),
             Command::Mcp(a) => Trust::LogDir(&mut a.log_dir.dir),
             Command::Pause(a) | Command::Resume(a) => Trust::LogDir(&mut a.log_dir.dir),
@@ -195,21 +195,23 @@ pub enum Command {
     /// stops them (SIGTERM, SIGKILL
     /// after 10 s) or never starts them. The jobs file is not touched (the
     /// cancel is journaled); `gpusched retry` undoes it.
-    Cancel(CancelArgs),
+    Cancel(JobSelection),
     /// Print a job's output (its last attempt, or --attempt K), whichever
     /// GPUs it ran on; -f follows it until the attempt ends.
     Log(LogArgs),
     /// Queue finished jobs again (any status) as a new attempt, same key:
     /// `gpusched retry 7 12`. Refused while the job's line carries `cancel`
     /// or is gone.
-    Retry(RetryArgs),
+    #[command(mut_arg("jobs", |a| a.help(RETRY_JOBS_HELP)))]
+    Retry(JobSelection),
     /// Keep waiting jobs from starting until `gpusched release`:
-    /// `gpusched hold 7 train 'lr0.1-*'` (numbers, names, keys, name
-    /// globs). Journaled, so a restart keeps it; they wait "held".
-    Hold(HoldArgs),
+    /// `gpusched hold 7 train 'lr0.1-*'` (numbers, names, keys,
+    /// group=NAME, name globs). Journaled, so a restart keeps it; they
+    /// wait "held".
+    Hold(JobSelection),
     /// Let held jobs start again: `gpusched release 7 train`. (A personal
     /// reservation is given back with `gpusched unreserve`.)
-    Release(HoldArgs),
+    Release(JobSelection),
     /// Block until jobs have ended (default: every job of the jobs file):
     /// exit 0 when all ended ok, 1 otherwise, 124 after --timeout. For
     /// scripts: `gpusched wait train && python report.py`.
@@ -642,9 +644,11 @@ pub struct AddArgs {
     pub command: Vec<String>,
 }
 
-/// Arguments of `gpusched cancel`.
+/// The jobs a verb acts on and where they are: the arguments of `gpusched
+/// cancel`, `hold` and `release` (and of `retry`, which takes no group or
+/// glob), one struct so that the verbs find jobs alike.
 #[derive(Debug, Args, Clone)]
-pub struct CancelArgs {
+pub struct JobSelection {
     /// The jobs: display numbers (`7`), `name=`s, keys (`a1b2c3d4e5f6#0`,
     /// or unique prefixes), `group=NAME` for every job of a group not yet
     /// ended, or a glob of names (`*` any characters, `?` one; quote it
@@ -660,6 +664,9 @@ pub struct CancelArgs {
     pub log_dir: LogDir,
 }
 
+/// The help of `retry`'s jobs, which are finished ones named one by one.
+pub const RETRY_JOBS_HELP: &str = "The jobs: display numbers (`7`), `name=`s, or keys (or unique prefixes); finished ones, each named on its own (no group= or glob)";
+
 /// Arguments of `gpusched log`.
 #[derive(Debug, Args, Clone)]
 pub struct LogArgs {
@@ -673,31 +680,6 @@ pub struct LogArgs {
     /// The attempt to show (1-based; default: the last).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: Option<u32>,
-    #[command(flatten)]
-    pub log_dir: LogDir,
-}
-
-/// Arguments of `gpusched retry`.
-#[derive(Debug, Args, Clone)]
-pub struct RetryArgs {
-    /// The jobs: display numbers (`7`), `name=`s, or keys (or unique
-    /// prefixes).
-    #[arg(value_name = "JOB", required = true)]
-    pub jobs: Vec<String>,
-    /// The jobs file (default: the one the scheduler with --log-dir runs).
-    #[arg(long, value_name = "FILE")]
-    pub file: Option<PathBuf>,
-    #[command(flatten)]
-    pub log_dir: LogDir,
-}
-
-/// Arguments of `gpusched hold` and `release`.
-#[derive(Debug, Args, Clone)]
-pub struct HoldArgs {
-    /// The jobs: display numbers (`7`), `name=`s, keys (or unique
-    /// prefixes), or globs of names (`'lr0.1-*'`).
-    #[arg(value_name = "JOB", required = true)]
-    pub jobs: Vec<String>,
     #[command(flatten)]
     pub log_dir: LogDir,
 }

@@ -9,13 +9,13 @@
 
 use super::index::{JobIndex, LastWord, find_jobs_file, specs_of};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver, pid_text};
-use crate::cli::CancelArgs;
+use crate::cli::JobSelection;
 
 /// Cancels the jobs `args.jobs` name.
 ///
 /// Errors: [`Error::Usage`] for an unknown job or a log directory that does
 /// not exist; I/O errors on the log directory.
-pub fn run(args: &CancelArgs) -> anyhow::Result<i32> {
+pub fn run(args: &JobSelection) -> anyhow::Result<i32> {
     run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
@@ -37,7 +37,7 @@ pub(super) struct Target {
 ///
 /// Errors: as [`run`].
 pub fn run_to(
-    args: &CancelArgs,
+    args: &JobSelection,
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> anyhow::Result<i32> {

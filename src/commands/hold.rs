@@ -8,14 +8,14 @@
 use super::cancel::{Target, deliver_to, resolve};
 use super::index::{JobIndex, find_jobs_file, specs_of};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, pid_text};
-use crate::cli::HoldArgs;
+use crate::cli::JobSelection;
 
 /// Holds (`hold`) or releases the jobs `args.jobs` name.
 ///
 /// Errors: [`crate::error::Error::Usage`] for an unknown job or a log
 /// directory that does not exist (nothing is changed then); I/O errors on
 /// the log directory.
-pub fn run(args: &HoldArgs, hold: bool) -> anyhow::Result<i32> {
+pub fn run(args: &JobSelection, hold: bool) -> anyhow::Result<i32> {
     run_to(args, hold, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
@@ -26,7 +26,7 @@ pub fn run(args: &HoldArgs, hold: bool) -> anyhow::Result<i32> {
 ///
 /// Errors: as [`run`].
 pub fn run_to(
-    args: &HoldArgs,
+    args: &JobSelection,
     hold: bool,
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
@@ -34,9 +34,12 @@ pub fn run_to(
     let verb = if hold { "hold" } else { "release" };
     super::request::require_log_dir(&args.log_dir)?;
     let index = JobIndex::read(&args.log_dir)?;
-    let specs = find_jobs_file(&args.log_dir)
-        .map(|f| specs_of(&f))
-        .unwrap_or_default();
+    let specs = match &args.file {
+        Some(file) => specs_of(file),
+        None => find_jobs_file(&args.log_dir)
+            .map(|f| specs_of(&f))
+            .unwrap_or_default(),
+    };
     let mut targets: Vec<Target> = Vec::new();
     for reference in &args.jobs {
         for target in resolve(reference, &index, &specs, verb, out)? {

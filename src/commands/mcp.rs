@@ -7,7 +7,7 @@
 //! the same words, the same refusals, which come back as tool errors with
 //! the verb's message.
 
-use crate::cli::{AddArgs, CancelArgs, LogArgs, McpArgs, RetryArgs};
+use crate::cli::{AddArgs, JobSelection, LogArgs, McpArgs};
 use rmcp::{
     Json, ServerHandler, ServiceExt,
     handler::server::{router::tool::ToolRouter, wrapper::Parameters},
@@ -319,7 +319,7 @@ impl Server {
     /// grace), a waiting one never starts.
     #[tool(name = "cancel_job")]
     pub async fn cancel_job(&self, params: Parameters<JobRef>) -> Result<Json<Said>, String> {
-        let args = CancelArgs {
+        let args = JobSelection {
             jobs: vec![params.0.job],
             file: self.file.clone(),
             log_dir: crate::cli::LogDir::new(self.log_dir.clone()),
@@ -331,7 +331,7 @@ impl Server {
     /// Run a finished job again (any outcome), as its next attempt.
     #[tool(name = "retry_job")]
     pub async fn retry_job(&self, params: Parameters<JobRef>) -> Result<Json<Said>, String> {
-        let args = RetryArgs {
+        let args = JobSelection {
             jobs: vec![params.0.job],
             file: self.file.clone(),
             log_dir: crate::cli::LogDir::new(self.log_dir.clone()),

@@ -7,7 +7,7 @@
 
 use super::index::{JobIndex, LastWord, find_jobs_file};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, deliver, pid_text};
-use crate::cli::RetryArgs;
+use crate::cli::JobSelection;
 use crate::error::Error;
 use crate::jobspec;
 
@@ -15,7 +15,7 @@ use crate::jobspec;
 ///
 /// Errors: [`Error::Usage`] for an unknown, unfinished, cancelled or
 /// deleted job (nothing is queued then); I/O errors on the log directory.
-pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
+pub fn run(args: &JobSelection) -> anyhow::Result<i32> {
     run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
@@ -24,7 +24,7 @@ pub fn run(args: &RetryArgs) -> anyhow::Result<i32> {
 ///
 /// Errors: as [`run`].
 pub fn run_to(
-    args: &RetryArgs,
+    args: &JobSelection,
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> anyhow::Result<i32> {

@@ -252,6 +252,46 @@ fn hold_without_a_scheduler_is_journaled_for_the_next_one() {
     sched.stop();
 }
 
+/// `hold` and `release` find jobs as `cancel` does (one shared set of
+/// arguments): `group=NAME`, and `--file` for lines of a jobs file other
+/// than the one the log directory's scheduler ran.
+#[test]
+fn hold_and_release_take_a_group_and_a_jobs_file() {
+    let env = Env::new("echo c > c.txt\n");
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let lines = "[group=g] echo a > a.txt\n[group=g] echo b > b.txt\n";
+    let other = env.path("other.txt");
+    std::fs::write(&other, lines).unwrap();
+    let out = env.verb(&["hold", "group=g"]);
+    assert_eq!(out.status.code(), Some(2), "not in jobs.txt: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no line of the jobs file has group=g"),
+        "{out:?}"
+    );
+    let out = env.verb(&["hold", "group=g", "--file", other.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(said.matches("no scheduler runs now").count(), 2, "{said}");
+    // The same lines in the scheduler's own file: held there too.
+    env.append_jobs(lines);
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    env.wait_for_ticks(5);
+    assert!(
+        !env.path("a.txt").exists() && !env.path("b.txt").exists(),
+        "a held job of the group started"
+    );
+    let out = env.verb(&["release", "group=g"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("the group's jobs to end", &mut || {
+        env.status_of(2).is_some() && env.status_of(3).is_some()
+    });
+    sched.stop();
+    for no in 1..=3 {
+        assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
+    }
+}
+
 #[test]
 fn retry_on_fail_runs_a_failed_job_again_as_it_was() {
     // Fails on its first attempt, succeeds on its second.

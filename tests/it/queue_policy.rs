@@ -323,6 +323,9 @@ fn an_exclusive_job_keeps_its_gpu_to_itself_across_a_restart() {
         assert_eq!(env.status_of(no).as_deref(), Some("ok"), "job {no}");
         assert_eq!(env.job_events(no, "started").len(), 1, "job {no} ran once");
     }
-    assert_eq!(env.job_events(1, "started")[0]["request"]["exclusive"], true);
+    assert_eq!(
+        env.job_events(1, "started")[0]["request"]["exclusive"],
+        true
+    );
     assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "run\n");
 }

@@ -59,6 +59,8 @@ pub struct Config {
     pub cpus_per_gpu: Option<u32>,
     /// `--cpu-jobs`: CPU-only jobs (`gpus=0`) at once.
     pub cpu_jobs: u32,
+    /// Where the phases read the time: the system's clocks, or a test's.
+    pub clock: crate::clock::Clock,
 }
 
 impl Config {

@@ -144,7 +144,7 @@ pub enum Placement {
 }
 
 /// What a job asks of placement. Each attempt's is journaled whole as
-/// its `started` record's `request` (docs/BEHAVIOUR.md "Journal"), so an
+/// its `started` record's `request` (docs/BEHAVIOUR.md "The journal"), so an
 /// adopted attempt keeps what it asked for, and a new field here reaches
 /// the journal, its replay and adoption with no change there; a field a
 /// record lacks takes its [`Default`].

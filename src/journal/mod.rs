@@ -4,7 +4,6 @@
 //! folded into one [`KeyState`] per job key; afterwards the fold is kept in
 //! memory and only appended to, so no round re-reads it.
 
-use crate::clock::now_ts;
 use read::{Batch, Parsed, SeenCommand, read_and_parse, read_line_at};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -418,6 +417,9 @@ pub struct Journal {
     /// The buffer batches of `seen` lines are written from, kept between
     /// batches (a fresh one per batch would fault in its pages each time).
     seen_buf: Vec<u8>,
+    /// The clock [`Journal::append`] stamps events with: the system's,
+    /// or the scheduler's ([`Journal::set_clock`]).
+    clock: crate::clock::Clock,
 }
 
 /// What [`Journal::open`] found while reading an existing journal.
@@ -447,6 +449,7 @@ impl Journal {
             sync_deferred: false,
             unsynced: false,
             seen_buf: Vec::new(),
+            clock: crate::clock::Clock::System,
         };
         let mut replay = Replay::default();
         let mut reader = journal.file.try_clone()?;
@@ -726,10 +729,17 @@ impl Journal {
         Ok(())
     }
 
-    /// Appends one event now (Unix time) for `key`.
+    /// Stamps the events [`Journal::append`] writes from now on with the
+    /// time on `clock` (the scheduler's, so that a test's manual clock
+    /// reaches the journal too).
+    pub fn set_clock(&mut self, clock: crate::clock::Clock) {
+        self.clock = clock;
+    }
+
+    /// Appends one event now (Unix time on its clock) for `key`.
     pub fn append(&mut self, key: &str, event: Event) -> anyhow::Result<()> {
         self.append_all(&[Record {
-            ts: now_ts(),
+            ts: self.clock.now().ts,
             key: key.to_string(),
             event,
         }])

@@ -12,13 +12,14 @@ mod actions;
 mod parts;
 mod phases;
 pub mod startup;
+#[cfg(test)]
+mod tests;
 mod wake;
 
 use crate::cli::RunArgs;
 use crate::state::Config;
 use crate::state::{Core, LastRound};
 use parts::{Due, Io, Reporting, Sharing};
-use std::time::Instant;
 
 /// The whole scheduler, by owner: settings, the handles that act, the
 /// ledger protocol, the decision state, the last placement round's memo,
@@ -52,6 +53,13 @@ pub fn run(args: &RunArgs, open_backend: startup::OpenBackend) -> anyhow::Result
 }
 
 impl Scheduler {
+    /// The time on the scheduler's clock ([`crate::clock::Clock`]): every
+    /// phase reads it here, never the system's clocks, except to sleep or
+    /// to measure its own cost.
+    fn now(&self) -> crate::clock::Now {
+        self.cfg.clock.now()
+    }
+
     /// One tick: the phases in order. A phase that fails to write (the
     /// log directory is full or read-only) pauses dispatch instead of
     /// ending the scheduler ([`Scheduler::pause_on_io_error`]); what it
@@ -59,7 +67,7 @@ impl Scheduler {
     fn tick(&mut self) -> anyhow::Result<Option<i32>> {
         self.report.ticks += 1;
         self.apply_signals();
-        let now = Instant::now();
+        let now = self.now().instant;
         self.retry_after_io_error();
         self.guard(|s| s.reload_jobs_file());
         self.reload_box_rules(now);
@@ -102,7 +110,7 @@ impl Scheduler {
             self.remove_spent_records();
         }
         // The status files at most every STATUS_EVERY, and always last.
-        if code.is_some() || self.status_due(Instant::now()) {
+        if code.is_some() || self.status_due(self.now().instant) {
             self.write_status_files();
         } else {
             self.due.status_stale = true;

@@ -7,7 +7,6 @@ use super::parts::{Due, Io, Reporting, Sharing};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
-use crate::clock::now_ts;
 use crate::console::{say, warn};
 use crate::control::Control;
 use crate::error::Error;
@@ -36,11 +35,24 @@ impl Scheduler {
     /// jobs file, no GPUs, a `--gpus` index that does not exist; I/O errors
     /// on the log directory or journal.
     pub(super) fn start(args: &RunArgs, open_backend: OpenBackend) -> anyhow::Result<Scheduler> {
+        Scheduler::start_on(args, open_backend, crate::clock::Clock::System)
+    }
+
+    /// [`Scheduler::start`] on `clock` (a test's manual clock): the time
+    /// every phase reads, from the first `seen` record on.
+    ///
+    /// Errors: as [`Scheduler::start`].
+    pub(super) fn start_on(
+        args: &RunArgs,
+        open_backend: OpenBackend,
+        clock: crate::clock::Clock,
+    ) -> anyhow::Result<Scheduler> {
         let jobs_path = args
             .jobs_file
             .clone()
             .ok_or_else(|| Error::Usage("no jobs file given".into()))?;
         let mut cfg = config(args);
+        cfg.clock = clock;
         // Read the umask while no other thread runs.
         let _ = crate::files::people_mode();
         let (mut specs, text_len, text_hash, stamp) = read_first_jobs_file(&jobs_path, cfg.watch)?;
@@ -55,7 +67,8 @@ impl Scheduler {
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
-        let journal = open_journal(&cfg, args.fresh)?;
+        let mut journal = open_journal(&cfg, args.fresh)?;
+        journal.set_clock(cfg.clock.clone());
         let cancel_requests = cancels_asked(&journal);
         let control = load_control(&cfg.log_dir);
         let (mut wakes, warnings) = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
@@ -88,6 +101,7 @@ impl Scheduler {
             compute: Default::default(),
         };
         let (pilot, first_end) = allocation.map(super::phases::Pilot::start).unzip();
+        let started_ts = cfg.clock.now().ts;
         let io = Io {
             _lock: lock,
             backend,
@@ -115,7 +129,7 @@ impl Scheduler {
             core,
             round: LastRound::default(),
             due: Due::default(),
-            report: Reporting::new(told, now_ts()),
+            report: Reporting::new(told, started_ts),
             wakes,
         };
         let after = scheduler
@@ -169,7 +183,7 @@ impl Scheduler {
         // The first round works from this snapshot rather than asking the
         // GPUs again; taken in after the orphans, so their memory is theirs.
         self.record_snapshot(snapshot);
-        self.core.gpu.last_sample = Some(Instant::now());
+        self.core.gpu.last_sample = Some(self.now().instant);
         self.due.sample_now = false;
         Ok(())
     }
@@ -399,6 +413,7 @@ fn config(args: &RunArgs) -> Config {
         mem_per_gpu_mib: args.contain.mem_per_gpu,
         cpus_per_gpu: args.contain.cpus_per_gpu,
         cpu_jobs: args.contain.cpu_jobs,
+        clock: crate::clock::Clock::System,
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
         workdir: std::env::current_dir().ok(),

@@ -317,7 +317,7 @@ impl Scheduler {
             deadline = deadline.min((checked + crate::rules::RULES_CHECK).max(now));
         }
         if let Some(at) = self.round.next_begin {
-            let ahead = (at - crate::clock::now_ts()).max(0.0);
+            let ahead = (at - self.now().ts).max(0.0);
             deadline = deadline.min(now + Duration::from_secs_f64(ahead));
         }
         if matches!(self.core.mode, Mode::PausedOnIo { .. })
@@ -349,7 +349,7 @@ impl Scheduler {
 
     /// Blocks until the next wake or deadline, then records what woke us.
     pub(super) fn wait(&mut self) {
-        let now = Instant::now();
+        let now = self.now().instant;
         let timeout = self.next_deadline(now).saturating_duration_since(now);
         let first = match self.wakes.rx.recv_timeout(timeout) {
             Ok(wake) => Some(wake),

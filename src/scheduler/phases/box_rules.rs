@@ -103,17 +103,13 @@ impl Scheduler {
     pub(in crate::scheduler) fn flush_usage(&mut self, now: Instant) {
         let half_life = self.core.box_state.half_life_s();
         let (mib_s, gpu_s) = self.core.box_state.accrued;
+        let now_ms = self.now().ms();
         let Some(ledger) = &mut self.share.ledger else {
             return;
         };
         let _lock = ledger.lock();
-        let written = crate::ledger::people::add_usage(
-            ledger.dir(),
-            mib_s,
-            gpu_s,
-            half_life,
-            crate::clock::now_ms(),
-        );
+        let written =
+            crate::ledger::people::add_usage(ledger.dir(), mib_s, gpu_s, half_life, now_ms);
         self.core.box_state.last_flush = Some(now);
         if written.is_ok() {
             self.core.box_state.accrued = (0.0, 0.0);
@@ -128,7 +124,7 @@ impl Scheduler {
         let (Some(rules), Some(ledger)) = (&self.core.box_state.rules, &self.share.ledger) else {
             return out;
         };
-        let now = crate::clock::now_ms();
+        let now = self.now().ms();
         let half_life = self.core.box_state.half_life_s();
         let mut uids: BTreeMap<u32, String> = ledger
             .peers

@@ -21,7 +21,7 @@ impl Scheduler {
         // A cluster's jobs are asked for (at most every --poll).
         self.io.launcher.poll(
             self.core.running.values_mut().map(|job| &mut job.proc),
-            std::time::Instant::now(),
+            self.cfg.clock.now().instant,
         );
         self.take_reports();
         // Every ended attempt that no kill reached ends now, including one

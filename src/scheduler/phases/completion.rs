@@ -197,7 +197,7 @@ impl Scheduler {
             .values()
             .any(|other| other.gpus.iter().any(|g| job.gpus.contains(g)));
         if shared {
-            self.sample_gpus(std::time::Instant::now());
+            self.sample_gpus(self.now().instant);
         }
     }
 
@@ -336,7 +336,7 @@ impl Scheduler {
         let (attempts, status) = ended;
         let returncode = facts.exit.map(Exit::returncode);
         let delay_s = self.retry_delay_s(key, attempts);
-        let not_before = (delay_s > 0.0).then(|| crate::clock::now_ts() + delay_s);
+        let not_before = (delay_s > 0.0).then(|| self.now().ts + delay_s);
         self.io.journal.append(
             key,
             Event::Requeued {

@@ -63,7 +63,7 @@ impl Scheduler {
         // Typical run times, for the expected ends backfill uses.
         self.load_run_times();
         let mut loads = self.gpu_loads();
-        let now = Instant::now();
+        let now = self.now().instant;
         let mut appended_only = match self.round_needed(&loads, now) {
             RoundNeeded::No => return Ok(()),
             RoundNeeded::Appended(from) => Some(from),
@@ -157,10 +157,7 @@ impl Scheduler {
                 .checked_add(self.cfg.reserve_after)
                 .is_some_and(|due| now >= due)
         });
-        let begin_due = self
-            .round
-            .next_begin
-            .is_some_and(|at| crate::clock::now_ts() >= at);
+        let begin_due = self.round.next_begin.is_some_and(|at| self.now().ts >= at);
         let unchanged = !self.due.dispatch_needed
             && !hold_due
             && !begin_due
@@ -298,7 +295,7 @@ impl Scheduler {
         let starts = self.book_starts(starts, booking);
         self.set_wait_reasons(reasons);
         actions.extend(starts.into_iter().map(Action::Start));
-        self.apply(actions, Instant::now())
+        self.apply(actions, self.now().instant)
     }
 
     /// The pending jobs that may be placed, as indices into the specs with
@@ -336,7 +333,7 @@ impl Scheduler {
         pending: impl Iterator<Item = (usize, Request)> + 'a,
         blocked: &'a mut Vec<(String, WaitReason)>,
     ) -> impl Iterator<Item = (usize, Request)> + 'a {
-        let now = crate::clock::now_ts();
+        let now = self.now().ts;
         pending.filter(move |(index, _)| match self.kept_back(*index, now) {
             Ok(()) => true,
             Err(Some(reason)) => {
@@ -394,7 +391,7 @@ impl Scheduler {
         let (key, gpus) = self.io.journal.starvation_hold()?;
         let index = self.core.jobs.index_of(key)?;
         let pending = self.pending_at(index).is_some();
-        let ready = pending && self.kept_back(index, crate::clock::now_ts()).is_ok();
+        let ready = pending && self.kept_back(index, self.now().ts).is_ok();
         let no = self.io.journal.state(key).map_or(0, |s| s.no);
         ready.then(|| (index, crate::model::gpu_mask(gpus), no))
     }
@@ -415,7 +412,7 @@ impl Scheduler {
             in_group: self.running_per_group(),
             quota: self.quota_round(gpu_mib),
             keep_waiting: crate::view::status::JSON_LIST_LIMIT,
-            now: crate::clock::now_ts(),
+            now: self.now().ts,
             estimate_s: &|index| self.run_estimate_s(index),
             leaves_room: &|index| self.leaves_room(index),
             reserve_jobs: crate::policy::backfill::RESERVED_JOBS,

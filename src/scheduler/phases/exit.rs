@@ -2,7 +2,6 @@
 //! no job runs; without `--watch`, once nothing runs or waits, print the
 //! summary and exit with [`policy::exit_code`].
 
-use crate::clock::now_ts;
 use crate::journal::Phase;
 use crate::policy::exit_code::exit_code;
 use crate::scheduler::Scheduler;
@@ -56,7 +55,7 @@ impl Scheduler {
         self.print_summary();
         self.report.say(format!(
             "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
-            crate::console::human_duration(now_ts() - self.report.started_ts),
+            crate::console::human_duration(self.now().ts - self.report.started_ts),
             self.report.this_run.dispatched,
             if any_failure {
                 " — some jobs did not succeed, see status.txt"

@@ -148,7 +148,7 @@ impl Scheduler {
             return Expectations::default(); // nothing ends, nothing frees
         }
         self.load_run_times();
-        let now = crate::clock::now_ts();
+        let now = self.now().ts;
         let keys: Vec<&String> = self.core.running.keys().collect();
         let ends: Vec<Option<Estimate>> = self
             .core

@@ -4,7 +4,6 @@
 //! that may have caught a save mid-write is believed only once it settled.
 
 use super::file_digest::{self, TextHash};
-use crate::clock::now_ts;
 use crate::jobspec::{self, JobSpec};
 use crate::policy::dependencies::{self, KnownJobs};
 use crate::scheduler::Scheduler;
@@ -13,7 +12,6 @@ use crate::scheduler::wake::SETTLE;
 use crate::state::NO_STATE;
 use crate::state::{FileStamp, Unsettled};
 use std::collections::HashMap;
-use std::time::Instant;
 
 impl Scheduler {
     /// Re-reads the jobs file when it changed (docs/BEHAVIOUR.md "The live queue").
@@ -184,7 +182,7 @@ impl Scheduler {
         let Some(stamp) = stamp else {
             return true;
         };
-        let now = Instant::now();
+        let now = self.now().instant;
         match self.core.jobs.source.unsettled {
             Some(u) if u.stamp == stamp => now >= u.since + SETTLE,
             _ => {
@@ -303,7 +301,7 @@ impl Scheduler {
     /// Errors: the journal cannot be written.
     fn record_seen(&mut self, specs: &[JobSpec]) -> anyhow::Result<Vec<u32>> {
         let mut next_no = self.io.journal.next_no();
-        let ts = now_ts();
+        let ts = self.now().ts;
         // A new log directory knows no key: no look-up per line.
         let known = self.io.journal.key_count() > 0;
         let mut ids: Vec<u32> = specs

@@ -7,7 +7,6 @@
 //! never runs without its `started` event.
 
 use crate::allocation::Request;
-use crate::clock::now_ts;
 use crate::error::Error;
 use crate::files;
 use crate::jobspec::JobSpec;
@@ -80,7 +79,7 @@ impl Scheduler {
             } else {
                 format!("on GPU {}", crate::console::gpu_ids(&gpus, ","))
             },
-            crate::console::date_time(now_ts()),
+            crate::console::date_time(self.now().ts),
             spec.command
         );
         let log_offset = match files::append_to(&log_path, header.as_bytes()) {
@@ -126,7 +125,9 @@ impl Scheduler {
             after,
         }) {
             Ok(spawning) => spawning,
-            Err(e) if self.io.launcher.keep_pending_after(&e, Instant::now()) => return Ok(None),
+            Err(e) if self.io.launcher.keep_pending_after(&e, self.now().instant) => {
+                return Ok(None);
+            }
             Err(e) => {
                 self.report.warn(format!("cannot start job {no}: {e:#}"));
                 self.record_unrun(&spec.key, DoneStatus::Failed)?;
@@ -232,7 +233,7 @@ impl Scheduler {
         ready: &[(Launch, Ready)],
         boot_id: &Option<String>,
     ) -> anyhow::Result<()> {
-        let ts = now_ts();
+        let ts = self.now().ts;
         let records: Vec<Record> = ready
             .iter()
             .map(|(launch, started)| {

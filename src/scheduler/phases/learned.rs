@@ -135,12 +135,13 @@ impl Scheduler {
                 .1
                 .push(peak);
         }
+        let ts = self.now().ts;
         if let Some(history) = &mut self.core.learned.history {
             let entry = Entry {
                 family,
                 peak_mib: peak,
                 run: who,
-                ts: crate::clock::now_ts(),
+                ts,
             };
             if let Err(e) = history.append(&entry) {
                 self.report.warn(format!(

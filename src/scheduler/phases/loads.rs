@@ -26,7 +26,7 @@ impl Scheduler {
     /// same, so that unchanged loads skip the round. Work it out once for
     /// callers that ask for the loads many times.
     pub(in crate::scheduler) fn running_ends(&self) -> HashMap<String, f64> {
-        let now = crate::clock::now_ts();
+        let now = self.now().ts;
         self.core
             .running
             .iter()

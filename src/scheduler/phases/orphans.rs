@@ -8,7 +8,6 @@
 //! `interrupted` and runs again. Each sampling round (and each new exit
 //! record) ends adopted attempts that finished.
 
-use crate::clock::now_ts;
 use crate::journal::{Event, KeyState, Phase, StartedInfo};
 use crate::launcher::{ClusterJob, slurm};
 use crate::process::supervisor::{self, RecordPlace};
@@ -17,7 +16,7 @@ use crate::scheduler::Scheduler;
 use crate::state::{Proc, Running, Usage};
 use crate::view::report;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl Scheduler {
     /// Takes over the attempts of a previous scheduler: records the outcome
@@ -313,8 +312,9 @@ impl Scheduler {
             start_ticks: info.start_ticks,
             boot_id: info.boot_id.clone(),
         };
-        let elapsed_s = (now_ts() - info.ts).max(0.0);
-        let now = Instant::now();
+        let clock = self.now();
+        let elapsed_s = (clock.ts - info.ts).max(0.0);
+        let now = clock.instant;
         let spec = self.core.jobs.spec(key);
         // Its shell may have written to any shell record file there was
         // at start-up.

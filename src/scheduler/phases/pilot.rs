@@ -195,8 +195,9 @@ impl Scheduler {
     /// When the wrap-up is due (the loop wakes for it).
     pub(in crate::scheduler) fn wrap_up_due(&self) -> Option<Instant> {
         let pilot = self.io.pilot.as_ref().filter(|p| !p.wrapped_up)?;
-        let ahead = pilot.end()? - WRAP_UP_S - crate::clock::now_ts();
-        Some(Instant::now() + Duration::from_secs_f64(ahead.max(0.0)))
+        let now = self.now();
+        let ahead = pilot.end()? - WRAP_UP_S - now.ts;
+        Some(now.instant + Duration::from_secs_f64(ahead.max(0.0)))
     }
 
     /// Phase 0: begins the wrap-up once the allocation's end is
@@ -210,7 +211,7 @@ impl Scheduler {
             return;
         }
         let due = match pilot.end() {
-            Some(end) => crate::clock::now_ts() >= end - WRAP_UP_S,
+            Some(end) => self.now().ts >= end - WRAP_UP_S,
             None => pilot.warned,
         };
         if due {

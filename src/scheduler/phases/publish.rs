@@ -130,7 +130,7 @@ impl Scheduler {
     /// Writes `status.json`, `metrics.prom` and `status.txt`; a failed write
     /// pauses dispatch like any other (docs/BEHAVIOUR.md "Exactly once").
     pub(in crate::scheduler) fn write_status_files(&mut self) {
-        self.report.status_written = Some(Instant::now());
+        self.report.status_written = Some(self.now().instant);
         self.due.status_stale = false;
         let doc = self.status_doc();
         if let Err(e) = doc.write(&self.cfg.log_dir) {

@@ -104,7 +104,7 @@ impl Scheduler {
     /// Samples now, or `gap` after the last sample if that was less than
     /// `gap` ago (so a burst of wakes costs one sample per `gap`).
     pub(in crate::scheduler) fn sample_soon(&mut self, gap: std::time::Duration) {
-        let now = Instant::now();
+        let now = self.now().instant;
         match self
             .core
             .gpu
@@ -199,7 +199,7 @@ impl Scheduler {
         let changes = self.core.gpu.health.observe(
             snapshot,
             self.core.gpu.snapshot.as_ref(),
-            crate::clock::now_ts(),
+            self.cfg.clock.now().ts,
         );
         if changes.is_empty() {
             return;
@@ -373,7 +373,7 @@ impl Scheduler {
                 .saturating_sub(ours.get(&gpu.index).copied().unwrap_or(0));
             series.insert((gpu.index, None), others);
         }
-        self.io.usage.observe(crate::clock::now_ts(), &series);
+        self.io.usage.observe(self.now().ts, &series);
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.

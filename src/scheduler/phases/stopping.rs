@@ -16,9 +16,9 @@ use std::time::Instant;
 impl Scheduler {
     /// Applies the signals recorded since the last tick, in order.
     pub(in crate::scheduler) fn apply_signals(&mut self) {
-        self.check_allocation_end(Instant::now());
+        self.check_allocation_end(self.now().instant);
         for signal in std::mem::take(&mut self.due.signals) {
-            let now = Instant::now();
+            let now = self.now().instant;
             let stopping = match self.core.mode {
                 Mode::Stopping { give_up_at, .. } => Some(give_up_at),
                 _ => None,
@@ -70,7 +70,7 @@ impl Scheduler {
         self.core.running.clear();
         self.core.mode = Mode::Stopping {
             hurried: false,
-            give_up_at: Instant::now(),
+            give_up_at: self.now().instant,
         };
     }
 

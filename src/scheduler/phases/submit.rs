@@ -5,7 +5,6 @@
 //! failed `sbatch` (the job stays pending) and while the queue is paused.
 
 use crate::scheduler::Scheduler;
-use std::time::Instant;
 
 impl Scheduler {
     /// Submits every ready pending job; records why the others wait.
@@ -16,7 +15,7 @@ impl Scheduler {
             self.wait_paused();
             return Ok(());
         }
-        if !self.io.launcher.may_start(Instant::now()) {
+        if !self.io.launcher.may_start(self.now().instant) {
             return Ok(());
         }
         self.recheck_submissions()?;
@@ -38,7 +37,7 @@ impl Scheduler {
         self.round.pending_at_last_round = chosen.len();
         let mut launches = Vec::new();
         for (index, request) in chosen {
-            if !self.io.launcher.may_start(Instant::now()) {
+            if !self.io.launcher.may_start(self.now().instant) {
                 break; // sbatch failed: the rest wait for the next poll
             }
             dispatched += 1;

@@ -329,10 +329,11 @@ impl Scheduler {
         // Too old to be news: given up, as the sender gives up a message
         // it could not deliver for that long.
         let max_age = crate::notifier::MAX_AGE.as_secs_f64();
+        let now = self.now();
         let (stale, owed): (Vec<String>, Vec<String>) = owed.into_iter().partition(|key| {
             matches!(
                 self.io.journal.state(key).map(|s| &s.phase),
-                Some(Phase::Done(done)) if now_ts() - done.ts > max_age
+                Some(Phase::Done(done)) if now.ts - done.ts > max_age
             )
         });
         if !stale.is_empty() {

@@ -182,12 +182,15 @@ impl Scheduler {
         match declared_mib {
             None => total_mib,
             Some(_) => crate::allocation::budget_mib(
-                &Occupant {
-                    declared_mib,
+                &Occupant::of_running(
+                    &Request {
+                        vram_mib: declared_mib,
+                        ..Default::default()
+                    },
                     peak_mib,
                     current_mib,
-                    ..Default::default()
-                },
+                    None,
+                ),
                 self.cfg.place.spike_buffer,
             ),
         }

@@ -67,8 +67,7 @@ impl Scheduler {
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
-        let mut journal = open_journal(&cfg, args.fresh)?;
-        journal.set_clock(cfg.clock.clone());
+        let journal = open_journal(&cfg, args.fresh)?;
         let cancel_requests = cancels_asked(&journal);
         let control = load_control(&cfg.log_dir);
         let (mut wakes, warnings) = wake::Wakes::set_up(&jobs_path, &cfg.log_dir)?;
@@ -514,7 +513,7 @@ fn read_first_jobs_file(
 
 /// Opens the journal (removing it first with `--fresh`) and replays it,
 /// warning once about torn or garbled lines (docs/BEHAVIOUR.md "The
-/// journal").
+/// journal"); it stamps what it appends with the scheduler's clock.
 ///
 /// Errors: [`Error::Usage`] (exit 2) when `--fresh` would start a second
 /// copy of a job of the old journal that may still run
@@ -539,7 +538,8 @@ fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
         }
     }
     let replay_started = Instant::now();
-    let (journal, replay) = Journal::open(&journal_path)?;
+    let (mut journal, replay) = Journal::open(&journal_path)?;
+    journal.set_clock(cfg.clock.clone());
     tracing::info!(
         "journal replay: {} events in {:.0} ms",
         replay.events,

@@ -224,7 +224,7 @@ pub fn add(path: &Path, job: &NewJob, known: &KnownJobs) -> anyhow::Result<(Stri
     })?;
     let key = specs
         .last()
-        .map(|s| s.key.clone())
+        .map(|s| s.key.to_string())
         .context("the new line did not parse")?;
     Ok((key, line))
 }
@@ -284,8 +284,8 @@ fn check_after(specs: &[jobspec::JobSpec], known: &KnownJobs) -> Result<(), Erro
     let mut next_no = known.keys().max().map_or(1, |n| n + 1);
     let numbered: std::collections::HashSet<String> = known.values().cloned().collect();
     for spec in specs {
-        if !numbered.contains(&spec.key) {
-            known.insert(next_no, spec.key.clone());
+        if !numbered.contains(spec.key.as_str()) {
+            known.insert(next_no, spec.key.to_string());
             next_no += 1;
         }
     }

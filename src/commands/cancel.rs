@@ -165,7 +165,7 @@ pub(super) fn resolve(
                     unseen: None,
                 }),
                 None => targets.push(Target {
-                    key: spec.key.clone(),
+                    key: spec.key.to_string(),
                     called: format!("on line {}", spec.line),
                     running: false,
                     held: false,
@@ -202,7 +202,7 @@ pub(super) fn resolve(
         // A line no scheduler has read yet, by its name or key prefix.
         Err(e) => match unseen_line(reference, specs) {
             Some(spec) => Ok(vec![Target {
-                key: spec.key.clone(),
+                key: spec.key.to_string(),
                 called: format!("on line {}", spec.line),
                 running: false,
                 held: false,

@@ -49,7 +49,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     let known: KnownJobs = numbers
         .iter()
         .copied()
-        .zip(specs.iter().map(|s| s.key.clone()))
+        .zip(specs.iter().map(|s| s.key.to_string()))
         .collect();
     let after = dependencies::resolve(&specs, &known).map_err(|e| bad(e.to_string()))?;
     let workdir = std::env::current_dir()?;
@@ -72,7 +72,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
             let _ = writeln!(out, "# job {no} carries `cancel`: not submitted");
             continue;
         }
-        if let Some(status) = ended.get(&spec.key) {
+        if let Some(status) = ended.get(spec.key.as_str()) {
             let _ = writeln!(
                 out,
                 "# job {no} already ended {status}: not submitted (`gpusched retry {no}` queues it again)"
@@ -106,7 +106,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
                 .map(|a| slurm::shell_quote(&a)),
         );
         let deps: Vec<&str> = after
-            .get(&spec.key)
+            .get(spec.key.as_str())
             .into_iter()
             .flatten()
             .filter_map(|k| var_of.get(k.as_str()).map(String::as_str))
@@ -193,7 +193,9 @@ fn journal_numbers(
     let ended = index
         .iter()
         .filter_map(|j| match &j.last {
-            super::index::LastWord::Done { status, .. } => Some((j.key.clone(), status.clone())),
+            super::index::LastWord::Done { status, .. } => {
+                Some((j.key.to_string(), status.clone()))
+            }
             _ => None,
         })
         .collect();

@@ -72,7 +72,7 @@ fn attempts(records: &[Record], now: f64) -> (Vec<Use>, Vec<(String, f64, DoneSt
                 open.insert(
                     &r.key,
                     Use {
-                        key: r.key.clone(),
+                        key: r.key.to_string(),
                         start: r.ts,
                         end: r.ts,
                         gpus: gpus.len().max(1),
@@ -90,7 +90,7 @@ fn attempts(records: &[Record], now: f64) -> (Vec<Use>, Vec<(String, f64, DoneSt
                     }
                     uses.push(u);
                 }
-                done.push((r.key.clone(), r.ts, *status));
+                done.push((r.key.to_string(), r.ts, *status));
             }
             Event::Oom { .. }
             | Event::Interrupted {}
@@ -308,7 +308,7 @@ fn labels_of(dir: &Path, by: &str) -> HashMap<String, String> {
         .filter_map(|s| {
             let label = if by == "name" { s.name() } else { s.group() };
             Some((
-                s.key.clone(),
+                s.key.to_string(),
                 crate::console::printable(label?).into_owned(),
             ))
         })

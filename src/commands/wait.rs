@@ -46,7 +46,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
         }
         for spec in &specs {
             let known = index.jobs.iter().find(|j| j.key == spec.key).cloned();
-            waited.insert(spec.key.clone(), known);
+            waited.insert(spec.key.to_string(), known);
         }
     } else {
         for reference in &args.jobs {

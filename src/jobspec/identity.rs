@@ -3,6 +3,7 @@
 //! counts that make a key `hash#count`.
 
 use super::JobSpec;
+use compact_str::CompactString;
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -124,18 +125,31 @@ pub(super) fn count_repeats(jobs: &mut [JobSpec], hashes: &[LineHashes]) {
 
 /// A job key: the 48-bit command hash as 12 hex digits, `#`, then the
 /// occurrence count (docs/BEHAVIOUR.md "Identity").
-pub(super) fn key_text(hash: u64, count: u32) -> String {
+pub(super) fn key_text(hash: u64, count: u32) -> CompactString {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut key = String::with_capacity(24);
-    for shift in (0..12).rev() {
-        key.push(char::from(HEX[((hash >> (shift * 4)) & 0xf) as usize]));
+    // Written into a buffer of its own and made a string once: at most
+    // 12 + 1 + 10 bytes, kept inline by `CompactString`.
+    let mut key = [0u8; 23];
+    for (i, digit) in key[..12].iter_mut().enumerate() {
+        *digit = HEX[((hash >> ((11 - i) * 4)) & 0xf) as usize];
     }
-    key.push('#');
-    match count {
-        0 => key.push('0'),
-        n => key.push_str(&n.to_string()),
+    key[12] = b'#';
+    let mut len = 13;
+    let mut decimal = [0u8; 10];
+    let (mut n, mut digits) = (count, 0);
+    loop {
+        decimal[digits] = b'0' + (n % 10) as u8;
+        digits += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
-    key
+    for &digit in decimal[..digits].iter().rev() {
+        key[len] = digit;
+        len += 1;
+    }
+    CompactString::from_utf8(&key[..len]).expect("hex digits, '#' and decimal digits are ASCII")
 }
 
 /// The hashes a line's keys are made of: of its normalised command, and
@@ -182,7 +196,7 @@ impl Occurrences {
     /// The keys of the next line with `hashes` (docs/BEHAVIOUR.md
     /// "Identity"): its key, and its key under the older rule when that
     /// differs.
-    pub(super) fn keys(&mut self, hashes: LineHashes) -> (String, Option<String>) {
+    pub(super) fn keys(&mut self, hashes: LineHashes) -> (CompactString, Option<String>) {
         let bump = |counts: &mut FxHashMap<u64, u32>, hash| {
             let count = counts.entry(hash).or_insert(0);
             *count += 1;
@@ -192,7 +206,7 @@ impl Occurrences {
         let legacy_count = bump(&mut self.legacy, hashes.legacy);
         let key = key_text(hashes.hash, count);
         let legacy_key = ((hashes.legacy, legacy_count) != (hashes.hash, count))
-            .then(|| key_text(hashes.legacy, legacy_count));
+            .then(|| key_text(hashes.legacy, legacy_count).into());
         (key, legacy_key)
     }
 

@@ -19,7 +19,10 @@ pub struct JobSpec {
     /// Identity key: 12 hex digits of SHA-256 of the normalised command
     /// ([`normalise_command`]), `#`, then the occurrence count of that
     /// normalised command earlier in the file (docs/BEHAVIOUR.md "Identity").
-    pub key: String,
+    /// Kept inline (`CompactString`: up to 24 bytes in the struct itself,
+    /// and a key is at most 23), so a million lines make no million small
+    /// allocations for their keys.
+    pub key: compact_str::CompactString,
     /// 1-based line number in the jobs file.
     pub line: usize,
     /// The command, trimmed, run by `/bin/sh -c`.
@@ -206,7 +209,7 @@ impl JobSpec {
     /// GPU, no key yet (keys need the whole file, [`parse_jobs`]).
     pub fn new(line: usize, command: &str) -> JobSpec {
         JobSpec {
-            key: String::new(),
+            key: Default::default(),
             line,
             command: command.to_string(),
             vram_mib: None,
@@ -577,7 +580,11 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
 }
 
 /// `spec` with its identity keys set.
-fn with_keys(mut spec: JobSpec, key: String, legacy_key: Option<String>) -> JobSpec {
+fn with_keys(
+    mut spec: JobSpec,
+    key: compact_str::CompactString,
+    legacy_key: Option<String>,
+) -> JobSpec {
     spec.key = key;
     if legacy_key.is_some() {
         spec.rare_mut().legacy_key = legacy_key;

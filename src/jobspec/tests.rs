@@ -465,3 +465,14 @@ fn a_file_parsed_in_stretches_is_the_file_parsed_whole() {
         assert!(jobs.iter().any(|j| j.key.ends_with("#29")));
     }
 }
+
+#[test]
+fn a_key_is_twelve_hex_digits_a_hash_sign_and_the_count_in_decimal() {
+    use super::identity::key_text;
+    assert_eq!(key_text(0x0123_4567_89ab_cdef, 0), "456789abcdef#0");
+    assert_eq!(key_text(0xfff, 10), "000000000fff#10");
+    assert_eq!(key_text(u64::MAX, 907), "ffffffffffff#907");
+    let longest = key_text(0, u32::MAX);
+    assert_eq!(longest, "000000000000#4294967295");
+    assert!(!longest.is_heap_allocated(), "kept inline");
+}

@@ -81,7 +81,7 @@ impl Local {
             whole_env: attempt.whole_env,
             log: attempt.log.to_path_buf(),
             record: attempt.record.to_path_buf(),
-            key: attempt.spec.key.clone(),
+            key: attempt.spec.key.to_string(),
             attempt: attempt.attempt,
         };
         let id = self.next_id;

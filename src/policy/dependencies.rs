@@ -40,7 +40,7 @@ pub fn resolve(
             }
             keys.push(key);
         }
-        after.insert(spec.key.clone(), keys);
+        after.insert(spec.key.to_string(), keys);
     }
     if let Some(cycle) = find_cycle(&after, specs) {
         let first = specs
@@ -66,7 +66,7 @@ pub fn resolve(
 /// One reference to a key.
 fn resolve_one(reference: &str, specs: &[JobSpec], known: &KnownJobs) -> Result<String, String> {
     if let Some(spec) = specs.iter().find(|s| s.name() == Some(reference)) {
-        return Ok(spec.key.clone());
+        return Ok(spec.key.to_string());
     }
     if let Ok(no) = reference.parse::<u32>() {
         return known
@@ -74,16 +74,16 @@ fn resolve_one(reference: &str, specs: &[JobSpec], known: &KnownJobs) -> Result<
             .cloned()
             .ok_or_else(|| format!("after={reference}: there is no job {reference}"));
     }
-    let mut matches: Vec<&String> = specs
+    let mut matches: Vec<&str> = specs
         .iter()
-        .map(|s| &s.key)
-        .chain(known.values())
+        .map(|s| s.key.as_str())
+        .chain(known.values().map(String::as_str))
         .filter(|k| k.starts_with(reference))
         .collect();
     matches.sort();
     matches.dedup();
     match matches.as_slice() {
-        [one] => Ok((*one).clone()),
+        [one] => Ok((*one).to_string()),
         [] => Err(format!(
             "after={reference} matches no job (give a name=, a job number or a key prefix)"
         )),
@@ -224,7 +224,7 @@ mod tests {
         specs
             .iter()
             .enumerate()
-            .map(|(i, s)| (i as u32 + 1, s.key.clone()))
+            .map(|(i, s)| (i as u32 + 1, s.key.to_string()))
             .collect()
     }
 
@@ -236,14 +236,17 @@ mod tests {
         .unwrap();
         let after = resolve(&specs, &known(&specs)).unwrap();
         assert_eq!(
-            after[&specs[2].key],
-            vec![specs[0].key.clone(), specs[1].key.clone()]
+            after[specs[2].key.as_str()],
+            vec![specs[0].key.to_string(), specs[1].key.to_string()]
         );
-        assert_eq!(after[&specs[3].key], vec![specs[0].key.clone()]);
+        assert_eq!(after[specs[3].key.as_str()], vec![specs[0].key.to_string()]);
         let prefix = &specs[1].key[..6];
         let specs2 = parse_jobs(&format!("echo b\n[after={prefix}] echo c\n")).unwrap();
         let after = resolve(&specs2, &known(&specs2)).unwrap();
-        assert_eq!(after[&specs2[1].key], vec![specs2[0].key.clone()]);
+        assert_eq!(
+            after[specs2[1].key.as_str()],
+            vec![specs2[0].key.to_string()]
+        );
     }
 
     #[test]

@@ -111,7 +111,9 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
         };
         // Only a started job can be running (an attempt enters `running`
         // after its `started` event): no lookup of every waiting key.
-        if matches!(state.phase, Phase::Started(_)) && input.core.running.contains_key(&spec.key) {
+        if matches!(state.phase, Phase::Started(_))
+            && input.core.running.contains_key(spec.key.as_str())
+        {
             continue;
         }
         let job_state = queue::job_state(state, false);
@@ -142,7 +144,7 @@ pub fn queue_view(input: &ViewInput) -> QueueView {
                 continue;
             };
             let running = matches!(state.phase, Phase::Started(_))
-                && input.core.running.contains_key(&spec.key);
+                && input.core.running.contains_key(spec.key.as_str());
             if !running && !queue::job_state(state, false).is_terminal() {
                 view.waiting
                     .push(job_status(input, &spec.key, Some(spec), state));

@@ -36,7 +36,7 @@ fn running(core_jobs: &JobsFile, no: u32, gpu: u32, started: Instant) -> Running
         exit_record: crate::process::supervisor::RecordPlace {
             path: "/nowhere".into(),
             shells: Vec::new(),
-            key: spec.key.clone(),
+            key: spec.key.to_string(),
             attempt: 1,
         },
         proc: Proc::Adopted {
@@ -71,7 +71,7 @@ fn core(now: Instant, running_jobs: &[(u32, u32, Duration)]) -> Core {
         .iter()
         .map(|&(no, gpu, ran)| {
             let job = running(&jobs, no, gpu, now - ran);
-            (jobs.specs[no as usize - 1].key.clone(), job)
+            (jobs.specs[no as usize - 1].key.to_string(), job)
         })
         .collect::<BTreeMap<_, _>>();
     Core {
@@ -145,8 +145,8 @@ fn preemption_stops_the_preemptible_job_that_lost_least_for_the_blocked_one() {
     assert_eq!(
         actions,
         vec![Action::Preempt {
-            key: core.jobs.specs[2].key.clone(),
-            for_key: core.jobs.specs[0].key.clone(),
+            key: core.jobs.specs[2].key.to_string(),
+            for_key: core.jobs.specs[0].key.to_string(),
         }]
     );
 }
@@ -161,7 +161,7 @@ fn preemption_asks_nothing_of_jobs_without_preemptible_or_while_a_victim_stops()
     assert_eq!(actions, vec![]);
     // A victim still stopping: one preemption at a time.
     let mut core = self::core(now, &[(2, 0, ran), (3, 1, ran)]);
-    let key = core.jobs.specs[1].key.clone();
+    let key = core.jobs.specs[1].key.to_string();
     core.running.get_mut(&key).unwrap().kill = Some(Kill {
         reason: KillReason::Preempt,
         signalled_at: 0.0,

@@ -17,7 +17,7 @@ impl Scheduler {
         // may be anywhere in the file, or gone).
         let jobs = &self.core.jobs;
         let mut cancelled: Vec<String> = (jobs.cancel_flagged.iter())
-            .map(|&i| jobs.specs[i].key.clone())
+            .map(|&i| jobs.specs[i].key.to_string())
             .collect();
         self.core.cancel_requests.retain(|key| {
             self.io

@@ -46,7 +46,7 @@ impl Scheduler {
         // waiting job is never running: no lookup of every pending key in
         // `running`.
         let request = queue::pending_request(spec, state, false)?;
-        debug_assert!(!self.core.running.contains_key(&spec.key));
+        debug_assert!(!self.core.running.contains_key(spec.key.as_str()));
         Some((index, self.with_learned(spec, state, request)))
     }
 
@@ -178,11 +178,13 @@ impl Scheduler {
         over_quota: &[(String, WaitReason)],
         considered: usize,
     ) {
-        let over_quota: std::collections::HashSet<&String> =
-            over_quota.iter().map(|(k, _)| k).collect();
+        let over_quota: std::collections::HashSet<&str> =
+            over_quota.iter().map(|(k, _)| k.as_str()).collect();
         let waiting: Vec<Request> = planned
             .iter()
-            .filter(|p| p.waits() && !over_quota.contains(&self.core.jobs.specs[p.index].key))
+            .filter(|p| {
+                p.waits() && !over_quota.contains(self.core.jobs.specs[p.index].key.as_str())
+            })
             .map(|p| p.request)
             .take(super::box_rules::DEMAND_PUBLISHED)
             .collect();
@@ -196,7 +198,12 @@ impl Scheduler {
         let reasons = self
             .pending()
             .take(crate::view::status::JSON_LIST_LIMIT)
-            .map(|(index, _)| (self.core.jobs.specs[index].key.clone(), WaitReason::Paused))
+            .map(|(index, _)| {
+                (
+                    self.core.jobs.specs[index].key.to_string(),
+                    WaitReason::Paused,
+                )
+            })
             .collect();
         self.set_wait_reasons(reasons);
     }
@@ -284,7 +291,7 @@ impl Scheduler {
         for p in planned.iter().filter(|p| p.waits()) {
             if reasons.len() < crate::view::status::JSON_LIST_LIMIT {
                 let reason = allocation::wait_reason(&p.request, &loads, &self.cfg.place);
-                reasons.insert(self.core.jobs.specs[p.index].key.clone(), reason);
+                reasons.insert(self.core.jobs.specs[p.index].key.to_string(), reason);
             }
         }
         for (key, reason) in blocked.into_iter().chain(new_reasons) {
@@ -337,7 +344,7 @@ impl Scheduler {
         pending.filter(move |(index, _)| match self.kept_back(*index, now) {
             Ok(()) => true,
             Err(Some(reason)) => {
-                blocked.push((self.core.jobs.specs[*index].key.clone(), reason));
+                blocked.push((self.core.jobs.specs[*index].key.to_string(), reason));
                 false
             }
             // Ended by the dependencies phase this very tick.
@@ -469,7 +476,7 @@ impl Scheduler {
             let at = at.round() as u64;
             (key, WaitReason::WouldDelay { no, at })
         }));
-        self.round.head = head.map(|(index, at, gpus)| (specs[index].key.clone(), at, gpus));
+        self.round.head = head.map(|(index, at, gpus)| (specs[index].key.to_string(), at, gpus));
     }
 
     /// How many jobs of each group run now.
@@ -512,7 +519,7 @@ impl Scheduler {
                     .unwrap_or_else(|| allocation::wait_reason(request, loads, &self.cfg.place));
                     self.with_measured(reason)
                 });
-                (self.core.jobs.specs[*index].key.clone(), reason.clone())
+                (self.core.jobs.specs[*index].key.to_string(), reason.clone())
             })
             .chain(blocked)
             .collect();

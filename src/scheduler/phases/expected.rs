@@ -205,7 +205,7 @@ impl Scheduler {
         for ((index, _), start) in waiting.iter().zip(starts) {
             if let Some(start) = start {
                 out.waiting
-                    .insert(self.core.jobs.specs[*index].key.clone(), start);
+                    .insert(self.core.jobs.specs[*index].key.to_string(), start);
             }
         }
         out

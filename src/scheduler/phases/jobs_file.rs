@@ -220,7 +220,7 @@ impl Scheduler {
                 && self.io.journal.state(&spec.key).is_none()
                 && self.io.journal.state(&legacy).is_some()
             {
-                spec.key = legacy;
+                spec.key = legacy.into();
             }
         }
         if specs.iter().all(|s| s.after().is_empty()) {
@@ -236,7 +236,7 @@ impl Scheduler {
         let mut next_no = self.io.journal.next_no();
         for spec in specs.iter() {
             if self.io.journal.state(&spec.key).is_none() {
-                known.insert(next_no, spec.key.clone());
+                known.insert(next_no, spec.key.to_string());
                 next_no += 1;
             }
         }
@@ -257,11 +257,12 @@ impl Scheduler {
         after: HashMap<String, Vec<String>>,
     ) -> anyhow::Result<()> {
         let ids = self.record_seen(&specs)?;
-        let deps: std::collections::HashSet<&String> = after.values().flatten().collect();
+        let deps: std::collections::HashSet<&str> =
+            after.values().flatten().map(String::as_str).collect();
         self.core.jobs.deps_in_file = specs
             .iter()
-            .filter(|s| deps.contains(&s.key))
-            .map(|s| s.key.clone())
+            .filter(|s| deps.contains(s.key.as_str()))
+            .map(|s| s.key.to_string())
             .collect();
         let (in_use, differ) = legacy_keys(&specs);
         self.core.jobs.source.legacy_keys_in_use = in_use;

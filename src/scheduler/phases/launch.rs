@@ -240,7 +240,7 @@ impl Scheduler {
                 let handle = started.handle();
                 Record {
                     ts,
-                    key: launch.spec.key.clone(),
+                    key: launch.spec.key.to_string(),
                     event: Event::Started {
                         pgid: handle.pgid,
                         gpus: launch.gpus.clone(),
@@ -372,7 +372,7 @@ impl Scheduler {
             .collect();
         let shared = self.mark_sharing(&launch.gpus);
         self.core.running.insert(
-            launch.spec.key.clone(),
+            launch.spec.key.to_string(),
             Running {
                 no: launch.no,
                 command: launch.spec.command.clone(),
@@ -530,7 +530,7 @@ impl Scheduler {
         env.extend([
             ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
             ("GPUSCHED_JOB".to_string(), no.to_string()),
-            ("GPUSCHED_KEY".to_string(), spec.key.clone()),
+            ("GPUSCHED_KEY".to_string(), spec.key.to_string()),
             ("GPUSCHED_ATTEMPT".to_string(), attempt.to_string()),
             (
                 "GPUSCHED_LOG_DIR".to_string(),

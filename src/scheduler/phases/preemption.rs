@@ -76,7 +76,7 @@ pub(in crate::scheduler) fn preemption_actions(
         .into_iter()
         .map(|id| Action::Preempt {
             key: keys[id].clone(),
-            for_key: for_key.clone(),
+            for_key: for_key.to_string(),
         })
         .collect()
 }

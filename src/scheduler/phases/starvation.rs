@@ -60,7 +60,7 @@ impl Scheduler {
         let since = match &self.round.blocked_first {
             Some((blocked, since)) if *blocked == key => *since,
             _ => {
-                self.round.blocked_first = Some((key, now));
+                self.round.blocked_first = Some((key.to_string(), now));
                 return Ok(());
             }
         };
@@ -71,7 +71,7 @@ impl Scheduler {
             return Ok(());
         }
         // Try again a full --reserve-after later if it cannot be reserved.
-        self.round.blocked_first = Some((key.clone(), now));
+        self.round.blocked_first = Some((key.to_string(), now));
         let Some(gpus) = allocation::starvation_hold_gpus(&request, loads, &self.cfg.place) else {
             return Ok(());
         };

@@ -27,7 +27,7 @@ impl Scheduler {
         for (index, request) in indices.into_iter().zip(requests) {
             let group = self.core.jobs.specs[index].group();
             match crate::policy::round::group_wait(&self.core.jobs.groups, &mut in_group, group) {
-                Some(reason) => blocked.push((self.core.jobs.specs[index].key.clone(), reason)),
+                Some(reason) => blocked.push((self.core.jobs.specs[index].key.to_string(), reason)),
                 None => chosen.push((index, request)),
             }
         }

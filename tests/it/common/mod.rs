@@ -496,7 +496,7 @@ pub fn journal_with_orphan(
         format!("{seen}\n{started}\n"),
     )
     .unwrap();
-    key
+    key.to_string()
 }
 
 /// `gpusched __supervise` on its own in `dir`, as the scheduler starts it:

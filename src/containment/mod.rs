@@ -96,6 +96,20 @@ pub struct Leftovers {
 }
 
 impl Containment {
+    /// Jobs' cgroups under `bases` with the `version` interface, before
+    /// [`Containment::probe`] learns what they can do.
+    fn found(version: Version, bases: Vec<(String, PathBuf)>) -> Containment {
+        Containment {
+            version,
+            bases,
+            memory: false,
+            cpuset: false,
+            cpus: Vec::new(),
+            own: None,
+            warming: Default::default(),
+        }
+    }
+
     /// Finds where jobs' cgroups go (see the module's text); `given` is
     /// `--cgroup`, `tag` names this scheduler's own cgroup among others'
     /// (from its log directory).
@@ -437,15 +451,7 @@ fn from_given(dir: &Path, mounts: &[cgroupfs::Mount]) -> Result<Containment, Str
             v1_bases(mounts, |_| relative.clone())
         }
     };
-    Ok(Containment {
-        version,
-        bases,
-        memory: false,
-        cpuset: false,
-        cpus: Vec::new(),
-        own: None,
-        warming: Default::default(),
-    })
+    Ok(Containment::found(version, bases))
 }
 
 /// The bases from the scheduler's own cgroups (see the module's text).
@@ -478,15 +484,7 @@ fn from_own(
                 ));
             }
             None => {
-                return Ok(Containment {
-                    version: Version::V1,
-                    bases,
-                    memory: false,
-                    cpuset: false,
-                    cpus: Vec::new(),
-                    own: None,
-                    warming: Default::default(),
-                });
+                return Ok(Containment::found(Version::V1, bases));
             }
         }
     }
@@ -505,15 +503,10 @@ fn from_own(
         );
         return Err(denied_v1.map_or(v2.clone(), |v1| format!("{v1}; {v2}")));
     };
-    Ok(Containment {
-        version: Version::V2,
-        bases: vec![("unified".to_string(), base)],
-        memory: false,
-        cpuset: false,
-        cpus: Vec::new(),
-        own: None,
-        warming: Default::default(),
-    })
+    Ok(Containment::found(
+        Version::V2,
+        vec![("unified".to_string(), base)],
+    ))
 }
 
 /// The scheduler's own cgroup directory in the hierarchy of `controller`

@@ -41,22 +41,7 @@ pub fn run_to(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> anyhow::Result<i32> {
-    super::request::require_log_dir(&args.log_dir)?;
-    let index = JobIndex::read(&args.log_dir)?;
-    let specs = match &args.file {
-        Some(file) => specs_of(file),
-        None => find_jobs_file(&args.log_dir)
-            .map(|f| specs_of(&f))
-            .unwrap_or_default(),
-    };
-    let mut targets: Vec<Target> = Vec::new();
-    for reference in &args.jobs {
-        for target in resolve(reference, &index, &specs, "cancel", out)? {
-            if !targets.iter().any(|t| t.key == target.key) {
-                targets.push(target);
-            }
-        }
-    }
+    let targets = select(args, "cancel", out)?;
     if targets.is_empty() {
         return Ok(0);
     }
@@ -119,6 +104,38 @@ pub(super) fn deliver_to(
     deliver(log_dir, &requests, &unseen)
 }
 
+/// Every job `args` names, each once, in the order named: the jobs file is
+/// `--file`, else the one the log directory's scheduler runs (or
+/// `./jobs.txt`); a job already ended is said on `out` and left out
+/// ([`resolve`]). Shared by `cancel`, `hold` and `release`.
+///
+/// Errors: [`Error::Usage`] when the log directory does not exist or a
+/// reference names no job (nothing is changed then); the journal cannot
+/// be read.
+pub(super) fn select(
+    args: &JobSelection,
+    verb: &str,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Vec<Target>> {
+    super::request::require_log_dir(&args.log_dir)?;
+    let index = JobIndex::read(&args.log_dir)?;
+    let specs = match &args.file {
+        Some(file) => specs_of(file),
+        None => find_jobs_file(&args.log_dir)
+            .map(|f| specs_of(&f))
+            .unwrap_or_default(),
+    };
+    let mut targets: Vec<Target> = Vec::new();
+    for reference in &args.jobs {
+        for target in resolve(reference, &index, &specs, verb, out)? {
+            if !targets.iter().any(|t| t.key == target.key) {
+                targets.push(target);
+            }
+        }
+    }
+    Ok(targets)
+}
+
 /// The jobs `reference` names: a job number, `name=`, key (or unique
 /// prefix), `group=NAME` (every line of that group not yet ended), or a
 /// glob of names (`'lr0.1-*'`: every line whose `name=` matches, not yet
@@ -126,7 +143,7 @@ pub(super) fn deliver_to(
 /// and left out.
 ///
 /// Errors: [`Error::Usage`] when it names no job.
-pub(super) fn resolve(
+fn resolve(
     reference: &str,
     index: &JobIndex,
     specs: &[crate::jobspec::JobSpec],

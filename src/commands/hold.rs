@@ -5,8 +5,7 @@
 //! the log directory's lock when none runs ([`super::request`]), so a
 //! restart keeps it.
 
-use super::cancel::{Target, deliver_to, resolve};
-use super::index::{JobIndex, find_jobs_file, specs_of};
+use super::cancel::{deliver_to, select};
 use super::request::{Delivery, JobRequest, PICKUP_WAIT, pid_text};
 use crate::cli::JobSelection;
 
@@ -32,22 +31,7 @@ pub fn run_to(
     err: &mut dyn std::io::Write,
 ) -> anyhow::Result<i32> {
     let verb = if hold { "hold" } else { "release" };
-    super::request::require_log_dir(&args.log_dir)?;
-    let index = JobIndex::read(&args.log_dir)?;
-    let specs = match &args.file {
-        Some(file) => specs_of(file),
-        None => find_jobs_file(&args.log_dir)
-            .map(|f| specs_of(&f))
-            .unwrap_or_default(),
-    };
-    let mut targets: Vec<Target> = Vec::new();
-    for reference in &args.jobs {
-        for target in resolve(reference, &index, &specs, verb, out)? {
-            if !targets.iter().any(|t| t.key == target.key) {
-                targets.push(target);
-            }
-        }
-    }
+    let mut targets = select(args, verb, out)?;
     let mut code = 0;
     targets.retain(|t| {
         let why = if t.running {

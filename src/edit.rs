@@ -99,7 +99,7 @@ pub fn job_line(job: &NewJob) -> Result<String, Error> {
     };
     // The same parser as the scheduler's has the last word.
     match jobspec::parse_line(&line, 1) {
-        Ok(Some(spec)) if spec.command == command => Ok(line),
+        Ok(Some(spec)) if *spec.command == *command => Ok(line),
         Ok(_) => Err(Error::Usage(format!(
             "the command would not be read back as written: {line}"
         ))),

@@ -186,7 +186,7 @@ fn resolve(
                     called: format!("on line {}", spec.line),
                     running: false,
                     held: false,
-                    unseen: Some(spec.command.clone()),
+                    unseen: Some(spec.command.to_string()),
                 }),
             }
         }
@@ -223,7 +223,7 @@ fn resolve(
                 called: format!("on line {}", spec.line),
                 running: false,
                 held: false,
-                unseen: Some(spec.command.clone()),
+                unseen: Some(spec.command.to_string()),
             }]),
             None => Err(e.into()),
         },

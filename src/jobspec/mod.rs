@@ -26,7 +26,7 @@ pub struct JobSpec {
     /// 1-based line number in the jobs file.
     pub line: usize,
     /// The command, trimmed, run by `/bin/sh -c`.
-    pub command: String,
+    pub command: Box<str>,
     /// Declared peak VRAM per GPU in MiB (`vram=`), if any.
     pub vram_mib: Option<u64>,
     /// Number of distinct GPUs (`gpus=`); 0 for a CPU-only job
@@ -211,7 +211,7 @@ impl JobSpec {
         JobSpec {
             key: Default::default(),
             line,
-            command: command.to_string(),
+            command: command.into(),
             vram_mib: None,
             gpus: 1,
             cancel: false,
@@ -718,7 +718,7 @@ pub fn parse_line(raw: &str, line_no: usize) -> Result<Option<JobSpec>, ParseErr
     if let Some(why) = contradiction(&spec) {
         return Err(err(why));
     }
-    spec.command = command.to_string();
+    spec.command = command.into();
     Ok(Some(spec))
 }
 

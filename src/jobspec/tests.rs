@@ -14,14 +14,14 @@ fn error(text: &str) -> ParseError {
 fn skips_blank_lines_and_comments() {
     let jobs = parse_jobs("\n  # a comment\n\necho hi\n   \n  #[vram=1] x\n").unwrap();
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].command, "echo hi");
+    assert_eq!(&*jobs[0].command, "echo hi");
     assert_eq!(jobs[0].line, 4);
 }
 
 #[test]
 fn plain_command_has_defaults() {
     let job = one("  python train.py --lr 3e-4  ");
-    assert_eq!(job.command, "python train.py --lr 3e-4");
+    assert_eq!(&*job.command, "python train.py --lr 3e-4");
     assert_eq!(job.vram_mib, None);
     assert_eq!(job.gpus, 1);
     assert_eq!(job.timeout_s(), None);
@@ -37,7 +37,7 @@ fn all_attributes() {
     assert_eq!(job.timeout_s(), Some(900.0));
     assert_eq!(job.retries(), Some(3));
     assert!(job.cancel);
-    assert_eq!(job.command, "python a.py");
+    assert_eq!(&*job.command, "python a.py");
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn unclosed_block_is_error_not_command() {
 #[test]
 fn empty_block_is_allowed() {
     let job = one("[] echo hi");
-    assert_eq!(job.command, "echo hi");
+    assert_eq!(&*job.command, "echo hi");
 }
 
 #[test]
@@ -398,7 +398,7 @@ fn cwd_is_an_absolute_directory_with_its_awkward_bytes_escaped() {
     assert_eq!(value, "/home/ada/my%20exp%5D/100%25");
     let spec = one(&format!("[cwd={value} vram=1G] python t.py"));
     assert_eq!(spec.cwd(), Some(dir));
-    assert_eq!(spec.command, "python t.py");
+    assert_eq!(&*spec.command, "python t.py");
     assert_eq!(one("x").cwd(), None);
     for bad in [
         "[cwd=relative/dir] x",
@@ -475,4 +475,19 @@ fn a_key_is_twelve_hex_digits_a_hash_sign_and_the_count_in_decimal() {
     let longest = key_text(0, u32::MAX);
     assert_eq!(longest, "000000000000#4294967295");
     assert!(!longest.is_heap_allocated(), "kept inline");
+}
+
+/// A million-line queue holds a million of these: the size is a budget
+/// (the command is a `Box<str>`, its text's length kept once).
+#[test]
+fn a_job_line_stays_small() {
+    assert!(
+        std::mem::size_of::<JobSpec>() <= 80,
+        "{}",
+        std::mem::size_of::<JobSpec>()
+    );
+    let spec = parse_line("[vram=1G] python train.py  --seed 1 ", 3)
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*spec.command, "python train.py  --seed 1");
 }

@@ -175,7 +175,7 @@ impl Journal {
             Fold::Preempted(duration_s) => {
                 state.phase = Phase::Waiting;
                 state.preempted = true;
-                state.preempted_s += duration_s;
+                state.add_preempted_s(duration_s);
             }
             Fold::Retry => {
                 state.cancel_requested = false;

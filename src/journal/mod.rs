@@ -290,6 +290,10 @@ pub struct Finished {
     pub last_line: Option<Box<str>>,
 }
 
+/// [`KeyState`]'s `next_vram` when no declaration is set for the next
+/// attempt.
+const NO_NEXT_VRAM: u32 = u32::MAX;
+
 /// The largest display number a `seen` record may carry; one beyond it
 /// (a garbled or hand-made journal) is skipped, so that it cannot push
 /// every later job's number to the end of the range.
@@ -351,7 +355,7 @@ impl Finished {
     }
 }
 
-/// Everything the journal says about one key, kept small (72 bytes): a
+/// Everything the journal says about one key, kept small (64 bytes): a
 /// long journal holds one of these per job ever seen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyState {
@@ -370,8 +374,9 @@ pub struct KeyState {
     /// OOM attempts so far.
     pub retries_used: u32,
     /// Declaration (MiB per GPU) for the next attempt after an OOM (read
-    /// it with [`KeyState::next_vram`]; 32 bits of MiB are 4 PiB).
-    next_vram: Option<u32>,
+    /// it with [`KeyState::next_vram`]; 32 bits of MiB are 4 PiB), or
+    /// [`NO_NEXT_VRAM`]: four bytes where an `Option` took eight.
+    next_vram: u32,
     /// Whether its last attempt was preempted (the next one gets
     /// `GPUSCHED_PREEMPTED=1`).
     pub preempted: bool,
@@ -384,8 +389,10 @@ pub struct KeyState {
     /// Whether its outcome is to be posted to `--notify` and no
     /// `notified` event says it was (docs/BEHAVIOUR.md "Being told").
     pub notify_pending: bool,
-    /// Run time lost to preemption over all attempts (seconds).
-    pub preempted_s: f64,
+    /// Run time lost to preemption over all attempts (seconds; read it
+    /// with [`KeyState::preempted_s`]). Single precision, a tenth of a
+    /// second at ten days: the 64-byte budget has no room for eight.
+    preempted_s: f32,
     /// Where the job stands.
     pub phase: Phase,
 }
@@ -758,7 +765,7 @@ impl KeyState {
             attempts: 0,
             retries_used: 0,
             held: false,
-            next_vram: None,
+            next_vram: NO_NEXT_VRAM,
             preempted: false,
             cancel_requested: false,
             notify_pending: false,
@@ -774,13 +781,26 @@ impl KeyState {
 
     /// Declaration (MiB per GPU) for the next attempt after an OOM.
     pub fn next_vram(&self) -> Option<u64> {
-        self.next_vram.map(u64::from)
+        (self.next_vram != NO_NEXT_VRAM).then_some(u64::from(self.next_vram))
     }
 
     /// Sets the declaration for the next attempt (MiB per GPU; saturates
-    /// at 4 PiB).
+    /// 1 MiB under 4 PiB).
     pub fn set_next_vram(&mut self, mib: Option<u64>) {
-        self.next_vram = mib.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+        self.next_vram = match mib {
+            None => NO_NEXT_VRAM,
+            Some(m) => u32::try_from(m).unwrap_or(u32::MAX).min(NO_NEXT_VRAM - 1),
+        };
+    }
+
+    /// Run time lost to preemption over all attempts (seconds).
+    pub fn preempted_s(&self) -> f64 {
+        f64::from(self.preempted_s)
+    }
+
+    /// Adds `seconds` to the run time lost to preemption.
+    pub fn add_preempted_s(&mut self, seconds: f64) {
+        self.preempted_s += seconds as f32;
     }
 }
 

@@ -401,14 +401,35 @@ fn append_seen_writes_what_append_all_would() {
 #[test]
 fn a_key_state_stays_small() {
     assert!(
-        std::mem::size_of::<KeyState>() <= 72,
+        std::mem::size_of::<KeyState>() <= 64,
         "{}",
         std::mem::size_of::<KeyState>()
     );
     let mut state = KeyState::new(1, 0.0);
     assert_eq!(state.first_started_ts(), None);
     state.set_next_vram(Some(u64::MAX));
-    assert_eq!(state.next_vram(), Some(u64::from(u32::MAX)), "saturates");
+    assert_eq!(
+        state.next_vram(),
+        Some(u64::from(u32::MAX - 1)),
+        "saturates"
+    );
+    state.set_next_vram(Some(0));
+    assert_eq!(
+        state.next_vram(),
+        Some(0),
+        "zero is a declaration, not none"
+    );
+    state.set_next_vram(None);
+    assert_eq!(state.next_vram(), None);
+    // Time lost to preemption adds up in single precision: a tenth of a
+    // second is kept at ten days.
+    state.add_preempted_s(864_000.0);
+    state.add_preempted_s(0.25);
+    assert!(
+        (state.preempted_s() - 864_000.25).abs() < 0.1,
+        "{}",
+        state.preempted_s()
+    );
 }
 
 /// A journal edited by hand (or garbled) with the largest display number

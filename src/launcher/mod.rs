@@ -56,7 +56,7 @@ pub enum Launcher {
 /// job's log and failing (exit 1) when that directory cannot be entered.
 pub fn command_in_cwd(spec: &JobSpec) -> String {
     match spec.cwd() {
-        None => spec.command.clone(),
+        None => spec.command.to_string(),
         Some(dir) => {
             let dir = slurm::shell_quote(&dir.to_string_lossy());
             format!(

@@ -138,7 +138,7 @@ fn describe(key: &str, specs: &[JobSpec]) -> String {
         .map_or(key.to_string(), |s| {
             s.name()
                 .map(str::to_string)
-                .unwrap_or_else(|| s.command.clone())
+                .unwrap_or_else(|| s.command.to_string())
         })
 }
 

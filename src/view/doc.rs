@@ -198,7 +198,7 @@ pub fn job_status(
         progress: None,
         note: None,
         reason: None,
-        preempted_s: (state.preempted_s > 0.0).then_some(state.preempted_s),
+        preempted_s: (state.preempted_s() > 0.0).then_some(state.preempted_s()),
         vram_source: None,
         expected_end: None,
         expected_start: None,

@@ -23,7 +23,7 @@ fn running(core_jobs: &JobsFile, no: u32, gpu: u32, started: Instant) -> Running
     let spec = &core_jobs.specs[no as usize - 1];
     Running {
         no,
-        command: spec.command.clone(),
+        command: spec.command.to_string(),
         gpus: vec![gpu],
         request: crate::allocation::Request {
             vram_mib: spec.vram_mib,

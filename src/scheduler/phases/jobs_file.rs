@@ -333,7 +333,7 @@ impl Scheduler {
                 .iter()
                 .map(|s| {
                     next_no += 1;
-                    (s.key.as_str(), next_no - 1, s.command.as_str())
+                    (s.key.as_str(), next_no - 1, &*s.command)
                 })
                 .collect();
             self.io.journal.append_seen(ts, &seen)?;

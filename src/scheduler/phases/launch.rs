@@ -375,7 +375,7 @@ impl Scheduler {
             launch.spec.key.to_string(),
             Running {
                 no: launch.no,
-                command: launch.spec.command.clone(),
+                command: launch.spec.command.to_string(),
                 gpus: launch.gpus,
                 request: launch.request,
                 attempt: launch.attempt,

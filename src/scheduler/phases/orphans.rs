@@ -345,7 +345,7 @@ impl Scheduler {
             command: info
                 .command
                 .clone()
-                .or_else(|| spec.map(|s| s.command.clone()))
+                .or_else(|| spec.map(|s| s.command.to_string()))
                 .unwrap_or_default(),
             gpus: info.gpus.clone(),
             // From its journaled `started`, not today's line; `on=` only

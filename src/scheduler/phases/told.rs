@@ -233,7 +233,7 @@ impl Scheduler {
             name: spec.and_then(|s| s.name().map(str::to_string)),
             status: done.status.as_str().to_string(),
             exit_code: done.returncode,
-            command: spec.map(|s| s.command.clone()).unwrap_or_default(),
+            command: spec.map(|s| s.command.to_string()).unwrap_or_default(),
             log,
             peak_mib: done.peak_mib,
             duration_s: done.duration_s,

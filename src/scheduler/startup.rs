@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::files::absolute;
 use crate::gpu::{GpuBackend, GpuSnapshot};
 use crate::jobspec;
-use crate::journal::{Journal, KeyState, Phase};
+use crate::journal::{Journal, Phase};
 use crate::launcher::{Cluster, Launcher};
 use crate::lockfile::SchedulerLock;
 use crate::state::{self, Config, FileStamp, GpuState, JobsFile, Mode};
@@ -277,11 +277,11 @@ impl Scheduler {
     /// finished (docs/BEHAVIOUR.md "Resume").
     fn report_resume(&mut self) {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for spec in &self.core.jobs.specs {
-            if let Some(KeyState {
-                phase: Phase::Done(finished),
-                ..
-            }) = self.io.journal.state(&spec.key)
+        // From the journal's side: only its finished jobs are looked up in
+        // the file, not every waiting line in the journal.
+        for (key, state) in self.io.journal.states() {
+            if let Phase::Done(finished) = &state.phase
+                && self.core.jobs.spec(key).is_some()
             {
                 *counts.entry(finished.status.as_str()).or_default() += 1;
             }

@@ -8,7 +8,9 @@
 #
 # The node has 4 fake GPUs of type `fake` (character devices made with
 # mknod, so that Slurm sets CUDA_VISIBLE_DEVICES) and 16 shards (4 per GPU)
-# for jobs that declare VRAM. State lives in $GPUSCHED_SLURM_DIR (default
+# for jobs that declare VRAM. Accounting goes to slurmdbd over a local
+# MariaDB, so that `sacct` lists jobs and their steps (a pilot's jobs run as
+# job steps). State lives in $GPUSCHED_SLURM_DIR (default
 # /tmp/gpusched-slurm). Needs root; says so and exits 1 otherwise.
 set -euo pipefail
 
@@ -24,12 +26,13 @@ need_root() {
 
 install() {
     if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
-        && command -v sbatch >/dev/null && command -v munged >/dev/null; then
+        && command -v sbatch >/dev/null && command -v munged >/dev/null \
+        && command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null; then
         return
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
-    apt-get install -y -q slurmctld slurmd slurm-client munge >/dev/null
+    apt-get install -y -q slurmctld slurmd slurm-client munge slurmdbd mariadb-server >/dev/null
 }
 
 configure() {
@@ -68,7 +71,8 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
 GresTypes=gpu,shard
 SlurmctldTimeout=30
 SlurmdTimeout=30
@@ -89,6 +93,45 @@ EOF
     cat > /etc/slurm/cgroup.conf <<EOF
 CgroupPlugin=cgroup/v1
 EOF
+    # slurmdbd refuses a configuration file others can read (it holds the
+    # database password).
+    (umask 077; cat > /etc/slurm/slurmdbd.conf <<EOF
+# Written by gpusched's scripts/slurm-test-cluster.sh: accounting for the test cluster.
+AuthType=auth/munge
+DbdHost=localhost
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=gpusched-test
+StorageLoc=slurm_acct_db
+PidFile=$dir/slurmdbd.pid
+LogFile=$dir/log/slurmdbd.log
+EOF
+)
+}
+
+# MariaDB for slurmdbd, with its user and database, then slurmdbd with
+# the test cluster registered.
+start_accounting() {
+    if ! mysqladmin ping >/dev/null 2>&1; then
+        /etc/init.d/mariadb start >/dev/null || die "MariaDB did not start"
+    fi
+    mysql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'gpusched-test';
+        CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" \
+        || die "cannot create slurmdbd's database user"
+    running "$dir/slurmdbd.pid" || slurmdbd
+    for _ in $(seq 1 100); do
+        sacctmgr -n list cluster >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    sacctmgr -n list cluster >/dev/null 2>&1 || {
+        tail -n 20 "$dir/log/slurmdbd.log" >&2 || true
+        die "slurmdbd did not answer"
+    }
+    sacctmgr -n -P list cluster format=cluster | grep -qx gpusched-test \
+        || sacctmgr -i add cluster gpusched-test >/dev/null
 }
 
 running() {
@@ -112,6 +155,7 @@ start() {
         sleep 1
     done
     [ -S /run/munge/munge.socket.2 ] || die "munged did not start"
+    start_accounting
     running "$dir/slurmctld.pid" || slurmctld -f "$conf"
     running "$dir/slurmd.pid" || slurmd -f "$conf" -N "$node"
     for _ in $(seq 1 60); do
@@ -148,7 +192,11 @@ terminate() {
 stop() {
     terminate slurmd
     terminate slurmctld
+    terminate slurmdbd
     terminate munged
+    if mysqladmin ping >/dev/null 2>&1; then
+        /etc/init.d/mariadb stop >/dev/null || true
+    fi
 }
 
 case "${1:-}" in

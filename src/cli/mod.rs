@@ -475,6 +475,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_allocation: bool,
 
+    /// Inside a Slurm allocation, run each job as a job step (`srun
+    /// --overlap` on this node), so that Slurm accounts for it (`sacct
+    /// -j ALLOCATION` lists one step per attempt) and stops it with the
+    /// allocation. gpusched still chooses each job's GPUs. Needs
+    /// SLURM_JOB_ID set (a pilot started by sbatch or srun).
+    #[arg(long, conflicts_with_all = ["no_allocation", "sim", "slurm"])]
+    pub job_steps: bool,
+
     /// POST a JSON message to this URL when a job fails (see --notify-on):
     /// a `text` line for people (Slack and Mattermost incoming webhooks
     /// show it as is) and the job's facts. Repeat for several URLs; also

@@ -36,4 +36,10 @@ pub struct PilotArgs {
     /// than one allocation runs through allocations one after another.
     #[arg(long, value_name = "N", requires = "pilot", default_value_t = 0)]
     pub chain: u32,
+
+    /// The pilot runs each job as a job step of its allocation (gpusched
+    /// `--job-steps`): Slurm accounts for every job (`sacct`) and stops
+    /// them with the allocation.
+    #[arg(long, requires = "pilot")]
+    pub job_steps: bool,
 }

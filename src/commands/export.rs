@@ -296,7 +296,7 @@ fn pilot_script(
          # Slurm's warning reaches this shell only: pass it on.\n\
          pid=\n\
          trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2\n\
-         {gpusched} {jobs} --log-dir {log_dir} &\n\
+         {gpusched} {jobs} --log-dir {log_dir}{steps} &\n\
          pid=$!\n\
          status=1\n\
          while kill -0 \"$pid\" 2>/dev/null; do\n\
@@ -314,6 +314,7 @@ fn pilot_script(
         gpusched = q(&pilot.gpusched),
         jobs = q(&pilot.jobs_file),
         log_dir = q(&pilot.log_dir),
+        steps = if sizing.job_steps { " --job-steps" } else { "" },
         next_exit = crate::pilot::EXIT_FOR_NEXT_ALLOCATION,
     );
     out
@@ -336,6 +337,7 @@ mod tests {
             gpus: 4,
             time,
             chain,
+            job_steps: false,
         };
         let options = slurm::SlurmOptions {
             partition: Some("gpu".into()),
@@ -421,6 +423,7 @@ mod tests {
             gpus: 1,
             time: None,
             chain: 2,
+            job_steps: false,
         };
         let script = dir.path().join("pilot.sh");
         std::fs::write(

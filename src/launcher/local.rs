@@ -4,9 +4,11 @@
 //! another supervisor's job; the reports a dead supervisor left in its
 //! pipe are read before it is replaced, so no end it saw is lost.
 
+use super::steps::{Steps, step_name};
 use super::{Attempt, Ready};
 use crate::process::supervisor::{self, ExitRecord};
 use nix::sys::signal::Signal;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The local launcher's state.
@@ -26,6 +28,16 @@ pub struct Local {
     /// Ends a dead supervisor reported before it went, read from its pipe
     /// when it was replaced and not yet taken.
     stranded: Vec<(u64, ExitRecord)>,
+    /// Inside a Slurm allocation with `--job-steps`: every job runs as a
+    /// step of it ([`super::steps`]).
+    steps: Option<Steps>,
+    /// Each step job's step name, by attempt id, until its end is
+    /// journaled.
+    step_names: HashMap<u64, String>,
+    /// When the first signal went to each step job (Unix seconds): the
+    /// supervisor did not deliver it, so it cannot say whether it reached
+    /// the job; an end at or after this moment counts as the kill's.
+    step_signalled: HashMap<u64, f64>,
 }
 
 /// The variable that names, for a job's own shell, the file it appends
@@ -59,7 +71,24 @@ impl Local {
             first_id: 1,
             replaced: false,
             stranded: Vec::new(),
+            steps: None,
+            step_names: HashMap::new(),
+            step_signalled: HashMap::new(),
         }
+    }
+
+    /// The same, running every job as a step of `steps`' allocation
+    /// (`--job-steps`).
+    pub fn with_steps(log_dir: &Path, steps: Steps) -> Local {
+        Local {
+            steps: Some(steps),
+            ..Local::new(log_dir)
+        }
+    }
+
+    /// The allocation jobs run as steps of, with `--job-steps`.
+    pub fn steps(&self) -> Option<&Steps> {
+        self.steps.as_ref()
     }
 
     /// Asks the supervisor for `attempt` at its gate; returns its id.
@@ -67,7 +96,13 @@ impl Local {
     /// Errors: no supervisor can be started.
     pub(super) fn start(&mut self, attempt: Attempt) -> std::io::Result<u64> {
         let mut env = attempt.env;
-        let command = super::command_in_cwd(attempt.spec);
+        let mut command = super::command_in_cwd(attempt.spec);
+        let mut step = None;
+        if let Some(steps) = &self.steps {
+            let name = step_name(&attempt.spec.key, attempt.attempt);
+            command = steps.wrap(&command, &name);
+            step = Some(name);
+        }
         let command = match attempt.shell_record {
             Some(file) => {
                 env.push((RECORD_VAR.to_string(), file.display().to_string()));
@@ -89,6 +124,9 @@ impl Local {
         // A supervisor found dead is replaced, once.
         if self.running()?.start(id, &request).is_err() {
             self.running()?.start(id, &request)?;
+        }
+        if let Some(name) = step {
+            self.step_names.insert(id, name);
         }
         Ok(id)
     }
@@ -122,7 +160,20 @@ impl Local {
 
     /// Asks job `id`'s supervisor to deliver `signal`; `false` when that
     /// supervisor is gone.
+    ///
+    /// A step job ([`super::steps`]) is signalled through Slurm; its
+    /// group (srun and the shell around it) only gets SIGKILL, since srun
+    /// answers SIGTERM by killing its step at once.
     pub(super) fn signal(&mut self, id: u64, signal: Signal) -> bool {
+        if let (Some(steps), Some(name)) = (&self.steps, self.step_names.get(&id)) {
+            steps.signal(name, signal);
+            self.step_signalled
+                .entry(id)
+                .or_insert_with(crate::clock::now_ts);
+            if signal != Signal::SIGKILL {
+                return true;
+            }
+        }
         self.owner(id)
             .and_then(|supervisor| supervisor.signal(id, signal))
             .is_ok()
@@ -132,6 +183,10 @@ impl Local {
     /// that died need no answer).
     pub(super) fn ack_all(&mut self, ids: &[u64]) {
         let first_id = self.first_id;
+        for id in ids {
+            self.step_names.remove(id);
+            self.step_signalled.remove(id);
+        }
         if let Some(supervisor) = &mut self.supervisor {
             let ours: Vec<u64> = ids.iter().copied().filter(|&id| id >= first_id).collect();
             supervisor.ack_all(&ours);
@@ -150,6 +205,13 @@ impl Local {
             }
             None => replaced,
         };
+        // A step job's kill went through Slurm: it reached the job if the
+        // job ended after it went out.
+        for (id, record) in &mut ended {
+            if let Some(&at) = self.step_signalled.get(id) {
+                record.killed |= record.ended >= at;
+            }
+        }
         (ended, dead)
     }
 

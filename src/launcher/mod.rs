@@ -30,6 +30,7 @@ pub mod cluster;
 mod local;
 pub mod mps;
 pub mod slurm;
+pub mod steps;
 
 pub use cluster::{Cluster, ClusterGpus, ClusterJob};
 pub use local::Local;
@@ -186,6 +187,14 @@ impl EndFacts {
 }
 
 impl Launcher {
+    /// The allocation every job runs as a step of (`--job-steps`), if any.
+    pub fn steps(&self) -> Option<&steps::Steps> {
+        match self {
+            Launcher::Local(local) => local.steps(),
+            Launcher::Slurm(_) => None,
+        }
+    }
+
     /// Whether gpusched places jobs on GPUs itself; Slurm places its jobs,
     /// so every ready job is submitted.
     pub fn places_jobs(&self) -> bool {

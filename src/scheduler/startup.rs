@@ -63,7 +63,8 @@ impl Scheduler {
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
         let (backend, sim_dir) = open_backend(args)?;
         cfg.place.topology = backend.topology().map(std::sync::Arc::new);
-        let launcher = launcher_for(args, &cfg)?;
+        let allocation = allocation_of(args);
+        let launcher = launcher_for(args, &cfg, allocation.as_ref())?;
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
@@ -74,7 +75,6 @@ impl Scheduler {
         warnings.iter().for_each(|w| warn(w));
         let rules = crate::rules::load(args.box_rules.as_deref())?;
         let box_state = crate::rules::BoxState::new(rules, args.box_rules.as_deref());
-        let allocation = allocation_of(args);
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir, allocation.is_some())?
             .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
@@ -319,14 +319,33 @@ fn watched_ledger(
     ledger
 }
 
-/// Where attempts run: on a Slurm cluster with `--slurm`, else here.
+/// Where attempts run: on a Slurm cluster with `--slurm`, as steps of
+/// the `allocation` this pilot runs in with `--job-steps`, else here.
 ///
-/// Errors: the cluster cannot be reached.
-fn launcher_for(args: &RunArgs, cfg: &Config) -> anyhow::Result<Launcher> {
-    Ok(if args.slurm.slurm {
-        Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?))
-    } else {
-        Launcher::Local(Box::new(crate::launcher::Local::new(&cfg.log_dir)))
+/// Errors: the cluster cannot be reached; [`Error::Usage`] (exit 2):
+/// `--job-steps` outside an allocation.
+fn launcher_for(
+    args: &RunArgs,
+    cfg: &Config,
+    allocation: Option<&crate::pilot::Allocation>,
+) -> anyhow::Result<Launcher> {
+    use crate::launcher::{Local, steps::Steps};
+    Ok(match (args.slurm.slurm, args.job_steps, allocation) {
+        (true, ..) => Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?)),
+        (false, true, Some(allocation)) => {
+            let steps = Steps {
+                job_id: allocation.job_id,
+                node: allocation.node.clone(),
+            };
+            Launcher::Local(Box::new(Local::with_steps(&cfg.log_dir, steps)))
+        }
+        (false, true, None) => {
+            return Err(Error::Usage(
+                "--job-steps runs jobs as steps of the Slurm allocation gpusched runs in, and SLURM_JOB_ID is not set here: start gpusched inside one (sbatch, or gpusched export --slurm --pilot --job-steps)".into(),
+            )
+            .into());
+        }
+        (false, false, _) => Launcher::Local(Box::new(Local::new(&cfg.log_dir))),
     })
 }
 

@@ -230,3 +230,27 @@ fn doctor_says_which_gpus_a_pilot_would_use() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("GPU 6 of node gpu07"), "{text}");
 }
+
+#[test]
+fn job_steps_outside_an_allocation_are_a_usage_error_that_says_how() {
+    let nvml = Nvml::new("[vram=1000] true\n", FOUR_GPUS);
+    let mut cmd = nvml.command(&["--job-steps"]);
+    let out = cmd.env_remove("SLURM_JOB_ID").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--job-steps runs jobs as steps of the Slurm allocation")
+            && stderr.contains("SLURM_JOB_ID is not set here"),
+        "{stderr}"
+    );
+    // Nothing ran.
+    assert!(nvml.env.events("started").is_empty());
+    // With simulated GPUs or --no-allocation there is no allocation either.
+    for other in ["--no-allocation", "--sim=1"] {
+        let mut cmd = nvml.command(&["--job-steps", other]);
+        let out = cmd.env("SLURM_JOB_ID", "77").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{other}: {stderr}");
+        assert!(stderr.contains("cannot be used with"), "{stderr}");
+    }
+}

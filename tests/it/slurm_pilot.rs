@@ -208,3 +208,118 @@ fn a_pilot_cut_short_by_its_time_limit_leaves_the_rest_to_its_successor_exactly_
     }
     assert_eq!(started.len(), 30 + interrupted);
 }
+
+/// `sacct -j ID`'s steps of Slurm job `id`: (step id, name, state), the
+/// batch step left out.
+fn sacct_steps(id: u64) -> Vec<(String, String, String)> {
+    let out = Command::new("sacct")
+        .args([
+            "-n",
+            "-P",
+            "-o",
+            "JobID,JobName,State",
+            "-j",
+            &id.to_string(),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            let (step, name, state) = (f.next()?, f.next()?, f.next()?);
+            (step.starts_with(&format!("{id}.")) && !step.ends_with(".batch"))
+                .then(|| (step.to_string(), name.to_string(), state.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_pilot_with_job_steps_runs_each_job_as_a_step_sacct_lists_measured_and_stopped_through_slurm() {
+    if !cluster_up() {
+        return;
+    }
+    // Each job says which step and GPU it ran in, and shows the fake NVML a
+    // GPU process of its own (the step's shell: a child of slurmstepd, in
+    // no process group of gpusched's). The last one outlives its timeout=
+    // and answers SIGTERM, which only Slurm can deliver into its step.
+    // The process is taken off the fake's list before the job ends, as a
+    // driver drops an exited process (a pid listed after it died reads as
+    // one hidden in another PID namespace).
+    let job = "[vram=2000] sh gpuproc.sh add $CUDA_VISIBLE_DEVICES $$; \
+               echo \"$SLURM_JOB_ID.$SLURM_STEP_ID $CUDA_VISIBLE_DEVICES\" >> seen.txt; sleep 3; \
+               sh gpuproc.sh del $CUDA_VISIBLE_DEVICES $$\n";
+    let stubborn = "[vram=2000 timeout=4] trap 'echo TERM >> term.txt; exit 0' TERM; \
+                    echo started >> term.txt; sleep 60 & wait\n";
+    let nvml = Nvml::new(&format!("{}{stubborn}", job.repeat(6)), FOUR_GPUS);
+    std::fs::write(
+        nvml.env.path("gpuproc.sh"),
+        "exec 9>>\"$FAKE_NVML_STATE.lock\"; flock 9\n\
+         line=\"proc $2 $3 1500\"\n\
+         case $1 in\n\
+         add) echo \"$line\" >> \"$FAKE_NVML_STATE\" ;;\n\
+         del) grep -vx \"$line\" \"$FAKE_NVML_STATE\" > \"$FAKE_NVML_STATE.new\"; mv \"$FAKE_NVML_STATE.new\" \"$FAKE_NVML_STATE\" ;;\n\
+         esac\n",
+    )
+    .unwrap();
+    let script = pilot_script(&nvml, &["--gpus", "2", "--time", "10m", "--job-steps"]);
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains(" --job-steps &"), "{text}");
+    let pilot = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(pilot, &ENDED);
+    let out = pilot_output(&nvml, pilot);
+    // Exit 1: a job (the timed-out one) did not succeed.
+    assert_eq!(fields["ExitCode"], "1:0", "{fields:?}\n{out}");
+    assert!(
+        out.contains(&format!(
+            "each job runs as a job step (sacct -j {pilot} lists them)"
+        )),
+        "{out}"
+    );
+    // Every job ran in a step of the pilot's allocation, on a GPU of it.
+    let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
+    assert_eq!(seen.lines().count(), 6, "{seen}");
+    let gpus = job_fields(pilot)
+        .get("JOB_GRES")
+        .cloned()
+        .unwrap_or_default();
+    for line in seen.lines() {
+        let (step, gpu) = line.split_once(' ').unwrap();
+        assert!(
+            step.starts_with(&format!("{pilot}.")) && step.len() > format!("{pilot}.").len(),
+            "not run in a step of {pilot}: {seen}"
+        );
+        assert!(!gpu.is_empty() && !gpu.contains(','), "{seen} ({gpus})");
+    }
+    // Slurm accounted for each of them, by the name gpusched gave it.
+    let mut steps = Vec::new();
+    wait_for_within("sacct to list the steps", SLURM_DEADLINE, &mut || {
+        steps = sacct_steps(pilot);
+        steps.len() >= 7
+    });
+    let ours: Vec<_> = steps
+        .iter()
+        .filter(|(_, name, _)| name.starts_with("gpusched:"))
+        .collect();
+    assert_eq!(ours.len(), 7, "{steps:?}");
+    // The stopped one too: it ended its step itself, with exit 0.
+    assert!(ours.iter().all(|(_, _, s)| s == "COMPLETED"), "{steps:?}");
+    // Measured: the step's GPU process counted as the job's.
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 7, "{done:?}");
+    let ok: Vec<_> = done.iter().filter(|d| d["status"] == "ok").collect();
+    assert_eq!(ok.len(), 6, "{done:?}");
+    for d in &ok {
+        let peaks = d["peak_mib"].as_object().unwrap();
+        assert!(
+            peaks.values().any(|v| v == 1500),
+            "the step's process was not attributed: {d}"
+        );
+    }
+    // Stopped through Slurm with its grace: SIGTERM reached the job
+    // inside its step, and it was recorded as timed out.
+    let stopped = done.iter().find(|d| d["status"] != "ok").unwrap();
+    assert_eq!(stopped["status"], "timeout", "{stopped}");
+    let term = std::fs::read_to_string(nvml.env.path("term.txt")).unwrap_or_default();
+    assert_eq!(term, "started\nTERM\n", "{out}");
+}

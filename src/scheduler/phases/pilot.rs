@@ -156,8 +156,15 @@ impl Scheduler {
             1 => String::new(),
             n => format!("; the allocation spans {n} nodes, and only this node's GPUs are used"),
         };
+        let steps = match self.io.launcher.steps() {
+            Some(steps) => format!(
+                "; each job runs as a job step (sacct -j {} lists them)",
+                steps.job_id
+            ),
+            None => String::new(),
+        };
         self.report.say(format!(
-            "{words} ({}); {ends}; the box ledger is off{spread}",
+            "{words} ({}); {ends}; the box ledger is off{spread}{steps}",
             how.words()
         ));
         Ok(())

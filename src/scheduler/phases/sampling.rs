@@ -271,7 +271,18 @@ impl Scheduler {
             self.core.gpu.failures = 0;
         }
         self.record_health(&snapshot);
-        // Map each GPU process to one of our jobs through its process group.
+        // Map each GPU process to one of our jobs through its process group
+        // or, for jobs run as Slurm job steps (children of slurmstepd), the
+        // job its environment names.
+        let steps = self.io.launcher.steps().is_some();
+        let running = &self.core.running;
+        let job_of_step = |pid: u32| {
+            let (key, attempt) = crate::launcher::steps::job_of_environ(pid)?;
+            running
+                .get(&key)
+                .is_some_and(|job| job.attempt == attempt)
+                .then_some(key)
+        };
         let by_pgid: HashMap<u32, String> = self
             .core
             .running
@@ -286,7 +297,10 @@ impl Scheduler {
                 return None;
             };
             group_of.insert(pid, stat.pgrp);
-            by_pgid.get(&stat.pgrp).cloned()
+            by_pgid
+                .get(&stat.pgrp)
+                .cloned()
+                .or_else(|| steps.then(|| job_of_step(pid)).flatten())
         });
         self.measure_hidden(&mut seen, &hidden);
         self.note_left_behind(&seen.external);

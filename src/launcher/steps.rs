@@ -1,0 +1,195 @@
+//! Jobs as Slurm job steps inside a pilot's allocation (`--job-steps`,
+//! docs/BEHAVIOUR.md "Inside a Slurm allocation"): each attempt's shell
+//! runs `srun --overlap` on the allocation's node, so that Slurm launches,
+//! accounts for (`sacct` lists each step) and, at the allocation's end,
+//! stops the job. gpusched still chooses the GPUs: the step is given all
+//! of the allocation's (srun's default), and the job sees the ones chosen
+//! through `CUDA_VISIBLE_DEVICES`, set again inside the step because
+//! Slurm sets it there to the step's own.
+//!
+//! A step's processes are children of `slurmstepd`, not of the attempt's
+//! process group, so two things go through Slurm instead:
+//!
+//! * **signals**: srun, on SIGTERM, cancels its step at once (SIGKILL),
+//!   which would take away the job's grace. A step job is therefore sent
+//!   SIGTERM with `scancel --signal=TERM JOB.STEP`, and SIGKILL both that
+//!   way and to its group (srun and the shell around it);
+//! * **attribution**: a GPU process in no group of ours is matched to a
+//!   job by the `GPUSCHED_KEY` and `GPUSCHED_ATTEMPT` in its environment,
+//!   read only from processes of the scheduler's own user
+//!   ([`job_of_environ`]).
+
+use nix::sys::signal::Signal;
+use std::process::{Command, Stdio};
+
+/// The allocation jobs run as steps of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steps {
+    /// `SLURM_JOB_ID` of the allocation.
+    pub job_id: u64,
+    /// The node steps run on (`srun --nodelist`): the pilot's own.
+    pub node: String,
+}
+
+/// The step name of attempt `attempt` of job `key`: unique within the
+/// allocation, so that the step is found again by it (`squeue --steps`).
+pub fn step_name(key: &str, attempt: u32) -> String {
+    format!("gpusched:{key}:{attempt}")
+}
+
+impl Steps {
+    /// The shell text that runs `command` (a job's shell text) as a step
+    /// named `name`: srun is a child of the attempt's shell (not
+    /// `exec`ed, so the shell's exit record still sees its status, which
+    /// is the job's), and the job gets back the `CUDA_VISIBLE_DEVICES`
+    /// gpusched chose.
+    pub fn wrap(&self, command: &str, name: &str) -> String {
+        let quote = super::slurm::shell_quote;
+        format!(
+            "srun --overlap --nodes=1 --ntasks=1 --nodelist={} --jobid={} --job-name={} --quiet \
+             -- env CUDA_VISIBLE_DEVICES=\"$CUDA_VISIBLE_DEVICES\" /bin/sh -c {}",
+            quote(&self.node),
+            self.job_id,
+            quote(name),
+            quote(command)
+        )
+    }
+
+    /// Sends `signal` to the tasks of the step named `name` (`squeue
+    /// --steps` finds its id, `scancel --signal` delivers), on a thread of
+    /// its own: the loop never waits for Slurm. A step that has not
+    /// started yet, or already ended, is not found and nothing is sent;
+    /// the attempt's group is signalled by the caller as well for
+    /// SIGKILL.
+    pub fn signal(&self, name: &str, signal: Signal) {
+        let (job_id, name) = (self.job_id, name.to_string());
+        let signal = signal.as_str().trim_start_matches("SIG").to_string();
+        let _ = std::thread::Builder::new()
+            .name("gpusched-scancel".into())
+            .spawn(move || {
+                if let Some(step) = find_step(job_id, &name) {
+                    let _ = Command::new("scancel")
+                        .args(["--quiet", &format!("--signal={signal}"), &step])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            });
+    }
+}
+
+/// The id (`JOB.STEP`) of the step named `name` in allocation `job_id`,
+/// from `squeue --steps`; `None` when Slurm does not list it.
+fn find_step(job_id: u64, name: &str) -> Option<String> {
+    let out = Command::new("squeue")
+        .args(["--steps", "--noheader", "--format=%i %j"])
+        .arg(format!("--jobs={job_id}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    step_named(&String::from_utf8_lossy(&out.stdout), name)
+}
+
+/// In `squeue --steps --format='%i %j'` output, the step id named `name`.
+pub fn step_named(listing: &str, name: &str) -> Option<String> {
+    listing.lines().find_map(|line| {
+        let (id, step) = line.trim().split_once(' ')?;
+        (step.trim() == name && id.contains('.')).then(|| id.to_string())
+    })
+}
+
+/// The job key and attempt a process's environment names
+/// (`GPUSCHED_KEY`, `GPUSCHED_ATTEMPT`), for a process of the
+/// scheduler's own user only: another user's process could name any
+/// job, and its memory must never be counted as ours. At most 1 MiB of
+/// the environment is read; `None` when the process is gone, someone
+/// else's, or names no job.
+pub fn job_of_environ(pid: u32) -> Option<(String, u32)> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a kernel file (/proc), no user can plant it"
+    )]
+    let file = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    // The owner of /proc/PID is the process's effective user.
+    if file.metadata().ok()?.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let mut environ = Vec::new();
+    file.take(1 << 20).read_to_end(&mut environ).ok()?;
+    job_in_environ(&environ)
+}
+
+/// [`job_of_environ`] over the NUL-separated `environ` bytes.
+pub fn job_in_environ(environ: &[u8]) -> Option<(String, u32)> {
+    let mut key = None;
+    let mut attempt = None;
+    for var in environ.split(|&b| b == 0) {
+        if let Some(value) = var.strip_prefix(b"GPUSCHED_KEY=") {
+            key = Some(String::from_utf8_lossy(value).into_owned());
+        } else if let Some(value) = var.strip_prefix(b"GPUSCHED_ATTEMPT=") {
+            attempt = std::str::from_utf8(value).ok()?.parse().ok();
+        }
+    }
+    Some((key?, attempt?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_found_by_its_name_in_squeue_steps() {
+        let listing = "  740.batch batch\n740.0 gpusched:abc#0:1\n740.1 gpusched:abc#0:2\n";
+        assert_eq!(
+            step_named(listing, "gpusched:abc#0:2").as_deref(),
+            Some("740.1")
+        );
+        assert_eq!(step_named(listing, "gpusched:abc#0:3"), None);
+        assert_eq!(step_named("", "gpusched:abc#0:1"), None);
+    }
+
+    #[test]
+    fn the_wrapped_command_runs_the_job_in_a_named_step_with_its_own_gpus() {
+        let steps = Steps {
+            job_id: 45,
+            node: "gpu07".into(),
+        };
+        let text = steps.wrap("echo 'hi'; sleep 1", "gpusched:k#0:1");
+        assert!(
+            text.starts_with("srun --overlap --nodes=1 --ntasks=1 "),
+            "{text}"
+        );
+        assert!(
+            text.contains("--nodelist=gpu07 --jobid=45 --job-name='gpusched:k#0:1'"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                r#"-- env CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES" /bin/sh -c 'echo '\''hi'\''; sleep 1'"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_job_is_named_by_its_key_and_attempt_in_the_environment() {
+        let environ = b"PATH=/bin\0GPUSCHED_KEY=abc#1\0GPUSCHED_ATTEMPT=2\0X=y";
+        assert_eq!(job_in_environ(environ), Some(("abc#1".to_string(), 2)));
+        assert_eq!(job_in_environ(b"GPUSCHED_KEY=abc#1\0"), None);
+        assert_eq!(job_in_environ(b"GPUSCHED_ATTEMPT=x\0GPUSCHED_KEY=a"), None);
+    }
+
+    #[test]
+    fn the_schedulers_own_process_names_no_job_unless_its_environment_does() {
+        // This test process is the scheduler's user's; its environment has
+        // no GPUSCHED_KEY (a test runner never sets one).
+        if std::env::var_os("GPUSCHED_KEY").is_none() {
+            assert_eq!(job_of_environ(std::process::id()), None);
+        }
+        assert_eq!(job_of_environ(u32::MAX), None, "no such process");
+    }
+}

@@ -31,6 +31,10 @@ pub struct Steps {
     pub node: String,
 }
 
+/// How long a signal waits for its step to be listed (seconds): srun
+/// registers a step a moment after it starts.
+pub const STEP_LOOKUP_S: f64 = 2.0;
+
 /// The step name of attempt `attempt` of job `key`: unique within the
 /// allocation, so that the step is found again by it (`squeue --steps`).
 pub fn step_name(key: &str, attempt: u32) -> String {
@@ -57,17 +61,24 @@ impl Steps {
 
     /// Sends `signal` to the tasks of the step named `name` (`squeue
     /// --steps` finds its id, `scancel --signal` delivers), on a thread of
-    /// its own: the loop never waits for Slurm. A step that has not
-    /// started yet, or already ended, is not found and nothing is sent;
-    /// the attempt's group is signalled by the caller as well for
-    /// SIGKILL.
+    /// its own: the loop never waits for Slurm. A step srun has not
+    /// registered yet is looked for again, for up to [`STEP_LOOKUP_S`];
+    /// one that already ended is not found and nothing is sent. The
+    /// attempt's group is signalled by the caller as well for SIGKILL.
     pub fn signal(&self, name: &str, signal: Signal) {
         let (job_id, name) = (self.job_id, name.to_string());
         let signal = signal.as_str().trim_start_matches("SIG").to_string();
         let _ = std::thread::Builder::new()
             .name("gpusched-scancel".into())
             .spawn(move || {
-                if let Some(step) = find_step(job_id, &name) {
+                let tries = (STEP_LOOKUP_S / 0.2) as u32;
+                let step = (0..tries).find_map(|try_no| {
+                    if try_no > 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(200));
+                    }
+                    find_step(job_id, &name)
+                });
+                if let Some(step) = step {
                     let _ = Command::new("scancel")
                         .args(["--quiet", &format!("--signal={signal}"), &step])
                         .stdin(Stdio::null())

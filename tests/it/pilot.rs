@@ -254,3 +254,90 @@ fn job_steps_outside_an_allocation_are_a_usage_error_that_says_how() {
         assert!(stderr.contains("cannot be used with"), "{stderr}");
     }
 }
+
+/// Writes a stand-in `srun` into `dir`: it runs the command after `--` in
+/// a session of its own, as slurmstepd runs a step's tasks outside the
+/// pilot's process groups.
+fn fake_srun(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    common::write_script(
+        &dir.join("srun"),
+        "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec setsid \"$@\"\n",
+    );
+}
+
+#[test]
+fn a_step_jobs_gpu_memory_is_found_by_its_environment_and_another_users_claim_is_not() {
+    // The job shows the fake NVML a GPU process of its own (in a session of
+    // its own, as in a real step) and waits to be let go.
+    let job = "[vram=4000] echo \"proc $CUDA_VISIBLE_DEVICES $$ 1500\" >> \"$FAKE_NVML_STATE\"; \
+               echo \"$CUDA_VISIBLE_DEVICES\" > gpu.txt; \
+               while [ ! -e release ]; do sleep 0.05; done\n";
+    let nvml = Nvml::new(job, FOUR_GPUS);
+    let bin = nvml.env.path("bin");
+    fake_squeue(&bin, Some("10:00"), "");
+    fake_srun(&bin);
+    let sched = Sched::from_command(pilot(&nvml, "77", &bin, &["--poll", "0.3", "--job-steps"]));
+    wait_for("the job's GPU process", &mut || {
+        std::fs::read_to_string(nvml.env.path("gpu.txt")).is_ok_and(|g| !g.trim().is_empty())
+    });
+    let gpu = std::fs::read_to_string(nvml.env.path("gpu.txt")).unwrap();
+    let key = nvml.env.events("started")[0]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Another user's process names the same job in its environment and
+    // holds 7000 MiB on the same GPU: it must not count as the job's.
+    let hostile = common::users::test_user("gpusched-steps").map(|(uid, gid)| {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("sleep")
+            .arg("60")
+            .env("GPUSCHED_KEY", &key)
+            .env("GPUSCHED_ATTEMPT", "1")
+            .uid(uid)
+            .gid(gid)
+            .spawn()
+            .unwrap();
+        let line = format!("proc {} {} 7000\n", gpu.trim(), child.id());
+        let state = nvml.env.path("nvml_state");
+        let mut text = std::fs::read_to_string(&state).unwrap();
+        text.push_str(&line);
+        nvml.set_state(&text);
+        child
+    });
+    // A sample with both processes listed: the other user's is counted
+    // as someone else's on that GPU.
+    if hostile.is_some() {
+        wait_for("the other user's process counted as external", &mut || {
+            std::fs::read_to_string(nvml.env.logs.join("status.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .is_some_and(|doc| {
+                    doc["gpus"].as_array().is_some_and(|gpus| {
+                        gpus.iter()
+                            .any(|g| g["external_mib"].as_u64().is_some_and(|m| m >= 7000))
+                    })
+                })
+        });
+    }
+    std::fs::write(nvml.env.path("release"), "").unwrap();
+    let out = sched.finish();
+    if let Some(mut child) = hostile {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("each job runs as a job step (sacct -j 77 lists them)"),
+        "{}",
+        out.stdout
+    );
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(
+        done[0]["peak_mib"],
+        serde_json::json!({ gpu.trim(): 1500 }),
+        "the step's own process counts, another user's claim does not: {done:?}"
+    );
+}

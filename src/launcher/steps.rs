@@ -42,6 +42,24 @@ pub fn step_name(key: &str, attempt: u32) -> String {
 }
 
 impl Steps {
+    /// Checks that Slurm's `srun` runs here (`srun --version`), before any
+    /// job is started through it.
+    ///
+    /// Errors: the words for a usage error, naming what failed.
+    pub fn check_srun() -> Result<(), String> {
+        let status = Command::new("srun")
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match status {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(format!("`srun --version` failed ({status})")),
+            Err(e) => Err(format!("srun cannot be run ({e})")),
+        }
+    }
+
     /// The shell text that runs `command` (a job's shell text) as a step
     /// named `name`: srun is a child of the attempt's shell (not
     /// `exec`ed, so the shell's exit record still sees its status, which

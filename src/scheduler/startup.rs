@@ -333,6 +333,11 @@ fn launcher_for(
     Ok(match (args.slurm.slurm, args.job_steps, allocation) {
         (true, ..) => Launcher::Slurm(Box::new(Cluster::connect(args.slurm.options(), cfg.poll)?)),
         (false, true, Some(allocation)) => {
+            Steps::check_srun().map_err(|why| {
+                Error::Usage(format!(
+                    "--job-steps starts each job with Slurm's srun, and {why}: put Slurm's commands on PATH, or leave --job-steps out to run the jobs as gpusched's own processes"
+                ))
+            })?;
             let steps = Steps {
                 job_id: allocation.job_id,
                 node: allocation.node.clone(),

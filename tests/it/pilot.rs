@@ -245,6 +245,20 @@ fn job_steps_outside_an_allocation_are_a_usage_error_that_says_how() {
     );
     // Nothing ran.
     assert!(nvml.env.events("started").is_empty());
+    // Inside an allocation, but without srun: said at start, nothing runs.
+    let empty = nvml.env.path("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = pilot(&nvml, "77", &empty, &["--job-steps"])
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--job-steps starts each job with Slurm's srun, and srun cannot be run"),
+        "{stderr}"
+    );
+    assert!(nvml.env.events("started").is_empty());
     // With simulated GPUs or --no-allocation there is no allocation either.
     for other in ["--no-allocation", "--sim=1"] {
         let mut cmd = nvml.command(&["--job-steps", other]);
@@ -262,7 +276,8 @@ fn fake_srun(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     common::write_script(
         &dir.join("srun"),
-        "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec setsid \"$@\"\n",
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'slurm 22.05 (stand-in)'; exit 0; }\n\
+         while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\nshift\nexec setsid \"$@\"\n",
     );
 }
 

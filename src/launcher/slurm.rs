@@ -530,7 +530,10 @@ pub fn is_active(id: u64) -> anyhow::Result<bool> {
 
 /// Runs `args` (a Slurm command and its arguments) with `stdin`; returns
 /// its standard output.
-fn run(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+///
+/// Errors: it cannot be started, fails (its first line of complaint), or
+/// takes longer than [`COMMAND_TIMEOUT`] (it is killed).
+pub(super) fn run(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     run_with(Command::new(args[0]).args(&args[1..]), stdin)
 }
 

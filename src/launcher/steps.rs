@@ -19,8 +19,8 @@
 //!   read only from processes of the scheduler's own user
 //!   ([`job_of_environ`]).
 
+use super::slurm::run;
 use nix::sys::signal::Signal;
-use std::process::{Command, Stdio};
 
 /// The allocation jobs run as steps of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,17 +47,9 @@ impl Steps {
     ///
     /// Errors: the words for a usage error, naming what failed.
     pub fn check_srun() -> Result<(), String> {
-        let status = Command::new("srun")
-            .arg("--version")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match status {
-            Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(format!("`srun --version` failed ({status})")),
-            Err(e) => Err(format!("srun cannot be run ({e})")),
-        }
+        run(&["srun", "--version"], None)
+            .map(|_| ())
+            .map_err(|e| format!("srun cannot be run ({e:#})"))
     }
 
     /// The shell text that runs `command` (a job's shell text) as a step
@@ -97,12 +89,10 @@ impl Steps {
                     find_step(job_id, &name)
                 });
                 if let Some(step) = step {
-                    let _ = Command::new("scancel")
-                        .args(["--quiet", &format!("--signal={signal}"), &step])
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
+                    let _ = run(
+                        &["scancel", "--quiet", &format!("--signal={signal}"), &step],
+                        None,
+                    );
                 }
             });
     }
@@ -111,14 +101,13 @@ impl Steps {
 /// The id (`JOB.STEP`) of the step named `name` in allocation `job_id`,
 /// from `squeue --steps`; `None` when Slurm does not list it.
 fn find_step(job_id: u64, name: &str) -> Option<String> {
-    let out = Command::new("squeue")
-        .args(["--steps", "--noheader", "--format=%i %j"])
-        .arg(format!("--jobs={job_id}"))
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    step_named(&String::from_utf8_lossy(&out.stdout), name)
+    let jobs = format!("--jobs={job_id}");
+    let out = run(
+        &["squeue", "--steps", "--noheader", "--format=%i %j", &jobs],
+        None,
+    )
+    .ok()?;
+    step_named(&out, name)
 }
 
 /// In `squeue --steps --format='%i %j'` output, the step id named `name`.

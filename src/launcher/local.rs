@@ -31,13 +31,18 @@ pub struct Local {
     /// Inside a Slurm allocation with `--job-steps`: every job runs as a
     /// step of it ([`super::steps`]).
     steps: Option<Steps>,
-    /// Each step job's step name, by attempt id, until its end is
-    /// journaled.
-    step_names: HashMap<u64, String>,
-    /// When the first signal went to each step job (Unix seconds): the
-    /// supervisor did not deliver it, so it cannot say whether it reached
-    /// the job; an end at or after this moment counts as the kill's.
-    step_signalled: HashMap<u64, f64>,
+    /// Each step job, by attempt id, until its end is journaled.
+    step_jobs: HashMap<u64, StepJob>,
+}
+
+/// A job run as a Slurm job step ([`super::steps`]).
+struct StepJob {
+    /// Its step's name.
+    name: String,
+    /// When the first signal went to it (Unix seconds): the supervisor
+    /// did not deliver it, so it cannot say whether it reached the job;
+    /// an end at or after this moment counts as the kill's.
+    signalled_at: Option<f64>,
 }
 
 /// The variable that names, for a job's own shell, the file it appends
@@ -72,8 +77,7 @@ impl Local {
             replaced: false,
             stranded: Vec::new(),
             steps: None,
-            step_names: HashMap::new(),
-            step_signalled: HashMap::new(),
+            step_jobs: HashMap::new(),
         }
     }
 
@@ -126,7 +130,8 @@ impl Local {
             self.running()?.start(id, &request)?;
         }
         if let Some(name) = step {
-            self.step_names.insert(id, name);
+            let signalled_at = None;
+            self.step_jobs.insert(id, StepJob { name, signalled_at });
         }
         Ok(id)
     }
@@ -165,11 +170,9 @@ impl Local {
     /// group (srun and the shell around it) only gets SIGKILL, since srun
     /// answers SIGTERM by killing its step at once.
     pub(super) fn signal(&mut self, id: u64, signal: Signal) -> bool {
-        if let (Some(steps), Some(name)) = (&self.steps, self.step_names.get(&id)) {
-            steps.signal(name, signal);
-            self.step_signalled
-                .entry(id)
-                .or_insert_with(crate::clock::now_ts);
+        if let (Some(steps), Some(job)) = (&self.steps, self.step_jobs.get_mut(&id)) {
+            steps.signal(&job.name, signal);
+            job.signalled_at.get_or_insert_with(crate::clock::now_ts);
             if signal != Signal::SIGKILL {
                 return true;
             }
@@ -184,8 +187,7 @@ impl Local {
     pub(super) fn ack_all(&mut self, ids: &[u64]) {
         let first_id = self.first_id;
         for id in ids {
-            self.step_names.remove(id);
-            self.step_signalled.remove(id);
+            self.step_jobs.remove(id);
         }
         if let Some(supervisor) = &mut self.supervisor {
             let ours: Vec<u64> = ids.iter().copied().filter(|&id| id >= first_id).collect();
@@ -208,7 +210,7 @@ impl Local {
         // A step job's kill went through Slurm: it reached the job if the
         // job ended after it went out.
         for (id, record) in &mut ended {
-            if let Some(&at) = self.step_signalled.get(id) {
+            if let Some(at) = self.step_jobs.get(id).and_then(|job| job.signalled_at) {
                 record.killed |= record.ended >= at;
             }
         }

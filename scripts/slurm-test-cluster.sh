@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster for gpusched's Slurm tests (docs/BEHAVIOUR.md "Slurm"), from
-# Debian's packages, started as root without systemd.
+# A real two-node Slurm cluster on this one host for gpusched's Slurm
+# tests (docs/BEHAVIOUR.md "Slurm", "Several nodes"), from Debian's
+# packages (built with MULTIPLE_SLURMD, so one host runs a slurmd per
+# node), started as root without systemd.
 #
 #   scripts/slurm-test-cluster.sh up     # install (if needed), configure, start
 #   scripts/slurm-test-cluster.sh down   # stop the daemons
 #   scripts/slurm-test-cluster.sh status # sinfo, and exit 0 when it answers
 #
-# The node has 4 fake GPUs of type `fake` (character devices made with
+# Each node has 4 fake GPUs of type `fake` (character devices made with
 # mknod, so that Slurm sets CUDA_VISIBLE_DEVICES) and 16 shards (4 per GPU)
-# for jobs that declare VRAM. Accounting goes to slurmdbd over a local
+# for jobs that declare VRAM. Partition `debug` (the default) is the first
+# node alone, as the one-node tests expect; partition `multi` is both. A
+# task whose FAKE_NVML_STATE has a twin named `<that file>.<node>` gets
+# the twin on that node (a TaskProlog), so that each node shows the fake
+# NVML GPUs of its own. Accounting goes to slurmdbd over a local
 # MariaDB, so that `sacct` lists jobs and their steps (a pilot's jobs run as
 # job steps). State lives in $GPUSCHED_SLURM_DIR (default
 # /tmp/gpusched-slurm). Needs root; says so and exits 1 otherwise.
@@ -16,6 +22,7 @@ set -euo pipefail
 
 dir="${GPUSCHED_SLURM_DIR:-/tmp/gpusched-slurm}"
 node="${GPUSCHED_SLURM_NODE:-gpusched-node}"
+node2="${node}2"
 conf=/etc/slurm/slurm.conf
 
 die() { echo "slurm-test-cluster: $*" >&2; exit 1; }
@@ -36,7 +43,7 @@ install() {
 }
 
 configure() {
-    mkdir -p "$dir"/{state,spool,log,dev} /etc/slurm /run/munge
+    mkdir -p "$dir"/{state,spool,log,dev} "$dir/spool/$node" "$dir/spool/$node2" /etc/slurm /run/munge
     for i in 0 1 2 3; do
         [ -c "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 195 "$i"
     done
@@ -55,11 +62,12 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=cred_expire=10
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+TaskProlog=/etc/slurm/gpusched-task-prolog.sh
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -79,17 +87,29 @@ SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=300
 KillWait=5
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4,shard:16 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+NodeName=$node NodeAddr=127.0.0.1 Port=6818 CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4,shard:16 State=UNKNOWN
+NodeName=$node2 NodeAddr=127.0.0.1 Port=6820 CPUs=$cpus RealMemory=$mem Gres=gpu:fake:4,shard:16 State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+PartitionName=multi Nodes=$node,$node2 MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
-    cat > /etc/slurm/gres.conf <<EOF
-AutoDetect=off
-NodeName=$node Name=gpu Type=fake File=$dir/dev/nvidia[0-3]
-NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia0
-NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia1
-NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia2
-NodeName=$node Name=shard Count=4 File=$dir/dev/nvidia3
+    {
+        echo "AutoDetect=off"
+        for n in "$node" "$node2"; do
+            echo "NodeName=$n Name=gpu Type=fake File=$dir/dev/nvidia[0-3]"
+            for i in 0 1 2 3; do
+                echo "NodeName=$n Name=shard Count=4 File=$dir/dev/nvidia$i"
+            done
+        done
+    } > /etc/slurm/gres.conf
+    cat > /etc/slurm/gpusched-task-prolog.sh <<'EOF'
+#!/bin/sh
+# Written by gpusched's scripts/slurm-test-cluster.sh: each node of the
+# one-host test cluster shows its own fake NVML GPUs.
+if [ -n "${FAKE_NVML_STATE:-}" ] && [ -f "$FAKE_NVML_STATE.$SLURMD_NODENAME" ]; then
+    echo "export FAKE_NVML_STATE=$FAKE_NVML_STATE.$SLURMD_NODENAME"
+fi
 EOF
+    chmod 755 /etc/slurm/gpusched-task-prolog.sh
     cat > /etc/slurm/cgroup.conf <<EOF
 CgroupPlugin=cgroup/v1
 EOF
@@ -157,16 +177,20 @@ start() {
     [ -S /run/munge/munge.socket.2 ] || die "munged did not start"
     start_accounting
     running "$dir/slurmctld.pid" || slurmctld -f "$conf"
-    running "$dir/slurmd.pid" || slurmd -f "$conf" -N "$node"
+    for n in "$node" "$node2"; do
+        running "$dir/slurmd-$n.pid" || slurmd -f "$conf" -N "$n"
+    done
     for _ in $(seq 1 60); do
-        if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+        if [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)$')" -ge 2 ]; then
             return
         fi
-        scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+        for n in "$node" "$node2"; do
+            scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
+        done
         sleep 0.5
     done
-    echo "slurm-test-cluster: the node did not come up; logs:" >&2
-    tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
+    echo "slurm-test-cluster: the nodes did not come up; logs:" >&2
+    tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd-$node.log" "$dir/log/slurmd-$node2.log" >&2 || true
     exit 1
 }
 
@@ -202,6 +226,6 @@ stop() {
 case "${1:-}" in
     up) need_root; install; configure; start; sinfo ;;
     down) need_root; stop ;;
-    status) sinfo && scontrol show node "$node" | grep -E 'State|Gres' ;;
+    status) sinfo && scontrol show node "$node" "$node2" | grep -E 'NodeName|State|Gres' ;;
     *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac

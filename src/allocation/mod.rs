@@ -6,6 +6,7 @@
 mod choice;
 pub use choice::{PlacementPolicy, SATURATED_UTIL};
 use choice::{choice_cost, is_saturated};
+use std::collections::BTreeMap;
 mod wait;
 pub use wait::WaitReason;
 
@@ -36,6 +37,10 @@ pub struct PlaceOptions {
     /// whole GPUs stay whole for the jobs that need them, but still never
     /// beside a job of ours computing flat out. Set per job by the round.
     pub share_fit: bool,
+    /// A pilot on several nodes (docs/BEHAVIOUR.md "Several nodes"):
+    /// device ids `n·k` to `n·k + k − 1` are node `n`'s GPUs, and a job's
+    /// GPUs are all on one node. `None`: one box.
+    pub node_gpus: Option<u32>,
 }
 
 impl Default for PlaceOptions {
@@ -49,6 +54,7 @@ impl Default for PlaceOptions {
             topology: None,
             policy: PlacementPolicy::Spread,
             share_fit: false,
+            node_gpus: None,
         }
     }
 }
@@ -287,7 +293,7 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
         .collect();
     let gpus = allowed.as_slice();
     // The GPUs with room, each with what choosing it costs.
-    let mut fits: Vec<(u64, u32)> = match request.vram_mib {
+    let fits: Vec<(u64, u32)> = match request.vram_mib {
         // Lowest index first, whatever the order of the snapshot.
         None => gpus
             .iter()
@@ -306,24 +312,48 @@ pub fn place(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Placem
                 .collect()
         }
     };
-    let mut chosen: Vec<u32> = match &opts.topology {
-        // Several GPUs on a box whose links differ: the best-connected set.
-        Some(topology) if wanted > 1 && topology.matters() => {
-            topology.best_set(&fits, wanted).unwrap_or_default()
+    let mut chosen = match opts.node_gpus {
+        // Several nodes: the cheapest node that has room for all of it.
+        Some(per_node) if wanted > 1 => {
+            let mut nodes: BTreeMap<u32, Vec<(u64, u32)>> = BTreeMap::new();
+            for fit in fits {
+                nodes.entry(fit.1 / per_node.max(1)).or_default().push(fit);
+            }
+            nodes
+                .into_values()
+                .map(|fits| choose_set(fits, wanted, opts))
+                .filter(|set| set.len() == wanted)
+                .min_by_key(|set| set.iter().map(|(cost, _)| *cost).sum::<u64>())
+                .unwrap_or_default()
         }
-        _ => {
-            fits.sort_unstable();
-            fits.into_iter()
-                .take(wanted)
-                .map(|(_, index)| index)
-                .collect()
-        }
-    };
+        _ => choose_set(fits, wanted, opts),
+    }
+    .into_iter()
+    .map(|(_, index)| index)
+    .collect::<Vec<u32>>();
     if chosen.len() < wanted {
         return Placement::NotNow;
     }
     chosen.sort_unstable();
     Placement::Start(chosen)
+}
+
+/// `wanted` GPUs of `fits` (cost, index): the best-connected set where
+/// the links differ (docs/HARDWARE.md "Topology"), else the cheapest;
+/// fewer when fewer fit.
+fn choose_set(mut fits: Vec<(u64, u32)>, wanted: usize, opts: &PlaceOptions) -> Vec<(u64, u32)> {
+    match &opts.topology {
+        Some(topology) if wanted > 1 && topology.matters() => {
+            let set = topology.best_set(&fits, wanted).unwrap_or_default();
+            fits.retain(|(_, index)| set.contains(index));
+            fits
+        }
+        _ => {
+            fits.sort_unstable();
+            fits.truncate(wanted);
+            fits
+        }
+    }
 }
 
 /// The starvation hold (docs/BEHAVIOUR.md "Queue policy"): the GPUs held
@@ -700,6 +730,18 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
                 ""
             }
         ));
+    }
+    if let Some(per_node) = opts.node_gpus.filter(|_| wanted > 1) {
+        let mut on_node: BTreeMap<u32, usize> = BTreeMap::new();
+        for gpu in &allowed {
+            *on_node.entry(gpu.index / per_node.max(1)).or_default() += 1;
+        }
+        let most = on_node.values().copied().max().unwrap_or(0);
+        if most < wanted {
+            return Some(format!(
+                "needs {wanted} GPUs on one node, and no node of the allocation has more than {most} allowed"
+            ));
+        }
     }
     let gpus = allowed.as_slice();
     let vram = request.vram_mib?;

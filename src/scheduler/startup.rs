@@ -426,6 +426,7 @@ fn config(args: &RunArgs) -> Config {
             topology: None,
             policy: args.placement,
             share_fit: false,
+            node_gpus: None,
         },
         tolerance: args.tolerance,
         poll: Duration::from_secs_f64(args.poll),

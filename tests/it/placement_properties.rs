@@ -99,6 +99,8 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
         topology(),
         prop_oneof![Just(PlacementPolicy::Spread), Just(PlacementPolicy::Pack)],
         any::<bool>(),
+        // One box, or a pilot's nodes of 1 to 4 GPUs each.
+        prop::option::of(1u32..5),
     )
         .prop_map(
             |(
@@ -110,6 +112,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                 topology,
                 policy,
                 share_fit,
+                node_gpus,
             )| {
                 PlaceOptions {
                     idle_threshold_mib,
@@ -120,6 +123,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                     topology,
                     policy,
                     share_fit,
+                    node_gpus,
                 }
             },
         )
@@ -220,6 +224,15 @@ proptest! {
                     "on a drained GPU: {:?}",
                     chosen
                 );
+                // A pilot on several nodes: every GPU of a job on one node.
+                if let Some(per_node) = opts.node_gpus {
+                    prop_assert!(
+                        chosen.iter().all(|i| i / per_node == chosen[0] / per_node),
+                        "across nodes of {} GPUs: {:?}",
+                        per_node,
+                        chosen
+                    );
+                }
             }
         }
     }

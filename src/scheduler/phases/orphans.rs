@@ -74,6 +74,22 @@ impl Scheduler {
                     "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
                     state.no
                 ));
+            } else if let Some(ended_with) = record
+                .as_ref()
+                .and_then(|r| self.stopped_with_its_allocation(info, r))
+            {
+                // Slurm stopped it with its pilot's allocation (check_other_allocations
+                // saw that end): the next allocation runs it again.
+                self.finish_cgroup(&running);
+                self.io.journal.append(&key, Event::Interrupted {})?;
+                self.report.say(format!(
+                    "job {} was stopped when Slurm job {ended_with} ended ({}); it is pending again",
+                    state.no,
+                    record
+                        .as_ref()
+                        .and_then(|r| r.exit())
+                        .map_or("exit status unknown".into(), |e| e.describe())
+                ));
             } else if let Some(record) = record {
                 self.report.say(format!(
                     "job {} ended while no scheduler ran ({}); recording its outcome",
@@ -114,6 +130,26 @@ impl Scheduler {
         }
         self.remove_stale_exit_records();
         Ok(())
+    }
+
+    /// The Slurm allocation whose end stopped an attempt a pilot started
+    /// there (docs/BEHAVIOUR.md "Inside a Slurm allocation"): one not
+    /// this scheduler's, whose exit `record` is a SIGTERM or SIGKILL (or
+    /// srun's status for a step so ended, 128 + the signal). Slurm stops
+    /// every process of an allocation at its end, so a pilot killed
+    /// before its wrap-up leaves its jobs so; they run again, as after a
+    /// wrap-up. `None` for any other end.
+    fn stopped_with_its_allocation(
+        &self,
+        info: &crate::journal::StartedInfo,
+        record: &crate::process::supervisor::ExitRecord,
+    ) -> Option<u64> {
+        let ours = self.io.pilot.as_ref().map(|p| p.allocation.job_id);
+        let theirs = info.allocation.filter(|a| Some(*a) != ours)?;
+        let by_signal = |s: i32| s == libc::SIGTERM || s == libc::SIGKILL;
+        let stopped = record.signal.is_some_and(by_signal)
+            || record.code.is_some_and(|c| c > 128 && by_signal(c - 128));
+        stopped.then_some(theirs)
     }
 
     /// Refuses to take over attempts a pilot started in another Slurm

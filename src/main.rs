@@ -12,6 +12,23 @@ fn main() {
         let _args: SuperviseArgs = SuperviseArgs::parse_from(argv);
         finish(gpusched::process::supervisor::run());
     }
+    // A pilot's agent on another node of its allocation
+    // (docs/BEHAVIOUR.md "Several nodes").
+    let mut argv = std::env::args();
+    if argv
+        .nth(1)
+        .is_some_and(|a| a == gpusched::gpu::nodes::NODE_AGENT)
+    {
+        let poll = argv.next().and_then(|p| p.parse::<f64>().ok());
+        finish(match poll.filter(|p| p.is_finite() && *p > 0.0) {
+            Some(poll) => gpusched::gpu::nodes::run_agent(poll),
+            None => Err(gpusched::error::Error::Usage(format!(
+                "usage: gpusched {} POLL_SECONDS",
+                gpusched::gpu::nodes::NODE_AGENT
+            ))
+            .into()),
+        });
+    }
     // `gpusched cancle 3`: clap would take `cancle` for the jobs file and
     // complain about `3`; say what was meant instead.
     if let Some(error) = std::env::args_os()

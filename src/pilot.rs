@@ -23,6 +23,27 @@ pub const WRAP_UP_S: f64 = 20.0;
 /// writes submit their successor only on it.
 pub const EXIT_FOR_NEXT_ALLOCATION: i32 = 75;
 
+/// GPUs per node in a multi-node pilot's device ids (docs/BEHAVIOUR.md
+/// "Several nodes"): GPU `i` (that node's own NVML index) of the
+/// allocation's node `n` (the pilot's own is 0, the others follow in
+/// Slurm's order) is device id `8·n + i`, so that every GPU of up to
+/// [`MAX_NODES`] nodes is a whole-GPU id below 64.
+pub const NODE_GPU_SLOTS: u32 = 8;
+
+/// The most nodes a multi-node pilot uses.
+pub const MAX_NODES: u32 = 8;
+
+/// The device id of GPU `index` of node `node` (see [`NODE_GPU_SLOTS`]);
+/// `None` beyond what ids can name.
+pub fn node_device_id(node: u32, index: u32) -> Option<u32> {
+    (node < MAX_NODES && index < NODE_GPU_SLOTS).then_some(node * NODE_GPU_SLOTS + index)
+}
+
+/// (node number, that node's GPU index) of a multi-node device id.
+pub fn device_node(id: u32) -> (u32, u32) {
+    (id / NODE_GPU_SLOTS, id % NODE_GPU_SLOTS)
+}
+
 /// The Slurm allocation this process runs in, from the variables Slurm
 /// sets in every batch script and step (sbatch(1), srun(1) "OUTPUT
 /// ENVIRONMENT VARIABLES").
@@ -34,6 +55,8 @@ pub struct Allocation {
     pub node: String,
     /// `SLURM_JOB_NUM_NODES` (1 when unset).
     pub nodes: u32,
+    /// `SLURM_JOB_NODELIST`, in Slurm's compressed form (`gpu[07-08]`).
+    pub node_list: Option<String>,
     /// `CUDA_VISIBLE_DEVICES` as Slurm (or the admin's prolog) set it:
     /// indices or UUIDs, comma-separated.
     pub visible: Option<String>,
@@ -94,6 +117,7 @@ impl Allocation {
             job_id,
             node,
             nodes,
+            node_list: nonempty(get("SLURM_JOB_NODELIST")),
             visible: nonempty(get("CUDA_VISIBLE_DEVICES")),
             job_gpus: nonempty(get("SLURM_STEP_GPUS")).or_else(|| nonempty(get("SLURM_JOB_GPUS"))),
         })
@@ -171,6 +195,28 @@ impl Allocation {
             ));
         }
         Ok((indices, Matched::ByIndex))
+    }
+
+    /// [`Allocation::gpus`] over a snapshot of NVML's devices: those
+    /// that answered, those it may not open (`Insufficient Permissions`),
+    /// and the sick ones.
+    ///
+    /// Errors: as [`Allocation::gpus`].
+    pub fn gpus_in(
+        &self,
+        snapshot: &crate::gpu::GpuSnapshot,
+    ) -> Result<(Vec<u32>, Matched), String> {
+        let answered: Vec<(u32, String)> = snapshot
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.uuid.clone()))
+            .collect();
+        let (hidden, sick): (Vec<_>, Vec<_>) = snapshot
+            .faults
+            .iter()
+            .partition(|f| f.reason.contains("Insufficient Permissions"));
+        let index = |f: Vec<&crate::gpu::GpuFault>| f.iter().map(|f| f.index).collect::<Vec<_>>();
+        self.gpus(&answered, &index(hidden), &index(sick))
     }
 
     /// The GPUs whose UUIDs `visible` lists, by NVML index.

@@ -16,7 +16,7 @@ pub struct PilotArgs {
     #[arg(long, requires = "slurm")]
     pub pilot: bool,
 
-    /// GPUs of the pilot's allocation (`--gres=gpu:N`).
+    /// GPUs of the pilot's allocation on each node (`--gres=gpu:N`).
     #[arg(
         long,
         value_name = "N",
@@ -42,4 +42,18 @@ pub struct PilotArgs {
     /// them with the allocation.
     #[arg(long, requires = "pilot")]
     pub job_steps: bool,
+
+    /// Nodes of the pilot's allocation (`sbatch --nodes`), each with
+    /// --gpus GPUs. More than one runs every job as a job step on the node
+    /// of its GPUs (as --job-steps), with a gpusched agent on each other
+    /// node sampling its GPUs; gpusched must be at the same path on every
+    /// node.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "pilot",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=crate::pilot::MAX_NODES as i64)
+    )]
+    pub nodes: u32,
 }

@@ -250,7 +250,7 @@ fn pilot_script(
     let q = |p: &std::path::Path| slurm::shell_quote(&p.display().to_string());
     let mut out = format!(
         "#!/bin/bash\n\
-         # A gpusched pilot for {jobs} ({count} job(s)): one Slurm allocation of {gpus} GPU(s); gpusched\n\
+         # A gpusched pilot for {jobs} ({count} job(s)): one Slurm allocation of {gpus} GPU(s){per_node}; gpusched\n\
          # inside it packs the jobs onto them, starts none that cannot end in time, and {wrap} s before\n\
          # the end stops what runs so that the next allocation runs it again, exactly once.\n\
          # Written by `gpusched export --slurm --pilot`; submit it with `sbatch THIS_FILE`.\n\
@@ -259,8 +259,15 @@ fn pilot_script(
         jobs = pilot.jobs_file.display(),
         count = pilot.jobs,
         gpus = sizing.gpus,
+        per_node = match sizing.nodes {
+            1 => String::new(),
+            n => format!(" on each of {n} nodes"),
+        },
         wrap = crate::pilot::WRAP_UP_S,
     );
+    if sizing.nodes > 1 {
+        let _ = writeln!(out, "#SBATCH --nodes={}", sizing.nodes);
+    }
     if let Some(time) = sizing.time {
         let _ = writeln!(out, "#SBATCH --time={}", (time / 60.0).ceil() as u64);
     }
@@ -314,7 +321,12 @@ fn pilot_script(
         gpusched = q(&pilot.gpusched),
         jobs = q(&pilot.jobs_file),
         log_dir = q(&pilot.log_dir),
-        steps = if sizing.job_steps { " --job-steps" } else { "" },
+        // Several nodes: every job a step on the node of its GPUs.
+        steps = if sizing.job_steps || sizing.nodes > 1 {
+            " --job-steps"
+        } else {
+            ""
+        },
         next_exit = crate::pilot::EXIT_FOR_NEXT_ALLOCATION,
     );
     out
@@ -338,6 +350,7 @@ mod tests {
             time,
             chain,
             job_steps: false,
+            nodes: 1,
         };
         let options = slurm::SlurmOptions {
             partition: Some("gpu".into()),
@@ -424,6 +437,7 @@ mod tests {
             time: None,
             chain: 2,
             job_steps: false,
+            nodes: 1,
         };
         let script = dir.path().join("pilot.sh");
         std::fs::write(

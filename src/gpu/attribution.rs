@@ -40,16 +40,17 @@ pub struct Attribution<J> {
     pub external: Vec<(GpuPid, Option<u64>)>,
 }
 
-/// Maps each process to a job through `job_of_pid` (pid → the job whose
-/// process group it is in, if any) and sums known memory per job and GPU.
+/// Maps each process to a job through `job_of` (a process → the job
+/// whose process group it is in, or that it is known to be, if any) and
+/// sums known memory per job and GPU.
 pub fn attribute<J: Clone + Eq + Hash>(
     processes: &[GpuProcess],
-    mut job_of_pid: impl FnMut(u32) -> Option<J>,
+    mut job_of: impl FnMut(&GpuProcess) -> Option<J>,
 ) -> Attribution<J> {
     let mut per_job: HashMap<J, BTreeMap<u32, u64>> = HashMap::new();
     let mut external = Vec::new();
     for process in processes {
-        match job_of_pid(process.pid) {
+        match job_of(process) {
             Some(job) => {
                 let gpus = per_job.entry(job).or_default();
                 let slot = gpus.entry(process.gpu).or_insert(0);
@@ -268,7 +269,7 @@ mod tests {
     #[test]
     fn processes_are_attributed_by_group() {
         // Pids 10 and 11 are in job "a"'s group, 20 in "b"'s, 30 is not ours.
-        let owner = |pid: u32| match pid {
+        let owner = |p: &GpuProcess| match p.pid {
             10 | 11 => Some("a"),
             20 => Some("b"),
             _ => None,

@@ -187,6 +187,7 @@ mod tests {
                     lasting: false,
                 })
                 .collect(),
+            named: Vec::new(),
         }
     }
 

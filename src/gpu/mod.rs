@@ -6,12 +6,13 @@
 pub mod attribution;
 pub mod health;
 pub mod mig;
+pub mod nodes;
 pub mod nvml;
 pub mod sim;
 
 /// One device in a snapshot: a whole GPU, or a MIG instance of a GPU in
 /// MIG mode (docs/HARDWARE.md "MIG").
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct GpuInfo {
     /// Device id ([`crate::model::mig_device_id`]): a whole GPU's NVML
     /// index (the number in `CUDA_VISIBLE_DEVICES` under
@@ -34,7 +35,7 @@ pub struct GpuInfo {
 }
 
 /// One compute process on one GPU.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GpuProcess {
     /// Process id as reported by the driver (may be a host pid in
     /// containers, so it may not resolve here).
@@ -50,7 +51,7 @@ pub struct GpuProcess {
 /// (docs/HARDWARE.md "A sick GPU"): NVML said `GPU is lost`, `reset
 /// required` or an unknown error for it, it could not be opened, or it
 /// left the device count; or a critical XID error event came from it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GpuFault {
     /// NVML device index.
     pub index: u32,
@@ -61,8 +62,25 @@ pub struct GpuFault {
     pub lasting: bool,
 }
 
+/// A GPU process on another node of a multi-node allocation, matched
+/// there to the job its environment names (`GPUSCHED_KEY`,
+/// `GPUSCHED_ATTEMPT`, read by that node's agent from processes of the
+/// scheduler's own user; docs/BEHAVIOUR.md "Several nodes"): this node
+/// cannot look into that node's `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NamedProcess {
+    /// Device id of its GPU.
+    pub gpu: u32,
+    /// Its pid on its own node.
+    pub pid: u32,
+    /// The job key its environment names.
+    pub key: String,
+    /// The attempt its environment names.
+    pub attempt: u32,
+}
+
 /// The state of every GPU at one moment.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct GpuSnapshot {
     /// Every GPU that answered, by ascending index.
     pub gpus: Vec<GpuInfo>,
@@ -72,6 +90,10 @@ pub struct GpuSnapshot {
     /// [`GpuSnapshot::gpus`]; and lasting faults (XID errors) of GPUs
     /// that may have answered.
     pub faults: Vec<GpuFault>,
+    /// Processes on other nodes' GPUs and the jobs they name; empty on
+    /// one node.
+    #[serde(default)]
+    pub named: Vec<NamedProcess>,
 }
 
 /// A fault of the whole host's GPU stack, not of one GPU (docs/HARDWARE.md

@@ -119,7 +119,7 @@ impl GpuBackend for SimBackend {
         Ok(GpuSnapshot {
             gpus,
             processes,
-            faults: Vec::new(),
+            ..GpuSnapshot::default()
         })
     }
 

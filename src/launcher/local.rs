@@ -104,7 +104,7 @@ impl Local {
         let mut step = None;
         if let Some(steps) = &self.steps {
             let name = step_name(&attempt.spec.key, attempt.attempt);
-            command = steps.wrap(&command, &name);
+            command = steps.wrap(&command, &name, steps.node_for(attempt.gpus));
             step = Some(name);
         }
         let command = match attempt.shell_record {

@@ -76,6 +76,8 @@ pub struct Attempt<'a> {
     pub attempt: u32,
     /// This attempt's declaration per GPU (MiB).
     pub vram_mib: Option<u64>,
+    /// The device ids placed on (empty where the launcher places).
+    pub gpus: &'a [u32],
     /// `GPUSCHED_*` (and, locally, `CUDA_VISIBLE_DEVICES`) for the job.
     pub env: Vec<(String, String)>,
     /// `env` is the job's whole environment (one `gpusched add` saved),

@@ -486,6 +486,20 @@ pub fn time_left(id: u64) -> anyhow::Result<Option<f64>> {
     crate::pilot::parse_time_left(line).map_err(anyhow::Error::msg)
 }
 
+/// The node names of Slurm's compressed list `list` (`gpu[07-08]`), in
+/// its order (`scontrol show hostnames`).
+///
+/// Errors: `scontrol` fails.
+pub fn hostnames(list: &str) -> anyhow::Result<Vec<String>> {
+    let out = run(&["scontrol", "show", "hostnames", list], None)?;
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
 /// Whether Slurm job `id` is still pending, running or ending
 /// (`squeue --states=all`): a job the controller has forgotten
 /// (`MinJobAge` after its end) or that ended is not.

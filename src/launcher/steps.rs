@@ -27,8 +27,14 @@ use nix::sys::signal::Signal;
 pub struct Steps {
     /// `SLURM_JOB_ID` of the allocation.
     pub job_id: u64,
-    /// The node steps run on (`srun --nodelist`): the pilot's own.
+    /// The pilot's own node: a job on its GPUs runs there
+    /// (`srun --nodelist`).
     pub node: String,
+    /// The allocation's other nodes, in Slurm's order, when the pilot
+    /// uses them (docs/BEHAVIOUR.md "Several nodes"): node `n` (from 1)
+    /// is `others[n - 1]`, and its GPU `i` is device id
+    /// [`crate::pilot::node_device_id`]`(n, i)`. Empty: one node.
+    pub others: Vec<String>,
 }
 
 /// How long a signal waits for its step to be listed (seconds): srun
@@ -52,17 +58,44 @@ impl Steps {
             .map_err(|e| format!("srun cannot be run ({e:#})"))
     }
 
+    /// The node a job on device ids `gpus` runs on: the node of its first
+    /// GPU (placement keeps a job's GPUs on one node); the pilot's own for
+    /// a job without GPUs.
+    pub fn node_for(&self, gpus: &[u32]) -> &str {
+        let number = gpus
+            .first()
+            .map_or(0, |&id| crate::pilot::device_node(id).0);
+        match number {
+            0 => &self.node,
+            n => self.others.get(n as usize - 1).unwrap_or(&self.node),
+        }
+    }
+
+    /// Whether device id `id` is a GPU of another node than the pilot's.
+    pub fn is_remote(&self, id: u32) -> bool {
+        !self.others.is_empty() && crate::pilot::device_node(id).0 > 0
+    }
+
+    /// The number a job's `CUDA_VISIBLE_DEVICES` gives device id `id`:
+    /// its own node's index (for several nodes), else the id itself.
+    pub fn visible_index(&self, id: u32) -> u32 {
+        match self.others.is_empty() {
+            true => id,
+            false => crate::pilot::device_node(id).1,
+        }
+    }
+
     /// The shell text that runs `command` (a job's shell text) as a step
-    /// named `name`: srun is a child of the attempt's shell (not
+    /// named `name` on node `node`: srun is a child of the attempt's shell (not
     /// `exec`ed, so the shell's exit record still sees its status, which
     /// is the job's), and the job gets back the `CUDA_VISIBLE_DEVICES`
     /// gpusched chose.
-    pub fn wrap(&self, command: &str, name: &str) -> String {
+    pub fn wrap(&self, command: &str, name: &str, node: &str) -> String {
         let quote = super::slurm::shell_quote;
         format!(
             "srun --overlap --nodes=1 --ntasks=1 --nodelist={} --jobid={} --job-name={} --quiet \
              -- env CUDA_VISIBLE_DEVICES=\"$CUDA_VISIBLE_DEVICES\" /bin/sh -c {}",
-            quote(&self.node),
+            quote(node),
             self.job_id,
             quote(name),
             quote(command)
@@ -175,8 +208,9 @@ mod tests {
         let steps = Steps {
             job_id: 45,
             node: "gpu07".into(),
+            others: Vec::new(),
         };
-        let text = steps.wrap("echo 'hi'; sleep 1", "gpusched:k#0:1");
+        let text = steps.wrap("echo 'hi'; sleep 1", "gpusched:k#0:1", "gpu07");
         assert!(
             text.starts_with("srun --overlap --nodes=1 --ntasks=1 "),
             "{text}"
@@ -191,6 +225,28 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_job_runs_on_the_node_of_its_gpus_and_sees_that_nodes_numbers() {
+        let steps = Steps {
+            job_id: 45,
+            node: "gpu07".into(),
+            others: vec!["gpu08".into(), "gpu09".into()],
+        };
+        assert_eq!(steps.node_for(&[1]), "gpu07");
+        assert_eq!(steps.node_for(&[]), "gpu07");
+        assert_eq!(steps.node_for(&[8, 9]), "gpu08");
+        assert_eq!(steps.node_for(&[17]), "gpu09");
+        assert!(!steps.is_remote(3) && steps.is_remote(9));
+        assert_eq!((steps.visible_index(3), steps.visible_index(17)), (3, 1));
+        let one = Steps {
+            others: Vec::new(),
+            ..steps
+        };
+        // One node: ids are NVML's, whatever their size.
+        assert!(!one.is_remote(9));
+        assert_eq!((one.visible_index(9), one.node_for(&[9])), (9, "gpu07"));
     }
 
     #[test]

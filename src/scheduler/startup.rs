@@ -62,9 +62,10 @@ impl Scheduler {
         create_log_dir(&cfg.log_dir)?;
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
         let (backend, sim_dir) = open_backend(args)?;
-        cfg.place.topology = backend.topology().map(std::sync::Arc::new);
         let allocation = allocation_of(args);
         let launcher = launcher_for(args, &cfg, allocation.as_ref())?;
+        let backend = with_other_nodes(backend, &launcher, &mut cfg)?;
+        cfg.place.topology = backend.topology().map(std::sync::Arc::new);
         let lock = prepare_log_dir(&cfg.log_dir)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
@@ -341,6 +342,7 @@ fn launcher_for(
             let steps = Steps {
                 job_id: allocation.job_id,
                 node: allocation.node.clone(),
+                others: other_nodes(allocation)?,
             };
             Launcher::Local(Box::new(Local::with_steps(&cfg.log_dir, steps)))
         }
@@ -352,6 +354,53 @@ fn launcher_for(
         }
         (false, false, _) => Launcher::Local(Box::new(Local::new(&cfg.log_dir))),
     })
+}
+
+/// The other nodes of a multi-node `allocation` a pilot with
+/// `--job-steps` uses (docs/BEHAVIOUR.md "Several nodes"): those of
+/// `SLURM_JOB_NODELIST` but its own, in Slurm's order, at most
+/// [`crate::pilot::MAX_NODES`] nodes in all; none on one node.
+///
+/// Errors: `scontrol show hostnames` fails.
+fn other_nodes(allocation: &crate::pilot::Allocation) -> anyhow::Result<Vec<String>> {
+    let list = match (&allocation.node_list, allocation.nodes) {
+        (Some(list), 2..) => list,
+        _ => return Ok(Vec::new()),
+    };
+    let names = crate::launcher::slurm::hostnames(list).map_err(|e| {
+        Error::Usage(format!(
+            "cannot list the nodes of Slurm job {} ({e:#})",
+            allocation.job_id
+        ))
+    })?;
+    Ok(names
+        .into_iter()
+        .filter(|n| *n != allocation.node)
+        .take(crate::pilot::MAX_NODES as usize - 1)
+        .collect())
+}
+
+/// This node's GPUs, and with `--job-steps` in an allocation of several
+/// nodes the other nodes' through their agents ([`crate::gpu::nodes`]);
+/// placement then keeps each job on one node.
+///
+/// Errors: an agent does not report ([`crate::gpu::nodes::RemoteNodes::start`]).
+fn with_other_nodes(
+    backend: Box<dyn crate::gpu::GpuBackend>,
+    launcher: &Launcher,
+    cfg: &mut Config,
+) -> anyhow::Result<Box<dyn crate::gpu::GpuBackend>> {
+    let Some(steps) = launcher.steps().filter(|s| !s.others.is_empty()) else {
+        return Ok(backend);
+    };
+    let nodes = crate::gpu::nodes::RemoteNodes::start(
+        backend,
+        steps.job_id,
+        &steps.others,
+        cfg.poll.as_secs_f64(),
+    )?;
+    cfg.place.node_gpus = Some(crate::pilot::NODE_GPU_SLOTS);
+    Ok(Box::new(nodes))
 }
 
 /// Our MPS daemon under `--enforce mps`, else `None`; `not_local`: the

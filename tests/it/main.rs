@@ -42,6 +42,7 @@ mod service;
 mod shared_dirs;
 mod sharing;
 mod slurm;
+mod slurm_nodes;
 mod slurm_pilot;
 mod spread;
 mod state_matrix;

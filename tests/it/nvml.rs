@@ -46,6 +46,11 @@ impl Nvml {
         }
     }
 
+    /// The fake's state file.
+    pub(crate) fn state_path(&self) -> &std::path::Path {
+        &self.state
+    }
+
     /// Rewrites the fake's state atomically (the fake reads it on every call).
     pub(crate) fn set_state(&self, text: &str) {
         let tmp = self.env.path("nvml_state.tmp");

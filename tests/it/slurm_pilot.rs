@@ -14,14 +14,14 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 /// Four fake GPUs, as the test cluster's node has.
-const FOUR_GPUS: &str = "gpu GPU-00000000-0000 24000 0 0\n\
+pub(crate) const FOUR_GPUS: &str = "gpu GPU-00000000-0000 24000 0 0\n\
                          gpu GPU-11111111-1111 24000 0 0\n\
                          gpu GPU-22222222-2222 24000 0 0\n\
                          gpu GPU-33333333-3333 24000 0 0\n";
 
 /// `gpusched export --slurm --pilot ARGS` of `nvml`'s jobs file, written
 /// to `pilot.sh` in the test's directory; its path.
-fn pilot_script(nvml: &Nvml, args: &[&str]) -> std::path::PathBuf {
+pub(crate) fn pilot_script(nvml: &Nvml, args: &[&str]) -> std::path::PathBuf {
     let out = Command::new(common::bin())
         .args(["export", "--slurm", "--pilot"])
         .args(args)
@@ -43,7 +43,7 @@ fn pilot_script(nvml: &Nvml, args: &[&str]) -> std::path::PathBuf {
 
 /// `sbatch ARGS…` from the test's directory with the fake NVML in the
 /// environment it exports; the Slurm job id.
-fn sbatch(nvml: &Nvml, args: &[&str]) -> u64 {
+pub(crate) fn sbatch(nvml: &Nvml, args: &[&str]) -> u64 {
     let out = nvml
         .faked(Command::new("sbatch").arg("--parsable").args(args))
         .current_dir(nvml.env.path(""))
@@ -59,7 +59,7 @@ fn sbatch(nvml: &Nvml, args: &[&str]) -> u64 {
 }
 
 /// `scontrol show job -o ID`'s fields (`JobState`, `ExitCode`, …).
-fn job_fields(id: u64) -> BTreeMap<String, String> {
+pub(crate) fn job_fields(id: u64) -> BTreeMap<String, String> {
     let out = Command::new("scontrol")
         .args(["show", "job", "-o", &id.to_string()])
         .output()
@@ -72,7 +72,7 @@ fn job_fields(id: u64) -> BTreeMap<String, String> {
 }
 
 /// Waits until Slurm job `id` is in one of `states`.
-fn wait_state(id: u64, states: &[&str]) -> BTreeMap<String, String> {
+pub(crate) fn wait_state(id: u64, states: &[&str]) -> BTreeMap<String, String> {
     let mut fields = BTreeMap::new();
     wait_for_within(
         &format!("Slurm job {id} in {states:?}"),
@@ -89,11 +89,11 @@ fn wait_state(id: u64, states: &[&str]) -> BTreeMap<String, String> {
 
 /// The pilot's output file (`gpusched-pilot-<id>.out` where it was
 /// submitted).
-fn pilot_output(nvml: &Nvml, id: u64) -> String {
+pub(crate) fn pilot_output(nvml: &Nvml, id: u64) -> String {
     std::fs::read_to_string(nvml.env.path(&format!("gpusched-pilot-{id}.out"))).unwrap_or_default()
 }
 
-const ENDED: [&str; 5] = ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL"];
+pub(crate) const ENDED: [&str; 5] = ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL"];
 
 #[test]
 fn a_pilot_in_a_two_gpu_allocation_runs_forty_declared_jobs_only_on_its_gpus() {
@@ -209,6 +209,22 @@ fn a_pilot_cut_short_by_its_time_limit_leaves_the_rest_to_its_successor_exactly_
     assert_eq!(started.len(), 30 + interrupted);
 }
 
+/// Writes `gpuproc.sh` in the test's directory: `sh gpuproc.sh add|del
+/// GPU PID` adds (removes) a 1500 MiB process of `PID` on `GPU` in the fake
+/// NVML state the job's environment names, under a lock.
+pub(crate) fn write_gpuproc(nvml: &Nvml) {
+    std::fs::write(
+        nvml.env.path("gpuproc.sh"),
+        "exec 9>>\"$FAKE_NVML_STATE.lock\"; flock 9\n\
+         line=\"proc $2 $3 1500\"\n\
+         case $1 in\n\
+         add) echo \"$line\" >> \"$FAKE_NVML_STATE\" ;;\n\
+         del) grep -vx \"$line\" \"$FAKE_NVML_STATE\" > \"$FAKE_NVML_STATE.new\"; mv \"$FAKE_NVML_STATE.new\" \"$FAKE_NVML_STATE\" ;;\n\
+         esac\n",
+    )
+    .unwrap();
+}
+
 /// `sacct -j ID`'s steps of Slurm job `id`: (step id, name, state), the
 /// batch step left out.
 fn sacct_steps(id: u64) -> Vec<(String, String, String)> {
@@ -252,16 +268,7 @@ fn a_pilot_with_job_steps_runs_each_job_as_a_step_sacct_lists_measured_and_stopp
     let stubborn = "[vram=2000 timeout=4] trap 'echo TERM >> term.txt; exit 0' TERM; \
                     echo started >> term.txt; sleep 60 & wait\n";
     let nvml = Nvml::new(&format!("{}{stubborn}", job.repeat(6)), FOUR_GPUS);
-    std::fs::write(
-        nvml.env.path("gpuproc.sh"),
-        "exec 9>>\"$FAKE_NVML_STATE.lock\"; flock 9\n\
-         line=\"proc $2 $3 1500\"\n\
-         case $1 in\n\
-         add) echo \"$line\" >> \"$FAKE_NVML_STATE\" ;;\n\
-         del) grep -vx \"$line\" \"$FAKE_NVML_STATE\" > \"$FAKE_NVML_STATE.new\"; mv \"$FAKE_NVML_STATE.new\" \"$FAKE_NVML_STATE\" ;;\n\
-         esac\n",
-    )
-    .unwrap();
+    write_gpuproc(&nvml);
     let script = pilot_script(&nvml, &["--gpus", "2", "--time", "10m", "--job-steps"]);
     let text = std::fs::read_to_string(&script).unwrap();
     assert!(text.contains(" --job-steps &"), "{text}");

@@ -211,7 +211,12 @@ impl Scheduler {
         }
         let log_dir = self.cfg.log_dir.as_os_str().as_encoded_bytes();
         let mut now = Vec::new();
-        for (process, mib) in external {
+        let steps = self.io.launcher.steps();
+        // Another node's pid names nothing in this node's /proc.
+        let here = external
+            .iter()
+            .filter(|(p, _)| steps.is_none_or(|s| !s.is_remote(p.gpu)));
+        for (process, mib) in here {
             let job = *gpu
                 .left_by
                 .entry(process.pid)

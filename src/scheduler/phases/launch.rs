@@ -117,6 +117,7 @@ impl Scheduler {
             spec: &spec,
             attempt,
             vram_mib: request.vram_mib,
+            gpus: &gpus,
             env,
             whole_env,
             log: &log_path,
@@ -513,11 +514,14 @@ impl Scheduler {
         let uuids: Vec<String> = gpus.iter().filter_map(uuid_of).collect();
         // A whole GPU by its index; a MIG instance by the name CUDA takes
         // for it, `MIG-…` (docs/HARDWARE.md "MIG").
+        // A GPU of another node by that node's own number
+        // (docs/BEHAVIOUR.md "Several nodes").
+        let steps = self.io.launcher.steps();
         let visible: Vec<String> = gpus
             .iter()
             .map(|i| match crate::model::mig_of(*i) {
                 Some(_) => uuid_of(i).unwrap_or_default(),
-                None => i.to_string(),
+                None => steps.map_or(*i, |s| s.visible_index(*i)).to_string(),
             })
             .collect();
         let mut env = Vec::new();

@@ -32,9 +32,13 @@ const UNLIMITED: u64 = u64::MAX;
 pub struct Pilot {
     /// What the environment says of the allocation.
     pub allocation: Allocation,
-    /// The allocation's GPUs (NVML indices), once the first snapshot
+    /// The allocation's GPUs (NVML indices; on several nodes, device ids
+    /// of [`crate::pilot::node_device_id`]), once the first snapshot
     /// matched them.
     pub gpus: Vec<u32>,
+    /// The other nodes whose GPUs it uses, in Slurm's order (node `n` is
+    /// `others[n - 1]`); empty on one node.
+    pub others: Vec<String>,
     /// The allocation's end in Unix milliseconds ([`UNKNOWN`],
     /// [`UNLIMITED`]), written by a thread that asks `squeue` every
     /// [`END_CHECK`].
@@ -67,6 +71,7 @@ impl Pilot {
         let pilot = Pilot {
             allocation,
             gpus: Vec::new(),
+            others: Vec::new(),
             end_ms,
             warned: false,
             wrapped_up: false,
@@ -82,9 +87,36 @@ impl Pilot {
         }
     }
 
-    /// `inside Slurm job 1234: GPUs 2,3 of node gpu07`.
+    /// `inside Slurm job 1234: GPUs 2,3 of node gpu07`; on several
+    /// nodes each node's GPUs by device id, with that node's own numbers:
+    /// `…: GPUs 0,1 of node gpu07; GPUs 8,9 (0,1) of node gpu08`.
     pub fn words(&self) -> String {
-        self.allocation.describe(&self.gpus)
+        let here: Vec<u32> = self
+            .gpus
+            .iter()
+            .copied()
+            .filter(|&id| self.others.is_empty() || crate::pilot::device_node(id).0 == 0)
+            .collect();
+        let mut words = self.allocation.describe(&here);
+        for (n, node) in self.others.iter().enumerate() {
+            let ids: Vec<u32> = self
+                .gpus
+                .iter()
+                .copied()
+                .filter(|&id| crate::pilot::device_node(id).0 == n as u32 + 1)
+                .collect();
+            let own: Vec<u32> = ids
+                .iter()
+                .map(|&id| crate::pilot::device_node(id).1)
+                .collect();
+            words.push_str(&format!(
+                "; GPU{} {} ({}) of node {node}",
+                if ids.len() == 1 { "" } else { "s" },
+                crate::console::gpu_ids(&ids, ","),
+                crate::console::gpu_ids(&own, ",")
+            ));
+        }
+        words
     }
 }
 
@@ -114,20 +146,32 @@ impl Scheduler {
         let Some(pilot) = self.io.pilot.as_mut() else {
             return Ok(());
         };
-        let answered: Vec<(u32, String)> = snapshot
+        // This node's GPUs are matched here; the other nodes' agents
+        // matched theirs (docs/BEHAVIOUR.md "Several nodes").
+        let steps = self.io.launcher.steps();
+        let remote: Vec<u32> = snapshot
             .gpus
             .iter()
-            .map(|g| (g.index, g.uuid.clone()))
+            .map(|g| g.index)
+            .filter(|&id| steps.is_some_and(|s| s.is_remote(id)))
             .collect();
-        let (hidden, sick): (Vec<_>, Vec<_>) = snapshot
-            .faults
-            .iter()
-            .partition(|f| f.reason.contains("Insufficient Permissions"));
-        let index = |f: Vec<&crate::gpu::GpuFault>| f.iter().map(|f| f.index).collect::<Vec<_>>();
-        let (gpus, how) = pilot
-            .allocation
-            .gpus(&answered, &index(hidden), &index(sick))
-            .map_err(Error::Gpu)?;
+        let mut here = snapshot.clone();
+        here.gpus.retain(|g| !remote.contains(&g.index));
+        here.faults
+            .retain(|f| steps.is_none_or(|s| !s.is_remote(f.index)));
+        let (mut gpus, how) = pilot.allocation.gpus_in(&here).map_err(Error::Gpu)?;
+        if !remote.is_empty()
+            && let Some(far) = gpus.iter().find(|&&i| i >= crate::pilot::NODE_GPU_SLOTS)
+        {
+            return Err(Error::Gpu(format!(
+                "Slurm job {} has GPU {far} of node {}, and a pilot on several nodes numbers each node's GPUs 0 to {}: ask for nodes whose GPUs are numbered so, or leave --job-steps out to use this node only",
+                pilot.allocation.job_id,
+                pilot.allocation.node,
+                crate::pilot::NODE_GPU_SLOTS - 1
+            ))
+            .into());
+        }
+        gpus.extend(&remote);
         if let Some(asked) = &self.cfg.allowed
             && let Some(outside) = asked.iter().find(|i| !gpus.contains(i))
         {
@@ -139,6 +183,7 @@ impl Scheduler {
             .into());
         }
         pilot.gpus = self.cfg.allowed.clone().unwrap_or(gpus);
+        pilot.others = steps.map(|s| s.others.clone()).unwrap_or_default();
         self.cfg.allowed = Some(pilot.gpus.clone());
         let ends = match first_end {
             Ok(Some(end)) => format!(
@@ -152,9 +197,16 @@ impl Scheduler {
             ),
         };
         let words = pilot.words();
-        let spread = match pilot.allocation.nodes {
-            1 => String::new(),
-            n => format!("; the allocation spans {n} nodes, and only this node's GPUs are used"),
+        let spread = match (pilot.allocation.nodes, pilot.others.len()) {
+            (1, _) => String::new(),
+            (n, 0) => format!(
+                "; the allocation spans {n} nodes, and only this node's GPUs are used (--job-steps uses every node's)"
+            ),
+            (n, others) if others + 1 < n as usize => format!(
+                "; the allocation spans {n} nodes, and its first {} are used",
+                others + 1
+            ),
+            (n, _) => format!("; jobs run on all {n} nodes"),
         };
         let steps = match self.io.launcher.steps() {
             Some(steps) => format!(

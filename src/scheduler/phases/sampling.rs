@@ -273,16 +273,27 @@ impl Scheduler {
         self.record_health(&snapshot);
         // Map each GPU process to one of our jobs through its process group
         // or, for jobs run as Slurm job steps (children of slurmstepd), the
-        // job its environment names.
+        // job its environment names; on another node of the allocation,
+        // the job that node's agent read there (docs/BEHAVIOUR.md "Several
+        // nodes"): this node's /proc knows nothing of that node's pids.
         let steps = self.io.launcher.steps().is_some();
+        let multi_node = self
+            .io
+            .launcher
+            .steps()
+            .is_some_and(|s| !s.others.is_empty());
         let running = &self.core.running;
-        let job_of_step = |pid: u32| {
-            let (key, attempt) = crate::launcher::steps::job_of_environ(pid)?;
+        let ours = |key: &str, attempt: u32| {
             running
-                .get(&key)
+                .get(key)
                 .is_some_and(|job| job.attempt == attempt)
-                .then_some(key)
+                .then(|| key.to_string())
         };
+        let named: HashMap<(u32, u32), (&str, u32)> = snapshot
+            .named
+            .iter()
+            .map(|n| ((n.gpu, n.pid), (n.key.as_str(), n.attempt)))
+            .collect();
         let by_pgid: HashMap<u32, String> = self
             .core
             .running
@@ -291,16 +302,22 @@ impl Scheduler {
             .collect();
         let mut group_of: HashMap<u32, u32> = HashMap::new();
         let mut hidden: HashSet<u32> = HashSet::new();
-        let mut seen = attribution::attribute(&snapshot.processes, |pid| {
+        let mut seen = attribution::attribute(&snapshot.processes, |process| {
+            let pid = process.pid;
+            if multi_node && crate::pilot::device_node(process.gpu).0 > 0 {
+                let (key, attempt) = named.get(&(process.gpu, pid))?;
+                return ours(key, *attempt);
+            }
             let Some(stat) = process::read_stat(pid) else {
                 hidden.insert(pid);
                 return None;
             };
             group_of.insert(pid, stat.pgrp);
-            by_pgid
-                .get(&stat.pgrp)
-                .cloned()
-                .or_else(|| steps.then(|| job_of_step(pid)).flatten())
+            by_pgid.get(&stat.pgrp).cloned().or_else(|| {
+                let (key, attempt) =
+                    steps.then(|| crate::launcher::steps::job_of_environ(pid))??;
+                ours(&key, attempt)
+            })
         });
         self.measure_hidden(&mut seen, &hidden);
         self.note_left_behind(&seen.external);

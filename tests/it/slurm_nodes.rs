@@ -1,0 +1,246 @@
+//! A pilot in an allocation of two nodes (docs/BEHAVIOUR.md "Several
+//! nodes"), on the two-node test cluster of `scripts/slurm-test-cluster.sh`
+//! (both `slurmd`s on this host, partition `multi`). Each node shows fake
+//! NVML GPUs of its own: the cluster's task prolog gives a task on node
+//! `gpusched-node2` the state file `<FAKE_NVML_STATE>.gpusched-node2`. The
+//! scripts are the ones `gpusched export --slurm --pilot --nodes 2` writes.
+//! Without the cluster these say SKIPPED (CI starts it).
+
+use crate::common;
+use crate::nvml::Nvml;
+use crate::slurm::{SLURM_DEADLINE, cluster_up};
+use crate::slurm_pilot::{
+    ENDED, FOUR_GPUS, pilot_output, pilot_script, sbatch, wait_state, write_gpuproc,
+};
+
+use common::wait_for_within;
+use std::process::Command;
+
+/// The second node's name.
+const NODE2: &str = "gpusched-node2";
+
+/// Whether the test cluster has its two-node partition; says SKIPPED when
+/// not (and panics when the CI asked for the cluster).
+fn two_nodes_up() -> bool {
+    if !cluster_up() {
+        return false;
+    }
+    let out = Command::new("sinfo")
+        .args(["-h", "-N", "-p", "multi", "-o", "%N"])
+        .output()
+        .unwrap();
+    let up = String::from_utf8_lossy(&out.stdout).lines().count() >= 2;
+    if !up {
+        assert!(
+            std::env::var_os("GPUSCHED_SLURM_REQUIRED").is_none(),
+            "GPUSCHED_SLURM_REQUIRED is set but the cluster has no two-node partition `multi` (scripts/slurm-test-cluster.sh down && scripts/slurm-test-cluster.sh up)"
+        );
+        common::skipped("the Slurm cluster has no two-node partition `multi`");
+    }
+    up
+}
+
+/// A fake box whose second node has four GPUs of its own (other UUIDs).
+fn two_node_box(jobs: &str) -> Nvml {
+    let nvml = Nvml::new(jobs, FOUR_GPUS);
+    let theirs = FOUR_GPUS.replace("GPU-", "GPU-B");
+    let twin = format!("{}.{NODE2}", nvml.state_path().display());
+    std::fs::write(twin, theirs).unwrap();
+    nvml
+}
+
+/// `sacct -j ID`'s steps: (name, node, state).
+fn steps_of(id: u64) -> Vec<(String, String, String)> {
+    let out = Command::new("sacct")
+        .args(["-n", "-P", "-o", "JobID,JobName,NodeList,State", "-j"])
+        .arg(id.to_string())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let step = *f.first()?;
+            (step.starts_with(&format!("{id}.")) && !step.ends_with(".batch"))
+                .then(|| (f[1].to_string(), f[2].to_string(), f[3].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_pilot_on_two_nodes_runs_jobs_as_steps_on_both_measured_where_they_run() {
+    if !two_nodes_up() {
+        return;
+    }
+    // Each job shows its node's fake NVML a GPU process of its own (on
+    // node 2, only that node's agent can see it), and says where it ran.
+    let job = "[vram=2000] sh gpuproc.sh add $CUDA_VISIBLE_DEVICES $$; \
+               echo \"$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\" >> seen.txt; sleep 3; \
+               sh gpuproc.sh del $CUDA_VISIBLE_DEVICES $$\n";
+    let pair =
+        "[vram=2000 gpus=2] echo \"$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES pair\" >> seen.txt\n";
+    let nvml = two_node_box(&format!("{}{pair}", job.repeat(8)));
+    write_gpuproc(&nvml);
+    let script = pilot_script(
+        &nvml,
+        &[
+            "--gpus",
+            "2",
+            "--nodes",
+            "2",
+            "--time",
+            "10m",
+            "--partition",
+            "multi",
+        ],
+    );
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("#SBATCH --nodes=2\n"), "{text}");
+    assert!(text.contains(" --job-steps &"), "{text}");
+    let pilot = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(pilot, &ENDED);
+    let out = pilot_output(&nvml, pilot);
+    assert_eq!(fields["JobState"], "COMPLETED", "{fields:?}\n{out}");
+    assert!(out.contains("jobs run on all 2 nodes"), "{out}");
+    assert!(
+        out.contains(&format!(") of node {NODE2}")),
+        "the start line names node 2's GPUs: {out}"
+    );
+    // Jobs ran on both nodes, each with one of its node's GPUs; the pair
+    // on two GPUs of one node.
+    let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
+    assert_eq!(seen.lines().count(), 9, "{seen}");
+    for node in ["gpusched-node", NODE2] {
+        assert!(
+            seen.lines().any(|l| l.split(' ').next() == Some(node)),
+            "nothing ran on {node}:\n{seen}\n{out}"
+        );
+    }
+    for line in seen.lines() {
+        let gpus = line.split(' ').nth(1).unwrap();
+        let want = if line.ends_with(" pair") { 2 } else { 1 };
+        let ids: Vec<u32> = gpus.split(',').map(|g| g.parse().unwrap()).collect();
+        assert_eq!(ids.len(), want, "{seen}");
+        assert!(ids.iter().all(|&g| g < 4), "a node has GPUs 0-3: {seen}");
+    }
+    // Measured where they ran: node 2's jobs (device ids 8 and up) by
+    // node 2's agent, each its own 1500 MiB.
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 9, "{done:?}");
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+    let measured_on = |far: bool| {
+        done.iter()
+            .filter_map(|d| d["peak_mib"].as_object())
+            .flat_map(|peaks| peaks.iter())
+            .filter(|(gpu, mib)| (gpu.parse::<u32>().unwrap() >= 8) == far && **mib == 1500)
+            .count()
+    };
+    assert!(measured_on(true) > 0, "no job measured on node 2: {done:?}");
+    assert!(
+        measured_on(false) > 0,
+        "no job measured on node 1: {done:?}"
+    );
+    // Slurm launched and accounted each of them on its node, beside the
+    // agent's own step on node 2.
+    let mut steps = Vec::new();
+    wait_for_within("sacct to list the steps", SLURM_DEADLINE, &mut || {
+        steps = steps_of(pilot);
+        steps.len() >= 10
+    });
+    let jobs: Vec<_> = steps
+        .iter()
+        .filter(|(name, _, _)| {
+            name.starts_with("gpusched:") && !name.starts_with("gpusched:agent:")
+        })
+        .collect();
+    assert_eq!(jobs.len(), 9, "{steps:?}");
+    assert!(jobs.iter().any(|(_, node, _)| node == NODE2), "{steps:?}");
+    assert!(
+        jobs.iter().all(|(_, _, state)| state == "COMPLETED"),
+        "{steps:?}"
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|(name, node, _)| *name == format!("gpusched:agent:{NODE2}") && node == NODE2),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn a_two_node_pilot_killed_with_sigkill_leaves_every_job_to_the_next_allocation_exactly_once() {
+    if !two_nodes_up() {
+        return;
+    }
+    // Twelve jobs, one per GPU at a time (20 GB of 24). In the first
+    // allocation they wait for a file that is not there yet, so the
+    // pilot is killed while four of them run, two on each node.
+    let jobs: String = (1..=12)
+        .map(|n| {
+            format!(
+                "[vram=20000] echo \"{n} $SLURM_JOB_ID $SLURMD_NODENAME\" >> started.txt; \
+                 while [ ! -e go ]; do sleep 0.1; done; echo {n} >> done.txt\n"
+            )
+        })
+        .collect();
+    let nvml = two_node_box(&jobs);
+    let script = pilot_script(
+        &nvml,
+        &[
+            "--gpus",
+            "2",
+            "--nodes",
+            "2",
+            "--time",
+            "10m",
+            "--partition",
+            "multi",
+        ],
+    );
+    let first = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let started = || std::fs::read_to_string(nvml.env.path("started.txt")).unwrap_or_default();
+    wait_for_within(
+        "four jobs running on two nodes",
+        SLURM_DEADLINE,
+        &mut || started().lines().count() >= 4,
+    );
+    let first_started = started();
+    assert!(first_started.contains(NODE2), "{first_started}");
+    // kill -9 of the pilot itself (this host is node 1).
+    let jobs_file = nvml.env.jobs.display().to_string();
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("^[^ ]*gpusched {jobs_file} ")])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no pilot process to kill");
+    let fields = wait_state(first, &ENDED);
+    let out = pilot_output(&nvml, first);
+    assert_ne!(fields["ExitCode"], "0:0", "{fields:?}\n{out}");
+    assert!(!nvml.env.path("done.txt").exists(), "{out}");
+    // The next allocation runs the sweep, the four cut short again.
+    std::fs::write(nvml.env.path("go"), "").unwrap();
+    let second = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(second, &ENDED);
+    let out = pilot_output(&nvml, second);
+    assert_eq!(fields["ExitCode"], "0:0", "{fields:?}\n{out}");
+    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap();
+    let mut ran: Vec<u32> = done_txt.lines().map(|l| l.parse().unwrap()).collect();
+    ran.sort_unstable();
+    assert_eq!(ran, (1..=12).collect::<Vec<u32>>(), "{done_txt}");
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 12, "one outcome per job: {done:?}");
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+    // The four the first pilot started: journaled there, ended with its
+    // allocation, and run again in the second.
+    let started_events = nvml.env.events("started");
+    let in_first = started_events
+        .iter()
+        .filter(|s| s["allocation"] == first)
+        .count();
+    assert_eq!(in_first, 4, "{started_events:?}");
+    assert_eq!(started_events.len(), 16, "{started_events:?}");
+    assert!(
+        out.contains(&format!("Slurm job {first}")),
+        "the second pilot says what it took over: {out}"
+    );
+}

@@ -10,7 +10,8 @@ use crate::common;
 use crate::nvml::Nvml;
 use crate::slurm::{SLURM_DEADLINE, cluster_up};
 use crate::slurm_pilot::{
-    ENDED, FOUR_GPUS, pilot_output, pilot_script, sbatch, wait_state, write_gpuproc,
+    ENDED, FOUR_GPUS, assert_each_ran_once, pilot_output, pilot_script, sbatch, wait_state,
+    write_gpuproc,
 };
 
 use common::wait_for_within;
@@ -49,6 +50,13 @@ fn two_node_box(jobs: &str) -> Nvml {
     nvml
 }
 
+/// The script `gpusched export --slurm --pilot` writes for two GPUs on
+/// each of two nodes of partition `multi`, for ten minutes.
+fn two_node_pilot(nvml: &Nvml) -> std::path::PathBuf {
+    let args = "--gpus 2 --nodes 2 --time 10m --partition multi";
+    pilot_script(nvml, &args.split(' ').collect::<Vec<_>>())
+}
+
 /// `sacct -j ID`'s steps: (name, node, state).
 fn steps_of(id: u64) -> Vec<(String, String, String)> {
     let out = Command::new("sacct")
@@ -81,19 +89,7 @@ fn a_pilot_on_two_nodes_runs_jobs_as_steps_on_both_measured_where_they_run() {
         "[vram=2000 gpus=2] echo \"$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES pair\" >> seen.txt\n";
     let nvml = two_node_box(&format!("{}{pair}", job.repeat(8)));
     write_gpuproc(&nvml);
-    let script = pilot_script(
-        &nvml,
-        &[
-            "--gpus",
-            "2",
-            "--nodes",
-            "2",
-            "--time",
-            "10m",
-            "--partition",
-            "multi",
-        ],
-    );
+    let script = two_node_pilot(&nvml);
     let text = std::fs::read_to_string(&script).unwrap();
     assert!(text.contains("#SBATCH --nodes=2\n"), "{text}");
     assert!(text.contains(" --job-steps &"), "{text}");
@@ -184,19 +180,7 @@ fn a_two_node_pilot_killed_with_sigkill_leaves_every_job_to_the_next_allocation_
         })
         .collect();
     let nvml = two_node_box(&jobs);
-    let script = pilot_script(
-        &nvml,
-        &[
-            "--gpus",
-            "2",
-            "--nodes",
-            "2",
-            "--time",
-            "10m",
-            "--partition",
-            "multi",
-        ],
-    );
+    let script = two_node_pilot(&nvml);
     let first = sbatch(&nvml, &[script.to_str().unwrap()]);
     let started = || std::fs::read_to_string(nvml.env.path("started.txt")).unwrap_or_default();
     wait_for_within(
@@ -223,13 +207,7 @@ fn a_two_node_pilot_killed_with_sigkill_leaves_every_job_to_the_next_allocation_
     let fields = wait_state(second, &ENDED);
     let out = pilot_output(&nvml, second);
     assert_eq!(fields["ExitCode"], "0:0", "{fields:?}\n{out}");
-    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap();
-    let mut ran: Vec<u32> = done_txt.lines().map(|l| l.parse().unwrap()).collect();
-    ran.sort_unstable();
-    assert_eq!(ran, (1..=12).collect::<Vec<u32>>(), "{done_txt}");
-    let done = nvml.env.events("done");
-    assert_eq!(done.len(), 12, "one outcome per job: {done:?}");
-    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+    assert_each_ran_once(&nvml, 12);
     // The four the first pilot started: journaled there, ended with its
     // allocation, and run again in the second.
     let started_events = nvml.env.events("started");

@@ -191,13 +191,7 @@ fn a_pilot_cut_short_by_its_time_limit_leaves_the_rest_to_its_successor_exactly_
     let out = pilot_output(&nvml, second);
     assert_eq!(fields["ExitCode"], "0:0", "{fields:?}\n{out}");
     // Every job ran to its end exactly once, across both allocations.
-    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap();
-    let mut ran: Vec<u32> = done_txt.lines().map(|l| l.parse().unwrap()).collect();
-    ran.sort_unstable();
-    assert_eq!(ran, (1..=30).collect::<Vec<u32>>(), "{done_txt}");
-    let done = nvml.env.events("done");
-    assert_eq!(done.len(), 30, "one outcome per job");
-    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
+    assert_each_ran_once(&nvml, 30);
     // Started in both allocations, each attempt journaled with its own.
     let started = nvml.env.events("started");
     for allocation in [first, second] {
@@ -207,6 +201,19 @@ fn a_pilot_cut_short_by_its_time_limit_leaves_the_rest_to_its_successor_exactly_
         );
     }
     assert_eq!(started.len(), 30 + interrupted);
+}
+
+/// Jobs 1 to `jobs`, each of which appends its number to `done.txt` as
+/// its last act, each ran to its end exactly once and has one `ok`
+/// outcome.
+pub(crate) fn assert_each_ran_once(nvml: &Nvml, jobs: u32) {
+    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap();
+    let mut ran: Vec<u32> = done_txt.lines().map(|l| l.parse().unwrap()).collect();
+    ran.sort_unstable();
+    assert_eq!(ran, (1..=jobs).collect::<Vec<u32>>(), "{done_txt}");
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), jobs as usize, "one outcome per job: {done:?}");
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
 }
 
 /// Writes `gpuproc.sh` in the test's directory: `sh gpuproc.sh add|del

@@ -316,12 +316,18 @@ impl Running {
             return false;
         }
         match &self.proc {
+            // While its supervisor lives, the record to wait for is the
+            // supervisor's, which has the end's time (a kill sent before
+            // that end reached it); the shell's own record, which has not,
+            // is written first.
             Proc::Adopted {
                 identity,
                 supervisor,
+                ..
             } => {
-                self.exit_record.read_for(identity).is_some()
-                    || !supervisor.as_ref().is_some_and(process::is_running)
+                !supervisor.as_ref().is_some_and(process::is_running)
+                    || process::supervisor::ExitRecord::read_for(&self.exit_record.path, identity)
+                        .is_some()
             }
             _ => true,
         }

@@ -171,7 +171,7 @@ impl Local {
     /// answers SIGTERM by killing its step at once.
     pub(super) fn signal(&mut self, id: u64, signal: Signal) -> bool {
         if let (Some(steps), Some(job)) = (&self.steps, self.step_jobs.get_mut(&id)) {
-            steps.signal(&job.name, signal);
+            steps.signal(&job.name, signal, None);
             job.signalled_at.get_or_insert_with(crate::clock::now_ts);
             if signal != Signal::SIGKILL {
                 return true;

@@ -151,6 +151,9 @@ pub enum Proc {
         identity: GroupIdentity,
         /// Its supervisor, when the journal names one.
         supervisor: Option<crate::journal::ProcessId>,
+        /// The Slurm job step it runs as, by name, under a pilot's
+        /// `--job-steps` ([`steps::step_name`]).
+        step: Option<String>,
     },
     /// A batch job on a Slurm cluster.
     Slurm(ClusterJob),
@@ -394,7 +397,17 @@ impl Launcher {
                 };
                 local.signal(*id, signal) || crate::process::signal_verified(identity, signal)
             }
-            Proc::Adopted { identity, .. } => crate::process::signal_verified(identity, signal),
+            Proc::Adopted { identity, step, .. } => {
+                // A step job keeps its grace: srun answers SIGTERM by
+                // killing its step at once (see `steps`).
+                if let (Some(name), Some(steps)) = (step.as_deref(), self.steps()) {
+                    steps.signal(name, signal, Some(identity.clone()));
+                    if signal != Signal::SIGKILL {
+                        return true;
+                    }
+                }
+                crate::process::signal_verified(identity, signal)
+            }
             Proc::Slurm(job) => {
                 if let (Some(said), Launcher::Slurm(cluster)) = (job.cancel(), self) {
                     cluster.said.push(said);

@@ -106,10 +106,18 @@ impl Steps {
     /// --steps` finds its id, `scancel --signal` delivers), on a thread of
     /// its own: the loop never waits for Slurm. A step srun has not
     /// registered yet is looked for again, for up to [`STEP_LOOKUP_S`];
-    /// one that already ended is not found and nothing is sent. The
-    /// attempt's group is signalled by the caller as well for SIGKILL.
-    pub fn signal(&self, name: &str, signal: Signal) {
+    /// one that already ended is not found and nothing is sent, unless
+    /// `unfound` names a group to signal then (an adopted attempt, which
+    /// may have been started without `--job-steps`). The attempt's group
+    /// is signalled by the caller as well for SIGKILL.
+    pub fn signal(
+        &self,
+        name: &str,
+        signal: Signal,
+        unfound: Option<crate::process::GroupIdentity>,
+    ) {
         let (job_id, name) = (self.job_id, name.to_string());
+        let sent = signal;
         let signal = signal.as_str().trim_start_matches("SIG").to_string();
         let _ = std::thread::Builder::new()
             .name("gpusched-scancel".into())
@@ -121,11 +129,17 @@ impl Steps {
                     }
                     find_step(job_id, &name)
                 });
-                if let Some(step) = step {
-                    let _ = run(
-                        &["scancel", "--quiet", &format!("--signal={signal}"), &step],
-                        None,
-                    );
+                match (step, unfound) {
+                    (Some(step), _) => {
+                        let _ = run(
+                            &["scancel", "--quiet", &format!("--signal={signal}"), &step],
+                            None,
+                        );
+                    }
+                    (None, Some(group)) => {
+                        crate::process::signal_verified(&group, sent);
+                    }
+                    (None, None) => {}
                 }
             });
     }

@@ -128,6 +128,7 @@ fn an_adopted_jobs_record_from_before_the_first_signal_is_its_outcome() {
             boot_id: None,
         },
         supervisor: None,
+        step: None,
     };
     let write = |r: &ExitRecord| std::fs::write(&path, serde_json::to_vec(r).unwrap()).unwrap();
     let cancel = Some((KillReason::Cancel, 100.0));

@@ -337,3 +337,53 @@ fn a_pilot_with_job_steps_runs_each_job_as_a_step_sacct_lists_measured_and_stopp
     let term = std::fs::read_to_string(nvml.env.path("term.txt")).unwrap_or_default();
     assert_eq!(term, "started\nTERM\n", "{out}");
 }
+
+#[test]
+fn a_step_job_adopted_by_a_restarted_pilot_is_stopped_through_slurm_with_its_grace() {
+    if !cluster_up() {
+        return;
+    }
+    // The first pilot is killed with SIGKILL once the job runs; the second,
+    // in the same allocation, adopts the job and stops it at its timeout=.
+    // srun would answer a SIGTERM by killing the step at once, so only a
+    // signal through Slurm reaches the job's trap.
+    let job = "[timeout=8] trap 'echo TERM >> term.txt; exit 0' TERM; \
+               echo started >> term.txt; sleep 60 & wait\n";
+    let nvml = Nvml::new(job, FOUR_GPUS);
+    let run = format!(
+        "{} {} --log-dir {} --job-steps --poll 1",
+        common::bin(),
+        nvml.env.jobs.display(),
+        nvml.env.logs.display()
+    );
+    std::fs::write(
+        nvml.env.path("restart.sh"),
+        format!(
+            "#!/bin/sh\n{run} & p=$!\n\
+             while ! grep -q started term.txt 2>/dev/null; do sleep 0.1; done\n\
+             kill -9 $p; wait $p\n\
+             {run}\n"
+        ),
+    )
+    .unwrap();
+    let pilot = sbatch(
+        &nvml,
+        &[
+            "--gres=gpu:1",
+            "--time=5",
+            "--output=pilot.out",
+            "restart.sh",
+        ],
+    );
+    let fields = wait_state(pilot, &ENDED);
+    let out = std::fs::read_to_string(nvml.env.path("pilot.out")).unwrap_or_default();
+    assert!(
+        out.contains("job 1 is still running from a previous scheduler"),
+        "{fields:?}\n{out}"
+    );
+    let term = std::fs::read_to_string(nvml.env.path("term.txt")).unwrap_or_default();
+    assert_eq!(term, "started\nTERM\n", "{out}");
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 1, "{done:?}\n{out}");
+    assert_eq!(done[0]["status"], "timeout", "{out}");
+}

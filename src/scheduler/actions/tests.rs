@@ -46,6 +46,7 @@ fn running(core_jobs: &JobsFile, no: u32, gpu: u32, started: Instant) -> Running
                 boot_id: Some("boot".into()),
             },
             supervisor: None,
+            step: None,
         },
         usage: Usage::default(),
         timeout_at: None,

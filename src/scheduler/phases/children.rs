@@ -59,7 +59,8 @@ impl Scheduler {
         let Some(below) = died_below else {
             return;
         };
-        for job in self.core.running.values_mut() {
+        let steps = self.io.launcher.steps().is_some();
+        for (key, job) in &mut self.core.running {
             if let Proc::Supervised {
                 id,
                 identity,
@@ -74,6 +75,7 @@ impl Scheduler {
                 job.proc = Proc::Adopted {
                     identity: identity.clone(),
                     supervisor: None,
+                    step: steps.then(|| crate::launcher::steps::step_name(key, job.attempt)),
                 };
             }
         }

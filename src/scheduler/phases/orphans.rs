@@ -368,6 +368,11 @@ impl Scheduler {
             None => Proc::Adopted {
                 identity: identity.clone(),
                 supervisor: info.supervisor,
+                step: self
+                    .io
+                    .launcher
+                    .steps()
+                    .map(|_| crate::launcher::steps::step_name(key, state.attempts)),
             },
         };
         let timeout_at = spec
@@ -449,6 +454,7 @@ fn adopted_alive(job: &Running, table: &ProcTable) -> bool {
         Proc::Adopted {
             identity,
             supervisor,
+            ..
         } => table.group_alive(identity) || supervisor.as_ref().is_some_and(process::is_running),
         Proc::Supervised { ended, .. } => ended.is_none(),
         Proc::Slurm(job) => job.ending.is_none(),

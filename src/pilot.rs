@@ -197,28 +197,6 @@ impl Allocation {
         Ok((indices, Matched::ByIndex))
     }
 
-    /// [`Allocation::gpus`] over a snapshot of NVML's devices: those
-    /// that answered, those it may not open (`Insufficient Permissions`),
-    /// and the sick ones.
-    ///
-    /// Errors: as [`Allocation::gpus`].
-    pub fn gpus_in(
-        &self,
-        snapshot: &crate::gpu::GpuSnapshot,
-    ) -> Result<(Vec<u32>, Matched), String> {
-        let answered: Vec<(u32, String)> = snapshot
-            .gpus
-            .iter()
-            .map(|g| (g.index, g.uuid.clone()))
-            .collect();
-        let (hidden, sick): (Vec<_>, Vec<_>) = snapshot
-            .faults
-            .iter()
-            .partition(|f| f.reason.contains("Insufficient Permissions"));
-        let index = |f: Vec<&crate::gpu::GpuFault>| f.iter().map(|f| f.index).collect::<Vec<_>>();
-        self.gpus(&answered, &index(hidden), &index(sick))
-    }
-
     /// The GPUs whose UUIDs `visible` lists, by NVML index.
     ///
     /// Errors: a UUID NVML does not show.

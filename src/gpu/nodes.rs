@@ -62,6 +62,29 @@ pub fn agent_interval_s(poll_s: f64) -> f64 {
     poll_s.min(1.0)
 }
 
+/// [`crate::pilot::Allocation::gpus`] over a snapshot of NVML's
+/// devices: those that answered, those it may not open (`Insufficient
+/// Permissions`), and the sick ones. The pilot matches its own node's GPUs
+/// so, and each agent its node's.
+///
+/// Errors: as [`crate::pilot::Allocation::gpus`].
+pub fn allocated_gpus(
+    allocation: &crate::pilot::Allocation,
+    snapshot: &GpuSnapshot,
+) -> Result<(Vec<u32>, crate::pilot::Matched), String> {
+    let answered: Vec<(u32, String)> = snapshot
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.uuid.clone()))
+        .collect();
+    let (hidden, sick): (Vec<_>, Vec<_>) = snapshot
+        .faults
+        .iter()
+        .partition(|f| f.reason.contains("Insufficient Permissions"));
+    let index = |f: Vec<&GpuFault>| f.iter().map(|f| f.index).collect::<Vec<_>>();
+    allocation.gpus(&answered, &index(hidden), &index(sick))
+}
+
 /// What a node's reader threads heard last.
 #[derive(Debug, Default)]
 struct Heard {
@@ -442,7 +465,7 @@ fn agent_line(
         return AgentLine::Failed("NVML is not open".into());
     };
     match nvml.snapshot() {
-        Ok(snapshot) => match allocation.gpus_in(&snapshot) {
+        Ok(snapshot) => match allocated_gpus(allocation, &snapshot) {
             Ok((gpus, _)) => AgentLine::Snapshot(allocated_part(snapshot, &gpus)),
             Err(why) => AgentLine::Failed(why),
         },
@@ -455,7 +478,7 @@ fn agent_line(
 
 /// `snapshot` narrowed to the allocation's `gpus`, each process named by
 /// the job its environment names, when it is one of this user's
-/// ([`crate::launcher::steps::job_of_environ`]).
+/// ([`crate::process::environ::job_of_environ`]).
 fn allocated_part(mut snapshot: GpuSnapshot, gpus: &[u32]) -> GpuSnapshot {
     snapshot.gpus.retain(|g| gpus.contains(&g.index));
     snapshot.processes.retain(|p| gpus.contains(&p.gpu));
@@ -464,7 +487,7 @@ fn allocated_part(mut snapshot: GpuSnapshot, gpus: &[u32]) -> GpuSnapshot {
         .processes
         .iter()
         .filter_map(|p| {
-            let (key, attempt) = crate::launcher::steps::job_of_environ(p.pid)?;
+            let (key, attempt) = crate::process::environ::job_of_environ(p.pid)?;
             Some(super::NamedProcess {
                 gpu: p.gpu,
                 pid: p.pid,

@@ -4,6 +4,7 @@
 //! SIGTERM → grace → SIGKILL plus a final sweep. No other module sends
 //! signals.
 
+pub mod environ;
 pub mod supervisor;
 
 use nix::errno::Errno;

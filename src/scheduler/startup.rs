@@ -64,9 +64,8 @@ impl Scheduler {
         let (backend, sim_dir) = open_backend(args)?;
         let allocation = allocation_of(args);
         let launcher = launcher_for(args, &cfg, allocation.as_ref())?;
-        let backend = with_other_nodes(backend, &launcher, &mut cfg)?;
-        cfg.place.topology = backend.topology().map(std::sync::Arc::new);
         let lock = prepare_log_dir(&cfg.log_dir)?;
+        let backend = gpu_backend(backend, &launcher, &mut cfg)?;
         // Under the lock: one daemon per log directory.
         let mps = start_mps(&cfg, sim_dir.is_some() || args.slurm.slurm)?;
         let journal = open_journal(&cfg, args.fresh)?;
@@ -380,25 +379,25 @@ fn other_nodes(allocation: &crate::pilot::Allocation) -> anyhow::Result<Vec<Stri
         .collect())
 }
 
-/// This node's GPUs, and with `--job-steps` in an allocation of several
-/// nodes the other nodes' through their agents ([`crate::gpu::nodes`]);
-/// placement then keeps each job on one node.
+/// The GPUs placement and sampling use, with their topology put in
+/// `cfg`: this node's (`backend`), and with `--job-steps` in an
+/// allocation of several nodes the other nodes' through their agents
+/// ([`crate::gpu::nodes`]); placement then keeps each job on one node.
+/// Called under the log directory's lock, so that a second pilot refused
+/// by it starts no agents.
 ///
 /// Errors: an agent does not report ([`crate::gpu::nodes::RemoteNodes::start`]).
-fn with_other_nodes(
+fn gpu_backend(
     backend: Box<dyn crate::gpu::GpuBackend>,
     launcher: &Launcher,
     cfg: &mut Config,
 ) -> anyhow::Result<Box<dyn crate::gpu::GpuBackend>> {
+    cfg.place.topology = backend.topology().map(std::sync::Arc::new);
     let Some(steps) = launcher.steps().filter(|s| !s.others.is_empty()) else {
         return Ok(backend);
     };
-    let nodes = crate::gpu::nodes::RemoteNodes::start(
-        backend,
-        steps.job_id,
-        &steps.others,
-        cfg.poll.as_secs_f64(),
-    )?;
+    let poll = cfg.poll.as_secs_f64();
+    let nodes = crate::gpu::nodes::RemoteNodes::start(backend, steps.job_id, &steps.others, poll)?;
     cfg.place.node_gpus = Some(crate::pilot::NODE_GPU_SLOTS);
     Ok(Box::new(nodes))
 }

@@ -72,13 +72,7 @@ impl Scheduler {
         };
         let header = format!(
             "==== gpusched: job {no} attempt {attempt} {} at {} ({vram_text}): {}\n",
-            if !self.io.launcher.places_jobs() {
-                "submitted to Slurm".to_string()
-            } else if gpus.is_empty() {
-                "on the CPU only (gpus=0)".to_string()
-            } else {
-                format!("on GPU {}", crate::console::gpu_ids(&gpus, ","))
-            },
+            self.where_words(&gpus),
             crate::console::date_time(self.now().ts),
             spec.command
         );
@@ -487,6 +481,17 @@ impl Scheduler {
             };
             in_env || crate::policy::caps::line_sets(command, name)
         })
+    }
+
+    /// Where an attempt on `gpus` runs, for its log's header.
+    fn where_words(&self, gpus: &[u32]) -> String {
+        if !self.io.launcher.places_jobs() {
+            "submitted to Slurm".to_string()
+        } else if gpus.is_empty() {
+            "on the CPU only (gpus=0)".to_string()
+        } else {
+            format!("on GPU {}", crate::console::gpu_ids(gpus, ","))
+        }
     }
 
     /// A job's environment (docs/BEHAVIOUR.md "Running a job"): `CUDA_VISIBLE_DEVICES`,

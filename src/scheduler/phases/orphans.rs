@@ -68,35 +68,26 @@ impl Scheduler {
                 .identity()
                 .and_then(|identity| running.exit_record.read_for(identity));
             if record.as_ref().is_some_and(|r| r.never_ran) {
-                self.finish_cgroup(&running);
-                self.io.journal.append(&key, Event::Interrupted {})?;
-                self.report.say(format!(
+                self.requeue_orphan(&key, &running, format!(
                     "job {} was still at its gate when the previous scheduler stopped (it ran nothing); it is pending again",
                     state.no
-                ));
-            } else if let Some(ended_with) = record
+                ))?;
+            } else if let Some((ended_with, record)) = record
                 .as_ref()
-                .and_then(|r| self.stopped_with_its_allocation(info, r))
+                .and_then(|r| Some((self.stopped_with_its_allocation(info, r)?, r)))
             {
                 // Slurm stopped it with its pilot's allocation (check_other_allocations
                 // saw that end): the next allocation runs it again.
-                self.finish_cgroup(&running);
-                self.io.journal.append(&key, Event::Interrupted {})?;
-                self.report.say(format!(
+                self.requeue_orphan(&key, &running, format!(
                     "job {} was stopped when Slurm job {ended_with} ended ({}); it is pending again",
                     state.no,
-                    record
-                        .as_ref()
-                        .and_then(|r| r.exit())
-                        .map_or("exit status unknown".into(), |e| e.describe())
-                ));
+                    exit_words(record)
+                ))?;
             } else if let Some(record) = record {
                 self.report.say(format!(
                     "job {} ended while no scheduler ran ({}); recording its outcome",
                     state.no,
-                    record
-                        .exit()
-                        .map_or("exit status unknown".into(), |e| e.describe())
+                    exit_words(&record)
                 ));
                 self.core.running.insert(key.clone(), running);
                 self.complete_attempt(&key)?;
@@ -113,13 +104,10 @@ impl Scheduler {
                 self.core.running.insert(key, running);
                 adopted_any = true;
             } else {
-                self.io.journal.append(&key, Event::Interrupted {})?;
-                self.report.say(format!(
+                self.requeue_orphan(&key, &running, format!(
                     "job {} was interrupted with a previous scheduler (process group {} is gone); it is pending again",
                     state.no, info.pgid
-                ));
-                // What it left in its cgroup dies with it.
-                self.finish_cgroup(&running);
+                ))?;
             }
         }
         if adopted_any && let Err(e) = self.wakes.watch_exit_records(&self.cfg.log_dir) {
@@ -129,6 +117,18 @@ impl Scheduler {
             ));
         }
         self.remove_stale_exit_records();
+        Ok(())
+    }
+
+    /// Journals a previous scheduler's attempt of `key` `interrupted`, so
+    /// that it runs again, and says `said`; what it left in its cgroup
+    /// dies with it.
+    ///
+    /// Errors: the journal cannot be written.
+    fn requeue_orphan(&mut self, key: &str, running: &Running, said: String) -> anyhow::Result<()> {
+        self.finish_cgroup(running);
+        self.io.journal.append(key, Event::Interrupted {})?;
+        self.report.say(said);
         Ok(())
     }
 
@@ -459,4 +459,11 @@ fn adopted_alive(job: &Running, table: &ProcTable) -> bool {
         Proc::Supervised { ended, .. } => ended.is_none(),
         Proc::Slurm(job) => job.ending.is_none(),
     }
+}
+
+/// How an exit record says its attempt ended, for people.
+fn exit_words(record: &crate::process::supervisor::ExitRecord) -> String {
+    record
+        .exit()
+        .map_or("exit status unknown".into(), |e| e.describe())
 }

@@ -159,7 +159,8 @@ impl Scheduler {
         here.gpus.retain(|g| !remote.contains(&g.index));
         here.faults
             .retain(|f| steps.is_none_or(|s| !s.is_remote(f.index)));
-        let (mut gpus, how) = pilot.allocation.gpus_in(&here).map_err(Error::Gpu)?;
+        let (mut gpus, how) =
+            crate::gpu::nodes::allocated_gpus(&pilot.allocation, &here).map_err(Error::Gpu)?;
         if !remote.is_empty()
             && let Some(far) = gpus.iter().find(|&&i| i >= crate::pilot::NODE_GPU_SLOTS)
         {

@@ -315,7 +315,7 @@ impl Scheduler {
             group_of.insert(pid, stat.pgrp);
             by_pgid.get(&stat.pgrp).cloned().or_else(|| {
                 let (key, attempt) =
-                    steps.then(|| crate::launcher::steps::job_of_environ(pid))??;
+                    steps.then(|| crate::process::environ::job_of_environ(pid))??;
                 ours(&key, attempt)
             })
         });

@@ -57,6 +57,23 @@ fn two_node_pilot(nvml: &Nvml) -> std::path::PathBuf {
     pilot_script(nvml, &args.split(' ').collect::<Vec<_>>())
 }
 
+/// The pid of the node agent of Slurm job `pilot` (both nodes are this
+/// host): a process running `__node-agent` with that `SLURM_JOB_ID`.
+fn agent_of(pilot: u64) -> Option<u32> {
+    let wanted = format!("SLURM_JOB_ID={pilot}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            (cmdline.split(|&b| b == 0).any(|a| a == b"__node-agent")
+                && environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+            .then_some(pid)
+        })
+}
+
 /// `sacct -j ID`'s steps: (name, node, state).
 fn steps_of(id: u64) -> Vec<(String, String, String)> {
     let out = Command::new("sacct")
@@ -221,4 +238,63 @@ fn a_two_node_pilot_killed_with_sigkill_leaves_every_job_to_the_next_allocation_
         out.contains(&format!("Slurm job {first}")),
         "the second pilot says what it took over: {out}"
     );
+}
+
+#[test]
+fn a_node_agent_that_dies_is_started_again_and_its_node_keeps_running_jobs() {
+    if !two_nodes_up() {
+        return;
+    }
+    // Sixteen jobs, one per GPU at a time; the first four wait for `go`
+    // while node 2's agent is killed.
+    let job = "[vram=20000] while [ ! -e go ]; do sleep 0.1; done; \
+               echo $SLURMD_NODENAME >> seen.txt; sleep 0.5\n";
+    let nvml = two_node_box(&job.repeat(16));
+    let run = format!(
+        "{} {} --log-dir {} --job-steps --poll 1",
+        common::bin(),
+        nvml.env.jobs.display(),
+        nvml.env.logs.display()
+    );
+    let pilot = sbatch(
+        &nvml,
+        &[
+            "--partition=multi",
+            "--nodes=2",
+            "--gres=gpu:2",
+            "--time=5",
+            "--output=pilot.out",
+            &format!("--wrap={run}"),
+        ],
+    );
+    let agents = || {
+        steps_of(pilot)
+            .iter()
+            .filter(|(name, _, _)| *name == format!("gpusched:agent:{NODE2}"))
+            .count()
+    };
+    let out = || std::fs::read_to_string(nvml.env.path("pilot.out")).unwrap_or_default();
+    wait_for_within("four jobs running", SLURM_DEADLINE, &mut || {
+        out().matches("▶ job").count() >= 4
+    });
+    // This pilot's agent only (other tests' pilots may run beside it).
+    let agent = agent_of(pilot).unwrap_or_else(|| panic!("no agent to kill:\n{}", out()));
+    let _ = Command::new("kill")
+        .args(["-KILL", &agent.to_string()])
+        .status();
+    wait_for_within("a second agent step", SLURM_DEADLINE, &mut || agents() >= 2);
+    std::fs::write(nvml.env.path("go"), "").unwrap();
+    let fields = wait_state(pilot, &ENDED);
+    assert_eq!(fields["JobState"], "COMPLETED", "{fields:?}\n{}", out());
+    let seen = std::fs::read_to_string(nvml.env.path("seen.txt")).unwrap();
+    assert_eq!(seen.lines().count(), 16, "{seen}");
+    // Node 2 ran more than the two jobs it had when its agent died.
+    assert!(
+        seen.lines().filter(|l| *l == NODE2).count() > 2,
+        "{seen}\n{}",
+        out()
+    );
+    let done = nvml.env.events("done");
+    assert_eq!(done.len(), 16);
+    assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
 }

@@ -190,6 +190,11 @@ impl Remote {
             ])
             .arg(program)
             .args([NODE_AGENT, &agent_interval_s(poll_s).to_string()])
+            // srun passes our environment on: the agent must see only
+            // what Slurm sets for its step there, not this node's GPUs.
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("SLURM_STEP_GPUS")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -280,8 +285,18 @@ impl Remote {
                 } else {
                     "ended before it reported".into()
                 };
+                // Slurm creates no step without a GPU count of its own in
+                // an allocation of --gpus=N over several nodes.
+                let fix = if said
+                    .as_deref()
+                    .is_some_and(|s| s.contains("generic resource"))
+                {
+                    "ask for GPUs per node (--gres=gpu:N or --gpus-per-node=N, as gpusched export --slurm --pilot --nodes writes), not --gpus=N over several nodes"
+                } else {
+                    "gpusched must be at the same path on every node of the allocation (a shared filesystem), with NVML there"
+                };
                 return Err(Error::Gpu(format!(
-                    "the gpusched agent on node {} {how}{}: gpusched must be at the same path on every node of the allocation (a shared filesystem), with NVML there",
+                    "the gpusched agent on node {} {how}{}: {fix}",
                     self.name,
                     said.map(|s| format!(" ({s})")).unwrap_or_default()
                 ))
@@ -464,6 +479,11 @@ fn agent_line(
     let Some(nvml) = backend.as_mut() else {
         return AgentLine::Failed("NVML is not open".into());
     };
+    // A node the allocation has no GPUs of (`--gpus=3` over two nodes)
+    // offers none.
+    if allocation.visible.is_none() && allocation.job_gpus.is_none() {
+        return AgentLine::Snapshot(GpuSnapshot::default());
+    }
     match nvml.snapshot() {
         Ok(snapshot) => match allocated_gpus(allocation, &snapshot) {
             Ok((gpus, _)) => AgentLine::Snapshot(allocated_part(snapshot, &gpus)),

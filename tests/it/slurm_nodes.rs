@@ -298,3 +298,40 @@ fn a_node_agent_that_dies_is_started_again_and_its_node_keeps_running_jobs() {
     assert_eq!(done.len(), 16);
     assert!(done.iter().all(|d| d["status"] == "ok"), "{done:?}");
 }
+
+#[test]
+fn gpus_asked_for_the_whole_job_over_two_nodes_stop_the_pilot_at_start_saying_how() {
+    if !two_nodes_up() {
+        return;
+    }
+    // `--gpus=3` over two nodes: Slurm refuses a step that names no GPU
+    // count of its own, so no agent (and no job) could start there.
+    let nvml = two_node_box("[vram=1000] echo ran >> ran.txt\n");
+    let run = format!(
+        "{} {} --log-dir {} --job-steps",
+        common::bin(),
+        nvml.env.jobs.display(),
+        nvml.env.logs.display()
+    );
+    let pilot = sbatch(
+        &nvml,
+        &[
+            "--partition=multi",
+            "--nodes=2",
+            "--gpus=3",
+            "--time=5",
+            "--output=pilot.out",
+            &format!("--wrap={run}"),
+        ],
+    );
+    let fields = wait_state(pilot, &ENDED);
+    let out = std::fs::read_to_string(nvml.env.path("pilot.out")).unwrap_or_default();
+    assert_eq!(fields["ExitCode"], "2:0", "{fields:?}\n{out}");
+    assert!(
+        out.contains(&format!(
+            "the gpusched agent on node {NODE2} ended before it reported"
+        )) && out.contains("ask for GPUs per node (--gres=gpu:N or --gpus-per-node=N"),
+        "{out}"
+    );
+    assert!(!nvml.env.path("ran.txt").exists(), "{out}");
+}

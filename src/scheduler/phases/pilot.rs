@@ -109,12 +109,15 @@ impl Pilot {
                 .iter()
                 .map(|&id| crate::pilot::device_node(id).1)
                 .collect();
-            words.push_str(&format!(
-                "; GPU{} {} ({}) of node {node}",
-                if ids.len() == 1 { "" } else { "s" },
-                crate::console::gpu_ids(&ids, ","),
-                crate::console::gpu_ids(&own, ",")
-            ));
+            words.push_str(&match ids.len() {
+                0 => format!("; no GPU of node {node}"),
+                n => format!(
+                    "; GPU{} {} ({}) of node {node}",
+                    if n == 1 { "" } else { "s" },
+                    crate::console::gpu_ids(&ids, ","),
+                    crate::console::gpu_ids(&own, ",")
+                ),
+            });
         }
         words
     }

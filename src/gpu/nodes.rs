@@ -317,8 +317,10 @@ impl Remote {
                 for gpu in &theirs.gpus {
                     if let Some(index) = id(gpu.index) {
                         ids.push(index);
+                        // The views name it with its node.
                         snapshot.gpus.push(super::GpuInfo {
                             index,
+                            name: format!("{} on {}", gpu.name, self.name),
                             ..gpu.clone()
                         });
                     }
@@ -545,6 +547,7 @@ mod tests {
         let gpu = |index| GpuInfo {
             index,
             uuid: format!("GPU-{index}"),
+            name: "A100".into(),
             total_mib: 24_000,
             ..GpuInfo::default()
         };
@@ -573,6 +576,7 @@ mod tests {
         let ids: Vec<u32> = snapshot.gpus.iter().map(|g| g.index).collect();
         assert_eq!(ids, [8, 9]);
         assert_eq!(snapshot.gpus[1].uuid, "GPU-1");
+        assert_eq!(snapshot.gpus[1].name, "A100 on gpu08");
         assert_eq!(
             (snapshot.processes[0].gpu, snapshot.processes[0].pid),
             (9, 77)

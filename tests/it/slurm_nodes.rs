@@ -57,6 +57,28 @@ fn two_node_pilot(nvml: &Nvml) -> std::path::PathBuf {
     pilot_script(nvml, &args.split(' ').collect::<Vec<_>>())
 }
 
+/// `sbatch --wrap` of a pilot with `--job-steps` (and `run_args`) in an
+/// allocation of both nodes with `gpus` (an sbatch option), its output in
+/// `pilot.out`; the Slurm job id.
+fn wrapped_pilot(nvml: &Nvml, gpus: &str, run_args: &str) -> u64 {
+    let run = format!(
+        "{} {} --log-dir {} --job-steps {run_args}",
+        common::bin(),
+        nvml.env.jobs.display(),
+        nvml.env.logs.display()
+    );
+    let wrap = format!("--wrap={run}");
+    let args = [
+        "--partition=multi",
+        "--nodes=2",
+        gpus,
+        "--time=5",
+        "--output=pilot.out",
+        &wrap,
+    ];
+    sbatch(nvml, &args)
+}
+
 /// The pid of the node agent of Slurm job `pilot` (both nodes are this
 /// host): a process running `__node-agent` with that `SLURM_JOB_ID`.
 fn agent_of(pilot: u64) -> Option<u32> {
@@ -250,23 +272,7 @@ fn a_node_agent_that_dies_is_started_again_and_its_node_keeps_running_jobs() {
     let job = "[vram=20000] while [ ! -e go ]; do sleep 0.1; done; \
                echo $SLURMD_NODENAME >> seen.txt; sleep 0.5\n";
     let nvml = two_node_box(&job.repeat(16));
-    let run = format!(
-        "{} {} --log-dir {} --job-steps --poll 1",
-        common::bin(),
-        nvml.env.jobs.display(),
-        nvml.env.logs.display()
-    );
-    let pilot = sbatch(
-        &nvml,
-        &[
-            "--partition=multi",
-            "--nodes=2",
-            "--gres=gpu:2",
-            "--time=5",
-            "--output=pilot.out",
-            &format!("--wrap={run}"),
-        ],
-    );
+    let pilot = wrapped_pilot(&nvml, "--gres=gpu:2", "--poll 1");
     let agents = || {
         steps_of(pilot)
             .iter()
@@ -307,23 +313,7 @@ fn gpus_asked_for_the_whole_job_over_two_nodes_stop_the_pilot_at_start_saying_ho
     // `--gpus=3` over two nodes: Slurm refuses a step that names no GPU
     // count of its own, so no agent (and no job) could start there.
     let nvml = two_node_box("[vram=1000] echo ran >> ran.txt\n");
-    let run = format!(
-        "{} {} --log-dir {} --job-steps",
-        common::bin(),
-        nvml.env.jobs.display(),
-        nvml.env.logs.display()
-    );
-    let pilot = sbatch(
-        &nvml,
-        &[
-            "--partition=multi",
-            "--nodes=2",
-            "--gpus=3",
-            "--time=5",
-            "--output=pilot.out",
-            &format!("--wrap={run}"),
-        ],
-    );
+    let pilot = wrapped_pilot(&nvml, "--gpus=3", "");
     let fields = wait_state(pilot, &ENDED);
     let out = std::fs::read_to_string(nvml.env.path("pilot.out")).unwrap_or_default();
     assert_eq!(fields["ExitCode"], "2:0", "{fields:?}\n{out}");

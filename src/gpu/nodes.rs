@@ -209,32 +209,39 @@ impl Remote {
         };
         self.stdin = child.stdin.take();
         if let Some(out) = child.stdout.take() {
-            let heard = Arc::clone(&self.heard);
-            let _ = std::thread::Builder::new()
-                .name("gpusched-agent".into())
-                .spawn(move || {
-                    for line in std::io::BufReader::new(out).lines() {
-                        let Ok(line) = line else { break };
-                        if let Ok(parsed) = serde_json::from_str::<AgentLine>(&line) {
-                            lock(&heard).line = Some((Instant::now(), parsed));
-                        }
-                    }
-                });
+            self.read_lines("gpusched-agent", out, |heard, line| {
+                if let Ok(parsed) = serde_json::from_str::<AgentLine>(line) {
+                    heard.line = Some((Instant::now(), parsed));
+                }
+            });
         }
         if let Some(err) = child.stderr.take() {
-            let heard = Arc::clone(&self.heard);
-            let _ = std::thread::Builder::new()
-                .name("gpusched-agent-err".into())
-                .spawn(move || {
-                    for line in std::io::BufReader::new(err).lines() {
-                        let Ok(line) = line else { break };
-                        if !line.trim().is_empty() {
-                            lock(&heard).complaint = Some(line.trim().to_string());
-                        }
-                    }
-                });
+            self.read_lines("gpusched-agent-err", err, |heard, line| {
+                if !line.trim().is_empty() {
+                    heard.complaint = Some(line.trim().to_string());
+                }
+            });
         }
         self.child = Some(child);
+    }
+
+    /// Reads `pipe` line by line on a thread named `name`, handing each
+    /// line to `take` with what was heard, until the pipe ends.
+    fn read_lines(
+        &self,
+        name: &str,
+        pipe: impl std::io::Read + Send + 'static,
+        take: impl Fn(&mut Heard, &str) + Send + 'static,
+    ) {
+        let heard = Arc::clone(&self.heard);
+        let _ = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                for line in std::io::BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    take(&mut lock(&heard), &line);
+                }
+            });
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Heard> {

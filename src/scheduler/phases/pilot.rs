@@ -36,9 +36,6 @@ pub struct Pilot {
     /// of [`crate::pilot::node_device_id`]), once the first snapshot
     /// matched them.
     pub gpus: Vec<u32>,
-    /// The other nodes whose GPUs it uses, in Slurm's order (node `n` is
-    /// `others[n - 1]`); empty on one node.
-    pub others: Vec<String>,
     /// The allocation's end in Unix milliseconds ([`UNKNOWN`],
     /// [`UNLIMITED`]), written by a thread that asks `squeue` every
     /// [`END_CHECK`].
@@ -71,7 +68,6 @@ impl Pilot {
         let pilot = Pilot {
             allocation,
             gpus: Vec::new(),
-            others: Vec::new(),
             end_ms,
             warned: false,
             wrapped_up: false,
@@ -88,17 +84,19 @@ impl Pilot {
     }
 
     /// `inside Slurm job 1234: GPUs 2,3 of node gpu07`; on several
-    /// nodes each node's GPUs by device id, with that node's own numbers:
-    /// `…: GPUs 0,1 of node gpu07; GPUs 8,9 (0,1) of node gpu08`.
-    pub fn words(&self) -> String {
+    /// nodes (`others`, the other nodes used, in Slurm's order:
+    /// [`crate::launcher::steps::Steps::others`]) each node's GPUs by
+    /// device id, with that node's own numbers: `…: GPUs 0,1 of node
+    /// gpu07; GPUs 8,9 (0,1) of node gpu08`.
+    pub fn words(&self, others: &[String]) -> String {
         let here: Vec<u32> = self
             .gpus
             .iter()
             .copied()
-            .filter(|&id| self.others.is_empty() || crate::pilot::device_node(id).0 == 0)
+            .filter(|&id| others.is_empty() || crate::pilot::device_node(id).0 == 0)
             .collect();
         let mut words = self.allocation.describe(&here);
-        for (n, node) in self.others.iter().enumerate() {
+        for (n, node) in others.iter().enumerate() {
             let ids: Vec<u32> = self
                 .gpus
                 .iter()
@@ -187,7 +185,6 @@ impl Scheduler {
             .into());
         }
         pilot.gpus = self.cfg.allowed.clone().unwrap_or(gpus);
-        pilot.others = steps.map(|s| s.others.clone()).unwrap_or_default();
         self.cfg.allowed = Some(pilot.gpus.clone());
         let ends = match first_end {
             Ok(Some(end)) => format!(
@@ -200,8 +197,9 @@ impl Scheduler {
                 "when the allocation ends is unknown ({why}); SIGUSR2 (sbatch --signal=B:USR2@120) stops the jobs in time"
             ),
         };
-        let words = pilot.words();
-        let spread = match (pilot.allocation.nodes, pilot.others.len()) {
+        let others = steps.map_or(&[][..], |s| s.others.as_slice());
+        let words = pilot.words(others);
+        let spread = match (pilot.allocation.nodes, others.len()) {
             (1, _) => String::new(),
             (n, 0) => format!(
                 "; the allocation spans {n} nodes, and only this node's GPUs are used (--job-steps uses every node's)"
@@ -332,7 +330,10 @@ impl Scheduler {
     pub(in crate::scheduler) fn backend_words(&self) -> String {
         let described = self.io.backend.describe();
         match &self.io.pilot {
-            Some(pilot) => format!("{described} — {}", pilot.words()),
+            Some(pilot) => {
+                let others = self.io.launcher.steps().map_or(&[][..], |s| &s.others);
+                format!("{described} — {}", pilot.words(others))
+            }
             None => described,
         }
     }

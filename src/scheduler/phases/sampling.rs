@@ -276,12 +276,7 @@ impl Scheduler {
         // job its environment names; on another node of the allocation,
         // the job that node's agent read there (docs/BEHAVIOUR.md "Several
         // nodes"): this node's /proc knows nothing of that node's pids.
-        let steps = self.io.launcher.steps().is_some();
-        let multi_node = self
-            .io
-            .launcher
-            .steps()
-            .is_some_and(|s| !s.others.is_empty());
+        let steps = self.io.launcher.steps();
         let running = &self.core.running;
         let ours = |key: &str, attempt: u32| {
             running
@@ -304,7 +299,7 @@ impl Scheduler {
         let mut hidden: HashSet<u32> = HashSet::new();
         let mut seen = attribution::attribute(&snapshot.processes, |process| {
             let pid = process.pid;
-            if multi_node && crate::pilot::device_node(process.gpu).0 > 0 {
+            if steps.is_some_and(|s| s.is_remote(process.gpu)) {
                 let (key, attempt) = named.get(&(process.gpu, pid))?;
                 return ours(key, *attempt);
             }
@@ -315,7 +310,7 @@ impl Scheduler {
             group_of.insert(pid, stat.pgrp);
             by_pgid.get(&stat.pgrp).cloned().or_else(|| {
                 let (key, attempt) =
-                    steps.then(|| crate::process::environ::job_of_environ(pid))??;
+                    steps.and_then(|_| crate::process::environ::job_of_environ(pid))?;
                 ours(&key, attempt)
             })
         });

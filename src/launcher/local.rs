@@ -156,6 +156,16 @@ impl Local {
         self.owner(id)?.go(id)
     }
 
+    /// Writes the `go`s (and anything else) queued for the supervisor.
+    ///
+    /// Errors: the supervisor is gone.
+    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.supervisor {
+            Some(supervisor) => supervisor.flush(),
+            None => Ok(()),
+        }
+    }
+
     /// Gives up on job `id` at its gate.
     pub(super) fn abandon(&mut self, id: u64) {
         if let Ok(supervisor) = self.owner(id) {

@@ -295,6 +295,18 @@ impl Launcher {
         }
     }
 
+    /// Writes what was queued for the local supervisor: the `go`s of a
+    /// round's jobs, in one write.
+    ///
+    /// Errors: the supervisor is gone (its jobs at their gates are killed
+    /// there, having run nothing).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Launcher::Local(local) => local.flush(),
+            Launcher::Slurm(_) => Ok(()),
+        }
+    }
+
     /// Waits until the attempt is held at its gate.
     ///
     /// Errors: the supervisor could not start the job.
@@ -306,8 +318,9 @@ impl Launcher {
         }
     }
 
-    /// Lets a local job run at once; returns the Slurm job id to release
-    /// with the round's others ([`Launcher::release_all`]).
+    /// Lets a local job run with the round's others (its `go` is written
+    /// by [`Launcher::flush`]); returns the Slurm job id to release with
+    /// the round's others ([`Launcher::release_all`]).
     ///
     /// Errors: the supervisor is gone.
     pub fn release(&mut self, ready: &Ready) -> std::io::Result<Option<u64>> {

@@ -54,6 +54,10 @@ pub struct Supervisor {
     ended: Vec<(u64, ExitRecord)>,
     /// Set once its stdout reached end of file: it died.
     closed: bool,
+    /// Requests not yet written: a round's starts, and then its `go`s, go
+    /// out in one write each ([`Supervisor::flush`]) instead of one per
+    /// job, so neither side pays a system call and a wake-up per job.
+    outbox: Vec<u8>,
 }
 
 impl Supervisor {
@@ -96,6 +100,7 @@ impl Supervisor {
             at_gate: FxHashMap::default(),
             ended: Vec::new(),
             closed: false,
+            outbox: Vec::new(),
         })
     }
 
@@ -120,13 +125,16 @@ impl Supervisor {
     }
 
     /// Asks for job `id` (unique for the scheduler's life) at its gate;
-    /// the answer comes with [`Supervisor::wait_at_gate`].
+    /// the request goes out with the next [`Supervisor::flush`] (the
+    /// first [`Supervisor::wait_at_gate`] flushes), and the answer comes
+    /// with [`Supervisor::wait_at_gate`].
     ///
-    /// Errors: the supervisor is gone (it is then taken as closed).
+    /// Errors: the supervisor is known to be gone.
     pub fn start(&mut self, id: u64, job: &Request) -> std::io::Result<()> {
-        self.send(&StartLine::Start { id, job }).inspect_err(|_| {
-            self.closed = true;
-        })
+        if self.closed {
+            return Err(gone());
+        }
+        self.queue(&StartLine::Start { id, job })
     }
 
     /// Waits until the job `id` is at its gate, or until a stop was asked
@@ -138,6 +146,8 @@ impl Supervisor {
     /// was asked before it answered ([`std::io::ErrorKind::Interrupted`]:
     /// the job never gets its `go`, so it runs nothing either).
     pub fn wait_at_gate(&mut self, id: u64) -> std::io::Result<AtGate> {
+        // A failed write marks it closed, answered below.
+        let _ = self.flush();
         let since = std::time::Instant::now();
         loop {
             // A supervisor that answers does so in milliseconds: only one
@@ -156,10 +166,7 @@ impl Supervisor {
                 return answer.map_err(std::io::Error::other);
             }
             if self.closed {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    "the supervisor is gone",
-                ));
+                return Err(gone());
             }
             let mut fds = [nix::poll::PollFd::new(
                 self.from.as_fd(),
@@ -175,16 +182,36 @@ impl Supervisor {
         }
     }
 
-    /// Lets job `id` run (its `started` event is journaled).
+    /// Lets job `id` run (its `started` event is journaled) with the next
+    /// [`Supervisor::flush`], which the caller owes once its round's jobs
+    /// are all let go.
     ///
-    /// Errors: the supervisor is gone (the job then never runs).
+    /// Errors: the supervisor is known to be gone (the job never runs).
     pub fn go(&mut self, id: u64) -> std::io::Result<()> {
-        self.send(&ToSupervisor::Go(id))
+        if self.closed {
+            return Err(gone());
+        }
+        self.queue(&ToSupervisor::Go(id))
     }
 
     /// Gives up on job `id` at its gate: it is killed there, never ran.
     pub fn abandon(&mut self, id: u64) {
         let _ = self.send(&ToSupervisor::Abandon(id));
+    }
+
+    /// Writes the queued requests, in order, in one write.
+    ///
+    /// Errors: the supervisor is gone (it is then taken as closed; what
+    /// was queued is dropped: jobs at their gates that never get `go`
+    /// are killed there by the supervisor, having run nothing).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        let outbox = std::mem::take(&mut self.outbox);
+        self.to.write_all(&outbox).inspect_err(|_| {
+            self.closed = true;
+        })
     }
 
     /// Asks for `signal` to be delivered to job `id`'s group unless the
@@ -205,16 +232,10 @@ impl Supervisor {
     /// is needed. One write for all of them (a round ends many tiny jobs
     /// at once).
     pub fn ack_all(&mut self, ids: &[u64]) {
-        if ids.is_empty() {
-            return;
-        }
-        let mut lines = Vec::with_capacity(ids.len() * 16);
         for &id in ids {
-            if serde_json::to_writer(&mut lines, &ToSupervisor::Ack(id)).is_ok() {
-                lines.push(b'\n');
-            }
+            let _ = self.queue(&ToSupervisor::Ack(id));
         }
-        let _ = self.to.write_all(&lines);
+        let _ = self.flush();
     }
 
     /// The ends reported since the last call, read without blocking.
@@ -223,10 +244,17 @@ impl Supervisor {
         std::mem::take(&mut self.ended)
     }
 
+    /// Queues one request line behind those not yet written.
+    fn queue(&mut self, request: &impl serde::Serialize) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.outbox, request)?;
+        self.outbox.push(b'\n');
+        Ok(())
+    }
+
+    /// Writes one request now, after those queued.
     fn send(&mut self, request: &impl serde::Serialize) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(request)?;
-        line.push(b'\n');
-        self.to.write_all(&line)
+        self.queue(request)?;
+        self.flush()
     }
 
     /// Reads every reply that arrived, without blocking.
@@ -252,6 +280,11 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// The error of a supervisor that died ([`std::io::ErrorKind::BrokenPipe`]).
+fn gone() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the supervisor is gone")
 }
 
 /// [`ToSupervisor::Start`] written from a borrowed request: the same line,

@@ -304,7 +304,9 @@ impl Supervisor {
         }
     }
 
-    /// Queues a reply and tries to write it at once.
+    /// Queues a reply; the loop writes the replies of one wake-up together
+    /// (a round's starts, a burst of ends), one write instead of one per
+    /// job.
     fn reply(&mut self, reply: &FromSupervisor) {
         if !self.scheduler {
             return;
@@ -312,7 +314,6 @@ impl Supervisor {
         if serde_json::to_writer(&mut self.out, reply).is_ok() {
             self.out.push(b'\n');
         }
-        self.flush();
     }
 
     /// Writes queued replies as far as the pipe takes them.

@@ -166,8 +166,14 @@ impl Scheduler {
             self.report.warn(warning);
         }
         let mut to_release = Vec::new();
+        let released = ready.len();
         for (launch, started_job) in ready {
             self.release(launch, started_job, &boot_id, &mut to_release);
+        }
+        if let Err(e) = self.io.launcher.flush() {
+            self.report.warn(format!(
+                "the supervisor is gone before the start of this round's {released} job(s): {e}"
+            ));
         }
         if let Err(e) = self.io.launcher.release_all(&to_release) {
             self.report.warn(format!(

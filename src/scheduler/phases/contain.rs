@@ -10,47 +10,63 @@ use crate::launcher::Ready;
 use crate::scheduler::Scheduler;
 use crate::state::Running;
 
+/// A round's containment ([`Scheduler::containing`]).
+pub(super) struct Containing {
+    containment: std::sync::Arc<Containment>,
+    /// CPUs given to running jobs and to this round's so far.
+    taken: Vec<u32>,
+}
+
 impl Scheduler {
-    /// Puts each local job of a round, held at its gate, in its own
-    /// cgroup; a job whose cgroup cannot be made runs without one, said.
-    pub(super) fn contain_all(&mut self, ready: &mut [(Launch, Ready)]) {
+    /// What [`Scheduler::contain`] needs for a round: the containment in
+    /// use and the CPUs running jobs were given; `None` without one.
+    pub(super) fn containing(&self) -> Option<Containing> {
         let Ok(Some(containment)) = &self.cfg.containment else {
-            return;
+            return None;
         };
-        let containment = std::sync::Arc::clone(containment);
-        let mut taken: Vec<u32> = self
+        let taken = self
             .core
             .running
             .values()
             .filter_map(|r| r.cgroup.as_ref())
             .flat_map(|c| c.cpus.iter().copied())
             .collect();
-        for (launch, started) in ready.iter_mut() {
-            let Ready::Local { job, .. } = started else {
-                continue;
-            };
-            let limits = self.limits_for(launch, &containment, &taken);
-            let (key, attempt) = (&launch.spec.key, launch.attempt);
-            let reused = (limits == Limits::default())
-                .then(|| self.io.spare_cgroups.pop())
-                .flatten()
-                .and_then(|spare| containment.reuse(spare, key, attempt, job.pid).ok());
-            let made = match reused {
-                Some(cgroup) => Ok(cgroup),
-                None => containment.contain(key, attempt, &limits, job.pid),
-            };
-            match made {
-                Ok(cgroup) => {
-                    taken.extend(cgroup.cpus.iter().copied());
-                    launch.cgroup = Some(cgroup);
-                }
-                Err(e) => self.report.warn(format!(
-                    "job {} runs without its own cgroup: {} ({})",
-                    launch.no,
-                    e,
-                    containment.describe()
-                )),
+        Some(Containing {
+            containment: std::sync::Arc::clone(containment),
+            taken,
+        })
+    }
+
+    /// Puts a local job of a round, held at its gate, in its own cgroup
+    /// (a spare one when it has no limits); a job whose cgroup cannot be
+    /// made runs without one, said. Called as each job reaches its gate,
+    /// so that the supervisor starts the round's next jobs meanwhile.
+    pub(super) fn contain(&mut self, round: &mut Containing, launch: &mut Launch, started: &Ready) {
+        let Ready::Local { job, .. } = started else {
+            return;
+        };
+        let containment = std::sync::Arc::clone(&round.containment);
+        let limits = self.limits_for(launch, &containment, &round.taken);
+        let (key, attempt) = (&launch.spec.key, launch.attempt);
+        let reused = (limits == Limits::default())
+            .then(|| self.io.spare_cgroups.pop())
+            .flatten()
+            .and_then(|spare| containment.reuse(spare, key, attempt, job.pid).ok());
+        let made = match reused {
+            Some(cgroup) => Ok(cgroup),
+            None => containment.contain(key, attempt, &limits, job.pid),
+        };
+        match made {
+            Ok(cgroup) => {
+                round.taken.extend(cgroup.cpus.iter().copied());
+                launch.cgroup = Some(cgroup);
             }
+            Err(e) => self.report.warn(format!(
+                "job {} runs without its own cgroup: {} ({})",
+                launch.no,
+                e,
+                containment.describe()
+            )),
         }
     }
 

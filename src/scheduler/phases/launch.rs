@@ -156,8 +156,7 @@ impl Scheduler {
         &mut self,
         launches: Vec<Launch>,
     ) -> anyhow::Result<()> {
-        let mut ready = self.wait_at_gates(launches)?;
-        self.contain_all(&mut ready);
+        let ready = self.wait_at_gates(launches)?;
         let boot_id = process::boot_id();
         self.journal_starts(&ready, &boot_id)?;
         if let Some(supervisor) = self.io.launcher.supervisor()
@@ -183,19 +182,26 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Waits until each launched job is held at its gate; a job whose
-    /// supervisor died stays pending, one that could not be started ends
-    /// `failed` (with the reason in its log).
+    /// Waits until each launched job is held at its gate and puts it in
+    /// its cgroup there (while the supervisor starts the next ones); a job
+    /// whose supervisor died stays pending, one that could not be started
+    /// ends `failed` (with the reason in its log).
     ///
     /// Errors: the journal cannot be written.
     fn wait_at_gates(&mut self, launches: Vec<Launch>) -> anyhow::Result<Vec<(Launch, Ready)>> {
         let mut ready = Vec::with_capacity(launches.len());
+        let mut containing = self.containing();
         for mut launch in launches {
             let Some(spawning) = launch.spawning.take() else {
                 continue;
             };
             match self.io.launcher.ready(spawning) {
-                Ok(started) => ready.push((launch, started)),
+                Ok(started) => {
+                    if let Some(round) = &mut containing {
+                        self.contain(round, &mut launch, &started);
+                    }
+                    ready.push((launch, started));
+                }
                 // The supervisor died with the job at its gate, where it
                 // ran nothing: it stays pending for a new supervisor.
                 Err(e)
@@ -217,7 +223,17 @@ impl Scheduler {
                         &launch.log_path,
                         format!("gpusched: cannot start the job: {e}\n").as_bytes(),
                     );
-                    self.record_unrun(&launch.spec.key, DoneStatus::Failed)?;
+                    if let Err(e) = self.record_unrun(&launch.spec.key, DoneStatus::Failed) {
+                        // The round's jobs stay at their gates, never let
+                        // go; their cgroups go now.
+                        for (launch, _) in &ready {
+                            if let Some(cgroup) = &launch.cgroup {
+                                cgroup.finish();
+                                cgroup.remove();
+                            }
+                        }
+                        return Err(e);
+                    }
                 }
             }
         }

@@ -31,7 +31,7 @@ pub(in crate::scheduler) struct Launch {
     dispatched: usize,
     pub(super) no: u32,
     pub(super) attempt: u32,
-    /// Its own cgroup, once made at its gate ([`Scheduler::contain_all`]).
+    /// Its own cgroup, once made at its gate ([`Scheduler::contain`]).
     pub(super) cgroup: Option<crate::containment::JobCgroup>,
     log_path: PathBuf,
     log_offset: u64,

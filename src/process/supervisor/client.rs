@@ -131,6 +131,12 @@ impl Supervisor {
     ///
     /// Errors: the supervisor is known to be gone.
     pub fn start(&mut self, id: u64, job: &Request) -> std::io::Result<()> {
+        // The round's first start looks (without blocking) whether the
+        // supervisor died since the loop last read its pipe, so that a
+        // dead one is replaced before the round's starts are queued to it.
+        if self.outbox.is_empty() && !self.closed {
+            self.read();
+        }
         if self.closed {
             return Err(gone());
         }

@@ -101,18 +101,46 @@ pub(super) fn key_hash48(key: &str) -> Option<u64> {
     u64::from_str_radix(key.get(..12)?, 16).ok()
 }
 
-/// Each line was keyed as its command's first occurrence: gives the
-/// later occurrences of a command their counts (docs/BEHAVIOUR.md
-/// "Identity"). By sorting (hash, line) pairs, not by a map: a sweep's
-/// million different commands cost one sort in sequential memory instead
-/// of a million scattered look-ups.
-pub(super) fn count_repeats(jobs: &mut [JobSpec], hashes: &[LineHashes]) {
+/// A stretch's lines as (hash, index in the stretch) pairs, sorted: the
+/// part of [`count_repeats`] each parse thread does for its own lines.
+pub(super) fn sorted_hashes(hashes: &[LineHashes]) -> Vec<(u64, u32)> {
     let mut order: Vec<(u64, u32)> = hashes
         .iter()
         .enumerate()
         .map(|(i, h)| (h.hash, i as u32))
         .collect();
     order.sort_unstable();
+    order
+}
+
+/// `sorted` ([`sorted_hashes`]) without the lines at `removed` (indices,
+/// ascending), the later lines' indices moved down past them: still
+/// sorted, as the move keeps their order.
+pub(super) fn without(sorted: Vec<(u64, u32)>, removed: &[u32]) -> Vec<(u64, u32)> {
+    sorted
+        .into_iter()
+        .filter(|(_, i)| removed.binary_search(i).is_err())
+        .map(|(hash, i)| (hash, i - removed.partition_point(|&r| r < i) as u32))
+        .collect()
+}
+
+/// Each line was keyed as its command's first occurrence: gives the
+/// later occurrences of a command their counts (docs/BEHAVIOUR.md
+/// "Identity"). By sorting (hash, line) pairs, not by a map: a sweep's
+/// million different commands cost one sort in sequential memory instead
+/// of a million scattered look-ups.
+///
+/// `runs` are the stretches' [`sorted_hashes`], each with the index of
+/// its first line in `jobs`, in line order: merged here (the stable sort
+/// merges sorted runs in one pass each), so the sorting itself was done
+/// in parallel.
+pub(super) fn count_repeats(jobs: &mut [JobSpec], runs: Vec<(usize, Vec<(u64, u32)>)>) {
+    let mut order: Vec<(u64, u32)> = Vec::with_capacity(jobs.len());
+    for (first, run) in runs {
+        order.extend(run.into_iter().map(|(hash, i)| (hash, i + first as u32)));
+    }
+    // Equal hashes keep the runs' order, which is line order.
+    order.sort_by_key(|&(hash, _)| hash);
     for run in order
         .chunk_by(|a, b| a.0 == b.0)
         .filter(|run| run.len() > 1)

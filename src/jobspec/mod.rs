@@ -7,7 +7,7 @@ mod attributes;
 mod identity;
 
 pub use attributes::{ATTRIBUTES, Attribute, Begin, MAX_PRIORITY, OnSlurm, RetryOn, attribute};
-use identity::{LineHashes, Occurrences, count_repeats, key_text};
+use identity::{LineHashes, Occurrences, count_repeats, key_text, sorted_hashes, without};
 pub use identity::{command_hash, legacy_command_hash, normalise_command};
 use rustc_hash::FxHashMap;
 
@@ -442,7 +442,10 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
     let mut errors = Vec::new();
     let mut names: FxHashMap<String, usize> = FxHashMap::default();
     let mut jobs: Vec<JobSpec> = Vec::new();
-    let mut hashes: Vec<LineHashes> = Vec::with_capacity(lines);
+    // The older rule counts from every line's hashes in one pass; else
+    // each stretch's sorted hashes, with its first job's index, are merged.
+    let mut hashes: Vec<LineHashes> = Vec::with_capacity(if legacy_differs { lines } else { 0 });
+    let mut runs: Vec<(usize, Vec<(u64, u32)>)> = Vec::new();
     let mut first_line = 0;
     for mut chunk in chunks {
         errors.extend(chunk.errors.into_iter().map(|mut e| {
@@ -458,15 +461,22 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
         for &(i, raw) in &chunk.named {
             if let Err(e) = claim_name(&mut names, &chunk.specs[i], raw) {
                 errors.push(e);
-                clashes.push(i);
+                clashes.push(i as u32);
             }
         }
-        for i in clashes.into_iter().rev() {
-            chunk.specs.remove(i);
-            chunk.hashes.remove(i);
+        if !clashes.is_empty() {
+            chunk.sorted = without(chunk.sorted, &clashes);
+        }
+        for &i in clashes.iter().rev() {
+            chunk.specs.remove(i as usize);
+            chunk.hashes.remove(i as usize);
+        }
+        if legacy_differs {
+            hashes.append(&mut chunk.hashes);
+        } else {
+            runs.push((jobs.len(), chunk.sorted));
         }
         first_line += chunk.lines;
-        hashes.append(&mut chunk.hashes);
         // The first stretch's lines become the queue; the others are
         // moved after them (a large block grows in place).
         if jobs.is_empty() {
@@ -488,7 +498,7 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
             }
         }
     } else {
-        count_repeats(&mut jobs, &hashes);
+        count_repeats(&mut jobs, runs);
     }
     // Parse errors and name clashes, in line order.
     errors.sort_by_key(|e| e.line);
@@ -503,6 +513,9 @@ fn parse_lenient_on(text: &str, threads: usize) -> (Vec<JobSpec>, Vec<ParseError
 struct Chunk<'a> {
     specs: Vec<JobSpec>,
     hashes: Vec<LineHashes>,
+    /// `hashes` as [`sorted_hashes`] gives them (empty when
+    /// `legacy_differs`: the older rule counts in one pass instead).
+    sorted: Vec<(u64, u32)>,
     /// The lines with a `name=`: index in `specs` and text (for a clash).
     named: Vec<(usize, &'a str)>,
     errors: Vec<ParseError>,
@@ -550,6 +563,7 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
     let mut chunk = Chunk {
         specs: Vec::new(),
         hashes: Vec::new(),
+        sorted: Vec::new(),
         named: Vec::new(),
         errors: Vec::new(),
         lines: 0,
@@ -575,6 +589,13 @@ fn parse_stretch(stretch: &str) -> Chunk<'_> {
             Ok(None) => {}
             Err(e) => chunk.errors.push(e),
         }
+    }
+    // Sorted here, on this stretch's thread: the merge of the stretches'
+    // runs is then one pass each. Unused when some stretch's keys differ
+    // under the older rule (`legacy_differs` of any chunk): that is seen
+    // only once all are parsed, and this stretch alone may not know it.
+    if !chunk.legacy_differs {
+        chunk.sorted = sorted_hashes(&chunk.hashes);
     }
     chunk
 }

@@ -464,6 +464,22 @@ fn a_file_parsed_in_stretches_is_the_file_parsed_whole() {
         assert!(jobs.len() > 25_000 && errors.len() > 50, "{}", errors.len());
         assert!(jobs.iter().any(|j| j.key.ends_with("#29")));
     }
+    // And the counts are the rule's, checked by a plain count in line
+    // order (the merged sort is not checked against itself): the n-th
+    // line of a command, a clashing name's line left out, is `HASH#n-1`.
+    let (jobs, _) = parse_lenient_on(&plain, 3);
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    for job in &jobs {
+        let hash = command_hash(&job.command);
+        let count = seen.entry(hash.clone()).or_default();
+        assert_eq!(job.key, format!("{hash}#{count}"), "line {}", job.line);
+        *count += 1;
+    }
+    assert_eq!(
+        seen[&command_hash("echo once")],
+        1,
+        "the clashing names take no count"
+    );
 }
 
 #[test]

@@ -108,12 +108,15 @@ pub struct Usage {
     pub util_sum: f64,
     /// Samples in which utilization was reported.
     pub util_samples: u32,
-    /// [`Usage::util_sum`] over the samples in which no other job of ours
-    /// was on any of its GPUs: its own utilisation, which a neighbour's
-    /// does not inflate (docs/BEHAVIOUR.md "Spread or pack").
-    pub alone_util_sum: f64,
-    /// Samples counted in [`Usage::alone_util_sum`].
-    pub alone_util_samples: u32,
+    /// Σ of its own utilisation (percent) per sample, which a neighbour's
+    /// does not inflate (docs/BEHAVIOUR.md "Spread or pack"): its
+    /// processes' SM utilisation as the driver measured it (NVML
+    /// `nvmlDeviceGetProcessUtilization`, summed per GPU, the mean over its
+    /// GPUs), where its GPUs report that; else its GPUs' utilisation in
+    /// the samples in which no other job of ours was on any of them.
+    pub own_util_sum: f64,
+    /// Samples counted in [`Usage::own_util_sum`].
+    pub own_util_samples: u32,
     /// GPU samples taken while it ran.
     pub samples: u32,
     /// Whether the "exceeds declared VRAM" warning was given.
@@ -147,11 +150,11 @@ impl Usage {
         (self.util_samples > 0).then(|| self.util_sum / f64::from(self.util_samples))
     }
 
-    /// Mean device utilization over the samples in which it was alone on
-    /// its GPUs (of our jobs), percent; `None` when it never was.
-    pub fn alone_avg_util(&self) -> Option<f64> {
-        (self.alone_util_samples > 0)
-            .then(|| self.alone_util_sum / f64::from(self.alone_util_samples))
+    /// Its own mean utilisation ([`Usage::own_util_sum`]), percent; `None`
+    /// when no sample told it (neither the driver per process nor a
+    /// moment alone on its GPUs).
+    pub fn own_avg_util(&self) -> Option<f64> {
+        (self.own_util_samples > 0).then(|| self.own_util_sum / f64::from(self.own_util_samples))
     }
 }
 

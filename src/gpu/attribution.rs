@@ -75,6 +75,54 @@ pub fn attribute<J: Clone + Eq + Hash>(
     Attribution { per_job, external }
 }
 
+/// Each job's own SM utilisation (percent) on each GPU that reports it
+/// per process ([`super::ProcessUtilization`]): the sum over its
+/// processes there, by `owner` ((GPU, pid) → job, from [`attribute`]).
+#[derive(Debug, Default)]
+pub struct OwnUtil<J> {
+    /// The GPUs that reported per-process utilisation.
+    reporting: HashSet<u32>,
+    /// Percent per (job, GPU), for the jobs that computed there.
+    by_job: HashMap<(J, u32), u32>,
+}
+
+/// [`OwnUtil`] of one snapshot's `process_util`. A pid no job owns is
+/// someone else's and counts for nobody.
+pub fn own_util<J: Clone + Eq + Hash>(
+    process_util: &[super::ProcessUtilization],
+    owner: &HashMap<(u32, u32), J>,
+) -> OwnUtil<J> {
+    let mut own = OwnUtil {
+        reporting: process_util.iter().map(|u| u.gpu).collect(),
+        by_job: HashMap::new(),
+    };
+    for gpu in process_util {
+        for &(pid, percent) in &gpu.sm_percent {
+            if let Some(job) = owner.get(&(gpu.gpu, pid)) {
+                let sum = own.by_job.entry((job.clone(), gpu.gpu)).or_default();
+                *sum = (*sum + percent).min(100);
+            }
+        }
+    }
+    own
+}
+
+impl<J: Clone + Eq + Hash> OwnUtil<J> {
+    /// `job`'s own utilisation over `gpus` (percent, their mean; 0 on a
+    /// reporting GPU where none of its processes computed); `None` when
+    /// one of them does not report per process, or `gpus` is empty.
+    pub fn mean_over(&self, job: &J, gpus: &[u32]) -> Option<f64> {
+        if gpus.is_empty() || !gpus.iter().all(|g| self.reporting.contains(g)) {
+            return None;
+        }
+        let sum: u32 = gpus
+            .iter()
+            .map(|&g| self.by_job.get(&(job.clone(), g)).copied().unwrap_or(0))
+            .sum();
+        Some(f64::from(sum) / gpus.len() as f64)
+    }
+}
+
 /// MiB in use per (GPU index, process group) among `external` processes,
 /// given each pid's group (`group_of`; a pid without one is skipped). This
 /// is what another scheduler's booking is weighed against (docs/BEHAVIOUR.md "Sharing a box").
@@ -306,5 +354,45 @@ mod tests {
         assert_eq!(peaks.sum_on(1), 0);
         peaks.observe(&[(q, Some(50))]);
         assert_eq!(peaks.sum_on(0), 100, "a gone process is forgotten");
+    }
+
+    /// A job's own utilisation is its processes' per GPU, summed, the
+    /// mean over its GPUs; a neighbour's processes count for the
+    /// neighbour, another user's for nobody; a GPU that cannot report per
+    /// process makes it unknown, a reporting GPU where it computed nothing
+    /// makes it 0.
+    #[test]
+    fn own_utilisation_is_each_jobs_processes_and_nobody_elses() {
+        use crate::gpu::ProcessUtilization;
+        let util = vec![
+            ProcessUtilization {
+                gpu: 0,
+                sm_percent: vec![(10, 30), (11, 25), (20, 40), (99, 90)],
+            },
+            ProcessUtilization {
+                gpu: 1,
+                sm_percent: vec![(12, 70)],
+            },
+            ProcessUtilization {
+                gpu: 3,
+                sm_percent: Vec::new(),
+            },
+        ];
+        let owner: HashMap<(u32, u32), &str> = [
+            ((0, 10), "a"),
+            ((0, 11), "a"),
+            ((1, 12), "a"),
+            ((0, 20), "b"),
+            ((3, 30), "c"),
+        ]
+        .into_iter()
+        .collect();
+        let own = own_util(&util, &owner);
+        assert_eq!(own.mean_over(&"a", &[0]), Some(55.0));
+        assert_eq!(own.mean_over(&"a", &[0, 1]), Some(62.5));
+        assert_eq!(own.mean_over(&"b", &[0]), Some(40.0));
+        assert_eq!(own.mean_over(&"c", &[3]), Some(0.0));
+        assert_eq!(own.mean_over(&"a", &[0, 2]), None, "GPU 2 does not report");
+        assert_eq!(own.mean_over(&"a", &[]), None);
     }
 }

@@ -187,7 +187,7 @@ mod tests {
                     lasting: false,
                 })
                 .collect(),
-            named: Vec::new(),
+            ..GpuSnapshot::default()
         }
     }
 

@@ -47,6 +47,22 @@ pub struct GpuProcess {
     pub used_mib: Option<u64>,
 }
 
+/// What the driver measured of each process's own compute on one GPU
+/// since the previous snapshot (NVML `nvmlDeviceGetProcessUtilization`:
+/// one sample per process that had some non-zero SM utilisation in the
+/// period, Maxwell or newer; docs/BEHAVIOUR.md "Spread or pack"). A GPU
+/// listed here with no entry for a process means that process computed
+/// nothing; a GPU not listed cannot report it (a MIG instance, an older
+/// board or driver), and then nothing is known per process.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ProcessUtilization {
+    /// Device id of the GPU.
+    pub gpu: u32,
+    /// (pid, SM utilisation in percent, 0–100) of each process that
+    /// computed in the period, by ascending pid.
+    pub sm_percent: Vec<(u32, u32)>,
+}
+
 /// A GPU that did not answer in a snapshot although the others did
 /// (docs/HARDWARE.md "A sick GPU"): NVML said `GPU is lost`, `reset
 /// required` or an unknown error for it, it could not be opened, or it
@@ -94,6 +110,10 @@ pub struct GpuSnapshot {
     /// one node.
     #[serde(default)]
     pub named: Vec<NamedProcess>,
+    /// Per-process SM utilisation of each GPU that can report it, by
+    /// ascending device id; empty when none can.
+    #[serde(default)]
+    pub process_util: Vec<ProcessUtilization>,
 }
 
 /// A fault of the whole host's GPU stack, not of one GPU (docs/HARDWARE.md

@@ -356,6 +356,14 @@ impl Remote {
                         });
                     }
                 }
+                for util in &theirs.process_util {
+                    if let Some(gpu) = id(util.gpu) {
+                        snapshot.process_util.push(super::ProcessUtilization {
+                            gpu,
+                            ..util.clone()
+                        });
+                    }
+                }
                 drop(heard);
                 self.ids = ids;
                 return;
@@ -396,6 +404,7 @@ impl GpuBackend for RemoteNodes {
         }
         snapshot.gpus.sort_by_key(|g| g.index);
         snapshot.faults.sort_by_key(|f| f.index);
+        snapshot.process_util.sort_by_key(|u| u.gpu);
         Ok(snapshot)
     }
 
@@ -512,6 +521,7 @@ fn allocated_part(mut snapshot: GpuSnapshot, gpus: &[u32]) -> GpuSnapshot {
     snapshot.gpus.retain(|g| gpus.contains(&g.index));
     snapshot.processes.retain(|p| gpus.contains(&p.gpu));
     snapshot.faults.retain(|f| gpus.contains(&f.index));
+    snapshot.process_util.retain(|u| gpus.contains(&u.gpu));
     snapshot.named = snapshot
         .processes
         .iter()
@@ -531,7 +541,7 @@ fn allocated_part(mut snapshot: GpuSnapshot, gpus: &[u32]) -> GpuSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{GpuInfo, GpuProcess, NamedProcess};
+    use crate::gpu::{GpuInfo, GpuProcess, NamedProcess, ProcessUtilization};
 
     fn remote(number: u32, line: AgentLine) -> Remote {
         Remote {
@@ -572,6 +582,16 @@ mod tests {
                 key: "k#0".into(),
                 attempt: 2,
             }],
+            process_util: vec![
+                ProcessUtilization {
+                    gpu: 0,
+                    sm_percent: Vec::new(),
+                },
+                ProcessUtilization {
+                    gpu: 1,
+                    sm_percent: vec![(77, 45)],
+                },
+            ],
         }
     }
 
@@ -597,6 +617,13 @@ mod tests {
                 attempt: 2
             }]
         );
+        // Each process's own utilisation comes along under the same ids.
+        let util: Vec<(u32, &[(u32, u32)])> = snapshot
+            .process_util
+            .iter()
+            .map(|u| (u.gpu, u.sm_percent.as_slice()))
+            .collect();
+        assert_eq!(util, [(8, &[][..]), (9, &[(77, 45)][..])]);
         assert!(snapshot.faults.is_empty());
     }
 
@@ -670,6 +697,8 @@ mod tests {
         let ids: Vec<u32> = part.gpus.iter().map(|g| g.index).collect();
         assert_eq!(ids, [0]);
         assert_eq!(part.processes.len(), 1);
+        let util: Vec<u32> = part.process_util.iter().map(|u| u.gpu).collect();
+        assert_eq!(util, [0]);
         // This test process names no job in its environment.
         if std::env::var_os("GPUSCHED_KEY").is_none() {
             assert!(part.named.is_empty());

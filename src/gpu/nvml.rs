@@ -2,13 +2,18 @@
 //! initialised once per run; each snapshot reads, per device, memory
 //! (`nvmlDeviceGetMemoryInfo_v2`), utilization
 //! (`nvmlDeviceGetUtilizationRates`) and compute processes
-//! (`nvmlDeviceGetComputeRunningProcesses_v3`). Bytes become MiB here, once.
+//! (`nvmlDeviceGetComputeRunningProcesses_v3`), and each process's own SM
+//! utilisation since the previous snapshot
+//! (`nvmlDeviceGetProcessUtilization`). Bytes become MiB here, once.
 //!
 //! Process memory NVML cannot report (`NVML_VALUE_NOT_AVAILABLE`, common in
 //! containers and under some drivers) stays unknown (`None`), never 0 or
 //! 2^64 − 1.
 
-use super::{GpuBackend, GpuFault, GpuInfo, GpuProcess, GpuSnapshot, HostFault, bytes_to_mib};
+use super::{
+    GpuBackend, GpuFault, GpuInfo, GpuProcess, GpuSnapshot, HostFault, ProcessUtilization,
+    bytes_to_mib,
+};
 use crate::allocation::topology::{Link, PcieLevel, Topology};
 use crate::error::Error;
 use nvml_wrapper::Nvml;
@@ -32,6 +37,9 @@ struct Device {
     index: u32,
     uuid: Option<String>,
     name: Option<String>,
+    /// The CPU timestamp (µs) of the newest per-process utilisation
+    /// sample read from it: the next read asks only for newer ones.
+    util_seen_us: u64,
 }
 
 /// Reads GPU state from NVML.
@@ -143,6 +151,7 @@ impl NvmlBackend {
                     index,
                     uuid: None,
                     name: None,
+                    util_seen_us: 0,
                 })
                 .collect(),
             driver,
@@ -184,6 +193,7 @@ impl NvmlBackend {
         &mut self,
         i: usize,
         processes: &mut Vec<GpuProcess>,
+        process_util: &mut Vec<ProcessUtilization>,
     ) -> Result<Vec<GpuInfo>, Fault> {
         self.identify(i)?;
         let Some(nvml) = &self.nvml else {
@@ -224,8 +234,16 @@ impl NvmlBackend {
             Err(NvmlError::NotSupported) => {}
             Err(e) => return Err(e.into()),
         }
+        let index = device.index;
+        if let Some((util, newest)) = process_utilization(&handle, device.util_seen_us) {
+            process_util.push(ProcessUtilization {
+                gpu: index,
+                sm_percent: util,
+            });
+            self.devices[i].util_seen_us = newest;
+        }
         Ok(vec![GpuInfo {
-            index: device.index,
+            index,
             uuid,
             name,
             total_mib,
@@ -249,6 +267,49 @@ impl NvmlBackend {
         }
         Ok(self.nvml.as_ref().expect("initialised just above"))
     }
+}
+
+/// Each process's own SM utilisation (percent) on `handle` in the samples
+/// newer than `seen_us` (NVML `nvmlDeviceGetProcessUtilization`), as
+/// (pid, mean of its samples) by ascending pid, and the newest sample's
+/// timestamp (µs; `seen_us` when there was none). NVML answers
+/// `NVML_ERROR_NOT_FOUND` when no process computed since then: every
+/// process was idle, an empty list. `None` when the device cannot say
+/// (`NVML_ERROR_NOT_SUPPORTED`, a driver without the function, any other
+/// error): never a reason to close a GPU, whose other queries tell.
+fn process_utilization(
+    handle: &nvml_wrapper::Device<'_>,
+    seen_us: u64,
+) -> Option<(Vec<(u32, u32)>, u64)> {
+    // A process that starts computing between NVML's count and its fill
+    // makes the buffer too small: asked again, a few times.
+    let mut tries = 0;
+    let samples = loop {
+        match handle.process_utilization_stats(seen_us) {
+            Ok(samples) => break samples,
+            Err(NvmlError::NotFound) => break Vec::new(),
+            Err(NvmlError::InsufficientSize(_)) if tries < 3 => tries += 1,
+            Err(_) => return None,
+        }
+    };
+    let newest = samples.iter().map(|s| s.timestamp).fold(seen_us, u64::max);
+    let raw: Vec<(u32, u32)> = samples.iter().map(|s| (s.pid, s.sm_util)).collect();
+    Some((mean_per_pid(&raw), newest))
+}
+
+/// (pid, percent) samples as one mean per pid, each at most 100, by
+/// ascending pid.
+fn mean_per_pid(samples: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut by_pid: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for &(pid, percent) in samples {
+        let (sum, n) = by_pid.entry(pid).or_default();
+        *sum += u64::from(percent.min(100));
+        *n += 1;
+    }
+    by_pid
+        .into_iter()
+        .map(|(pid, (sum, n))| (pid, (sum as f64 / n as f64).round() as u32))
+        .collect()
 }
 
 /// How the GPUs are connected (docs/HARDWARE.md "Topology"): each pair's
@@ -484,7 +545,7 @@ impl GpuBackend for NvmlBackend {
                 });
                 continue;
             }
-            match self.read_device(i, &mut snapshot.processes) {
+            match self.read_device(i, &mut snapshot.processes, &mut snapshot.process_util) {
                 Ok(devices) => snapshot.gpus.extend(devices),
                 Err(Fault::Device(reason)) => snapshot.faults.push(GpuFault {
                     index,
@@ -502,6 +563,9 @@ impl GpuBackend for NvmlBackend {
         snapshot
             .processes
             .retain(|p| snapshot.gpus.iter().any(|g| g.index == p.gpu));
+        snapshot
+            .process_util
+            .retain(|u| snapshot.gpus.iter().any(|g| g.index == u.gpu));
         while let Ok((index, xid)) = self.xids.try_recv() {
             snapshot.faults.push(GpuFault {
                 index,
@@ -640,4 +704,16 @@ pub fn inspect() -> Result<HostReport, NvmlError> {
         devices,
         topology: read_topology(&nvml, count),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mean_per_pid;
+
+    #[test]
+    fn several_samples_of_a_process_are_one_mean_and_a_bogus_one_is_capped() {
+        let samples = [(42, 30), (7, 100), (42, 50), (7, 4000), (9, 0)];
+        assert_eq!(mean_per_pid(&samples), vec![(7, 100), (9, 0), (42, 40)]);
+        assert!(mean_per_pid(&[]).is_empty());
+    }
 }

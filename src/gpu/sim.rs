@@ -3,7 +3,7 @@
 //! `<sim dir>/<pid>.json` up to date; a snapshot sums those reports per GPU.
 //! A report whose pid is dead is dropped (and removed).
 
-use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot};
+use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot, ProcessUtilization};
 use crate::allocation::topology::{Link, PcieLevel, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -95,6 +95,15 @@ impl GpuBackend for SimBackend {
             })
             .collect();
         let mut processes = Vec::new();
+        // Every simulated GPU reports each process's own utilisation, as
+        // NVML does on a GPU since Maxwell: the utilisation its report
+        // claims, for the processes that claim some.
+        let mut process_util: Vec<ProcessUtilization> = (0..self.count)
+            .map(|gpu| ProcessUtilization {
+                gpu,
+                sm_percent: Vec::new(),
+            })
+            .collect();
         for report in live_reports(&self.dir)? {
             for (gpu, mib) in &report.mib {
                 let Ok(index) = gpu.parse::<u32>() else {
@@ -113,12 +122,21 @@ impl GpuBackend for SimBackend {
                     gpu: index,
                     used_mib: Some(*mib),
                 });
+                if report.util > 0 {
+                    process_util[index as usize]
+                        .sm_percent
+                        .push((report.pid, report.util.min(100)));
+                }
             }
         }
         processes.sort_by_key(|p| (p.gpu, p.pid));
+        for gpu in &mut process_util {
+            gpu.sm_percent.sort_unstable();
+        }
         Ok(GpuSnapshot {
             gpus,
             processes,
+            process_util,
             ..GpuSnapshot::default()
         })
     }
@@ -229,6 +247,36 @@ mod tests {
         let snap = sim.snapshot().unwrap();
         assert_eq!(snap.gpus[0].used_mib, SIM_TOTAL_MIB);
         assert_eq!(snap.gpus[0].util_percent, Some(100));
+        assert_eq!(snap.process_util[0].sm_percent, vec![(me, 100)]);
+    }
+
+    /// Each simulated GPU reports each process's own utilisation, as NVML
+    /// does: two processes sharing GPU 0 at 60 % and 30 % read 90 % for
+    /// the GPU and their own 60 and 30; GPU 1, where nothing computes,
+    /// reports an empty list (not unknown).
+    #[test]
+    fn each_process_reports_its_own_utilisation() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        write_report(dir.path(), me, &[(0, 1000)], 60);
+        write_report(dir.path(), parent, &[(0, 1000), (1, 500)], 0);
+        let mut sim = SimBackend::new(2, dir.path()).unwrap();
+        let snap = sim.snapshot().unwrap();
+        assert_eq!(snap.gpus[0].util_percent, Some(60));
+        assert_eq!(snap.process_util.len(), 2);
+        assert_eq!(snap.process_util[0].sm_percent, vec![(me, 60)]);
+        assert_eq!(snap.process_util[1].gpu, 1);
+        assert!(snap.process_util[1].sm_percent.is_empty());
+        write_report(dir.path(), parent, &[(0, 1000), (1, 500)], 30);
+        let snap = sim.snapshot().unwrap();
+        assert_eq!(snap.gpus[0].util_percent, Some(90));
+        let mut own = snap.process_util[0].sm_percent.clone();
+        own.sort_unstable();
+        let mut want = vec![(me, 60), (parent, 30)];
+        want.sort_unstable();
+        assert_eq!(own, want);
+        assert_eq!(snap.process_util[1].sm_percent, vec![(parent, 30)]);
     }
 
     #[test]

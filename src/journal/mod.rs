@@ -139,10 +139,11 @@ pub enum Event {
         peak_mib: BTreeMap<String, Option<u64>>,
         /// Mean device utilization over the job's life, percent.
         avg_util: Option<f64>,
-        /// Its own utilisation: the mean over the samples in which no
-        /// other job of ours was on its GPUs, percent; absent when it
-        /// never was alone (what its family computes, docs/BEHAVIOUR.md
-        /// "Spread or pack").
+        /// Its own utilisation, percent: its processes' as the driver
+        /// measured them where its GPUs report per process, else the
+        /// mean over the samples in which no other job of ours was on
+        /// its GPUs; absent when no sample told it (what its family
+        /// computes, docs/BEHAVIOUR.md "Spread or pack").
         #[serde(default, skip_serializing_if = "Option::is_none")]
         own_util: Option<f64>,
         /// Wall-clock run time in seconds (0 when it never ran).

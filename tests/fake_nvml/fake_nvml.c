@@ -34,6 +34,15 @@
  *                                         order; GPU/compute instance ids
  *                                         default to index + 1 and 0)
  *   proc <gpu>:<mig> <pid> <MiB>          a process on MIG device <mig>
+ *   putil <gpu index> <pid> <sm %>        a process's own SM utilisation
+ *                                         (nvmlDeviceGetProcessUtilization:
+ *                                         one sample per call, stamped with
+ *                                         the call's time, so it holds
+ *                                         steady); a GPU with no putil line
+ *                                         answers NVML_ERROR_NOT_SUPPORTED
+ *   putil <gpu index> none                the GPU reports per process, and
+ *                                         no process computes: NVML's
+ *                                         NVML_ERROR_NOT_FOUND
  *   driver <version>                      the driver version (default
  *                                         999.0-fake)
  *
@@ -108,6 +117,15 @@ typedef struct {
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 struct mig {
     char uuid[96];
     char profile[32];
@@ -125,6 +143,7 @@ struct gpu {
     int persistence, ecc, pages_pending, mig; /* 1 on, 0 off, -1 not supported */
     unsigned int remote[MAX_LINKS];
     unsigned long long affinity; /* CPUs 0-63 nearest it; 0: not supported */
+    int putil; /* reports per-process utilisation (a putil line names it) */
 };
 typedef struct {
     char busIdLegacy[16];
@@ -156,6 +175,11 @@ static __thread struct proc procs[MAX_PROCS];
 static __thread unsigned int proc_count;
 static __thread struct topo topos[MAX_TOPO];
 static __thread unsigned int topo_count;
+struct putil {
+    unsigned int gpu, pid, sm;
+};
+static __thread struct putil putils[MAX_PROCS];
+static __thread unsigned int putil_count;
 
 static unsigned int topo_level(const char *word) {
     if (strcmp(word, "internal") == 0) return 0;
@@ -178,6 +202,7 @@ static void load_state(void) {
     gpu_count = 0;
     proc_count = 0;
     topo_count = 0;
+    putil_count = 0;
     const char *path = getenv("FAKE_NVML_STATE");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
@@ -208,6 +233,7 @@ static void load_state(void) {
             struct gpu *g = &gpus[gpu_count++];
             g->links = 0;
             g->affinity = 0;
+            g->putil = 0;
             g->mig_count = 0;
             g->persistence = 1;
             g->ecc = g->pages_pending = g->mig = -1;
@@ -242,6 +268,17 @@ static void load_state(void) {
             if (x < gpu_count && y < gpu_count && x != y) {
                 add_links(x, y, atoi(c));
                 add_links(y, x, atoi(c));
+            }
+        } else if (n >= 3 && strcmp(word, "putil") == 0) {
+            unsigned int x = (unsigned int)strtoul(a, NULL, 10);
+            if (x < gpu_count) {
+                gpus[x].putil = 1;
+                if (n >= 4 && strcmp(b, "none") != 0 && putil_count < MAX_PROCS) {
+                    struct putil *u = &putils[putil_count++];
+                    u->gpu = x;
+                    u->pid = (unsigned int)strtoul(b, NULL, 10);
+                    u->sm = (unsigned int)strtoul(c, NULL, 10);
+                }
             }
         } else if (n >= 4 && strcmp(word, "proc") == 0 && proc_count < MAX_PROCS) {
             struct proc *p = &procs[proc_count++];
@@ -449,6 +486,47 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
         int valid = on >= 0 && (unsigned int)on < gpus[i].mig_count;
         infos[k].gpuInstanceId = valid ? gpus[i].migs[on].gi : 0xFFFFFFFF;
         infos[k].computeInstanceId = valid ? gpus[i].migs[on].ci : 0xFFFFFFFF;
+        k++;
+    }
+    *count = k;
+    return NVML_SUCCESS;
+}
+
+/* Each process's own utilisation since lastSeenTimeStamp (µs of the CPU's
+ * clock): every putil sample is stamped with this call's time, so each
+ * call sees it; none (or none newer) is NVML_ERROR_NOT_FOUND, as a real
+ * driver answers when no process computed in the period. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *samples,
+                                             unsigned int *count,
+                                             unsigned long long lastSeenTimeStamp) {
+    if (is_mig_handle(device)) {
+        LOOKUP_MIG(device);
+        (void)instance;
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    LOOKUP(device);
+    if (!g->putil) return NVML_ERROR_NOT_SUPPORTED;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long stamp = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000ULL;
+    unsigned int n = 0;
+    for (unsigned int p = 0; p < putil_count; p++)
+        if (putils[p].gpu == i) n++;
+    if (n == 0 || stamp <= lastSeenTimeStamp) return NVML_ERROR_NOT_FOUND;
+    if (samples == NULL || *count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned int k = 0;
+    for (unsigned int p = 0; p < putil_count; p++) {
+        if (putils[p].gpu != i) continue;
+        samples[k].pid = putils[p].pid;
+        samples[k].timeStamp = stamp;
+        samples[k].smUtil = putils[p].sm;
+        samples[k].memUtil = putils[p].sm / 2;
+        samples[k].encUtil = 0;
+        samples[k].decUtil = 0;
         k++;
     }
     *count = k;

@@ -770,3 +770,44 @@ fn a_new_job_is_sampled_at_once_and_the_views_stay_fresh_whatever_poll() {
     let out = sched.finish();
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
+
+/// A job's own utilisation is what the driver measured of its processes
+/// (`nvmlDeviceGetProcessUtilization`), not its GPU's: another process
+/// computing 70 % beside it on a GPU at 100 % leaves job 1 at its own
+/// 30 % (0 before its process appeared), where the GPU-level rule read
+/// 100 % (job 1 is the only job of ours there). GPU 1 cannot report per
+/// process: job 2, alone on it, is measured by the GPU's 80 %.
+#[test]
+fn a_jobs_own_utilisation_is_its_processes_not_its_gpus() {
+    let other = std::process::id();
+    let wait = "while [ ! -e release ]; do sleep 0.05; done";
+    // Job 1 takes its process off the list before it ends, as a driver
+    // does (a dead pid left there would be one this namespace cannot see).
+    let nvml = Nvml::new(
+        &format!(
+            "[vram=2G on=0] printf 'proc 0 %s 1000\\nputil 0 %s 30\\n' $$ $$ >> \"$FAKE_NVML_STATE\"; {wait}; sed -i \"/^p[a-z]* 0 $$ /d\" \"$FAKE_NVML_STATE\"\n\
+             [vram=2G on=1] echo \"proc 1 $$ 1000\" >> \"$FAKE_NVML_STATE\"; {wait}\n"
+        ),
+        &format!(
+            "gpu GPU-aaaa 24000 0 100\ngpu GPU-bbbb 24000 0 80\nproc 0 {other} 500\nputil 0 {other} 70\n"
+        ),
+    );
+    let sched = nvml.spawn(&["--poll", "0.1"]);
+    let env = &nvml.env;
+    wait_for("both jobs measured", &mut || {
+        let board = env.board();
+        board.matches("1000 of 2048 MiB").count() == 2
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let own = |no| env.job_events(no, "done")[0]["own_util"].as_f64();
+    let first = own(1).expect("job 1's own utilisation");
+    assert!(first > 0.0 && first <= 30.0, "job 1: {first}");
+    assert_eq!(own(2), Some(80.0), "job 2: its GPU's, alone on it");
+    // The GPU-level mean still says what the GPU did.
+    assert_eq!(
+        env.job_events(1, "done")[0]["avg_util"].as_f64(),
+        Some(100.0)
+    );
+}

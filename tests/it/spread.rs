@@ -204,11 +204,13 @@ fn a_restarted_scheduler_knows_from_its_journal_which_families_share() {
     assert!(starts_apart(&env, 2, 3) < 0.2, "{}", out.stdout);
 }
 
-/// A job's own utilisation is measured while it is alone on its GPUs
-/// (docs/BEHAVIOUR.md "Spread or pack"): two simulated jobs asking 60 %
-/// and 50 % of one GPU read 100 % together, which is neither one's. The
-/// short one, only ever seen beside the other, journals no `own_util`;
-/// the long one, alone once the short one ended, journals its 60 %.
+/// A job's own utilisation is its processes' (docs/BEHAVIOUR.md "Spread
+/// or pack"; simulated GPUs report each process's, as NVML does): two
+/// simulated jobs asking 60 % and 50 % of one GPU read 100 % together,
+/// which is neither one's. The short one, only ever seen beside the
+/// other, journals its 50 %; the long one its 60 %. (Where a GPU cannot
+/// report per process, `nvml::a_jobs_own_utilisation_is_its_processes_not_its_gpus`
+/// covers the rule of samples alone.)
 #[test]
 fn a_neighbours_utilisation_is_not_taken_for_a_jobs_own() {
     let env = Env::new(
@@ -224,10 +226,14 @@ fn a_neighbours_utilisation_is_not_taken_for_a_jobs_own() {
     let done = |no| env.job_events(no, "done").pop().expect("done");
     let (long, short) = (done(1), done(2));
     assert!(short["avg_util"].as_f64().unwrap() > 80.0, "{short}");
-    assert!(short.get("own_util").is_none(), "never alone: {short}");
-    // Its 60 %, not the 100 % the two read together; a sample taken as
-    // it ends, under load, may pull the mean down a little.
-    let own = long["own_util"].as_f64().expect("alone for its last 2 s");
+    // Its own 50 %, though never alone; a sample taken as it ends, under
+    // load, may pull a mean down a little.
+    let own = short["own_util"]
+        .as_f64()
+        .expect("measured beside the other");
+    assert!((35.0..=55.0).contains(&own), "{short}");
+    // Its 60 %, not the 100 % the two read together.
+    let own = long["own_util"].as_f64().expect("measured");
     assert!((45.0..=75.0).contains(&own), "{long}");
     assert!(long["avg_util"].as_f64().unwrap() > own, "{long}");
 }

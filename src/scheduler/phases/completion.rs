@@ -475,7 +475,7 @@ impl Scheduler {
         let exit = facts.exit;
         let returncode = exit.map(Exit::returncode);
         let avg_util = job.usage.avg_util();
-        let own_util = job.usage.alone_avg_util();
+        let own_util = job.usage.own_avg_util();
         // What was seen of it, worked out once: the line below, the
         // journal and every view read this.
         let observed = Observations {

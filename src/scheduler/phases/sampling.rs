@@ -297,7 +297,9 @@ impl Scheduler {
             .collect();
         let mut group_of: HashMap<u32, u32> = HashMap::new();
         let mut hidden: HashSet<u32> = HashSet::new();
-        let mut seen = attribution::attribute(&snapshot.processes, |process| {
+        // Which job each (GPU, pid) is, for the processes' own utilisation.
+        let mut owner: HashMap<(u32, u32), String> = HashMap::new();
+        let mut job_of = |process: &crate::gpu::GpuProcess| {
             let pid = process.pid;
             if steps.is_some_and(|s| s.is_remote(process.gpu)) {
                 let (key, attempt) = named.get(&(process.gpu, pid))?;
@@ -313,7 +315,21 @@ impl Scheduler {
                     steps.and_then(|_| crate::process::environ::job_of_environ(pid))?;
                 ours(&key, attempt)
             })
+        };
+        let mut seen = attribution::attribute(&snapshot.processes, |process| {
+            let job = job_of(process);
+            if let Some(key) = &job {
+                owner.insert((process.gpu, process.pid), key.clone());
+            }
+            job
         });
+        let own_util = attribution::own_util(&snapshot.process_util, &owner);
+        let hidden_on: HashSet<u32> = snapshot
+            .processes
+            .iter()
+            .filter(|p| hidden.contains(&p.pid))
+            .map(|p| p.gpu)
+            .collect();
         self.measure_hidden(&mut seen, &hidden);
         self.note_left_behind(&seen.external);
         self.core.gpu.external_peaks.observe(&seen.external);
@@ -336,7 +352,18 @@ impl Scheduler {
                 .gpus
                 .iter()
                 .all(|g| ours_on.get(g).is_none_or(|&n| n <= 1));
-            observe_usage(job, current.unwrap_or_default(), &util, alone);
+            // Its own utilisation: what the driver measured of its
+            // processes, where its GPUs report that (0 while it has no
+            // process there yet); else its GPUs' when it is alone on them.
+            // A process this PID namespace cannot see on its GPUs may be
+            // its own (a container), so without one of its own seen it is
+            // not known per process.
+            let unattributable =
+                current.is_none() && job.gpus.iter().any(|g| hidden_on.contains(g));
+            let own = (!unattributable)
+                .then(|| own_util.mean_over(key, &job.gpus))
+                .flatten();
+            observe_usage(job, current.unwrap_or_default(), &util, own, alone);
             check_declaration(&mut self.report, job, self.cfg.tolerance, self.cfg.verbose);
         }
         self.record_usage(&snapshot);
@@ -447,12 +474,14 @@ impl Scheduler {
 }
 
 /// Takes one sample of a job in: its current MiB per GPU (from
-/// attribution), its peaks, and the mean utilization of its GPUs, also
-/// as its own when it is `alone` on them.
+/// attribution), its peaks, and the mean utilization of its GPUs; and
+/// its own utilisation: `own` (percent, what the driver measured of its
+/// processes) when known, else its GPUs' when it is `alone` on them.
 fn observe_usage(
     job: &mut Running,
     current: BTreeMap<u32, u64>,
     util: &HashMap<u32, Option<u32>>,
+    own: Option<f64>,
     alone: bool,
 ) {
     job.usage.samples += 1;
@@ -467,14 +496,18 @@ fn observe_usage(
         .filter_map(|g| util.get(g).copied().flatten())
         .map(f64::from)
         .collect();
+    let mut own = own;
     if !utils.is_empty() {
         let mean = utils.iter().sum::<f64>() / utils.len() as f64;
         job.usage.util_sum += mean;
         job.usage.util_samples += 1;
         if alone {
-            job.usage.alone_util_sum += mean;
-            job.usage.alone_util_samples += 1;
+            own = own.or(Some(mean));
         }
+    }
+    if let Some(own) = own {
+        job.usage.own_util_sum += own;
+        job.usage.own_util_samples += 1;
     }
 }
 

@@ -24,7 +24,9 @@
 #      GPU memory nvidia-smi shows (within 5 % or 300 MiB);
 #   8. the sweeps: 12 small and 4 large PyTorch trainings, each sweep as a
 #      bash loop, with the default placement, with pack and with --enforce
-#      mps; the default within 10 % of the best (a table of wall times);
+#      mps; the default within 10 % of the best (a table of wall times,
+#      then the jobs' own utilisation NVML measured per process against
+#      their GPUs', as the default run journaled them);
 #   9. `gpusched doctor` finds no error.
 #
 # Usage: scripts/gpu-smoke.sh [--sim] [WORK_DIR]   (needs python3 and a
@@ -441,13 +443,36 @@ PY
         e=$(date +%s.%N)
         python3 -c "print(round($e - $s, 1))"
     }
+    # measured: what the last run journaled of each job's own utilisation
+    # (its processes', NVML per process) against its GPU's.
+    measured() {
+        python3 - logs-sweep/journal.jsonl <<'PY'
+import json, sys
+own, gpu = [], []
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("event") == "done":
+        if e.get("own_util") is not None:
+            own.append(e["own_util"])
+        if e.get("avg_util") is not None:
+            gpu.append(e["avg_util"])
+span = lambda v: f"{min(v):.0f}-{max(v):.0f} %" if v else "none"
+print(f"own utilisation {span(own)} ({len(own)} jobs), their GPUs' {span(gpu)}")
+PY
+    }
     sweep_failed=""
+    notes=""
     echo "gpu-smoke: sweeps (wall seconds; fixed work per job)"
     echo "| sweep | bash loop | default | --placement pack | --enforce mps |"
     echo "|---|---|---|---|---|"
     for sweep in small large; do
         l=$(loop "sweep-$sweep.txt")
         d=$(wall "sweep-$sweep.txt")
+        notes="${notes}gpu-smoke: $sweep sweep, default: $(measured)
+"
         p=$(wall "sweep-$sweep.txt" --placement pack)
         m="—"
         [ -n "$mps" ] && m=$(wall "sweep-$sweep.txt" --enforce mps)
@@ -461,6 +486,7 @@ PY
             sweep_failed=1
         fi
     done
+    printf '%s' "$notes"
     echo "gpu-smoke: $(python3 -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
     [ -z "$sweep_failed" ] || exit 1
 else

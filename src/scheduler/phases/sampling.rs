@@ -259,18 +259,9 @@ impl Scheduler {
         self.round.last_dispatch_loads = None;
     }
 
-    /// Takes a snapshot in: attribution, peaks, utilization, warnings,
-    /// progress, per-GPU statistics (docs/BEHAVIOUR.md "Monitoring").
-    pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
-        if self.core.gpu.failures > 0 {
-            if matches!(self.core.mode, Mode::PausedOnGpuErrors { .. }) {
-                self.core.mode = Mode::Scheduling;
-                self.report
-                    .say("GPU queries answer again; dispatching resumes");
-            }
-            self.core.gpu.failures = 0;
-        }
-        self.record_health(&snapshot);
+    /// Which of our jobs each GPU process of `snapshot` is
+    /// ([`Processes`]).
+    fn attribute_processes(&self, snapshot: &GpuSnapshot) -> Processes {
         // Map each GPU process to one of our jobs through its process group
         // or, for jobs run as Slurm job steps (children of slurmstepd), the
         // job its environment names; on another node of the allocation,
@@ -316,7 +307,7 @@ impl Scheduler {
                 ours(&key, attempt)
             })
         };
-        let mut seen = attribution::attribute(&snapshot.processes, |process| {
+        let seen = attribution::attribute(&snapshot.processes, |process| {
             let job = job_of(process);
             if let Some(key) = &job {
                 owner.insert((process.gpu, process.pid), key.clone());
@@ -330,6 +321,34 @@ impl Scheduler {
             .filter(|p| hidden.contains(&p.pid))
             .map(|p| p.gpu)
             .collect();
+        Processes {
+            seen,
+            group_of,
+            hidden,
+            hidden_on,
+            own_util,
+        }
+    }
+
+    /// Takes a snapshot in: attribution, peaks, utilization, warnings,
+    /// progress, per-GPU statistics (docs/BEHAVIOUR.md "Monitoring").
+    pub(in crate::scheduler) fn record_snapshot(&mut self, snapshot: GpuSnapshot) {
+        if self.core.gpu.failures > 0 {
+            if matches!(self.core.mode, Mode::PausedOnGpuErrors { .. }) {
+                self.core.mode = Mode::Scheduling;
+                self.report
+                    .say("GPU queries answer again; dispatching resumes");
+            }
+            self.core.gpu.failures = 0;
+        }
+        self.record_health(&snapshot);
+        let Processes {
+            mut seen,
+            group_of,
+            hidden,
+            hidden_on,
+            own_util,
+        } = self.attribute_processes(&snapshot);
         self.measure_hidden(&mut seen, &hidden);
         self.note_left_behind(&seen.external);
         self.core.gpu.external_peaks.observe(&seen.external);
@@ -471,6 +490,20 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// What one snapshot's GPU processes say of our jobs.
+struct Processes {
+    /// Memory per job and GPU, and everyone else's processes.
+    seen: attribution::Attribution<String>,
+    /// The process group of each pid that could be read.
+    group_of: HashMap<u32, u32>,
+    /// The pids this PID namespace cannot see (a container's).
+    hidden: HashSet<u32>,
+    /// The GPUs on which such a pid is.
+    hidden_on: HashSet<u32>,
+    /// Each job's own utilisation where its GPUs report it per process.
+    own_util: attribution::OwnUtil<String>,
 }
 
 /// Takes one sample of a job in: its current MiB per GPU (from

@@ -277,13 +277,18 @@ fn device_findings(device: &DeviceReport) -> Vec<Finding> {
     let mut findings = vec![Finding::new(
         Level::Ok,
         format!(
-            "GPU {index}: {} ({}), {} MiB, {} MiB used; persistence {}, ECC {}",
+            "GPU {index}: {} ({}), {} MiB, {} MiB used; persistence {}, ECC {}; {}",
             device.name,
             device.uuid,
             device.total_mib,
             device.used_mib,
             on_off(device.persistence),
-            on_off(device.ecc)
+            on_off(device.ecc),
+            if device.process_util {
+                "each process's utilisation reported (a job's own is measured sharing too)"
+            } else {
+                "no per-process utilisation (a job's own is measured only while it is alone on this GPU)"
+            }
         ),
     )];
     if device.persistence == Some(false) {

@@ -631,6 +631,9 @@ pub struct DeviceReport {
     pub mig_instances: Vec<super::mig::MigInstance>,
     /// The pids NVML reports computing on it.
     pub pids: Vec<u32>,
+    /// Whether it reports each process's own utilisation
+    /// (`nvmlDeviceGetProcessUtilization`; never a GPU in MIG mode).
+    pub process_util: bool,
     /// Why it could not be read, when it could not (its other fields
     /// are then empty).
     pub error: Option<String>,
@@ -688,6 +691,7 @@ pub fn inspect() -> Result<HostReport, NvmlError> {
                         .running_compute_processes()
                         .map(|list| list.into_iter().map(|p| p.pid).collect())
                         .unwrap_or_default(),
+                    process_util: mig != Some(true) && process_utilization(&device, 0).is_some(),
                     error: None,
                 })
             };

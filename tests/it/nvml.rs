@@ -301,7 +301,7 @@ pub(crate) fn doctor(env: &Env, state: &str, args: &[&str]) -> std::process::Out
 #[test]
 fn doctor_reports_each_gpu_its_faults_and_the_topology_with_fixes() {
     let env = Env::new("echo hi\n");
-    let healthy = "gpu GPU-aaaa 24000 100 0\ngpu GPU-bbbb 24000 0 0\nnvlink 0 1 4\nattr 0 ecc on\nattr 1 ecc on\n";
+    let healthy = "gpu GPU-aaaa 24000 100 0\ngpu GPU-bbbb 24000 0 0\nnvlink 0 1 4\nattr 0 ecc on\nattr 1 ecc on\nputil 0 none\n";
     let out = doctor(
         &env,
         healthy,
@@ -314,7 +314,12 @@ fn doctor_reports_each_gpu_its_faults_and_the_topology_with_fixes() {
         "{text}"
     );
     assert!(
-        text.contains("ok    GPU 0: Fake NVIDIA GPU (GPU-aaaa), 24000 MiB, 100 MiB used; persistence on, ECC on"),
+        text.contains("ok    GPU 0: Fake NVIDIA GPU (GPU-aaaa), 24000 MiB, 100 MiB used; persistence on, ECC on; each process's utilisation reported"),
+        "{text}"
+    );
+    // GPU 1 cannot report per process (no `putil` line for it).
+    assert!(
+        text.contains("GPU 1: Fake NVIDIA GPU (GPU-bbbb), 24000 MiB, 0 MiB used; persistence on, ECC on; no per-process utilisation (a job's own is measured only while it is alone on this GPU)"),
         "{text}"
     );
     assert!(text.contains("  GPU0  X     NV4\n"), "the matrix: {text}");

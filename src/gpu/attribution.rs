@@ -84,17 +84,26 @@ pub struct OwnUtil<J> {
     reporting: HashSet<u32>,
     /// Percent per (job, GPU), for the jobs that computed there.
     by_job: HashMap<(J, u32), u32>,
+    /// The jobs with a GPU process of their own in the snapshot.
+    seen: HashSet<J>,
+    /// The GPUs showing a process this PID namespace cannot see.
+    hidden_on: HashSet<u32>,
 }
 
 /// [`OwnUtil`] of one snapshot's `process_util`. A pid no job owns is
-/// someone else's and counts for nobody.
+/// someone else's and counts for nobody. `hidden_on`: the GPUs showing a
+/// process this PID namespace cannot see (it may be a job's own, as in a
+/// container).
 pub fn own_util<J: Clone + Eq + Hash>(
     process_util: &[super::ProcessUtilization],
     owner: &HashMap<(u32, u32), J>,
+    hidden_on: HashSet<u32>,
 ) -> OwnUtil<J> {
     let mut own = OwnUtil {
         reporting: process_util.iter().map(|u| u.gpu).collect(),
         by_job: HashMap::new(),
+        seen: owner.values().cloned().collect(),
+        hidden_on,
     };
     for gpu in process_util {
         for &(pid, percent) in &gpu.sm_percent {
@@ -109,10 +118,16 @@ pub fn own_util<J: Clone + Eq + Hash>(
 
 impl<J: Clone + Eq + Hash> OwnUtil<J> {
     /// `job`'s own utilisation over `gpus` (percent, their mean; 0 on a
-    /// reporting GPU where none of its processes computed); `None` when
-    /// one of them does not report per process, or `gpus` is empty.
+    /// reporting GPU where none of its processes computed, as before its
+    /// first process); `None` when one of them does not report per
+    /// process, `gpus` is empty, or the job has no process in view while
+    /// one of its GPUs shows a process this namespace cannot see (which
+    /// may be its own).
     pub fn mean_over(&self, job: &J, gpus: &[u32]) -> Option<f64> {
         if gpus.is_empty() || !gpus.iter().all(|g| self.reporting.contains(g)) {
+            return None;
+        }
+        if !self.seen.contains(job) && gpus.iter().any(|g| self.hidden_on.contains(g)) {
             return None;
         }
         let sum: u32 = gpus
@@ -387,12 +402,18 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let own = own_util(&util, &owner);
+        let own = own_util(&util, &owner, HashSet::new());
         assert_eq!(own.mean_over(&"a", &[0]), Some(55.0));
         assert_eq!(own.mean_over(&"a", &[0, 1]), Some(62.5));
         assert_eq!(own.mean_over(&"b", &[0]), Some(40.0));
         assert_eq!(own.mean_over(&"c", &[3]), Some(0.0));
         assert_eq!(own.mean_over(&"a", &[0, 2]), None, "GPU 2 does not report");
         assert_eq!(own.mean_over(&"a", &[]), None);
+        // GPU 0 shows a pid this namespace cannot see: a job with a
+        // process of its own in view is still measured, one without is not.
+        let own = own_util(&util, &owner, [0].into_iter().collect());
+        assert_eq!(own.mean_over(&"a", &[0]), Some(55.0));
+        assert_eq!(own.mean_over(&"d", &[0]), None, "it may be d's own");
+        assert_eq!(own.mean_over(&"d", &[3]), Some(0.0));
     }
 }

@@ -271,11 +271,10 @@ mod tests {
         write_report(dir.path(), parent, &[(0, 1000), (1, 500)], 30);
         let snap = sim.snapshot().unwrap();
         assert_eq!(snap.gpus[0].util_percent, Some(90));
-        let mut own = snap.process_util[0].sm_percent.clone();
-        own.sort_unstable();
+        // By ascending pid.
         let mut want = vec![(me, 60), (parent, 30)];
         want.sort_unstable();
-        assert_eq!(own, want);
+        assert_eq!(snap.process_util[0].sm_percent, want);
         assert_eq!(snap.process_util[1].sm_percent, vec![(parent, 30)]);
     }
 

@@ -507,8 +507,8 @@ impl Scheduler {
             self.learn_from_ok(key, job.usage.peak_max_mib());
             self.note_run_time(key, duration_s, job.usage.shared);
         }
-        // What it used of its GPU, when that says something: samples of it
-        // alone on its GPUs, or an ok end before any sample (a tiny job).
+        // What it used of its GPU, when that says something: its own
+        // utilisation, or an ok end before any sample (a tiny job).
         if own_util.is_some() || (avg_util.is_none() && status == DoneStatus::Ok) {
             self.note_compute(key, own_util);
         }
@@ -680,7 +680,8 @@ struct Done<'a> {
     peaks: &'a BTreeMap<u32, Option<u64>>,
     /// Mean utilization, percent.
     avg_util: Option<f64>,
-    /// Mean utilization while alone on its GPUs, percent.
+    /// Its own mean utilization ([`crate::state::Usage::own_avg_util`]),
+    /// percent.
     own_util: Option<f64>,
     /// Run time (seconds).
     duration_s: f64,

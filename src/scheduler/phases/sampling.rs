@@ -314,18 +314,17 @@ impl Scheduler {
             }
             job
         });
-        let own_util = attribution::own_util(&snapshot.process_util, &owner);
         let hidden_on: HashSet<u32> = snapshot
             .processes
             .iter()
             .filter(|p| hidden.contains(&p.pid))
             .map(|p| p.gpu)
             .collect();
+        let own_util = attribution::own_util(&snapshot.process_util, &owner, hidden_on);
         Processes {
             seen,
             group_of,
             hidden,
-            hidden_on,
             own_util,
         }
     }
@@ -346,7 +345,6 @@ impl Scheduler {
             mut seen,
             group_of,
             hidden,
-            hidden_on,
             own_util,
         } = self.attribute_processes(&snapshot);
         self.measure_hidden(&mut seen, &hidden);
@@ -359,7 +357,8 @@ impl Scheduler {
             .map(|g| (g.index, g.util_percent))
             .collect();
         // How many of our jobs each GPU holds: a job alone on its GPUs
-        // shows its own utilisation.
+        // shows its own utilisation where they cannot report it per
+        // process.
         let mut ours_on: HashMap<u32, u32> = HashMap::new();
         for gpu in self.core.running.values().flat_map(|job| &job.gpus) {
             *ours_on.entry(*gpu).or_default() += 1;
@@ -372,16 +371,9 @@ impl Scheduler {
                 .iter()
                 .all(|g| ours_on.get(g).is_none_or(|&n| n <= 1));
             // Its own utilisation: what the driver measured of its
-            // processes, where its GPUs report that (0 while it has no
-            // process there yet); else its GPUs' when it is alone on them.
-            // A process this PID namespace cannot see on its GPUs may be
-            // its own (a container), so without one of its own seen it is
-            // not known per process.
-            let unattributable =
-                current.is_none() && job.gpus.iter().any(|g| hidden_on.contains(g));
-            let own = (!unattributable)
-                .then(|| own_util.mean_over(key, &job.gpus))
-                .flatten();
+            // processes where that is known; else its GPUs' when it is
+            // alone on them.
+            let own = own_util.mean_over(key, &job.gpus);
             observe_usage(job, current.unwrap_or_default(), &util, own, alone);
             check_declaration(&mut self.report, job, self.cfg.tolerance, self.cfg.verbose);
         }
@@ -500,8 +492,6 @@ struct Processes {
     group_of: HashMap<u32, u32>,
     /// The pids this PID namespace cannot see (a container's).
     hidden: HashSet<u32>,
-    /// The GPUs on which such a pid is.
-    hidden_on: HashSet<u32>,
     /// Each job's own utilisation where its GPUs report it per process.
     own_util: attribution::OwnUtil<String>,
 }

@@ -7,7 +7,9 @@
 //!   [`MAX_CONNECTIONS`] at once (the descriptor limit is raised to fit),
 //!   and at most [`MAX_PER_USER`] of them from any one local user other
 //!   than serve's own (the peer's uid read from the kernel's socket
-//!   table), so nobody can hold every slot and shut the owner out;
+//!   table under the accepted socket's own address, so a wildcard
+//!   listener caps as a loopback one does) or any one remote address,
+//!   so nobody can hold every slot and shut the owner out;
 //! * a request head of at most [`MAX_HEAD_BYTES`] (431 past it), all of
 //!   it within [`HEAD_DEADLINE`] (hyper's header-read timeout);
 //! * a whole connection within [`CONNECTION_DEADLINE`] (a client that
@@ -28,8 +30,19 @@ use std::time::Duration;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 8192;
 
-/// Connections one local user other than serve's own may hold at once.
+/// Connections one local user other than serve's own, or one remote
+/// address, may hold at once.
 pub const MAX_PER_USER: usize = 256;
+
+/// Who holds a connection, for [`MAX_PER_USER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    /// A local user other than serve's own (from the socket table).
+    User(u32),
+    /// A peer the socket table does not name: another machine (or a
+    /// local socket that closed before it was looked up), by address.
+    Address(std::net::IpAddr),
+}
 
 /// The largest request head (request line and headers), in bytes.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -106,9 +119,8 @@ pub fn serve(
     let me = nix::unistd::geteuid().as_raw();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let local = listener.local_addr()?;
         let live = Arc::new(AtomicUsize::new(0));
-        let per_user: Arc<Mutex<HashMap<u32, usize>>> = Arc::default();
+        let per_user: Arc<Mutex<HashMap<Peer, usize>>> = Arc::default();
         loop {
             let (stream, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
@@ -119,7 +131,13 @@ pub fn serve(
                     continue;
                 }
             };
-            let user = peer_uid(local, peer).filter(|&uid| uid != me);
+            // The accepted socket's own address (getsockname(2)), not the
+            // listener's: on 0.0.0.0 or [::] only the former is in the
+            // socket table's row for this connection.
+            let user = match stream.local_addr() {
+                Ok(local) => who(local, peer, me),
+                Err(_) => Some(Peer::Address(peer.ip())),
+            };
             let Some(slot) = Slot::take(&live, &per_user, user) else {
                 drop(stream);
                 continue;
@@ -193,17 +211,17 @@ async fn respond(
 /// [`MAX_PER_USER`], given back on drop.
 struct Slot {
     live: Arc<AtomicUsize>,
-    per_user: Arc<Mutex<HashMap<u32, usize>>>,
-    user: Option<u32>,
+    per_user: Arc<Mutex<HashMap<Peer, usize>>>,
+    user: Option<Peer>,
 }
 
 impl Slot {
-    /// A place for a connection of `user` (`None`: serve's own user, or
-    /// one the socket table does not name); `None` when full.
+    /// A place for a connection of `user` (`None`: serve's own user);
+    /// `None` when full.
     fn take(
         live: &Arc<AtomicUsize>,
-        per_user: &Arc<Mutex<HashMap<u32, usize>>>,
-        user: Option<u32>,
+        per_user: &Arc<Mutex<HashMap<Peer, usize>>>,
+        user: Option<Peer>,
     ) -> Option<Slot> {
         if live.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             live.fetch_sub(1, Ordering::AcqRel);
@@ -243,15 +261,25 @@ impl Drop for Slot {
     }
 }
 
-/// The local user whose socket `peer` is, for a connection to `local`
-/// from this machine: the `uid` column of the kernel's socket table
-/// (proc(5) `/proc/net/tcp`, `/proc/net/tcp6`) for the socket whose
-/// local address is `peer` and remote address `local`. `None` for a
-/// remote peer or one not found.
-fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
-    if !peer.ip().is_loopback() {
-        return None;
+/// Who a connection from `peer` to `local` (the accepted socket's own
+/// address) counts against: `None` for serve's own user `me`, the local
+/// user the socket table names, else the peer's address.
+fn who(local: SocketAddr, peer: SocketAddr, me: u32) -> Option<Peer> {
+    match peer_uid(local, peer) {
+        Some(uid) if uid == me => None,
+        Some(uid) => Some(Peer::User(uid)),
+        None => Some(Peer::Address(peer.ip())),
     }
+}
+
+/// The local user whose socket `peer` is, for a connection to `local`
+/// (the accepted socket's address, never a wildcard) from this machine:
+/// the `uid` column of the kernel's socket table (proc(5)
+/// `/proc/net/tcp`, `/proc/net/tcp6`) for the socket whose local address
+/// is `peer` and remote address `local`. A local peer may come from any
+/// of the machine's addresses, not only loopback, so every peer is
+/// looked up. `None` for a remote peer or one not found.
+fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let (table, peer_hex, local_hex) = match (peer, local) {
         (SocketAddr::V4(p), SocketAddr::V4(l)) => {
             let hex = |a: std::net::SocketAddrV4| {
@@ -331,14 +359,46 @@ mod tests {
         let live = Arc::new(AtomicUsize::new(0));
         let per_user = Arc::default();
         let held: Vec<Slot> = (0..MAX_PER_USER)
-            .map(|_| Slot::take(&live, &per_user, Some(7)).unwrap())
+            .map(|_| Slot::take(&live, &per_user, Some(Peer::User(7))).unwrap())
             .collect();
-        assert!(Slot::take(&live, &per_user, Some(7)).is_none());
+        assert!(Slot::take(&live, &per_user, Some(Peer::User(7))).is_none());
         // Another user, and serve's own, still get in.
-        assert!(Slot::take(&live, &per_user, Some(8)).is_some());
+        assert!(Slot::take(&live, &per_user, Some(Peer::User(8))).is_some());
         assert!(Slot::take(&live, &per_user, None).is_some());
         drop(held);
-        assert!(Slot::take(&live, &per_user, Some(7)).is_some());
+        assert!(Slot::take(&live, &per_user, Some(Peer::User(7))).is_some());
         assert_eq!(live.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_remote_address_gets_at_most_its_share_of_connections() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let per_user = Arc::default();
+        let far = Peer::Address("192.0.2.7".parse().unwrap());
+        let _held: Vec<Slot> = (0..MAX_PER_USER)
+            .map(|_| Slot::take(&live, &per_user, Some(far)).unwrap())
+            .collect();
+        assert!(Slot::take(&live, &per_user, Some(far)).is_none());
+        let other = Peer::Address("192.0.2.8".parse().unwrap());
+        assert!(Slot::take(&live, &per_user, Some(other)).is_some());
+    }
+
+    /// A real connection to a wildcard listener is found in the socket
+    /// table under the accepted socket's own address (the listener's,
+    /// 0.0.0.0, names no row), as this process's own user.
+    #[test]
+    fn a_peer_on_a_wildcard_listener_is_named_by_the_accepted_sockets_address() {
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (stream, peer) = listener.accept().unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(peer_uid(listener.local_addr().unwrap(), peer), None);
+        assert_eq!(peer_uid(stream.local_addr().unwrap(), peer), Some(me));
+        assert_eq!(who(stream.local_addr().unwrap(), peer, me), None);
+        assert_eq!(
+            who(stream.local_addr().unwrap(), peer, me + 1),
+            Some(Peer::User(me))
+        );
     }
 }

@@ -76,7 +76,7 @@ pub fn run(args: &ReserveArgs) -> anyhow::Result<i32> {
         .expect("chosen among the snapshot's GPUs");
     let mib = args.vram.unwrap_or(info.total_mib);
     check_quota(&b, gpu, mib)?;
-    let id = next_id(&b.ledger);
+    let id = next_id(&b.ledger)?;
     let now = now_ms();
     let note: String = args.note.chars().take(people::MAX_NOTE_CHARS).collect();
     let reservation = Reservation {
@@ -145,16 +145,33 @@ pub fn release(args: &UnreserveArgs) -> anyhow::Result<i32> {
     let me = nix::unistd::geteuid().as_raw();
     let mine: Vec<Held> = match args.id {
         Some(id) => {
-            let Some(held) = b
+            // Numbers are per user: ours first, then the one other
+            // user's (for root), never a guess between two.
+            let named: Vec<&Held> = b
                 .ledger
                 .reservations
                 .iter()
-                .find(|h| h.reservation.id == id)
-            else {
-                return Err(Error::Usage(format!(
-                    "no reservation {id} (see `gpusched reserve --list`)"
-                ))
-                .into());
+                .filter(|h| h.reservation.id == id)
+                .collect();
+            let held = match named.iter().find(|h| h.uid == me) {
+                Some(ours) => *ours,
+                None => match named[..] {
+                    [] => {
+                        return Err(Error::Usage(format!(
+                            "no reservation {id} (see `gpusched reserve --list`)"
+                        ))
+                        .into());
+                    }
+                    [one] => one,
+                    _ => {
+                        let users: Vec<&str> = named.iter().map(|h| h.user.as_str()).collect();
+                        return Err(Error::Usage(format!(
+                            "reservation {id} is held by {}; release the one you mean as its user (`sudo -u USER gpusched unreserve {id}`)",
+                            users.join(" and ")
+                        ))
+                        .into());
+                    }
+                },
             };
             if held.uid != me && !nix::unistd::geteuid().is_root() {
                 return Err(Error::Usage(format!(
@@ -347,20 +364,37 @@ fn check_quota(b: &Box_, gpu: u32, mib: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// A number no reservation file in the ledger has.
-fn next_id(ledger: &Ledger) -> u32 {
+/// The next reservation number of ours: one past the largest of our own
+/// reservation files' numbers (`<uid>.<id>.reservation`, our uid, the
+/// number parsed). Another user's file names cannot choose it (a planted
+/// `1001.4294967295.reservation` once wrapped everyone's next number to
+/// 0); numbers are per user, as files are.
+///
+/// Errors: [`Error::Usage`] when ours already reach `u32::MAX`.
+fn next_id(ledger: &Ledger) -> Result<u32, Error> {
+    let me = nix::unistd::geteuid().as_raw();
     let used = std::fs::read_dir(ledger.dir())
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let stem = name.strip_suffix(".reservation")?;
-            stem.split('.').nth(1)?.parse::<u32>().ok()
-        })
+        .filter_map(|e| own_reservation_id(&e.file_name(), me))
         .max()
         .unwrap_or(0);
-    used + 1
+    used.checked_add(1).ok_or_else(|| {
+        Error::Usage(format!(
+            "your reservation numbers in {} have reached {used}; release them with `gpusched unreserve` first",
+            ledger.dir().display()
+        ))
+    })
+}
+
+/// The number of reservation file `name` when it is user `uid`'s.
+fn own_reservation_id(name: &std::ffi::OsStr, uid: u32) -> Option<u32> {
+    let name = name.to_str()?;
+    let (owner, id) = name.strip_suffix(".reservation")?.split_once('.')?;
+    (owner.parse::<u32>().ok()? == uid)
+        .then(|| id.parse::<u32>().ok())
+        .flatten()
 }
 
 /// The table of `gpusched reserve --list`.

@@ -363,3 +363,39 @@ fn the_box_rules_notify_target_hears_every_users_failures() {
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("notify.to"), "{}", out.stderr);
 }
+
+/// A reservation file another user planted under a huge number chooses
+/// nothing of ours: alice's two reservations are her 1 and 2, each in its
+/// own file. On the previous release her next number was the largest in
+/// anyone's file name plus one: it wrapped to 0, and her second
+/// reservation overwrote her first.
+#[test]
+fn a_planted_reservation_number_never_chooses_anothers() {
+    let Some([alice, bob, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("[reservations]\nmax_duration = \"1h\"\n");
+    let a_env = users_env("", alice);
+    let planted = b.ledger.join(format!("{}.4294967295.reservation", bob.0));
+    std::fs::write(&planted, "{}").unwrap();
+    common::users::chown(&planted, bob);
+    for want in 1..=2 {
+        let mut args = vec!["reserve".to_string(), "--vram".into(), "1000".into()];
+        args.extend(["--for", "10m"].map(String::from));
+        args.extend(b.args(2, true));
+        let made = verb_as(alice, a_env.dir.path(), &args);
+        let said = String::from_utf8_lossy(&made.stdout).to_string();
+        assert!(made.status.success(), "{made:?}");
+        assert!(said.starts_with(&format!("reservation {want}: ")), "{said}");
+        assert!(
+            b.ledger
+                .join(format!("{}.{want}.reservation", alice.0))
+                .is_file()
+        );
+    }
+    let mut list = vec!["reserve".to_string(), "--list".into()];
+    list.extend(b.args(2, true));
+    let listed = verb_as(alice, a_env.dir.path(), &list);
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert_eq!(listed.matches("gpusched-t-alice").count(), 2, "{listed}");
+}

@@ -191,6 +191,22 @@ fn line(text: &str) -> String {
     format!("[{}] {text}\n", clock(crate::clock::now_ts()))
 }
 
+/// Prints a verb's error to stderr, `gpusched: error: text`, with every
+/// control character but line breaks and tabs shown as `�`: errors name
+/// paths and files other users chose (docs/SECURITY.md "Text for
+/// terminals"). A closed stderr is ignored.
+pub fn error(text: &str) {
+    let text = printable_keeping(text, &['\n', '\t']);
+    let _ = writeln!(std::io::stderr(), "gpusched: error: {text}");
+}
+
+/// Prints a verb's remark to stderr, `gpusched: text`, made printable as
+/// [`error`]'s text is.
+pub fn note(text: &str) {
+    let text = printable_keeping(text, &['\n', '\t']);
+    let _ = writeln!(std::io::stderr(), "gpusched: {text}");
+}
+
 /// Prints a warning line, `[HH:MM:SS] WARN text`.
 pub fn warn(text: &str) {
     Said::Warning(text.to_string()).print();

@@ -4,7 +4,6 @@ use clap::Parser;
 use gpusched::cli::{Command, SUPERVISE, SuperviseArgs, Trust};
 use gpusched::commands::control;
 use gpusched::control::ControlChange;
-use std::io::Write;
 
 fn main() {
     let mut argv = std::env::args_os();
@@ -119,10 +118,10 @@ fn apply_trust(command: &mut Command) {
                 &gpusched::commands::own::ledgers_searched(),
             ) {
                 Ok(Some(found)) => {
-                    eprintln!(
-                        "gpusched: using {} (your running scheduler's log directory)",
+                    gpusched::console::note(&format!(
+                        "using {} (your running scheduler's log directory)",
                         found.display()
-                    );
+                    ));
                     *log_dir = found;
                 }
                 Ok(None) => {}
@@ -156,8 +155,9 @@ fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
         Err(error) => {
-            // A terminal that went away must not turn the exit code into a panic.
-            let _ = writeln!(std::io::stderr(), "gpusched: error: {error:#}");
+            // A terminal that went away must not turn the exit code into a
+            // panic; a path or name in the error is someone's text.
+            gpusched::console::error(&format!("{error:#}"));
             std::process::exit(gpusched::error::exit_code_for(&error));
         }
     }

@@ -273,7 +273,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
         return Err(Error::Usage(format!(
             "no journal could be read (looked in {}); name a log directory with --log-dir DIR, or use --all",
             dirs.iter()
-                .map(|d| d.display().to_string())
+                .map(|d| crate::console::printable(&d.display().to_string()).into_owned())
                 .collect::<Vec<_>>()
                 .join(", ")
         ))

@@ -486,4 +486,21 @@ fn escapes_in_a_jobs_files_name_or_a_log_directorys_never_reach_the_terminal() {
     );
     assert!(said.contains("skipped"), "{said}");
     assert!(!said.contains('\u{1b}'), "{said:?}");
+    // Only that one: no journal at all, and the error names it as text
+    // (the previous release's error printed ESC]0;PWNED BEL ESC[2J raw).
+    let titled = dir.path().join("logs\u{1b}]0;PWNED\u{7}\u{1b}[2J");
+    std::fs::create_dir(&titled).unwrap();
+    let out = Command::new(bin())
+        .args(["report", "--log-dir"])
+        .arg(&titled)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(said.contains("no journal could be read"), "{said}");
+    assert!(said.contains("PWNED"), "{said}");
+    assert!(
+        !said.contains('\u{1b}') && !said.contains('\u{7}'),
+        "{said:?}"
+    );
 }

@@ -271,14 +271,13 @@ impl Scheduler {
 }
 
 /// The job of ours process `pid` was started by: `GPUSCHED_JOB` of its
-/// environment when its `GPUSCHED_LOG_DIR` is `log_dir` (a process of
-/// another user, or in another PID namespace, cannot be read: `None`).
+/// environment when its `GPUSCHED_LOG_DIR` is `log_dir`, for a process
+/// of the scheduler's own user only (`process::environ::own_environ`: a
+/// process of another user may name our log directory in its
+/// environment, and root may read it; one in another PID namespace
+/// cannot be read: `None`).
 fn job_of(pid: u32, log_dir: &[u8]) -> Option<u32> {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a kernel file (/proc), no user can plant it"
-    )]
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let environ = crate::process::environ::own_environ(pid)?;
     let mut job = None;
     let mut ours = false;
     for var in environ.split(|b| *b == 0) {

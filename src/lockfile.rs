@@ -210,8 +210,8 @@ fn open(path: &Path) -> Result<File, Error> {
 }
 
 /// How every lock file is opened: read and write, created if missing with
-/// mode 0644 whatever the umask, never through a symbolic link, closed on
-/// exec.
+/// mode 0644 whatever the umask, never through a symbolic link nor
+/// blocking on a FIFO, closed on exec.
 fn lock_file_options() -> std::fs::OpenOptions {
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = File::options();
@@ -221,7 +221,7 @@ fn lock_file_options() -> std::fs::OpenOptions {
         .create(true)
         .truncate(false)
         .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
     options
 }
 
@@ -238,9 +238,17 @@ pub fn open_shared(path: &Path) -> std::io::Result<File> {
     let file = lock_file_options().open(path).or_else(|_| {
         File::options()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
     })?;
+    // A FIFO in its place opened without blocking (O_NONBLOCK) and is
+    // refused here: a lock that excludes nobody, or one that never opens.
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
     if file
         .metadata()
         .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o444 != 0o444)

@@ -9,9 +9,95 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// The `systemd-tmpfiles` line that keeps ledger directory `dir` as it
-/// must be across reboots.
+/// must be across reboots (its lock file is [`tmpfiles_lock_line`]).
 pub fn tmpfiles_line(dir: &Path) -> String {
     format!("d {} 1777 root root -", dir.display())
+}
+
+/// The `systemd-tmpfiles` line that makes the ledger's lock file root's.
+pub fn tmpfiles_lock_line(dir: &Path) -> String {
+    format!("f {} 0644 root root -", dir.join(LOCK_NAME).display())
+}
+
+/// The lock file's name in the ledger directory.
+pub const LOCK_NAME: &str = "lock";
+
+/// Why the ledger's lock file was not used (docs/SECURITY.md "The shared
+/// ledger"): said once, loudly, and the scheduler decides without it.
+#[derive(Debug, thiserror::Error)]
+pub enum LockRefused {
+    /// A shared (root's) ledger without a lock file: a user who made one
+    /// would own it, and could swap it for a FIFO.
+    #[error("the shared ledger has no lock file")]
+    Missing,
+    /// A FIFO, link, socket, device or directory in its place.
+    #[error("the lock file is not a regular file (someone replaced it)")]
+    NotRegular,
+    /// Owned by another user than root or us: they could replace it.
+    #[error("the lock file belongs to {0}, not to root")]
+    Foreign(String),
+    /// It cannot be opened (no read permission) or made.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Opens the ledger's lock file in `dir` for `flock` without ever
+/// blocking or following a link (`O_NONBLOCK | O_NOFOLLOW`), and checks
+/// on the descriptor that it is a regular file owned by root or by us.
+/// A missing lock file is made (0644, `O_EXCL`) only in a ledger of our
+/// own, or by root; in root's shared ledger it is `gpusched ledger
+/// init`'s to make.
+///
+/// Errors: [`LockRefused`], each to be said as it is.
+pub fn open_lock(dir: &Path) -> Result<File, LockRefused> {
+    let path = dir.join(LOCK_NAME);
+    let opened = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(LockRefused::NotRegular),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let me = nix::unistd::geteuid().as_raw();
+            let owner = std::fs::symlink_metadata(dir)?.uid();
+            if owner != me && me != 0 {
+                return Err(LockRefused::Missing);
+            }
+            match create_lock(&path) {
+                Ok(file) => file,
+                // Made by another scheduler of ours a moment ago.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return open_lock(dir);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(LockRefused::NotRegular);
+    }
+    if meta.uid() != 0 && meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(LockRefused::Foreign(crate::files::user_name(meta.uid())));
+    }
+    Ok(file)
+}
+
+/// Makes the lock file `path`: new (`O_EXCL`, never an existing file or
+/// link), mode 0644 set on the descriptor whatever the umask, so every
+/// user can open it to lock.
+fn create_lock(path: &Path) -> std::io::Result<File> {
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    Ok(file)
 }
 
 /// Creates the ledger directory, or checks the existing one (docs/
@@ -75,6 +161,18 @@ pub(super) fn prepare_dir(dir: &Path) -> Result<Option<String>, Error> {
         // Another scheduler created it a moment ago.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare_dir(dir),
         Err(e) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
+    }
+}
+
+/// Checks an existing ledger directory as [`prepare_dir`] does, and
+/// makes nothing: a missing one is an empty ledger to a reader.
+///
+/// Errors: as [`prepare_dir`]'s, for an existing directory.
+pub(super) fn check_existing(dir: &Path) -> Result<(), Error> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() || !meta.is_dir() => prepare_dir(dir).map(drop),
+        Ok(meta) => check_owner(dir, &meta),
+        Err(_) => Ok(()),
     }
 }
 
@@ -176,10 +274,47 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     opened
         .set_permissions(std::fs::Permissions::from_mode(0o1777))
         .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
+    init_lock(&opened, dir)?;
     Ok(format!(
-        "{} {}: owned by root, mode 1777 (sticky, everyone can book); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf: d {} 1777 root root -",
+        "{} {}: owned by root, mode 1777 (sticky, everyone can book), its lock file root's (0644); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf:\n{}\n{}",
         if created { "created" } else { "fixed" },
         dir.display(),
-        dir.display()
+        tmpfiles_line(dir),
+        tmpfiles_lock_line(dir)
     ))
+}
+
+/// Makes the lock file of the ledger directory open as `opened` (at path
+/// `dir`) root's: a regular file, mode 0644, owned by root, made new in
+/// the directory's descriptor. Whatever else is there under its name (a
+/// user's file, a FIFO, a link) is removed first, never opened.
+///
+/// Errors: [`Error::Io`] when it cannot be removed or made.
+fn init_lock(opened: &File, dir: &Path) -> Result<(), Error> {
+    use nix::fcntl::{AtFlags, OFlag, openat};
+    use nix::sys::stat::{Mode, fstatat};
+    let path = dir.join(LOCK_NAME);
+    let said = |e: nix::Error| Error::io(format!("cannot make {}", path.display()), e.into());
+    let right = |st: &nix::sys::stat::FileStat| {
+        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == 0 && st.st_mode & 0o7777 == 0o644
+    };
+    match fstatat(opened, LOCK_NAME, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if right(&st) => return Ok(()),
+        Ok(_) => nix::unistd::unlinkat(opened, LOCK_NAME, nix::unistd::UnlinkatFlags::NoRemoveDir)
+            .map_err(said)?,
+        Err(nix::Error::ENOENT) => {}
+        Err(e) => return Err(said(e)),
+    }
+    let fd = openat(
+        opened,
+        LOCK_NAME,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(said)?;
+    let file = File::from(fd);
+    std::os::unix::fs::fchown(&file, Some(0), Some(0))
+        .map_err(|e| Error::io(format!("cannot make {} belong to root", path.display()), e))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io(format!("cannot set the mode of {}", path.display()), e))
 }

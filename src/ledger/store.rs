@@ -28,8 +28,9 @@ pub const DEFAULT_DIR: &str = "/dev/shm/gpusched";
 
 /// How long [`Ledger::lock`] waits for another scheduler to release the
 /// lock before deciding without it (a stuck or hostile holder must not
-/// stop our scheduling).
-const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+/// stop our scheduling; an honest one holds it for one decision, a few
+/// milliseconds).
+pub const LOCK_PATIENCE: Duration = Duration::from_millis(250);
 
 /// One scheduler's view of the ledger directory.
 #[derive(Debug)]
@@ -45,6 +46,12 @@ pub struct Ledger {
     /// [`MAX_FILES_PER_USER`] of a user's are ever looked at).
     warned_files: HashSet<OsString>,
     lock_warned: bool,
+    /// Whether the last wait for the lock ran out: later rounds only try
+    /// it until it is taken again.
+    lock_missed: bool,
+    /// Opened only to read ([`Ledger::open_reader`] without `create`):
+    /// nothing in the directory is ever created or removed.
+    reader: bool,
     /// What it said and nobody took yet ([`Ledger::take_said`]).
     said: Vec<Said>,
     /// Since when (Unix ms) each publishing scheduler (uid, pid, start
@@ -97,10 +104,15 @@ impl Ledger {
     ///
     /// Errors: as [`Ledger::open`]'s, for the directory.
     pub fn open_reader(dir: &Path, create: bool) -> Result<Ledger, Error> {
-        if !create && !dir.exists() {
-            return Ledger::blank(dir, Path::new(""), std::process::id());
+        if create {
+            return Ledger::open_with(dir, Path::new(""), std::process::id(), false);
         }
-        Ledger::open_with(dir, Path::new(""), std::process::id(), false)
+        // Only read: checked as it is, never made (a directory someone
+        // else's status.json named must not be created by root).
+        let mut ledger = Ledger::blank(dir, Path::new(""), std::process::id())?;
+        ledger.reader = true;
+        super::dir::check_existing(dir)?;
+        Ok(ledger)
     }
 
     /// [`Ledger::open`] for the scheduler with process `pid` (this one;
@@ -151,6 +163,8 @@ impl Ledger {
             warned: HashSet::new(),
             warned_files: HashSet::new(),
             lock_warned: false,
+            lock_missed: false,
+            reader: false,
             said: Vec::new(),
             starting_since: HashMap::new(),
             users: HashMap::new(),
@@ -172,16 +186,37 @@ impl Ledger {
         &self.own_name
     }
 
-    /// Takes the exclusive ledger lock, waiting up to two seconds; after
-    /// that, warns once and goes on without it (placement then relies on
-    /// the bookings already published).
+    /// Takes the exclusive ledger lock (docs/SECURITY.md "The shared
+    /// ledger"). The lock file is opened by [`super::dir::open_lock`]:
+    /// never blocking, never through a link, a regular file of root's or
+    /// ours; any other is said once, loudly, and this round decides
+    /// without it. A lock another process holds is waited for at most
+    /// [`LOCK_PATIENCE`]; once a wait ran out, later rounds only try it
+    /// (no wait) until it is taken again, so a neighbour who holds it for
+    /// good costs one short wait in all, said once. Without the lock,
+    /// placement relies on the bookings already published and the
+    /// conflict rule ([`super::conflicts`]): no two jobs are started into
+    /// the same memory either way.
     pub fn lock(&mut self) -> LedgerLock {
-        let path = self.dir.join("lock");
-        let Some(mut file) = crate::lockfile::open_shared(&path).ok() else {
-            return LedgerLock { _held: None };
+        let path = self.dir.join(super::dir::LOCK_NAME);
+        let mut file = match super::dir::open_lock(&self.dir) {
+            Ok(file) => file,
+            Err(refused) => {
+                self.say_lock_once(format!(
+                    "not using the ledger lock {}: {refused}; ask root to run `gpusched ledger init --ledger {}` (it makes the lock root's); deciding without it, against the bookings published",
+                    path.display(),
+                    self.dir.display()
+                ));
+                return LedgerLock { _held: None };
+            }
         };
         let asked = Instant::now();
-        let deadline = asked + LOCK_PATIENCE;
+        let patience = if self.lock_missed {
+            Duration::ZERO
+        } else {
+            LOCK_PATIENCE
+        };
+        let deadline = asked + patience;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 // The file was removed or replaced while we waited: a lock
@@ -190,9 +225,9 @@ impl Ledger {
                     if !crate::lockfile::is_file_at(&held, &path) && Instant::now() < deadline =>
                 {
                     drop(held);
-                    match crate::lockfile::open_shared(&path).ok() {
-                        Some(again) => file = again,
-                        None => return LedgerLock { _held: None },
+                    match super::dir::open_lock(&self.dir) {
+                        Ok(again) => file = again,
+                        Err(_) => return LedgerLock { _held: None },
                     }
                 }
                 Ok(held) => {
@@ -200,6 +235,7 @@ impl Ledger {
                         "ledger lock taken in {:.3} ms",
                         asked.elapsed().as_secs_f64() * 1000.0
                     );
+                    self.lock_missed = false;
                     return LedgerLock { _held: Some(held) };
                 }
                 Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
@@ -207,21 +243,32 @@ impl Ledger {
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 Err((_, e)) => {
-                    if !self.lock_warned {
-                        self.lock_warned = true;
-                        self.said.push(Said::Warning(format!(
-                            "cannot take the ledger lock {} ({}); deciding without it",
-                            path.display(),
-                            if e == Errno::EWOULDBLOCK {
-                                "held for over 2 s by another process".to_string()
-                            } else {
-                                e.to_string()
-                            }
-                        )));
-                    }
+                    let held = e == Errno::EWOULDBLOCK;
+                    self.lock_missed |= held;
+                    self.say_lock_once(format!(
+                        "cannot take the ledger lock {} ({}); deciding without it, against the bookings published, until it is free",
+                        path.display(),
+                        if held {
+                            format!(
+                                "held for over {} ms by another process",
+                                LOCK_PATIENCE.as_millis()
+                            )
+                        } else {
+                            e.to_string()
+                        }
+                    ));
                     return LedgerLock { _held: None };
                 }
             }
+        }
+    }
+
+    /// Says `text` as a warning, the first time the lock is not used this
+    /// run.
+    fn say_lock_once(&mut self, text: String) {
+        if !self.lock_warned {
+            self.lock_warned = true;
+            self.said.push(Said::Warning(text));
         }
     }
 
@@ -295,8 +342,13 @@ impl Ledger {
         self.starting_since.retain(|p, _| starting_now.contains(p));
         let users = &mut self.users;
         let mut names = |uid| cached_name(users, uid);
-        self.reservations =
-            people::read_reservations(&entries, now, self.max_reservation_s, &mut names);
+        self.reservations = people::read_reservations(
+            &entries,
+            now,
+            self.max_reservation_s,
+            !self.reader,
+            &mut names,
+        );
         foreign.extend(self.reservations.iter().map(Held::as_foreign));
         self.foreign = foreign;
         self.peers = peers;
@@ -322,7 +374,9 @@ impl Ledger {
         let user = self.user_name(uid);
         let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
         let log_dir = file.log_dir.clone();
-        let ours = uid == me;
+        // A reader (`top`, `serve`) tidies nothing: it may be root
+        // looking at a directory someone else chose.
+        let ours = uid == me && !self.reader;
         let same_log_dir = ours && !log_dir.is_empty() && log_dir == self.me.log_dir;
         let running = file.bookings.iter().filter(|b| !b.starting).map(|b| &b.job);
         let running = running.collect::<HashSet<_>>().len() as u64;

@@ -27,6 +27,7 @@ mod lifecycle;
 mod mcp;
 mod mig;
 mod mps;
+mod neighbours;
 mod never_panics;
 mod notify;
 mod nvml;

@@ -30,11 +30,16 @@ pub fn open_box(
     let rules = crate::rules::load(args.box_rules.as_deref())?;
     // Without --sim, the GPUs of the scheduler on --log-dir: simulated
     // ones if it runs on them.
-    let (sim, sim_dir) = match (args.sim, following_sim(&args.log_dir, create)) {
-        (None, Some((count, dir))) => (Some(count), Some(dir)),
-        _ => (args.sim, args.sim_dir.clone()),
+    let followed = following_sim(&args.log_dir, create);
+    let (sim, sim_dir, owner) = match (args.sim, followed) {
+        (None, Some((count, dir, owner))) => (Some(count), Some(dir), Some(owner)),
+        _ => (args.sim, args.sim_dir.clone(), None),
     };
-    let (backend, sim_dir) = crate::open_gpus(sim, sim_dir.as_deref(), &args.log_dir, &[])?;
+    let (backend, sim_dir) = if create {
+        crate::open_gpus(sim, sim_dir.as_deref(), &args.log_dir, &[])?
+    } else {
+        view_gpus(sim, sim_dir, &args.log_dir, owner)?
+    };
     let dir = match (&args.ledger, &sim_dir) {
         (Some(dir), _) => crate::files::absolute(dir),
         (None, Some(sim)) => sim.join("ledger"),
@@ -48,14 +53,40 @@ pub fn open_box(
     Ok((backend, ledger, rules))
 }
 
-/// The simulated GPUs (count and directory) of the scheduler whose
-/// status.json is in `log_dir`, when it runs with `--sim`. A verb that
-/// writes (`writes`: `reserve`, `unreserve`) follows only a log directory
-/// of its own user: another user's status.json must not choose where we
-/// create and write files (docs/SECURITY.md "Root's verbs").
-fn following_sim(log_dir: &std::path::Path, writes: bool) -> Option<(u32, PathBuf)> {
-    let doc = match crate::view::status::read_status(log_dir) {
-        Ok((_, doc)) => doc,
+/// The GPUs a view (`top`, `serve`) reads: `sim` simulated GPUs in
+/// `sim_dir` (else `GPUSCHED_SIM_DIR`, else `<log_dir>/sim`) read only,
+/// through a descriptor, and — when a status.json named the directory —
+/// only if it is that status.json's `owner`'s or root's
+/// ([`crate::gpu::sim::SimBackend::follow`]); else NVML.
+///
+/// Errors: as [`crate::gpu::sim::SimBackend::follow`]'s, or NVML's.
+fn view_gpus(
+    sim: Option<u32>,
+    sim_dir: Option<PathBuf>,
+    log_dir: &std::path::Path,
+    owner: Option<u32>,
+) -> anyhow::Result<(Box<dyn GpuBackend>, Option<PathBuf>)> {
+    let Some(count) = sim else {
+        return crate::open_gpus(None, None, log_dir, &[]);
+    };
+    let dir = match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
+        (Some(dir), _) => crate::files::absolute(&dir),
+        (None, Some(dir)) => crate::files::absolute(std::path::Path::new(&dir)),
+        (None, None) => crate::files::absolute(log_dir).join("sim"),
+    };
+    let backend = crate::gpu::sim::SimBackend::follow(count, &dir, owner)?;
+    Ok((Box::new(backend), Some(dir)))
+}
+
+/// The simulated GPUs (count, directory, and the uid of the status.json
+/// that named them) of the scheduler whose status.json is in `log_dir`,
+/// when it runs with `--sim`. A verb that writes (`writes`: `reserve`,
+/// `unreserve`) follows only a log directory of its own user: another
+/// user's status.json must not choose where we create and write files
+/// (docs/SECURITY.md "Root's verbs"); a view follows it read-only.
+fn following_sim(log_dir: &std::path::Path, writes: bool) -> Option<(u32, PathBuf, u32)> {
+    let (owner, doc) = match crate::view::status::read_status_of(log_dir) {
+        Ok((_, doc, owner)) => (owner, doc),
         Err(crate::view::status::StatusReadError::Missing { .. }) => return None,
         // Said as what it is, not left to surface later as a missing NVML.
         Err(e) => {
@@ -72,7 +103,7 @@ fn following_sim(log_dir: &std::path::Path, writes: bool) -> Option<(u32, PathBu
     let dir = doc.scheduler.sim_dir.map(PathBuf::from)?;
     // Its GPUs may be fewer than the simulation's (--gpus): the highest.
     let count = doc.gpus.iter().map(|g| g.index + 1).max().unwrap_or(1);
-    Some((count, dir))
+    Some((count, dir, owner))
 }
 
 /// Whether `log_dir` (not followed if a link) belongs to this process's

@@ -24,10 +24,65 @@ pub struct SimReport {
     pub util: u32,
 }
 
+/// A followed directory: its descriptor once it was there, and the user
+/// it must belong to (or root).
+struct Followed {
+    fd: Option<std::os::fd::OwnedFd>,
+    owner: Option<u32>,
+}
+
+/// Opens the followed directory `dir` (see [`SimBackend::follow`]);
+/// `None` while it is not there.
+///
+/// Errors: [`crate::error::Error::Usage`] for a link, a file, one that
+/// cannot be opened, or one neither `owner`'s nor shared.
+fn open_followed(dir: &Path, owner: Option<u32>) -> anyhow::Result<Option<std::os::fd::OwnedFd>> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let usage = |why: String| {
+        crate::error::Error::Usage(format!(
+            "not reading the simulated GPUs in {}: {why}",
+            dir.display()
+        ))
+    };
+    let fd = match nix::fcntl::open(
+        dir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(None),
+        Err(nix::Error::ELOOP | nix::Error::ENOTDIR) => {
+            return Err(usage("not a directory (a link is not followed)".to_string()).into());
+        }
+        Err(e) => return Err(usage(e.desc().to_lowercase()).into()),
+    };
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| usage(e.desc().to_lowercase()))?;
+    // A shared simulated box is root's, sticky and open to all (`ledger
+    // init --sim-dir`); any other directory of root's is root's own.
+    let shared = st.st_uid == 0 && st.st_mode & 0o1777 == 0o1777;
+    if let Some(owner) = owner
+        && st.st_uid != owner
+        && !shared
+    {
+        return Err(usage(format!(
+            "it belongs to {}, not to {} whose scheduler named it",
+            crate::files::user_name(st.st_uid),
+            crate::files::user_name(owner)
+        ))
+        .into());
+    }
+    Ok(Some(fd))
+}
+
 /// N simulated GPUs of [`SIM_TOTAL_MIB`] each, fed by report files.
 pub struct SimBackend {
     count: u32,
     dir: PathBuf,
+    /// Set for a view following another scheduler's directory
+    /// ([`SimBackend::follow`]): read through a descriptor only, and
+    /// nothing in it made or removed.
+    followed: Option<Followed>,
     /// Every pair meets at the host bridge, and some are joined by NVLink
     /// (`--sim-nvlink`).
     topology: Topology,
@@ -49,6 +104,34 @@ impl SimBackend {
         Ok(SimBackend {
             count,
             dir: dir.to_path_buf(),
+            followed: None,
+            topology: topology(count, &[]),
+        })
+    }
+
+    /// A backend of `count` GPUs that only reads the reports in `dir`, for
+    /// a view (`top`, `serve`) of a simulation it does not run, whose
+    /// directory may have been named by someone else's status.json
+    /// (docs/SECURITY.md "Neighbours"). The directory is opened once
+    /// (`O_DIRECTORY | O_NOFOLLOW`; a link there is refused), checked on
+    /// that descriptor to belong to `owner` (when given), or to be a
+    /// shared one of root's (sticky, mode 1777, as `ledger init
+    /// --sim-dir` makes it), and
+    /// every later read is relative to it: swapping the path afterwards
+    /// for another directory changes nothing read, and nothing is ever
+    /// created or removed in it. A directory not there yet is looked for
+    /// again at each snapshot, and shows idle GPUs until then.
+    ///
+    /// Errors: [`crate::error::Error::Usage`] when `dir` cannot be opened
+    /// as a directory, or is neither `owner`'s nor a shared one.
+    pub fn follow(count: u32, dir: &Path, owner: Option<u32>) -> anyhow::Result<Self> {
+        Ok(SimBackend {
+            count,
+            dir: dir.to_path_buf(),
+            followed: Some(Followed {
+                fd: open_followed(dir, owner)?,
+                owner,
+            }),
             topology: topology(count, &[]),
         })
     }
@@ -104,7 +187,19 @@ impl GpuBackend for SimBackend {
                 sm_percent: Vec::new(),
             })
             .collect();
-        for report in live_reports(&self.dir)? {
+        let reports = match &mut self.followed {
+            Some(followed) => {
+                if followed.fd.is_none() {
+                    followed.fd = open_followed(&self.dir, followed.owner)?;
+                }
+                match &followed.fd {
+                    Some(fd) => reports_at(fd, &self.dir)?,
+                    None => Vec::new(),
+                }
+            }
+            None => live_reports(&self.dir)?,
+        };
+        for report in reports {
             for (gpu, mib) in &report.mib {
                 let Ok(index) = gpu.parse::<u32>() else {
                     continue;
@@ -186,7 +281,7 @@ pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
         }
         // A shared --sim-dir is another user's to write: never follow a
         // link, wait on a FIFO or read a huge file there.
-        let Ok((text, _)) = crate::trust::read_untrusted(&path, 64 * 1024) else {
+        let Ok((text, _)) = crate::trust::read_untrusted(&path, REPORT_MAX_BYTES) else {
             continue;
         };
         let Ok(report) = serde_json::from_slice::<SimReport>(&text) else {
@@ -200,6 +295,62 @@ pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
     }
     Ok(reports)
 }
+
+/// The reports of every live process in the directory open as `fd`
+/// (shown as `dir`), read relative to it: each file opened with
+/// `O_NOFOLLOW | O_NONBLOCK`, a regular file of at most 64 KiB checked on
+/// its descriptor. Nothing is removed: a report of a dead process is
+/// only skipped.
+///
+/// Errors: the directory cannot be read.
+fn reports_at(fd: &std::os::fd::OwnedFd, dir: &Path) -> anyhow::Result<Vec<SimReport>> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    use std::io::Read;
+    let cannot =
+        |e: nix::Error| anyhow::anyhow!("cannot read sim directory {}: {e}", dir.display());
+    let mut listing = nix::dir::Dir::openat(
+        fd,
+        ".",
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(cannot)?;
+    let mut reports = Vec::new();
+    for entry in listing.iter().flatten() {
+        let name = entry.file_name();
+        if !name.to_bytes().ends_with(b".json") {
+            continue;
+        }
+        let Ok(file) = openat(
+            fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let file = std::fs::File::from(file);
+        if !file
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() <= REPORT_MAX_BYTES)
+        {
+            continue;
+        }
+        let mut text = Vec::new();
+        if file.take(REPORT_MAX_BYTES).read_to_end(&mut text).is_err() {
+            continue;
+        }
+        match serde_json::from_slice::<SimReport>(&text) {
+            Ok(report) if crate::process::is_alive(report.pid) => reports.push(report),
+            _ => {}
+        }
+    }
+    Ok(reports)
+}
+
+/// The largest report file read, in bytes.
+const REPORT_MAX_BYTES: u64 = 64 * 1024;
 
 /// The physical limit of a simulated GPU (docs/BEHAVIOUR.md "Simulation"): whether raising
 /// process `pid`'s use to `mib` on each of `gpus` fits beside every other

@@ -114,6 +114,7 @@ pub fn read_reservations(
     entries: &[std::fs::DirEntry],
     now_ms: u64,
     max_s: f64,
+    tidy: bool,
     user_name: &mut dyn FnMut(u32) -> String,
 ) -> Vec<Held> {
     let me = nix::unistd::geteuid().as_raw();
@@ -144,7 +145,7 @@ pub fn read_reservations(
                 user: user_name(uid),
                 reservation,
             }),
-            Some("expired") if uid == me => {
+            Some("expired") if uid == me && tidy => {
                 let _ = std::fs::remove_file(entry.path());
             }
             Some(_) => {}

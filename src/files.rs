@@ -95,18 +95,39 @@ pub fn append_to(path: &Path, bytes: &[u8]) -> std::io::Result<u64> {
 }
 
 /// Opens `path` for appending, creating it if needed, without following a
-/// symbolic link: a link planted where a log goes (in a shared directory)
+/// symbolic link or blocking on a FIFO: a link planted where a log goes
 /// is refused with `ELOOP` instead of written through (docs/BEHAVIOUR.md
-/// "Files in shared directories").
+/// "Files in shared directories"), and the file opened must be a regular
+/// file of this process's effective user, checked on the descriptor.
 ///
-/// Errors: the file cannot be opened, or is a symbolic link.
+/// Errors: the file cannot be opened, is a symbolic link, is not a
+/// regular file, or belongs to another user.
 pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::File::options()
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::File::options()
         .create(true)
         .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    // Checked on the descriptor: a file someone else made there first
+    // would hand them what we write (docs/SECURITY.md "Neighbours").
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file, and gpusched writes only to one",
+            path.display()
+        )));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "{} belongs to {}, not to you ({}): someone made it before gpusched did; remove it",
+            path.display(),
+            user_name(meta.uid()),
+            user_name(me)
+        )));
+    }
+    Ok(file)
 }
 
 /// Creates `path` for writing, owner-only (0600 on the descriptor), only
@@ -150,7 +171,7 @@ pub fn read_tail(path: &Path, from: u64, limit: u64) -> String {
 
 /// Refuses a directory gpusched would write into that someone else could
 /// redirect (docs/BEHAVIOUR.md "Files in shared directories"): one owned
-/// by another user, or writable by others without the sticky bit.
+/// by another user, or writable by its group or others, sticky or not.
 /// `what` names it in the message (`log directory`).
 ///
 /// Errors: [`crate::error::Error::Usage`] (exit 2) naming the owner and
@@ -170,14 +191,22 @@ pub fn check_own_dir(dir: &Path, what: &str) -> Result<(), crate::error::Error> 
             user_name(me)
         )));
     }
-    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+    // Sticky or not: in a sticky directory others cannot replace our
+    // files, but they can make the ones we have not made yet (a job's
+    // log, as 0666, to read its output and write lines into it).
+    if mode & 0o022 != 0 {
         let who = if mode & 0o002 != 0 {
             "everyone"
         } else {
             "its group"
         };
+        let sticky = if mode & 0o1000 != 0 {
+            " (the sticky bit does not stop them making the files gpusched has not made yet)"
+        } else {
+            ""
+        };
         return Err(crate::error::Error::Usage(format!(
-            "{what} {} is writable by {who} (mode {mode:04o}) without the sticky bit: they could replace its files (a saved environment, a request) and run code as you; `chmod go-w {}` it, or use another --log-dir",
+            "{what} {} is writable by {who} (mode {mode:04o}){sticky}: they could plant its files (a job's log, a saved environment, a request), read your jobs' output and run code as you; `chmod go-w {}` it, or use another --log-dir",
             dir.display(),
             dir.display()
         )));

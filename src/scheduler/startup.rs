@@ -501,8 +501,8 @@ fn config(args: &RunArgs) -> Config {
 /// made in it.
 ///
 /// Errors (exit 2, naming the directory once): it cannot be created or
-/// written in; it belongs to another user or is writable by all without
-/// the sticky bit.
+/// written in; it belongs to another user or is writable by its group or
+/// others (sticky or not).
 fn create_log_dir(log_dir: &std::path::Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(log_dir).map_err(|e| {
         Error::Usage(format!(

@@ -100,7 +100,7 @@ fn a_log_directory_owned_by_another_user_is_refused() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("mode 0777"), "{}", out.stderr);
     assert!(
-        out.stderr.contains("without the sticky bit"),
+        out.stderr.contains("is writable by everyone"),
         "{}",
         out.stderr
     );
@@ -110,17 +110,32 @@ fn a_log_directory_owned_by_another_user_is_refused() {
     );
 }
 
-/// Another user plants links where a job's log and the probe go, in a
-/// sticky shared log directory: nothing is written through them, the job
-/// whose log is a link fails saying so, and the others run.
+/// A sticky log directory everyone may write is refused: Mallory could
+/// not replace its files, but she could make those not made yet — a
+/// job's log as 0666, reading the job's secrets and writing lines that
+/// reach notifications and OOM retries (the previous release accepted
+/// it, and `BEN_SECRET=hunter2` reached her). Links and files of hers
+/// found in a log directory (left from when it was shared) are never
+/// written to: the job whose log is one fails saying so, the others run.
 #[test]
 fn links_planted_in_a_log_directory_write_nothing_through() {
     let Some(mallory) = test_user("gpusched-t-mal") else {
         return;
     };
-    let env = open_env("echo one\necho two\n");
+    let env = open_env("echo BEN_SECRET=hunter2\necho two\necho three\n");
     std::fs::create_dir(&env.logs).unwrap();
     chmod(&env.logs, 0o1777);
+    let out = env.run(&["--sim", "1", "--poll", "0.1"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("is writable by everyone (mode 1777) (the sticky bit does not stop them"),
+        "{}",
+        out.stderr
+    );
+    assert!(std::fs::read_dir(&env.logs).unwrap().next().is_none());
+    // Left from when it was shared (made here as her, the directory
+    // still open to her): her links and her 0666 log.
     let victim = env.path("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     for name in ["job001_gpu0.log", ".gpusched-write-probe"] {
@@ -134,6 +149,11 @@ fn links_planted_in_a_log_directory_write_nothing_through() {
             .unwrap();
         assert!(status.success());
     }
+    let hers = env.logs.join("job002_gpu0.log");
+    std::fs::write(&hers, "").unwrap();
+    chmod(&hers, 0o666);
+    std::os::unix::fs::chown(&hers, Some(mallory.0), Some(mallory.1)).unwrap();
+    chmod(&env.logs, 0o755);
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
@@ -143,19 +163,23 @@ fn links_planted_in_a_log_directory_write_nothing_through() {
         "{}",
         out.stdout
     );
+    assert!(
+        out.stdout
+            .contains("belongs to gpusched-t-mal, and gpusched writes only its own files"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hers).unwrap(),
+        "",
+        "her file got our output"
+    );
     assert_eq!(env.status_of(1).as_deref(), Some("failed"));
-    assert_eq!(env.status_of(2).as_deref(), Some("ok"));
-    // A planted lock link: refused, nothing truncated.
+    assert_eq!(env.status_of(2).as_deref(), Some("failed"));
+    assert_eq!(env.status_of(3).as_deref(), Some("ok"));
+    // A lock link found there: refused, nothing truncated.
     std::fs::remove_file(env.logs.join("lock")).unwrap();
-    let status = Command::new("ln")
-        .arg("-s")
-        .arg(&victim)
-        .arg(env.logs.join("lock"))
-        .uid(mallory.0)
-        .gid(mallory.1)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    std::os::unix::fs::symlink(&victim, env.logs.join("lock")).unwrap();
     let out = env.run(&["--sim", "1"]);
     assert_ne!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("lock"), "{}", out.stderr);

@@ -595,13 +595,17 @@ type Saved = std::collections::BTreeMap<String, String>;
 type StartEnv = (Vec<(String, String)>, bool);
 
 /// Why a job's log that could not be opened is not ours to write: a
-/// symbolic link, or a file of another user; `None` for other failures
+/// symbolic link, a FIFO or other non-file, or a file of another user
+/// (made before we made ours); `None` for other failures
 /// (a full or read-only disk, which pause dispatch instead).
 fn planted(log: &Path, error: &std::io::Error) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(log).ok()?;
     if meta.file_type().is_symlink() || error.raw_os_error() == Some(libc::ELOOP) {
         return Some("is a symbolic link, and gpusched never writes through one".into());
+    }
+    if !meta.is_file() {
+        return Some("is not a regular file, and gpusched writes only to one".into());
     }
     (meta.uid() != nix::unistd::geteuid().as_raw()).then(|| {
         format!(

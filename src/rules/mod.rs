@@ -320,21 +320,28 @@ pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
             path.display()
         ))
     };
-    let meta = match std::fs::metadata(&path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(None),
-        Err(e) => return Err(refuse(crate::files::io_reason(&e))),
+    // One descriptor for the checks and the read (O_NOFOLLOW |
+    // O_NONBLOCK): what was checked is what is read, a link is refused,
+    // a FIFO never blocks.
+    let (file, meta) = match crate::trust::open_untrusted(&path, MAX_FILE_BYTES) {
+        Ok(opened) => opened,
+        Err(crate::trust::Untrusted::Io(e))
+            if e.kind() == std::io::ErrorKind::NotFound && !named =>
+        {
+            return Ok(None);
+        }
+        Err(crate::trust::Untrusted::Io(e)) => return Err(refuse(crate::files::io_reason(&e))),
+        Err(crate::trust::Untrusted::TooLarge(len, _)) => {
+            return Err(refuse(format!("{len} bytes is not a rules file")));
+        }
+        Err(other) => return Err(refuse(other.to_string())),
     };
     if let Some(why) = untrusted(&path, &meta) {
         return Err(refuse(why));
     }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(refuse(format!("{} bytes is not a rules file", meta.len())));
-    }
-    let (bytes, _) = crate::trust::read_untrusted(&path, MAX_FILE_BYTES).map_err(|e| match e {
-        crate::trust::Untrusted::Io(e) => refuse(crate::files::io_reason(&e)),
-        other => refuse(other.to_string()),
-    })?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_FILE_BYTES), &mut bytes)
+        .map_err(|e| refuse(crate::files::io_reason(&e)))?;
     let text = String::from_utf8(bytes).map_err(|_| refuse("not UTF-8 text".to_string()))?;
     let mut rules = parse(&text).map_err(refuse)?;
     rules.path = crate::files::absolute(&path);

@@ -399,3 +399,59 @@ fn a_planted_reservation_number_never_chooses_anothers() {
     let listed = String::from_utf8_lossy(&listed.stdout).to_string();
     assert_eq!(listed.matches("gpusched-t-alice").count(), 2, "{listed}");
 }
+
+/// A rules file truncated in place while rules are in force (`: >
+/// box.toml`, an editor writing over it) is not "no rules": the
+/// `max_running = 1` in force stays, said once, and never two of alice's
+/// jobs run at once; the file holding rules again is read. On the
+/// previous release it reloaded as no rules and a second job started.
+#[test]
+fn a_rules_file_emptied_mid_edit_keeps_the_rules_in_force() {
+    let Some([alice, _, _]) = users() else {
+        return;
+    };
+    let b = Box_::new("[quota.users.gpusched-t-alice]\nmax_running = 1\n");
+    let env = users_env(&"[vram=1000] sleep 1.5\n".repeat(3), alice);
+    let sched = spawn_as(&env, alice, &b, 2, true);
+    let running = || status_json(&env)["counts"]["running"].as_u64().unwrap_or(0);
+    wait_for("one job running under max_running 1", &mut || {
+        running() == 1
+    });
+    // Truncated in place, as `: > box.toml` does.
+    std::fs::File::create(&b.rules).unwrap();
+    wait_for("the emptied file said", &mut || {
+        sched
+            .stdout()
+            .contains("is empty (truncated while being edited?)")
+    });
+    // Written in place again, now with the rules back.
+    std::fs::write(
+        &b.rules,
+        "[quota.users.gpusched-t-alice]\nmax_running = 1\n",
+    )
+    .unwrap();
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout
+            .matches("is empty (truncated while being edited?)")
+            .count(),
+        1,
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("removed: no box rules"),
+        "{}",
+        out.stdout
+    );
+    let attempts = env.attempts();
+    for (i, a) in attempts.iter().enumerate() {
+        for b in &attempts[i + 1..] {
+            assert!(
+                a.1 <= b.0 || b.1 <= a.0,
+                "two jobs ran at once past max_running 1: {attempts:?}"
+            );
+        }
+    }
+}

@@ -25,8 +25,8 @@ impl Scheduler {
     /// Reads the box rules again when their file changed (looked at every
     /// [`crate::rules::RULES_CHECK`]): the new rules apply to the next
     /// starts, said on the terminal and the board; running jobs are not
-    /// touched. A changed file that cannot be used is said once and the
-    /// rules in force stay.
+    /// touched. A changed file that cannot be used, or one emptied while
+    /// rules were in force, is said once and the rules in force stay.
     pub(in crate::scheduler) fn reload_box_rules(&mut self, now: Instant) {
         let state = &mut self.core.box_state;
         if state
@@ -41,6 +41,22 @@ impl Scheduler {
             return;
         }
         let (path, given) = state.watched.clone();
+        // Emptied while rules were in force: an edit in place (`: >`, an
+        // editor writing over the file) caught half-way, not "no rules".
+        // The stamp is kept, so the file's next change is read.
+        if state.rules.is_some() && stamp.is_some_and(|(_, len, _)| len == 0) {
+            let why = format!(
+                "box rules {} is empty (truncated while being edited?)",
+                path.display()
+            );
+            if state.problem.as_ref() != Some(&why) {
+                state.problem = Some(why.clone());
+                self.report.warn(format!(
+                    "{why}; the rules in force stay until it holds rules again (edit by writing a new file and renaming it over, or with `install`; remove the file for no rules)"
+                ));
+            }
+            return;
+        }
         match crate::rules::load(given.then_some(path.as_path())) {
             Ok(rules) => {
                 state.stamp = stamp;

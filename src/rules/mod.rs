@@ -23,6 +23,18 @@ pub const DEFAULT_PATH: &str = "/etc/gpusched/box.toml";
 /// The environment variable that names the rules file.
 pub const ENV: &str = "GPUSCHED_BOX_RULES";
 
+/// The value of [`ENV`] that reads no rules file at all, not even
+/// [`DEFAULT_PATH`] (a box of one's own, and the project's test suite,
+/// which never reads the host's settings). Box rules are advisory
+/// (docs/SECURITY.md "What stays advisory"): `--box-rules` naming any
+/// empty file of root's did the same.
+pub const NO_RULES: &str = "none";
+
+/// Whether [`ENV`] says [`NO_RULES`].
+fn switched_off() -> bool {
+    std::env::var_os(ENV).is_some_and(|v| v == NO_RULES)
+}
+
 /// Largest rules file read (bytes).
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -258,10 +270,15 @@ pub fn parse(text: &str) -> Result<BoxRules, String> {
 
 /// The rules file to read: `--box-rules` (`given`), else
 /// `$GPUSCHED_BOX_RULES`, else [`DEFAULT_PATH`]; with whether it was named
-/// (a named file must exist; the default may be absent).
+/// (a named file must exist; the default may be absent). An empty path
+/// when `$GPUSCHED_BOX_RULES` is [`NO_RULES`]: no file is read.
 pub fn locate(given: Option<&Path>) -> (PathBuf, bool) {
     if let Some(path) = given {
         return (path.to_path_buf(), true);
+    }
+    // No file: an empty path, never there, never read.
+    if switched_off() {
+        return (PathBuf::new(), false);
     }
     match std::env::var_os(ENV).filter(|v| !v.is_empty()) {
         Some(path) => (PathBuf::from(path), true),
@@ -314,6 +331,9 @@ pub fn untrusted(path: &Path, file: &std::fs::Metadata) -> Option<String> {
 /// or one that does not parse — each with the path and the reason.
 pub fn load(given: Option<&Path>) -> Result<Option<BoxRules>, Error> {
     let (path, named) = locate(given);
+    if path.as_os_str().is_empty() {
+        return Ok(None);
+    }
     let refuse = |why: String| {
         Error::Usage(format!(
             "box rules {}: {why}; refusing to start",

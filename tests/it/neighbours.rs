@@ -261,3 +261,32 @@ fn roots_views_never_create_or_remove_where_a_users_status_points() {
         "serve made a directory"
     );
 }
+
+/// The suite never reads the host's box rules (docs/DEVELOPMENT.md
+/// "Hermetic tests"): cargo gives every test process
+/// `GPUSCHED_BOX_RULES=none` (`.cargo/config.toml`), so a scheduler the
+/// harness starts without `--box-rules` runs under no rules whatever
+/// `/etc/gpusched/box.toml` says (`.ci/run` puts a hostile one there for
+/// the whole suite: 1 GPU, 1 job running). On a host with such a file
+/// the previous release failed five tests of this suite.
+#[test]
+fn the_harness_reads_no_host_rules() {
+    assert_eq!(
+        std::env::var("GPUSCHED_BOX_RULES").as_deref(),
+        Ok("none"),
+        "run the suite through cargo (`cargo test --locked`)"
+    );
+    // Two whole-GPU jobs on two GPUs start together: a host rule of one
+    // GPU or one running job would hold the second back.
+    let env = crate::common::Env::new("[vram=20000] sleep 1.5\n[vram=20000] sleep 1.5\n");
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.1"]);
+    crate::common::wait_for("both running at once", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|d| d["counts"]["running"] == 2)
+    });
+    let out = sched.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("box rules"), "{}", out.stdout);
+}

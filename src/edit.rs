@@ -5,6 +5,11 @@
 //! an append never loses another's concurrent append. (`gpusched cancel`
 //! journals instead of editing the file: docs/BEHAVIOUR.md "Cancel".)
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the caller's own jobs file, checked on the open descriptor"
+)]
+
 use crate::error::Error;
 use crate::jobspec;
 use crate::policy::dependencies::{self, KnownJobs};

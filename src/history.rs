@@ -5,6 +5,11 @@
 //! file is compacted to the last [`KEEP_PER_FAMILY`] runs of each family
 //! once it grows past [`COMPACT_BYTES`], so it stays small forever.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the scheduler's own history file under the caller's own data directory"
+)]
+
 use crate::error::Error;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};

@@ -20,6 +20,7 @@ pub mod commands;
 pub mod console;
 pub mod containment;
 pub mod control;
+pub mod dirfd;
 pub mod edit;
 pub mod error;
 pub mod files;

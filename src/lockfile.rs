@@ -4,6 +4,11 @@
 //! refused, naming the first's pid; `gpusched stop` finds the scheduler to
 //! stop through it. The lock dies with its holder, whatever kills it.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "lock files in the caller's own log directory and ledger, opened O_NOFOLLOW|O_NONBLOCK and checked on the descriptor"
+)]
+
 use crate::error::Error;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};

@@ -10,6 +10,11 @@
 //! more than 100 % of them (by their `--util`), slower in proportion when
 //! they ask for more — what sharing a GPU costs a compute-bound job.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the simulated process's own report file, named by its pid"
+)]
+
 use crate::cli::SimjobArgs;
 use crate::gpu::sim::{self, SIM_TOTAL_MIB, SimReport};
 use anyhow::{Context, bail};

@@ -13,6 +13,11 @@
 //!   users' status.json and journals, bookings, reservations, requests and
 //!   simulated GPUs' reports go through it.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the one reader: O_NOFOLLOW|O_NONBLOCK, checked on the descriptor"
+)]
+
 use crate::error::Error;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

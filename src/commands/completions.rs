@@ -4,6 +4,11 @@
 //! The man page is one page, `gpusched(1)`: the subcommands are sections
 //! of it, not pages of their own.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the completions directory under the caller's own home"
+)]
+
 use crate::cli::{CompletionsArgs, EXIT_STATUS, ManArgs};
 use crate::error::Error;
 use std::io::Write;

@@ -4,6 +4,11 @@
 //! its user in the ledger, made under the ledger lock; every scheduler
 //! counts it like a booking until it ends. No scheduler needs to run.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the caller's own reservation file, named by uid, in the root-owned sticky ledger"
+)]
+
 use crate::cli::{BoxArgs, ReserveArgs, UnreserveArgs};
 use crate::clock::now_ms;
 use crate::console::{clock_short, human_duration};

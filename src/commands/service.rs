@@ -2,6 +2,11 @@
 //! scheduler"): a systemd *user* unit that keeps `gpusched JOBS_FILE
 //! --watch` running, so nobody keeps a tmux session alive for it.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the systemd user unit directory under the caller's own home"
+)]
+
 use crate::cli::ServiceAction;
 use crate::error::Error;
 use std::path::{Path, PathBuf};

@@ -11,6 +11,11 @@
 //! opened with `O_NOFOLLOW`, checked to be a regular file on its
 //! descriptor, and read with a size cap.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "cgroup interface files of the scheduler's own cgroups (a kernel file system), opened O_NOFOLLOW and checked on the descriptor"
+)]
+
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

@@ -19,6 +19,11 @@
 //! directories are journaled with its `started` event, so a restarted
 //! scheduler adopts it with them.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "job cgroups made and removed only under the scheduler's own cgroups (docs/SECURITY.md \"Cgroups\")"
+)]
+
 pub mod cgroupfs;
 pub mod scope;
 

@@ -3,6 +3,11 @@
 //! `<sim dir>/<pid>.json` up to date; a snapshot sums those reports per GPU.
 //! A report whose pid is dead is dropped (and removed).
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the simulated GPUs' directory the scheduler itself runs on (--sim-dir, its own or a shared one of root's)"
+)]
+
 use super::{GpuBackend, GpuInfo, GpuProcess, GpuSnapshot, ProcessUtilization};
 use crate::allocation::topology::{Link, PcieLevel, Topology};
 use serde::{Deserialize, Serialize};
@@ -27,7 +32,7 @@ pub struct SimReport {
 /// A followed directory: its descriptor once it was there, and the user
 /// it must belong to (or root).
 struct Followed {
-    fd: Option<std::os::fd::OwnedFd>,
+    dir: Option<crate::dirfd::Dir>,
     owner: Option<u32>,
 }
 
@@ -36,43 +41,17 @@ struct Followed {
 ///
 /// Errors: [`crate::error::Error::Usage`] for a link, a file, one that
 /// cannot be opened, or one neither `owner`'s nor shared.
-fn open_followed(dir: &Path, owner: Option<u32>) -> anyhow::Result<Option<std::os::fd::OwnedFd>> {
-    use nix::fcntl::OFlag;
-    use nix::sys::stat::Mode;
-    let usage = |why: String| {
-        crate::error::Error::Usage(format!(
-            "not reading the simulated GPUs in {}: {why}",
+fn open_followed(dir: &Path, owner: Option<u32>) -> anyhow::Result<Option<crate::dirfd::Dir>> {
+    use crate::dirfd::{Dir, DirError, Owner};
+    match Dir::open(dir, owner.map_or(Owner::Any, Owner::UserOrShared)) {
+        Ok(opened) => Ok(Some(opened)),
+        Err(DirError::Missing) => Ok(None),
+        Err(why) => Err(crate::error::Error::Usage(format!(
+            "not reading the simulated GPUs in {}: {why}, whose scheduler named it",
             dir.display()
         ))
-    };
-    let fd = match nix::fcntl::open(
-        dir,
-        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(nix::Error::ENOENT) => return Ok(None),
-        Err(nix::Error::ELOOP | nix::Error::ENOTDIR) => {
-            return Err(usage("not a directory (a link is not followed)".to_string()).into());
-        }
-        Err(e) => return Err(usage(e.desc().to_lowercase()).into()),
-    };
-    let st = nix::sys::stat::fstat(&fd).map_err(|e| usage(e.desc().to_lowercase()))?;
-    // A shared simulated box is root's, sticky and open to all (`ledger
-    // init --sim-dir`); any other directory of root's is root's own.
-    let shared = st.st_uid == 0 && st.st_mode & 0o1777 == 0o1777;
-    if let Some(owner) = owner
-        && st.st_uid != owner
-        && !shared
-    {
-        return Err(usage(format!(
-            "it belongs to {}, not to {} whose scheduler named it",
-            crate::files::user_name(st.st_uid),
-            crate::files::user_name(owner)
-        ))
-        .into());
+        .into()),
     }
-    Ok(Some(fd))
 }
 
 /// N simulated GPUs of [`SIM_TOTAL_MIB`] each, fed by report files.
@@ -129,7 +108,7 @@ impl SimBackend {
             count,
             dir: dir.to_path_buf(),
             followed: Some(Followed {
-                fd: open_followed(dir, owner)?,
+                dir: open_followed(dir, owner)?,
                 owner,
             }),
             topology: topology(count, &[]),
@@ -189,11 +168,11 @@ impl GpuBackend for SimBackend {
             .collect();
         let reports = match &mut self.followed {
             Some(followed) => {
-                if followed.fd.is_none() {
-                    followed.fd = open_followed(&self.dir, followed.owner)?;
+                if followed.dir.is_none() {
+                    followed.dir = open_followed(&self.dir, followed.owner)?;
                 }
-                match &followed.fd {
-                    Some(fd) => reports_at(fd, &self.dir)?,
+                match &followed.dir {
+                    Some(dir) => reports_in(dir, false)?,
                     None => Vec::new(),
                 }
             }
@@ -269,82 +248,43 @@ impl GpuBackend for SimBackend {
 /// of dead processes are removed. A report being replaced or removed right
 /// now is simply absent.
 ///
-/// Errors: the directory cannot be read.
+/// Errors: the directory cannot be opened or read.
 pub fn live_reports(dir: &Path) -> anyhow::Result<Vec<SimReport>> {
-    let entries = std::fs::read_dir(dir)
+    let opened = crate::dirfd::Dir::open(dir, crate::dirfd::Owner::Any)
         .map_err(|e| anyhow::anyhow!("cannot read sim directory {}: {e}", dir.display()))?;
+    reports_in(&opened, true)
+}
+
+/// The reports of every live process in `dir`, each read through its
+/// descriptor ([`crate::dirfd::Dir::read`]: no link followed, no FIFO
+/// waited on, at most [`REPORT_MAX_BYTES`]); `tidy`: remove the reports
+/// of dead processes (the scheduler and its jobs do; a view never does).
+///
+/// Errors: the directory cannot be read.
+fn reports_in(dir: &crate::dirfd::Dir, tidy: bool) -> anyhow::Result<Vec<SimReport>> {
+    let names = dir
+        .names()
+        .map_err(|e| anyhow::anyhow!("cannot read sim directory {}: {e}", dir.path().display()))?;
     let mut reports = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+    for name in names {
+        if !name.as_encoded_bytes().ends_with(b".json") {
             continue;
         }
         // A shared --sim-dir is another user's to write: never follow a
         // link, wait on a FIFO or read a huge file there.
-        let Ok((text, _)) = crate::trust::read_untrusted(&path, REPORT_MAX_BYTES) else {
+        let Ok(text) = dir.read(&name, REPORT_MAX_BYTES) else {
             continue;
         };
         let Ok(report) = serde_json::from_slice::<SimReport>(&text) else {
             continue;
         };
         if !crate::process::is_alive(report.pid) {
-            let _ = std::fs::remove_file(&path);
+            if tidy {
+                let _ = dir.remove(&name);
+            }
             continue;
         }
         reports.push(report);
-    }
-    Ok(reports)
-}
-
-/// The reports of every live process in the directory open as `fd`
-/// (shown as `dir`), read relative to it: each file opened with
-/// `O_NOFOLLOW | O_NONBLOCK`, a regular file of at most 64 KiB checked on
-/// its descriptor. Nothing is removed: a report of a dead process is
-/// only skipped.
-///
-/// Errors: the directory cannot be read.
-fn reports_at(fd: &std::os::fd::OwnedFd, dir: &Path) -> anyhow::Result<Vec<SimReport>> {
-    use nix::fcntl::{OFlag, openat};
-    use nix::sys::stat::Mode;
-    use std::io::Read;
-    let cannot =
-        |e: nix::Error| anyhow::anyhow!("cannot read sim directory {}: {e}", dir.display());
-    let mut listing = nix::dir::Dir::openat(
-        fd,
-        ".",
-        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(cannot)?;
-    let mut reports = Vec::new();
-    for entry in listing.iter().flatten() {
-        let name = entry.file_name();
-        if !name.to_bytes().ends_with(b".json") {
-            continue;
-        }
-        let Ok(file) = openat(
-            fd,
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        let file = std::fs::File::from(file);
-        if !file
-            .metadata()
-            .is_ok_and(|m| m.is_file() && m.len() <= REPORT_MAX_BYTES)
-        {
-            continue;
-        }
-        let mut text = Vec::new();
-        if file.take(REPORT_MAX_BYTES).read_to_end(&mut text).is_err() {
-            continue;
-        }
-        match serde_json::from_slice::<SimReport>(&text) {
-            Ok(report) if crate::process::is_alive(report.pid) => reports.push(report),
-            _ => {}
-        }
     }
     Ok(reports)
 }

@@ -14,6 +14,11 @@
 //! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, available from CUDA 11.5 on Volta
 //! and newer).
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the MPS pipe and log directories inside the scheduler's own log directory"
+)]
+
 use crate::error::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,11 @@
 //! scheduler books in it, its owner and mode checked on the descriptor,
 //! and `gpusched ledger init`.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the ledger directory itself, each change checked on its descriptor (O_DIRECTORY|O_NOFOLLOW); a lock made O_EXCL"
+)]
+
 use crate::error::Error;
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -268,13 +273,24 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     // Everything on one descriptor, opened without following a link: a
     // user who swaps the path for a link between a check and a chown by
     // path could make root hand them any directory (docs/SECURITY.md).
-    let opened = open_directory(dir, "exists and is not a directory; remove it first")?;
+    let opened = crate::dirfd::Dir::open(dir, crate::dirfd::Owner::Any).map_err(|e| match e {
+        crate::dirfd::DirError::Io(e) => Error::io(format!("cannot open {}", dir.display()), e),
+        _ => Error::Usage(format!(
+            "{} exists and is not a directory; remove it first",
+            dir.display()
+        )),
+    })?;
     std::os::unix::fs::fchown(&opened, Some(0), Some(0))
         .map_err(|e| Error::io(format!("cannot make {} belong to root", dir.display()), e))?;
-    opened
-        .set_permissions(std::fs::Permissions::from_mode(0o1777))
-        .map_err(|e| Error::io(format!("cannot set the mode of {}", dir.display()), e))?;
-    init_lock(&opened, dir)?;
+    nix::sys::stat::fchmod(&opened, nix::sys::stat::Mode::from_bits_truncate(0o1777)).map_err(
+        |e| {
+            Error::io(
+                format!("cannot set the mode of {}", dir.display()),
+                e.into(),
+            )
+        },
+    )?;
+    init_lock(&opened)?;
     Ok(format!(
         "{} {}: owned by root, mode 1777 (sticky, everyone can book), its lock file root's (0644); to keep it so across reboots, add to /etc/tmpfiles.d/gpusched.conf:\n{}\n{}",
         if created { "created" } else { "fixed" },
@@ -284,37 +300,26 @@ pub fn init(dir: &Path) -> Result<String, Error> {
     ))
 }
 
-/// Makes the lock file of the ledger directory open as `opened` (at path
-/// `dir`) root's: a regular file, mode 0644, owned by root, made new in
-/// the directory's descriptor. Whatever else is there under its name (a
-/// user's file, a FIFO, a link) is removed first, never opened.
+/// Makes the lock file of the ledger directory `opened` root's: a
+/// regular file, mode 0644, owned by root, made new in the directory's
+/// descriptor. Whatever else is there under its name (a user's file, a
+/// FIFO, a link) is removed first, never opened.
 ///
 /// Errors: [`Error::Io`] when it cannot be removed or made.
-fn init_lock(opened: &File, dir: &Path) -> Result<(), Error> {
-    use nix::fcntl::{AtFlags, OFlag, openat};
-    use nix::sys::stat::{Mode, fstatat};
-    let path = dir.join(LOCK_NAME);
-    let said = |e: nix::Error| Error::io(format!("cannot make {}", path.display()), e.into());
+fn init_lock(opened: &crate::dirfd::Dir) -> Result<(), Error> {
+    let name = std::ffi::OsStr::new(LOCK_NAME);
+    let path = opened.path().join(LOCK_NAME);
+    let said = |e: std::io::Error| Error::io(format!("cannot make {}", path.display()), e);
     let right = |st: &nix::sys::stat::FileStat| {
         st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == 0 && st.st_mode & 0o7777 == 0o644
     };
-    match fstatat(opened, LOCK_NAME, AtFlags::AT_SYMLINK_NOFOLLOW) {
+    match opened.stat(name) {
         Ok(st) if right(&st) => return Ok(()),
-        Ok(_) => nix::unistd::unlinkat(opened, LOCK_NAME, nix::unistd::UnlinkatFlags::NoRemoveDir)
-            .map_err(said)?,
-        Err(nix::Error::ENOENT) => {}
+        Ok(_) => opened.remove(name).map_err(said)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(said(e)),
     }
-    let fd = openat(
-        opened,
-        LOCK_NAME,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )
-    .map_err(said)?;
-    let file = File::from(fd);
+    let file = opened.create_new(name, 0o644).map_err(said)?;
     std::os::unix::fs::fchown(&file, Some(0), Some(0))
-        .map_err(|e| Error::io(format!("cannot make {} belong to root", path.display()), e))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| Error::io(format!("cannot set the mode of {}", path.display()), e))
+        .map_err(|e| Error::io(format!("cannot make {} belong to root", path.display()), e))
 }

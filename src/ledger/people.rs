@@ -6,6 +6,11 @@
 //! while it lasts no longer than the rules allow. Every scheduler counts
 //! reservations like bookings, its own user's included.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the caller's own expired reservation file, named by uid, in the sticky ledger (never by a reader)"
+)]
+
 use super::{Booking, Foreign, MAX_BOOKING_MIB};
 use crate::files::{self, AtomicOptions};
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,11 @@
 //! (mode 0644 whatever the umask, and taken again when the file at its
 //! path was replaced while we waited).
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the caller's own booking files, named by uid, in the sticky ledger (never by a reader)"
+)]
+
 use super::dir::prepare_dir;
 pub use super::dir::{init, tmpfiles_line};
 use super::people::{self, Held, Usage};

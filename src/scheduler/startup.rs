@@ -3,6 +3,11 @@
 //! sources, take the first GPU snapshot (which must work), then take over
 //! what a previous scheduler left running.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the scheduler's own log directory, made and checked (check_own_dir) before anything in it"
+)]
+
 use super::parts::{Due, Io, Reporting, Sharing};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;

@@ -4,6 +4,11 @@
 //! that has not settled). [`Scheduler::wait`] blocks until the first of
 //! them and records what happened; the next tick acts on it.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "directories the scheduler watches inside its own log directory"
+)]
+
 use super::Scheduler;
 use crate::files::absolute;
 use crate::state::Mode;

@@ -7,6 +7,11 @@
 //! the older one), so the record never takes more than twice that. Torn
 //! lines are skipped when read, as the journal's are.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the usage record in the caller's own log directory"
+)]
+
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;

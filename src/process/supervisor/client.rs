@@ -3,6 +3,11 @@
 //! round waits for its jobs to reach their gates, without blocking when the
 //! loop collects ended jobs.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the supervisor's pipe in the scheduler's own log directory"
+)]
+
 use super::{ExitRecord, FromSupervisor, Request, ToSupervisor};
 use crate::journal::ProcessId;
 use rustc_hash::FxHashMap;

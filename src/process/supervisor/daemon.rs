@@ -5,6 +5,11 @@
 //! and written as the pipe takes them, so a busy scheduler that writes a
 //! round of starts cannot deadlock with it.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "exit records in the scheduler's own log directory"
+)]
+
 use super::gate::{BaseEnv, GatedJob, Prepared};
 use super::{ExitRecord, FromSupervisor, ToSupervisor};
 use crate::clock::now_ts;

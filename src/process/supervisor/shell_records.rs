@@ -14,6 +14,11 @@
 //! attempt adopted from an earlier scheduler may write to any file that
 //! was there at start-up.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "exit records in the scheduler's own log directory"
+)]
+
 use super::ExitRecord;
 use crate::process::GroupIdentity;
 use std::collections::HashSet;

@@ -2,6 +2,11 @@
 //! what is known about it, let [`policy::outcome::decide`] say what it
 //! means, then apply that one decision — journal it and print the line.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "an exit record in the scheduler's own log directory"
+)]
+
 use crate::files;
 use crate::journal::Event;
 use crate::launcher::EndFacts;

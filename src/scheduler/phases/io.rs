@@ -5,6 +5,11 @@
 //! running entry and are retried; dispatch resumes once a probe write to
 //! the log directory and the retried writes succeed.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "files of the scheduler's own log directory (check_own_dir at start)"
+)]
+
 use crate::scheduler::Scheduler;
 use crate::state::Mode;
 use std::io::Write;

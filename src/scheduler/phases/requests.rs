@@ -8,6 +8,11 @@
 //! and applied by the cancels phase. A request that no longer holds is
 //! dropped with a warning.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "requests in the scheduler's own log directory, used only when the owner's (docs/SECURITY.md)"
+)]
+
 use crate::control::ControlChange;
 use crate::control::{JobRequest, MAX_REQUEST_BYTES, ROOT_MARK, requests_dir};
 use crate::journal::{Event, Phase};

@@ -630,8 +630,10 @@ fn ran_only_after(output: &Path, moment: std::time::SystemTime) {
 fn full_log_dir_pauses_dispatch_and_loses_nothing() {
     let env = Env::new(&format!("{}\n", held_job(0)));
     std::fs::create_dir_all(&env.logs).unwrap();
+    // A tmpfs root is 1777 unless told: a log directory others can write
+    // is refused.
     let Some(_mount) = mount(
-        &["-t", "tmpfs", "-o", "size=4m", "tmpfs"],
+        &["-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs"],
         &env.logs,
         "full_log_dir_pauses_dispatch_and_loses_nothing",
     ) else {

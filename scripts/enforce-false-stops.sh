@@ -11,6 +11,9 @@
 # Usage: scripts/enforce-false-stops.sh [N] [SEED]   (default 40, 1). Uses
 # target/release/gpusched (built if missing), or $GPUSCHED_BIN.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 n="${1:-40}"
 seed="${2:-1}"

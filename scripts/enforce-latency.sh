@@ -10,6 +10,9 @@
 # scheduler's default --poll otherwise). Uses target/release/gpusched
 # (built if missing), or $GPUSCHED_BIN.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 n="${1:-10}"
 shift || true

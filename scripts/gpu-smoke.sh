@@ -36,6 +36,9 @@
 # GPUs, with `gpusched simjob` in place of the CUDA allocations: a check of
 # this script itself on a machine without a GPU, not of the hardware.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 
 sim=""
 if [ "${1:-}" = "--sim" ]; then

@@ -10,6 +10,9 @@
 # GPUSCHED=path/to/gpusched picks the binary (default target/release).
 # Exit 0 when every job ran exactly once.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 cd "$(dirname "$0")/.."
 BIN=${GPUSCHED:-$PWD/target/release/gpusched}
 jobs=${1:-1500}

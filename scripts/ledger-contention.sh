@@ -12,6 +12,9 @@
 # scheduler, its wall time and its lock waits (count, median, 99th
 # percentile, max, in ms) and whether any decided without the lock.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 
 jobs=${1:-300}
 shift || true

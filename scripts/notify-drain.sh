@@ -6,6 +6,9 @@
 # scheduler's exit, and what the terminal said about --notify.
 # Usage: scripts/notify-drain.sh [JOBS]   (needs a release build and python3)
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$repo/target/release/gpusched"
 n="${1:-1000}"

@@ -5,6 +5,9 @@
 # Usage: scripts/readme-samples.sh [DIR]   (DIR: where to run; a new
 # temporary directory by default). Needs a release build.
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$repo/target/release/gpusched"
 dir="${1:-$(mktemp -d)}"

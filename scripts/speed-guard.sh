@@ -10,6 +10,9 @@
 #
 #   scripts/speed-guard.sh [BINARY] [JOBS]
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-target/release/gpusched}")
 jobs=${2:-1000}

@@ -13,6 +13,9 @@
 # Usage: scripts/stop-race.sh [stop-time|reruns|appends|all] [ROUNDS]
 # GPUSCHED=path/to/gpusched picks the binary (default target/release).
 set -euo pipefail
+# Hermetic (docs/DEVELOPMENT.md "Hermetic tests"): the host's own box
+# rules do not apply to these runs unless GPUSCHED_BOX_RULES names a file.
+export GPUSCHED_BOX_RULES="${GPUSCHED_BOX_RULES:-none}"
 cd "$(dirname "$0")/.."
 BIN=${GPUSCHED:-$PWD/target/release/gpusched}
 what=${1:-all}

@@ -290,3 +290,58 @@ fn the_harness_reads_no_host_rules() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(!out.stdout.contains("box rules"), "{}", out.stdout);
 }
+
+/// Mallory's process on root's simulated GPU names root's log directory
+/// and job 1 in its environment (GPUSCHED_LOG_DIR, GPUSCHED_JOB): root's
+/// scheduler, whose job 1 has ended, never takes it for that job's
+/// leftover, because a process's environment is read only when its own
+/// `/proc/PID/status` says it runs as the scheduler's user. On the
+/// previous release root read her environment and its board said "pid N
+/// of finished job 1 still holds 1000 MiB".
+#[test]
+fn another_users_process_naming_our_job_is_not_our_leftover() {
+    let Some([_, _, mal]) = users() else {
+        return;
+    };
+    let b = Box_::new("");
+    let env = common::users::open_env("[vram=1000] true\n");
+    let mut args = b.args(1, false);
+    args.extend(["--poll", "0.1", "--watch", "--no-containment"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sched = env.spawn(&args);
+    common::wait_for("job 1's end", &mut || env.status_of_opt(1).is_some());
+    let mut hers = Command::new(common::bin())
+        .args(["simjob", "--vram", "1000", "--ramp", "0.1", "--hold", "60"])
+        .env("GPUSCHED_SIM_DIR", &b.sim)
+        .env("CUDA_VISIBLE_DEVICES", "0")
+        .env("GPUSCHED_JOB", "1")
+        .env("GPUSCHED_LOG_DIR", &env.logs)
+        .uid(mal.0)
+        .gid(mal.1)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let report = b.sim.join(format!("{}.json", hers.id()));
+    common::wait_for("her process on GPU 0", &mut || report.exists());
+    // Seen by the scheduler: its status shows her memory in use.
+    common::wait_for("root's scheduler to see her memory", &mut || {
+        std::fs::read_to_string(env.logs.join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|d| d["gpus"][0]["used_mib"].as_u64().unwrap_or(0) >= 1000)
+    });
+    env.wait_for_ticks(5);
+    let left = std::fs::read_to_string(env.logs.join("status.json")).unwrap();
+    let _ = hers.kill();
+    let _ = hers.wait();
+    let out = sched.stop();
+    assert!(!out.stdout.contains("left behind"), "{}", out.stdout);
+    assert!(!out.stdout.contains("of finished job 1"), "{}", out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(&left).unwrap();
+    assert!(
+        doc["gpus"][0]["left_behind"]
+            .as_array()
+            .is_none_or(|l| l.is_empty()),
+        "{left}"
+    );
+}

@@ -35,7 +35,7 @@ pub const DEFAULT_DIR: &str = "/dev/shm/gpusched";
 /// lock before deciding without it (a stuck or hostile holder must not
 /// stop our scheduling; an honest one holds it for one decision, a few
 /// milliseconds).
-pub const LOCK_PATIENCE: Duration = Duration::from_millis(250);
+pub const LOCK_PATIENCE: Duration = Duration::from_millis(100);
 
 /// One scheduler's view of the ledger directory.
 #[derive(Debug)]

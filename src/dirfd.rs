@@ -145,15 +145,7 @@ impl Dir {
             nix::Error::ELOOP => Untrusted::NotRegular,
             e => Untrusted::Io(e.into()),
         })?;
-        let file = File::from(fd);
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(Untrusted::NotRegular);
-        }
-        if meta.len() > max_bytes {
-            return Err(Untrusted::TooLarge(meta.len(), max_bytes));
-        }
-        Ok((file, meta))
+        crate::trust::checked_open(File::from(fd), max_bytes)
     }
 
     /// Reads file `name` in it as [`Dir::open_read`] opens it, at most

@@ -101,11 +101,7 @@ pub fn open_gpus(
 ) -> anyhow::Result<(Box<dyn GpuBackend>, Option<std::path::PathBuf>)> {
     Ok(match sim {
         Some(count) => {
-            let dir = match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
-                (Some(dir), _) => files::absolute(dir),
-                (None, Some(dir)) => files::absolute(std::path::Path::new(&dir)),
-                (None, None) => files::absolute(log_dir).join("sim"),
-            };
+            let dir = sim_dir_of(sim_dir, log_dir);
             if let Some(&(a, b, _)) = nvlink.iter().find(|(a, b, _)| *a >= count || *b >= count) {
                 return Err(error::Error::Usage(format!(
                     "--sim-nvlink names GPU pair {a}-{b}, but --sim {count} has GPU 0 to {}",
@@ -118,6 +114,19 @@ pub fn open_gpus(
         }
         None => (Box::new(gpu::nvml::NvmlBackend::open()?), None),
     })
+}
+
+/// The simulated GPUs' directory: `sim_dir` (`--sim-dir`), else
+/// `GPUSCHED_SIM_DIR` if set, else `<log_dir>/sim`; made absolute.
+pub fn sim_dir_of(
+    sim_dir: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> std::path::PathBuf {
+    match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
+        (Some(dir), _) => files::absolute(dir),
+        (None, Some(dir)) => files::absolute(std::path::Path::new(&dir)),
+        (None, None) => files::absolute(log_dir).join("sim"),
+    }
 }
 
 /// Diagnostics on stderr through `tracing`; the level comes from

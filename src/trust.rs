@@ -68,6 +68,20 @@ pub fn open_untrusted(
             Some(libc::ELOOP) => Untrusted::NotRegular,
             _ => Untrusted::Io(e),
         })?;
+    checked_open(file, max_bytes)
+}
+
+/// The checks on a descriptor opened `O_NOFOLLOW | O_NONBLOCK` from a
+/// place someone else controls: a regular file of at most `max_bytes`
+/// bytes. Returns it with its metadata ([`open_untrusted`],
+/// `dirfd::Dir::open_read`).
+///
+/// Errors: [`Untrusted`] — not a regular file, too large, or its
+/// metadata unreadable.
+pub fn checked_open(
+    file: std::fs::File,
+    max_bytes: u64,
+) -> Result<(std::fs::File, std::fs::Metadata), Untrusted> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(Untrusted::NotRegular);

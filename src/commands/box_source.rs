@@ -69,11 +69,7 @@ fn view_gpus(
     let Some(count) = sim else {
         return crate::open_gpus(None, None, log_dir, &[]);
     };
-    let dir = match (sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
-        (Some(dir), _) => crate::files::absolute(&dir),
-        (None, Some(dir)) => crate::files::absolute(std::path::Path::new(&dir)),
-        (None, None) => crate::files::absolute(log_dir).join("sim"),
-    };
+    let dir = crate::sim_dir_of(sim_dir.as_deref(), log_dir);
     let backend = crate::gpu::sim::SimBackend::follow(count, &dir, owner)?;
     Ok((Box::new(backend), Some(dir)))
 }

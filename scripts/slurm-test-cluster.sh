@@ -60,6 +60,20 @@ install() {
     apt-get install -y -q slurmctld slurmd slurm-client munge slurmdbd mariadb-server >/dev/null
 }
 
+# Whether Slurm's cgroup/v1 plugin can work here: root, with the freezer,
+# memory and cpuset controllers each mounted on a v1 hierarchy of its own
+# that we can make a directory in.
+cgroup_v1_usable() {
+    [ "$(id -u)" = 0 ] || return 1
+    local c probe
+    for c in freezer memory cpuset; do
+        grep -qE "^cgroup /sys/fs/cgroup/$c cgroup .*\b$c\b" /proc/mounts || return 1
+        probe=/sys/fs/cgroup/$c/gpusched-slurm-probe-$$
+        mkdir "$probe" 2>/dev/null || return 1
+        rmdir "$probe"
+    done
+}
+
 configure() {
     mkdir -p "$dir"/{state,spool,log,dev} "$dir/spool/$node" "$dir/spool/$node2" "$etc"
     chmod 755 "$dir" "$etc"
@@ -72,6 +86,16 @@ configure() {
     # are about GPUs and shards.
     cpus=32
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
+    # Processes tracked and jobs' tasks confined by cgroup, as production
+    # clusters do (slurm.conf(5) ProctrackType, TaskPlugin), where the
+    # machine has cgroup v1's freezer, memory and cpuset hierarchies and we
+    # are root; else by the process tree. GPUSCHED_SLURM_PROCTRACK=linuxproc
+    # forces the latter.
+    local proctrack=proctrack/linuxproc task=task/none
+    if [ "${GPUSCHED_SLURM_PROCTRACK:-cgroup}" = cgroup ] && cgroup_v1_usable; then
+        proctrack=proctrack/cgroup task=task/cgroup
+    fi
+    echo "slurm-test-cluster: $proctrack, $task" >&2
     cat > "$conf" <<EOF
 # Written by gpusched's scripts/slurm-test-cluster.sh: a one-node test cluster.
 ClusterName=gpusched-test
@@ -88,8 +112,8 @@ SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd-%n.log
 TaskProlog=$etc/gpusched-task-prolog.sh
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=$proctrack
+TaskPlugin=$task
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill

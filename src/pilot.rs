@@ -286,6 +286,47 @@ pub fn fits_before(now: f64, end: f64, bound_s: Option<f64>) -> bool {
     bound_s.is_none_or(|bound| now + bound <= end - WRAP_UP_S)
 }
 
+/// `KillWait` (seconds) in `scontrol show config`'s words
+/// (`KillWait                = 30 sec`).
+pub fn parse_kill_wait(config: &str) -> Option<u64> {
+    config.lines().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        (name.trim() == "KillWait")
+            .then(|| value.split_whitespace().next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// How long a pilot gives its jobs between SIGTERM and SIGKILL when its
+/// allocation ends under it (Slurm's SIGTERM, a cancel): Slurm kills the
+/// pilot `kill_wait_s` (`KillWait`) after its own SIGTERM, and the jobs
+/// must be gone and journaled before that, so the grace is `KillWait`
+/// less [`KILL_WAIT_MARGIN_S`] for the SIGKILL, the last reports and the
+/// journal — never more than the usual `grace`, never under one second.
+/// Unknown `KillWait`: Slurm's default, 30 s.
+pub fn stop_grace(kill_wait_s: Option<u64>, grace: std::time::Duration) -> std::time::Duration {
+    let kill_wait = kill_wait_s.unwrap_or(30) as f64;
+    let room = (kill_wait - KILL_WAIT_MARGIN_S).max(1.0);
+    grace.min(std::time::Duration::from_secs_f64(room))
+}
+
+/// Seconds of `KillWait` a pilot keeps for itself after its jobs' grace
+/// ([`stop_grace`]): the SIGKILL, the reports, the journal, the exit.
+pub const KILL_WAIT_MARGIN_S: f64 = 2.0;
+
+/// Whether Slurm's state of the allocation (`squeue %T`, `None` when
+/// the controller forgot it) says it is over or ending: anything but
+/// still running (`RUNNING`, or `SUSPENDED`/`STOPPED` and back, or being
+/// `SIGNALING`'d by `scancel --signal` without a cancel). `COMPLETING`,
+/// `CANCELLED`, `TIMEOUT`, `NODE_FAIL`, `PREEMPTED`, … and a forgotten job
+/// are all ends.
+pub fn allocation_over(state: Option<&str>) -> bool {
+    !matches!(
+        state.map(str::trim),
+        Some("RUNNING" | "SUSPENDED" | "STOPPED" | "SIGNALING" | "CONFIGURING" | "RESIZING")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,6 +487,39 @@ mod tests {
         }
         assert!(parse_time_left("soon").unwrap_err().contains("'soon'"));
         assert!(parse_time_left("1:2:3:4").is_err());
+    }
+
+    #[test]
+    fn kill_wait_bounds_the_stop_grace() {
+        let config = "Configuration data as of 2026-12-07T23:00:00\nJobAcctGatherType       = jobacct_gather/none\nKillOnBadExit           = 0\nKillWait                = 5 sec\nLaunchType              = launch/slurm\n";
+        assert_eq!(parse_kill_wait(config), Some(5));
+        assert_eq!(parse_kill_wait("KillOnBadExit = 0\n"), None);
+        let ten = std::time::Duration::from_secs(10);
+        assert_eq!(stop_grace(Some(5), ten).as_secs_f64(), 3.0);
+        assert_eq!(stop_grace(Some(30), ten), ten);
+        assert_eq!(stop_grace(None, ten), ten);
+        assert_eq!(stop_grace(Some(0), ten).as_secs_f64(), 1.0);
+    }
+
+    #[test]
+    fn only_a_running_allocation_is_not_over() {
+        for running in ["RUNNING", "SUSPENDED", "SIGNALING"] {
+            assert!(!allocation_over(Some(running)), "{running}");
+        }
+        for over in [
+            "COMPLETING",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "PREEMPTED",
+            "COMPLETED",
+            "FAILED",
+            "DEADLINE",
+            "OUT_OF_MEMORY",
+        ] {
+            assert!(allocation_over(Some(over)), "{over}");
+        }
+        assert!(allocation_over(None), "forgotten by the controller");
     }
 
     #[test]

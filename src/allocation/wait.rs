@@ -97,8 +97,13 @@ pub enum WaitReason {
         /// When the allocation ends (whole Unix seconds), if known.
         at: Option<u64>,
         /// What the job may need (seconds: its `timeout=` or its family's
-        /// typical run time); `None` after SIGUSR2.
+        /// typical run time, else its siblings' longest run with the
+        /// margin); `None` after SIGUSR2.
         needs_s: Option<u64>,
+        /// When the bound is its siblings' (its own family never ran):
+        /// their longest run, seconds
+        /// ([`crate::policy::learned::siblings_of`]).
+        siblings_s: Option<u64>,
     },
     /// It failed and is retried under `retry_on=`, after its retry delay
     /// (docs/BEHAVIOUR.md "Out of memory and timeouts").
@@ -166,6 +171,7 @@ impl WaitReason {
             job_id,
             at,
             needs_s,
+            siblings_s,
         } = self
         else {
             return Ok(());
@@ -173,6 +179,13 @@ impl WaitReason {
         let end = at.map_or("soon".into(), |at| {
             format!("at {}", crate::console::clock_seconds(at as f64))
         });
+        if let Some(siblings) = siblings_s {
+            write!(
+                f,
+                "no run of its own family; its siblings took up to {}, ",
+                crate::console::human_duration(*siblings as f64)
+            )?;
+        }
         match needs_s {
             Some(needs) => write!(
                 f,

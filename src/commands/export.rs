@@ -305,6 +305,10 @@ fn pilot_script(
          trap '[ -n \"$pid\" ] && kill -USR2 \"$pid\" 2>/dev/null' USR2\n\
          {gpusched} {jobs} --log-dir {log_dir}{steps} &\n\
          pid=$!\n\
+         # Slurm's SIGTERM at the allocation's end (scancel, the time limit) may reach this\n\
+         # shell alone, and Slurm kills what is left the moment it exits: pass it on, and wait\n\
+         # while gpusched stops its jobs and journals them for the next allocation.\n\
+         trap '[ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null' TERM\n\
          status=1\n\
          while kill -0 \"$pid\" 2>/dev/null; do\n\
          \x20   wait \"$pid\"; status=$?\n\

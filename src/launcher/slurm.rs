@@ -486,6 +486,46 @@ pub fn time_left(id: u64) -> anyhow::Result<Option<f64>> {
     crate::pilot::parse_time_left(line).map_err(anyhow::Error::msg)
 }
 
+/// Slurm job `id`'s state as `squeue` gives it (`%T`: `RUNNING`,
+/// `COMPLETING`, `CANCELLED`, `TIMEOUT`, `NODE_FAIL`, …); `None` when the
+/// controller no longer knows it.
+///
+/// Errors: `squeue` fails.
+pub fn job_state(id: u64) -> anyhow::Result<Option<String>> {
+    let out = match run(
+        &[
+            "squeue",
+            "-h",
+            "--states=all",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%T",
+        ],
+        None,
+    ) {
+        Ok(out) => out,
+        Err(e) if e.to_string().contains("Invalid job id") => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(String::from))
+}
+
+/// The cluster's `KillWait` (slurm.conf(5)): seconds between the SIGTERM
+/// Slurm sends every process of an ending job and its SIGKILL, from
+/// `scontrol show config` (`KillWait = 30 sec`).
+///
+/// Errors: `scontrol` fails, or names no KillWait.
+pub fn kill_wait_s() -> anyhow::Result<u64> {
+    let out = run(&["scontrol", "show", "config"], None)?;
+    crate::pilot::parse_kill_wait(&out)
+        .ok_or_else(|| anyhow::anyhow!("scontrol show config names no KillWait"))
+}
+
 /// The node names of Slurm's compressed list `list` (`gpu[07-08]`), in
 /// its order (`scontrol show hostnames`).
 ///

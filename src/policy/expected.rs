@@ -281,11 +281,18 @@ pub struct RunTimes {
     pub loaded: bool,
     /// The latest runs of each family, oldest first.
     pub by_family: std::collections::HashMap<String, std::collections::VecDeque<f64>>,
+    /// The longest ok run (seconds) of any family of each sibling group
+    /// ([`crate::policy::learned::siblings_of`]).
+    pub longest_by_siblings: std::collections::HashMap<String, f64>,
 }
 
 impl RunTimes {
     /// Adds an ok run of `family` that took `duration_s` seconds.
     pub fn add(&mut self, family: String, duration_s: f64) {
+        if let Some(siblings) = crate::policy::learned::siblings_of(&family) {
+            let longest = self.longest_by_siblings.entry(siblings).or_insert(0.0);
+            *longest = longest.max(duration_s);
+        }
         let runs = self.by_family.entry(family).or_default();
         if runs.len() == TYPICAL_RUNS {
             runs.pop_front();
@@ -297,6 +304,13 @@ impl RunTimes {
     pub fn typical(&self, family: &str) -> Option<f64> {
         let runs: Vec<f64> = self.by_family.get(family)?.iter().copied().collect();
         typical_runtime(&runs)
+    }
+
+    /// The longest ok run (seconds) among the siblings of `family`
+    /// ([`crate::policy::learned::siblings_of`]), if any ran.
+    pub fn longest_sibling(&self, family: &str) -> Option<f64> {
+        let siblings = crate::policy::learned::siblings_of(family)?;
+        self.longest_by_siblings.get(&siblings).copied()
     }
 }
 

@@ -36,6 +36,33 @@ pub fn family_of(command: &str, family: Option<&str>) -> String {
     out
 }
 
+/// A job's siblings (docs/BEHAVIOUR.md "Inside a Slurm allocation"): the
+/// looser grouping a pilot takes a run-time bound from when the job's own
+/// family ([`family_of`]) never ran. Its family with every run of digits
+/// replaced by `#`, even one glued to a word, so that `echo s1` and
+/// `echo s3`, `run7` and `run8`, `ckpt_c7` and `ckpt_c9` are siblings
+/// (while `resnet18.py` and `resnet50.py` stay two families). `None` for
+/// a job with `family=NAME`: its author named its family.
+pub fn siblings_of(family: &str) -> Option<String> {
+    if family.starts_with("family=") {
+        return None;
+    }
+    let mut out = String::with_capacity(family.len());
+    let mut in_digits = false;
+    for c in family.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    Some(out)
+}
+
 /// The end (exclusive) of the number starting at `start`: digits, an
 /// optional fraction, an optional exponent.
 fn number_end(chars: &[char], start: usize) -> usize {
@@ -221,6 +248,53 @@ impl Families {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sweeps as people write them: what is one family, and what only
+    /// siblings (a bound for a family that never ran).
+    #[test]
+    fn siblings_strip_every_digit_run_even_glued_to_a_word() {
+        let siblings = |a: &str, b: &str| {
+            let (fa, fb) = (family_of(a, None), family_of(b, None));
+            (fa == fb, siblings_of(&fa) == siblings_of(&fb))
+        };
+        // Two families, one sibling group: a number glued to a word.
+        for (a, b) in [
+            ("sh -c 'echo s1; sleep 25'", "sh -c 'echo s3; sleep 25'"),
+            ("python train.py --name run7", "python train.py --name run8"),
+            (
+                "python train.py --resume ckpt_c7/last.pt",
+                "python train.py --resume ckpt_c9/last.pt",
+            ),
+            (
+                "python sweep.py --out runs/lr3e-4_seed1",
+                "python sweep.py --out runs/lr1e-3_seed2",
+            ),
+            ("bash jobs/job_017.sh", "bash jobs/job_018.sh"),
+        ] {
+            assert_eq!(siblings(a, b), (false, true), "{a} / {b}");
+        }
+        // One family already: free-standing numbers.
+        assert_eq!(
+            siblings("python train.py --seed 1", "python train.py --seed 2"),
+            (true, true)
+        );
+        // Different scripts stay apart, at both levels.
+        assert_eq!(
+            siblings("python eval.py --run 7", "python train.py --run 7"),
+            (false, false)
+        );
+        // resnet18 and resnet50 are two families, but siblings.
+        assert_eq!(
+            siblings("python resnet18.py", "python resnet50.py"),
+            (false, true)
+        );
+        assert_eq!(
+            siblings_of(&family_of("sh -c 'echo s12x3'", None)).as_deref(),
+            Some("sh -c 'echo s#x#'")
+        );
+        // A named family has no siblings.
+        assert_eq!(siblings_of(&family_of("anything 1", Some("sweep"))), None);
+    }
 
     #[test]
     fn families_replace_free_standing_numbers() {

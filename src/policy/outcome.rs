@@ -97,6 +97,18 @@ impl Exit {
         }
     }
 
+    /// Whether it ended as a signal ends a process: killed by one, or a
+    /// shell's `128 + signal` (a shell that caught the signal, ran its
+    /// EXIT trap and exited so; `srun` passing its task's on). While the
+    /// scheduler stops, such an end is the stop reaching the job first
+    /// (docs/BEHAVIOUR.md "Stopping").
+    pub fn by_a_signal(self) -> bool {
+        match self {
+            Exit::Signal(_) => true,
+            Exit::Code(code) => (129..=128 + 64).contains(&code),
+        }
+    }
+
     /// Words for the completion line: `exit 3`, `killed by SIGKILL`.
     pub fn describe(self) -> String {
         match self {

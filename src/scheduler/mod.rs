@@ -88,6 +88,7 @@ impl Scheduler {
         }
         self.core.jobs.skip_ended(&self.io.journal);
         self.guard(|s| s.dispatch());
+        self.tell_waiting_for_next_allocation();
         // A round that opened a new shell record file: the older ones may
         // have no user left (its attempts are all running by now).
         if self.io.shell_records.removal_due() {

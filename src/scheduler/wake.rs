@@ -368,6 +368,14 @@ impl Scheduler {
             // Without a watch, requests are looked for as often as the file.
             self.due.requests_due = true;
         }
+        self.record_wakes(first);
+    }
+
+    /// Records what woke us: `first` and every wake already queued behind
+    /// it, without waiting. Also called between phases, where a signal
+    /// that came meanwhile must be seen before what it explains (a job
+    /// killed by the same SIGTERM as the scheduler, `phases/pilot.rs`).
+    pub(super) fn record_wakes(&mut self, first: Option<Wake>) {
         let rest: Vec<Wake> = self.wakes.rx.try_iter().collect();
         for wake in first.into_iter().chain(rest) {
             match wake {

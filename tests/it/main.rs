@@ -43,6 +43,7 @@ mod service;
 mod shared_dirs;
 mod sharing;
 mod slurm;
+mod slurm_cancel;
 mod slurm_nodes;
 mod slurm_pilot;
 mod spread;

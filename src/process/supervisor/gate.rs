@@ -518,9 +518,13 @@ fn gated_child(child: &Child) -> ! {
         }
     }
     // The supervisor blocks SIGCHLD and the Rust runtime ignores SIGPIPE;
-    // a job starts with neither (`yes | head` ends quietly).
+    // a job starts with neither (`yes | head` ends quietly) ...
     raw::unblock_all_signals();
     raw::default_action(libc::SIGPIPE);
+    // ... nor with the stop signals the supervisor ignores.
+    for signal in super::daemon::STOP_SIGNALS {
+        raw::default_action(signal as i32);
+    }
     // `go\n` or `go <start ticks>\n`; anything else (end of file) means
     // the start was abandoned.
     let mut buf = [0u8; GATE_MESSAGE];

@@ -23,7 +23,13 @@ impl Scheduler {
             self.core.running.values_mut().map(|job| &mut job.proc),
             self.cfg.clock.now().instant,
         );
-        self.take_reports();
+        let supervisor_died = self.take_reports();
+        // Inside an allocation, a job that failed or a supervisor gone may
+        // be Slurm ending the allocation, seen before the pilot's own
+        // SIGTERM: asked before anything is recorded.
+        if self.io.pilot.is_some() && (supervisor_died || self.a_job_failed()) {
+            self.notice_allocation_end();
+        }
         // Every ended attempt that no kill reached ends now, including one
         // whose outcome could not be journaled in an earlier round.
         let ended: Vec<String> = self
@@ -36,9 +42,20 @@ impl Scheduler {
         self.complete_all(&ended)
     }
 
+    /// Whether a running attempt's reported end is a failure (any exit
+    /// but 0, a signal) that no kill of ours caused.
+    fn a_job_failed(&self) -> bool {
+        self.core.running.values().any(|job| {
+            job.kill.is_none()
+                && matches!(&job.proc, Proc::Supervised { ended: Some(record), .. }
+                    if record.exit().is_some_and(|e| e != crate::policy::outcome::Exit::Code(0)))
+        })
+    }
+
     /// Applies the supervisor's reports to the running attempts, then hands
-    /// a dead supervisor's unended jobs over to adoption.
-    pub(in crate::scheduler) fn take_reports(&mut self) {
+    /// a dead supervisor's unended jobs over to adoption. Returns whether
+    /// the supervisor had died.
+    pub(in crate::scheduler) fn take_reports(&mut self) -> bool {
         let (reports, died_below) = self.io.launcher.take_ended();
         for (id, record) in reports {
             match self
@@ -57,7 +74,7 @@ impl Scheduler {
             }
         }
         let Some(below) = died_below else {
-            return;
+            return false;
         };
         let steps = self.io.launcher.steps().is_some();
         for (key, job) in &mut self.core.running {
@@ -79,6 +96,7 @@ impl Scheduler {
                 };
             }
         }
+        true
     }
 
     /// Completes the attempts of `keys` with one fsync for all their

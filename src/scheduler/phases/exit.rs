@@ -17,6 +17,16 @@ impl Scheduler {
                 return None;
             }
             if !self.core.running.is_empty() {
+                // Nothing of theirs outlives the scheduler's container:
+                // whatever is left in their cgroups dies now (their
+                // groups had SIGKILL at the grace's end).
+                for job in self.core.running.values() {
+                    if job.may_signal()
+                        && let Some(cgroup) = &job.cgroup
+                    {
+                        let _ = cgroup.finish();
+                    }
+                }
                 let left: Vec<String> = self
                     .core
                     .running
@@ -29,6 +39,7 @@ impl Scheduler {
                     left.join(", ")
                 ));
             }
+            self.tell_left_for_next_allocation();
             self.write_timeline();
             self.flush_told_within(std::time::Duration::from_secs(1));
             let wrapped_up = self.io.pilot.as_ref().is_some_and(|p| p.wrapped_up);
@@ -69,6 +80,36 @@ impl Scheduler {
         self.write_timeline();
         self.flush_told_within(super::told::FLUSH_LIMIT);
         Some(code)
+    }
+
+    /// Inside an allocation, as the pilot exits: the jobs it leaves for
+    /// the next allocation (every job of the file not yet ended: those
+    /// waiting, and those its stop interrupted), by number.
+    fn tell_left_for_next_allocation(&mut self) {
+        let Some(id) = self.io.pilot.as_ref().map(|p| p.allocation.job_id) else {
+            return;
+        };
+        let mut left: Vec<u32> = self
+            .pending()
+            .filter_map(|(index, _)| {
+                Some(self.io.journal.state(&self.core.jobs.specs[index].key)?.no)
+            })
+            .chain(self.core.running.values().map(|job| job.no))
+            .collect();
+        left.sort_unstable();
+        left.dedup();
+        if left.is_empty() {
+            self.report.say(format!(
+                "Slurm job {id}: nothing is left for the next allocation"
+            ));
+        } else {
+            let numbers: Vec<String> = left.iter().map(u32::to_string).collect();
+            self.report.say(format!(
+                "Slurm job {id}: left for the next allocation: {} job(s): {}",
+                left.len(),
+                numbers.join(", ")
+            ));
+        }
     }
 
     /// Prints the summary of the run's jobs and what was learned, after

@@ -62,6 +62,11 @@ impl Scheduler {
             anyhow::bail!("job {} has no journal state", spec.key);
         };
         let (no, attempt, preempted) = (state.no, state.attempts + 1, state.preempted);
+        if self.io.pilot.is_some()
+            && let Some(index) = self.core.jobs.index_of(&spec.key)
+        {
+            self.tell_start_without_bound(index, no);
+        }
         let log_path = self.cfg.log_dir.join(report::log_name(no, &gpus));
         let learned = self.prediction(&spec);
         let vram_text = match (request.vram_mib, &learned) {

@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 /// admin may change the time limit (`scontrol update TimeLimit=`).
 const END_CHECK: Duration = Duration::from_secs(60);
 
+/// How close to the wrap-up (seconds) a job with no known run time is
+/// said when it starts ([`Scheduler::tell_start_without_bound`]).
+pub const NO_BOUND_NEAR_END_S: f64 = 600.0;
+
 /// [`Pilot`]'s end while unknown.
 const UNKNOWN: u64 = 0;
 /// [`Pilot`]'s end when the allocation has no time limit.
@@ -45,6 +49,12 @@ pub struct Pilot {
     /// The wrap-up began: the scheduler exits
     /// [`crate::pilot::EXIT_FOR_NEXT_ALLOCATION`].
     pub wrapped_up: bool,
+    /// The cluster's `KillWait` (seconds), if `scontrol` said it: the
+    /// stop's grace fits in it ([`crate::pilot::stop_grace`]).
+    pub kill_wait_s: Option<u64>,
+    /// The jobs last said to wait for the next allocation, with what
+    /// bounds them: said again only when this changes.
+    pub said_waiting: Vec<(u32, Option<u64>, Option<u64>)>,
 }
 
 impl Pilot {
@@ -71,6 +81,8 @@ impl Pilot {
             end_ms,
             warned: false,
             wrapped_up: false,
+            kill_wait_s: slurm::kill_wait_s().ok(),
+            said_waiting: Vec::new(),
         };
         (pilot, first)
     }
@@ -237,20 +249,128 @@ impl Scheduler {
         let end = pilot.end();
         let at = end.map(|end| end.round() as u64);
         let job_id = pilot.allocation.job_id;
-        let bound = self.run_estimate_s(index);
+        let (bound, siblings_s) = self.allocation_bound_s(index);
         // After Slurm's warning only a job known to end in time starts.
         if pilot.warned && (end.is_none() || bound.is_none()) {
             return Some(WaitReason::AllocationEnds {
                 job_id,
                 at,
                 needs_s: None,
+                siblings_s: None,
             });
         }
         (!fits_before(now, end?, bound)).then(|| WaitReason::AllocationEnds {
             job_id,
             at,
             needs_s: bound.map(|b| b.ceil() as u64),
+            siblings_s: siblings_s.map(|s| s.ceil() as u64),
         })
+    }
+
+    /// How long the job of line `index` may run, for the allocation's
+    /// end (seconds): its own bound ([`Scheduler::run_estimate_s`]: its
+    /// family's typical run, its `timeout=`), else, when its own family
+    /// never ran, the longest run of its siblings
+    /// ([`crate::policy::learned::siblings_of`]: `s1` bounds `s3`) with
+    /// the history margin — returned second, for the reason's words.
+    pub(in crate::scheduler) fn allocation_bound_s(
+        &self,
+        index: usize,
+    ) -> (Option<f64>, Option<f64>) {
+        if let Some(own) = self.run_estimate_s(index) {
+            return (Some(own), None);
+        }
+        let spec = &self.core.jobs.specs[index];
+        let family = crate::policy::learned::family_of(&spec.command, spec.family());
+        match self.core.run_times.longest_sibling(&family) {
+            Some(longest) => (
+                Some(crate::policy::expected::with_margin(longest)),
+                Some(longest),
+            ),
+            None => (None, None),
+        }
+    }
+
+    /// Inside an allocation, after a round: says in the pilot's output
+    /// (the allocation's `.out`) which jobs wait for the next allocation
+    /// and why — `job 7 needs up to 5m00s, 1m40s left before the
+    /// wrap-up: for the next allocation` — when that list changed.
+    pub(in crate::scheduler) fn tell_waiting_for_next_allocation(&mut self) {
+        let Some(pilot) = self.io.pilot.as_ref() else {
+            return;
+        };
+        let mut waiting: Vec<(u32, Option<u64>, Option<u64>)> = self
+            .round
+            .wait_reasons
+            .iter()
+            .filter_map(|(key, reason)| match reason {
+                WaitReason::AllocationEnds {
+                    needs_s,
+                    siblings_s,
+                    ..
+                } => Some((self.io.journal.state(key)?.no, *needs_s, *siblings_s)),
+                _ => None,
+            })
+            .collect();
+        waiting.sort_unstable();
+        if waiting == pilot.said_waiting {
+            return;
+        }
+        let left = pilot
+            .end()
+            .map(|end| (end - WRAP_UP_S - self.now().ts).max(0.0));
+        let left_words = left.map_or("the allocation is ending".to_string(), |left| {
+            format!(
+                "{} left before the wrap-up",
+                crate::console::human_duration(left)
+            )
+        });
+        let mut lines = Vec::new();
+        for (no, needs, siblings) in &waiting {
+            let bound = match (needs, siblings) {
+                (Some(needs), Some(siblings)) => format!(
+                    "has no run of its own family; its siblings took up to {}, so it needs up to {}",
+                    crate::console::human_duration(*siblings as f64),
+                    crate::console::human_duration(*needs as f64)
+                ),
+                (Some(needs), None) => format!(
+                    "needs up to {}",
+                    crate::console::human_duration(*needs as f64)
+                ),
+                (None, _) => "has no known run time after Slurm's warning".into(),
+            };
+            lines.push(format!(
+                "job {no} {bound}, {left_words}: for the next allocation"
+            ));
+        }
+        if waiting.is_empty() && !pilot.said_waiting.is_empty() {
+            lines.push("no job waits for the next allocation any more".into());
+        }
+        if let Some(pilot) = self.io.pilot.as_mut() {
+            pilot.said_waiting = waiting;
+        }
+        for line in lines {
+            self.report.say(line);
+        }
+    }
+
+    /// Inside an allocation with a time limit, when job `no` of line
+    /// `index` starts with no known bound (no `timeout=`, no run of its
+    /// family or siblings) and less than [`NO_BOUND_NEAR_END_S`] is left
+    /// before the wrap-up: says so (the wrap-up stops it in time if it
+    /// runs long, and the next allocation runs it again).
+    pub(in crate::scheduler) fn tell_start_without_bound(&mut self, index: usize, no: u32) {
+        let Some(end) = self.io.pilot.as_ref().and_then(Pilot::end) else {
+            return;
+        };
+        let left = end - WRAP_UP_S - self.now().ts;
+        if left >= NO_BOUND_NEAR_END_S || self.allocation_bound_s(index).0.is_some() {
+            return;
+        }
+        self.report.say(format!(
+            "job {no} starts with no known run time (no timeout=, no run of its family or its siblings) and {} left before the wrap-up: if it runs long, the wrap-up stops it and the next allocation runs it again",
+            crate::console::human_duration(left.max(0.0))
+        ));
     }
 
     /// When the wrap-up is due (the loop wakes for it).
@@ -289,6 +409,94 @@ impl Scheduler {
             }
             self.begin_wrap_up(&name, now);
         }
+    }
+
+    /// Called when a job failed (a signal none of ours sent, a step Slurm
+    /// would not start), or the supervisor died, while no stop is under
+    /// way: inside an allocation
+    /// that may be Slurm ending it (`scancel`, the time limit, a node
+    /// failure), whose SIGTERM reaches every process of the allocation at
+    /// once and the jobs' deaths may be read before the pilot's own
+    /// signal. So the end comes first: a SIGTERM that came meanwhile is
+    /// applied now, else the allocation's end time or Slurm's state of it
+    /// (`squeue`) says whether it is over; if so the stop begins here and
+    /// the jobs it lost are journaled `interrupted` (`completion.rs`),
+    /// nothing more
+    /// starts, and the next allocation runs them (docs/BEHAVIOUR.md
+    /// "Inside a Slurm allocation"). Outside an allocation, or while Slurm
+    /// says it runs, the deaths are the jobs' own.
+    pub(in crate::scheduler) fn notice_allocation_end(&mut self) {
+        if self.io.pilot.is_none() || self.core.mode.is_stopping() {
+            return;
+        }
+        if self.stop_signal_came() {
+            return;
+        }
+        let Some(pilot) = self.io.pilot.as_ref() else {
+            return;
+        };
+        let id = pilot.allocation.job_id;
+        let time_limit = pilot.end().is_some_and(|end| self.now().ts >= end - 1.0);
+        let over = if time_limit {
+            Some(format!("Slurm job {id} reached its time limit"))
+        } else {
+            match slurm::job_state(id) {
+                Ok(state) if crate::pilot::allocation_over(state.as_deref()) => Some(format!(
+                    "Slurm job {id} is {}",
+                    state.as_deref().unwrap_or("gone")
+                )),
+                _ => None,
+            }
+        };
+        // Its SIGTERM may have come while squeue answered.
+        if self.stop_signal_came() {
+            return;
+        }
+        if let Some(why) = over {
+            if time_limit && let Some(pilot) = self.io.pilot.as_mut() {
+                pilot.wrapped_up = true;
+            }
+            let now = self.now().instant;
+            self.report.say(format!(
+                "{why}: its end cut a job short; nothing more starts here"
+            ));
+            self.begin_wrap_up(&why, now);
+        }
+    }
+
+    /// Whether SIGTERM or SIGINT came since the tick began; if so it is
+    /// applied now (the stop begins).
+    fn stop_signal_came(&mut self) -> bool {
+        self.record_wakes(None);
+        let stop = self
+            .due
+            .signals
+            .iter()
+            .any(|s| [libc::SIGTERM, libc::SIGINT].contains(s));
+        if stop {
+            self.apply_signals();
+        }
+        stop
+    }
+
+    /// Inside an allocation, shortens a stop that began at `now` to what
+    /// Slurm's `KillWait` leaves ([`crate::pilot::stop_grace`]): every
+    /// job's SIGKILL, and the scheduler's exit, come before Slurm's
+    /// SIGKILL of the pilot. Returns the stop's grace.
+    pub(in crate::scheduler) fn fit_stop_in_kill_wait(&mut self, now: Instant) -> Duration {
+        let Some(pilot) = self.io.pilot.as_ref() else {
+            return crate::process::KILL_GRACE;
+        };
+        let grace = crate::pilot::stop_grace(pilot.kill_wait_s, crate::process::KILL_GRACE);
+        for job in self.core.running.values_mut() {
+            if let Some(termination) = job.kill.as_mut().and_then(|k| k.termination.as_mut()) {
+                termination.hurry(now + grace);
+            }
+        }
+        if let crate::state::Mode::Stopping { give_up_at, .. } = &mut self.core.mode {
+            *give_up_at = (*give_up_at).min(now + grace + crate::policy::stop::STOP_MARGIN);
+        }
+        grace
     }
 
     /// The wrap-up (`name` says why): the stop of SIGTERM, its jobs

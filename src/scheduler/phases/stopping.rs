@@ -23,6 +23,12 @@ impl Scheduler {
                 Mode::Stopping { give_up_at, .. } => Some(give_up_at),
                 _ => None,
             };
+            // Inside an allocation a SIGTERM may come twice, Slurm's and
+            // the one the script's shell passes on: the stop under way
+            // already fits in KillWait, so the second changes nothing.
+            if signal == libc::SIGTERM && stopping.is_some() && self.io.pilot.is_some() {
+                continue;
+            }
             match on_signal(signal, stopping, now, process::KILL_GRACE) {
                 Stop::KeepScheduling => self.report.say(format!(
                     "SIGHUP: the terminal went away; gpusched keeps scheduling (stop it with `gpusched stop --log-dir {}`)",
@@ -97,10 +103,14 @@ impl Scheduler {
                 before - self.core.running.len()
             ));
         }
+        // Inside an allocation the grace fits in Slurm's KillWait.
+        let grace = self.io.pilot.as_ref().map_or(process::KILL_GRACE, |p| {
+            crate::pilot::stop_grace(p.kill_wait_s, process::KILL_GRACE)
+        });
         self.report.say(format!(
-            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}s; press Ctrl-C again to kill at once); they will run again on the next start",
+            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}; press Ctrl-C again to kill at once); they will run again on the next start",
             self.core.running.len(),
-            process::KILL_GRACE.as_secs()
+            crate::console::human_duration(grace.as_secs_f64())
         ));
         self.core.mode = Mode::Stopping {
             hurried: false,
@@ -120,5 +130,6 @@ impl Scheduler {
         for job in self.core.running.values_mut() {
             let _ = job.begin_kill(KillReason::Shutdown, now, &mut self.io.launcher);
         }
+        self.fit_stop_in_kill_wait(now);
     }
 }

@@ -770,3 +770,104 @@ fn a_reused_cgroup_holds_each_job_to_itself() {
         (1..=33).flat_map(|no| cgroup_of(&env, no)).collect();
     assert_eq!(names.len(), 33 * 2, "one name per job per hierarchy");
 }
+
+/// Whatever contains gpusched contains its jobs: a scheduler started in
+/// a cgroup of its own (here one the test makes in the freezer and memory
+/// hierarchies, as a Slurm step or a systemd unit would hold it) makes
+/// its jobs' cgroups beneath it, and after its stop (SIGTERM) no process
+/// of a job is left — one that left a process of its own session
+/// ignoring SIGTERM included, reached through its cgroup.
+#[test]
+fn a_scheduler_in_a_cgroup_of_its_own_keeps_its_jobs_beneath_it_and_none_outlives_its_stop() {
+    if !v1_with(&["memory", "freezer"]) {
+        return;
+    }
+    let env = Env::new("");
+    let name = format!("gpusched-test-own-{}", std::process::id());
+    let own: Vec<PathBuf> = ["freezer", "memory"]
+        .iter()
+        .map(|c| v1_mount(c).unwrap().join(&name))
+        .collect();
+    for dir in &own {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let sleeper = marked_sleep(&env, "own-cgroup-sleep");
+    env.write_jobs(&format!(
+        "cat /proc/self/cgroup > cg.txt; setsid sh -c 'trap \"\" TERM; exec {sleeper} 121' & {sleeper} 120\n"
+    ));
+    let mut cmd = env.command(&["--sim", "1", "--poll", "0.2", "--watch"]);
+    let procs: Vec<std::ffi::CString> = own
+        .iter()
+        .map(|d| std::ffi::CString::new(d.join("cgroup.procs").display().to_string()).unwrap())
+        .collect();
+    // SAFETY: between fork and exec only open(2), write(2) and close(2)
+    // on strings made before the fork.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            for path in &procs {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let sched = common::Sched::from_command(cmd);
+    wait_for("the job to run, its leftover with it", &mut || {
+        env.path("cg.txt").exists() && processes_with(&sleeper).len() >= 2
+    });
+    let text = std::fs::read_to_string(env.path("cg.txt")).unwrap();
+    for (controller, dir) in ["freezer", "memory"].iter().zip(&own) {
+        let mount = v1_mount(controller).unwrap();
+        let ours = format!("/{}", dir.strip_prefix(&mount).unwrap().display());
+        let line = text
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == *controller))
+            })
+            .unwrap_or_default();
+        assert!(
+            line.contains(&format!("{ours}/")) && line.contains("/gpusched-job-"),
+            "the job's {controller} cgroup is not beneath the scheduler's {ours}: {line}"
+        );
+    }
+    let out = sched.stop();
+    let mut left = processes_with(&sleeper);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left = processes_with(&sleeper);
+    }
+    for pid in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    // The test's cgroups go, bottom up, once empty.
+    for dir in &own {
+        let mut dirs: Vec<PathBuf> = walk_dirs(dir);
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in dirs {
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "{left:?} outlived the stop: {}",
+        out.stdout
+    );
+    assert_eq!(env.events("interrupted").len(), 1, "{}", out.stdout);
+}
+
+/// `dir` and every directory beneath it.
+fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk_dirs(&entry.path()));
+        }
+    }
+    out
+}

@@ -387,3 +387,51 @@ fn a_step_job_adopted_by_a_restarted_pilot_is_stopped_through_slurm_with_its_gra
     assert_eq!(done.len(), 1, "{done:?}\n{out}");
     assert_eq!(done[0]["status"], "timeout", "{out}");
 }
+
+/// A job whose own family never ran is bounded by its siblings (its
+/// family with every digit stripped): after `echo s1; sleep 25` ran,
+/// `echo s3; sleep 25` does not start with 15 s left before the wrap-up
+/// of a one-minute allocation; the pilot's output says it waits, why,
+/// and with how much time left, and on exit that it leaves it. The
+/// previous release started it (`s1` and `s3` are two families, and
+/// `s3`'s had no history), killed it at the wrap-up and ran it again.
+#[test]
+fn a_job_bounded_by_its_siblings_waits_and_the_pilot_says_so() {
+    if !cluster_up() {
+        return;
+    }
+    let jobs = "[vram=20000] sh -c 'echo s1; sleep 25'\n[vram=20000] sh -c 'echo s3; sleep 25'\n";
+    let nvml = Nvml::new(jobs, FOUR_GPUS);
+    let script = pilot_script(&nvml, &["--gpus", "1", "--time", "1m"]);
+    let id = sbatch(&nvml, &[script.to_str().unwrap()]);
+    let fields = wait_state(id, &ENDED);
+    let out = pilot_output(&nvml, id);
+    // Stopped by its own wrap-up, with job 2 left.
+    assert_eq!(fields["ExitCode"], "75:0", "{fields:?}\n{out}");
+    assert_eq!(nvml.env.job_events(1, "done").len(), 1, "{out}");
+    assert!(
+        nvml.env.job_events(2, "started").is_empty(),
+        "s3 started: {out}"
+    );
+    let waits = out
+        .lines()
+        // s1 ran 25 s and a little more.
+        .find(|l| l.contains("job 2 has no run of its own family; its siblings took up to 2"))
+        .unwrap_or_else(|| panic!("no sibling bound said for job 2:\n{out}"));
+    assert!(
+        waits.contains("left before the wrap-up: for the next allocation"),
+        "{waits}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Slurm job {id}: left for the next allocation: 1 job(s): 2"
+        )),
+        "{out}"
+    );
+    // status.json gives the same reason.
+    let status = std::fs::read_to_string(nvml.env.logs.join("status.json")).unwrap();
+    assert!(
+        status.contains("no run of its own family; its siblings took up to 2"),
+        "{status}"
+    );
+}

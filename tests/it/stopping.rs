@@ -526,3 +526,45 @@ fn a_shell_that_cannot_start_says_why() {
         tail(&log)
     );
 }
+
+/// docs/BEHAVIOUR.md "Stopping": a stop that signals every process at
+/// once (systemd's `KillMode=control-group`, Slurm at an allocation's
+/// end) may kill a job before the scheduler reads its own SIGTERM. Made
+/// certain here: the scheduler is frozen (SIGSTOP) while the job's group
+/// gets SIGTERM and dies, then gets its own SIGTERM and is thawed. The
+/// job is `interrupted` and runs again on the next start, never `failed`
+/// (the previous release recorded `failed (killed by SIGTERM)`); a job
+/// that exited on its own before keeps its outcome.
+#[test]
+fn a_job_killed_by_the_stops_own_signal_first_is_interrupted_not_failed() {
+    let env = Env::new("[vram=100M] sleep 60\n[vram=100M] exit 3\n");
+    let sched = env.spawn(&["--sim", "2", "--poll", "0.2"]);
+    wait_for("both jobs to start", &mut || {
+        env.events("started").len() == 2
+    });
+    wait_for("job 2's end", &mut || env.status_of_opt(2).is_some());
+    let pgid = env.job_events(1, "started")[0]["pgid"].as_i64().unwrap();
+    sched.signal(Signal::SIGSTOP);
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), Signal::SIGTERM).unwrap();
+    wait_for("job 1's group to die", &mut || {
+        live_group_members(pgid).is_empty()
+    });
+    sched.signal(Signal::SIGTERM);
+    sched.signal(Signal::SIGCONT);
+    let out = sched.finish();
+    // The previous release: `✗ job 1 failed in 0.0s (killed by SIGTERM)`.
+    assert!(
+        env.job_events(1, "done").is_empty(),
+        "{:?}\n{}",
+        env.journal(),
+        out.stdout
+    );
+    assert_eq!(
+        env.job_events(1, "interrupted").len(),
+        1,
+        "{:?}",
+        env.journal()
+    );
+    assert_eq!(env.status_of(2).as_deref(), Some("failed"));
+    assert_eq!(out.code, 130, "{out:?}");
+}

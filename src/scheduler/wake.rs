@@ -394,10 +394,48 @@ impl Scheduler {
     }
 }
 
+/// Set by the signal handler itself the moment SIGINT or SIGTERM arrives,
+/// before its wake reaches the loop: a job killed by the same stop may be
+/// reported first (`phases/pilot.rs`), and the loop then waits for the
+/// signal's wake instead of taking the death for the job's own.
+fn stop_asked() -> &'static std::sync::Arc<std::sync::atomic::AtomicBool> {
+    static FLAG: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
+        std::sync::OnceLock::new();
+    FLAG.get_or_init(Default::default)
+}
+
+impl Scheduler {
+    /// Whether SIGTERM or SIGINT came since the tick began and its wake
+    /// is not yet applied; if so it is applied now (the stop begins). A
+    /// signal whose handler ran but whose wake is still on its way is
+    /// waited for (a second at most).
+    pub(super) fn stop_signal_came(&mut self) -> bool {
+        let is_stop = |s: &i32| [libc::SIGTERM, libc::SIGINT].contains(s);
+        self.record_wakes(None);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !self.due.signals.iter().any(is_stop)
+            && stop_asked().load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            if let Ok(wake) = self.wakes.rx.recv_timeout(Duration::from_millis(10)) {
+                self.record_wakes(Some(wake));
+            }
+        }
+        let stop = self.due.signals.iter().any(is_stop);
+        if stop {
+            self.apply_signals();
+        }
+        stop
+    }
+}
+
 /// Forwards SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1 and SIGUSR2 to the loop. The handlers (from
 /// signal-hook) only write to a pipe; this thread turns that into wakes.
 fn spawn_signal_thread(tx: Sender<Wake>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(stop_asked()))?;
+    }
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2])?;
     std::thread::Builder::new()

@@ -545,6 +545,13 @@ fn a_job_killed_by_the_stops_own_signal_first_is_interrupted_not_failed() {
     wait_for("job 2's end", &mut || env.status_of_opt(2).is_some());
     let pgid = env.job_events(1, "started")[0]["pgid"].as_i64().unwrap();
     sched.signal(Signal::SIGSTOP);
+    // SIGSTOP takes effect when the scheduler next runs: wait for it.
+    wait_for("the scheduler to be stopped", &mut || {
+        std::fs::read_to_string(format!("/proc/{}/stat", sched.pid())).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    });
     nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), Signal::SIGTERM).unwrap();
     wait_for("job 1's group to die", &mut || {
         live_group_members(pgid).is_empty()

@@ -10,8 +10,18 @@
 //! The round's outcomes are journaled with one fsync, and only then does
 //! the supervisor hear that it needs no exit records.
 
+use crate::policy::outcome::Exit;
 use crate::scheduler::Scheduler;
 use crate::state::Proc;
+
+/// What [`Scheduler::take_reports`] found.
+#[derive(Debug, Default, Clone, Copy)]
+pub(in crate::scheduler) struct Taken {
+    /// The supervisor had died (its unended jobs are adopted).
+    pub supervisor_died: bool,
+    /// A reported end is a failure: an exit but 0, or a signal.
+    pub a_job_failed: bool,
+}
 
 impl Scheduler {
     /// Takes the reported ends and completes the attempts they end.
@@ -23,11 +33,16 @@ impl Scheduler {
             self.core.running.values_mut().map(|job| &mut job.proc),
             self.cfg.clock.now().instant,
         );
-        let supervisor_died = self.take_reports();
-        // Inside an allocation, a job that failed or a supervisor gone may
-        // be Slurm ending the allocation, seen before the pilot's own
-        // SIGTERM: asked before anything is recorded.
-        if self.io.pilot.is_some() && (supervisor_died || self.a_job_failed()) {
+        let taken = self.take_reports();
+        // A job that failed or a supervisor gone may be a stop that
+        // signals every process at once (systemd, Slurm), seen before the
+        // scheduler's own signal: that signal is looked for first, and
+        // inside an allocation whether it is ending, before anything is
+        // recorded.
+        if !self.core.mode.is_stopping()
+            && (taken.supervisor_died || taken.a_job_failed)
+            && !self.stop_signal_came()
+        {
             self.notice_allocation_end();
         }
         // Every ended attempt that no kill reached ends now, including one
@@ -42,22 +57,14 @@ impl Scheduler {
         self.complete_all(&ended)
     }
 
-    /// Whether a running attempt's reported end is a failure (any exit
-    /// but 0, a signal) that no kill of ours caused.
-    fn a_job_failed(&self) -> bool {
-        self.core.running.values().any(|job| {
-            job.kill.is_none()
-                && matches!(&job.proc, Proc::Supervised { ended: Some(record), .. }
-                    if record.exit().is_some_and(|e| e != crate::policy::outcome::Exit::Code(0)))
-        })
-    }
-
     /// Applies the supervisor's reports to the running attempts, then hands
-    /// a dead supervisor's unended jobs over to adoption. Returns whether
-    /// the supervisor had died.
-    pub(in crate::scheduler) fn take_reports(&mut self) -> bool {
+    /// a dead supervisor's unended jobs over to adoption. Returns what
+    /// that found.
+    pub(in crate::scheduler) fn take_reports(&mut self) -> Taken {
         let (reports, died_below) = self.io.launcher.take_ended();
+        let mut taken = Taken::default();
         for (id, record) in reports {
+            taken.a_job_failed |= record.exit().is_some_and(|e| e != Exit::Code(0));
             match self
                 .core
                 .running
@@ -74,8 +81,9 @@ impl Scheduler {
             }
         }
         let Some(below) = died_below else {
-            return false;
+            return taken;
         };
+        taken.supervisor_died = true;
         let steps = self.io.launcher.steps().is_some();
         for (key, job) in &mut self.core.running {
             if let Proc::Supervised {
@@ -96,7 +104,7 @@ impl Scheduler {
                 };
             }
         }
-        true
+        taken
     }
 
     /// Completes the attempts of `keys` with one fsync for all their

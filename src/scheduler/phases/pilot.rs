@@ -429,9 +429,6 @@ impl Scheduler {
         if self.io.pilot.is_none() || self.core.mode.is_stopping() {
             return;
         }
-        if self.stop_signal_came() {
-            return;
-        }
         let Some(pilot) = self.io.pilot.as_ref() else {
             return;
         };
@@ -462,21 +459,6 @@ impl Scheduler {
             ));
             self.begin_wrap_up(&why, now);
         }
-    }
-
-    /// Whether SIGTERM or SIGINT came since the tick began; if so it is
-    /// applied now (the stop begins).
-    fn stop_signal_came(&mut self) -> bool {
-        self.record_wakes(None);
-        let stop = self
-            .due
-            .signals
-            .iter()
-            .any(|s| [libc::SIGTERM, libc::SIGINT].contains(s));
-        if stop {
-            self.apply_signals();
-        }
-        stop
     }
 
     /// Inside an allocation, shortens a stop that began at `now` to what

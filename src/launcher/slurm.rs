@@ -56,9 +56,9 @@ pub struct Submission<'a> {
     pub vram_mib: Option<u64>,
     /// `timeout=` in seconds.
     pub timeout_s: Option<f64>,
-    /// `preemptible`.
     /// `[exclusive]`: whole GPUs, never shards.
     pub exclusive: bool,
+    /// `preemptible`.
     pub preemptible: bool,
     /// Slurm job ids of the `after=` dependencies already submitted.
     pub after: &'a [u64],

@@ -1,5 +1,7 @@
 //! The scheduler's loop (docs/BEHAVIOUR.md "Placement", "Running a job", "Monitoring", "The live queue", "Out of memory and timeouts", "Board and terminal"). It blocks until something happens — a
-//! job exited (SIGCHLD), the jobs file changed, a signal arrived, a kill or
+//! job's end reported (the supervisor's pipe; jobs are its children, not
+//! the scheduler's), an exit record written, the jobs file changed, a
+//! signal arrived, a kill or
 //! timeout deadline is due, or the next GPU sample is due (`wake.rs`) — then
 //! runs one tick: a fixed list of named phases over one [`Scheduler`]
 //! (`phases/`, one file each). The order of the calls in

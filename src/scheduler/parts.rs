@@ -4,9 +4,12 @@
 //! placement round decided (both in `state`, which the views read);
 //! here [`Io`] holds the handles that act; [`Sharing`] the ledger
 //! protocol's own state; [`Due`] the work a wake asked for; [`Reporting`]
-//! what only the views and the summary read. Each phase borrows the parts it needs, so
-//! what a phase may touch shows in its signature's parts, not in one
-//! struct of forty fields.
+//! what only the views and the summary read. Phases are methods on the
+//! whole [`super::Scheduler`] and reach these parts through its fields
+//! (`self.io.journal`, `self.core.running`); the split says who owns
+//! what, not what a phase may touch. A few helpers take only the parts
+//! they need as arguments, so that the borrow checker lets them run
+//! beside another part's borrow.
 
 use super::phases::Told;
 use crate::console::Said;

@@ -291,8 +291,9 @@ pub struct GpuStatus {
     /// Room for a new declared job, before the margin (MiB), docs/BEHAVIOUR.md "Placement"; 0
     /// when the GPU is closed to new jobs.
     pub headroom_mib: u64,
-    /// Closed to new jobs: one of our undeclared jobs holds it, or
-    /// `--exclusive` and one of our jobs runs on it (docs/BEHAVIOUR.md "Placement", "Queue policy").
+    /// Closed to new jobs: one of our undeclared or `[exclusive]` jobs
+    /// holds it, or `--exclusive` and one of our jobs runs on it
+    /// ([`crate::allocation::is_closed`]; docs/BEHAVIOUR.md "Placement", "Queue policy").
     #[serde(default)]
     pub closed: bool,
     /// Drained by `gpusched drain`: no new job starts on it (docs/BEHAVIOUR.md "Queue policy").

@@ -98,7 +98,13 @@ impl Scheduler {
         }
         self.publish_bookings();
         self.account_usage(now);
-        if self.cfg.watch && self.core.running.is_empty() && self.pending().next().is_none() {
+        // Stopping is not drained: `stop --keep-jobs` empties `running`
+        // while its jobs run on.
+        if self.cfg.watch
+            && !self.core.mode.is_stopping()
+            && self.core.running.is_empty()
+            && self.pending().next().is_none()
+        {
             self.remove_spare_cgroups();
             self.tell_drained();
             self.say_drained_watching();

@@ -356,13 +356,15 @@ fn a_log_directory_of_another_jobs_file_is_pointed_out() {
 #[test]
 fn stop_keep_jobs_leaves_them_running_for_the_next_start() {
     let env = Env::new(&format!("{HOLD}\n"));
-    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    // With --watch: its last words must be the stop's, not "watching".
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
     wait_for("the job to start", &mut || started(&env, 1));
     let pgid = env.job_events(1, "started")[0]["pgid"].as_i64().unwrap();
     let out = env.verb(&["stop", "--keep-jobs"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let out = sched.finish();
     assert_eq!(out.code, 130, "{out:?}");
+    let stopped = out.stdout.clone();
     assert!(
         !common::live_group_members(pgid).is_empty(),
         "the job was killed: {out:?}"
@@ -381,6 +383,25 @@ fn stop_keep_jobs_leaves_them_running_for_the_next_start() {
     assert_eq!(
         std::fs::read_to_string(env.path("runs.txt")).unwrap(),
         "run\n"
+    );
+    // The previous release ended on `queue drained: 1 job(s) dispatched
+    // this run; watching …/jobs.txt for new lines` as it exited.
+    assert!(
+        !stopped.contains("queue drained") && !stopped.contains("watching"),
+        "{}",
+        stopped
+    );
+    // (the timeline's path comes after it)
+    let last = stopped
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.contains("] timeline: "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("exiting and leaving 1 running job(s) running")
+            && last.contains("adopts them"),
+        "last line: {last}\n{}",
+        stopped
     );
 }
 

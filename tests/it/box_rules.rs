@@ -320,7 +320,21 @@ fn a_changed_quota_applies_to_the_next_starts_without_a_restart() {
     wait_for("three running under the new quota", &mut || running() == 3);
     // An unusable file: said, and the quota of 3 stays.
     write("[quota.users.gpusched-t-alice]\nmax_gpus = many\n");
+    wait_for("the broken rules to be said", &mut || {
+        sched
+            .stdout()
+            .contains("the rules in force stay until it is fixed")
+    });
+    // Fixed again, as it was: said too (the previous release said
+    // nothing, while the jobs file says `parses again`).
+    write("[quota.users.gpusched-t-alice]\nmax_gpus = 3\n");
     let out = sched.finish();
+    assert!(
+        out.stdout
+            .contains("parse again; the rules in force are unchanged"),
+        "{}",
+        out.stdout
+    );
     assert!(
         out.stdout.contains("reloaded: your quota: max_gpus 3"),
         "{}",

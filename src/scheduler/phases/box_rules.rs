@@ -60,8 +60,15 @@ impl Scheduler {
         match crate::rules::load(given.then_some(path.as_path())) {
             Ok(rules) => {
                 state.stamp = stamp;
-                state.problem = None;
+                let was_broken = state.problem.take().is_some();
                 if rules == state.rules {
+                    // Fine again, as the jobs file says it (`parses again`).
+                    if was_broken {
+                        self.report.say(format!(
+                            "box rules {} parse again; the rules in force are unchanged",
+                            path.display()
+                        ));
+                    }
                     return;
                 }
                 let said = match &rules {

@@ -41,6 +41,9 @@ fn main() {
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
+    if let Some(command) = &cli.command {
+        quiet_on_a_closed_pipe(command);
+    }
     if let Some(command) = cli.command.as_mut() {
         apply_trust(command);
     }
@@ -154,6 +157,9 @@ fn apply_trust(command: &mut Command) {
 fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
+        // A reader that went away (`gpusched top | head`): quiet, and the
+        // status a shell gives a process killed by SIGPIPE, as git does.
+        Err(error) if broken_pipe(&error) => std::process::exit(128 + libc::SIGPIPE),
         Err(error) => {
             // A terminal that went away must not turn the exit code into a
             // panic; a path or name in the error is someone's text.
@@ -161,4 +167,41 @@ fn finish(result: anyhow::Result<i32>) -> ! {
             std::process::exit(gpusched::error::exit_code_for(&error));
         }
     }
+}
+
+/// A one-shot view whose reader went away (`gpusched report | head`)
+/// ends quietly, killed by SIGPIPE as `cat` and `git` are (the shell
+/// says 141), instead of a panic in `println!`: Rust ignores SIGPIPE, so
+/// its default action is given back here. Never for what runs on (the
+/// scheduler, `serve`, `mcp`, `wait`, `top` without `--once`…), which
+/// meet a closed pipe as an error (exit 141 too, quietly: [`finish`]).
+fn quiet_on_a_closed_pipe(command: &Command) {
+    let view = match command {
+        Command::Status(_)
+        | Command::Log(_)
+        | Command::Report(_)
+        | Command::Export(_)
+        | Command::Completions(_)
+        | Command::Man(_)
+        | Command::Doctor(_)
+        | Command::Timeline(_) => true,
+        Command::Top(args) => args.once,
+        _ => false,
+    };
+    if view {
+        // SAFETY: SIG_DFL installs no handler; no thread runs yet.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Whether `error` comes from writing to a pipe nobody reads (EPIPE):
+/// Rust ignores SIGPIPE, so such a write fails instead of ending us.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -522,3 +522,48 @@ fn every_bad_line_is_named_a_huge_command_is_cut_in_views_and_a_taken_port_names
         "{said}"
     );
 }
+
+/// `gpusched top --sim 8 | head -40`, `gpusched report | head`: a view
+/// whose reader went away ends quietly, as `git` does — killed by
+/// SIGPIPE or exit 141, nothing on stderr, never a panic. Each view
+/// writes here into a pipe whose reading end is already closed. The
+/// previous release: `gpusched: error: Broken pipe (os error 32)` from
+/// top, and `failed printing to stdout` panics (exit 101) from report,
+/// export and doctor.
+#[test]
+fn every_view_ends_quietly_when_its_reader_goes_away() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new("echo hi\necho two\n");
+    assert_eq!(env.run(&["--sim", "1"]).code, 0);
+    let jobs = env.jobs.display().to_string();
+    let views: [&[&str]; 8] = [
+        &["top", "--sim", "8", "--once"],
+        &["status"],
+        &["report"],
+        &["log", "1"],
+        &["export", "--slurm", &jobs],
+        &["completions", "bash"],
+        &["doctor", "--sim", "2"],
+        &["status", "--json"],
+    ];
+    for view in views {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = Command::new(common::bin())
+            .args(view)
+            .current_dir(env.path(""))
+            .env("GPUSCHED_LOG_DIR", &env.logs)
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let quiet = out.status.signal() == Some(libc::SIGPIPE)
+            || matches!(out.status.code(), Some(0 | 141));
+        assert!(
+            quiet && out.stderr.is_empty(),
+            "gpusched {view:?}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

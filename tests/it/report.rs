@@ -92,4 +92,19 @@ fn root_reports_every_users_gpu_hours_jobs_and_failures() {
         String::from_utf8_lossy(&out.stderr).contains("no journal could be read"),
         "{out:?}"
     );
+    // --all with a ledger that remembers nothing: the hint names the fix
+    // (--ledger DIR), never "use --all" (what the previous release said).
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["report", "--all", "--ledger"])
+        .arg(empty.path().join("ledger"))
+        .current_dir(empty.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        said.contains("--ledger DIR") && !said.contains("use --all"),
+        "{said}"
+    );
 }

@@ -66,8 +66,13 @@ impl Scheduler {
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
-        let (backend, sim_dir) = open_backend(args)?;
         let allocation = allocation_of(args);
+        // A usage error before any GPU is asked for: outside an
+        // allocation --job-steps means nothing, with or without NVML.
+        if args.job_steps && !args.slurm.slurm && allocation.is_none() {
+            return Err(job_steps_outside_an_allocation());
+        }
+        let (backend, sim_dir) = open_backend(args)?;
         let launcher = launcher_for(args, &cfg, allocation.as_ref())?;
         let lock = prepare_log_dir(&cfg.log_dir)?;
         let backend = gpu_backend(backend, &launcher, &mut cfg)?;
@@ -350,14 +355,17 @@ fn launcher_for(
             };
             Launcher::Local(Box::new(Local::with_steps(&cfg.log_dir, steps)))
         }
-        (false, true, None) => {
-            return Err(Error::Usage(
-                "--job-steps runs jobs as steps of the Slurm allocation gpusched runs in, and SLURM_JOB_ID is not set here: start gpusched inside one (sbatch, or gpusched export --slurm --pilot --job-steps)".into(),
-            )
-            .into());
-        }
+        (false, true, None) => return Err(job_steps_outside_an_allocation()),
         (false, false, _) => Launcher::Local(Box::new(Local::new(&cfg.log_dir))),
     })
+}
+
+/// The usage error (exit 2) of `--job-steps` outside an allocation.
+fn job_steps_outside_an_allocation() -> anyhow::Error {
+    Error::Usage(
+        "--job-steps runs jobs as steps of the Slurm allocation gpusched runs in, and SLURM_JOB_ID is not set here: start gpusched inside one (sbatch, or gpusched export --slurm --pilot --job-steps)".into(),
+    )
+    .into()
 }
 
 /// The other nodes of a multi-node `allocation` a pilot with

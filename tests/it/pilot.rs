@@ -245,6 +245,18 @@ fn job_steps_outside_an_allocation_are_a_usage_error_that_says_how() {
     );
     // Nothing ran.
     assert!(nvml.env.events("started").is_empty());
+    // On a machine without NVML: the same usage error, not NVML's (the
+    // previous release said NVML could not be loaded).
+    let out = nvml
+        .env
+        .command(&["--job-steps"])
+        .env_remove("SLURM_JOB_ID")
+        .env("LD_LIBRARY_PATH", nvml.env.path("no-nvml-here"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("SLURM_JOB_ID is not set here"), "{stderr}");
     // Inside an allocation, but without srun: said at start, nothing runs.
     let empty = nvml.env.path("empty-bin");
     std::fs::create_dir_all(&empty).unwrap();

@@ -41,10 +41,8 @@ fn main() {
         Err(error) => error.exit(),
     };
     gpusched::init_tracing();
-    if let Some(command) = &cli.command {
-        quiet_on_a_closed_pipe(command);
-    }
     if let Some(command) = cli.command.as_mut() {
+        quiet_on_a_closed_pipe(command);
         apply_trust(command);
     }
     let result = match &cli.command {

@@ -189,6 +189,32 @@ fn user_name(uid: u32) -> String {
         .map_or_else(|| uid.to_string(), |u| u.name)
 }
 
+/// The usage error when no journal of `dirs` could be read, with the fix
+/// for what was asked (`--all` found nothing in its ledger: `--ledger`).
+fn no_journal(args: &ReportArgs, dirs: &[PathBuf]) -> anyhow::Error {
+    let looked = if dirs.is_empty() {
+        "no log directory".to_string()
+    } else {
+        dirs.iter()
+            .map(|d| crate::console::printable(&d.display().to_string()).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let fix = if args.all {
+        format!(
+            "--all reads the log directories the ledger {} remembers: name the box's ledger with --ledger DIR (as its schedulers were given), or a log directory with --log-dir DIR",
+            crate::console::printable(&args.ledger.display().to_string())
+        )
+    } else {
+        "name a log directory with --log-dir DIR, or use --all for every one the ledger remembers"
+            .to_string()
+    };
+    Error::Usage(format!(
+        "no journal could be read (looked in {looked}); {fix}"
+    ))
+    .into()
+}
+
 /// Prints the report.
 ///
 /// Errors ([`Error::Usage`], exit 2): a bad `--since`/`--until`, or no
@@ -270,28 +296,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
         read.push(crate::console::printable(&dir.display().to_string()).into_owned());
     }
     if read.is_empty() {
-        let looked = if dirs.is_empty() {
-            "no log directory".to_string()
-        } else {
-            dirs.iter()
-                .map(|d| crate::console::printable(&d.display().to_string()).into_owned())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        // The fix for what was asked: --all found nothing in its ledger.
-        let fix = if args.all {
-            format!(
-                "--all reads the log directories the ledger {} remembers: name the box's ledger with --ledger DIR (as its schedulers were given), or a log directory with --log-dir DIR",
-                crate::console::printable(&args.ledger.display().to_string())
-            )
-        } else {
-            "name a log directory with --log-dir DIR, or use --all for every one the ledger remembers"
-                .to_string()
-        };
-        return Err(Error::Usage(format!(
-            "no journal could be read (looked in {looked}); {fix}"
-        ))
-        .into());
+        return Err(no_journal(args, &dirs));
     }
     let rows: Vec<Row> = rows.into_values().collect();
     if args.json {

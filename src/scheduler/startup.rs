@@ -66,12 +66,7 @@ impl Scheduler {
         // Before anything (the simulated GPUs' directory) is made in it.
         create_log_dir(&cfg.log_dir)?;
         let last_jobs_file = last_jobs_file(&cfg.log_dir);
-        let allocation = allocation_of(args);
-        // A usage error before any GPU is asked for: outside an
-        // allocation --job-steps means nothing, with or without NVML.
-        if args.job_steps && !args.slurm.slurm && allocation.is_none() {
-            return Err(job_steps_outside_an_allocation());
-        }
+        let allocation = allocation_checked(args)?;
         let (backend, sim_dir) = open_backend(args)?;
         let launcher = launcher_for(args, &cfg, allocation.as_ref())?;
         let lock = prepare_log_dir(&cfg.log_dir)?;
@@ -358,6 +353,19 @@ fn launcher_for(
         (false, true, None) => return Err(job_steps_outside_an_allocation()),
         (false, false, _) => Launcher::Local(Box::new(Local::new(&cfg.log_dir))),
     })
+}
+
+/// The allocation this scheduler runs in ([`allocation_of`]), checked
+/// before any GPU is asked for: outside one, `--job-steps` means nothing,
+/// with or without NVML.
+///
+/// Errors: [`Error::Usage`] (exit 2), `--job-steps` outside an allocation.
+fn allocation_checked(args: &RunArgs) -> anyhow::Result<Option<crate::pilot::Allocation>> {
+    let allocation = allocation_of(args);
+    if args.job_steps && !args.slurm.slurm && allocation.is_none() {
+        return Err(job_steps_outside_an_allocation());
+    }
+    Ok(allocation)
 }
 
 /// The usage error (exit 2) of `--job-steps` outside an allocation.

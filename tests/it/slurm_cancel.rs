@@ -1,6 +1,7 @@
 //! A pilot's allocation ended under it by `scancel`, on the real test
-//! cluster (docs/BEHAVIOUR.md "Inside a Slurm allocation", "The end of an
-//! allocation"): Slurm sends SIGTERM to every process of the allocation
+//! cluster (docs/BEHAVIOUR.md "Inside a Slurm allocation", its part on
+//! the end of an allocation): Slurm's SIGTERM reaches the allocation's
+//! processes
 //! at once, and the pilot may read its jobs' deaths before its own
 //! signal. Every job it loses is `interrupted`, never `failed`; nothing
 //! starts after the cancel; the next allocation runs each job exactly

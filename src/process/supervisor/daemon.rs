@@ -75,27 +75,14 @@ struct Supervisor {
     pending_records: Vec<PendingRecord>,
 }
 
-/// The signals that stop a scheduler, which a supervisor ignores: Slurm
-/// at an allocation's end and systemd stopping a unit send SIGTERM (and
-/// `--signal`'s SIGUSR2) to every process at once, and a supervisor that
-/// died of it would leave its jobs' ends unreported while its scheduler
-/// stops them. It ends when its scheduler is gone and its last job
-/// ended, or by SIGKILL. Jobs start with these signals' default actions
-/// again (`gate.rs`).
-pub const STOP_SIGNALS: [Signal; 5] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
-
-/// Ignores [`STOP_SIGNALS`].
+/// Ignores [`super::raw::STOP_SIGNALS`].
 fn ignore_stop_signals() {
-    for signal in STOP_SIGNALS {
+    for signal in super::raw::STOP_SIGNALS {
         // SAFETY: SIG_IGN installs no handler; nothing else of this
         // single-threaded process handles these signals.
-        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn) };
+        unsafe {
+            libc::signal(signal, libc::SIG_IGN);
+        }
     }
 }
 

@@ -522,8 +522,8 @@ fn gated_child(child: &Child) -> ! {
     raw::unblock_all_signals();
     raw::default_action(libc::SIGPIPE);
     // ... nor with the stop signals the supervisor ignores.
-    for signal in super::daemon::STOP_SIGNALS {
-        raw::default_action(signal as i32);
+    for signal in raw::STOP_SIGNALS {
+        raw::default_action(signal);
     }
     // `go\n` or `go <start ticks>\n`; anything else (end of file) means
     // the start was abandoned.

@@ -151,6 +151,22 @@ pub fn unblock_all_signals() -> isize {
     }
 }
 
+/// The signals that stop a scheduler, which a supervisor ignores: Slurm
+/// at an allocation's end and systemd stopping a unit send SIGTERM (and
+/// `--signal`'s SIGUSR2) to every process at once, and a supervisor that
+/// died of it would leave its jobs' ends unreported while its scheduler
+/// stops them. It ends when its scheduler is gone and its last job
+/// ended, or by SIGKILL. Jobs start with these signals' default actions
+/// again (`gate.rs`). Here, beside the calls that set them, so that the
+/// supervisor (`daemon.rs`) and the job's side (`gate.rs`) share it.
+pub const STOP_SIGNALS: [i32; 5] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
 /// Gives `signal` its default action (`rt_sigaction` with `SIG_DFL`).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn default_action(signal: i32) -> isize {

@@ -83,22 +83,7 @@ impl Scheduler {
         self.due.dispatch_needed = true;
         let duration_s = job.started.elapsed().as_secs_f64();
         let mut facts = job.end_facts();
-        // While the scheduler stops, an end by a signal none of ours sent
-        // is the stop's reaching the job first: Slurm at an allocation's
-        // end, and systemd stopping a unit, signal every process at once
-        // (docs/BEHAVIOUR.md "Stopping"). Inside an allocation, any
-        // failure then is its end's (a step Slurm no longer starts,
-        // `Job/step already completing`). It runs again, never `failed`.
-        let ending_under_it = |exit: outcome::Exit| {
-            exit.by_a_signal() || (self.io.pilot.is_some() && exit != outcome::Exit::Code(0))
-        };
-        if self.core.mode.is_stopping()
-            && facts.kill.is_none()
-            && facts.verdict.is_none()
-            && facts.exit.is_some_and(ending_under_it)
-        {
-            facts.kill = Some(crate::policy::kill::KillReason::Shutdown);
-        }
+        self.stop_reached_it_first(&mut facts);
         // Whatever it left behind dies now; a host OOM is counted first.
         let contained = self.finish_cgroup(&job);
         let host_oom_limit = contained
@@ -193,7 +178,11 @@ impl Scheduler {
             self.remove_spent_records();
         }
     }
+}
 
+/// Applying the decision: its retries, what its neighbours did, the
+/// journal events of each outcome, and the exit records it leaves.
+impl Scheduler {
     /// Job `key`'s retries: how many (`retries=`, else `--oom-retries`)
     /// and for what (`retry_on=`, default OOMs only; docs/BEHAVIOUR.md
     /// "Out of memory and timeouts").

@@ -24,7 +24,7 @@ const END_CHECK: Duration = Duration::from_secs(60);
 
 /// How close to the wrap-up (seconds) a job with no known run time is
 /// said when it starts ([`Scheduler::tell_start_without_bound`]).
-pub const NO_BOUND_NEAR_END_S: f64 = 600.0;
+pub const NO_BOUND_NEAR_END_S: f64 = 300.0;
 
 /// [`Pilot`]'s end while unknown.
 const UNKNOWN: u64 = 0;

@@ -132,4 +132,27 @@ impl Scheduler {
         }
         self.fit_stop_in_kill_wait(now);
     }
+
+    /// While the scheduler stops, an end by a signal none of ours sent
+    /// is the stop's reaching the job first: Slurm at an allocation's
+    /// end, and systemd stopping a unit, signal every process at once
+    /// (docs/BEHAVIOUR.md "Stopping"). Inside an allocation, any failure
+    /// then is its end's (a step Slurm no longer starts, `Job/step
+    /// already completing`). Such an end gets the stop's kill reason in
+    /// `facts`: it runs again, never `failed`.
+    pub(in crate::scheduler) fn stop_reached_it_first(
+        &self,
+        facts: &mut crate::launcher::EndFacts,
+    ) {
+        use crate::policy::outcome::Exit;
+        let ending_under_it =
+            |exit: Exit| exit.by_a_signal() || (self.io.pilot.is_some() && exit != Exit::Code(0));
+        if self.core.mode.is_stopping()
+            && facts.kill.is_none()
+            && facts.verdict.is_none()
+            && facts.exit.is_some_and(ending_under_it)
+        {
+            facts.kill = Some(KillReason::Shutdown);
+        }
+    }
 }

@@ -11,9 +11,7 @@
 use crate::common;
 use crate::nvml::Nvml;
 use crate::slurm::{SLURM_DEADLINE, cluster_up};
-use crate::slurm_pilot::{
-    ENDED, FOUR_GPUS, assert_each_ran_once, pilot_output, pilot_script, sbatch, wait_state,
-};
+use crate::slurm_pilot::{ENDED, FOUR_GPUS, pilot_output, pilot_script, sbatch, wait_state};
 
 use common::wait_for_within;
 use std::process::Command;
@@ -58,7 +56,7 @@ fn cancel_and_wait(id: u64) {
 /// script submitted again finishes the sweep.
 fn cancel_round(steps: bool, moment: usize) {
     let jobs: String = (1..=4)
-        .map(|n| format!("[vram=20000] sleep 2; echo {n} >> done.txt\n"))
+        .map(|n| format!("[vram=20000] sleep 2; echo {n} $GPUSCHED_ATTEMPT >> done.txt\n"))
         .collect();
     let nvml = Nvml::new(&jobs, FOUR_GPUS);
     let mut args = vec!["--gpus", "2", "--time", "10m"];
@@ -108,7 +106,63 @@ fn cancel_round(steps: bool, moment: usize) {
             "started after the cancel: {late:?}\n{context}"
         );
     }
-    assert_each_ran_once(&nvml, 4);
+    assert_each_ended_ok_once(&nvml, 4, &context);
+}
+
+/// Each of jobs 1 to `jobs` has one outcome, `ok`, and the attempt it
+/// names wrote its line (`N ATTEMPT`) to `done.txt` once. Another line of
+/// the job may come only from an attempt journaled `interrupted`: one
+/// the cancel's stop reached just after its last act, whose shell had
+/// not yet exited — run again, as a stop's jobs are.
+fn assert_each_ended_ok_once(nvml: &Nvml, jobs: u64, context: &str) {
+    let done_txt = std::fs::read_to_string(nvml.env.path("done.txt")).unwrap_or_default();
+    let lines: Vec<(u64, u64)> = done_txt
+        .lines()
+        .filter_map(|l| {
+            let (n, a) = l.split_once(' ')?;
+            Some((n.parse().ok()?, a.trim().parse().ok()?))
+        })
+        .collect();
+    for no in 1..=jobs {
+        let key = nvml.env.key_of(no);
+        // Each outcome with the attempt it ends (the latest start before it).
+        let mut attempt = 0;
+        let mut outcomes = Vec::new();
+        for event in nvml.env.journal() {
+            if event["key"] != key.as_str() {
+                continue;
+            }
+            match event["event"].as_str() {
+                Some("started") => attempt = event["attempt"].as_u64().unwrap_or(0),
+                Some("done") => outcomes.push((attempt, event["status"].to_string())),
+                Some("interrupted") => outcomes.push((attempt, "interrupted".to_string())),
+                _ => {}
+            }
+        }
+        let ok: Vec<u64> = outcomes
+            .iter()
+            .filter(|(_, s)| s.contains("ok"))
+            .map(|(a, _)| *a)
+            .collect();
+        assert_eq!(ok.len(), 1, "job {no}: outcomes {outcomes:?}\n{context}");
+        let written: Vec<u64> = lines
+            .iter()
+            .filter(|(n, _)| *n == no)
+            .map(|(_, a)| *a)
+            .collect();
+        assert_eq!(
+            written.iter().filter(|&&a| a == ok[0]).count(),
+            1,
+            "job {no}'s ok attempt {} wrote {written:?}\n{done_txt}\n{context}",
+            ok[0]
+        );
+        for extra in written.iter().filter(|&&a| a != ok[0]) {
+            assert!(
+                outcomes.contains(&(*extra, "interrupted".to_string())),
+                "job {no}'s attempt {extra} wrote its line but was not interrupted: {outcomes:?}\n{context}"
+            );
+        }
+    }
 }
 
 /// `scancel` while jobs start, run and end, 10 times in a row in each

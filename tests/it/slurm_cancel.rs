@@ -50,16 +50,18 @@ fn cancel_and_wait(id: u64) {
     );
 }
 
-/// One round: four 2 s jobs, one per GPU at a time, in a two-GPU
-/// allocation; `scancel` at `moment` (0: as the first job starts, 1: a
-/// second later, while they run, 2: as the first one ends); the same
-/// script submitted again finishes the sweep.
+/// One round: four 1 s jobs, one after another in a one-GPU allocation
+/// (the two modes' rounds side by side take two of the test cluster's
+/// four GPUs, leaving the others to the rest of the suite); `scancel` at
+/// `moment` (0: as the first job starts, 1: half a second later, while it
+/// runs, 2: as the first one ends); the same script submitted again
+/// finishes the sweep.
 fn cancel_round(steps: bool, moment: usize) {
     let jobs: String = (1..=4)
-        .map(|n| format!("[vram=20000] sleep 2; echo {n} $GPUSCHED_ATTEMPT >> done.txt\n"))
+        .map(|n| format!("[vram=20000] sleep 1; echo {n} $GPUSCHED_ATTEMPT >> done.txt\n"))
         .collect();
     let nvml = Nvml::new(&jobs, FOUR_GPUS);
-    let mut args = vec!["--gpus", "2", "--time", "10m"];
+    let mut args = vec!["--gpus", "1", "--time", "10m"];
     if steps {
         args.push("--job-steps");
     }
@@ -72,7 +74,7 @@ fn cancel_round(steps: bool, moment: usize) {
     });
     if moment == 1 {
         // While they run: the moment is picked, nothing is asserted on it.
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(500));
     }
     cancel_and_wait(first);
     let first_out = pilot_output(&nvml, first);
@@ -166,8 +168,8 @@ fn assert_each_ended_ok_once(nvml: &Nvml, jobs: u64, context: &str) {
 }
 
 /// `scancel` while jobs start, run and end, 10 times in a row in each
-/// mode (the two modes side by side, each in its own allocation of two
-/// GPUs): the previous release journaled some killed jobs `failed
+/// mode (the two modes side by side, each in its own allocation of one
+/// GPU): the previous release journaled some killed jobs `failed
 /// (killed by SIGTERM)` and started new attempts in the dying
 /// allocation.
 #[test]

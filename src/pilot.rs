@@ -286,15 +286,23 @@ pub fn fits_before(now: f64, end: f64, bound_s: Option<f64>) -> bool {
     bound_s.is_none_or(|bound| now + bound <= end - WRAP_UP_S)
 }
 
+/// The value of parameter `name` in `scontrol show config`'s words
+/// (`KillWait                = 30 sec` → `30 sec`).
+pub fn config_value<'a>(config: &'a str, name: &str) -> Option<&'a str> {
+    config.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == name).then(|| value.trim())
+    })
+}
+
 /// `KillWait` (seconds) in `scontrol show config`'s words
 /// (`KillWait                = 30 sec`).
 pub fn parse_kill_wait(config: &str) -> Option<u64> {
-    config.lines().find_map(|line| {
-        let (name, value) = line.split_once('=')?;
-        (name.trim() == "KillWait")
-            .then(|| value.split_whitespace().next()?.parse().ok())
-            .flatten()
-    })
+    config_value(config, "KillWait")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// How long a pilot gives its jobs between SIGTERM and SIGKILL when its

@@ -486,33 +486,36 @@ pub fn time_left(id: u64) -> anyhow::Result<Option<f64>> {
     crate::pilot::parse_time_left(line).map_err(anyhow::Error::msg)
 }
 
-/// Slurm job `id`'s state as `squeue` gives it (`%T`: `RUNNING`,
-/// `COMPLETING`, `CANCELLED`, `TIMEOUT`, `NODE_FAIL`, …); `None` when the
-/// controller no longer knows it.
+/// Slurm job `id`'s states as `squeue --states=all` gives them (`%T`:
+/// `RUNNING`, `COMPLETING`, `CANCELLED`, `TIMEOUT`, `NODE_FAIL`, …; one
+/// per line, several for an array); none when the controller no longer
+/// knows it (`MinJobAge` after its end).
 ///
 /// Errors: `squeue` fails.
-pub fn job_state(id: u64) -> anyhow::Result<Option<String>> {
+fn job_states(id: u64) -> anyhow::Result<Vec<String>> {
+    let id = id.to_string();
     let out = match run(
-        &[
-            "squeue",
-            "-h",
-            "--states=all",
-            "-j",
-            &id.to_string(),
-            "-o",
-            "%T",
-        ],
+        &["squeue", "-h", "--states=all", "-j", &id, "-o", "%T"],
         None,
     ) {
         Ok(out) => out,
-        Err(e) if e.to_string().contains("Invalid job id") => return Ok(None),
+        Err(e) if e.to_string().contains("Invalid job id") => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     Ok(out
         .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(String::from))
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// Slurm job `id`'s state ([`job_states`], the first); `None` when the
+/// controller no longer knows it.
+///
+/// Errors: `squeue` fails.
+pub fn job_state(id: u64) -> anyhow::Result<Option<String>> {
+    Ok(job_states(id)?.into_iter().next())
 }
 
 /// The cluster's `KillWait` (slurm.conf(5)): seconds between the SIGTERM
@@ -546,26 +549,9 @@ pub fn hostnames(list: &str) -> anyhow::Result<Vec<String>> {
 ///
 /// Errors: `squeue` fails.
 pub fn is_active(id: u64) -> anyhow::Result<bool> {
-    let out = match run(
-        &[
-            "squeue",
-            "-h",
-            "--states=all",
-            "-j",
-            &id.to_string(),
-            "-o",
-            "%T",
-        ],
-        None,
-    ) {
-        Ok(out) => out,
-        // A job the controller has forgotten.
-        Err(e) if e.to_string().contains("Invalid job id") => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    Ok(out.lines().any(|state| {
+    Ok(job_states(id)?.iter().any(|state| {
         matches!(
-            state.trim(),
+            state.as_str(),
             "PENDING"
                 | "RUNNING"
                 | "COMPLETING"

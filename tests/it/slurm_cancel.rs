@@ -197,25 +197,12 @@ fn scancel_at_any_moment_interrupts_and_the_next_allocation_runs_each_job_once()
 /// Pids of live processes whose environment holds `marker` (a
 /// `NAME=value` pair).
 pub(crate) fn processes_marked(marker: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        if !zombie
-            && environ
-                .split(|&b| b == 0)
-                .any(|var| var == marker.as_bytes())
-        {
-            found.push(pid);
-        }
-    }
-    found
+    common::live_processes(|dir| {
+        std::fs::read(dir.join("environ"))
+            .unwrap_or_default()
+            .split(|&b| b == 0)
+            .any(|var| var == marker.as_bytes())
+    })
 }
 
 /// The cluster's `ProctrackType`.
@@ -224,13 +211,10 @@ fn proctrack() -> String {
         .args(["show", "config"])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once('=')?;
-            (name.trim() == "ProctrackType").then(|| value.trim().to_string())
-        })
+    let config = String::from_utf8_lossy(&out.stdout);
+    gpusched::pilot::config_value(&config, "ProctrackType")
         .unwrap_or_default()
+        .to_string()
 }
 
 /// The `freezer` line of a `/proc/PID/cgroup` copy: the cgroup's path.

@@ -55,6 +55,9 @@ pub struct Pilot {
     /// The jobs last said to wait for the next allocation, with what
     /// bounds them: said again only when this changes.
     pub said_waiting: Vec<(u32, Option<u64>, Option<u64>)>,
+    /// The wait reasons' generation ([`crate::state::LastRound`]) those
+    /// were read from: unchanged reasons are not read again.
+    pub said_generation: Option<u64>,
 }
 
 impl Pilot {
@@ -83,6 +86,7 @@ impl Pilot {
             wrapped_up: false,
             kill_wait_s: slurm::kill_wait_s().ok(),
             said_waiting: Vec::new(),
+            said_generation: None,
         };
         (pilot, first)
     }
@@ -296,6 +300,17 @@ impl Scheduler {
     /// and why — `job 7 needs up to 5m00s, 1m40s left before the
     /// wrap-up: for the next allocation` — when that list changed.
     pub(in crate::scheduler) fn tell_waiting_for_next_allocation(&mut self) {
+        let generation = self.round.reasons_generation;
+        // Every tick calls this: only a round that changed the reasons
+        // is read.
+        let seen = self
+            .io
+            .pilot
+            .as_mut()
+            .is_none_or(|p| p.said_generation.replace(generation) == Some(generation));
+        if seen {
+            return;
+        }
         let Some(pilot) = self.io.pilot.as_ref() else {
             return;
         };

@@ -425,6 +425,25 @@ impl Drop for Sched {
     }
 }
 
+/// Pids of live (not zombie) processes whose `/proc/PID` directory
+/// `matches`.
+pub fn live_processes(matches: impl Fn(&std::path::Path) -> bool) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && matches(&entry.path()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// Pids of non-zombie processes in process group `pgid`, from `/proc`.
 pub fn live_group_members(pgid: i64) -> Vec<i32> {
     let mut pids = Vec::new();

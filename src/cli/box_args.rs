@@ -12,11 +12,14 @@ use std::path::PathBuf;
 /// options, so that `reserve` and `release` see what it sees.
 #[derive(Debug, Args, Clone)]
 pub struct BoxArgs {
-    /// Simulated GPUs, as the scheduler's --sim N.
+    /// Simulated GPUs, as the scheduler's --sim N. Without it, the
+    /// scheduler of --log-dir's GPUs, else as many as a scheduler
+    /// simulated in --sim-dir or $GPUSCHED_SIM_DIR.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub sim: Option<u32>,
-    /// The simulated GPUs' directory, as the scheduler's --sim-dir.
-    #[arg(long, value_name = "DIR", requires = "sim")]
+    /// The simulated GPUs' directory, as the scheduler's --sim-dir
+    /// (default: $GPUSCHED_SIM_DIR, else LOG_DIR/sim).
+    #[arg(long, value_name = "DIR")]
     pub sim_dir: Option<PathBuf>,
     /// The ledger directory, as the scheduler's --ledger (default:
     /// $GPUSCHED_LEDGER, else /dev/shm/gpusched; with --sim:

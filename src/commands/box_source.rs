@@ -33,6 +33,7 @@ pub fn open_box(
     let followed = following_sim(&args.log_dir, create);
     let (sim, sim_dir, owner) = match (args.sim, followed) {
         (None, Some((count, dir, owner))) => (Some(count), Some(dir), Some(owner)),
+        (None, None) => (recorded_sim(args)?, args.sim_dir.clone(), None),
         _ => (args.sim, args.sim_dir.clone(), None),
     };
     let (backend, sim_dir) = if create {
@@ -51,6 +52,28 @@ pub fn open_box(
         BoxRules::max_reservation_s,
     );
     Ok((backend, ledger, rules))
+}
+
+/// Without `--sim` and without a scheduler to follow: the count of GPUs a
+/// scheduler simulated in `--sim-dir`, else `$GPUSCHED_SIM_DIR`
+/// (docs/BEHAVIOUR.md "Simulation"); `None` when neither is given (NVML).
+///
+/// Errors: the directory was named but no scheduler simulated GPUs there
+/// yet, or its count cannot be read.
+fn recorded_sim(args: &BoxArgs) -> anyhow::Result<Option<u32>> {
+    let (dir, named_by) = match (&args.sim_dir, std::env::var_os("GPUSCHED_SIM_DIR")) {
+        (Some(dir), _) => (dir.clone(), "--sim-dir"),
+        (None, Some(dir)) => (PathBuf::from(dir), "$GPUSCHED_SIM_DIR"),
+        (None, None) => return Ok(None),
+    };
+    match crate::gpu::sim::recorded_count(&dir)? {
+        Some(count) => Ok(Some(count)),
+        None => Err(crate::error::Error::Usage(format!(
+            "{named_by} names {}, where no scheduler has simulated GPUs yet: give --sim N, or start one there with --sim N first",
+            dir.display()
+        ))
+        .into()),
+    }
 }
 
 /// The GPUs a view (`top`, `serve`) reads: `sim` simulated GPUs in

@@ -80,6 +80,7 @@ impl SimBackend {
                 crate::files::io_reason(&e)
             ))
         })?;
+        record_count(dir, count);
         Ok(SimBackend {
             count,
             dir: dir.to_path_buf(),
@@ -121,6 +122,57 @@ impl SimBackend {
         self.topology = topology(self.count, nvlink);
         self
     }
+}
+
+/// The file in a simulated GPUs' directory that says how many GPUs it
+/// simulates, so that `top`, `serve` and `reserve` given only the
+/// directory (`--sim-dir`, `$GPUSCHED_SIM_DIR`) see as many. Not a
+/// `.json`, so never taken for a report.
+pub const COUNT_FILE: &str = "simulated-gpus";
+
+/// Writes `count` to `dir`'s [`COUNT_FILE`], atomically; best effort (a
+/// shared directory where another user's scheduler wrote it first keeps
+/// theirs).
+fn record_count(dir: &Path, count: u32) {
+    let path = dir.join(COUNT_FILE);
+    if recorded_count(dir).ok().flatten() != Some(count) {
+        let _ = crate::files::write_for_people(&path, format!("{count}\n").as_bytes());
+    }
+}
+
+/// The number of GPUs recorded in `dir` by a scheduler that simulated them
+/// there; `None` when none did. Read through a descriptor of the
+/// directory, as every file of a shared one is (no link followed, no FIFO
+/// waited on, a few bytes at most).
+///
+/// Errors: the directory cannot be opened, or the file is not a count
+/// from 1 to 64.
+pub fn recorded_count(dir: &Path) -> anyhow::Result<Option<u32>> {
+    use crate::dirfd::{Dir, DirError, Owner};
+    let opened = match Dir::open(dir, Owner::Any) {
+        Ok(opened) => opened,
+        Err(DirError::Missing) => return Ok(None),
+        Err(why) => anyhow::bail!("cannot read the simulated GPUs in {}: {why}", dir.display()),
+    };
+    let bytes = match opened.read(std::ffi::OsStr::new(COUNT_FILE), 16) {
+        Ok(bytes) => bytes,
+        Err(crate::trust::Untrusted::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(why) => anyhow::bail!("{}: {why}", dir.join(COUNT_FILE).display()),
+    };
+    String::from_utf8_lossy(&bytes)
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=64).contains(n))
+        .map(Some)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: not a GPU count from 1 to 64",
+                dir.join(COUNT_FILE).display()
+            )
+        })
 }
 
 /// How `count` simulated GPUs are connected: every pair at one host

@@ -40,3 +40,67 @@ fn top_names_jobs_in_columns_and_shows_whose_process_runs_outside_every_schedule
     std::fs::write(env.path("release"), "").unwrap();
     sched.stop();
 }
+
+/// docs/BEHAVIOUR.md "Simulation": with `$GPUSCHED_SIM_DIR` set, `top` and
+/// `reserve` run from anywhere see the GPUs a scheduler simulates there
+/// without `--sim N` repeated (the previous release read NVML and, on a
+/// machine without it, said it could not load libnvidia-ml.so.1); a
+/// directory where nothing was simulated yet asks for `--sim N`.
+#[test]
+fn top_and_reserve_take_the_gpu_count_from_the_sim_dir() {
+    let env = crate::common::Env::new("[vram=1000] sleep 30\n");
+    let sims = env.path("gpus");
+    let sched = env.spawn(&[
+        "--sim",
+        "3",
+        "--sim-dir",
+        sims.to_str().unwrap(),
+        "--poll",
+        "0.1",
+    ]);
+    wait_for("job 1 to run", &mut || !env.events("started").is_empty());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let verb = |args: &[&str], sim_dir: &std::path::Path| {
+        let out = std::process::Command::new(crate::common::bin())
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("GPUSCHED_SIM_DIR", sim_dir)
+            .env("GPUSCHED_BOX_RULES", "none")
+            .env_remove("GPUSCHED_LEDGER")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, top) = verb(&["top", "--once"], &sims);
+    assert_eq!(code, Some(0), "{top}");
+    assert!(top.contains("gpusched top — 3 GPUs"), "{top}");
+    assert!(top.contains("1000"), "job 1's booking is not shown: {top}");
+    let (code, said) = verb(
+        &["reserve", "--for", "10m", "--vram", "2000", "--gpu", "2"],
+        &sims,
+    );
+    assert_eq!(code, Some(0), "{said}");
+    let (code, list) = verb(&["reserve", "--list"], &sims);
+    assert_eq!(code, Some(0), "{list}");
+    assert!(
+        list.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("2") && l.contains("2000")),
+        "{list}"
+    );
+    let (code, said) = verb(&["reserve", "--list"], &env.path("nothing-here"));
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("where no scheduler has simulated GPUs yet: give --sim N"),
+        "{said}"
+    );
+    let (code, said) = verb(&["unreserve"], &sims);
+    assert_eq!(code, Some(0), "{said}");
+    let out = env.verb(&["cancel", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let _ = sched.finish();
+}

@@ -13,7 +13,7 @@
     reason = "requests in the scheduler's own log directory, used only when the owner's (docs/SECURITY.md)"
 )]
 
-use crate::control::ControlChange;
+use crate::control::{Control, ControlChange};
 use crate::control::{JobRequest, MAX_REQUEST_BYTES, ROOT_MARK, requests_dir};
 use crate::journal::{Event, Phase};
 use crate::scheduler::Scheduler;
@@ -129,6 +129,7 @@ impl Scheduler {
     fn change_control(&mut self, change: &ControlChange) -> anyhow::Result<()> {
         let mut control = self.core.control.clone();
         let said = control.apply(change);
+        let was_garbled = Control::load(&self.cfg.log_dir).1.is_some();
         control.save(&self.cfg.log_dir).map_err(|e| {
             crate::error::Error::io(
                 format!(
@@ -139,6 +140,12 @@ impl Scheduler {
             )
         })?;
         self.core.control = control;
+        if was_garbled {
+            self.report.say(format!(
+                "{} is a control file again (written afresh with what is in force)",
+                crate::control::control_path(&self.cfg.log_dir).display()
+            ));
+        }
         self.report.say(&said);
         if let ControlChange::Undrain { gpus } = change {
             for &gpu in gpus {

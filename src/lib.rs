@@ -47,6 +47,7 @@ pub mod state;
 pub mod timeline;
 pub mod trust;
 pub mod view;
+pub mod words;
 
 pub use error::exit_code_for;
 

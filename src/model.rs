@@ -312,8 +312,11 @@ impl<'de> Deserialize<'de> for JobState {
 pub enum SchedulerState {
     /// Dispatching jobs as they fit.
     Running,
-    /// No job left to start (no `--watch`); waiting for running ones.
-    Draining,
+    /// No job left to start (no `--watch`); waiting for the running ones
+    /// to end. Earlier versions wrote `draining`, which is still read
+    /// (the word now belongs to GPUs closed by `gpusched drain`).
+    #[serde(alias = "draining")]
+    Finishing,
     /// Dispatch paused: GPU queries fail, or the log directory cannot be
     /// written.
     PausedByErrors,
@@ -321,17 +324,17 @@ pub enum SchedulerState {
     Stopping,
     /// Ended by a signal.
     Stopped,
-    /// The queue drained and the scheduler exited.
+    /// The queue is done and the scheduler exited.
     Finished,
 }
 
 impl SchedulerState {
-    /// The word in status.json: `running`, `draining`, `paused-by-errors`,
+    /// The word in status.json: `running`, `finishing`, `paused-by-errors`,
     /// `stopping`, `stopped`, `finished`.
     pub const fn as_str(self) -> &'static str {
         match self {
             SchedulerState::Running => "running",
-            SchedulerState::Draining => "draining",
+            SchedulerState::Finishing => "finishing",
             SchedulerState::PausedByErrors => "paused-by-errors",
             SchedulerState::Stopping => "stopping",
             SchedulerState::Stopped => "stopped",
@@ -416,7 +419,7 @@ mod tests {
             serde_json::to_string(&SchedulerState::PausedByErrors).unwrap(),
             "\"paused-by-errors\""
         );
-        assert!(SchedulerState::Finished.is_final() && !SchedulerState::Draining.is_final());
+        assert!(SchedulerState::Finished.is_final() && !SchedulerState::Finishing.is_final());
     }
 }
 
@@ -437,8 +440,13 @@ pub struct DeclarationCheck {
 pub enum Fit {
     /// Within ±`--tolerance` of the declaration.
     Within,
-    /// The declaration was larger than needed: lowering it frees room.
-    TooLarge,
-    /// The peak went beyond the declaration: raise it.
-    TooSmall,
+    /// Over-declared: the peak stayed under the declaration by more than
+    /// `--tolerance`, so lowering it frees room. Earlier versions wrote
+    /// `too_large`, which is still read.
+    #[serde(alias = "too_large")]
+    OverDeclared,
+    /// The peak exceeded the declaration beyond `--tolerance`: raise it.
+    /// Earlier versions wrote `too_small`, which is still read.
+    #[serde(alias = "too_small")]
+    Exceeded,
 }

@@ -23,6 +23,10 @@ pub struct Config {
     /// The scheduler's working directory: where a job without `cwd=`
     /// runs.
     pub workdir: Option<PathBuf>,
+    /// The arguments it was started with, after the program's name, each
+    /// URL in them cut to its scheme and host (a webhook's secret is in
+    /// its path): what the hints to start it again repeat.
+    pub command: Vec<String>,
     /// Placement options (margin, idle threshold, spike buffer, exclusive).
     pub place: PlaceOptions,
     /// `--tolerance`, a fraction.

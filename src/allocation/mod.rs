@@ -721,7 +721,8 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
             )
         };
         return Some(format!(
-            "needs {wanted} GPUs but only {} {} allowed{}{missing}{mig}",
+            "needs {} but only {} {} allowed{}{missing}{mig}",
+            crate::words::count(wanted, "GPU"),
             allowed.len(),
             if allowed.len() == 1 { "is" } else { "are" },
             if request.on_mask.is_some() {
@@ -750,12 +751,20 @@ fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -
     if big_enough < wanted {
         let largest = gpus.iter().map(|g| g.total_mib).max().unwrap_or(0);
         return Some(format!(
-            "needs {vram} MiB + {} MiB margin = {need} MiB on {wanted} GPU(s), but {} (largest GPU has {largest} MiB)",
+            "needs {vram} MiB + {} MiB margin = {need} MiB on {}, but {} (largest GPU has {largest} MiB)",
             opts.margin_mib,
+            crate::words::count(wanted, "GPU"),
             if big_enough == 0 {
                 "no allowed GPU is that large".to_string()
             } else {
-                format!("only {big_enough} allowed GPU(s) are that large")
+                format!(
+                    "only {} that large",
+                    if big_enough == 1 {
+                        "1 allowed GPU is".to_string()
+                    } else {
+                        format!("{big_enough} allowed GPUs are")
+                    }
+                )
             }
         ));
     }

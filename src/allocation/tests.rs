@@ -713,7 +713,7 @@ fn an_on_list_naming_a_gpu_the_box_lacks_says_so() {
     match place(&on_seven, &[gpu(0), gpu(1)], &opts()) {
         Placement::Infeasible(reason) => assert_eq!(
             reason,
-            "needs 1 GPUs but only 0 are allowed by its on= and --gpus; its on= names GPU 7, which is not among this scheduler's GPUs (0, 1)"
+            "needs 1 GPU but only 0 are allowed by its on= and --gpus; its on= names GPU 7, which is not among this scheduler's GPUs (0, 1)"
         ),
         other => panic!("expected infeasible, got {other:?}"),
     }

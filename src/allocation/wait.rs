@@ -282,6 +282,7 @@ impl std::fmt::Display for WaitReason {
                 room,
                 most_free,
             } => {
+                // One GPU is the arm above: always a plural here.
                 write!(f, "needs {need_mib} MiB × {gpus} GPUs; ")?;
                 let list = crate::console::gpu_ids(room, ", ");
                 match room.len() {

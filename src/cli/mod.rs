@@ -252,9 +252,10 @@ pub enum Command {
     /// gpusched inside an allocation instead: `gpusched export --slurm
     /// --pilot --gpus 4 --time 4h jobs.txt > pilot.sh; sbatch pilot.sh`.
     Export(ExportArgs),
-    /// Print a shell completion script: `gpusched completions bash >
-    /// ~/.local/share/bash-completion/completions/gpusched` (zsh: into a
-    /// directory on $fpath as `_gpusched`; fish: into
+    /// Print a shell completion script: `mkdir -p
+    /// ~/.local/share/bash-completion/completions && gpusched completions
+    /// bash > ~/.local/share/bash-completion/completions/gpusched` (zsh:
+    /// into a directory on $fpath as `_gpusched`; fish: into
     /// ~/.config/fish/completions/gpusched.fish).
     Completions(CompletionsArgs),
     /// Print the man page (roff), or install it beside this binary with
@@ -356,9 +357,12 @@ pub struct RunArgs {
     /// How a declared job chooses among the GPUs it fits on: `spread` (a
     /// GPU where nobody's job runs first, the least loaded; it shares a
     /// GPU by best fit only when every GPU has work, and never beside a
-    /// job of ours computing flat out: sharing buys concurrency, not
-    /// speed) or `pack` (best fit always, the fullest GPU that fits: for
-    /// small memory-bound jobs, keeping GPUs whole for large ones).
+    /// job of ours computing flat out, at 90 % or more: sharing buys
+    /// concurrency, not speed; a job whose family was measured to share
+    /// well, its runs beside another job under 1.25× its runs alone, is
+    /// placed by best fit at once) or `pack` (best fit always, the fullest
+    /// GPU that fits: for small memory-bound jobs, keeping GPUs whole for
+    /// large ones).
     #[arg(long, value_name = "HOW", default_value = "spread")]
     pub placement: crate::allocation::PlacementPolicy,
 
@@ -373,7 +377,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SEC", default_value_t = 600.0, value_parser = parse_seconds)]
     pub reserve_after: f64,
 
-    /// Stay up after the queue drains and wait for new lines in JOBS_FILE.
+    /// Stay up when the queue is done and wait for new lines in JOBS_FILE.
     #[arg(long)]
     pub watch: bool,
 
@@ -485,10 +489,13 @@ pub struct RunArgs {
 
     /// POST a JSON message to this URL when a job fails (see --notify-on):
     /// a `text` line for people (Slack and Mattermost incoming webhooks
-    /// show it as is) and the job's facts. Repeat for several URLs; also
-    /// read from $GPUSCHED_NOTIFY (URLs separated by spaces). Sent off the
-    /// scheduling loop: 10 s per try, 3 tries; each outcome at most once,
-    /// also across restarts.
+    /// show it as is) and the job's facts; `mailto:ADDRESS` sends it as an
+    /// e-mail instead, through the SMTP relay $GPUSCHED_SMTP names
+    /// (HOST:PORT), else the system's sendmail. Repeat for several; also
+    /// read from $GPUSCHED_NOTIFY (separated by spaces). Sent off the
+    /// scheduling loop: 10 s per try; a message that did not go is tried
+    /// again after 1 s, doubling up to 60 s, for up to 24 h; each outcome
+    /// at most once, also across restarts.
     #[arg(
         long,
         value_name = "URL",
@@ -497,10 +504,7 @@ pub struct RunArgs {
     )]
     pub notify: Vec<String>,
 
-    /// What --notify posts, comma-separated: failed (every ending but ok
-    /// and cancelled: failed, failed_oom, host_oom, exceeded_declaration,
-    /// timeout, infeasible, dependency_failed), ok, all, drained (nothing
-    /// runs or waits any more), paused (GPU queries or writes failing).
+    /// What --notify posts, comma-separated (the events are below).
     #[arg(
         long,
         value_name = "EVENTS",

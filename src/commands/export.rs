@@ -56,8 +56,8 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
     let log_dir = absolute(&args.log_dir);
     let options = args.slurm.options();
     let mut out = format!(
-        "#!/bin/sh\n# {} job(s) of {} for Slurm, as `gpusched {} --slurm` would submit them (named for people: name=, else job<number>).\nset -e\nmkdir -p {}\n",
-        specs.len(),
+        "#!/bin/sh\n# {} of {} for Slurm, as `gpusched {} --slurm` would submit them (named for people: name=, else job<number>).\nset -e\nmkdir -p {}\n",
+        crate::words::count(specs.len(), "job"),
         path.display(),
         path.display(),
         slurm::shell_quote(&log_dir.display().to_string())
@@ -250,14 +250,15 @@ fn pilot_script(
     let q = |p: &std::path::Path| slurm::shell_quote(&p.display().to_string());
     let mut out = format!(
         "#!/bin/bash\n\
-         # A gpusched pilot for {jobs} ({count} job(s)): one Slurm allocation of {gpus} GPU(s){per_node}; gpusched\n\
+         # A gpusched pilot for {jobs} ({count}): one Slurm allocation of {gpu_count}{per_node}; gpusched\n\
          # inside it packs the jobs onto them, starts none that cannot end in time, and {wrap} s before\n\
          # the end stops what runs so that the next allocation runs it again, exactly once.\n\
          # Written by `gpusched export --slurm --pilot`; submit it with `sbatch THIS_FILE`.\n\
          #SBATCH --job-name=gpusched-pilot\n\
          #SBATCH --gres=gpu:{gpus}\n",
         jobs = pilot.jobs_file.display(),
-        count = pilot.jobs,
+        count = crate::words::count(pilot.jobs, "job"),
+        gpu_count = crate::words::count(sizing.gpus, "GPU"),
         gpus = sizing.gpus,
         per_node = match sizing.nodes {
             1 => String::new(),

@@ -48,7 +48,11 @@ pub fn run(args: &GridArgs) -> anyhow::Result<i32> {
         return Ok(0);
     };
     crate::edit::append_lines(file, &lines, |_| Ok(()))?;
-    eprintln!("appended {} line(s) to {}", lines.len(), file.display());
+    eprintln!(
+        "appended {} to {}",
+        crate::words::count(lines.len(), "line"),
+        file.display()
+    );
     Ok(0)
 }
 

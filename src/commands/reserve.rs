@@ -355,7 +355,8 @@ fn check_quota(b: &Box_, gpu: u32, mib: u64) -> Result<(), Error> {
         && gpus.len() as u32 > limit
     {
         return Err(Error::Usage(format!(
-            "quota: {user} may hold {limit} GPUs, and this would be {} (jobs and reservations count)",
+            "quota: {user} may hold {}, and this would be {} (jobs and reservations count)",
+            crate::words::count(limit, "GPU"),
             gpus.len()
         )));
     }

@@ -85,8 +85,9 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
         if !warned && crate::lockfile::holder(&args.log_dir).is_none() {
             warned = true;
             eprintln!(
-                "gpusched: no scheduler is running with log directory {}; waiting for one to run job(s) {}",
+                "gpusched: no scheduler is running with log directory {}; waiting for one to run {} {}",
                 args.log_dir.display(),
+                crate::words::noun_for(left.len(), "job"),
                 left.join(", ")
             );
         }
@@ -95,8 +96,9 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<i32> {
         if let Some(deadline) = deadline {
             if now >= deadline {
                 eprintln!(
-                    "gpusched: gave up after {} s; still waiting for job(s) {}",
+                    "gpusched: gave up after {} s; still waiting for {} {}",
                     args.timeout.unwrap_or_default(),
+                    crate::words::noun_for(left.len(), "job"),
                     left.join(", ")
                 );
                 return Ok(TIMED_OUT);
@@ -129,7 +131,11 @@ fn report(waited: &BTreeMap<String, Option<IndexedJob>>) -> i32 {
         .iter()
         .map(|(status, n)| format!("{n} {status}"))
         .collect();
-    println!("{} job(s) ended: {}", waited.len(), summary.join(", "));
+    println!(
+        "{} ended: {}",
+        crate::words::count(waited.len(), "job"),
+        summary.join(", ")
+    );
     i32::from(counts.keys().any(|s| s != "ok"))
 }
 

@@ -173,8 +173,8 @@ impl Cluster {
             Err(e) => {
                 if !self.failing {
                     self.said.push(Said::Warning(format!(
-                        "cannot ask Slurm for the state of {} job(s) ({e:#}); they are kept as running and asked again every --poll",
-                        ids.len()
+                        "cannot ask Slurm for the state of {} ({e:#}); they are kept as running and asked again every --poll",
+                        crate::words::count(ids.len(), "job")
                     )));
                     self.failing = true;
                 }
@@ -200,7 +200,8 @@ impl Cluster {
         }
         if let Err(e) = self.slurm.release(&held) {
             self.said.push(Said::Warning(format!(
-                "cannot release held Slurm job(s) {held:?}: {e:#}"
+                "cannot release held Slurm {} {held:?}: {e:#}",
+                crate::words::noun_for(held.len(), "job")
             )));
         }
         true

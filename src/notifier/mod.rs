@@ -22,15 +22,16 @@ use std::time::{Duration, Instant};
 /// What `--notify-on` may pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum NotifyOn {
-    /// Jobs that did not succeed: failed, failed_oom, host_oom, timeout, infeasible,
-    /// dependency_failed (the default).
+    /// Jobs that did not succeed: failed, failed_oom, host_oom,
+    /// exceeded_declaration, timeout, infeasible, dependency_failed (the
+    /// default).
     Failed,
     /// Jobs that ended ok.
     Ok,
-    /// Every job outcome (cancelled included), the drained queue and a
-    /// pause on errors.
+    /// Every job outcome (cancelled included) and every event below.
     All,
-    /// The queue drained: nothing runs or waits any more.
+    /// The queue is done: nothing runs or waits any more (the event
+    /// keeps the name it had in earlier versions).
     Drained,
     /// Dispatch paused because GPU queries or writes fail, and resumed.
     Paused,
@@ -85,7 +86,7 @@ impl Filter {
             }
     }
 
-    /// Whether the drained queue is posted.
+    /// Whether the queue done is posted.
     pub fn wants_drained(&self) -> bool {
         self.all || self.drained
     }
@@ -361,7 +362,8 @@ impl Message {
                     .collect::<Vec<_>>()
                     .join(", ");
                 let text = format!(
-                    "gpusched on {at}: queue drained ({summary}) — {}",
+                    "gpusched on {at}: {} ({summary}) — {}",
+                    crate::words::QUEUE_DONE,
                     scheduler.jobs_file
                 );
                 (
@@ -416,6 +418,20 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A message not delivered this long after it was queued is given up
 /// (said once, and its outcome counted as told).
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// How a message is sent and tried again, in the words `--notify`'s help,
+/// the README and the warning about a failing endpoint all use (a test
+/// holds the first two to it): `10 s per try; a message that did not go
+/// is tried again after 1 s, doubling up to 60 s, for up to 24 h`.
+pub fn retry_schedule() -> String {
+    format!(
+        "{} s per try; a message that did not go is tried again after {} s, doubling up to {} s, for up to {} h",
+        POST_TIMEOUT.as_secs(),
+        BACKOFF.as_secs(),
+        BACKOFF_MAX.as_secs(),
+        MAX_AGE.as_secs() / 3600
+    )
+}
 
 /// A message handed to the sender thread, and the job key to report
 /// back once it went to every endpoint.
@@ -634,10 +650,9 @@ fn try_post(
         Err(reason) => {
             if *streak == 0 {
                 said.warn(format!(
-                    "--notify {}: {reason}; messages to it are kept and tried again (every 1 s, doubling up to {} s) until it answers, for up to {} h; jobs are unaffected",
+                    "--notify {}: {reason}; messages to it are kept ({}); jobs are unaffected",
                     redact(url),
-                    BACKOFF_MAX.as_secs(),
-                    MAX_AGE.as_secs() / 3600
+                    retry_schedule()
                 ));
             }
             *streak += 1;

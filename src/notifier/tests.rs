@@ -69,7 +69,7 @@ fn a_message_has_a_line_for_people_and_the_facts_for_programs() {
     );
     assert_eq!(
         drained.text,
-        "gpusched on ada@box: queue drained (1 failed, 9 ok) — /home/ada/jobs.txt"
+        "gpusched on ada@box: queue done (1 failed, 9 ok) — /home/ada/jobs.txt"
     );
     assert_eq!(serde_json::to_value(&drained).unwrap()["counts"]["ok"], 9);
 }

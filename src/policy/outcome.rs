@@ -55,9 +55,9 @@ pub fn check_declaration(
     let ratio = peak as f64 / declared.max(1) as f64;
     let percent = ((ratio - 1.0).abs() * 100.0).round().min(u32::MAX as f64) as u32;
     let fit = if beyond_declaration(declared, peak, tolerance) {
-        Fit::TooSmall
+        Fit::Exceeded
     } else if ratio < 1.0 - tolerance {
-        Fit::TooLarge
+        Fit::OverDeclared
     } else {
         Fit::Within
     };
@@ -349,8 +349,8 @@ mod tests {
         assert_eq!(check(Some(100), None), None);
         assert_eq!(check(Some(8000), Some(8700)), fit(Fit::Within, 9));
         assert_eq!(check(Some(8000), Some(7300)), fit(Fit::Within, 9));
-        assert_eq!(check(Some(8000), Some(4000)), fit(Fit::TooLarge, 50));
-        assert_eq!(check(Some(8000), Some(10000)), fit(Fit::TooSmall, 25));
+        assert_eq!(check(Some(8000), Some(4000)), fit(Fit::OverDeclared, 50));
+        assert_eq!(check(Some(8000), Some(10000)), fit(Fit::Exceeded, 25));
     }
 
     #[test]

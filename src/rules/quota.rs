@@ -63,14 +63,18 @@ impl std::fmt::Display for Over {
     /// As in a wait reason after "quota: alice ": `uses 2 of 2 GPUs`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Over::Gpus(used, limit) => write!(f, "uses {used} of {limit} GPUs"),
+            Over::Gpus(used, limit) => {
+                write!(f, "uses {used} of {}", crate::words::count(*limit, "GPU"))
+            }
             Over::Vram(used, limit, more) => {
                 write!(
                     f,
                     "books {used} of {limit} MiB (this job needs {more} more)"
                 )
             }
-            Over::Running(used, limit) => write!(f, "runs {used} of {limit} jobs"),
+            Over::Running(used, limit) => {
+                write!(f, "runs {used} of {}", crate::words::count(*limit, "job"))
+            }
         }
     }
 }
@@ -128,7 +132,10 @@ pub fn never_fits(user: &str, quota: &Quota, request: &Request, gpu_mib: u64) ->
     if let Some(limit) = quota.max_gpus
         && gpus > limit
     {
-        return Some(format!("needs {gpus} GPUs, but {user}'s quota is {limit}"));
+        return Some(format!(
+            "needs {}, but {user}'s quota is {limit}",
+            crate::words::count(gpus, "GPU")
+        ));
     }
     let mib = booked_per_gpu(request, gpu_mib).saturating_mul(u64::from(gpus));
     if let Some(limit) = quota.max_vram_mib

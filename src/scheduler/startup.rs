@@ -294,8 +294,8 @@ impl Scheduler {
         let total: usize = counts.values().sum();
         if total > 0 {
             self.report.say(format!(
-                "resuming: {total} of {} job(s) already finished in {} ({}); skipping them (--fresh runs everything again)",
-                self.core.jobs.specs.len(),
+                "resuming: {total} of {} already finished in {} ({}); skipping them (--fresh runs everything again)",
+                crate::words::count(self.core.jobs.specs.len(), "job"),
                 self.io.journal.path().display(),
                 counts
                     .iter()
@@ -510,6 +510,10 @@ fn config(args: &RunArgs) -> Config {
         verbose: args.verbose,
         allowed: args.gpus.as_ref().map(|g| g.0.clone()),
         workdir: std::env::current_dir().ok(),
+        command: std::env::args_os()
+            .skip(1)
+            .map(|a| crate::notifier::redact_urls(&a.to_string_lossy()))
+            .collect(),
         reserve_after: Duration::from_secs_f64(args.reserve_after),
         auto_vram: args.auto_vram,
         framework_caps: !args.no_framework_caps,
@@ -641,9 +645,10 @@ fn open_journal(cfg: &Config, fresh: bool) -> anyhow::Result<Journal> {
     );
     if !replay.bad_lines.is_empty() {
         warn(&format!(
-            "{}: skipped {} torn or garbled line(s) (line {}); the rest of the journal is used",
+            "{}: skipped {} torn or garbled {} (line {}); the rest of the journal is used",
             journal_path.display(),
             replay.bad_lines.len(),
+            crate::words::noun_for(replay.bad_lines.len(), "line"),
             replay
                 .bad_lines
                 .iter()

@@ -485,10 +485,10 @@ pub fn render(log_dir: &Path) -> anyhow::Result<String> {
         &svg::Options {
             utc_offset_s: crate::console::utc_offset_s(run.start),
             subtitle: format!(
-                "{} · {} attempt(s) on {} GPU(s) · drawn {}",
+                "{} · {} on {} · drawn {}",
                 log_dir.display(),
-                run.attempts.len(),
-                run.gpus.len(),
+                crate::words::count(run.attempts.len(), "attempt"),
+                crate::words::count(run.gpus.len(), "GPU"),
                 crate::console::date_time(now)
             ),
         },

@@ -301,7 +301,8 @@ fn bars(
             .collect();
         let _ = write!(
             out,
-            r#"<g class="bar many"><title>{total} short attempt(s) on GPU {gpu}: {}</title><rect x="{px}" y="{:.1}" width="1" height="{:.1}"/></g>"#,
+            r#"<g class="bar many"><title>{} on GPU {gpu}: {}</title><rect x="{px}" y="{:.1}" width="1" height="{:.1}"/></g>"#,
+            crate::words::count(total, "short attempt"),
             detail.join(", "),
             top + row as f64 * ROW,
             ROW - 2.0

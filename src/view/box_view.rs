@@ -466,8 +466,8 @@ impl BoxGpu {
 pub fn render_text(doc: &BoxDoc, width: usize) -> Vec<String> {
     let mut lines = vec![crate::console::shorten(
         &format!(
-            "gpusched top — {} GPUs — {}{}",
-            doc.gpus.len(),
+            "gpusched top — {} — {}{}",
+            crate::words::count(doc.gpus.len(), "GPU"),
             crate::console::date_time(doc.updated),
             doc.rules_file
                 .as_ref()

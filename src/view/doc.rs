@@ -231,7 +231,7 @@ pub fn job_status(
         job.declaration = done.declaration;
         job.exceeded_declaration = done
             .declaration
-            .is_some_and(|d| d.fit == crate::model::Fit::TooSmall);
+            .is_some_and(|d| d.fit == crate::model::Fit::Exceeded);
         // A job that ran has a log (a CPU-only or Slurm job's without GPUs
         // in its name); one that never started has none.
         if state.attempts > 0 {
@@ -373,6 +373,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
                 })
             }),
             cwd: input.cfg.workdir.as_ref().map(|d| d.display().to_string()),
+            command: input.cfg.command.clone(),
             jobs_file: input.core.jobs.path.display().to_string(),
             log_dir: input.cfg.log_dir.display().to_string(),
             watch: input.cfg.watch,

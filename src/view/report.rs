@@ -2,7 +2,6 @@
 //! declared-vs-actual verdict of a completion line, and the status board
 //! `<log_dir>/status.txt`.
 
-use crate::model::{DeclarationCheck, Fit};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -18,29 +17,6 @@ pub fn log_name(no: u32, gpus: &[u32]) -> String {
         return format!("job{no:03}.log");
     }
     format!("job{no:03}_gpu{}.log", crate::console::gpu_ids(gpus, "-"))
-}
-
-/// The declared-vs-actual verdict of a completion line (docs/BEHAVIOUR.md
-/// "Monitoring"), from the check made when the job ended: `declaration N
-/// MiB within ±T%`, `declared too much by N%` or `DECLARED TOO LITTLE by
-/// N%` (capitals: the job used more than it said, which can take a
-/// neighbour's memory), N relative to the declaration of `declared` MiB.
-pub fn verdict(check: DeclarationCheck, declared: u64, tolerance: f64) -> String {
-    let percent = check.percent;
-    match check.fit {
-        Fit::TooSmall => {
-            format!("DECLARED TOO LITTLE by {percent}% (declared {declared} MiB; raise it)")
-        }
-        Fit::TooLarge => {
-            format!(
-                "declared too much by {percent}% (declared {declared} MiB; lowering it frees room)"
-            )
-        }
-        Fit::Within => format!(
-            "declaration {declared} MiB within ±{:.0}%",
-            tolerance * 100.0
-        ),
-    }
 }
 
 /// Per-GPU peaks for a completion line: `peak GPU0 7950 MiB, GPU1 n/a`.
@@ -78,7 +54,7 @@ pub struct CompletionLine<'a> {
     pub observed: &'a crate::policy::outcome::Observations,
     /// The MPS memory limit (MiB per GPU) it ran out of memory at, under
     /// `--enforce mps`: said instead of the verdict, which would call a
-    /// job stopped at its limit as having declared too much.
+    /// job stopped at its limit as over-declared.
     pub mps_limit_mib: Option<u64>,
     /// `--tolerance`, for the verdict.
     pub tolerance: f64,
@@ -140,7 +116,7 @@ pub fn completion_line(c: &CompletionLine) -> String {
         (Some(declared), _, None) => {
             if let Some(check) = c.observed.declaration {
                 line.push_str(" — ");
-                line.push_str(&verdict(check, declared, c.tolerance));
+                line.push_str(&crate::words::verdict(check, declared, c.tolerance));
             }
         }
         (None, Some(p), None) => {
@@ -297,7 +273,7 @@ pub fn render_row(row: &BoardRow, width: usize) -> String {
             let unit = if gpus.len() > 1 { "MiB/GPU" } else { "MiB" };
             let declared = vram_mib.map_or(String::new(), |v| format!(" of {v}"));
             let unit = if *over {
-                format!("{unit} OVER")
+                format!("{unit} {}", crate::words::EXCEEDED)
             } else {
                 unit.to_string()
             };
@@ -459,8 +435,8 @@ pub fn learned_summary(
         };
         out.push_str(&crate::console::shorten(&format!("  {family}"), LINE_WIDTH));
         out.push_str(&format!(
-            "\n    predicted {predicted}, actual {actual} over {} ok run(s)\n",
-            peaks.len()
+            "\n    predicted {predicted}, actual {actual} over {}\n",
+            crate::words::count(peaks.len(), "ok run")
         ));
     }
     out
@@ -470,21 +446,6 @@ pub fn learned_summary(
 mod tests {
     use super::*;
     use crate::journal::DoneStatus;
-
-    #[test]
-    fn verdicts() {
-        let check = |fit, percent| DeclarationCheck { fit, percent };
-        assert_eq!(
-            verdict(check(Fit::Within, 9), 8000, 0.1),
-            "declaration 8000 MiB within ±10%"
-        );
-        assert!(
-            verdict(check(Fit::TooLarge, 50), 8000, 0.1).starts_with("declared too much by 50%")
-        );
-        assert!(
-            verdict(check(Fit::TooSmall, 25), 8000, 0.1).starts_with("DECLARED TOO LITTLE by 25%")
-        );
-    }
 
     #[test]
     fn durations() {

@@ -63,10 +63,39 @@ fn unattended(doc: &StatusDoc, width: usize) -> Vec<String> {
         return Vec::new();
     }
     let text = format!(
-        "{left} job(s) not finished and no scheduler to run them: start it again (`gpusched {} --watch`, or `systemctl --user start gpusched-NAME` if it is a service)",
-        doc.scheduler.jobs_file
+        "{} not finished and no scheduler to run them: start it again {} (or `systemctl --user start gpusched-NAME` if it is a service)",
+        crate::words::count(left, "job"),
+        restart_hint(
+            &doc.scheduler.jobs_file,
+            doc.scheduler.cwd.as_deref(),
+            &doc.scheduler.command
+        )
     );
     crate::view::board::wrap(&text, width)
+}
+
+/// How to start a scheduler again as it was started (docs/BEHAVIOUR.md
+/// "Stopping"): `in DIR with `gpusched ARGS…`` from its working
+/// directory and the arguments it was started with (status.json keeps
+/// both), and, where a URL among them was cut to its host, that it must
+/// be given in full again. Without the arguments (a status.json of an
+/// earlier version), `with `gpusched JOBS_FILE --watch``.
+pub fn restart_hint(jobs_file: &str, cwd: Option<&str>, command: &[String]) -> String {
+    if command.is_empty() {
+        return format!("with `gpusched {jobs_file} --watch`");
+    }
+    let quoted: Vec<String> = command
+        .iter()
+        .map(|a| shlex::try_quote(a).map_or_else(|_| a.clone(), |q| q.into_owned()))
+        .collect();
+    let mut hint = format!("with `gpusched {}`", quoted.join(" "));
+    if let Some(cwd) = cwd {
+        hint = format!("in {cwd} {hint}");
+    }
+    if command.iter().any(|a| a.contains("/…")) {
+        hint.push_str(", giving the URLs cut to their host here in full");
+    }
+    hint
 }
 
 /// Whether the scheduler runs and how old the data is.

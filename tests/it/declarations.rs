@@ -76,7 +76,7 @@ fn enforce_stop_stops_the_liar_before_it_takes_the_honest_job_down() {
     let out = env.run(&["--sim", "1", "--poll", "0.2", "--enforce", "stop"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.contains("job 1 uses")
+        out.stdout.contains("job 1 EXCEEDED its declaration")
             && out
                 .stdout
                 .contains("stopping it before it takes a neighbour down"),
@@ -114,7 +114,7 @@ fn without_enforcement_the_victim_is_retried_unbumped_and_the_liar_is_named() {
     let sched = env.spawn(&["--sim", "1", "--poll", "0.2", "--enforce", "warn"]);
     // While it runs, the board and status.json mark the liar.
     env.wait_for("the board to mark job 1 over its declaration", || {
-        env.board().contains("16000 of 8192 MiB OVER")
+        env.board().contains("16000 of 8192 MiB EXCEEDED")
     });
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(env.logs.join("status.json")).unwrap())

@@ -456,7 +456,7 @@ fn journal_with_older_keys_keeps_finished_jobs_finished() {
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(
-        out.stdout.contains("1 of 2 job(s) already finished"),
+        out.stdout.contains("1 of 2 jobs already finished"),
         "{}",
         out.stdout
     );

@@ -387,7 +387,9 @@ fn stop_keep_jobs_leaves_them_running_for_the_next_start() {
     // The previous release ended on `queue drained: 1 job(s) dispatched
     // this run; watching …/jobs.txt for new lines` as it exited.
     assert!(
-        !stopped.contains("queue drained") && !stopped.contains("watching"),
+        !stopped.contains("queue drained")
+            && !stopped.contains("queue done")
+            && !stopped.contains("watching"),
         "{}",
         stopped
     );
@@ -397,9 +399,16 @@ fn stop_keep_jobs_leaves_them_running_for_the_next_start() {
         .rev()
         .find(|l| !l.trim().is_empty() && !l.contains("] timeline: "))
         .unwrap_or_default();
+    let again = format!(
+        "start it again in {} with `gpusched {} --log-dir {} --sim 1 --poll 0.1 --watch`",
+        env.dir.path().display(),
+        env.jobs.display(),
+        env.logs.display()
+    );
     assert!(
-        last.contains("exiting and leaving 1 running job(s) running")
-            && last.contains("adopts them"),
+        last.contains("the scheduler exits and leaves 1 job running")
+            && last.contains("adopts them")
+            && last.contains(&again),
         "last line: {last}\n{}",
         stopped
     );

@@ -63,7 +63,7 @@ fn a_group_never_runs_more_than_its_limit_and_reaches_it() {
         ],
     );
     assert!(out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("appended 8 line(s)"), "{out:?}");
+    assert!(text(&out.stderr).contains("appended 8 lines"), "{out:?}");
     // A job outside the group, behind the sweep in the file.
     env.append_jobs("[vram=100M] sh -c 'echo other $(date +%s%N) >> other.txt'\n");
     let sched = env.spawn(&["--sim", "2", "--poll", "0.1", "--watch"]);

@@ -75,7 +75,7 @@ fn an_auto_sweep_learns_from_its_first_run_and_packs_three_at_a_time() {
     assert!(out.stdout.contains("auto 6.4G from"), "{}", out.stdout);
     assert!(
         out.stdout.contains(
-            "  SEED=# gpusched simjob --vram # --ramp # --hold # --util #\n    predicted 6601 MiB, actual 6000 MiB over 10 ok run(s)"
+            "  SEED=# gpusched simjob --vram # --ramp # --hold # --util #\n    predicted 6601 MiB, actual 6000 MiB over 10 ok runs"
         ),
         "{}",
         out.stdout

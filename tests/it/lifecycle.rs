@@ -413,21 +413,21 @@ fn framework_oom_messages_are_retried_and_host_memory_errors_are_not() {
 }
 
 /// docs/BEHAVIOUR.md "Board and terminal": a `--watch` scheduler says when
-/// its queue drained, with the summary, once per stretch of work, and
+/// its queue is done, with the summary, once per stretch of work, and
 /// says it again after an appended line ran.
 #[test]
-fn watch_says_when_the_queue_drained_and_again_after_an_append() {
+fn watch_says_when_the_queue_is_done_and_again_after_an_append() {
     let env = Env::new("echo one\n");
     let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
-    let drained = |sched: &common::Sched| sched.stdout().matches("queue drained: ").count();
+    let drained = |sched: &common::Sched| sched.stdout().matches("queue done: ").count();
     wait_for("the first drained line", &mut || drained(&sched) == 1);
     let said = sched.stdout();
-    assert!(said.contains("summary of 1 finished job(s):"), "{said}");
+    assert!(said.contains("summary of 1 finished job:"), "{said}");
     assert!(said.contains("for new lines"), "{said}");
     env.append_jobs("echo two\n");
     wait_for("the second drained line", &mut || drained(&sched) == 2);
     assert!(
-        sched.stdout().contains("summary of 2 finished job(s):"),
+        sched.stdout().contains("summary of 2 finished jobs:"),
         "{}",
         sched.stdout()
     );

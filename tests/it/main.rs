@@ -55,3 +55,4 @@ mod top;
 mod topology;
 mod verb_walk;
 mod verbs;
+mod vocabulary;

@@ -202,7 +202,7 @@ fn an_oom_at_the_mps_limit_says_so_and_is_retried_past_it() {
         .unwrap_or_default();
     assert!(
         line.contains("hit its MPS memory limit of 2048 MiB (its declaration): raise vram=")
-            && !line.contains("declared too much"),
+            && !line.contains("over-declared"),
         "{}",
         out.stdout
     );

@@ -212,3 +212,124 @@ fn every_cited_behaviour_section_exists() {
         "only {cited} citations found"
     );
 }
+
+/// `text` with every run of white space made one space, so that a
+/// sentence wrapped in Markdown or by `--help` matches.
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn help_of(args: &[&str]) -> String {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}");
+    flat(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn behaviour() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/BEHAVIOUR.md")).unwrap()
+}
+
+/// docs/BEHAVIOUR.md "Being told": what `--help`, the README and
+/// BEHAVIOUR say of `--notify` is the program's own: the retry schedule
+/// from its constants, every `--notify-on` event, the outcomes `failed`
+/// picks (from the filter itself), and e-mail with its relay variable.
+#[test]
+fn notify_help_and_docs_match_the_program() {
+    use gpusched::notifier::{Filter, NotifyOn};
+    use strum::VariantArray;
+    let help = help_of(&["--help"]);
+    let (readme, behaviour) = (flat(&readme()), flat(&behaviour()));
+    let schedule = gpusched::notifier::retry_schedule();
+    for (what, text) in [
+        ("--help", &help),
+        ("README", &readme),
+        ("BEHAVIOUR", &behaviour),
+    ] {
+        assert!(text.contains(&schedule), "{what} lacks {schedule:?}");
+        assert!(
+            text.contains("mailto:") && text.contains(gpusched::notifier::mail::SMTP_VAR),
+            "{what} does not say how to mail"
+        );
+    }
+    for on in <NotifyOn as clap::ValueEnum>::value_variants() {
+        let name = clap::ValueEnum::to_possible_value(on).unwrap();
+        let name = name.get_name();
+        assert!(help.contains(&format!("- {name}: ")), "--help lacks {name}");
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "README lacks `{name}`"
+        );
+    }
+    // The outcomes `failed` picks: each named in its help line, and the
+    // README names the ones it leaves out.
+    let failed = Filter::of(&[NotifyOn::Failed]);
+    let line = help
+        .split("- failed: ")
+        .nth(1)
+        .and_then(|rest| rest.split(" - ok: ").next())
+        .unwrap()
+        .to_string();
+    let words: Vec<&str> = line
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .collect();
+    let mut left_out = Vec::new();
+    for status in gpusched::model::DoneStatus::VARIANTS {
+        let word = status.as_str();
+        if failed.wants_outcome(*status) {
+            assert!(words.contains(&word), "`failed` picks {word}: {line}");
+        } else {
+            assert!(!words.contains(&word), "`failed` leaves out {word}: {line}");
+            left_out.push(format!("`{word}`"));
+        }
+    }
+    let but = format!("every ending but {}", left_out.join(" and "));
+    assert!(readme.contains(&but), "README lacks {but:?}");
+}
+
+/// The README's completions lines work on a fresh account, whose
+/// `~/.local/share` has no bash-completion directory yet.
+#[test]
+fn the_readmes_completions_lines_work_on_a_fresh_account() {
+    let readme = readme();
+    let lines: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.contains("bash-completion/completions"))
+        .collect();
+    assert!(!lines.is_empty(), "no completions line");
+    let home = tempfile::tempdir().unwrap();
+    let dir = std::path::Path::new(bin()).parent().unwrap();
+    let out = Command::new("sh")
+        .args(["-ec", &lines.join("\n")])
+        .env("HOME", home.path())
+        .env("PATH", common::path_with(dir))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = home
+        .path()
+        .join(".local/share/bash-completion/completions/gpusched");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("_gpusched"), "{text}");
+}
+
+/// docs/BEHAVIOUR.md "Spread or pack": the README and `--placement`'s help
+/// say when a job shares a GPU with the program's own thresholds — flat
+/// out and the slowdown under which a family counts as sharing well.
+#[test]
+fn spread_or_pack_is_said_where_users_look() {
+    let flat_out = format!("{} %", gpusched::allocation::SATURATED_UTIL);
+    let slowdown = format!("{}×", gpusched::policy::expected::SLOWS_WHEN_SHARING);
+    for (what, text) in [
+        ("--help", help_of(&["--help"])),
+        ("README", flat(&readme())),
+    ] {
+        for said in [&flat_out, &slowdown, &"share well".to_string()] {
+            assert!(text.contains(said.as_str()), "{what} lacks {said:?}");
+        }
+    }
+}

@@ -318,7 +318,7 @@ fn resume_skips_finished_jobs_and_fresh_reruns_them() {
     assert!(
         second
             .stdout
-            .contains("resuming: 2 of 2 job(s) already finished"),
+            .contains("resuming: 2 of 2 jobs already finished"),
         "{}",
         second.stdout
     );
@@ -379,7 +379,7 @@ fn attributed_peak_is_measured_and_unseen_is_na() {
     assert!(done[0]["duration_s"].as_f64().unwrap() >= 1.5);
     assert!(out.stdout.contains("peak GPU0 3000 MiB"), "{}", out.stdout);
     assert!(
-        out.stdout.contains("declared too much by 25%"),
+        out.stdout.contains("over-declared by 25%"),
         "{}",
         out.stdout
     );
@@ -400,7 +400,7 @@ fn overuse_is_warned_at_once() {
     let done = out.stdout.lines().position(|l| l.contains("✓ job 1 ok"));
     assert!(warn.is_some() && warn < done, "{}", out.stdout);
     assert!(
-        out.stdout.contains("DECLARED TOO LITTLE by 200%"),
+        out.stdout.contains("EXCEEDED its declaration by 200%"),
         "{}",
         out.stdout
     );
@@ -538,13 +538,14 @@ fn torn_journal_line_is_skipped_with_a_warning() {
     let out = env.run(&["--sim", "1", "--poll", "0.1"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(
-        out.stdout.contains("skipped 1 torn or garbled line(s)"),
+        out.stdout
+            .contains("skipped 1 torn or garbled line (line 7)"),
         "{}",
         out.stdout
     );
     assert!(
         out.stdout
-            .contains("resuming: 2 of 2 job(s) already finished"),
+            .contains("resuming: 2 of 2 jobs already finished"),
         "{}",
         out.stdout
     );

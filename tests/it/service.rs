@@ -109,7 +109,9 @@ fn service_install_writes_a_user_unit_that_systemd_accepts() {
 #[test]
 fn status_says_when_no_scheduler_runs_a_queue_with_work() {
     let env = Env::new("sleep 30\nsleep 30\n");
-    let sched = env.spawn(&["--sim", "1", "--poll", "0.1"]);
+    // A webhook's secret is in its path: kept nowhere.
+    let url = "https://hooks.example.org/services/T000/SECRET";
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--notify", url]);
     wait_for("status.json to show job 1 running", &mut || {
         std::fs::read_to_string(env.logs.join("status.json"))
             .ok()
@@ -123,9 +125,24 @@ fn status_says_when_no_scheduler_runs_a_queue_with_work() {
     let out = env.verb(&["status"]);
     let said = text(&out.stdout);
     assert!(
-        said.contains("2 job(s) not finished and no scheduler to run them"),
+        said.contains("2 jobs not finished and no scheduler to run them"),
         "{said}"
     );
+    // The hint repeats the run's own arguments (the previous release
+    // said `gpusched JOBS --watch`, losing --sim and --notify), the URL
+    // cut to its host and said so.
+    let flat = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    let command = format!(
+        "start it again in {} with `gpusched {} --log-dir {} --sim 1 --poll 0.1 --notify 'https://hooks.example.org/…'`, giving the URLs cut to their host here in full",
+        env.dir.path().display(),
+        env.jobs.display(),
+        env.logs.display()
+    );
+    assert!(flat.contains(&command), "{said}");
+    for file in ["status.json", "journal.jsonl", "status.txt"] {
+        let kept = std::fs::read_to_string(env.logs.join(file)).unwrap();
+        assert!(!kept.contains("SECRET"), "{file} keeps the secret");
+    }
     // The next start adopts job 1 and ends the test's jobs.
     let out = env.verb(&["cancel", "1"]);
     assert!(out.status.success(), "{out:?}");

@@ -506,7 +506,7 @@ fn squeue_failing_is_warned_once_and_its_return_said() {
         log_of(&env, 1).contains("running")
     });
     std::fs::write(&down, "").unwrap();
-    let warning = "cannot ask Slurm for the state of 1 job(s)";
+    let warning = "cannot ask Slurm for the state of 1 job";
     wait_for_within("the warning", SLURM_DEADLINE, &mut || {
         sched.stdout().contains(warning)
     });

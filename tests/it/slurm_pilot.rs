@@ -424,7 +424,7 @@ fn a_job_bounded_by_its_siblings_waits_and_the_pilot_says_so() {
     );
     assert!(
         out.contains(&format!(
-            "Slurm job {id}: left for the next allocation: 1 job(s): 2"
+            "Slurm job {id}: left for the next allocation: 1 job: 2"
         )),
         "{out}"
     );

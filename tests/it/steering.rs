@@ -59,7 +59,7 @@ fn status_json_progress_and_status_command_while_running_and_after() {
     });
     let live = status_json(&env);
     assert_valid(&live);
-    assert_eq!(live["scheduler"]["state"], "draining");
+    assert_eq!(live["scheduler"]["state"], "finishing");
     assert_eq!(live["scheduler"]["backend"], "sim");
     let running = job(&live, 1);
     assert_eq!(running["state"], "running");
@@ -75,7 +75,7 @@ fn status_json_progress_and_status_command_while_running_and_after() {
     assert!(shown.status.success());
     let shown = text(&shown.stdout);
     assert!(
-        shown.contains(&format!("scheduler pid {} draining", sched.pid())),
+        shown.contains(&format!("scheduler pid {} finishing", sched.pid())),
         "{shown}"
     );
     assert!(shown.contains("JOB  STATE"), "{shown}");
@@ -89,7 +89,7 @@ fn status_json_progress_and_status_command_while_running_and_after() {
     let out = sched.finish();
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(
-        out.stdout.contains("summary of 2 finished job(s):"),
+        out.stdout.contains("summary of 2 finished jobs:"),
         "{}",
         out.stdout
     );
@@ -105,7 +105,7 @@ fn status_json_progress_and_status_command_while_running_and_after() {
         dead.contains("no scheduler is running for this log dir"),
         "{dead}"
     );
-    assert!(dead.contains("summary of 2 finished job(s):"), "{dead}");
+    assert!(dead.contains("summary of 2 finished jobs:"), "{dead}");
     assert!(dead.contains("1500 / 2048 MiB"), "{dead}");
     let json = gpusched(&env, &["status", "--log-dir", "logs", "--json"]);
     assert_eq!(
@@ -315,4 +315,36 @@ fn metrics_are_valid_prometheus_text() {
         assert!(value.parse::<f64>().is_ok(), "{line}");
     }
     sched.stop();
+}
+
+/// docs/BEHAVIOUR.md "Pause and drain": a garbled control.json is said at
+/// start (nothing paused or drained), and the first pause or drain that
+/// writes it afresh says it is whole again (the previous release said
+/// nothing).
+#[test]
+fn a_garbled_control_file_is_said_and_so_is_its_repair() {
+    let env = Env::new("echo one\n");
+    std::fs::create_dir_all(&env.logs).unwrap();
+    std::fs::write(env.logs.join("control.json"), "{\"paused\": tru").unwrap();
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    wait_for("the warning", &mut || {
+        sched.stdout().contains("is not a control file")
+    });
+    let out = env.verb(&["pause"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("the repair to be said", &mut || {
+        sched
+            .stdout()
+            .contains("control.json is a control file again")
+    });
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.logs.join("control.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc["paused"], true, "{doc}");
+    let out = sched.stop();
+    assert!(
+        out.stdout.matches("is a control file again").count() == 1,
+        "{}",
+        out.stdout
+    );
 }

@@ -110,7 +110,7 @@ fn stop_under_load(stop: impl FnOnce(&Env, &Sched)) {
     let started = env.events("started").len();
     assert!(started >= 100, "{started} started");
     assert!(
-        out.stdout.contains("stopping ") && out.stdout.contains(" running job(s)"),
+        out.stdout.contains("stopping ") && out.stdout.contains(" running job"),
         "{}",
         out.stdout
     );
@@ -153,7 +153,7 @@ fn a_second_ctrl_c_ends_the_scheduler_at_once() {
     });
     sched.signal(Signal::SIGINT);
     wait_for("the stop to begin", &mut || {
-        sched.stdout().contains("stopping 20 running job(s)")
+        sched.stdout().contains("stopping 20 running jobs")
     });
     let asked = Instant::now();
     sched.signal(Signal::SIGINT);

@@ -100,8 +100,9 @@ impl Scheduler {
             }
             if job.begin_kill(KillReason::ExceededDeclaration, now, &mut self.io.launcher) {
                 self.report.warn(format!(
-                    "job {} uses {peak} MiB on a {declared} MiB declaration (+{:.0}%, over --tolerance {:.0}%): stopping it before it takes a neighbour down ({why}); SIGTERM to its process group {}, SIGKILL in {}s",
+                    "job {} {} its declaration: {peak} MiB on {declared} MiB declared (+{:.0}%, beyond --tolerance {:.0}%): stopping it before it takes a neighbour down ({why}); SIGTERM to its process group {}, SIGKILL in {}s",
                     job.no,
+                    crate::words::EXCEEDED,
                     (peak as f64 / declared as f64 - 1.0) * 100.0,
                     tolerance * 100.0,
                     job.pgid,

@@ -34,8 +34,8 @@ impl Scheduler {
                     .map(|j| j.no.to_string())
                     .collect();
                 self.report.warn(format!(
-                    "{} job(s) ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
-                    left.len(),
+                    "{} ({}) did not report their end in time; the next start records how they ended (from their exit records) and runs again those a kill reached",
+                    crate::words::count(left.len(), "job"),
                     left.join(", ")
                 ));
             }
@@ -65,9 +65,10 @@ impl Scheduler {
         self.tell_drained();
         self.print_summary();
         self.report.say(format!(
-            "queue drained in {}: {} job(s) dispatched this run{}; exit {code}",
+            "{} in {}: {} dispatched this run{}; exit {code}",
+            crate::words::QUEUE_DONE,
             crate::console::human_duration(self.now().ts - self.report.started_ts),
-            self.report.this_run.dispatched,
+            crate::words::count(self.report.this_run.dispatched, "job"),
             if any_failure {
                 " — some jobs did not succeed, see status.txt"
             } else {
@@ -105,8 +106,8 @@ impl Scheduler {
         } else {
             let numbers: Vec<String> = left.iter().map(u32::to_string).collect();
             self.report.say(format!(
-                "Slurm job {id}: left for the next allocation: {} job(s): {}",
-                left.len(),
+                "Slurm job {id}: left for the next allocation: {}: {}",
+                crate::words::count(left.len(), "job"),
                 numbers.join(", ")
             ));
         }

@@ -176,12 +176,14 @@ impl Scheduler {
         }
         if let Err(e) = self.io.launcher.flush() {
             self.report.warn(format!(
-                "the supervisor is gone before the start of this round's {released} job(s): {e}"
+                "the supervisor is gone before the start of this round's {}: {e}",
+                crate::words::count(released, "job")
             ));
         }
         if let Err(e) = self.io.launcher.release_all(&to_release) {
             self.report.warn(format!(
-                "cannot release Slurm job(s) {to_release:?} ({e:#}); the next poll tries again"
+                "cannot release Slurm {} {to_release:?} ({e:#}); the next poll tries again",
+                crate::words::noun_for(to_release.len(), "job")
             ));
         }
         Ok(())

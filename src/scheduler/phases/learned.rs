@@ -80,8 +80,9 @@ impl Scheduler {
         let (entries, bad) = history.read_new();
         if bad > 0 {
             self.report.warn(format!(
-                "history {}: skipped {bad} torn or garbled line(s)",
-                history.path().display()
+                "history {}: skipped {bad} torn or garbled {}",
+                history.path().display(),
+                crate::words::noun_for(bad, "line")
             ));
         }
         if entries.is_empty() {

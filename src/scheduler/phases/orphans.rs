@@ -310,8 +310,10 @@ impl Scheduler {
             taken.push(key.to_string());
         }
         if let Err(e) = self.io.launcher.release_all(&release) {
-            self.report
-                .warn(format!("cannot release Slurm job(s) {release:?}: {e:#}"));
+            self.report.warn(format!(
+                "cannot release Slurm {} {release:?}: {e:#}",
+                crate::words::noun_for(release.len(), "job")
+            ));
         }
         Ok(Some(taken))
     }

@@ -519,9 +519,10 @@ impl Scheduler {
         let (end, running) = (pilot.end(), self.core.running.len());
         match end {
             Some(end) => self.report.say(format!(
-                "SIGUSR2: Slurm job {id} ends at {}; only jobs known to end {} s before that start now, and {running} running job(s) go on until then",
+                "SIGUSR2: Slurm job {id} ends at {}; only jobs known to end {} s before that start now, and {} go on until then",
                 crate::console::clock_seconds(end),
-                WRAP_UP_S
+                WRAP_UP_S,
+                crate::words::count(running, "running job")
             )),
             None => self.report.say(format!(
                 "SIGUSR2: Slurm job {id} is ending; nothing more starts"

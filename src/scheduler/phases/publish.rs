@@ -31,7 +31,7 @@ impl Scheduler {
             if self.core.running.is_empty() {
                 SchedulerState::Finished
             } else {
-                SchedulerState::Draining
+                SchedulerState::Finishing
             }
         } else {
             SchedulerState::Running

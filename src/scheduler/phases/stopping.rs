@@ -68,8 +68,14 @@ impl Scheduler {
         self.take_reports();
         let left = self.core.running.len();
         self.report.say(format!(
-            "gpusched stop --keep-jobs: exiting and leaving {left} running job(s) running; the next start on {} adopts them and records how they end",
-            self.cfg.log_dir.display()
+            "gpusched stop --keep-jobs: the scheduler exits and leaves {} running; the next start on {} adopts them and records how they end: start it again {}",
+            crate::words::count(left, "job"),
+            self.cfg.log_dir.display(),
+            crate::view::screen::restart_hint(
+                &self.core.jobs.path.display().to_string(),
+                self.cfg.workdir.as_deref().map(|d| d.to_string_lossy()).as_deref(),
+                &self.cfg.command
+            )
         ));
         // Forgotten here, not ended: the journal says they started, and
         // their supervisor outlives us.
@@ -99,8 +105,8 @@ impl Scheduler {
             .retain(|_, job| !job.proc.outlives_scheduler());
         if self.core.running.len() < before {
             self.report.say(format!(
-                "{name}: gpusched stops; {} job(s) on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
-                before - self.core.running.len()
+                "{name}: gpusched stops; {} on the Slurm cluster keep running there (the next start picks them up; `gpusched cancel` or scancel stops them)",
+                crate::words::count(before - self.core.running.len(), "job")
             ));
         }
         // Inside an allocation the grace fits in Slurm's KillWait.
@@ -108,8 +114,8 @@ impl Scheduler {
             crate::pilot::stop_grace(p.kill_wait_s, process::KILL_GRACE)
         });
         self.report.say(format!(
-            "{name}: stopping {} running job(s) (SIGTERM now, SIGKILL after {}; press Ctrl-C again to kill at once); they will run again on the next start",
-            self.core.running.len(),
+            "{name}: stopping {} (SIGTERM now, SIGKILL after {}; press Ctrl-C again to kill at once); they will run again on the next start",
+            crate::words::count(self.core.running.len(), "running job"),
             crate::console::human_duration(grace.as_secs_f64())
         ));
         self.core.mode = Mode::Stopping {

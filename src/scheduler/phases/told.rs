@@ -290,8 +290,9 @@ impl Scheduler {
         self.report.told.drained_said = true;
         self.print_summary();
         self.report.say(format!(
-            "queue drained: {} job(s) dispatched this run; watching {} for new lines",
-            self.report.this_run.dispatched,
+            "{}: {} dispatched this run; watching {} for new lines",
+            crate::words::QUEUE_DONE,
+            crate::words::count(self.report.this_run.dispatched, "job"),
             self.core.jobs.path.display()
         ));
     }
@@ -338,8 +339,8 @@ impl Scheduler {
         });
         if !stale.is_empty() {
             self.report.say(format!(
-                "--notify: not posting {} outcome(s) older than {} h that an earlier scheduler could not send",
-                stale.len(),
+                "--notify: not posting {} older than {} h that an earlier scheduler could not send",
+                crate::words::count(stale.len(), "outcome"),
                 crate::notifier::MAX_AGE.as_secs() / 3600
             ));
         }
@@ -355,8 +356,8 @@ impl Scheduler {
             .collect();
         if !owed.is_empty() {
             self.report.say(format!(
-                "--notify: posting {} outcome(s) an earlier scheduler had not sent",
-                owed.len()
+                "--notify: posting {} an earlier scheduler had not sent",
+                crate::words::count(owed.len(), "outcome")
             ));
         }
         for (key, facts) in owed {
@@ -393,7 +394,8 @@ impl Scheduler {
         if pending > 0 {
             // Said at once: the wait below may take a while.
             self.report.say(format!(
-                "--notify: sending {pending} message(s) (up to {} s)",
+                "--notify: sending {} (up to {} s)",
+                crate::words::count(pending, "message"),
                 limit.as_secs()
             ));
             self.speak();

@@ -196,10 +196,10 @@ pub struct SchedulerStatus {
     /// and `reserve` see the same GPUs.
     #[serde(default)]
     pub sim_dir: Option<String>,
-    /// `running` (dispatching), `draining` (no job left to start; waiting for
-    /// running ones), `paused-by-errors` (GPU queries failing), `stopping`
-    /// (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or `finished`
-    /// (queue drained, exited).
+    /// `running` (dispatching), `finishing` (no job left to start; waiting
+    /// for running ones), `paused-by-errors` (GPU queries failing),
+    /// `stopping` (after Ctrl-C / SIGTERM), `stopped` (ended by a signal) or
+    /// `finished` (queue done, exited).
     pub state: SchedulerState,
     /// Why dispatching is paused by errors, when it is.
     pub paused_reason: Option<String>,
@@ -231,6 +231,12 @@ pub struct SchedulerStatus {
     /// it. Null when no waiting job's start is known.
     #[serde(default)]
     pub backfill: Option<BackfillStatus>,
+    /// The arguments it was started with, after the program's name, each
+    /// URL cut to its scheme and host (a webhook's secret is in its path):
+    /// what `gpusched status` repeats to start it again. Empty from
+    /// earlier versions.
+    #[serde(default)]
+    pub command: Vec<String>,
     /// The jobs file.
     pub jobs_file: String,
     /// The log directory.

@@ -47,13 +47,17 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
                 "{} / {}{}",
                 peak.map_or("n/a".into(), |p| format!("{p}")),
                 job.vram_mib.map_or("-".into(), |v| format!("{v} MiB")),
-                fit_mark(job.declaration)
+                crate::words::fit_mark(job.declaration)
             ),
             job.avg_util.map_or("-".into(), |u| format!("{u:.0}%")),
             job.shown_command(),
         ]);
     }
-    let _ = writeln!(out, "summary of {} finished job(s):", finished.len());
+    let _ = writeln!(
+        out,
+        "summary of {}:",
+        crate::words::count(finished.len(), "finished job")
+    );
     out.push_str(&table(&rows, width));
     out.push_str(&notes(doc, &finished, width));
     let mut gpu_rows = vec![[
@@ -77,17 +81,6 @@ pub fn summary_within(doc: &StatusDoc, width: usize) -> String {
         out.push_str(&table(&gpu_rows, width));
     }
     out
-}
-
-/// What the summary adds to a finished job's peak and declaration: the
-/// check made when it ended (` UNDER` beyond it, ` over` well under it).
-fn fit_mark(check: Option<crate::model::DeclarationCheck>) -> String {
-    use crate::model::Fit;
-    match check {
-        Some(c) if c.fit == Fit::TooSmall => format!(" UNDER +{}%", c.percent),
-        Some(c) if c.fit == Fit::TooLarge => format!(" over -{}%", c.percent),
-        _ => String::new(),
-    }
 }
 
 /// The lines under the jobs table: preempted jobs, jobs that probably ran

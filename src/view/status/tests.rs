@@ -25,6 +25,7 @@ pub(crate) fn sample_doc() -> StatusDoc {
             starvation_hold: None,
             backfill: None,
             cwd: None,
+            command: Vec::new(),
             jobs_file: "jobs.txt".into(),
             log_dir: "gpusched_logs".into(),
             ticks: 0,
@@ -167,7 +168,7 @@ fn render_of_a_finished_run_has_the_summary() {
         "{text}"
     );
     assert!(text.contains("5.0s ago"), "{text}");
-    assert!(text.contains("summary of 1 finished job(s):"), "{text}");
+    assert!(text.contains("summary of 1 finished job:"), "{text}");
     // queue wait 10 s, run 36 s, 0.010 GPU-hours, peak 3500 of 4000 MiB.
     assert!(
         text.contains("10s") && text.contains("36s") && text.contains("0.010"),
@@ -299,7 +300,7 @@ fn the_schema_and_the_struct_agree() {
     });
     for job in &mut doc.jobs {
         job.declaration = Some(crate::model::DeclarationCheck {
-            fit: crate::model::Fit::TooLarge,
+            fit: crate::model::Fit::OverDeclared,
             percent: 40,
         });
         job.progress = Some(ProgressStatus {

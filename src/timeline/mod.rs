@@ -126,6 +126,21 @@ pub struct Marker {
     pub no: u32,
 }
 
+/// A personal reservation over the time it kept memory on a GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservationBand {
+    /// The GPU.
+    pub gpu: u32,
+    /// MiB it kept.
+    pub mib: u64,
+    /// From and to (Unix seconds).
+    pub start: f64,
+    /// See `start`.
+    pub end: f64,
+    /// For people: `alice's reservation 3: 20000 MiB (notebook)`.
+    pub label: String,
+}
+
 /// A whole run, ready to draw.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Run {
@@ -139,6 +154,8 @@ pub struct Run {
     pub ours: BTreeMap<u32, Vec<(f64, u64)>>,
     /// Per GPU, others' memory as a step curve.
     pub others: BTreeMap<u32, Vec<(f64, u64)>>,
+    /// Personal reservations on the GPUs, from the usage record.
+    pub reservations: Vec<ReservationBand>,
     /// The time span drawn (Unix seconds).
     pub start: f64,
     /// See `start`.
@@ -266,9 +283,44 @@ pub fn build(
     }
     run.attempts
         .sort_by(|a, b| a.start.total_cmp(&b.start).then(a.no.cmp(&b.no)));
+    run.reservations = reservation_bands(samples);
     curves(&mut run, samples);
     frame(&mut run, samples, now);
     run
+}
+
+/// The personal reservations the usage record saw: each one's last line
+/// (its end moves when it goes early).
+fn reservation_bands(samples: &[usage::Sample]) -> Vec<ReservationBand> {
+    let mut last: BTreeMap<(String, u32), ReservationBand> = BTreeMap::new();
+    for sample in samples {
+        let Some(r) = &sample.reservation else {
+            continue;
+        };
+        let note = if r.note.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.note)
+        };
+        last.insert(
+            (r.user.clone(), r.id),
+            ReservationBand {
+                gpu: sample.gpu,
+                mib: sample.mib,
+                start: r.since,
+                end: r.until.max(r.since),
+                label: format!(
+                    "{}'s reservation {}: {} MiB{note}, {} to {}",
+                    r.user,
+                    r.id,
+                    sample.mib,
+                    crate::console::clock_seconds(r.since),
+                    crate::console::clock_seconds(r.until)
+                ),
+            },
+        );
+    }
+    last.into_values().collect()
 }
 
 /// Sets the run's time span (its first start or sample of one of our jobs
@@ -287,15 +339,26 @@ fn frame(run: &mut Run, samples: &[usage::Sample], now: f64) {
     for gpu in seen_gpus {
         run.gpus.entry(gpu).or_insert(0);
     }
-    let first = run.attempts.iter().map(|a| a.start);
-    let last = run.attempts.iter().map(|a| a.end);
+    for band in &run.reservations {
+        run.gpus.entry(band.gpu).or_insert(0);
+    }
+    let first = run
+        .attempts
+        .iter()
+        .map(|a| a.start)
+        .chain(run.reservations.iter().map(|r| r.start));
+    let last = run
+        .attempts
+        .iter()
+        .map(|a| a.end)
+        .chain(run.reservations.iter().map(|r| r.end.min(now)));
     // With jobs, the span is theirs: a `--watch` scheduler that waited
     // idle for hours before or after them (sampling others' memory all
     // the while) would squeeze the work into a sliver.
     let with_jobs = !run.attempts.is_empty();
     let sample_ts = samples
         .iter()
-        .filter(|s| !with_jobs || s.key.is_some())
+        .filter(|s| s.reservation.is_none() && (!with_jobs || s.key.is_some()))
         .map(|s| s.ts);
     run.start = first.chain(sample_ts.clone()).fold(f64::INFINITY, f64::min);
     run.end = last.chain(sample_ts).fold(f64::NEG_INFINITY, f64::max);
@@ -327,13 +390,18 @@ fn curves(run: &mut Run, samples: &[usage::Sample]) {
                 gpu,
                 key: Some(a.key.clone()),
                 mib: 0,
+                reservation: None,
             })
         })
         .collect();
     // Per GPU: each job's last sample, and their sum kept as they change
     // (a job at 0 MiB is dropped, so a long sweep stays linear).
     let mut per_job: BTreeMap<u32, (HashMap<&str, u64>, u64)> = BTreeMap::new();
-    let mut sorted: Vec<&usage::Sample> = samples.iter().chain(&closing).collect();
+    let mut sorted: Vec<&usage::Sample> = samples
+        .iter()
+        .filter(|s| s.reservation.is_none())
+        .chain(&closing)
+        .collect();
     sorted.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     for sample in sorted {
         match &sample.key {

@@ -28,6 +28,154 @@ const MAX_ROWS: usize = 12;
 const GAP: f64 = 16.0;
 /// A bar at least this wide (px) shows its job number.
 const LABEL_MIN: f64 = 18.0;
+/// The narrowest bar (px) in a lane of at most [`MANY_ATTEMPTS`]
+/// attempts: a 2-second attempt in an hour's run is still seen and
+/// hovered.
+const MIN_BAR: f64 = 4.0;
+/// Up to this many attempts in a lane, each gets a bar of its own at
+/// least [`MIN_BAR`] wide; beyond, those under a pixel are merged.
+const MANY_ATTEMPTS: usize = 2000;
+/// The width (px) an idle stretch is shortened to.
+const IDLE_PX: f64 = 36.0;
+/// An idle stretch (no attempt, no reservation) is shortened when longer
+/// than this (seconds) and than [`IDLE_SHARE`] of the run.
+const IDLE_MIN_S: f64 = 60.0;
+/// See [`IDLE_MIN_S`].
+const IDLE_SHARE: f64 = 0.05;
+/// At most this many idle stretches are shortened (the longest).
+const IDLE_MAX: usize = 8;
+
+/// One stretch of time on the picture: `t0..t1` (Unix seconds) drawn at
+/// `x0..x1` (px); an idle one is shortened.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Piece {
+    t0: f64,
+    t1: f64,
+    x0: f64,
+    x1: f64,
+    idle: bool,
+}
+
+/// Where a time falls on the picture (docs/BEHAVIOUR.md "Timeline"): the
+/// run's span left to right, each long idle stretch — no attempt and no
+/// reservation, longer than [`IDLE_MIN_S`] and [`IDLE_SHARE`] of the span —
+/// shortened to [`IDLE_PX`] and said, so that the minutes with work get
+/// the width.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeScale {
+    pieces: Vec<Piece>,
+    /// Pixels per second outside the idle stretches.
+    px_per_s: f64,
+}
+
+impl TimeScale {
+    /// The scale of `run` over `plot` px.
+    pub fn of(run: &Run, plot: f64) -> TimeScale {
+        let (start, end) = (run.start, run.end.max(run.start + 1.0));
+        let mut busy: Vec<(f64, f64)> = run
+            .attempts
+            .iter()
+            .map(|a| (a.start, a.end))
+            .chain(run.reservations.iter().map(|r| (r.start, r.end)))
+            .map(|(a, b)| (a.clamp(start, end), b.clamp(start, end)))
+            .collect();
+        busy.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // The stretches between what ran: the gaps, longest first.
+        let mut gaps = Vec::new();
+        let mut reach = start;
+        for (a, b) in busy {
+            if a > reach {
+                gaps.push((reach, a));
+            }
+            reach = reach.max(b);
+        }
+        if end > reach && !run.attempts.is_empty() {
+            gaps.push((reach, end));
+        }
+        let long = |g: &(f64, f64)| g.1 - g.0 > IDLE_MIN_S.max(IDLE_SHARE * (end - start));
+        gaps.retain(long);
+        gaps.sort_by(|a, b| (b.1 - b.0).total_cmp(&(a.1 - a.0)));
+        gaps.truncate(IDLE_MAX);
+        gaps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let idle_s: f64 = gaps.iter().map(|g| g.1 - g.0).sum();
+        let busy_px = plot - IDLE_PX * gaps.len() as f64;
+        let px_per_s = busy_px / (end - start - idle_s).max(1e-3);
+        let mut pieces = Vec::new();
+        let (mut t, mut x) = (start, LEFT);
+        for (a, b) in gaps.into_iter().chain([(end, end)]) {
+            if a > t {
+                let w = (a - t) * px_per_s;
+                pieces.push(Piece {
+                    t0: t,
+                    t1: a,
+                    x0: x,
+                    x1: x + w,
+                    idle: false,
+                });
+                x += w;
+            }
+            if b > a {
+                pieces.push(Piece {
+                    t0: a,
+                    t1: b,
+                    x0: x,
+                    x1: x + IDLE_PX,
+                    idle: true,
+                });
+                x += IDLE_PX;
+            }
+            t = b;
+        }
+        if pieces.is_empty() {
+            pieces.push(Piece {
+                t0: start,
+                t1: end,
+                x0: LEFT,
+                x1: LEFT + plot,
+                idle: false,
+            });
+        }
+        TimeScale { pieces, px_per_s }
+    }
+
+    /// The x (px) of `ts`; times outside the run at its edges.
+    pub fn x(&self, ts: f64) -> f64 {
+        let at = self
+            .pieces
+            .partition_point(|p| p.t1 < ts)
+            .min(self.pieces.len() - 1);
+        let p = &self.pieces[at];
+        let f = ((ts - p.t0) / (p.t1 - p.t0).max(1e-9)).clamp(0.0, 1.0);
+        p.x0 + f * (p.x1 - p.x0)
+    }
+
+    /// The idle stretches drawn shortened, as (from, to) Unix seconds.
+    pub fn idle(&self) -> Vec<(f64, f64)> {
+        self.pieces
+            .iter()
+            .filter(|p| p.idle)
+            .map(|p| (p.t0, p.t1))
+            .collect()
+    }
+
+    /// Marks each shortened idle stretch from `top` to `bottom` (px),
+    /// saying how long it was.
+    fn breaks(&self, out: &mut String, top: f64, bottom: f64) {
+        for p in self.pieces.iter().filter(|p| p.idle) {
+            let _ = write!(
+                out,
+                r#"<g class="idle"><title>nothing ran for {}: shortened</title><rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill-opacity=".85"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{} idle</text></g>"#,
+                crate::console::human_duration(p.t1 - p.t0),
+                p.x0 + 1.0,
+                p.x1 - p.x0 - 2.0,
+                bottom - top,
+                (p.x0 + p.x1) / 2.0,
+                bottom + 30.0,
+                crate::console::human_duration(p.t1 - p.t0),
+            );
+        }
+    }
+}
 
 /// How to draw.
 #[derive(Debug, Clone, Default)]
@@ -40,11 +188,12 @@ pub struct Options {
 
 /// The SVG text of `run`.
 pub fn render(run: &Run, options: &Options) -> String {
-    let span = (run.end - run.start).max(1.0);
     let plot = WIDTH - LEFT - RIGHT;
-    let x = |ts: f64| LEFT + (ts - run.start) / span * plot;
+    let time = TimeScale::of(run, plot);
+    let x = |ts: f64| time.x(ts);
+    let (legend_text, legend_bottom) = legend(options);
     let mut lanes = String::new();
-    let mut y = 58.0;
+    let mut y = legend_bottom + 12.0;
     for (&gpu, &total) in &run.gpus {
         let attempts: Vec<&Attempt> = run
             .attempts
@@ -63,12 +212,13 @@ pub fn render(run: &Run, options: &Options) -> String {
         );
         scale(&mut lanes, total, y);
         memory(&mut lanes, run, gpu, total, y, &x, plot);
+        reservations(&mut lanes, run, gpu, total, y, &x);
         bars(&mut lanes, &attempts, &rows, y + CHART + 2.0, &x, gpu);
         markers(&mut lanes, run, gpu, y, y + height, &x);
         lanes.push_str("</g>\n");
         y += height + GAP;
     }
-    let height = y + 30.0;
+    let height = y + 44.0;
     let mut out = String::with_capacity(lanes.len() + 4096);
     let _ = write!(
         out,
@@ -82,50 +232,103 @@ pub fn render(run: &Run, options: &Options) -> String {
 .exceeded_declaration rect,rect.exceeded_declaration{{fill:#d81b60}} .host_oom rect,rect.host_oom{{fill:#4a148c}} .cancelled rect,rect.cancelled{{fill:#757575}} .preempted rect,rect.preempted{{fill:#1e88e5}} .interrupted rect,rect.interrupted{{fill:#6d4c41}} .running rect,rect.running{{fill:#00897b}}
 .many rect{{fill:#607d8b}}
 .marker-oom{{fill:#8e24aa;stroke:#fff}} .marker-preempted{{fill:#1e88e5;stroke:#fff}} .marker-reserved{{stroke:#fb8c00;stroke-width:2;stroke-dasharray:5 3}}
+.reservation{{fill:#ffb300;fill-opacity:.18;stroke:#ff6f00;stroke-width:1.5;stroke-dasharray:6 3}} .idle rect{{fill:#fff;stroke:#bbb;stroke-dasharray:2 2}} .idle text{{fill:#777;font-size:10px}}
 .axis line{{stroke:#999}} .axis text{{fill:#444}}
 </style>
 "#
     );
-    legend(&mut out, options);
+    out.push_str(&legend_text);
     out.push_str(&lanes);
-    axis(&mut out, run, y, options.utc_offset_s, &x);
+    time.breaks(&mut out, legend_bottom + 6.0, y);
+    axis(&mut out, &time, y, options.utc_offset_s);
     out.push_str("</svg>\n");
     out
 }
 
-/// The legend and the subtitle.
-fn legend(out: &mut String, options: &Options) {
-    out.push_str(r#"<g class="legend">"#);
-    let mut lx = LEFT;
-    for &outcome in <Outcome as strum::VariantArray>::VARIANTS {
+/// The legend and the subtitle, in as many rows as fit the picture's
+/// width (each entry measured at about 6.5 px a character); with the
+/// height (px) they take from the top.
+fn legend(options: &Options) -> (String, f64) {
+    let mut entries: Vec<(String, String)> = <Outcome as strum::VariantArray>::VARIANTS
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    r#"<rect class="{0}" x="{{x}}" y="{{y}}" width="12" height="12"/>"#,
+                    o.as_str()
+                ),
+                o.as_str().to_string(),
+            )
+        })
+        .collect();
+    for (swatch, label) in [
+        (
+            r#"<rect class="ours" x="{x}" y="{y}" width="12" height="12"/>"#,
+            "our jobs' VRAM",
+        ),
+        (
+            r#"<rect class="others" x="{x}" y="{y}" width="12" height="12"/>"#,
+            "others' VRAM",
+        ),
+        (
+            r#"<rect class="reservation" x="{x}" y="{y}" width="12" height="12"/>"#,
+            "personal reservation",
+        ),
+        (
+            r#"<path class="marker-oom" d="M{x},{y} l10,0 l-5,9 z"/>"#,
+            "OOM retry",
+        ),
+        (
+            r#"<circle class="marker-preempted" cx="{x6}" cy="{y6}" r="5"/>"#,
+            "preempted",
+        ),
+        (
+            r#"<line class="marker-reserved" x1="{x6}" y1="{y}" x2="{x6}" y2="{y12}"/>"#,
+            "starvation hold",
+        ),
+        (
+            r#"<g class="idle"><rect x="{x}" y="{y}" width="12" height="12"/></g>"#,
+            "idle, shortened",
+        ),
+    ] {
+        entries.push((swatch.to_string(), label.to_string()));
+    }
+    let mut out = String::from(r#"<g class="legend">"#);
+    let (mut lx, mut ly) = (LEFT, 10.0);
+    for (swatch, label) in entries {
+        let width = 22.0 + LEGEND_CHAR * label.chars().count() as f64;
+        if lx + width > WIDTH - RIGHT && lx > LEFT {
+            (lx, ly) = (LEFT, ly + 18.0);
+        }
+        out.push_str(
+            &swatch
+                .replace("{x6}", &format!("{:.0}", lx + 6.0))
+                .replace("{y6}", &format!("{:.0}", ly + 6.0))
+                .replace("{y12}", &format!("{:.0}", ly + 13.0))
+                .replace("{x}", &format!("{lx:.0}"))
+                .replace("{y}", &format!("{ly:.0}")),
+        );
         let _ = write!(
             out,
-            r#"<rect class="{0}" x="{lx:.0}" y="10" width="12" height="12"/><text x="{1:.0}" y="20">{0}</text>"#,
-            outcome.as_str(),
-            lx + 16.0
+            r#"<text class="legend-label" x="{:.0}" y="{:.0}" data-width="{:.0}">{}</text>"#,
+            lx + 16.0,
+            ly + 10.0,
+            width - 22.0,
+            escape(&label)
         );
-        lx += 30.0 + 7.0 * outcome.as_str().len() as f64;
+        lx += width + 8.0;
     }
-    let _ = write!(
-        out,
-        r#"<rect class="ours" x="{lx:.0}" y="10" width="12" height="12"/><text x="{:.0}" y="20">our jobs' VRAM</text><rect class="others" x="{:.0}" y="10" width="12" height="12"/><text x="{:.0}" y="20">others' VRAM</text><path class="marker-oom" d="M{:.0},10 l10,0 l-5,9 z"/><text x="{:.0}" y="20">OOM retry</text><circle class="marker-preempted" cx="{:.0}" cy="16" r="5"/><text x="{:.0}" y="20">preempted</text><line class="marker-reserved" x1="{:.0}" y1="9" x2="{:.0}" y2="23"/><text x="{:.0}" y="20">reserved</text>"#,
-        lx + 16.0,
-        lx + 110.0,
-        lx + 126.0,
-        lx + 205.0,
-        lx + 219.0,
-        lx + 290.0,
-        lx + 304.0,
-        lx + 385.0,
-        lx + 385.0,
-        lx + 392.0,
-    );
+    let subtitle_y = ly + 30.0;
     let _ = writeln!(
         out,
-        r##"<text class="subtitle" x="{LEFT}" y="42" fill="#666">{}</text></g>"##,
+        r##"<text class="subtitle" x="{LEFT}" y="{subtitle_y:.0}" fill="#666">{}</text></g>"##,
         escape(&options.subtitle)
     );
+    (out, subtitle_y)
 }
+
+/// About how wide (px) a character of the legend is at 11 px sans-serif.
+const LEGEND_CHAR: f64 = 6.5;
 
 /// The memory axis of one lane's chart: its capacity, half of it and 0
 /// MiB, right-aligned in the left margin beside the chart, with light
@@ -261,9 +464,14 @@ fn bars(
     gpu: u32,
 ) {
     let mut many: BTreeMap<(usize, i64), BTreeMap<Outcome, usize>> = BTreeMap::new();
+    let few = attempts.len() <= MANY_ATTEMPTS;
     for (attempt, &row) in attempts.iter().zip(rows) {
-        let (x0, x1) = (x(attempt.start), x(attempt.end));
+        let x0 = x(attempt.start);
+        let x1 = x(attempt.end);
         let y = top + row as f64 * ROW;
+        // A lane of a few attempts draws each one readable; one of
+        // thousands merges those under a pixel.
+        let x1 = if few { x1.max(x0 + MIN_BAR) } else { x1 };
         if x1 - x0 < 1.0 {
             *many
                 .entry((row, x0.floor() as i64))
@@ -387,44 +595,82 @@ fn markers(out: &mut String, run: &Run, gpu: u32, top: f64, bottom: f64, x: &imp
     }
 }
 
-/// The time axis: ticks at a round step, labelled in local clock time.
-fn axis(out: &mut String, run: &Run, y: f64, utc_offset_s: i64, x: &impl Fn(f64) -> f64) {
+/// The time axis: ticks at a round step at least 90 px apart, labelled
+/// in local clock time, in the stretches that are not shortened.
+fn axis(out: &mut String, scale: &TimeScale, y: f64, utc_offset_s: i64) {
     const STEPS: [f64; 19] = [
         1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0,
         10800.0, 21600.0, 43200.0, 86400.0, 172800.0,
     ];
-    let span = (run.end - run.start).max(1.0);
     let step = STEPS
         .iter()
         .copied()
-        .find(|s| span / s <= 10.0)
+        .find(|s| s * scale.px_per_s >= 90.0)
         .unwrap_or(604800.0);
     let offset = utc_offset_s as f64;
-    let first = ((run.start + offset) / step).ceil() * step - offset;
     let _ = write!(
         out,
         r#"<g class="axis"><line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/>"#,
         WIDTH - RIGHT
     );
-    let mut tick = first;
-    while tick <= run.end + 1e-9 {
-        let local = (tick + offset).rem_euclid(86400.0) as u64;
-        let (h, m, s) = (local / 3600, local / 60 % 60, local % 60);
-        let label = if step < 60.0 {
-            format!("{h:02}:{m:02}:{s:02}")
-        } else {
-            format!("{h:02}:{m:02}")
-        };
-        let tx = x(tick);
-        let _ = write!(
-            out,
-            r#"<line x1="{tx:.1}" y1="{y:.1}" x2="{tx:.1}" y2="{:.1}"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
-            y + 5.0,
-            y + 18.0
-        );
-        tick += step;
+    for piece in scale.pieces.iter().filter(|p| !p.idle) {
+        let mut tick = ((piece.t0 + offset) / step).ceil() * step - offset;
+        while tick <= piece.t1 + 1e-9 {
+            let local = (tick + offset).rem_euclid(86400.0) as u64;
+            let (h, m, s) = (local / 3600, local / 60 % 60, local % 60);
+            let label = if step < 60.0 {
+                format!("{h:02}:{m:02}:{s:02}")
+            } else {
+                format!("{h:02}:{m:02}")
+            };
+            let tx = scale.x(tick);
+            // No label that would run into a shortened stretch's, or off
+            // the picture.
+            let near_idle = scale
+                .pieces
+                .iter()
+                .any(|p| p.idle && tx > p.x0 - 30.0 && tx < p.x1 + 30.0);
+            if near_idle || tx + 28.0 > WIDTH {
+                tick += step;
+                continue;
+            }
+            let _ = write!(
+                out,
+                r#"<line x1="{tx:.1}" y1="{y:.1}" x2="{tx:.1}" y2="{:.1}"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+                y + 5.0,
+                y + 18.0
+            );
+            tick += step;
+        }
     }
     out.push_str("</g>\n");
+}
+
+/// The personal reservations on one lane: a dashed band from the top of
+/// its chart down to the memory it kept, over the time it lasted.
+fn reservations(
+    out: &mut String,
+    run: &Run,
+    gpu: u32,
+    total: u64,
+    top: f64,
+    x: &impl Fn(f64) -> f64,
+) {
+    for r in run.reservations.iter().filter(|r| r.gpu == gpu) {
+        let (x0, x1) = (x(r.start), x(r.end));
+        if x1 <= x0 {
+            continue;
+        }
+        let height = (top + CHART) - chart_y(r.mib, total, top);
+        let _ = write!(
+            out,
+            r#"<rect class="reservation" x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}"><title>{}</title></rect>"#,
+            chart_y(total, total, top),
+            (x1 - x0).max(MIN_BAR),
+            height.max(3.0),
+            escape(&r.label),
+        );
+    }
 }
 
 /// Text made safe for XML content and attributes.

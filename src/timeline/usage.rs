@@ -37,8 +37,29 @@ pub struct Sample {
     /// The job's key, or `None` for the memory of others on the GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// MiB in use.
+    /// MiB in use; on a reservation's line, the MiB it keeps.
     pub mib: u64,
+    /// Set on a line that records a personal reservation on the GPU
+    /// (`gpusched reserve`), not memory in use: written when the scheduler
+    /// first sees it, when its end changes, and when it goes early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<SeenReservation>,
+}
+
+/// A personal reservation as the usage record keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeenReservation {
+    /// Whose it is.
+    pub user: String,
+    /// Its number in the ledger.
+    pub id: u32,
+    /// Made at (Unix seconds).
+    pub since: f64,
+    /// Ends at (Unix seconds); when it went early, when it went.
+    pub until: f64,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
 }
 
 /// The record's file name in a log directory.
@@ -59,6 +80,9 @@ pub struct UsageLog {
     bytes: u64,
     /// Last recorded (ts, MiB) per series (GPU, key or others).
     last: HashMap<(u32, Option<String>), (f64, u64)>,
+    /// The reservations recorded and still there, by (user, id): their
+    /// GPU, MiB and line as last written.
+    reservations: HashMap<(String, u32), (u32, u64, SeenReservation)>,
 }
 
 impl UsageLog {
@@ -69,6 +93,7 @@ impl UsageLog {
             file: None,
             bytes: 0,
             last: HashMap::new(),
+            reservations: HashMap::new(),
         }
     }
 
@@ -107,6 +132,53 @@ impl UsageLog {
         }
     }
 
+    /// Takes the personal reservations seen now (GPU, MiB, and the
+    /// reservation): a line for each new or changed one, and one ending
+    /// at `ts` for each that went before its end.
+    pub fn observe_reservations(&mut self, ts: f64, seen: &[(u32, u64, SeenReservation)]) {
+        let mut out = Vec::new();
+        let mut line = |gpu: u32, mib: u64, r: &SeenReservation| {
+            let sample = Sample {
+                ts: (ts * 1000.0).round() / 1000.0,
+                gpu,
+                key: None,
+                mib,
+                reservation: Some(r.clone()),
+            };
+            if serde_json::to_writer(&mut out, &sample).is_ok() {
+                out.push(b'\n');
+            }
+        };
+        let now: std::collections::HashSet<(String, u32)> = seen
+            .iter()
+            .map(|(_, _, r)| (r.user.clone(), r.id))
+            .collect();
+        let gone: Vec<(String, u32)> = self
+            .reservations
+            .keys()
+            .filter(|k| !now.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some((gpu, mib, mut r)) = self.reservations.remove(&key)
+                && ts < r.until
+            {
+                r.until = ts;
+                line(gpu, mib, &r);
+            }
+        }
+        for (gpu, mib, r) in seen {
+            let id = (r.user.clone(), r.id);
+            if self.reservations.get(&id) != Some(&(*gpu, *mib, r.clone())) {
+                line(*gpu, *mib, r);
+                self.reservations.insert(id, (*gpu, *mib, r.clone()));
+            }
+        }
+        if !out.is_empty() {
+            self.write(&out);
+        }
+    }
+
     fn write(&mut self, bytes: &[u8]) {
         if self.bytes + bytes.len() as u64 > ROTATE_BYTES && self.file.is_some() {
             self.file = None;
@@ -137,6 +209,7 @@ fn push(out: &mut Vec<u8>, ts: f64, (gpu, key): &(u32, Option<String>), mib: u64
         gpu: *gpu,
         key: key.clone(),
         mib,
+        reservation: None,
     };
     if serde_json::to_writer(&mut *out, &sample).is_ok() {
         out.push(b'\n');

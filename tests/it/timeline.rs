@@ -333,3 +333,131 @@ fn what_was_measured_survives_a_kill_9_and_the_memory_ends_with_the_job() {
     let end = run.attempts[0].end;
     assert_eq!(run.ours[&0].last(), Some(&(end, 0)), "{:?}", run.ours);
 }
+
+/// docs/BEHAVIOUR.md "Timeline": a personal reservation made while a
+/// `--watch` run goes on is drawn on its GPU's lane over the time it
+/// lasted (the previous release drew none), and the legend stays inside
+/// the picture (it ran past its right edge).
+#[test]
+fn a_personal_reservation_is_drawn_and_the_legend_fits() {
+    let env = Env::new("");
+    let sched = env.spawn(&["--sim", "1", "--poll", "0.1", "--watch"]);
+    env.wait_for("the scheduler to publish", || {
+        env.logs.join("status.json").exists()
+    });
+    let out = env.verb(&[
+        "reserve", "--for", "15m", "--vram", "2000", "--gpu", "0", "--note", "notebook",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    env.append_jobs(&format!("[vram=1000] {HOLD}\n"));
+    wait_for("the job to run", &mut || started(&env, 1) == 1);
+    env.wait_for("the reservation in the usage record", || {
+        std::fs::read_to_string(env.logs.join("usage.jsonl"))
+            .is_ok_and(|t| t.contains("\"reservation\""))
+    });
+    let out = env.verb(&["unreserve"]);
+    assert!(out.status.success(), "{out:?}");
+    env.wait_for("the reservation's early end in the usage record", || {
+        std::fs::read_to_string(env.logs.join("usage.jsonl"))
+            .is_ok_and(|t| t.matches("\"reservation\"").count() == 2)
+    });
+    std::fs::write(env.path("release"), "").unwrap();
+    env.wait_for("job 1 to end", || !env.job_events(1, "done").is_empty());
+    let out = std::process::Command::new(common::bin())
+        .args(["timeline", "--log-dir"])
+        .arg(&env.logs)
+        .args(["-o", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let svg = String::from_utf8(out.stdout).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let band = doc
+        .descendants()
+        .find(|n| {
+            n.attribute("class") == Some("reservation")
+                && n.tag_name().name() == "rect"
+                && n.has_children()
+        })
+        .unwrap_or_else(|| panic!("no reservation drawn: {svg}"));
+    let title = band.children().find_map(|c| c.text()).unwrap_or("");
+    assert!(
+        title.contains("'s reservation 1: 2000 MiB (notebook)"),
+        "{title}"
+    );
+    // Given back early: the band ends when it went, not 15 minutes on.
+    let seconds = |hms: &str| -> i64 {
+        hms.split(':')
+            .map(|p| p.parse::<i64>().unwrap())
+            .fold(0, |acc, p| acc * 60 + p)
+    };
+    let (from, to) = title
+        .rsplit_once(", ")
+        .unwrap()
+        .1
+        .split_once(" to ")
+        .unwrap();
+    let lasted = (seconds(to) - seconds(from)).rem_euclid(86400);
+    assert!(
+        lasted < 300,
+        "{title}\n{}",
+        std::fs::read_to_string(env.logs.join("usage.jsonl")).unwrap_or_default()
+    );
+    for label in doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("legend-label"))
+    {
+        let x: f64 = label.attribute("x").unwrap().parse().unwrap();
+        let w: f64 = label.attribute("data-width").unwrap().parse().unwrap();
+        assert!(x + w <= 1200.0, "{:?} runs off the picture", label.text());
+    }
+    sched.stop();
+}
+
+/// A run whose first minute held a timeout and an OOM retry, then 17
+/// idle minutes before one more job (a copied log directory): `gpusched
+/// timeline` shortens the idle stretch and says so, and the short
+/// attempts are bars at least 4 px wide (the previous release drew them
+/// as slivers under a pixel).
+#[test]
+fn a_long_idle_stretch_is_shortened_and_short_attempts_are_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = [
+        r#"{"ts":1000.0,"key":"a#0","event":"seen","no":1,"command":"python a.py"}"#,
+        r#"{"ts":1000.0,"key":"b#0","event":"seen","no":2,"command":"python b.py"}"#,
+        r#"{"ts":1000.0,"key":"c#0","event":"seen","no":3,"command":"python c.py"}"#,
+        r#"{"ts":1001.0,"key":"a#0","event":"started","pgid":10,"gpus":[0],"attempt":1,"vram_mib":6000}"#,
+        r#"{"ts":1001.5,"key":"a#0","event":"oom","attempts":1,"next_vram":7500}"#,
+        r#"{"ts":1002.0,"key":"a#0","event":"started","pgid":11,"gpus":[0],"attempt":2,"vram_mib":7500}"#,
+        r#"{"ts":1003.0,"key":"b#0","event":"started","pgid":12,"gpus":[0],"attempt":1,"vram_mib":null}"#,
+        r#"{"ts":1004.0,"key":"b#0","event":"done","status":"timeout","returncode":124,"peak_mib":{"0":10},"avg_util":null,"duration_s":1.0}"#,
+        r#"{"ts":1040.0,"key":"a#0","event":"done","status":"ok","returncode":0,"peak_mib":{"0":7000},"avg_util":null,"duration_s":38.0}"#,
+        r#"{"ts":2060.0,"key":"c#0","event":"started","pgid":13,"gpus":[0],"attempt":1,"vram_mib":null}"#,
+        r#"{"ts":2080.0,"key":"c#0","event":"done","status":"ok","returncode":0,"peak_mib":{"0":10},"avg_util":null,"duration_s":20.0}"#,
+    ]
+    .join("\n");
+    std::fs::write(dir.path().join("journal.jsonl"), journal + "\n").unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["timeline", "--log-dir"])
+        .arg(dir.path())
+        .args(["-o", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.contains("17m00s idle"), "{svg}");
+    let picture = parse(&svg);
+    assert_eq!(picture.bars.len(), 4, "{svg}");
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    for bar in doc
+        .descendants()
+        .filter(|n| n.attribute("class").is_some_and(|c| c.starts_with("bar ")))
+    {
+        let rect = bar
+            .children()
+            .find(|c| c.tag_name().name() == "rect")
+            .unwrap();
+        let width: f64 = rect.attribute("width").unwrap().parse().unwrap();
+        assert!(width >= 4.0, "{:?}: {width} px", bar.attribute("data-job"));
+    }
+}

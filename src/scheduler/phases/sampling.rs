@@ -438,6 +438,28 @@ impl Scheduler {
             series.insert((gpu.index, None), others);
         }
         self.io.usage.observe(self.now().ts, &series);
+        // Personal reservations on our GPUs, for the timeline.
+        let seen: Vec<(u32, u64, crate::timeline::usage::SeenReservation)> = self
+            .share
+            .ledger
+            .iter()
+            .flat_map(|ledger| &ledger.reservations)
+            .filter_map(|held| {
+                let r = &held.reservation;
+                let gpu = snapshot.gpus.iter().find(|g| g.uuid == r.gpu_uuid)?;
+                self.cfg.allows(gpu.index).then(|| {
+                    let seen = crate::timeline::usage::SeenReservation {
+                        user: held.user.clone(),
+                        id: r.id,
+                        since: r.since_ms as f64 / 1000.0,
+                        until: r.until_ms as f64 / 1000.0,
+                        note: r.note.clone(),
+                    };
+                    (gpu.index, r.mib, seen)
+                })
+            })
+            .collect();
+        self.io.usage.observe_reservations(self.now().ts, &seen);
     }
 
     /// Per-GPU accumulators for the summary: samples, busy samples, used MiB.

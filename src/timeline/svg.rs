@@ -1,12 +1,14 @@
 //! Drawing a [`Run`] as a self-contained SVG (docs/BEHAVIOUR.md "Timeline"): no scripts, no
 //! external fonts or images, readable in a browser and in a README.
 //!
-//! Layout, top to bottom: a legend, then one lane per GPU — its memory
-//! over time (our jobs' memory as a filled curve, others' memory stacked
-//! on it in another shade, against the GPU's capacity), under it the bars
-//! of the attempts that ran there (one row per overlapping attempt), with
-//! markers for OOM retries, preemptions and reservations — then the time
-//! axis in local clock time.
+//! Layout, top to bottom: a legend in as many rows as fit, then one lane
+//! per GPU — its memory over time (our jobs' memory as a filled curve,
+//! others' memory stacked on it in another shade, against the GPU's
+//! capacity; personal reservations as dashed bands over it), under it the
+//! bars of the attempts that ran there (one row per overlapping attempt),
+//! with markers for OOM retries, preemptions and starvation holds — then
+//! the time axis in local clock time. Time maps to x through a
+//! [`TimeScale`] that shortens long idle stretches.
 
 use super::{Attempt, MarkerKind, Outcome, Run};
 use std::collections::BTreeMap;

@@ -456,9 +456,9 @@ pub struct JobStatus {
     #[serde(default)]
     pub last_line: Option<String>,
     /// For a job that ended: its peak against its declaration, as checked
-    /// when it ended (docs/BEHAVIOUR.md "Monitoring"): `fit` is `within`,
-    /// `too_large` or `too_small`, `percent` how far off; null when either
-    /// was unknown.
+    /// when it ended (docs/BEHAVIOUR.md "Monitoring", "Words"): `fit` is
+    /// `within`, `over_declared` or `exceeded`, `percent` how far off;
+    /// null when either was unknown.
     #[serde(default)]
     pub declaration: Option<crate::model::DeclarationCheck>,
     /// When queued (first seen), Unix seconds.

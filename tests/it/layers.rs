@@ -412,3 +412,80 @@ fn only_the_reporter_prints_the_loops_lines() {
     assert!(prints_directly("    crate::console::warn(&x);\n"));
     assert!(!prints_directly("crate::console::gpu_ids(&g, \",\")\n"));
 }
+
+/// docs/ARCHITECTURE.md names only files that exist: each row of its
+/// file table (relative to `src/`), each `src/…` or `tests/…` path, and
+/// each test it cites as `` `tests/it/F.rs`'s `NAME` `` is in that file (it
+/// once cited a test of tests/it/slurm.rs as being in
+/// src/launcher/slurm.rs).
+#[test]
+fn architecture_cites_files_and_tests_that_exist() {
+    let text = std::fs::read_to_string("docs/ARCHITECTURE.md").unwrap();
+    let mut named = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("| `") {
+            let path = rest.split('`').next().unwrap_or("");
+            if path.ends_with(".rs") || path.ends_with('/') {
+                named.push(format!("src/{path}"));
+            }
+        }
+    }
+    for part in text.split('`').skip(1).step_by(2) {
+        if part.starts_with("src/") || part.starts_with("tests/") {
+            named.push(part.split([' ', ':']).next().unwrap().to_string());
+        }
+    }
+    assert!(named.len() > 30, "{named:?}");
+    for path in &named {
+        assert!(
+            Path::new(path).exists(),
+            "docs/ARCHITECTURE.md names {path}, which is not there"
+        );
+    }
+    let mut cited = 0;
+    for (at, _) in text.match_indices("`'s `") {
+        let file = text[..at].rsplit('`').next().unwrap();
+        let name = text[at + 5..].split('`').next().unwrap();
+        // A file is named from the root, from src/, or among the phases.
+        let code = [
+            file.to_string(),
+            format!("src/{file}"),
+            format!("src/scheduler/{file}"),
+        ]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .unwrap_or_else(|| panic!("docs/ARCHITECTURE.md cites {file}, which is not there"));
+        assert!(
+            code.contains(&format!("fn {name}(")),
+            "docs/ARCHITECTURE.md cites {name} in {file}, which has no such function"
+        );
+        cited += 1;
+    }
+    assert!(cited >= 1, "no test cited");
+    // A black-box test named any other way (`slurm::NAME` reads as
+    // src/launcher/slurm.rs) is a citation without its file.
+    let mut tests = BTreeSet::new();
+    for entry in std::fs::read_dir("tests/it").unwrap().flatten() {
+        let code = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let mut lines = code.lines();
+        while let Some(line) = lines.next() {
+            if line.trim() == "#[test]" {
+                let next = lines.next().unwrap_or("");
+                if let Some(rest) = next.trim().strip_prefix("fn ") {
+                    tests.insert(rest.split('(').next().unwrap().to_string());
+                }
+            }
+        }
+    }
+    let parts: Vec<&str> = text.split('`').collect();
+    for (i, part) in parts.iter().enumerate().skip(1).step_by(2) {
+        let name = part.rsplit("::").next().unwrap();
+        if tests.contains(name) {
+            let before = parts[i - 1];
+            assert!(
+                before.ends_with("'s ") && parts[i - 2].starts_with("tests/it/"),
+                "docs/ARCHITECTURE.md names the test {part} without its file (`tests/it/F.rs`'s `{name}`)"
+            );
+        }
+    }
+}

@@ -350,6 +350,24 @@ impl SchedulerState {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_journal_keeps_the_fit_words_every_release_reads() {
+        let check = DeclarationCheck {
+            fit: Fit::Exceeded,
+            percent: 9,
+        };
+        assert_eq!(
+            serde_json::to_string(&check).unwrap(),
+            r#"{"fit":"too_small","percent":9}"#
+        );
+        for word in ["too_small", "exceeded"] {
+            let read: DeclarationCheck =
+                serde_json::from_str(&format!(r#"{{"fit":"{word}","percent":9}}"#)).unwrap();
+            assert_eq!(read, check);
+        }
+        assert_eq!(Fit::OverDeclared.word(), "over_declared");
+    }
     use super::*;
 
     #[test]
@@ -441,12 +459,48 @@ pub enum Fit {
     /// Within ±`--tolerance` of the declaration.
     Within,
     /// Over-declared: the peak stayed under the declaration by more than
-    /// `--tolerance`, so lowering it frees room. Earlier versions wrote
-    /// `too_large`, which is still read.
-    #[serde(alias = "too_large")]
+    /// `--tolerance`, so lowering it frees room. The journal keeps writing
+    /// it `too_large`, as every release reads it (an older gpusched must
+    /// still read a newer journal: a `done` line it could not parse would
+    /// run its job again); status.json says [`Fit::word`].
+    #[serde(rename = "too_large", alias = "over_declared")]
     OverDeclared,
     /// The peak exceeded the declaration beyond `--tolerance`: raise it.
-    /// Earlier versions wrote `too_small`, which is still read.
-    #[serde(alias = "too_small")]
+    /// Journaled `too_small`, as above; status.json says [`Fit::word`].
+    #[serde(rename = "too_small", alias = "exceeded")]
     Exceeded,
+}
+
+impl Fit {
+    /// The word status.json gives it (docs/BEHAVIOUR.md "Words"):
+    /// `within`, `over_declared`, `exceeded`.
+    pub const fn word(self) -> &'static str {
+        match self {
+            Fit::Within => "within",
+            Fit::OverDeclared => "over_declared",
+            Fit::Exceeded => "exceeded",
+        }
+    }
+}
+
+/// Serializes a declaration check with status.json's word for its fit
+/// ([`Fit::word`]); it is read back by the ordinary `Deserialize`, which
+/// takes both words.
+///
+/// Errors: the serializer's.
+pub fn serialize_shown_check<S: serde::Serializer>(
+    check: &Option<DeclarationCheck>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Shown {
+        fit: &'static str,
+        percent: u32,
+    }
+    check
+        .map(|c| Shown {
+            fit: c.fit.word(),
+            percent: c.percent,
+        })
+        .serialize(serializer)
 }

@@ -124,6 +124,12 @@ fn every_view_uses_the_one_word_for_each_way_a_declaration_misses() {
     assert_eq!(fit(1), "exceeded");
     assert_eq!(fit(2), "over_declared");
     assert_eq!(fit(3), "within");
+    // The journal keeps the words every release reads, so that an older
+    // gpusched reading it runs nothing twice.
+    assert_eq!(
+        env.job_events(1, "done")[0]["declaration"]["fit"],
+        "too_small"
+    );
     assert_eq!(env.status_of(4).as_deref(), Some("exceeded_declaration"));
     assert_one_vocabulary("status.json", &doc.to_string());
 

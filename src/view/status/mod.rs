@@ -459,7 +459,7 @@ pub struct JobStatus {
     /// when it ended (docs/BEHAVIOUR.md "Monitoring", "Words"): `fit` is
     /// `within`, `over_declared` or `exceeded`, `percent` how far off;
     /// null when either was unknown.
-    #[serde(default)]
+    #[serde(default, serialize_with = "crate::model::serialize_shown_check")]
     pub declaration: Option<crate::model::DeclarationCheck>,
     /// When queued (first seen), Unix seconds.
     pub queued: Option<f64>,

@@ -60,7 +60,7 @@ pub(super) fn choice_cost(gpu: &GpuLoad, headroom: u64, opts: &PlaceOptions) -> 
     let fit = headroom.min((1 << HEADROOM_BITS) - 1);
     match opts.policy {
         PlacementPolicy::Pack => headroom,
-        PlacementPolicy::Spread if opts.share_fit => headroom,
+        PlacementPolicy::Spread if opts.tightest_fit => headroom,
         PlacementPolicy::Spread if is_idle(gpu, opts) => {
             let load = gpu.total_mib.saturating_sub(headroom).min(16_383);
             let util = u64::from(gpu.util_percent.unwrap_or(0).min(100));

@@ -36,7 +36,7 @@ pub struct PlaceOptions {
     /// (docs/BEHAVIOUR.md "Spread or pack"): best fit, as pack, so that
     /// whole GPUs stay whole for the jobs that need them, but still never
     /// beside a job of ours computing flat out. Set per job by the round.
-    pub share_fit: bool,
+    pub tightest_fit: bool,
     /// A pilot on several nodes (docs/BEHAVIOUR.md "Several nodes"):
     /// device ids `n·k` to `n·k + k − 1` are node `n`'s GPUs, and a job's
     /// GPUs are all on one node. `None`: one box.
@@ -53,7 +53,7 @@ impl Default for PlaceOptions {
             drained_mask: 0,
             topology: None,
             policy: PlacementPolicy::Spread,
-            share_fit: false,
+            tightest_fit: false,
             node_gpus: None,
         }
     }
@@ -128,9 +128,9 @@ pub struct GpuLoad {
     /// Users whose waiting job this GPU is kept for by fair share (their
     /// need is in [`GpuLoad::booked_mib`]; docs/BEHAVIOUR.md "Rules for a
     /// shared box").
-    pub share_held: Vec<String>,
+    pub fair_share_held: Vec<String>,
     /// The part of [`GpuLoad::booked_mib`] kept for them (MiB).
-    pub share_held_mib: u64,
+    pub fair_share_held_mib: u64,
     /// Its utilisation over NVML's last sample period, percent, rounded
     /// to tens (so that the loads stay equal between samples); `None`
     /// when unknown.
@@ -376,7 +376,7 @@ pub struct Planner<'a> {
     /// What every other job sees: the held GPUs closed.
     others: PlaceOptions,
     /// What every other job whose family shares well sees
-    /// ([`PlaceOptions::share_fit`]).
+    /// ([`PlaceOptions::tightest_fit`]).
     sharing: PlaceOptions,
     /// Requests that did not fit since the last start: an equal one
     /// cannot fit either (the loads only grew).
@@ -402,7 +402,7 @@ impl<'a> Planner<'a> {
             gpus,
             opts,
             sharing: PlaceOptions {
-                share_fit: true,
+                tightest_fit: true,
                 ..others.clone()
             },
             others,
@@ -445,7 +445,7 @@ impl<'a> Planner<'a> {
 
     /// [`Planner::try_place`] for a job that, when `shares()` says its
     /// family shares well, is placed by best fit under spread
-    /// ([`PlaceOptions::share_fit`]). Which GPUs fit does not depend on
+    /// ([`PlaceOptions::tightest_fit`]). Which GPUs fit does not depend on
     /// it, only which are chosen: `shares` is asked only of a job that
     /// can start.
     pub fn try_place_as(
@@ -599,7 +599,7 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             users.sort();
             users.dedup();
             let mut kept_for: Vec<String> = on_chosen()
-                .flat_map(|g| g.share_held.iter().cloned())
+                .flat_map(|g| g.fair_share_held.iter().cloned())
                 .collect();
             kept_for.sort();
             kept_for.dedup();
@@ -608,9 +608,9 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
                 let without_holds: Vec<GpuLoad> = gpus
                     .iter()
                     .map(|g| GpuLoad {
-                        booked_mib: g.booked_mib.saturating_sub(g.share_held_mib),
-                        share_held: Vec::new(),
-                        share_held_mib: 0,
+                        booked_mib: g.booked_mib.saturating_sub(g.fair_share_held_mib),
+                        fair_share_held: Vec::new(),
+                        fair_share_held_mib: 0,
                         ..g.clone()
                     })
                     .collect();

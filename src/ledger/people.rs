@@ -191,8 +191,18 @@ impl Usage {
     /// The usage decayed to `now_ms` with `half_life_s`.
     pub fn at(&self, now_ms: u64, half_life_s: f64) -> Usage {
         Usage {
-            mib_s: crate::rules::share::decayed(self.mib_s, self.updated_ms, now_ms, half_life_s),
-            gpu_s: crate::rules::share::decayed(self.gpu_s, self.updated_ms, now_ms, half_life_s),
+            mib_s: crate::rules::fair_share::decayed(
+                self.mib_s,
+                self.updated_ms,
+                now_ms,
+                half_life_s,
+            ),
+            gpu_s: crate::rules::fair_share::decayed(
+                self.gpu_s,
+                self.updated_ms,
+                now_ms,
+                half_life_s,
+            ),
             updated_ms: now_ms.max(self.updated_ms),
         }
     }

@@ -53,8 +53,8 @@ fn gpu_at(gpu: &GpuLoad, at: f64) -> GpuLoad {
             .collect(),
         booked_mib: gpu.booked_mib,
         booked_by: gpu.booked_by.clone(),
-        share_held: gpu.share_held.clone(),
-        share_held_mib: gpu.share_held_mib,
+        fair_share_held: gpu.fair_share_held.clone(),
+        fair_share_held_mib: gpu.fair_share_held_mib,
         // Once some of its jobs have ended, how busy it is is not known.
         util_percent: if gpu.occupants.iter().any(ended) {
             None

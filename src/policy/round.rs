@@ -309,7 +309,7 @@ fn place_one(
         let sharing;
         let opts = if shares == Some(true) {
             sharing = PlaceOptions {
-                share_fit: true,
+                tightest_fit: true,
                 ..planner.options(false).clone()
             };
             &sharing
@@ -334,7 +334,7 @@ fn place_one(
         Placement::NotNow if reserves => {
             let shares = shares.unwrap_or_else(|| (rules.leaves_room)(job.index));
             let sharing = PlaceOptions {
-                share_fit: shares
+                tightest_fit: shares
                     && rules.place.policy == crate::allocation::PlacementPolicy::Spread,
                 ..rules.place.clone()
             };

@@ -3,12 +3,12 @@
 //! quotas, how long a personal reservation may last — read from a TOML
 //! file that only root can write. With no file, nothing here applies.
 //!
-//! This module parses and checks the file; [`share`] holds the fair-share
+//! This module parses and checks the file; [`fair_share`] holds the fair-share
 //! arithmetic and [`quota`] the quota arithmetic, both pure. The ledger
 //! ([`crate::ledger`]) carries what the schedulers tell each other.
 
+pub mod fair_share;
 pub mod quota;
-pub mod share;
 
 use crate::error::Error;
 use serde::Deserialize;

@@ -1,5 +1,5 @@
+use super::fair_share::{self, Standing};
 use super::quota::{self, Over, Quota, QuotaUse};
-use super::share::{self, Standing};
 use super::*;
 use crate::allocation::Request;
 use std::collections::BTreeMap;
@@ -111,11 +111,11 @@ fn usage_halves_every_half_life() {
         (0.0, 99_000, 10.0, 0.0),
     ];
     for (value, elapsed, half_life, expected) in cases {
-        let got = share::decayed(value, 1_000, 1_000 + elapsed, half_life);
+        let got = fair_share::decayed(value, 1_000, 1_000 + elapsed, half_life);
         assert!((got - expected).abs() < 1e-9, "{value} {elapsed}: {got}");
     }
     // A clock stepped back decays nothing.
-    assert_eq!(share::decayed(7.0, 5_000, 1_000, 10.0), 7.0);
+    assert_eq!(fair_share::decayed(7.0, 5_000, 1_000, 10.0), 7.0);
 }
 
 fn standings(rows: &[(&str, f64, f64)]) -> BTreeMap<String, Standing> {
@@ -166,7 +166,7 @@ fn the_factor_is_two_to_the_minus_usage_over_share() {
         ),
     ];
     for (rows, expected) in cases {
-        let got = share::factors(&standings(rows));
+        let got = fair_share::factors(&standings(rows));
         for (user, f) in *expected {
             assert!((got[*user] - f).abs() < 1e-9, "{rows:?}: {user} {got:?}");
         }
@@ -175,9 +175,9 @@ fn the_factor_is_two_to_the_minus_usage_over_share() {
 
 #[test]
 fn only_a_strictly_higher_factor_goes_first() {
-    assert!(share::goes_first(0.9, 0.3));
-    assert!(!share::goes_first(0.3, 0.9));
-    assert!(!share::goes_first(0.5, 0.5));
+    assert!(fair_share::goes_first(0.9, 0.3));
+    assert!(!fair_share::goes_first(0.3, 0.9));
+    assert!(!fair_share::goes_first(0.5, 0.5));
 }
 
 fn held(gpus: &[u32], vram_mib: u64, running: u32) -> QuotaUse {

@@ -21,7 +21,7 @@ mod wake;
 use crate::cli::RunArgs;
 use crate::state::Config;
 use crate::state::{Core, LastRound};
-use parts::{Due, Io, Reporting, Sharing};
+use parts::{Due, Io, LedgerSide, Reporting};
 
 /// The whole scheduler, by owner: settings, the handles that act, the
 /// ledger protocol, the decision state, the last placement round's memo,
@@ -29,7 +29,7 @@ use parts::{Due, Io, Reporting, Sharing};
 pub struct Scheduler {
     cfg: Config,
     io: Io,
-    share: Sharing,
+    ledger_side: LedgerSide,
     core: Core,
     round: LastRound,
     due: Due,
@@ -133,7 +133,7 @@ impl Scheduler {
     fn speak(&mut self) {
         let launcher = self.io.launcher.take_said();
         self.report.said.extend(launcher);
-        if let Some(ledger) = &mut self.share.ledger {
+        if let Some(ledger) = &mut self.ledger_side.ledger {
             self.report.said.extend(ledger.take_said());
         }
         let told = self.report.told.take_said();

@@ -2,7 +2,7 @@
 //! parts"): [`crate::state::Core`] holds what decisions read and nothing
 //! that touches the OS, and [`crate::state::LastRound`] what the last
 //! placement round decided (both in `state`, which the views read);
-//! here [`Io`] holds the handles that act; [`Sharing`] the ledger
+//! here [`Io`] holds the handles that act; [`LedgerSide`] the ledger
 //! protocol's own state; [`Due`] the work a wake asked for; [`Reporting`]
 //! what only the views and the summary read. Phases are methods on the
 //! whole [`super::Scheduler`] and reach these parts through its fields
@@ -74,7 +74,7 @@ pub const SPARE_CGROUPS: usize = 1024;
 
 /// Our side of the ledger protocol (docs/BEHAVIOUR.md "Sharing a box").
 #[derive(Default)]
-pub struct Sharing {
+pub struct LedgerSide {
     /// The ledger shared with other schedulers; `None` with `--no-ledger`.
     pub ledger: Option<Ledger>,
     /// Set while publishing our bookings fails (warned once per streak).

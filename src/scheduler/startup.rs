@@ -8,7 +8,7 @@
     reason = "the scheduler's own log directory, made and checked (check_own_dir) before anything in it"
 )]
 
-use super::parts::{Due, Io, Reporting, Sharing};
+use super::parts::{Due, Io, LedgerSide, Reporting};
 use super::{Scheduler, wake};
 use crate::allocation::PlaceOptions;
 use crate::cli::RunArgs;
@@ -122,14 +122,14 @@ impl Scheduler {
             unenforced_said: [false; 2],
             pilot,
         };
-        let share = Sharing {
+        let ledger_side = LedgerSide {
             ledger,
             ..Default::default()
         };
         let mut scheduler = Scheduler {
             cfg,
             io,
-            share,
+            ledger_side,
             core,
             round: LastRound::default(),
             due: Due::default(),
@@ -494,7 +494,7 @@ fn config(args: &RunArgs) -> Config {
             drained_mask: 0,
             topology: None,
             policy: args.placement,
-            share_fit: false,
+            tightest_fit: false,
             node_gpus: None,
         },
         tolerance: args.tolerance,

@@ -13,7 +13,7 @@ use crate::gpu::GpuSnapshot;
 use crate::ledger::store::Ledger;
 use crate::model::JobState;
 use crate::rules::BoxRules;
-use crate::rules::share::{self, Standing};
+use crate::rules::fair_share::{self, Standing};
 use crate::view::status::{BoxUser, PersonalReservation, StatusDoc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -441,7 +441,7 @@ fn users(ledger: &Ledger, rules: Option<&BoxRules>, queues: &[BoxQueue]) -> Vec<
                 )
             })
             .collect();
-        let factors = share::factors(&standings);
+        let factors = fair_share::factors(&standings);
         for (user, u) in &mut out {
             u.factor = factors.get(user).copied();
         }

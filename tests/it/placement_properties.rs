@@ -111,7 +111,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                 drained_mask,
                 topology,
                 policy,
-                share_fit,
+                tightest_fit,
                 node_gpus,
             )| {
                 PlaceOptions {
@@ -122,7 +122,7 @@ fn options() -> impl Strategy<Value = PlaceOptions> {
                     drained_mask,
                     topology,
                     policy,
-                    share_fit,
+                    tightest_fit,
                     node_gpus,
                 }
             },
@@ -246,7 +246,7 @@ proptest! {
         let opts = PlaceOptions {
             policy: PlacementPolicy::Spread,
             topology: None,
-            share_fit: false,
+            tightest_fit: false,
             ..opts
         };
         for request in request.iter().filter(|r| r.vram_mib.is_some() && r.gpus == 1) {
@@ -274,8 +274,8 @@ proptest! {
     fn share_fit_never_changes_whether_a_job_starts(
         gpus in gpus(), requests in requests(), opts in options()
     ) {
-        let spread = PlaceOptions { policy: PlacementPolicy::Spread, share_fit: false, ..opts };
-        let sharing = PlaceOptions { share_fit: true, ..spread.clone() };
+        let spread = PlaceOptions { policy: PlacementPolicy::Spread, tightest_fit: false, ..opts };
+        let sharing = PlaceOptions { tightest_fit: true, ..spread.clone() };
         for request in &requests {
             let a = allocation::place(request, &gpus, &spread);
             let b = allocation::place(request, &gpus, &sharing);

@@ -50,15 +50,15 @@ impl Scheduler {
             return starts;
         }
         let since = crate::clock::now_ms();
-        self.share.starting_since_ms = since;
-        self.share.starting_bookings = starts
+        self.ledger_side.starting_since_ms = since;
+        self.ledger_side.starting_bookings = starts
             .iter()
             .flat_map(|s| self.bookings_of(s, since))
             .collect();
         self.publish_bookings();
         let published_ms = crate::clock::now_ms();
         drop(lock);
-        let Some(ledger) = &mut self.share.ledger else {
+        let Some(ledger) = &mut self.ledger_side.ledger else {
             return starts;
         };
         ledger.refresh();
@@ -80,7 +80,7 @@ impl Scheduler {
             ledger.refresh();
         }
         let mine: Vec<&str> = self
-            .share
+            .ledger_side
             .starting_bookings
             .iter()
             .map(|b| b.gpu_uuid.as_str())
@@ -129,7 +129,7 @@ impl Scheduler {
                 self.io.journal.state(key).map_or(0, |st| st.no).to_string()
             })
             .collect();
-        self.share
+        self.ledger_side
             .starting_bookings
             .retain(|b| !withdrawn_jobs.contains(&b.job));
         self.publish_bookings();

@@ -8,8 +8,8 @@
 use crate::allocation::{self, GpuLoad, PlaceOptions, Placement, Request};
 use crate::ledger::Need;
 use crate::ledger::people::Usage;
+use crate::rules::fair_share::{self, Standing};
 use crate::rules::quota::{QuotaRound, QuotaUse};
-use crate::rules::share::{self, Standing};
 use crate::scheduler::Scheduler;
 use crate::view::status::{BoxStatus, BoxUser, PersonalReservation, QuotaUseStatus};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -101,7 +101,7 @@ impl Scheduler {
     /// accrued, and writes it to our usage file (under the ledger lock,
     /// which our other schedulers share) at most every second.
     pub(in crate::scheduler) fn account_usage(&mut self, now: Instant) {
-        if self.core.box_state.rules.is_none() || self.share.ledger.is_none() {
+        if self.core.box_state.rules.is_none() || self.ledger_side.ledger.is_none() {
             return;
         }
         if let Some(last) = self.core.box_state.last_accrual {
@@ -127,7 +127,7 @@ impl Scheduler {
         let half_life = self.core.box_state.half_life_s();
         let (mib_s, gpu_s) = self.core.box_state.accrued;
         let now_ms = self.now().ms();
-        let Some(ledger) = &mut self.share.ledger else {
+        let Some(ledger) = &mut self.ledger_side.ledger else {
             return;
         };
         let _lock = ledger.lock();
@@ -144,7 +144,8 @@ impl Scheduler {
     /// name.
     pub(in crate::scheduler) fn standings(&self) -> BTreeMap<String, (Usage, Standing)> {
         let mut out = BTreeMap::new();
-        let (Some(rules), Some(ledger)) = (&self.core.box_state.rules, &self.share.ledger) else {
+        let (Some(rules), Some(ledger)) = (&self.core.box_state.rules, &self.ledger_side.ledger)
+        else {
             return out;
         };
         let now = self.now().ms();
@@ -184,17 +185,17 @@ impl Scheduler {
             .into_iter()
             .map(|(user, (_, s))| (user, s))
             .collect();
-        share::factors(&standings)
+        fair_share::factors(&standings)
     }
 
     /// Keeps free, on `loads`, the memory that the waiting jobs of each
     /// user whose factor is above ours need and would get there (the
     /// needs their schedulers publish, first job first): it is counted as
-    /// booked (and named in [`GpuLoad::share_held`]), so our jobs start
+    /// booked (and named in [`GpuLoad::fair_share_held`]), so our jobs start
     /// only beside it. Highest factor first.
     pub(in crate::scheduler) fn hold_for_fair_share(&self, loads: &mut [GpuLoad]) {
         let Some(ledger) = self
-            .share
+            .ledger_side
             .ledger
             .as_ref()
             .filter(|_| self.core.box_state.fair_share())
@@ -221,7 +222,7 @@ impl Scheduler {
         let mut ahead: Vec<(f64, &str, Vec<Need>)> = needs
             .into_iter()
             .map(|(user, n)| (factors.get(user).copied().unwrap_or(1.0), user, n))
-            .filter(|(f, _, _)| share::goes_first(*f, mine))
+            .filter(|(f, _, _)| fair_share::goes_first(*f, mine))
             .collect();
         ahead.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
         let opts = PlaceOptions {
@@ -244,8 +245,8 @@ impl Scheduler {
                         .mib
                         .map_or(gpu.total_mib, |m| m.saturating_add(opts.margin_mib));
                     gpu.booked_mib = gpu.booked_mib.saturating_add(hold);
-                    gpu.share_held_mib = gpu.share_held_mib.saturating_add(hold);
-                    gpu.share_held.push(user.to_string());
+                    gpu.fair_share_held_mib = gpu.fair_share_held_mib.saturating_add(hold);
+                    gpu.fair_share_held.push(user.to_string());
                 }
             }
         }
@@ -277,7 +278,7 @@ impl Scheduler {
         for b in self.own_bookings() {
             count(&b.gpu_uuid, b.mib, Some((me, b.job.clone())));
         }
-        if let Some(ledger) = &self.share.ledger {
+        if let Some(ledger) = &self.ledger_side.ledger {
             for f in ledger
                 .foreign
                 .iter()
@@ -296,7 +297,7 @@ impl Scheduler {
     /// without a rules file or a ledger.
     pub(in crate::scheduler) fn box_status(&self) -> Option<BoxStatus> {
         let rules = self.core.box_state.rules.as_ref()?;
-        let ledger = self.share.ledger.as_ref()?;
+        let ledger = self.ledger_side.ledger.as_ref()?;
         let standings = self.standings();
         let factors = self.fair_share_factors();
         let fair = self.core.box_state.fair_share();
@@ -384,7 +385,7 @@ impl Scheduler {
             })
             .collect();
         self.core.box_state.pending = pending;
-        if let Some(ledger) = &mut self.share.ledger {
+        if let Some(ledger) = &mut self.ledger_side.ledger {
             ledger.set_demand(demand, pending);
         }
     }

@@ -74,7 +74,7 @@ impl Scheduler {
         // bookings as they are now; the lock is let go once the round's
         // starts are published as `starting` bookings, before any job
         // starts (`book_starts`).
-        let booking = match &mut self.share.ledger {
+        let booking = match &mut self.ledger_side.ledger {
             Some(ledger) => {
                 let lock = ledger.lock();
                 let looked_ms = crate::clock::now_ms();
@@ -251,7 +251,7 @@ impl Scheduler {
         if !launches.is_empty() {
             result = result.and(self.commit_launches(launches));
         }
-        self.share.starting_bookings.clear();
+        self.ledger_side.starting_bookings.clear();
         self.publish_bookings();
         result
     }

@@ -422,8 +422,8 @@ impl Scheduler {
                 kill: None,
                 learned: launch.learned,
                 unrecorded: false,
-                booked_since_ms: if self.share.starting_since_ms > 0 {
-                    self.share.starting_since_ms
+                booked_since_ms: if self.ledger_side.starting_since_ms > 0 {
+                    self.ledger_side.starting_since_ms
                 } else {
                     crate::clock::now_ms()
                 },

@@ -12,7 +12,8 @@ impl Scheduler {
     /// Per GPU index: the MiB other schedulers booked there beyond what
     /// their jobs use now, and whose bookings they are.
     pub(in crate::scheduler) fn booked_by_others(&self) -> HashMap<u32, (u64, Vec<String>)> {
-        let (Some(ledger), Some(snapshot)) = (&self.share.ledger, &self.core.gpu.snapshot) else {
+        let (Some(ledger), Some(snapshot)) = (&self.ledger_side.ledger, &self.core.gpu.snapshot)
+        else {
             return HashMap::new();
         };
         if ledger.foreign.is_empty() {
@@ -85,10 +86,10 @@ impl Scheduler {
     /// holders of personal reservations use (looked up in `/proc` once
     /// per sample, not at every placement).
     pub(in crate::scheduler) fn refresh_ledger(&mut self) {
-        if let Some(ledger) = &mut self.share.ledger {
+        if let Some(ledger) = &mut self.ledger_side.ledger {
             ledger.refresh();
         }
-        self.core.gpu.reservation_use = match &self.share.ledger {
+        self.core.gpu.reservation_use = match &self.ledger_side.ledger {
             Some(ledger) => self.reservation_owners_use(&ledger.foreign),
             None => HashMap::new(),
         };
@@ -99,13 +100,13 @@ impl Scheduler {
     /// then see our jobs only through the memory they use.
     pub(in crate::scheduler) fn publish_bookings(&mut self) {
         let bookings = self.own_bookings();
-        let Some(ledger) = &mut self.share.ledger else {
+        let Some(ledger) = &mut self.ledger_side.ledger else {
             return;
         };
         match ledger.publish(bookings) {
-            Ok(()) => self.share.ledger_failing = false,
-            Err(e) if !self.share.ledger_failing => {
-                self.share.ledger_failing = true;
+            Ok(()) => self.ledger_side.ledger_failing = false,
+            Err(e) if !self.ledger_side.ledger_failing => {
+                self.ledger_side.ledger_failing = true;
                 self.report.warn(format!(
                     "cannot publish our bookings in the ledger {}: {e}; other schedulers see our jobs only by the memory they use",
                     ledger.dir().display()
@@ -150,7 +151,7 @@ impl Scheduler {
                 });
             }
         }
-        out.extend(self.share.starting_bookings.iter().cloned());
+        out.extend(self.ledger_side.starting_bookings.iter().cloned());
         out
     }
 }

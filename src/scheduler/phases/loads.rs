@@ -144,8 +144,8 @@ impl Scheduler {
                     .collect(),
                 booked_mib: booked.get(&index).map_or(0, |b| b.0),
                 booked_by: booked.remove(&index).map(|b| b.1).unwrap_or_default(),
-                share_held: Vec::new(),
-                share_held_mib: 0,
+                fair_share_held: Vec::new(),
+                fair_share_held_mib: 0,
                 util_percent,
             })
             .collect::<Vec<_>>();
@@ -160,9 +160,11 @@ impl Scheduler {
     /// hold"). It counts as booked by them, which is what the job's wait
     /// reason says.
     fn refuse_shared_gpus_for_mps(&self, loads: &mut [GpuLoad]) {
-        let (Some(mps), Some(ledger), Some(snapshot)) =
-            (&self.io.mps, &self.share.ledger, &self.core.gpu.snapshot)
-        else {
+        let (Some(mps), Some(ledger), Some(snapshot)) = (
+            &self.io.mps,
+            &self.ledger_side.ledger,
+            &self.core.gpu.snapshot,
+        ) else {
             return;
         };
         for load in loads {

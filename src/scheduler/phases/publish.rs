@@ -67,7 +67,7 @@ impl Scheduler {
             backend: (self.io.backend.is_sim(), self.backend_words()),
             sim_dir: self.io.sim_dir.as_deref(),
             foreign: self
-                .share
+                .ledger_side
                 .ledger
                 .as_ref()
                 .map_or(&[], |l| l.foreign.as_slice()),

@@ -440,7 +440,7 @@ impl Scheduler {
         self.io.usage.observe(self.now().ts, &series);
         // Personal reservations on our GPUs, for the timeline.
         let seen: Vec<(u32, u64, crate::timeline::usage::SeenReservation)> = self
-            .share
+            .ledger_side
             .ledger
             .iter()
             .flat_map(|ledger| &ledger.reservations)

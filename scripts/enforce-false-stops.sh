@@ -44,7 +44,7 @@ run() { # name, jobs file, args…
     "$bin" "$jobs" --log-dir "$work/logs-$name" --enforce stop --poll 1 "$@" > "$work/out-$name.txt" 2>&1 || true
     local jobs_done stopped
     jobs_done=$(grep -c '"event":"done"' "$work/logs-$name/journal.jsonl" || true)
-    stopped=$(grep -c '"over_declared"' "$work/logs-$name/journal.jsonl" || true)
+    stopped=$(grep -c '"exceeded_declaration"' "$work/logs-$name/journal.jsonl" || true)
     echo "$name: $jobs_done jobs ended, $stopped stopped for over-use"
     stops=$((stops + stopped))
 }

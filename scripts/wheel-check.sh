@@ -35,4 +35,4 @@ cp "$repo/examples/jobs.txt" "$work/jobs.txt"
   echo "the example failed from the wheel's binary" >&2
   exit 1
 }
-grep "queue drained" "$work/run.txt"
+grep "queue done" "$work/run.txt"

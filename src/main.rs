@@ -83,27 +83,26 @@ fn main() {
         Some(Command::Doctor(args)) => gpusched::commands::doctor::run(args),
         Some(Command::Service(args)) => gpusched::commands::service::run(&args.action),
         Some(Command::Report(args)) => gpusched::commands::report::run(args),
-        Some(Command::Ledger(args)) => match &args.action {
-            gpusched::cli::LedgerAction::Init { ledger, sim_dir } => {
-                let said = match sim_dir {
-                    // A shared simulated box: its reports' directory and
-                    // the ledger in it, as the docs say to share one.
-                    Some(dir) => gpusched::ledger::store::init(dir).and_then(|first| {
-                        let ledger = gpusched::ledger::store::init(&dir.join("ledger"))?;
-                        Ok(format!("{first}\n{ledger}"))
-                    }),
-                    None => gpusched::ledger::store::init(ledger),
-                };
-                said.map(|said| {
-                    println!("{said}");
-                    0
-                })
-                .map_err(Into::into)
-            }
-        },
+        Some(Command::Ledger(args)) => ledger(&args.action),
         None => gpusched::run(&cli.run),
     };
     finish(result);
+}
+
+/// `gpusched ledger init [--sim-dir DIR]`: makes the shared ledger, or a
+/// shared simulated box's directory with the ledger in it, as the docs
+/// say to share one.
+fn ledger(action: &gpusched::cli::LedgerAction) -> anyhow::Result<i32> {
+    let gpusched::cli::LedgerAction::Init { ledger, sim_dir } = action;
+    let said = match sim_dir {
+        Some(dir) => gpusched::ledger::store::init(dir).and_then(|first| {
+            let ledger = gpusched::ledger::store::init(&dir.join("ledger"))?;
+            Ok(format!("{first}\n{ledger}"))
+        }),
+        None => gpusched::ledger::store::init(ledger),
+    };
+    println!("{}", said?);
+    Ok(0)
 }
 
 /// Applies the verb's trust mode (docs/SECURITY.md "Every verb's trust

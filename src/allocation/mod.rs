@@ -583,49 +583,8 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
             };
         }
     }
-    if gpus.iter().any(|g| g.booked_mib > 0) {
-        let unbooked: Vec<GpuLoad> = gpus
-            .iter()
-            .map(|g| GpuLoad {
-                booked_mib: 0,
-                ..g.clone()
-            })
-            .collect();
-        if let Placement::Start(chosen) = place(request, &unbooked, opts) {
-            let on_chosen = || gpus.iter().filter(|g| chosen.contains(&g.index));
-            let mut users: Vec<String> = on_chosen()
-                .flat_map(|g| g.booked_by.iter().cloned())
-                .collect();
-            users.sort();
-            users.dedup();
-            let mut kept_for: Vec<String> = on_chosen()
-                .flat_map(|g| g.fair_share_held.iter().cloned())
-                .collect();
-            kept_for.sort();
-            kept_for.dedup();
-            // Kept for fair share alone: it would fit beside the bookings.
-            if !kept_for.is_empty() {
-                let without_holds: Vec<GpuLoad> = gpus
-                    .iter()
-                    .map(|g| GpuLoad {
-                        booked_mib: g.booked_mib.saturating_sub(g.fair_share_held_mib),
-                        fair_share_held: Vec::new(),
-                        fair_share_held_mib: 0,
-                        ..g.clone()
-                    })
-                    .collect();
-                if let Placement::Start(free) = place(request, &without_holds, opts) {
-                    return WaitReason::FairShare {
-                        gpus: free,
-                        users: kept_for,
-                    };
-                }
-            }
-            return WaitReason::Booked {
-                gpus: chosen,
-                users,
-            };
-        }
+    if let Some(reason) = booked_reason(request, gpus, opts) {
+        return reason;
     }
     if opts.policy == PlacementPolicy::Spread && request.vram_mib.is_some() {
         let pack = PlaceOptions {
@@ -664,6 +623,57 @@ pub fn wait_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> 
     }
 }
 
+/// When other schedulers' bookings (or fair share's holds) alone keep
+/// `request` from starting: whose, on which GPUs.
+fn booked_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<WaitReason> {
+    if gpus.iter().all(|g| g.booked_mib == 0) {
+        return None;
+    }
+    let unbooked: Vec<GpuLoad> = gpus
+        .iter()
+        .map(|g| GpuLoad {
+            booked_mib: 0,
+            ..g.clone()
+        })
+        .collect();
+    if let Placement::Start(chosen) = place(request, &unbooked, opts) {
+        let on_chosen = || gpus.iter().filter(|g| chosen.contains(&g.index));
+        let mut users: Vec<String> = on_chosen()
+            .flat_map(|g| g.booked_by.iter().cloned())
+            .collect();
+        users.sort();
+        users.dedup();
+        let mut kept_for: Vec<String> = on_chosen()
+            .flat_map(|g| g.fair_share_held.iter().cloned())
+            .collect();
+        kept_for.sort();
+        kept_for.dedup();
+        // Kept for fair share alone: it would fit beside the bookings.
+        if !kept_for.is_empty() {
+            let without_holds: Vec<GpuLoad> = gpus
+                .iter()
+                .map(|g| GpuLoad {
+                    booked_mib: g.booked_mib.saturating_sub(g.fair_share_held_mib),
+                    fair_share_held: Vec::new(),
+                    fair_share_held_mib: 0,
+                    ..g.clone()
+                })
+                .collect();
+            if let Placement::Start(free) = place(request, &without_holds, opts) {
+                return Some(WaitReason::FairShare {
+                    gpus: free,
+                    users: kept_for,
+                });
+            }
+        }
+        return Some(WaitReason::Booked {
+            gpus: chosen,
+            users,
+        });
+    }
+    None
+}
+
 /// Whether `request` (`[exclusive]`, declared) would start now beside
 /// jobs of ours, so that only its exclusivity keeps it waiting.
 fn waits_for_exclusivity(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> bool {
@@ -676,50 +686,58 @@ fn waits_for_exclusivity(request: &Request, gpus: &[GpuLoad], opts: &PlaceOption
         && matches!(place(&sharing, gpus, opts), Placement::Start(_))
 }
 
+/// Why too few GPUs are allowed for `request`, as the tails of its
+/// reason: the GPUs its `on=` names that this scheduler lacks, and the
+/// MIG instances that cannot serve a job of several GPUs.
+fn too_few_why(request: &Request, gpus: &[GpuLoad]) -> (String, String) {
+    // GPUs its on= names that this scheduler does not have.
+    let unknown: Vec<u32> = request
+        .on_mask
+        .map(crate::model::gpus_of_mask)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| !gpus.iter().any(|g| g.index == *i))
+        .collect();
+    let mut present: Vec<u32> = gpus.iter().map(|g| g.index).collect();
+    present.sort_unstable();
+    let missing = if unknown.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; its on= names GPU {}, which {} not among this scheduler's GPUs ({})",
+            crate::console::gpu_ids(&unknown, ", "),
+            if unknown.len() == 1 { "is" } else { "are" },
+            crate::console::gpu_ids(&present, ", ")
+        )
+    };
+    // MIG instances that would count but for being MIG instances.
+    let mig = gpus
+        .iter()
+        .filter(|g| crate::model::mig_of(g.index).is_some())
+        .filter(|g| {
+            Request {
+                gpus: 1,
+                ..*request
+            }
+            .may_use(g.index)
+        })
+        .count();
+    let mig = if mig == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {mig} MIG instance{} cannot serve it: CUDA shows a process one MIG instance only",
+            if mig == 1 { "" } else { "s" }
+        )
+    };
+    (missing, mig)
+}
+
 fn infeasible_reason(request: &Request, gpus: &[GpuLoad], opts: &PlaceOptions) -> Option<String> {
     let wanted = request.gpus.max(1) as usize;
     let allowed: Vec<&GpuLoad> = gpus.iter().filter(|g| request.may_use(g.index)).collect();
     if wanted > allowed.len() {
-        // GPUs its on= names that this scheduler does not have.
-        let unknown: Vec<u32> = request
-            .on_mask
-            .map(crate::model::gpus_of_mask)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|i| !gpus.iter().any(|g| g.index == *i))
-            .collect();
-        let mut present: Vec<u32> = gpus.iter().map(|g| g.index).collect();
-        present.sort_unstable();
-        let missing = if unknown.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; its on= names GPU {}, which {} not among this scheduler's GPUs ({})",
-                crate::console::gpu_ids(&unknown, ", "),
-                if unknown.len() == 1 { "is" } else { "are" },
-                crate::console::gpu_ids(&present, ", ")
-            )
-        };
-        // MIG instances that would count but for being MIG instances.
-        let mig = gpus
-            .iter()
-            .filter(|g| crate::model::mig_of(g.index).is_some())
-            .filter(|g| {
-                Request {
-                    gpus: 1,
-                    ..*request
-                }
-                .may_use(g.index)
-            })
-            .count();
-        let mig = if mig == 0 {
-            String::new()
-        } else {
-            format!(
-                "; {mig} MIG instance{} cannot serve it: CUDA shows a process one MIG instance only",
-                if mig == 1 { "" } else { "s" }
-            )
-        };
+        let (missing, mig) = too_few_why(request, gpus);
         return Some(format!(
             "needs {} but only {} {} allowed{}{missing}{mig}",
             crate::words::count(wanted, "GPU"),

@@ -200,9 +200,57 @@ impl WaitReason {
     }
 }
 
+impl WaitReason {
+    /// The words of a [`WaitReason::Headroom`]: how much it needs on how
+    /// many GPUs, which have room, and the most free.
+    fn fmt_headroom(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let label = |index: u32| crate::model::device_label(index);
+        match self {
+            WaitReason::Headroom {
+                need_mib,
+                gpus: 1,
+                most_free,
+                ..
+            } => {
+                write!(f, "needs {need_mib} MiB on 1 GPU")?;
+                match most_free {
+                    Some((index, 0)) => {
+                        write!(f, "; most free: GPU {} 0 MiB (closed)", label(*index))
+                    }
+                    Some((index, mib)) => write!(f, "; most free: GPU {} {mib} MiB", label(*index)),
+                    None => Ok(()),
+                }
+            }
+            WaitReason::Headroom {
+                need_mib,
+                gpus,
+                room,
+                most_free,
+            } => {
+                // One GPU is the arm above: always a plural here.
+                write!(f, "needs {need_mib} MiB × {gpus} GPUs; ")?;
+                let list = crate::console::gpu_ids(room, ", ");
+                match room.len() {
+                    0 => write!(f, "none has room")?,
+                    1 => write!(f, "GPU {list} has room")?,
+                    n => write!(f, "{n} have room (GPU {list})")?,
+                }
+                match most_free {
+                    Some((index, 0)) => write!(f, ", GPU {} is closed", label(*index)),
+                    Some((index, mib)) if room.is_empty() => {
+                        write!(f, "; most free: GPU {} {mib} MiB", label(*index))
+                    }
+                    Some((index, mib)) => write!(f, ", GPU {} only {mib} MiB", label(*index)),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let label = |index: u32| crate::model::device_label(index);
         match self {
             WaitReason::Paused => write!(f, "queue paused (gpusched resume)"),
             WaitReason::StarvationHold { gpus, for_no } => write!(
@@ -261,44 +309,7 @@ impl std::fmt::Display for WaitReason {
             },
             WaitReason::IdleGpu { gpus: 1 } => write!(f, "waiting for an idle GPU"),
             WaitReason::IdleGpu { gpus } => write!(f, "waiting for {gpus} idle GPUs"),
-            WaitReason::Headroom {
-                need_mib,
-                gpus: 1,
-                most_free,
-                ..
-            } => {
-                write!(f, "needs {need_mib} MiB on 1 GPU")?;
-                match most_free {
-                    Some((index, 0)) => {
-                        write!(f, "; most free: GPU {} 0 MiB (closed)", label(*index))
-                    }
-                    Some((index, mib)) => write!(f, "; most free: GPU {} {mib} MiB", label(*index)),
-                    None => Ok(()),
-                }
-            }
-            WaitReason::Headroom {
-                need_mib,
-                gpus,
-                room,
-                most_free,
-            } => {
-                // One GPU is the arm above: always a plural here.
-                write!(f, "needs {need_mib} MiB × {gpus} GPUs; ")?;
-                let list = crate::console::gpu_ids(room, ", ");
-                match room.len() {
-                    0 => write!(f, "none has room")?,
-                    1 => write!(f, "GPU {list} has room")?,
-                    n => write!(f, "{n} have room (GPU {list})")?,
-                }
-                match most_free {
-                    Some((index, 0)) => write!(f, ", GPU {} is closed", label(*index)),
-                    Some((index, mib)) if room.is_empty() => {
-                        write!(f, "; most free: GPU {} {mib} MiB", label(*index))
-                    }
-                    Some((index, mib)) => write!(f, ", GPU {} only {mib} MiB", label(*index)),
-                    None => Ok(()),
-                }
-            }
+            WaitReason::Headroom { .. } => self.fmt_headroom(f),
         }
     }
 }

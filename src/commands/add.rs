@@ -90,6 +90,19 @@ pub fn run(args: &AddArgs) -> anyhow::Result<i32> {
     run_to(args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
+/// Why `add` could not save the caller's environment with the job.
+fn why_no_env(args: &AddArgs, file: &std::path::Path) -> String {
+    if crate::trust::acting_for_root() {
+        "root's environment is not saved in another user's log directory".to_string()
+    } else {
+        format!(
+            "no scheduler of {} runs {} to save yours for (give its --log-dir)",
+            args.log_dir.display(),
+            file.display()
+        )
+    }
+}
+
 /// [`run`], saying what it did on `out` and `err` (the terminal's stdout
 /// and stderr, or an MCP tool's result: the same words either way).
 ///
@@ -105,18 +118,10 @@ pub fn run_to(
     };
     let job = new_job(args, &file)?;
     if job.env.is_none() && !args.no_env {
-        let why = if crate::trust::acting_for_root() {
-            "root's environment is not saved in another user's log directory".to_string()
-        } else {
-            format!(
-                "no scheduler of {} runs {} to save yours for (give its --log-dir)",
-                args.log_dir.display(),
-                file.display()
-            )
-        };
         writeln!(
             err,
-            "note: the job runs with the scheduler's environment, not yours: {why}"
+            "note: the job runs with the scheduler's environment, not yours: {}",
+            why_no_env(args, &file)
         )?;
     }
     let mut tail = JournalTail::new(&args.log_dir);

@@ -85,26 +85,7 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         let log = log_dir.join(report::log_name(no, &[]));
         let mut sub = Submission::of(spec, spec.vram_mib, &[], &log, &workdir);
         sub.nice = slurm::nice_of(spec.priority(), highest);
-        let mut words = vec!["sbatch".to_string(), "--parsable".to_string()];
-        // Not `gpusched-<key>`: a scheduler with this log directory takes
-        // such submissions for its own.
-        let name = format!(
-            "--job-name={}",
-            spec.name()
-                .map_or_else(|| format!("job{no}"), str::to_string)
-        );
-        words.extend(
-            slurm::sbatch_options(&sub, &options)
-                .into_iter()
-                .map(|a| {
-                    if a.starts_with("--job-name=") {
-                        name.clone()
-                    } else {
-                        a
-                    }
-                })
-                .map(|a| slurm::shell_quote(&a)),
-        );
+        let mut words = sbatch_words(spec, no, &sub, &options);
         let deps: Vec<&str> = after
             .get(spec.key.as_str())
             .into_iter()
@@ -125,6 +106,37 @@ pub fn script(args: &ExportArgs) -> anyhow::Result<String> {
         var_of.insert(&spec.key, var);
     }
     Ok(out)
+}
+
+/// `sbatch --parsable` and the options of job `no`'s submission `sub`,
+/// each quoted for the shell, named for people (`name=`, else
+/// `job<number>`): not `gpusched-<key>`, which a scheduler with this log
+/// directory takes for its own.
+fn sbatch_words(
+    spec: &jobspec::JobSpec,
+    no: u32,
+    sub: &Submission,
+    options: &slurm::SlurmOptions,
+) -> Vec<String> {
+    let name = format!(
+        "--job-name={}",
+        spec.name()
+            .map_or_else(|| format!("job{no}"), str::to_string)
+    );
+    let mut words = vec!["sbatch".to_string(), "--parsable".to_string()];
+    words.extend(
+        slurm::sbatch_options(sub, options)
+            .into_iter()
+            .map(|a| {
+                if a.starts_with("--job-name=") {
+                    name.clone()
+                } else {
+                    a
+                }
+            })
+            .map(|a| slurm::shell_quote(&a)),
+    );
+    words
 }
 
 /// The job of `spec`'s group whose end it waits for under the group's
@@ -235,6 +247,43 @@ fn pilot_of(args: &ExportArgs, jobs: usize) -> anyhow::Result<String> {
 /// (`--signal=B:USR2@…`), at most a quarter of its time limit.
 const WARNING_S: u32 = 120;
 
+/// The pilot script's `#SBATCH` lines after its GPUs: nodes, time, the
+/// warning signal (a short allocation is warned a quarter of its time
+/// before its end), output, directory, partition and the user's own.
+fn sbatch_directives(
+    out: &mut String,
+    pilot: &Pilot,
+    sizing: &crate::cli::PilotArgs,
+    options: &slurm::SlurmOptions,
+) {
+    if sizing.nodes > 1 {
+        let _ = writeln!(*out, "#SBATCH --nodes={}", sizing.nodes);
+    }
+    if let Some(time) = sizing.time {
+        let _ = writeln!(*out, "#SBATCH --time={}", (time / 60.0).ceil() as u64);
+    }
+    // A short allocation is warned a quarter of its time before its end.
+    let warning = sizing
+        .time
+        .map_or(WARNING_S, |time| WARNING_S.min((time / 4.0) as u32).max(1));
+    let _ = writeln!(*out, "#SBATCH --signal=B:USR2@{warning}");
+    // Not in the log directory: Slurm opens the output before the
+    // script runs, and a log directory not made yet fails the launch.
+    let _ = writeln!(
+        *out,
+        "#SBATCH --output={}/gpusched-pilot-%j.out",
+        pilot.workdir.display()
+    );
+    let _ = writeln!(*out, "#SBATCH --open-mode=append");
+    let _ = writeln!(*out, "#SBATCH --chdir={}", pilot.workdir.display());
+    if let Some(partition) = &options.partition {
+        let _ = writeln!(*out, "#SBATCH --partition={partition}");
+    }
+    for arg in &options.sbatch_args {
+        let _ = writeln!(*out, "#SBATCH {arg}");
+    }
+}
+
 /// The sbatch script of a pilot (docs/BEHAVIOUR.md "Inside a Slurm
 /// allocation"): one allocation of `sizing.gpus` GPUs for `sizing.time`,
 /// the scheduler in it, Slurm's warning passed on to it (SIGUSR2 reaches
@@ -266,32 +315,7 @@ fn pilot_script(
         },
         wrap = crate::pilot::WRAP_UP_S,
     );
-    if sizing.nodes > 1 {
-        let _ = writeln!(out, "#SBATCH --nodes={}", sizing.nodes);
-    }
-    if let Some(time) = sizing.time {
-        let _ = writeln!(out, "#SBATCH --time={}", (time / 60.0).ceil() as u64);
-    }
-    // A short allocation is warned a quarter of its time before its end.
-    let warning = sizing
-        .time
-        .map_or(WARNING_S, |time| WARNING_S.min((time / 4.0) as u32).max(1));
-    let _ = writeln!(out, "#SBATCH --signal=B:USR2@{warning}");
-    // Not in the log directory: Slurm opens the output before the
-    // script runs, and a log directory not made yet fails the launch.
-    let _ = writeln!(
-        out,
-        "#SBATCH --output={}/gpusched-pilot-%j.out",
-        pilot.workdir.display()
-    );
-    let _ = writeln!(out, "#SBATCH --open-mode=append");
-    let _ = writeln!(out, "#SBATCH --chdir={}", pilot.workdir.display());
-    if let Some(partition) = &options.partition {
-        let _ = writeln!(out, "#SBATCH --partition={partition}");
-    }
-    for arg in &options.sbatch_args {
-        let _ = writeln!(out, "#SBATCH {arg}");
-    }
+    sbatch_directives(&mut out, pilot, sizing, options);
     let _ = write!(
         out,
         "set -u\n\
@@ -399,14 +423,10 @@ mod tests {
         assert!(!sample(None, 0).contains("--time"));
     }
 
-    #[test]
-    fn a_chained_pilot_passes_its_warning_on_and_cancels_its_successor_when_done() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let log = dir.path().join("calls");
-        // Stand-ins that record how they were called: sbatch, scancel,
-        // and a scheduler that exits with $PILOT_EXIT, or 75 on SIGUSR2.
+    /// Stand-ins in `bin` that record how they were called in `log`:
+    /// sbatch, scancel, and a scheduler that exits with $PILOT_EXIT, or 75
+    /// on SIGUSR2.
+    fn stand_ins(bin: &std::path::Path, log: &std::path::Path) {
         let stub = |name: &str, body: &str| {
             let path = bin.join(name);
             std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -429,6 +449,15 @@ mod tests {
                 log.display()
             ),
         );
+    }
+
+    #[test]
+    fn a_chained_pilot_passes_its_warning_on_and_cancels_its_successor_when_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let log = dir.path().join("calls");
+        stand_ins(&bin, &log);
         let pilot = Pilot {
             gpusched: bin.join("sched"),
             jobs_file: "/j".into(),

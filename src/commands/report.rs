@@ -245,33 +245,10 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
     let mut seen = HashSet::new();
     for dir in &dirs {
         let journal = dir.join("journal.jsonl");
-        // Read as a file someone else controls (docs/SECURITY.md): no
-        // link, FIFO or device, and counted for the journal's owner.
-        let (file, meta) =
-            match crate::trust::open_untrusted(&journal, crate::trust::MAX_JOURNAL_BYTES) {
-                Ok(found) => found,
-                // A remembered directory may be gone; say which could not be read.
-                Err(crate::trust::Untrusted::Io(e))
-                    if e.kind() == std::io::ErrorKind::NotFound && args.all =>
-                {
-                    continue;
-                }
-                Err(crate::trust::Untrusted::Io(e)) => {
-                    eprintln!(
-                        "gpusched report: skipped {}: {}",
-                        crate::console::printable(&journal.display().to_string()),
-                        crate::files::io_reason(&e)
-                    );
-                    continue;
-                }
-                Err(e) => {
-                    eprintln!(
-                        "gpusched report: skipped {}: {e}",
-                        crate::console::printable(&journal.display().to_string())
-                    );
-                    continue;
-                }
-            };
+        // Counted for the journal's owner.
+        let Some((file, meta)) = open_journal(&journal, args.all) else {
+            continue;
+        };
         if !seen.insert((meta.dev(), meta.ino())) {
             continue;
         }
@@ -311,6 +288,32 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
     }
     print!("{}", render(&rows, since, until, read.len(), &args.by));
     Ok(0)
+}
+
+/// Opens a journal as a file someone else controls (docs/SECURITY.md):
+/// no link, FIFO or device. One that cannot be read is skipped, said on
+/// stderr, except a missing one under `--all` (a remembered directory may
+/// be gone).
+fn open_journal(journal: &Path, all: bool) -> Option<(std::fs::File, std::fs::Metadata)> {
+    let shown = || crate::console::printable(&journal.display().to_string()).into_owned();
+    match crate::trust::open_untrusted(journal, crate::trust::MAX_JOURNAL_BYTES) {
+        Ok(found) => Some(found),
+        Err(crate::trust::Untrusted::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && all => {
+            None
+        }
+        Err(crate::trust::Untrusted::Io(e)) => {
+            eprintln!(
+                "gpusched report: skipped {}: {}",
+                shown(),
+                crate::files::io_reason(&e)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("gpusched report: skipped {}: {e}", shown());
+            None
+        }
+    }
 }
 
 /// Each job's name or group (by key) from the jobs file the log

@@ -148,17 +148,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     if let Ok(mut slot) = shared.box_json.write() {
         *slot = first;
     }
-    let listener = std::net::TcpListener::bind(args.listen).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            let next = std::net::SocketAddr::new(args.listen.ip(), args.listen.port().wrapping_add(1));
-            format!(
-                " — another server (perhaps another user's gpusched serve) has that port; pick another with --listen {next}"
-            )
-        } else {
-            String::new()
-        };
-        Error::Usage(format!("cannot listen on {}: {e}{hint}", args.listen))
-    })?;
+    let listener = listen_on(args.listen)?;
     let login = format!(
         "http://{}/login?token={}",
         args.listen,
@@ -177,6 +167,24 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     )
     .map_err(|e| Error::io(format!("cannot serve on {}", args.listen), e))?;
     Ok(0)
+}
+
+/// Binds `address`; a port taken by another server says so and names
+/// the next one.
+///
+/// Errors ([`Error::Usage`]): the address cannot be bound.
+fn listen_on(address: std::net::SocketAddr) -> Result<std::net::TcpListener, Error> {
+    std::net::TcpListener::bind(address).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            let next = std::net::SocketAddr::new(address.ip(), address.port().wrapping_add(1));
+            format!(
+                " — another server (perhaps another user's gpusched serve) has that port; pick another with --listen {next}"
+            )
+        } else {
+            String::new()
+        };
+        Error::Usage(format!("cannot listen on {address}: {e}{hint}"))
+    })
 }
 
 /// 200 with `content_type`, never cached (the documents change every

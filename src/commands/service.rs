@@ -95,11 +95,19 @@ pub fn run(action: &ServiceAction) -> anyhow::Result<i32> {
     }
     crate::files::write_atomic(&path, text.as_bytes())
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    println!("wrote {}", path.display());
+    print_next_steps(&name, dir);
+    Ok(0)
+}
+
+/// What to run after the unit `gpusched-NAME` was written for the jobs
+/// file in `dir`: start it, keep it after logout, read its output and
+/// queue.
+fn print_next_steps(name: &str, dir: &Path) {
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
         .map_or_else(|| "$USER".to_string(), |u| u.name);
-    println!("wrote {}", path.display());
     println!("start it now and at every login:");
     println!("    systemctl --user daemon-reload");
     println!("    systemctl --user enable --now gpusched-{name}");
@@ -110,7 +118,6 @@ pub fn run(action: &ServiceAction) -> anyhow::Result<i32> {
         "its queue: gpusched status --log-dir {}",
         dir.join("gpusched_logs").display()
     );
-    Ok(0)
 }
 
 /// `~/.config/systemd/user` (or under `$XDG_CONFIG_HOME`), made if

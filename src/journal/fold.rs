@@ -110,6 +110,22 @@ impl Journal {
         }
     }
 
+    /// The starvation hold an event sets, or ends when its job starts or
+    /// ends.
+    fn note_starvation_hold(&mut self, key: &str, step: &Fold) {
+        match step {
+            Fold::StarvationHold(gpus) => {
+                self.starvation_hold = Some((key.to_string(), gpus.clone()));
+            }
+            Fold::Started { .. } | Fold::Done { .. }
+                if self.starvation_hold.as_ref().is_some_and(|(k, _)| k == key) =>
+            {
+                self.starvation_hold = None;
+            }
+            _ => {}
+        }
+    }
+
     /// The one place where events change a key's state.
     pub(super) fn apply(&mut self, key: &str, ts: f64, step: Fold) {
         if let Fold::Seen { no } = step {
@@ -123,17 +139,7 @@ impl Journal {
             return;
         }
         self.note_retry_delay(key, &step);
-        match &step {
-            Fold::StarvationHold(gpus) => {
-                self.starvation_hold = Some((key.to_string(), gpus.clone()));
-            }
-            Fold::Started { .. } | Fold::Done { .. }
-                if self.starvation_hold.as_ref().is_some_and(|(k, _)| k == key) =>
-            {
-                self.starvation_hold = None;
-            }
-            _ => {}
-        }
+        self.note_starvation_hold(key, &step);
         let id = match self.keys.get(key) {
             Some(id) => id as usize,
             None => {

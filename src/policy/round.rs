@@ -122,28 +122,8 @@ pub fn plan<'a>(
             continue;
         }
         // Likewise a job that would take our user over their quota.
-        let admission = rules
-            .quota
-            .as_ref()
-            .map_or(Admission::Anywhere, |q| q.admit(&job.request));
-        let placed = match admission {
-            Admission::Anywhere => job.request,
-            Admission::Only(placed) => placed,
-            Admission::Wait(reason) => {
-                round.blocked.push((job.key.to_string(), reason));
-                ungroup(&mut rules.in_group, job.group);
-                continue;
-            }
-            Admission::Never(why) => {
-                ungroup(&mut rules.in_group, job.group);
-                round.ready += 1;
-                round.planned.push(Planned {
-                    index: job.index,
-                    request: job.request,
-                    placement: Placement::Infeasible(why),
-                });
-                continue;
-            }
+        let Some(placed) = admitted(&mut rules, &mut round, &job) else {
+            continue;
         };
         round.ready += 1;
         let is_held_for = rules.starvation_hold.is_some_and(|(i, _)| i == job.index);
@@ -189,6 +169,36 @@ pub fn plan<'a>(
         .first()
         .map(|r| (r.job, r.at, r.gpus.clone()));
     round
+}
+
+/// What our user's quota lets `job` ask for: its request, or the GPUs
+/// they already hold; `None` when it waits for the quota (blocked) or
+/// never fits it (infeasible), either recorded in `round`.
+#[inline]
+fn admitted(rules: &mut RoundRules<'_>, round: &mut Round, job: &ReadyJob<'_>) -> Option<Request> {
+    let admission = rules
+        .quota
+        .as_ref()
+        .map_or(Admission::Anywhere, |q| q.admit(&job.request));
+    match admission {
+        Admission::Anywhere => Some(job.request),
+        Admission::Only(placed) => Some(placed),
+        Admission::Wait(reason) => {
+            round.blocked.push((job.key.to_string(), reason));
+            ungroup(&mut rules.in_group, job.group);
+            None
+        }
+        Admission::Never(why) => {
+            ungroup(&mut rules.in_group, job.group);
+            round.ready += 1;
+            round.planned.push(Planned {
+                index: job.index,
+                request: job.request,
+                placement: Placement::Infeasible(why),
+            });
+            None
+        }
+    }
 }
 
 /// The placement of a job the quota kept to the GPUs our user holds: too

@@ -83,26 +83,12 @@ impl Scheduler {
         let ledger = open_ledger(args, sim_dir.as_deref(), &cfg.log_dir, allocation.is_some())?
             .map(|ledger| watched_ledger(ledger, &box_state, &mut wakes));
         let usage = crate::timeline::usage::UsageLog::new(&cfg.log_dir);
-        let box_targets = box_state
-            .rules
-            .as_ref()
-            .map(|r| r.notify_to.clone())
-            .unwrap_or_default();
-        let told =
-            super::phases::Told::start(args, &absolute(&jobs_path), &cfg.log_dir, &box_targets)?;
-
+        let told = told_for(args, &jobs_path, &cfg.log_dir, &box_state)?;
         let core = Core {
-            // Absolute, so commands run elsewhere find it in status.json.
-            jobs: JobsFile::new(absolute(&jobs_path), stamp),
-            running: BTreeMap::new(),
-            gpu: GpuState::default(),
             learned: learned_of(args)?,
-            mode: Mode::Scheduling,
             control,
             cancel_requests,
-            box_state,
-            run_times: Default::default(),
-            compute: Default::default(),
+            ..first_core(&jobs_path, stamp, box_state)
         };
         let (pilot, first_end) = allocation.map(super::phases::Pilot::start).unzip();
         let started_ts = cfg.clock.now().ts;
@@ -707,6 +693,46 @@ fn refuse_fresh_over_live_jobs(journal_path: &std::path::Path) -> anyhow::Result
         if live.len() == 1 { "it" } else { "them" },
     ))
     .into())
+}
+
+/// What is told, and to whom: `--notify` and `--on-finish`, and the
+/// box rules' `[notify] to` targets.
+///
+/// Errors: a target or hook is unusable.
+fn told_for(
+    args: &RunArgs,
+    jobs_path: &std::path::Path,
+    log_dir: &std::path::Path,
+    box_state: &crate::rules::BoxState,
+) -> anyhow::Result<super::phases::Told> {
+    let box_targets = box_state
+        .rules
+        .as_ref()
+        .map(|r| r.notify_to.clone())
+        .unwrap_or_default();
+    super::phases::Told::start(args, &absolute(jobs_path), log_dir, &box_targets)
+}
+
+/// The decision state of a scheduler about to take over: the jobs file
+/// at `jobs_path` (kept absolute, so that commands run elsewhere find it
+/// in status.json), nothing running, nothing learned yet.
+fn first_core(
+    jobs_path: &std::path::Path,
+    stamp: Option<FileStamp>,
+    box_state: crate::rules::BoxState,
+) -> Core {
+    Core {
+        jobs: JobsFile::new(absolute(jobs_path), stamp),
+        running: BTreeMap::new(),
+        gpu: GpuState::default(),
+        learned: Default::default(),
+        mode: Mode::Scheduling,
+        control: Control::default(),
+        cancel_requests: Default::default(),
+        box_state,
+        run_times: Default::default(),
+        compute: Default::default(),
+    }
 }
 
 /// What the run learns from (docs/BEHAVIOUR.md "Learned VRAM"): nothing

@@ -277,16 +277,22 @@ pub fn build(
             _ => {}
         }
     }
+    still_running(&mut run, open, now);
+    run.reservations = reservation_bands(samples);
+    curves(&mut run, samples);
+    frame(&mut run, samples, now);
+    run
+}
+
+/// Adds the attempts still open at the end of the journal as running to
+/// `now`, and puts every attempt in order of start.
+fn still_running(run: &mut Run, open: HashMap<String, Attempt>, now: f64) {
     for (_, mut attempt) in open {
         attempt.end = now.max(attempt.start);
         run.attempts.push(attempt);
     }
     run.attempts
         .sort_by(|a, b| a.start.total_cmp(&b.start).then(a.no.cmp(&b.no)));
-    run.reservations = reservation_bands(samples);
-    curves(&mut run, samples);
-    frame(&mut run, samples, now);
-    run
 }
 
 /// The personal reservations the usage record saw: each one's last line

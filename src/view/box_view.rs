@@ -258,6 +258,33 @@ pub fn build(
     }
 }
 
+/// The processes on GPU `g` that no scheduler booked: their group is in
+/// no booking of the ledger.
+fn unscheduled_on(
+    g: &crate::gpu::GpuInfo,
+    snapshot: &GpuSnapshot,
+    ledger: &Ledger,
+    facts: &BoxFacts,
+) -> Vec<UnscheduledProcess> {
+    let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
+    snapshot
+        .processes
+        .iter()
+        .filter(|p| p.gpu == g.index)
+        .filter(|p| {
+            facts
+                .groups
+                .get(&p.pid)
+                .is_none_or(|pgrp| !booked_groups.contains(pgrp))
+        })
+        .map(|p| UnscheduledProcess {
+            pid: p.pid,
+            user: facts.users.get(&p.pid).cloned(),
+            used_mib: p.used_mib,
+        })
+        .collect()
+}
+
 /// One GPU of the box: who holds it (bookings and reservations), the
 /// memory no scheduler booked, and when it is expected to be free — the
 /// latest of its reservations' ends and each holding scheduler's own
@@ -322,23 +349,7 @@ fn box_gpu(
             None => unknown_end = true,
         }
     }
-    let booked_groups: HashSet<u32> = ledger.foreign.iter().map(|f| f.booking.pgid).collect();
-    let unscheduled: Vec<UnscheduledProcess> = snapshot
-        .processes
-        .iter()
-        .filter(|p| p.gpu == g.index)
-        .filter(|p| {
-            facts
-                .groups
-                .get(&p.pid)
-                .is_none_or(|pgrp| !booked_groups.contains(pgrp))
-        })
-        .map(|p| UnscheduledProcess {
-            pid: p.pid,
-            user: facts.users.get(&p.pid).cloned(),
-            used_mib: p.used_mib,
-        })
-        .collect();
+    let unscheduled = unscheduled_on(g, snapshot, ledger, facts);
     let unscheduled_mib = unscheduled.iter().filter_map(|p| p.used_mib).sum();
     let (expected_free, expected_free_source) = match (free_at, unknown_end) {
         (Some((t, source)), false) => (Some(t), Some(source)),

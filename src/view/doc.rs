@@ -302,6 +302,19 @@ fn orphan_note(pgid: Pgid) -> String {
     format!("from a previous scheduler, pgid {pgid}")
 }
 
+/// The starvation hold in force, while its job still waits in the file.
+fn starvation_hold_status(input: &ViewInput) -> Option<StarvationHoldStatus> {
+    let (key, gpus) = input.journal.starvation_hold()?;
+    let state = input.journal.state(key)?;
+    let waiting = !input.core.running.contains_key(key)
+        && matches!(state.phase, Phase::Waiting)
+        && input.core.jobs.spec(key).is_some();
+    waiting.then(|| StarvationHoldStatus {
+        job: state.no,
+        gpus: gpus.clone(),
+    })
+}
+
 /// The status document of this round, from the cached queue part `view`
 /// and the live running jobs and GPUs.
 pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
@@ -352,19 +365,7 @@ pub fn status_doc(input: &ViewInput, view: &QueueView) -> StatusDoc {
             hidden_processes: input.core.gpu.hidden.detected.then(|| {
                 "NVML reports GPU processes this PID namespace cannot see; a job alone on its GPU is measured by that GPU's memory, others show n/a (run in the host's PID namespace to measure every job)".to_string()
             }),
-            starvation_hold: input
-                .journal
-                .starvation_hold()
-                .and_then(|(key, gpus)| {
-                    let state = input.journal.state(key)?;
-                    let waiting = !input.core.running.contains_key(key)
-                        && matches!(state.phase, Phase::Waiting)
-                        && input.core.jobs.spec(key).is_some();
-                    waiting.then(|| StarvationHoldStatus {
-                        job: state.no,
-                        gpus: gpus.clone(),
-                    })
-                }),
+            starvation_hold: starvation_hold_status(input),
             backfill: input.round.head.as_ref().and_then(|(key, start, gpus)| {
                 Some(status::BackfillStatus {
                     job: input.journal.state(key)?.no,

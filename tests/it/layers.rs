@@ -311,11 +311,15 @@ fn long_functions(code: &str, limit: usize) -> Vec<(String, usize, usize)> {
     out
 }
 
+/// The cap is 100 lines; none may come within 10 of it, so that a change
+/// to a function has room without a split in the same commit.
+const FUNCTION_LINES: usize = 90;
+
 #[test]
 fn no_function_is_over_100_lines() {
     let mut long = Vec::new();
     for (module, code) in modules() {
-        for (name, line, length) in long_functions(&code, 100) {
+        for (name, line, length) in long_functions(&code, FUNCTION_LINES) {
             long.push(format!(
                 "src/{}: {name} at line {line}, {length} lines",
                 module.join("/")
@@ -324,7 +328,7 @@ fn no_function_is_over_100_lines() {
     }
     assert!(
         long.is_empty(),
-        "functions over 100 lines:\n{}",
+        "functions over {FUNCTION_LINES} lines (split them):\n{}",
         long.join("\n")
     );
     let planted = format!(

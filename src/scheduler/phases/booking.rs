@@ -95,6 +95,20 @@ impl Scheduler {
         if lost.is_empty() {
             return starts;
         }
+        self.withdraw_lost(starts, &lost, late, published_ms.saturating_sub(since))
+    }
+
+    /// Takes back the starts on GPUs whose booking another scheduler's
+    /// contradicts (`lost`, by UUID; every one when the booking was
+    /// `late`, published `took_ms` after its stamp), saying why each
+    /// waits; returns the starts kept.
+    fn withdraw_lost(
+        &mut self,
+        starts: Vec<Start>,
+        lost: &std::collections::BTreeSet<String>,
+        late: bool,
+        took_ms: u64,
+    ) -> Vec<Start> {
         let uuid_of = |index: u32| {
             self.core
                 .gpu
@@ -113,7 +127,7 @@ impl Scheduler {
             self.report.say(if late {
                 format!(
                     "job {no} waits: its booking took {} ms to publish, too long to be sure other schedulers saw it; the next round places it again",
-                    published_ms.saturating_sub(since)
+                    took_ms
                 )
             } else {
                 format!(

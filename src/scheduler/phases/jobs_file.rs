@@ -89,7 +89,17 @@ impl Scheduler {
             self.core.jobs.source.stamp = None;
             return Ok(());
         }
-        match jobspec::parse_jobs_all(&text).and_then(|mut specs| {
+        self.install_whole(&text, text_hash)
+    }
+
+    /// Parses the whole jobs file `text` and installs it as the queue; a
+    /// text with a bad line leaves the last good queue, said once. Says
+    /// when the file parses again after a bad edit.
+    ///
+    /// Errors: the journal cannot record newly seen jobs (the file is
+    /// read again once writes work).
+    fn install_whole(&mut self, text: &str, text_hash: u64) -> anyhow::Result<()> {
+        match jobspec::parse_jobs_all(text).and_then(|mut specs| {
             let after = self
                 .resolve_after(&mut specs)
                 .map_err(|e| jobspec::BadLines(vec![e]))?;

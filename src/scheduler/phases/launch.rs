@@ -81,24 +81,8 @@ impl Scheduler {
             crate::console::date_time(self.now().ts),
             spec.command
         );
-        let log_offset = match files::append_to(&log_path, header.as_bytes()) {
-            Ok(offset) => offset,
-            // A link or a file planted where the log goes (in a shared
-            // log directory): this job fails, nothing is written through
-            // it, and the rest of the queue goes on.
-            Err(e) if let Some(why) = planted(&log_path, &e) => {
-                self.report.warn(format!(
-                    "job {no} not started: its log {} {why} (remove it)",
-                    log_path.display()
-                ));
-                self.record_unrun(&spec.key, DoneStatus::Failed)?;
-                return Ok(None);
-            }
-            Err(e) => {
-                return Err(
-                    Error::io(format!("cannot write job log {}", log_path.display()), e).into(),
-                );
-            }
+        let Some(log_offset) = self.start_log(&spec.key, no, &log_path, &header)? else {
+            return Ok(None);
         };
         // No stale record can be there: start-up removed every record but
         // those of adopted attempts (`remove_stale_exit_records`).
@@ -150,6 +134,35 @@ impl Scheduler {
             cgroup: None,
             spawning: Some(spawning),
         }))
+    }
+
+    /// Appends an attempt's header line to its log; the offset it was
+    /// written at. A link or a file planted where the log goes (in a
+    /// shared log directory) fails the job (`None`): nothing is written
+    /// through it, and the rest of the queue goes on.
+    ///
+    /// Errors: the log cannot be written, or the job's end recorded.
+    fn start_log(
+        &mut self,
+        key: &str,
+        no: u32,
+        log_path: &std::path::Path,
+        header: &str,
+    ) -> anyhow::Result<Option<u64>> {
+        match files::append_to(log_path, header.as_bytes()) {
+            Ok(offset) => Ok(Some(offset)),
+            Err(e) if let Some(why) = planted(log_path, &e) => {
+                self.report.warn(format!(
+                    "job {no} not started: its log {} {why} (remove it)",
+                    log_path.display()
+                ));
+                self.record_unrun(key, DoneStatus::Failed)?;
+                Ok(None)
+            }
+            Err(e) => {
+                Err(Error::io(format!("cannot write job log {}", log_path.display()), e).into())
+            }
+        }
     }
 
     /// Waits for the launched supervisors, journals every `started` event

@@ -92,11 +92,7 @@ impl Scheduler {
                 self.core.running.insert(key.clone(), running);
                 self.complete_attempt(&key)?;
             } else if alive {
-                let held = match info.gpus.len() {
-                    0 => "GPUs stay".to_string(),
-                    1 => format!("GPU {} stays", crate::model::device_label(info.gpus[0])),
-                    _ => format!("GPUs {} stay", crate::console::gpu_ids(&info.gpus, ",")),
-                };
+                let held = gpus_stay(&info.gpus);
                 self.report.say(format!(
                     "job {} is still running from a previous scheduler (process group {}); not starting it again, its {held} reserved until it ends",
                     state.no, info.pgid
@@ -110,14 +106,22 @@ impl Scheduler {
                 ))?;
             }
         }
-        if adopted_any && let Err(e) = self.wakes.watch_exit_records(&self.cfg.log_dir) {
+        if adopted_any {
+            self.watch_exit_records();
+        }
+        self.remove_stale_exit_records();
+        Ok(())
+    }
+
+    /// Watches the exit records for adopted jobs' ends; without a watch,
+    /// they are checked every `--poll` (said).
+    fn watch_exit_records(&mut self) {
+        if let Err(e) = self.wakes.watch_exit_records(&self.cfg.log_dir) {
             self.report.warn(format!(
                 "cannot watch {} for exit records ({e}); adopted jobs are checked every --poll",
                 self.cfg.log_dir.join("exits").display()
             ));
         }
-        self.remove_stale_exit_records();
-        Ok(())
     }
 
     /// Journals a previous scheduler's attempt of `key` `interrupted`, so
@@ -468,4 +472,13 @@ fn exit_words(record: &crate::process::supervisor::ExitRecord) -> String {
     record
         .exit()
         .map_or("exit status unknown".into(), |e| e.describe())
+}
+
+/// What an adopted job keeps: `GPU 1 stays`, `GPUs 0,2 stay`.
+fn gpus_stay(gpus: &[u32]) -> String {
+    match gpus.len() {
+        0 => "GPUs stay".to_string(),
+        1 => format!("GPU {} stays", crate::model::device_label(gpus[0])),
+        _ => format!("GPUs {} stay", crate::console::gpu_ids(gpus, ",")),
+    }
 }

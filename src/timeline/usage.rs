@@ -104,13 +104,7 @@ impl UsageLog {
     /// the journal.
     pub fn observe(&mut self, ts: f64, series: &HashMap<(u32, Option<String>), u64>) {
         let mut out = Vec::new();
-        let ended: Vec<(u32, Option<String>)> = self
-            .last
-            .keys()
-            .filter(|k| !series.contains_key(*k))
-            .cloned()
-            .collect();
-        for key in ended {
+        for key in gone(&self.last, |k| series.contains_key(k)) {
             if let Some((_, mib)) = self.last.remove(&key)
                 && mib > 0
             {
@@ -137,40 +131,25 @@ impl UsageLog {
     /// at `ts` for each that went before its end.
     pub fn observe_reservations(&mut self, ts: f64, seen: &[(u32, u64, SeenReservation)]) {
         let mut out = Vec::new();
-        let mut line = |gpu: u32, mib: u64, r: &SeenReservation| {
-            let sample = Sample {
-                ts: (ts * 1000.0).round() / 1000.0,
-                gpu,
-                key: None,
-                mib,
-                reservation: Some(r.clone()),
-            };
-            if serde_json::to_writer(&mut out, &sample).is_ok() {
-                out.push(b'\n');
-            }
+        let line = |out: &mut Vec<u8>, gpu: u32, mib: u64, r: &SeenReservation| {
+            write_sample(out, ts, &(gpu, None), mib, Some(r.clone()));
         };
         let now: std::collections::HashSet<(String, u32)> = seen
             .iter()
             .map(|(_, _, r)| (r.user.clone(), r.id))
             .collect();
-        let gone: Vec<(String, u32)> = self
-            .reservations
-            .keys()
-            .filter(|k| !now.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
+        for key in gone(&self.reservations, |k| now.contains(k)) {
             if let Some((gpu, mib, mut r)) = self.reservations.remove(&key)
                 && ts < r.until
             {
                 r.until = ts;
-                line(gpu, mib, &r);
+                line(&mut out, gpu, mib, &r);
             }
         }
         for (gpu, mib, r) in seen {
             let id = (r.user.clone(), r.id);
             if self.reservations.get(&id) != Some(&(*gpu, *mib, r.clone())) {
-                line(*gpu, *mib, r);
+                line(&mut out, *gpu, *mib, r);
                 self.reservations.insert(id, (*gpu, *mib, r.clone()));
             }
         }
@@ -203,17 +182,35 @@ impl UsageLog {
     }
 }
 
-fn push(out: &mut Vec<u8>, ts: f64, (gpu, key): &(u32, Option<String>), mib: u64) {
+/// Appends a memory sample of `series` to `out`.
+fn push(out: &mut Vec<u8>, ts: f64, series: &(u32, Option<String>), mib: u64) {
+    write_sample(out, ts, series, mib, None);
+}
+
+/// Appends one line of the record to `out`: a sample of `series` at `ts`
+/// (to the millisecond), or a reservation's line.
+fn write_sample(
+    out: &mut Vec<u8>,
+    ts: f64,
+    (gpu, key): &(u32, Option<String>),
+    mib: u64,
+    reservation: Option<SeenReservation>,
+) {
     let sample = Sample {
         ts: (ts * 1000.0).round() / 1000.0,
         gpu: *gpu,
         key: key.clone(),
         mib,
-        reservation: None,
+        reservation,
     };
     if serde_json::to_writer(&mut *out, &sample).is_ok() {
         out.push(b'\n');
     }
+}
+
+/// The keys of `map` that are not `present` any more.
+fn gone<K: Clone, V>(map: &HashMap<K, V>, present: impl Fn(&K) -> bool) -> Vec<K> {
+    map.keys().filter(|k| !present(k)).cloned().collect()
 }
 
 /// Every sample of a log directory's record (older part first), skipping
@@ -240,6 +237,33 @@ mod tests {
             .map(|(g, k, m)| ((*g, k.map(str::to_string)), *m))
             .collect();
         log.observe(ts, &map);
+    }
+
+    #[test]
+    fn a_reservation_is_recorded_when_seen_changed_or_gone_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = UsageLog::new(dir.path());
+        let r = |id: u32, until: f64| SeenReservation {
+            user: "ada".into(),
+            id,
+            since: 0.0,
+            until,
+            note: String::new(),
+        };
+        log.observe_reservations(1.0, &[(0, 2000, r(1, 100.0)), (1, 500, r(2, 3.0))]);
+        log.observe_reservations(2.0, &[(0, 2000, r(1, 100.0)), (1, 500, r(2, 3.0))]);
+        // 1 given back early at 5; 2 ran out at 3 (no line).
+        log.observe_reservations(5.0, &[]);
+        let (samples, _) = read(dir.path());
+        let lines: Vec<(f64, u32, f64)> = samples
+            .iter()
+            .map(|s| {
+                let r = s.reservation.as_ref().unwrap();
+                (s.ts, r.id, r.until)
+            })
+            .collect();
+        assert_eq!(lines, vec![(1.0, 1, 100.0), (1.0, 2, 3.0), (5.0, 1, 5.0)]);
+        assert!(samples.iter().all(|s| s.key.is_none()));
     }
 
     #[test]

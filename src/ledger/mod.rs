@@ -232,11 +232,17 @@ pub struct Foreign {
 }
 
 /// The bookings of `file` that count (docs/BEHAVIOUR.md "Sharing a box"):
-/// the file is rejected unless its scheduler is alive and runs as
-/// `file_uid`, the file's owner; a booking counts only while its process
-/// group's leader is alive, started when the booking says, and also runs
-/// as `file_uid` — or, for a `starting` booking, for
-/// [`STARTING_TRUST_MS`] after it was published (`now_ms`: Unix ms now).
+/// a booking counts while its process group's leader is alive, started
+/// when the booking says, and runs as `file_uid`, the file's owner — or,
+/// for a `starting` booking, for [`STARTING_TRUST_MS`] after it was
+/// published (`now_ms`: Unix ms now) while its scheduler runs. A file
+/// whose scheduler runs as another user is rejected. With `orphans`, the
+/// file of a scheduler that died (a kill -9) keeps the bookings of its
+/// jobs that run on under their supervisor, until they end or its next
+/// start takes them over: they hold that memory, and another scheduler
+/// must not start into it while they ramp up. Without `orphans` (the
+/// file of our own log directory's predecessor, whose jobs we adopt) or
+/// with none left, such a file is stale.
 ///
 /// Errors: [`Rejection::Stale`] or [`Rejection::ForeignOwner`] for the file.
 pub fn trusted(
@@ -245,19 +251,22 @@ pub fn trusted(
     user: &str,
     procs: &impl Processes,
     now_ms: u64,
+    orphans: bool,
 ) -> Result<Vec<Foreign>, Rejection> {
-    match procs.owner(file.pid, file.start_ticks) {
-        None => return Err(Rejection::Stale),
+    let alive = match procs.owner(file.pid, file.start_ticks) {
+        None if !orphans => return Err(Rejection::Stale),
+        None => false,
         Some(uid) if uid != file_uid => return Err(Rejection::ForeignOwner { file_uid }),
-        Some(_) => {}
-    }
+        Some(_) => true,
+    };
     let pid = file.pid;
-    Ok(file
+    let bookings: Vec<Foreign> = file
         .bookings
         .into_iter()
         .filter(|b| {
             if b.starting {
-                b.since_ms <= now_ms.saturating_add(1_000)
+                alive
+                    && b.since_ms <= now_ms.saturating_add(1_000)
                     && now_ms.saturating_sub(b.since_ms) <= STARTING_TRUST_MS
             } else {
                 procs.owner(b.pgid, b.start_ticks) == Some(file_uid)
@@ -269,7 +278,11 @@ pub fn trusted(
             user: user.to_string(),
             booking,
         })
-        .collect())
+        .collect();
+    if !alive && bookings.is_empty() {
+        return Err(Rejection::Stale);
+    }
+    Ok(bookings)
 }
 
 /// What identifies one published decision across reads: the publishing

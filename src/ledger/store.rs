@@ -326,10 +326,10 @@ impl Ledger {
             match self.read_peer(&path, me, now, &procs) {
                 Ok((mut bookings, peer, publisher)) => {
                     self.warned_files.remove(&name);
-                    let taken = bookings_of.entry(peer.uid).or_default();
+                    let taken = bookings_of.entry(publisher.0).or_default();
                     self.hold_to_limits(&mut bookings, publisher, now, taken, &mut starting_now);
                     foreign.append(&mut bookings);
-                    peers.push(peer);
+                    peers.extend(peer);
                 }
                 Err(None) => {}
                 Err(Some(why)) => {
@@ -374,7 +374,7 @@ impl Ledger {
         me: u32,
         now: u64,
         procs: &ProcFs,
-    ) -> Result<(Vec<Foreign>, Peer, Publisher), Option<Rejection>> {
+    ) -> Result<(Vec<Foreign>, Option<Peer>, Publisher), Option<Rejection>> {
         let (file, uid) = read_booking_file(path).map_err(Some)?;
         let user = self.user_name(uid);
         let (pid, pending, demand) = (file.pid, file.pending, file.demand.clone());
@@ -395,8 +395,11 @@ impl Ledger {
             demand,
             log_dir,
         };
-        match super::trusted(file, uid, &user, procs, now) {
-            Ok(bookings) => Ok((bookings, peer, publisher)),
+        // A dead scheduler's file counts for the jobs it left running,
+        // but it is no peer: nobody there decides or publishes.
+        let alive = procs.owner(file.pid, file.start_ticks).is_some();
+        match super::trusted(file, uid, &user, procs, now, !same_log_dir) {
+            Ok(bookings) => Ok((bookings, alive.then_some(peer), publisher)),
             Err(Rejection::Stale) if ours => {
                 let _ = std::fs::remove_file(path);
                 Err((!same_log_dir).then_some(Rejection::Stale))

@@ -93,7 +93,15 @@ fn trust_rules() {
         booking("GPU-a", 1000, 400, 12), // pgid reused by another process
         booking("GPU-a", 1000, 500, 1),  // group gone
     ];
-    let got = trusted(file(100, 5, bookings.clone()), bob, "bob", &procs, NOW).unwrap();
+    let got = trusted(
+        file(100, 5, bookings.clone()),
+        bob,
+        "bob",
+        &procs,
+        NOW,
+        true,
+    )
+    .unwrap();
     assert_eq!(
         got,
         vec![Foreign {
@@ -103,18 +111,38 @@ fn trust_rules() {
             booking: bookings[0].clone()
         }]
     );
-    // The scheduler is dead, or its pid was reused (same pid, other start).
+    // The scheduler is dead, or its pid was reused (same pid, other
+    // start): the job it left running still holds its memory, unless the
+    // reader is that scheduler's next start, which adopts it.
+    for dead in [
+        file(100, 6, bookings.clone()),
+        file(999, 5, bookings.clone()),
+    ] {
+        let kept = trusted(dead.clone(), bob, "bob", &procs, NOW, true).unwrap();
+        assert_eq!(
+            kept.iter().map(|f| &f.booking).collect::<Vec<_>>(),
+            vec![&bookings[0]]
+        );
+        assert_eq!(
+            trusted(dead, bob, "bob", &procs, NOW, false),
+            Err(Rejection::Stale)
+        );
+    }
+    // Dead, and none of its jobs left: stale.
     assert_eq!(
-        trusted(file(100, 6, bookings.clone()), bob, "bob", &procs, NOW),
-        Err(Rejection::Stale)
-    );
-    assert_eq!(
-        trusted(file(999, 5, bookings.clone()), bob, "bob", &procs, NOW),
+        trusted(
+            file(999, 5, bookings[1..].to_vec()),
+            bob,
+            "bob",
+            &procs,
+            NOW,
+            true
+        ),
         Err(Rejection::Stale)
     );
     // A file owned by mallory naming bob's scheduler and jobs.
     assert_eq!(
-        trusted(file(100, 5, bookings), 1002, "mallory", &procs, NOW),
+        trusted(file(100, 5, bookings), 1002, "mallory", &procs, NOW, true),
         Err(Rejection::ForeignOwner { file_uid: 1002 })
     );
 }
@@ -234,10 +262,10 @@ fn a_starting_booking_counts_while_its_scheduler_lives_and_briefly() {
         file,
         "process group 0 is allowed while starting"
     );
-    let got = trusted(file.clone(), bob, "bob", &procs, NOW).unwrap();
+    let got = trusted(file.clone(), bob, "bob", &procs, NOW, true).unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].booking, bookings[0]);
-    // Its scheduler gone: nothing of it counts.
+    // Its scheduler gone: a start it had not made holds nothing.
     assert_eq!(
         trusted(
             BookingFile {
@@ -247,7 +275,8 @@ fn a_starting_booking_counts_while_its_scheduler_lives_and_briefly() {
             bob,
             "bob",
             &procs,
-            NOW
+            NOW,
+            true
         ),
         Err(Rejection::Stale)
     );

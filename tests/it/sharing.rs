@@ -195,8 +195,14 @@ fn book(ledger: &Path, sched: &(Child, u64), group: &(Child, u64), mib: u64) -> 
     path
 }
 
+/// docs/BEHAVIOUR.md "Sharing a box": a booking holds its memory while
+/// its job's process group lives, also after its scheduler died (a
+/// kill -9: the job runs on under its supervisor, maybe still ramping up
+/// to what it declared); once the group is gone, nothing of it counts. The
+/// previous release dropped the booking with the scheduler, and started
+/// into memory the orphan was about to use.
 #[test]
-fn a_live_booking_holds_memory_and_a_dead_schedulers_does_not() {
+fn a_booking_holds_memory_while_its_job_lives_even_when_its_scheduler_died() {
     let env = Env::new("[vram=10000] true\n");
     let ledger = env.path("ledger");
     let mut sched = leader(None);
@@ -217,17 +223,21 @@ fn a_live_booking_holds_memory_and_a_dead_schedulers_does_not() {
         reason_of(&env, 1).contains("booked by")
     });
     assert_eq!(env.status_of_opt(1), None);
-    // The other scheduler dies (SIGKILL): its bookings no longer count,
-    // though its job's process group lives on.
+    // The other scheduler dies (SIGKILL): its job's process group lives
+    // on, and so does its booking.
     sched.0.kill().unwrap();
     sched.0.wait().unwrap();
+    env.wait_for_ticks(env.ticks() + 10);
+    assert_eq!(env.status_of_opt(1), None, "started into the orphan's memory");
+    assert!(reason_of(&env, 1).contains("booked by"), "{}", reason_of(&env, 1));
+    // The job ends: the file is stale, and nothing of it counts.
+    group.0.kill().unwrap();
+    group.0.wait().unwrap();
     wait_for("the job to run once the booking is stale", &mut || {
         env.status_of_opt(1).as_deref() == Some("ok")
     });
     let out = s.stop();
     assert!(out.stdout.contains("no longer running"), "{}", out.stdout);
-    let _ = group.0.kill();
-    let _ = group.0.wait();
 }
 
 #[test]
@@ -393,7 +403,8 @@ fn a_scheduler_killed_and_restarted_books_its_surviving_job_again() {
     let _ = first.finish();
     let b = Env::new("[vram=14000] echo b > b.txt\n");
     let sb = b.spawn(&args);
-    // The stale booking does not count, but the job's memory does.
+    // The dead scheduler's booking of its live job counts, and so does
+    // the job's memory.
     wait_for("b's job to wait", &mut || !reason_of(&b, 1).is_empty());
     assert!(!b.path("b.txt").exists());
     // a comes back, adopts its job and books it again (b counts it once:

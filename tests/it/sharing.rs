@@ -228,8 +228,16 @@ fn a_booking_holds_memory_while_its_job_lives_even_when_its_scheduler_died() {
     sched.0.kill().unwrap();
     sched.0.wait().unwrap();
     env.wait_for_ticks(env.ticks() + 10);
-    assert_eq!(env.status_of_opt(1), None, "started into the orphan's memory");
-    assert!(reason_of(&env, 1).contains("booked by"), "{}", reason_of(&env, 1));
+    assert_eq!(
+        env.status_of_opt(1),
+        None,
+        "started into the orphan's memory"
+    );
+    assert!(
+        reason_of(&env, 1).contains("booked by"),
+        "{}",
+        reason_of(&env, 1)
+    );
     // The job ends: the file is stale, and nothing of it counts.
     group.0.kill().unwrap();
     group.0.wait().unwrap();

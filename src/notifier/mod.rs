@@ -679,6 +679,9 @@ fn post(agent: &ureq::Agent, url: &str, message: &Message) -> Result<(), String>
     }
 }
 
+/// What [`redact`] puts where a URL's path and query were.
+pub const CUT: &str = "/…";
+
 /// A URL as it may be printed: webhook URLs carry their secret in the
 /// path, so only the scheme and host are shown.
 pub fn redact(url: &str) -> String {
@@ -689,7 +692,7 @@ pub fn redact(url: &str) -> String {
         Some((scheme, rest)) => {
             let host = rest.split(['/', '?']).next().unwrap_or(rest);
             let host = host.rsplit('@').next().unwrap_or(host);
-            format!("{scheme}://{host}/…")
+            format!("{scheme}://{host}{CUT}")
         }
         None => "(not a URL)".to_string(),
     }

@@ -130,6 +130,10 @@ impl UsageLog {
     /// reservation): a line for each new or changed one, and one ending
     /// at `ts` for each that went before its end.
     pub fn observe_reservations(&mut self, ts: f64, seen: &[(u32, u64, SeenReservation)]) {
+        // The common case on every sample: none now, none before.
+        if seen.is_empty() && self.reservations.is_empty() {
+            return;
+        }
         let mut out = Vec::new();
         let line = |out: &mut Vec<u8>, gpu: u32, mib: u64, r: &SeenReservation| {
             write_sample(out, ts, &(gpu, None), mib, Some(r.clone()));
@@ -148,7 +152,11 @@ impl UsageLog {
         }
         for (gpu, mib, r) in seen {
             let id = (r.user.clone(), r.id);
-            if self.reservations.get(&id) != Some(&(*gpu, *mib, r.clone())) {
+            let same = self
+                .reservations
+                .get(&id)
+                .is_some_and(|(g, m, old)| g == gpu && m == mib && old == r);
+            if !same {
                 line(&mut out, *gpu, *mib, r);
                 self.reservations.insert(id, (*gpu, *mib, r.clone()));
             }

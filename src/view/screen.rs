@@ -92,7 +92,7 @@ pub fn restart_hint(jobs_file: &str, cwd: Option<&str>, command: &[String]) -> S
     if let Some(cwd) = cwd {
         hint = format!("in {cwd} {hint}");
     }
-    if command.iter().any(|a| a.contains("/…")) {
+    if command.iter().any(|a| a.contains(crate::notifier::CUT)) {
         hint.push_str(", giving the URLs cut to their host here in full");
     }
     hint

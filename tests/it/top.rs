@@ -104,3 +104,41 @@ fn top_and_reserve_take_the_gpu_count_from_the_sim_dir() {
     assert!(out.status.success(), "{out:?}");
     let _ = sched.finish();
 }
+
+/// docs/SECURITY.md "Neighbours": a shared sim directory is anyone's to
+/// write, so the GPU count read from it is read through the directory's
+/// descriptor: a FIFO or a link planted as `simulated-gpus` never blocks
+/// or redirects `top`, which says what it found and fails.
+#[test]
+fn a_planted_fifo_or_link_as_the_sim_dirs_count_blocks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    std::fs::create_dir(&fifo).unwrap();
+    nix::unistd::mkfifo(
+        &fifo.join("simulated-gpus"),
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+    )
+    .unwrap();
+    let link = dir.path().join("link");
+    std::fs::create_dir(&link).unwrap();
+    std::fs::write(dir.path().join("eight"), "8\n").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("eight"), link.join("simulated-gpus")).unwrap();
+    for sims in [&fifo, &link] {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(crate::common::bin())
+            .args(["top", "--once"])
+            .current_dir(dir.path())
+            .env("GPUSCHED_SIM_DIR", sims)
+            .env("GPUSCHED_BOX_RULES", "none")
+            .env_remove("GPUSCHED_LEDGER")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{said}");
+        assert!(
+            said.contains("simulated-gpus: not a regular file"),
+            "{said}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
